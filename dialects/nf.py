@@ -1,0 +1,1137 @@
+"""nf: float network ops with PyTorch semantics (NCHW activations, OIHW weights).
+
+The first level of nanoir. Every value is a builtin float tensor (f16, f32 or f64); a dynamic
+batch is ``?``. Spatial ops (conv, pools) work over 1 to 3 spatial dims, so a Conv1d on a
+``[N, C, L]`` tensor is one ``nf.conv`` and needs no unit dim. Window attributes follow ONNX:
+``pads`` lists all begins, then all ends (``[top, left, bottom, right]`` in 2-D); ``strides``,
+``pads`` and ``dilations`` are optional and default to 1, 0 and 1.
+
+The runtime (``nanoir.runtime``) is the executable definition of each op; these docstrings
+state the same semantics in one line each. Abbreviations: bn = batch normalization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    BoolAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    ParamAttrConstraint,
+    ParsePropInAttrDict,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import ConstantLike, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from nanoir.dialects.shapes import (
+    DYNAMIC_INDEX,
+    ShapeError,
+    broadcast_shapes,
+    infer_concat_shape,
+    infer_conv_shape,
+    infer_linear_shape,
+    infer_matmul_shape,
+    infer_pool_shape,
+    shape_str,
+    shapes_compatible,
+)
+
+FloatElement = base(Float16Type) | base(Float32Type) | base(Float64Type)
+FloatTensor = TensorType.constr(FloatElement)
+
+
+def int_array(values: Sequence[int]) -> DenseArrayBase:
+    """An ``array<i64: ...>`` attribute, the form every integer-list property uses."""
+    return DenseArrayBase.from_list(i64, list(values))
+
+
+def array_values(attr: DenseArrayBase | None) -> tuple[int, ...] | None:
+    """The ints of an optional ``array<i64: ...>`` property."""
+    return None if attr is None else tuple(int(v) for v in attr.get_values())
+
+
+def tensor_shape(value: SSAValue | Attribute) -> tuple[int, ...]:
+    """Shape of a tensor-typed value or type."""
+    t = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(t, TensorType)
+    return t.get_shape()
+
+
+def check_result_shape(op: IRDLOperation, inferred: Sequence[int], result: SSAValue) -> None:
+    """Raise unless the declared result shape may equal the inferred one."""
+    declared = tensor_shape(result)
+    if not shapes_compatible(inferred, declared):
+        raise VerifyException(
+            f"{op.name}: result shape {shape_str(declared)} does not match the inferred "
+            f"shape {shape_str(inferred)}"
+        )
+
+
+def check_same_element_type(op: IRDLOperation, values: Sequence[SSAValue]) -> None:
+    """Raise unless all tensor values share one element type."""
+    types = [v.type for v in values]
+    elts = {t.get_element_type() for t in types if isinstance(t, TensorType)}
+    if len(elts) > 1:
+        raise VerifyException(
+            f"{op.name}: operands and results mix element types "
+            + ", ".join(str(e) for e in sorted(elts, key=str))
+        )
+
+
+def shape_guard(op: IRDLOperation, fn, *args, **kwargs):  # noqa: ANN001, ANN201
+    """Call a shape-inference function and turn its ShapeError into a VerifyException."""
+    try:
+        return fn(*args, **kwargs)
+    except ShapeError as e:
+        raise VerifyException(f"{op.name}: {e}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Constants
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """A named float constant (a torch parameter or buffer; ``name`` keeps its path).
+
+    ```mlir
+    %w = nf.constant "conv1.weight" dense<[1.0, -2.5]> : tensor<2xf32>
+    ```
+    """
+
+    name = "nf.constant"
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    sym_name = opt_prop_def(StringAttr, prop_name="name")
+    value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
+    result = result_def(T)
+    traits = traits_def(Pure(), ConstantLike())
+
+    def __init__(self, value: DenseIntOrFPElementsAttr, name: str | None = None):
+        super().__init__(result_types=[value.type], properties=constant_props(value, name))
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConstantOp:
+        value, props, attrs = parse_named_constant(parser)
+        op = cls.create(result_types=[value.type], properties=props, attributes=attrs)
+        return op
+
+    def print(self, printer: Printer) -> None:
+        print_named_constant(printer, self.sym_name, self.value, self.attributes)
+
+
+def constant_props(value: Attribute, name: str | None) -> dict[str, Attribute]:
+    """Properties of a named constant op (``value`` and, when given, ``name``)."""
+    props: dict[str, Attribute] = {"value": value}
+    if name is not None:
+        props["name"] = StringAttr(name)
+    return props
+
+
+def parse_named_constant(
+    parser: Parser,
+) -> tuple[DenseIntOrFPElementsAttr, dict[str, Attribute], dict[str, Attribute]]:
+    """Parse ``["name"] dense<...> : type [attr-dict]``, the syntax of every constant op."""
+    name = parser.parse_optional_str_literal()
+    pos = parser.pos
+    value = parser.parse_attribute()
+    if not isinstance(value, DenseIntOrFPElementsAttr):
+        parser.raise_error("expected a dense<...> literal", at_position=pos, end_position=parser.pos)
+    attrs = parser.parse_optional_attr_dict()
+    return value, constant_props(value, name), attrs
+
+
+def print_named_constant(
+    printer: Printer,
+    name: StringAttr | None,
+    value: Attribute,
+    attributes: dict[str, Attribute],
+) -> None:
+    """Print the syntax :func:`parse_named_constant` reads."""
+    if name is not None:
+        printer.print_string(" ")
+        printer.print_string_literal(name.data)
+    printer.print_string(" ")
+    printer.print_attribute(value)
+    printer.print_op_attributes(attributes)
+
+
+# --------------------------------------------------------------------------------------------
+# Elementwise
+# --------------------------------------------------------------------------------------------
+
+
+class UnaryFloatOp(IRDLOperation):
+    """Base of elementwise ops whose result has the operand's type."""
+
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue, properties: dict[str, Attribute] | None = None):
+        super().__init__(operands=[input], result_types=[input.type], properties=properties or {})
+
+
+@irdl_op_definition
+class ReluOp(UnaryFloatOp):
+    """``max(x, 0)``.
+
+    ```mlir
+    %y = nf.relu %x : tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.relu"
+
+
+@irdl_op_definition
+class SigmoidOp(UnaryFloatOp):
+    """``1 / (1 + exp(-x))``.
+
+    ```mlir
+    %y = nf.sigmoid %x : tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.sigmoid"
+
+
+@irdl_op_definition
+class TanhOp(UnaryFloatOp):
+    """``tanh(x)``.
+
+    ```mlir
+    %y = nf.tanh %x : tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.tanh"
+
+
+@irdl_op_definition
+class HardSigmoidOp(UnaryFloatOp):
+    """PyTorch's hardsigmoid: ``clamp(x + 3, 0, 6) / 6``.
+
+    ```mlir
+    %y = nf.hardsigmoid %x : tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.hardsigmoid"
+
+
+@irdl_op_definition
+class HardSwishOp(UnaryFloatOp):
+    """PyTorch's hardswish: ``x * clamp(x + 3, 0, 6) / 6``.
+
+    ```mlir
+    %y = nf.hardswish %x : tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.hardswish"
+
+
+@irdl_op_definition
+class ClampOp(UnaryFloatOp):
+    """``min(max(x, min), max)``; either bound may be absent (ReLU6, hardtanh).
+
+    ```mlir
+    %y = nf.clamp %x {min = 0.0 : f64, max = 6.0 : f64} : tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.clamp"
+    min = opt_prop_def(FloatAttr[Float64Type])
+    max = opt_prop_def(FloatAttr[Float64Type])
+
+    def __init__(self, input: SSAValue, min: float | None = None, max: float | None = None):
+        props: dict[str, Attribute] = {}
+        if min is not None:
+            props["min"] = FloatAttr(float(min), Float64Type())
+        if max is not None:
+            props["max"] = FloatAttr(float(max), Float64Type())
+        super().__init__(input, props)
+
+    def verify_(self) -> None:
+        if self.min is not None and self.max is not None:
+            lo, hi = self.min.value.data, self.max.value.data
+            if lo > hi:
+                raise VerifyException(f"nf.clamp: min {lo} is greater than max {hi}")
+
+
+@irdl_op_definition
+class LeakyReluOp(UnaryFloatOp):
+    """``x if x >= 0 else alpha * x``.
+
+    ```mlir
+    %y = nf.leaky_relu %x {alpha = 0.01 : f64} : tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.leaky_relu"
+    alpha = prop_def(FloatAttr[Float64Type])
+
+    def __init__(self, input: SSAValue, alpha: float):
+        super().__init__(input, {"alpha": FloatAttr(float(alpha), Float64Type())})
+
+
+class BinaryFloatOp(IRDLOperation):
+    """Base of NumPy-broadcasting binary ops."""
+
+    lhs = operand_def(FloatTensor)
+    rhs = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        lt, rt = lhs.type, rhs.type
+        assert isinstance(lt, TensorType) and isinstance(rt, TensorType)
+        shape = broadcast_shapes(lt.get_shape(), rt.get_shape())
+        super().__init__(
+            operands=[lhs, rhs], result_types=[TensorType(lt.get_element_type(), shape)]
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.lhs, self.rhs, self.result])
+        shape = shape_guard(
+            self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs)
+        )
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class AddOp(BinaryFloatOp):
+    """``lhs + rhs`` with broadcasting.
+
+    ```mlir
+    %z = nf.add %x, %b : (tensor<?x16x8x8xf32>, tensor<1xf32>) -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.add"
+
+
+@irdl_op_definition
+class SubOp(BinaryFloatOp):
+    """``lhs - rhs`` with broadcasting.
+
+    ```mlir
+    %z = nf.sub %x, %y : (tensor<?x16xf32>, tensor<?x16xf32>) -> tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.sub"
+
+
+@irdl_op_definition
+class MulOp(BinaryFloatOp):
+    """``lhs * rhs`` with broadcasting.
+
+    ```mlir
+    %z = nf.mul %x, %s : (tensor<?x16x8x8xf32>, tensor<16x1x1xf32>) -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.mul"
+
+
+@irdl_op_definition
+class DivOp(BinaryFloatOp):
+    """``lhs / rhs`` with broadcasting (float only; lowers to hw only by a power of two).
+
+    ```mlir
+    %z = nf.div %x, %d : (tensor<?x16xf32>, tensor<f32>) -> tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.div"
+
+
+@irdl_op_definition
+class PReluOp(IRDLOperation):
+    """``x if x >= 0 else slope * x`` with ``slope`` of shape ``[C]`` (along dim 1) or ``[1]``.
+
+    ```mlir
+    %y = nf.prelu %x, %a : (tensor<?x16x8x8xf32>, tensor<16xf32>) -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.prelu"
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    input = operand_def(T)
+    slope = operand_def(FloatTensor)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $slope attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: SSAValue, slope: SSAValue):
+        super().__init__(operands=[input, slope], result_types=[input.type])
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.slope])
+        x, s = tensor_shape(self.input), tensor_shape(self.slope)
+        if len(s) != 1:
+            raise VerifyException(f"nf.prelu: slope must be 1-D ([C] or [1]), got {shape_str(s)}")
+        channels = x[1] if len(x) >= 2 else 1
+        if s[0] != 1 and channels != DYNAMIC_INDEX and s[0] != channels:
+            raise VerifyException(
+                f"nf.prelu: slope has {s[0]} entries but the input has {channels} channels"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Linear algebra and normalization
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConvOp(IRDLOperation):
+    """N-d grouped convolution (PyTorch ``conv1d``/``conv2d``, ONNX ``Conv``), optional bias.
+
+    ``y[n, o, p] = b[o] + sum_{c, k} x[n, g*C/G + c, p*s + k*d - pad_begin] * w[o, c, k]``.
+
+    ```mlir
+    %y = nf.conv %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<?x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<?x16x16x16xf32>
+    ```
+    """
+
+    name = "nf.conv"
+    input = operand_def(FloatTensor)
+    weight = operand_def(FloatTensor)
+    bias = opt_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    dilations = opt_prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue,
+        weight: SSAValue,
+        bias: SSAValue | None = None,
+        *,
+        strides: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        dilations: Sequence[int] | None = None,
+        groups: int = 1,
+    ):
+        shape = infer_conv_shape(
+            tensor_shape(input), tensor_shape(weight), strides=strides, pads=pads,
+            dilations=dilations, groups=groups,
+        )
+        in_t = input.type
+        assert isinstance(in_t, TensorType)
+        props: dict[str, Attribute] = {"groups": IntegerAttr(groups, i64)}
+        for key, val in (("strides", strides), ("pads", pads), ("dilations", dilations)):
+            if val is not None:
+                props[key] = int_array(val)
+        super().__init__(
+            operands=[input, weight, bias],
+            result_types=[TensorType(in_t.get_element_type(), shape)],
+            properties=props,
+        )
+
+    def verify_(self) -> None:
+        operands = [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
+        check_same_element_type(self, [*operands, self.result])
+        w = tensor_shape(self.weight)
+        shape = shape_guard(
+            self, infer_conv_shape, tensor_shape(self.input), w,
+            strides=array_values(self.strides), pads=array_values(self.pads),
+            dilations=array_values(self.dilations), groups=self.groups.value.data,
+        )
+        if self.bias is not None and tensor_shape(self.bias) != (w[0],):
+            raise VerifyException(
+                f"nf.conv: bias shape {shape_str(tensor_shape(self.bias))} does not match the "
+                f"{w[0]} output channels"
+            )
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class LinearOp(IRDLOperation):
+    """``y = x @ weight.T + bias`` (PyTorch ``linear``, ONNX ``Gemm`` with transB=1).
+
+    ```mlir
+    %y = nf.linear %x, %w, %b
+        : (tensor<?x400xf32>, tensor<120x400xf32>, tensor<120xf32>) -> tensor<?x120xf32>
+    ```
+    """
+
+    name = "nf.linear"
+    input = operand_def(FloatTensor)
+    weight = operand_def(FloatTensor)
+    bias = opt_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(self, input: SSAValue, weight: SSAValue, bias: SSAValue | None = None):
+        shape = infer_linear_shape(tensor_shape(input), tensor_shape(weight))
+        in_t = input.type
+        assert isinstance(in_t, TensorType)
+        super().__init__(
+            operands=[input, weight, bias],
+            result_types=[TensorType(in_t.get_element_type(), shape)],
+        )
+
+    def verify_(self) -> None:
+        operands = [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
+        check_same_element_type(self, [*operands, self.result])
+        w = tensor_shape(self.weight)
+        shape = shape_guard(self, infer_linear_shape, tensor_shape(self.input), w)
+        if self.bias is not None and tensor_shape(self.bias) != (w[0],):
+            raise VerifyException(
+                f"nf.linear: bias shape {shape_str(tensor_shape(self.bias))} does not match "
+                f"the {w[0]} output features"
+            )
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class MatmulOp(IRDLOperation):
+    """``torch.matmul(lhs, rhs)``: batched, broadcasting, 1-D operands promoted.
+
+    ```mlir
+    %y = nf.matmul %a, %b : (tensor<?x4x8xf32>, tensor<8x5xf32>) -> tensor<?x4x5xf32>
+    ```
+    """
+
+    name = "nf.matmul"
+    lhs = operand_def(FloatTensor)
+    rhs = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue):
+        shape = infer_matmul_shape(tensor_shape(lhs), tensor_shape(rhs))
+        lt = lhs.type
+        assert isinstance(lt, TensorType)
+        super().__init__(
+            operands=[lhs, rhs], result_types=[TensorType(lt.get_element_type(), shape)]
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.lhs, self.rhs, self.result])
+        shape = shape_guard(
+            self, infer_matmul_shape, tensor_shape(self.lhs), tensor_shape(self.rhs)
+        )
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class BatchNormOp(IRDLOperation):
+    """Inference batch norm over dim 1: ``(x - mean) / sqrt(var + epsilon) * scale + bias``.
+
+    ```mlir
+    %y = nf.batch_norm %x, %gamma, %beta, %mean, %var {epsilon = 1.0e-05 : f64}
+        : (tensor<?x16x8x8xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>)
+        -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.batch_norm"
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    input = operand_def(T)
+    scale = operand_def(FloatTensor)
+    bias = operand_def(FloatTensor)
+    mean = operand_def(FloatTensor)
+    var = operand_def(FloatTensor)
+    result = result_def(T)
+    epsilon = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(1e-5, Float64Type()))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $scale `,` $bias `,` $mean `,` $var attr-dict `:` "
+        "functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue,
+        scale: SSAValue,
+        bias: SSAValue,
+        mean: SSAValue,
+        var: SSAValue,
+        epsilon: float = 1e-5,
+    ):
+        super().__init__(
+            operands=[input, scale, bias, mean, var],
+            result_types=[input.type],
+            properties={"epsilon": FloatAttr(float(epsilon), Float64Type())},
+        )
+
+    def verify_(self) -> None:
+        x = tensor_shape(self.input)
+        if len(x) < 2:
+            raise VerifyException(f"nf.batch_norm: input must have rank >= 2, got {shape_str(x)}")
+        channels = x[1]
+        for label, v in (("scale", self.scale), ("bias", self.bias), ("mean", self.mean),
+                         ("var", self.var)):
+            s = tensor_shape(v)
+            if len(s) != 1 or (channels != DYNAMIC_INDEX and s[0] != channels):
+                raise VerifyException(
+                    f"nf.batch_norm: {label} shape {shape_str(s)} does not match the "
+                    f"{shape_str([channels])} channels of the input"
+                )
+        if self.epsilon.value.data < 0:
+            raise VerifyException(f"nf.batch_norm: epsilon {self.epsilon.value.data} is negative")
+
+
+# --------------------------------------------------------------------------------------------
+# Pooling
+# --------------------------------------------------------------------------------------------
+
+
+class PoolOp(IRDLOperation):
+    """Base of windowed pools over ``[N, C, *spatial]``."""
+
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def dilation_values(self) -> tuple[int, ...] | None:
+        return None
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        shape = shape_guard(
+            self, infer_pool_shape, tensor_shape(self.input), array_values(self.kernel) or (),
+            strides=array_values(self.strides), pads=array_values(self.pads),
+            dilations=self.dilation_values(), ceil_mode=bool(self.ceil_mode.value.data),
+        )
+        check_result_shape(self, shape, self.result)
+
+
+def _pool_props(
+    kernel: Sequence[int],
+    strides: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    ceil_mode: bool,
+) -> dict[str, Attribute]:
+    props: dict[str, Attribute] = {
+        "kernel": int_array(kernel),
+        "ceil_mode": BoolAttr.from_bool(ceil_mode),
+    }
+    if strides is not None:
+        props["strides"] = int_array(strides)
+    if pads is not None:
+        props["pads"] = int_array(pads)
+    return props
+
+
+@irdl_op_definition
+class MaxPoolOp(PoolOp):
+    """Max over each window; padding counts as -inf (PyTorch ``max_pool*d``, ONNX ``MaxPool``).
+
+    ```mlir
+    %y = nf.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+        : tensor<?x16x8x8xf32> -> tensor<?x16x4x4xf32>
+    ```
+    """
+
+    name = "nf.max_pool"
+    dilations = opt_prop_def(DenseArrayBase[I64])
+
+    def __init__(
+        self,
+        input: SSAValue,
+        kernel: Sequence[int],
+        *,
+        strides: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        dilations: Sequence[int] | None = None,
+        ceil_mode: bool = False,
+    ):
+        shape = infer_pool_shape(
+            tensor_shape(input), kernel, strides=strides, pads=pads, dilations=dilations,
+            ceil_mode=ceil_mode,
+        )
+        props = _pool_props(kernel, strides, pads, ceil_mode)
+        if dilations is not None:
+            props["dilations"] = int_array(dilations)
+        in_t = input.type
+        assert isinstance(in_t, TensorType)
+        super().__init__(
+            operands=[input], result_types=[TensorType(in_t.get_element_type(), shape)],
+            properties=props,
+        )
+
+    def dilation_values(self) -> tuple[int, ...] | None:
+        return array_values(self.dilations)
+
+
+@irdl_op_definition
+class AvgPoolOp(PoolOp):
+    """Mean over each window (PyTorch ``avg_pool*d``: ``count_include_pad`` and
+    ``divisor_override`` as there).
+
+    ```mlir
+    %y = nf.avg_pool %x {kernel = array<i64: 3, 3>, pads = array<i64: 1, 1, 1, 1>}
+        : tensor<?x16x8x8xf32> -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.avg_pool"
+    count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+    divisor_override = opt_prop_def(IntegerAttr[I64])
+
+    def __init__(
+        self,
+        input: SSAValue,
+        kernel: Sequence[int],
+        *,
+        strides: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ):
+        shape = infer_pool_shape(
+            tensor_shape(input), kernel, strides=strides, pads=pads, ceil_mode=ceil_mode
+        )
+        props = _pool_props(kernel, strides, pads, ceil_mode)
+        props["count_include_pad"] = BoolAttr.from_bool(count_include_pad)
+        if divisor_override is not None:
+            props["divisor_override"] = IntegerAttr(divisor_override, i64)
+        in_t = input.type
+        assert isinstance(in_t, TensorType)
+        super().__init__(
+            operands=[input], result_types=[TensorType(in_t.get_element_type(), shape)],
+            properties=props,
+        )
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.divisor_override is not None and self.divisor_override.value.data <= 0:
+            raise VerifyException(
+                f"nf.avg_pool: divisor_override {self.divisor_override.value.data} must be positive"
+            )
+
+
+@irdl_op_definition
+class AdaptiveAvgPoolOp(IRDLOperation):
+    """PyTorch ``adaptive_avg_pool*d``: window i spans ``[floor(i*L/out), ceil((i+1)*L/out))``.
+
+    Global average pooling is ``output_size`` of all ones.
+
+    ```mlir
+    %y = nf.adaptive_avg_pool %x {output_size = array<i64: 1, 1>}
+        : tensor<?x512x7x7xf32> -> tensor<?x512x1x1xf32>
+    ```
+    """
+
+    name = "nf.adaptive_avg_pool"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    output_size = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, output_size: Sequence[int]):
+        in_t = input.type
+        assert isinstance(in_t, TensorType)
+        shape = (*in_t.get_shape()[:2], *output_size)
+        super().__init__(
+            operands=[input], result_types=[TensorType(in_t.get_element_type(), shape)],
+            properties={"output_size": int_array(output_size)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x = tensor_shape(self.input)
+        size = array_values(self.output_size) or ()
+        if len(x) < 3 or len(size) != len(x) - 2:
+            raise VerifyException(
+                f"nf.adaptive_avg_pool: output_size {list(size)} needs one entry per spatial "
+                f"dim of {shape_str(x)}"
+            )
+        if any(s <= 0 for s in size):
+            raise VerifyException(f"nf.adaptive_avg_pool: output_size {list(size)} must be positive")
+        check_result_shape(self, (*x[:2], *size), self.result)
+
+
+# --------------------------------------------------------------------------------------------
+# Data movement
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """Concatenation along ``axis`` (PyTorch ``cat``, ONNX ``Concat``).
+
+    ```mlir
+    %y = nf.concat %a, %b {axis = 1 : i64}
+        : (tensor<?x8x4x4xf32>, tensor<?x4x4x4xf32>) -> tensor<?x12x4x4xf32>
+    ```
+    """
+
+    name = "nf.concat"
+    inputs = var_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, inputs: Sequence[SSAValue], axis: int):
+        shape = infer_concat_shape([tensor_shape(v) for v in inputs], axis)
+        t = inputs[0].type
+        assert isinstance(t, TensorType)
+        super().__init__(
+            operands=[list(inputs)], result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"axis": IntegerAttr(axis, i64)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [*self.inputs, self.result])
+        shape = shape_guard(
+            self, infer_concat_shape, [tensor_shape(v) for v in self.inputs],
+            self.axis.value.data,
+        )
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class SplitOp(IRDLOperation):
+    """Split along ``axis`` into pieces of the given ``sizes`` (PyTorch ``split``).
+
+    ```mlir
+    %a, %b = nf.split %x {axis = 1 : i64, sizes = array<i64: 8, 4>}
+        : (tensor<?x12x4x4xf32>) -> (tensor<?x8x4x4xf32>, tensor<?x4x4x4xf32>)
+    ```
+    """
+
+    name = "nf.split"
+    input = operand_def(FloatTensor)
+    results_ = var_result_def(FloatTensor)
+    axis = prop_def(IntegerAttr[I64])
+    sizes = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: SSAValue, axis: int, sizes: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = list(t.get_shape())
+        axis_n = axis % len(shape)
+        types: list[Attribute] = []
+        for s in sizes:
+            shape[axis_n] = s
+            types.append(TensorType(t.get_element_type(), shape))
+        super().__init__(
+            operands=[input], result_types=[types],
+            properties={"axis": IntegerAttr(axis, i64), "sizes": int_array(sizes)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, *self.results_])
+        x = tensor_shape(self.input)
+        axis = self.axis.value.data
+        if not -len(x) <= axis < len(x):
+            raise VerifyException(f"nf.split: axis {axis} is out of range for {shape_str(x)}")
+        axis %= len(x)
+        sizes = array_values(self.sizes) or ()
+        if len(sizes) != len(self.results_):
+            raise VerifyException(
+                f"nf.split: {len(sizes)} sizes for {len(self.results_)} results"
+            )
+        if any(s < 0 for s in sizes):
+            raise VerifyException(f"nf.split: sizes {list(sizes)} must be non-negative")
+        if x[axis] != DYNAMIC_INDEX and sum(sizes) != x[axis]:
+            raise VerifyException(
+                f"nf.split: sizes {list(sizes)} add up to {sum(sizes)}, but dim {axis} of the "
+                f"input is {x[axis]}"
+            )
+        for size, r in zip(sizes, self.results_):
+            expected = list(x)
+            expected[axis] = size
+            check_result_shape(self, expected, r)
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """Reshape (view/flatten) to the result type's shape; at most one result dim is dynamic.
+
+    ```mlir
+    %y = nf.reshape %x : tensor<?x16x5x5xf32> -> tensor<?x400xf32>
+    ```
+    """
+
+    name = "nf.reshape"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, shape: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        super().__init__(operands=[input], result_types=[TensorType(t.get_element_type(), shape)])
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        if sum(d == DYNAMIC_INDEX for d in y) > 1:
+            raise VerifyException(
+                f"nf.reshape: result {shape_str(y)} has more than one dynamic dim"
+            )
+        if DYNAMIC_INDEX not in x and DYNAMIC_INDEX not in y:
+            nx, ny = _numel(x), _numel(y)
+            if nx != ny:
+                raise VerifyException(
+                    f"nf.reshape: {shape_str(x)} has {nx} elements but {shape_str(y)} has {ny}"
+                )
+        elif DYNAMIC_INDEX in x and DYNAMIC_INDEX not in y:
+            raise VerifyException(
+                f"nf.reshape: a dynamic input {shape_str(x)} cannot become the static "
+                f"{shape_str(y)}"
+            )
+        elif DYNAMIC_INDEX in y:
+            known = _numel([d for d in y if d != DYNAMIC_INDEX])
+            static_in = _numel([d for d in x if d != DYNAMIC_INDEX])
+            if DYNAMIC_INDEX not in x and (known == 0 or static_in % known):
+                raise VerifyException(
+                    f"nf.reshape: {shape_str(x)} cannot be viewed as {shape_str(y)}"
+                )
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """Permute dims: ``result.shape[i] = input.shape[perm[i]]`` (PyTorch ``permute``).
+
+    ```mlir
+    %y = nf.transpose %x {perm = array<i64: 0, 2, 1>} : tensor<?x16x40xf32> -> tensor<?x40x16xf32>
+    ```
+    """
+
+    name = "nf.transpose"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    perm = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, perm: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = [t.get_shape()[p] for p in perm]
+        super().__init__(
+            operands=[input], result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"perm": int_array(perm)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x = tensor_shape(self.input)
+        perm = array_values(self.perm) or ()
+        if sorted(perm) != list(range(len(x))):
+            raise VerifyException(
+                f"nf.transpose: perm {list(perm)} is not a permutation of the {len(x)} dims"
+            )
+        check_result_shape(self, [x[p] for p in perm], self.result)
+
+
+class PadMode:
+    """The padding modes of ``nf.pad`` (ONNX ``Pad``)."""
+
+    CONSTANT = "constant"
+    REFLECT = "reflect"
+    EDGE = "edge"
+    ALL = (CONSTANT, REFLECT, EDGE)
+
+
+@irdl_op_definition
+class PadOp(IRDLOperation):
+    """Pad every dim by ``pads`` (all begins, then all ends; ONNX ``Pad``) with ``mode``.
+
+    ```mlir
+    %y = nf.pad %x {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>, mode = "constant", value = 0.0 : f64}
+        : tensor<?x3x8x8xf32> -> tensor<?x3x10x10xf32>
+    ```
+    """
+
+    name = "nf.pad"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    pads = prop_def(DenseArrayBase[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr(PadMode.CONSTANT))
+    value = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(0.0, Float64Type()))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(
+        self, input: SSAValue, pads: Sequence[int], mode: str = PadMode.CONSTANT,
+        value: float = 0.0,
+    ):
+        t = input.type
+        assert isinstance(t, TensorType)
+        x = t.get_shape()
+        n = len(x)
+        shape = [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)]
+        super().__init__(
+            operands=[input], result_types=[TensorType(t.get_element_type(), shape)],
+            properties={
+                "pads": int_array(pads), "mode": StringAttr(mode),
+                "value": FloatAttr(float(value), Float64Type()),
+            },
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x = tensor_shape(self.input)
+        pads = array_values(self.pads) or ()
+        n = len(x)
+        if len(pads) != 2 * n:
+            raise VerifyException(
+                f"nf.pad: pads has {len(pads)} entries, expected {2 * n} for {shape_str(x)}"
+            )
+        if self.mode.data not in PadMode.ALL:
+            raise VerifyException(
+                f"nf.pad: mode {self.mode.data!r} is not one of {', '.join(PadMode.ALL)}"
+            )
+        if self.mode.data != PadMode.CONSTANT and any(p < 0 for p in pads):
+            raise VerifyException(f"nf.pad: negative pads {list(pads)} need mode constant")
+        shape = [
+            d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)
+        ]
+        if any(d != DYNAMIC_INDEX and d < 0 for d in shape):
+            raise VerifyException(f"nf.pad: pads {list(pads)} remove more than {shape_str(x)} has")
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class UpsampleNearestOp(IRDLOperation):
+    """Nearest-neighbour resize of the spatial dims to the result's static sizes
+    (PyTorch ``interpolate(mode="nearest")``: source index ``floor(dst * in / out)``).
+
+    ```mlir
+    %y = nf.upsample_nearest %x : tensor<?x16x4x4xf32> -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.upsample_nearest"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, size: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = (*t.get_shape()[:2], *size)
+        super().__init__(operands=[input], result_types=[TensorType(t.get_element_type(), shape)])
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        if len(x) < 3 or len(x) != len(y):
+            raise VerifyException(
+                f"nf.upsample_nearest: {shape_str(x)} -> {shape_str(y)} must keep the rank "
+                f"(>= 3: [N, C, spatial...])"
+            )
+        if not shapes_compatible(x[:2], y[:2]):
+            raise VerifyException(
+                f"nf.upsample_nearest: batch and channels must not change: {shape_str(x)} -> "
+                f"{shape_str(y)}"
+            )
+        if any(d == DYNAMIC_INDEX or d <= 0 for d in y[2:]):
+            raise VerifyException(
+                f"nf.upsample_nearest: result spatial sizes of {shape_str(y)} must be static "
+                f"and positive"
+            )
+
+
+NF = Dialect(
+    "nf",
+    [
+        ConstantOp,
+        ReluOp,
+        SigmoidOp,
+        TanhOp,
+        HardSigmoidOp,
+        HardSwishOp,
+        ClampOp,
+        LeakyReluOp,
+        PReluOp,
+        AddOp,
+        SubOp,
+        MulOp,
+        DivOp,
+        ConvOp,
+        LinearOp,
+        MatmulOp,
+        BatchNormOp,
+        MaxPoolOp,
+        AvgPoolOp,
+        AdaptiveAvgPoolOp,
+        ConcatOp,
+        SplitOp,
+        ReshapeOp,
+        TransposeOp,
+        PadOp,
+        UpsampleNearestOp,
+    ],
+    [],
+)

@@ -1,0 +1,952 @@
+"""nh: the hardware level — integer tensors with static fixed-point exponents and layouts.
+
+Every nh value is a builtin tensor of signless integers (interpreted as two's complement) whose
+encoding is ``#nh.fixed<EXP, LAYOUT>``: the real value of a code ``v`` is ``v * 2**-exp``.
+``EXP`` is one integer (per tensor) or a list with one entry per channel, where the channel
+axis is the first ``C`` of ``LAYOUT``. Layout letters (one per dim) name what each dim is:
+``B`` batch, ``C`` channel, ``M`` the streamed ("memory") dim, ``D`` the rest. Runtime tensors
+are ``BCMD`` (``BCM`` for 1-D signals, ``BC`` after flattening), conv weights ``CCDD`` and
+vectors ``C`` (DESIGN.md).
+
+Element widths: ``i2``/``i4``/``i8``/``i16`` data, ``i32`` accumulators, and ``i1`` for binary
+data whose codes are ``-1`` and ``+1`` (NanoEngine's 1-bit: sign times ``2**k``, so a 1-bit
+value quantized with exponent ``k`` has codes ``±1`` at nh exponent ``-k``). Constants keep
+their codes in ``i8``/``i16``/``i32`` storage; the result type carries the logical width.
+
+Every integer op is exact: it is defined on mathematical integers, and its verifier proves
+statically that the result fits its declared width (or the op saturates, as ``nh.requant``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import ClassVar
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
+    BoolAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    IntAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
+from xdsl.irdl import (
+    AnyAttr,
+    IRDLOperation,
+    ParsePropInAttrDict,
+    VarConstraint,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import ConstantLike, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from nanoir.dialects.nf import (
+    array_values,
+    check_result_shape,
+    int_array,
+    parse_named_constant,
+    print_named_constant,
+    shape_guard,
+    tensor_shape,
+)
+from nanoir.dialects.nq import RoundingMode, RoundingModeAttr
+from nanoir.dialects.shapes import (
+    DYNAMIC_INDEX,
+    broadcast_shapes,
+    infer_concat_shape,
+    infer_conv_shape,
+    infer_linear_shape,
+    infer_matmul_shape,
+    infer_pool_shape,
+    shape_str,
+)
+
+LAYOUT_LETTERS = "BCMD"
+DATA_WIDTHS = (1, 2, 4, 8, 16)
+ACC_WIDTH = 32
+WIDTHS = (*DATA_WIDTHS, ACC_WIDTH)
+
+
+def code_range(width: int) -> tuple[int, int]:
+    """Smallest and largest code of an ``i<width>`` nh value (``i1`` holds ``-1`` and ``+1``)."""
+    if width == 1:
+        return -1, 1
+    return -(2 ** (width - 1)), 2 ** (width - 1) - 1
+
+
+@irdl_attr_definition
+class FixedAttr(ParametrizedAttribute):
+    """Fixed-point exponent(s) and layout of an nh tensor: ``#nh.fixed<7, BCMD>``,
+    ``#nh.fixed<[5, 6, 6], CCDD>`` (per channel along the first ``C``)."""
+
+    name = "nh.fixed"
+    exps: ArrayAttr[IntAttr]
+    per_channel: BoolAttr
+    layout: StringAttr
+
+    def __init__(self, exp: int | Sequence[int], layout: str):
+        per_channel = not isinstance(exp, int)
+        exps = [exp] if isinstance(exp, int) else list(exp)
+        super().__init__(
+            ArrayAttr(IntAttr(int(e)) for e in exps), BoolAttr.from_bool(per_channel),
+            StringAttr(layout),
+        )
+
+    @staticmethod
+    def layout_error(layout: str) -> str | None:
+        """Why ``layout`` is not a valid layout string, or None."""
+        if not layout or any(c not in LAYOUT_LETTERS for c in layout):
+            return f"layout {layout!r} must be a non-empty string of the letters {LAYOUT_LETTERS}"
+        if "B" in layout[1:]:
+            return f"layout {layout!r} may have B only as its first letter"
+        return None
+
+    def verify(self) -> None:
+        error = self.layout_error(self.layout.data)
+        if error:
+            raise VerifyException(f"#nh.fixed: {error}")
+        if not self.per_channel.value.data and len(self.exps.data) != 1:
+            raise VerifyException("#nh.fixed: a per-tensor exponent is a single integer")
+        if self.per_channel.value.data and self.channel_axis is None:
+            raise VerifyException(
+                f"#nh.fixed: per-channel exponents need a C in the layout {self.layout.data!r}"
+            )
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            if parser.parse_optional_punctuation("[") is not None:
+                exps = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_integer)
+                parser.parse_punctuation("]")
+                per_channel = True
+            else:
+                exps = [parser.parse_integer(context_msg=" (fixed-point exponent)")]
+                per_channel = False
+            parser.parse_punctuation(",")
+            start = parser.pos
+            layout = parser.parse_identifier(" (layout letters, e.g. BCMD)")
+            error = cls.layout_error(layout)
+            if error is None and per_channel and "C" not in layout:
+                error = f"per-channel exponents need a C in the layout {layout!r}"
+            if error:
+                parser.raise_error(error, at_position=start, end_position=parser.pos)
+        return (
+            ArrayAttr(IntAttr(e) for e in exps), BoolAttr.from_bool(per_channel),
+            StringAttr(layout),
+        )
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            values = [e.data for e in self.exps.data]
+            if self.per_channel.value.data:
+                with printer.in_square_brackets():
+                    printer.print_list(values, printer.print_int)
+            else:
+                printer.print_int(values[0])
+            printer.print_string(", ")
+            printer.print_string(self.layout.data)
+
+    @property
+    def exp_list(self) -> list[int]:
+        return [e.data for e in self.exps.data]
+
+    @property
+    def is_per_channel(self) -> bool:
+        return bool(self.per_channel.value.data)
+
+    @property
+    def channel_axis(self) -> int | None:
+        """The dim the per-channel exponents run along (the first ``C``), if any."""
+        index = self.layout.data.find("C")
+        return None if index < 0 else index
+
+    def exp_array(self, rank: int | None = None) -> np.ndarray:
+        """Exponents shaped to broadcast against the tensor (``[1]*rank`` per tensor)."""
+        rank = len(self.layout.data) if rank is None else rank
+        exps = np.asarray(self.exp_list, dtype=np.int64)
+        shape = [1] * rank
+        if self.is_per_channel:
+            axis = self.channel_axis
+            assert axis is not None
+            shape[axis] = len(exps)
+        return exps.reshape(shape)
+
+    def strides(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """Element strides of a dense tensor of ``shape`` stored in this layout's dim order."""
+        strides: list[int] = []
+        step = 1
+        for d in reversed(shape):
+            strides.append(step)
+            step *= d
+        return tuple(reversed(strides))
+
+    def offsets(self, shape: Sequence[int]) -> Iterator[int]:
+        """Every element's offset in storage order (row-major over the layout's dims)."""
+        total = 1
+        for d in shape:
+            total *= d
+        yield from range(total)
+
+
+def fixed_type(element_width: int, shape: Sequence[int], exp: int | Sequence[int],
+               layout: str) -> TensorType:
+    """``tensor<shape x i<width>, #nh.fixed<exp, layout>>``."""
+    return TensorType(IntegerType(element_width), shape, FixedAttr(exp, layout))
+
+
+def fixed_of(value: SSAValue) -> FixedAttr:
+    """The encoding of a verified nh value."""
+    t = value.type
+    assert isinstance(t, TensorType) and isinstance(t.encoding, FixedAttr)
+    return t.encoding
+
+
+def width_of(value: SSAValue) -> int:
+    """The element width of a verified nh value."""
+    t = value.type
+    assert isinstance(t, TensorType) and isinstance(t.get_element_type(), IntegerType)
+    return t.get_element_type().width.data
+
+
+def check_nh_value(op: IRDLOperation, value: SSAValue, label: str) -> tuple[int, FixedAttr]:
+    """Check that ``value`` is a well-formed nh tensor; return its width and encoding."""
+    t = value.type
+    if not isinstance(t, TensorType):
+        raise VerifyException(f"{op.name}: {label} must be a tensor, got {t}")
+    elt = t.get_element_type()
+    if not isinstance(elt, IntegerType):
+        raise VerifyException(
+            f"{op.name}: {label} has element type {elt}; the nh level holds only integers"
+        )
+    width = elt.width.data
+    if width not in WIDTHS:
+        raise VerifyException(
+            f"{op.name}: {label} is i{width}; nh allows "
+            + ", ".join(f"i{w}" for w in WIDTHS)
+        )
+    enc = t.encoding
+    if not isinstance(enc, FixedAttr):
+        raise VerifyException(
+            f"{op.name}: {label} of type {t} lacks the #nh.fixed<exp, layout> encoding"
+        )
+    shape = t.get_shape()
+    if len(enc.layout.data) != len(shape):
+        raise VerifyException(
+            f"{op.name}: {label} has rank {len(shape)} but layout {enc.layout.data!r}"
+        )
+    if enc.is_per_channel:
+        axis = enc.channel_axis
+        assert axis is not None
+        if shape[axis] != len(enc.exp_list):
+            raise VerifyException(
+                f"{op.name}: {label} has {len(enc.exp_list)} per-channel exponents but "
+                f"{shape_str([shape[axis]])} channels along dim {axis}"
+            )
+    return width, enc
+
+
+def broadcast_exps(op: IRDLOperation, values: Sequence[SSAValue], rank: int) -> list[np.ndarray]:
+    """The exponents of each value, right-aligned to ``rank`` as NumPy broadcasting does."""
+    out = []
+    for v in values:
+        e = fixed_of(v).exp_array()
+        out.append(e.reshape((1,) * (rank - e.ndim) + e.shape))
+    return out
+
+
+def exps_text(e: np.ndarray) -> str:
+    flat = sorted(set(int(x) for x in e.ravel()))
+    return str(flat[0]) if len(flat) == 1 else str(e.ravel().tolist())
+
+
+def check_exps_equal(op: IRDLOperation, what: str, a: np.ndarray, b: np.ndarray) -> None:
+    """Raise unless two (broadcastable) exponent arrays agree everywhere."""
+    try:
+        x, y = np.broadcast_arrays(a, b)
+    except ValueError:
+        raise VerifyException(
+            f"{op.name}: {what}: exponents {exps_text(a)} and {exps_text(b)} do not line up"
+        ) from None
+    if not np.array_equal(x, y):
+        raise VerifyException(
+            f"{op.name}: {what}: exponents {exps_text(a)} and {exps_text(b)} differ"
+        )
+
+
+def check_fits(op: IRDLOperation, needed: int, result: SSAValue) -> None:
+    """Raise unless the result is at least ``needed`` bits wide (or an i32 accumulator)."""
+    width = width_of(result)
+    if width < min(needed, ACC_WIDTH):
+        raise VerifyException(
+            f"{op.name}: result i{width} may overflow; the exact result needs i{needed}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Constants
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class ConstantOp(IRDLOperation):
+    """Integer codes computed at compile time (weights, biases), stored in i8/i16/i32.
+
+    ```mlir
+    %w = nh.constant "conv1.weight" dense<[[1, -2]]> : tensor<1x2xi8>
+        -> tensor<1x2xi4, #nh.fixed<[3], CC>>
+    ```
+    """
+
+    name = "nh.constant"
+    sym_name = opt_prop_def(StringAttr, prop_name="name")
+    value = prop_def(DenseIntOrFPElementsAttr)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), ConstantLike())
+
+    def __init__(self, value: DenseIntOrFPElementsAttr, result_type: TensorType,
+                 name: str | None = None):
+        props: dict[str, Attribute] = {"value": value}
+        if name is not None:
+            props["name"] = StringAttr(name)
+        super().__init__(result_types=[result_type], properties=props)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConstantOp:
+        value, props, attrs = parse_named_constant(parser)
+        parser.parse_punctuation("->")
+        result_type = parser.parse_type()
+        return cls.create(result_types=[result_type], properties=props, attributes=attrs)
+
+    def print(self, printer: Printer) -> None:
+        print_named_constant(printer, self.sym_name, self.value, self.attributes)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+    def codes(self) -> np.ndarray:
+        """The stored codes as a read-only NumPy array of the storage dtype."""
+        storage = self.value.get_type()
+        assert isinstance(storage, TensorType)
+        elt = storage.get_element_type()
+        assert isinstance(elt, IntegerType)
+        dtype = {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[elt.width.data]
+        return np.frombuffer(self.value.data.data, dtype=dtype).reshape(storage.get_shape())
+
+    def verify_(self) -> None:
+        width, _ = check_nh_value(self, self.result, "result")
+        storage = self.value.get_type()
+        assert isinstance(storage, TensorType)
+        elt = storage.get_element_type()
+        if not isinstance(elt, IntegerType) or elt.width.data not in (8, 16, 32, 64):
+            raise VerifyException(
+                f"nh.constant: storage element type {elt} must be i8, i16, i32 or i64"
+            )
+        if storage.get_shape() != tensor_shape(self.result):
+            raise VerifyException(
+                f"nh.constant: data shape {shape_str(storage.get_shape())} differs from the "
+                f"result shape {shape_str(tensor_shape(self.result))}"
+            )
+        codes = self.codes()
+        if codes.size:
+            lo, hi = code_range(width)
+            bad = codes[(codes < lo) | (codes > hi) | ((codes == 0) & (width == 1))]
+            if bad.size:
+                allowed = "-1 or +1" if width == 1 else f"{lo}..{hi}"
+                raise VerifyException(
+                    f"nh.constant: code {int(bad.flat[0])} does not fit i{width} ({allowed})"
+                )
+
+
+# --------------------------------------------------------------------------------------------
+# Arithmetic into accumulators
+# --------------------------------------------------------------------------------------------
+
+
+def _conv_like_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) -> np.ndarray:
+    """Output exponents per output channel: ``exp_x[group(o)] + exp_w[o]``.
+
+    Input channels of one group are summed together, so they must share one exponent.
+    """
+    fx, fw = fixed_of(x), fixed_of(w)
+    out_c = tensor_shape(w)[0]
+    w_exps = np.broadcast_to(np.asarray(fw.exp_list, dtype=np.int64), (out_c,))
+    if fx.is_per_channel:
+        if fx.channel_axis != 1:
+            raise VerifyException(f"{op.name}: input channels must be dim 1 of its layout")
+        x_exps = np.asarray(fx.exp_list, dtype=np.int64).reshape(groups, -1)
+        if (x_exps != x_exps[:, :1]).any():
+            raise VerifyException(
+                f"{op.name}: input channels summed together have different exponents "
+                f"{fx.exp_list}; requantize them to one exponent first"
+            )
+        in_per_out = np.repeat(x_exps[:, 0], out_c // groups)
+    else:
+        in_per_out = np.full(out_c, fx.exp_list[0], dtype=np.int64)
+    return in_per_out + w_exps
+
+
+def _check_accumulator(op: IRDLOperation, expected: np.ndarray, result: SSAValue,
+                       bias: SSAValue | None, channel_axis: int) -> None:
+    width, fr = check_nh_value(op, result, "result")
+    if width != ACC_WIDTH:
+        raise VerifyException(f"{op.name}: result must be an i32 accumulator, got i{width}")
+    rank = len(tensor_shape(result))
+    shape = [1] * rank
+    shape[channel_axis] = len(expected)
+    check_exps_equal(op, "result exponent must be input + weight exponent",
+                     expected.reshape(shape), fr.exp_array())
+    if bias is not None:
+        bw, fb = check_nh_value(op, bias, "bias")
+        if bw != ACC_WIDTH:
+            raise VerifyException(f"{op.name}: bias must be i32 (aligned to the accumulator)")
+        check_exps_equal(op, "bias must be aligned to the accumulator exponent",
+                         np.asarray(fb.exp_list), expected)
+
+
+@irdl_op_definition
+class ConvOp(IRDLOperation):
+    """Integer N-d grouped convolution into i32:
+    ``acc[n, o, p] = b[o] + sum_{c, k} x[n, g*C/G + c, p*s + k*d - pad] * w[o, c, k]``
+    (zero padding), exact; ``exp(acc)[o] = exp(x) + exp(w)[o]`` and the bias is aligned to it.
+
+    ```mlir
+    %acc = nh.conv %x, %w, %b {pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, tensor<16x3x3x3xi4, #nh.fixed<3, CCDD>>,
+           tensor<16xi32, #nh.fixed<10, C>>) -> tensor<?x16x8x8xi32, #nh.fixed<10, BCMD>>
+    ```
+    """
+
+    name = "nh.conv"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    dilations = opt_prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        check_nh_value(self, self.weight, "weight")
+        groups = self.groups.value.data
+        shape = shape_guard(
+            self, infer_conv_shape, tensor_shape(self.input), tensor_shape(self.weight),
+            strides=array_values(self.strides), pads=array_values(self.pads),
+            dilations=array_values(self.dilations), groups=groups,
+        )
+        check_result_shape(self, shape, self.result)
+        expected = _conv_like_exps(self, self.input, self.weight, groups)
+        _check_accumulator(self, expected, self.result, self.bias, 1)
+
+
+@irdl_op_definition
+class LinearOp(IRDLOperation):
+    """Integer ``acc = x @ w.T + b`` into i32, exact; ``exp(acc)[o] = exp(x) + exp(w)[o]``.
+
+    ```mlir
+    %acc = nh.linear %x, %w : (tensor<?x400xi8, #nh.fixed<4, BC>>,
+        tensor<120x400xi8, #nh.fixed<[7, ...], CC>>) -> tensor<?x120xi32, #nh.fixed<[11, ...], BC>>
+    ```
+    """
+
+    name = "nh.linear"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def verify_(self) -> None:
+        _, fx = check_nh_value(self, self.input, "input")
+        check_nh_value(self, self.weight, "weight")
+        shape = shape_guard(
+            self, infer_linear_shape, tensor_shape(self.input), tensor_shape(self.weight)
+        )
+        check_result_shape(self, shape, self.result)
+        if fx.is_per_channel:
+            raise VerifyException(
+                "nh.linear: input features are summed together, so the input needs one "
+                f"exponent, got {fx.exp_list}"
+            )
+        fr = fixed_of(self.result) if isinstance(self.result.type, TensorType) and isinstance(
+            self.result.type.encoding, FixedAttr) else None
+        if fr is not None and fr.is_per_channel and fr.channel_axis != len(shape) - 1:
+            raise VerifyException(
+                "nh.linear: per-channel result exponents must run along the last dim "
+                f"(layout {fr.layout.data!r})"
+            )
+        expected = _conv_like_exps(self, self.input, self.weight, 1)
+        _check_accumulator(self, expected, self.result, self.bias, len(shape) - 1)
+
+
+@irdl_op_definition
+class MatmulOp(IRDLOperation):
+    """Integer ``torch.matmul(lhs, rhs)`` into i32, exact; per-tensor exponents add.
+
+    ```mlir
+    %acc = nh.matmul %a, %b : (tensor<?x4x8xi8, #nh.fixed<4, BMC>>,
+        tensor<8x5xi8, #nh.fixed<6, CC>>) -> tensor<?x4x5xi32, #nh.fixed<10, BMC>>
+    ```
+    """
+
+    name = "nh.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        _, fa = check_nh_value(self, self.lhs, "lhs")
+        _, fb = check_nh_value(self, self.rhs, "rhs")
+        width, fr = check_nh_value(self, self.result, "result")
+        shape = shape_guard(
+            self, infer_matmul_shape, tensor_shape(self.lhs), tensor_shape(self.rhs)
+        )
+        check_result_shape(self, shape, self.result)
+        if fa.is_per_channel or fb.is_per_channel or fr.is_per_channel:
+            raise VerifyException("nh.matmul: operands and result need per-tensor exponents")
+        if width != ACC_WIDTH:
+            raise VerifyException(f"nh.matmul: result must be an i32 accumulator, got i{width}")
+        expected = fa.exp_list[0] + fb.exp_list[0]
+        if fr.exp_list[0] != expected:
+            raise VerifyException(
+                f"nh.matmul: result exponent {fr.exp_list[0]} must be {fa.exp_list[0]} + "
+                f"{fb.exp_list[0]} = {expected}"
+            )
+
+
+class AlignedBinaryOp(IRDLOperation):
+    """Base of exact elementwise add/sub on operands at one common exponent."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        wa, _ = check_nh_value(self, self.lhs, "lhs")
+        wb, _ = check_nh_value(self, self.rhs, "rhs")
+        check_nh_value(self, self.result, "result")
+        shape = shape_guard(
+            self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs)
+        )
+        check_result_shape(self, shape, self.result)
+        ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
+        check_exps_equal(self, "operands must be aligned to one exponent", ea, eb)
+        check_exps_equal(self, "the result keeps the operands' exponent", ea, er)
+        check_fits(self, max(max(wa, wb), 2) + 1, self.result)
+
+
+@irdl_op_definition
+class AddOp(AlignedBinaryOp):
+    """Exact ``lhs + rhs`` with broadcasting; operands share one exponent, kept by the result.
+
+    ```mlir
+    %z = nh.add %a, %b : (tensor<?x16x1x3xi8, #nh.fixed<7, BCMD>>,
+        tensor<?x16x1x3xi8, #nh.fixed<7, BCMD>>) -> tensor<?x16x1x3xi16, #nh.fixed<7, BCMD>>
+    ```
+    """
+
+    name = "nh.add"
+
+
+@irdl_op_definition
+class SubOp(AlignedBinaryOp):
+    """Exact ``lhs - rhs`` with broadcasting; operands share one exponent, kept by the result.
+
+    ```mlir
+    %z = nh.sub %a, %b : (tensor<?x16xi8, #nh.fixed<7, BC>>,
+        tensor<?x16xi8, #nh.fixed<7, BC>>) -> tensor<?x16xi16, #nh.fixed<7, BC>>
+    ```
+    """
+
+    name = "nh.sub"
+
+
+@irdl_op_definition
+class MulOp(IRDLOperation):
+    """Exact ``lhs * rhs`` with broadcasting; exponents add: ``exp(r) = exp(lhs) + exp(rhs)``.
+
+    ```mlir
+    %z = nh.mul %a, %s : (tensor<?x16x4x4xi8, #nh.fixed<7, BCMD>>,
+        tensor<16x1x1xi8, #nh.fixed<[5, ...], CMD>>) -> tensor<?x16x4x4xi16, #nh.fixed<[12, ...], BCMD>>
+    ```
+    """
+
+    name = "nh.mul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        wa, _ = check_nh_value(self, self.lhs, "lhs")
+        wb, _ = check_nh_value(self, self.rhs, "rhs")
+        check_nh_value(self, self.result, "result")
+        shape = shape_guard(
+            self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs)
+        )
+        check_result_shape(self, shape, self.result)
+        ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
+        check_exps_equal(self, "result exponent must be lhs + rhs exponent", ea + eb, er)
+        check_fits(self, wa + wb, self.result)
+
+
+# --------------------------------------------------------------------------------------------
+# Requantization and tables
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class RequantOp(IRDLOperation):
+    """Shift to a new exponent and saturate:
+    ``y = clamp(round(x * 2**-shift), lo, hi)`` with ``round`` = ``rounding`` (``trunc`` toward
+    zero by default; ``floor`` = arithmetic shift; ``half_up`` adds ``2**(shift-1)`` first;
+    ``half_even``), exact on integers; a negative ``shift`` is an exact left shift. ``lo, hi``
+    are ``-2**(b-1), 2**(b-1)-1`` for an ``i<b>`` result; an ``i1`` result is
+    ``x >= 0 ? +1 : -1``. ``shift = exp(x) - exp(y)``, per tensor or per channel.
+
+    ```mlir
+    %y = nh.requant %acc {shift = array<i64: 3>}
+        : tensor<?x16x1x3xi32, #nh.fixed<10, BCMD>> -> tensor<?x16x1x3xi8, #nh.fixed<7, BCMD>>
+    ```
+    """
+
+    name = "nh.requant"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    shift = prop_def(DenseArrayBase[I64])
+    rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        _, fx = check_nh_value(self, self.input, "input")
+        _, fy = check_nh_value(self, self.result, "result")
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_result_shape(self, x, self.result)
+        shifts = np.asarray(array_values(self.shift) or (), dtype=np.int64)
+        rank = len(x)
+        if fx.is_per_channel or fy.is_per_channel:
+            axis = (fx if fx.is_per_channel else fy).channel_axis
+            assert axis is not None
+            channels = len((fx if fx.is_per_channel else fy).exp_list)
+            if len(shifts) not in (1, channels):
+                raise VerifyException(
+                    f"nh.requant: {len(shifts)} shifts for {channels} channels"
+                )
+            shape = [1] * rank
+            shape[axis] = len(shifts)
+            shifts = shifts.reshape(shape)
+        elif len(shifts) != 1:
+            raise VerifyException(
+                f"nh.requant: per-tensor exponents take one shift, got {len(shifts)}"
+            )
+        check_exps_equal(
+            self, "shift must equal input exponent - result exponent",
+            fx.exp_array(rank) - fy.exp_array(rank), shifts,
+        )
+
+
+@irdl_op_definition
+class LutOp(IRDLOperation):
+    """Table lookup: ``y = table[x - lo]`` where ``lo`` is the input's smallest code (``i1``:
+    index 0 is code -1, index 1 is code +1); exact lowering of float-only elementwise ops.
+
+    ```mlir
+    %y = nh.lut %x {table = array<i64: 0, 0, 1, 1>}
+        : tensor<?x16xi2, #nh.fixed<1, BC>> -> tensor<?x16xi8, #nh.fixed<7, BC>>
+    ```
+    """
+
+    name = "nh.lut"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    table = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        win, fx = check_nh_value(self, self.input, "input")
+        wout, fy = check_nh_value(self, self.result, "result")
+        check_result_shape(self, tensor_shape(self.input), self.result)
+        if win > 8:
+            raise VerifyException(f"nh.lut: input i{win} is too wide for a table (at most i8)")
+        if fx.is_per_channel or fy.is_per_channel:
+            raise VerifyException("nh.lut: input and result need per-tensor exponents")
+        table = array_values(self.table) or ()
+        lo, hi = code_range(win)
+        entries = 2 if win == 1 else hi - lo + 1
+        if len(table) != entries:
+            raise VerifyException(
+                f"nh.lut: table has {len(table)} entries, an i{win} input needs {entries}"
+            )
+        olo, ohi = code_range(wout)
+        bad = [v for v in table if not olo <= v <= ohi or (wout == 1 and v == 0)]
+        if bad:
+            raise VerifyException(f"nh.lut: table entry {bad[0]} does not fit i{wout}")
+
+
+# --------------------------------------------------------------------------------------------
+# Exponent-preserving ops
+# --------------------------------------------------------------------------------------------
+
+
+class SameTypeOp(IRDLOperation):
+    """Base of ops whose result has the operand's nh type."""
+
+    T: ClassVar = VarConstraint("T", AnyAttr())
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+
+
+@irdl_op_definition
+class ReluOp(SameTypeOp):
+    """``max(x, 0)`` on codes.
+
+    ```mlir
+    %y = nh.relu %x : tensor<?x16x1x3xi8, #nh.fixed<7, BCMD>>
+    ```
+    """
+
+    name = "nh.relu"
+
+
+@irdl_op_definition
+class ClampOp(SameTypeOp):
+    """``min(max(x, min), max)`` on codes (bounds are codes at the tensor's exponent).
+
+    ```mlir
+    %y = nh.clamp %x {min = 0 : i64, max = 96 : i64} : tensor<?x16x4x4xi8, #nh.fixed<4, BCMD>>
+    ```
+    """
+
+    name = "nh.clamp"
+    min = opt_prop_def(IntegerAttr[I64])
+    max = opt_prop_def(IntegerAttr[I64])
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.min is not None and self.max is not None and (
+            self.min.value.data > self.max.value.data
+        ):
+            raise VerifyException(
+                f"nh.clamp: min {self.min.value.data} is greater than max {self.max.value.data}"
+            )
+
+
+@irdl_op_definition
+class MaxPoolOp(IRDLOperation):
+    """Max over each window of codes (padding never wins), exponent unchanged.
+
+    ```mlir
+    %y = nh.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+        : tensor<?x16x8x8xi8, #nh.fixed<4, BCMD>> -> tensor<?x16x4x4xi8, #nh.fixed<4, BCMD>>
+    ```
+    """
+
+    name = "nh.max_pool"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    dilations = opt_prop_def(DenseArrayBase[I64])
+    ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        _pool_verify(self, array_values(self.dilations), same_width=True)
+
+
+@irdl_op_definition
+class AvgPoolOp(IRDLOperation):
+    """Window mean on codes: ``y = round(sum(window) / n, rounding)`` computed exactly on
+    integers (``n`` = window size, or the in-bounds count when ``count_include_pad`` is false,
+    or ``divisor_override``); exponent unchanged.
+
+    ```mlir
+    %y = nh.avg_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+        : tensor<?x16x8x8xi8, #nh.fixed<4, BCMD>> -> tensor<?x16x4x4xi8, #nh.fixed<4, BCMD>>
+    ```
+    """
+
+    name = "nh.avg_pool"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
+    count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
+    divisor_override = opt_prop_def(IntegerAttr[I64])
+    rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        _pool_verify(self, None, same_width=True)
+        if self.divisor_override is not None and self.divisor_override.value.data <= 0:
+            raise VerifyException(
+                f"nh.avg_pool: divisor_override {self.divisor_override.value.data} must be "
+                "positive"
+            )
+
+
+def _pool_verify(op: MaxPoolOp | AvgPoolOp, dilations: tuple[int, ...] | None,
+                 same_width: bool) -> None:
+    wx, fx = check_nh_value(op, op.input, "input")
+    wy, fy = check_nh_value(op, op.result, "result")
+    shape = shape_guard(
+        op, infer_pool_shape, tensor_shape(op.input), array_values(op.kernel) or (),
+        strides=array_values(op.strides), pads=array_values(op.pads), dilations=dilations,
+        ceil_mode=bool(op.ceil_mode.value.data),
+    )
+    check_result_shape(op, shape, op.result)
+    if same_width and wx != wy:
+        raise VerifyException(f"{op.name}: result i{wy} must have the input's width i{wx}")
+    check_exps_equal(op, "pooling keeps the exponent", fx.exp_array(), fy.exp_array())
+
+
+@irdl_op_definition
+class ConcatOp(IRDLOperation):
+    """Concatenate along ``axis``; operands share one exponent, or the axis is the channel
+    axis and the per-channel exponents concatenate too.
+
+    ```mlir
+    %y = nh.concat %a, %b {axis = 1 : i64} : (tensor<?x8x4x4xi8, #nh.fixed<5, BCMD>>,
+        tensor<?x4x4x4xi8, #nh.fixed<5, BCMD>>) -> tensor<?x12x4x4xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.concat"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        widths = [check_nh_value(self, v, f"input {i}")[0] for i, v in enumerate(self.inputs)]
+        wy, fy = check_nh_value(self, self.result, "result")
+        axis = self.axis.value.data
+        shape = shape_guard(
+            self, infer_concat_shape, [tensor_shape(v) for v in self.inputs], axis
+        )
+        check_result_shape(self, shape, self.result)
+        if wy < max(widths):
+            raise VerifyException(f"nh.concat: result i{wy} is narrower than an input i{max(widths)}")
+        axis %= len(shape)
+        exps = [fixed_of(v).exp_array() for v in self.inputs]
+        rank = len(shape)
+        per_channel_along_axis = any(
+            fixed_of(v).is_per_channel for v in self.inputs
+        ) and fy.channel_axis == axis
+        if per_channel_along_axis:
+            full = np.concatenate([
+                np.broadcast_to(e, [1] * axis + [tensor_shape(v)[axis]] + [1] * (rank - axis - 1))
+                for e, v in zip(exps, self.inputs)
+            ], axis=axis)
+            check_exps_equal(self, "result exponents must be the inputs' concatenated",
+                             full, fy.exp_array())
+            return
+        for i, e in enumerate(exps):
+            check_exps_equal(self, f"input {i} must share the result exponent", e,
+                             fy.exp_array())
+
+
+@irdl_op_definition
+class ReshapeOp(IRDLOperation):
+    """Reshape to the result type's shape, codes unchanged; exponents per tensor, or per
+    channel when the channel count is unchanged.
+
+    ```mlir
+    %y = nh.reshape %x : tensor<?x16x5x5xi8, #nh.fixed<4, BCMD>> -> tensor<?x400xi8, #nh.fixed<4, BC>>
+    ```
+    """
+
+    name = "nh.reshape"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        wx, fx = check_nh_value(self, self.input, "input")
+        wy, fy = check_nh_value(self, self.result, "result")
+        if wx != wy:
+            raise VerifyException(f"nh.reshape: element width changes from i{wx} to i{wy}")
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        if DYNAMIC_INDEX not in x and DYNAMIC_INDEX not in y and int(np.prod(x)) != int(
+            np.prod(y)
+        ):
+            raise VerifyException(
+                f"nh.reshape: {shape_str(x)} and {shape_str(y)} have different element counts"
+            )
+        if fx.is_per_channel != fy.is_per_channel or fx.exp_list != fy.exp_list:
+            raise VerifyException(
+                f"nh.reshape: exponents change from {fx.exp_list} to {fy.exp_list}"
+            )
+
+
+NH = Dialect(
+    "nh",
+    [
+        ConstantOp,
+        ConvOp,
+        LinearOp,
+        MatmulOp,
+        AddOp,
+        SubOp,
+        MulOp,
+        RequantOp,
+        LutOp,
+        ReluOp,
+        ClampOp,
+        MaxPoolOp,
+        AvgPoolOp,
+        ConcatOp,
+        ReshapeOp,
+    ],
+    [FixedAttr],
+)

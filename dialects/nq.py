@@ -1,0 +1,175 @@
+"""nq: power-of-two fake quantization, the NanoEngine "Q" level.
+
+A program at this level is nf ops whose operands come through ``nq.fake_quant``. The op's
+result is float but holds only values exactly representable with ``bits`` bits at exponent
+``exp`` (real value = code * 2**-exp). ``exp`` is an integer tensor broadcast against the input
+with NumPy rules: ``[1]`` per tensor, ``[C, 1, 1, 1]`` per output channel of a weight,
+``[C, 1, 1]`` (or ``[1, C, 1, 1]``) per channel of an activation, or the full shape.
+
+The rounding modes are shared with the nh level (``nh.requant``), so the enum lives here.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    I64,
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+    i64,
+)
+from xdsl.dialects.utils import EnumAttribute
+from xdsl.ir import Dialect, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    VarConstraint,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.str_enum import StrEnum
+
+from nanoir.dialects.nf import FloatTensor, tensor_shape
+from nanoir.dialects.shapes import ShapeError, broadcast_shapes, shape_str, shapes_compatible
+
+MAX_BITS = 16
+"""Widest fake-quant code the nq level accepts (NanoEngine targets use 1, 2, 4 and 8)."""
+
+MAX_ABS_EXP = 60
+"""Exponents are bounded so that ``x * 2**exp`` stays exact and finite in float64."""
+
+
+class RoundingMode(StrEnum):
+    """How a value between two codes is rounded (DESIGN.md; ``trunc`` is NanoEngine's rule)."""
+
+    TRUNC = "trunc"
+    """Toward zero."""
+    FLOOR = "floor"
+    """Toward -inf (an arithmetic right shift)."""
+    HALF_UP = "half_up"
+    """To nearest, ties toward +inf (add 2**(s-1), then shift; TVM VTA)."""
+    HALF_EVEN = "half_even"
+    """To nearest, ties to even."""
+
+
+@irdl_attr_definition
+class RoundingModeAttr(EnumAttribute[RoundingMode]):
+    """A rounding mode: ``#nq.rounding<trunc>``."""
+
+    name = "nq.rounding"
+
+    def print_parameter(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(self.data)
+
+    @classmethod
+    def parse_parameter(cls, parser: AttrParser) -> RoundingMode:
+        with parser.in_angle_brackets():
+            return parser.parse_str_enum(RoundingMode)
+
+
+def exp_values(exp: DenseIntOrFPElementsAttr) -> list[int]:
+    """The exponents of an ``exp`` attribute, flat, in row-major order."""
+    return [int(v) for v in exp.get_values()]
+
+
+@irdl_op_definition
+class FakeQuantOp(IRDLOperation):
+    """Quantize to ``bits``-bit codes at exponent ``exp`` and back to float.
+
+    With ``k`` = ``exp`` broadcast against ``x`` and ``b`` = ``bits``:
+    ``b > 1``: ``q = clamp(round(x * 2**k), -2**(b-1), 2**(b-1) - 1) / 2**k``, where ``round``
+    is ``rounding`` (default ``trunc``, toward zero); ``b == 1``:
+    ``q = (x >= 0 ? +1 : -1) * 2**k`` (``2**k`` is the magnitude, not the step).
+
+    ```mlir
+    %q = nq.fake_quant %x {bits = 8 : i64, exp = dense<7> : tensor<1xi8>} : tensor<?x3x1x5xf32>
+    %w4 = nq.fake_quant %w {bits = 4 : i64, exp = dense<[[[[3]]], [[[2]]]]> : tensor<2x1x1x1xi8>,
+        rounding = #nq.rounding<half_even>} : tensor<2x3x3x3xf32>
+    ```
+    """
+
+    name = "nq.fake_quant"
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    input = operand_def(T)
+    result = result_def(T)
+    bits = prop_def(IntegerAttr[I64])
+    exp = prop_def(DenseIntOrFPElementsAttr)
+    rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(
+        self,
+        input: SSAValue,
+        bits: int,
+        exp: DenseIntOrFPElementsAttr,
+        rounding: RoundingMode = RoundingMode.TRUNC,
+    ):
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={
+                "bits": IntegerAttr(bits, i64),
+                "exp": exp,
+                "rounding": RoundingModeAttr(rounding),
+            },
+        )
+
+    @property
+    def rounding_mode(self) -> RoundingMode:
+        return self.rounding.data
+
+    def verify_(self) -> None:
+        bits = self.bits.value.data
+        if not 1 <= bits <= MAX_BITS:
+            raise VerifyException(
+                f"nq.fake_quant: bits = {bits} is outside the supported 1..{MAX_BITS}"
+            )
+        exp_type = self.exp.get_type()
+        if not isinstance(exp_type, TensorType) or not isinstance(
+            exp_type.get_element_type(), IntegerType
+        ):
+            raise VerifyException(
+                f"nq.fake_quant: exp must be an integer tensor, got {exp_type}"
+            )
+        x = tensor_shape(self.input)
+        e = exp_type.get_shape()
+        try:
+            joined = broadcast_shapes(x, e)
+        except ShapeError:
+            joined = None
+        if joined is None or not shapes_compatible(x, joined) or len(e) > len(x):
+            raise VerifyException(
+                f"nq.fake_quant: exp of shape {shape_str(e)} does not broadcast against the "
+                f"input {shape_str(x)}"
+            )
+        bad = [k for k in exp_values(self.exp) if abs(k) > MAX_ABS_EXP]
+        if bad:
+            raise VerifyException(
+                f"nq.fake_quant: exponent {bad[0]} is outside -{MAX_ABS_EXP}..{MAX_ABS_EXP}"
+            )
+
+
+def exp_attr(values: list[int] | int, shape: list[int] | None = None,
+             element: IntegerType | None = None) -> DenseIntOrFPElementsAttr:
+    """Build an ``exp`` attribute: ``exp_attr(7)`` is ``dense<7> : tensor<1xi8>``."""
+    flat = [values] if isinstance(values, int) else list(values)
+    shape = [len(flat)] if shape is None else shape
+    elt = element if element is not None else IntegerType(8)
+    return DenseIntOrFPElementsAttr.from_list(TensorType(elt, shape), flat)
+
+
+NQ = Dialect("nq", [FakeQuantOp], [RoundingModeAttr])

@@ -1,0 +1,129 @@
+"""``nanoir-opt``: mlir-opt conventions around xDSL's ``xDSLOptMain``.
+
+Reads ``.mlir`` (or stdin), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with
+a target (``-t``/``--emit``). Bad input is one message with ``file:line:col`` and exit code 1:
+no traceback, and ``-o`` is written only when everything succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.targets.mlir import MLIRTarget
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from nanoir.context import ALL_DIALECTS
+from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
+from nanoir.passes import ALL_PASSES
+
+
+class _BufferedOutput(io.StringIO):
+    """Collects the output; xDSLOptMain closes its stream, which must not discard it."""
+
+    def close(self) -> None:  # noqa: D102 - keep the text until main() writes it out
+        pass
+
+
+class NanoirOptMain(xDSLOptMain):
+    """xDSLOptMain with nanoir's dialects, passes and targets, and located diagnostics."""
+
+    version_format = "nanoir-opt (xdsl {xdsl_version})"
+
+    def register_all_dialects(self) -> None:
+        for name, factory in ALL_DIALECTS.items():
+            self.ctx.register_dialect(name, factory)
+
+    def register_all_passes(self) -> None:
+        for name, factory in ALL_PASSES.items():
+            self.register_pass(name, factory)
+
+    def register_all_targets(self) -> None:
+        self.available_targets = {"mlir": lambda: MLIRTarget}
+
+    def register_all_frontends(self) -> None:
+        def parse_mlir(stream: IO[bytes]) -> ModuleOp:
+            parser = LocatingParser(self.ctx, stream.read(), self.get_input_name())
+            module = parser.parse_module(not self.args.no_implicit_module)
+            if not self.args.disable_verify:
+                verify_located(module, parser.op_spans, self.chunk_offset)
+            return module
+
+        self.available_frontends["mlir"] = parse_mlir
+
+    chunk_offset = 0
+    """Line offset of the chunk being parsed (``--split-input-file``)."""
+
+    def parse_chunk(
+        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
+    ) -> ModuleOp | None:
+        self.chunk_offset = start_offset
+        return super().parse_chunk(chunk, file_extension, start_offset)
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--emit", dest="target", metavar="TARGET",
+            help="output format, same as -t (mlir)",
+        )
+
+    def prepare_output(self) -> IO[str]:
+        self.output_buffer = _BufferedOutput()
+        return self.output_buffer
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, so no partial file is left."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".nanoir-opt-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``nanoir-opt``; returns the exit code."""
+    try:
+        tool = NanoirOptMain(description="nanoir modular optimizer driver", args=argv)
+        tool.run()
+    except ParseError as e:
+        print(f"{e}".rstrip(), file=sys.stderr)
+        return 1
+    except NanoirDiagnostic as e:
+        print(e, file=sys.stderr)
+        return 1
+    except DiagnosticException as e:
+        # Raised by a pass: show the message, not the module dump xDSL attaches as a note.
+        print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
+    except ArgSpecParseError as e:  # a BaseException in xDSL
+        print(f"nanoir-opt: error: bad pipeline: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"nanoir-opt: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"nanoir-opt: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        return 1
+    text = tool.output_buffer.getvalue()
+    if tool.args.output_file is None:
+        sys.stdout.write(text)
+    else:
+        _write_atomically(tool.args.output_file, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

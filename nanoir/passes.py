@@ -1,0 +1,39 @@
+"""The registry of passes ``nanoir-opt`` offers, by pipeline name (lazily imported)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass
+
+
+def _canonicalize() -> type[ModulePass]:
+    from xdsl.transforms.canonicalize import CanonicalizePass
+
+    return CanonicalizePass
+
+
+def _cse() -> type[ModulePass]:
+    from xdsl.transforms.common_subexpression_elimination import (
+        CommonSubexpressionElimination,
+    )
+
+    return CommonSubexpressionElimination
+
+
+def _dce() -> type[ModulePass]:
+    from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+    return DeadCodeElimination
+
+
+NANOIR_PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+"""Passes nanoir defines (``lowering/``)."""
+
+ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "canonicalize": _canonicalize,
+    "cse": _cse,
+    "dce": _dce,
+    **NANOIR_PASSES,
+}
+"""Every pass ``nanoir-opt`` accepts in ``-p``: nanoir's own plus xDSL's generic clean-ups."""
