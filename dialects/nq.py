@@ -6,7 +6,8 @@ result is float but holds only values exactly representable with ``bits`` bits a
 with NumPy rules: ``[1]`` per tensor, ``[C, 1, 1, 1]`` per output channel of a weight,
 ``[C, 1, 1]`` (or ``[1, C, 1, 1]``) per channel of an activation, or the full shape.
 
-The rounding modes are shared with the nh level (``nh.requant``), so the enum lives here.
+The rounding modes (``RoundingMode``, from the shared quantization math in
+``nanoir.runtime.quant``) are shared with the nh level; their attribute lives here.
 """
 
 from __future__ import annotations
@@ -38,29 +39,16 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
-from xdsl.utils.str_enum import StrEnum
 
 from nanoir.dialects.nf import FloatTensor, tensor_shape
 from nanoir.dialects.shapes import ShapeError, broadcast_shapes, shape_str, shapes_compatible
+from nanoir.runtime.quant import RoundingMode
 
 MAX_BITS = 16
 """Widest fake-quant code the nq level accepts (NanoEngine targets use 1, 2, 4 and 8)."""
 
 MAX_ABS_EXP = 60
 """Exponents are bounded so that ``x * 2**exp`` stays exact and finite in float64."""
-
-
-class RoundingMode(StrEnum):
-    """How a value between two codes is rounded (DESIGN.md; ``trunc`` is NanoEngine's rule)."""
-
-    TRUNC = "trunc"
-    """Toward zero."""
-    FLOOR = "floor"
-    """Toward -inf (an arithmetic right shift)."""
-    HALF_UP = "half_up"
-    """To nearest, ties toward +inf (add 2**(s-1), then shift; TVM VTA)."""
-    HALF_EVEN = "half_even"
-    """To nearest, ties to even."""
 
 
 @irdl_attr_definition

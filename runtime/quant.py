@@ -1,0 +1,616 @@
+"""Shared power-of-two quantization math: the one definition used by passes, runtime and tests.
+
+Everything here is a pure NumPy function; nothing depends on the IR. The integer functions
+(`shift_round`, `saturate`, `requant`) use integer operations only, and the float functions
+(`fake_quant`, `dequantize`) are exact in float64, so that the nq level (float) and the nh level
+(integers) agree bit for bit (DESIGN.md, "The exactness contract").
+
+Conventions
+-----------
+- A *code* is the integer stored by the hardware; an *exponent* `k` (`exp`) says where its
+  binary point is: **real value = code * 2**-k**. `k` may be negative.
+- `b` (`bits`) is the code width, 1 <= b <= 32. For b > 1 the codes are two's complement,
+  `qmin(b) = -2**(b-1)` .. `qmax(b) = 2**(b-1) - 1`, and the step is `2**-k`.
+- **1-bit** is different (NanoEngine's rule): the code is ±1 (there is no 0) and `2**k` is the
+  *magnitude*, not the step: value = code * 2**k. In the fixed-point convention above that is a
+  ±1 code at exponent `-k`. `qmin(1), qmax(1) = -1, +1` are the bounds of that code set.
+- `exp` broadcasts against the data with NumPy rules: a Python int or shape `[1]` is per
+  tensor, `[C, 1, 1, 1]` is per output channel of an OIHW weight, a `[C]` vector is per element
+  of a `[C]` bias (NumPy aligns trailing axes, so a `[C]` exponent against NCHW data would apply
+  along W), or `x`'s full shape. Exponents must have an integer dtype.
+- Rounding modes (`RoundingMode`): `trunc` toward zero (NanoEngine; the default everywhere),
+  `floor` (arithmetic shift right), `half_up` (add `2**(s-1)` then floor-shift, as TVM VTA: ties
+  go toward +inf), `half_even` (ties to even).
+- Zero results are always `+0.0`, never `-0.0`, so that the float level matches the
+  integer level bit for bit (an integer 0 converts to +0.0).
+
+Special values and ranges
+-------------------------
+- NaN in `fake_quant`/`quantize_to_int` input raises `ValueError`: there is no integer code for
+  it, so no nh program could reproduce it. `±inf` saturates to `qmax`/`qmin` (1-bit: sign rule).
+- `fake_quant`, `quantize_to_int` and `dequantize` accept `|k| <= EXACT_EXP_LIMIT` (960) and
+  raise `ValueError` beyond: up to there every `code * 2**-k` with a 32-bit code is a normal or
+  exactly representable subnormal float64, so no result is ever rounded.
+- Calibration (`exp_from_absmax`, `exp_mse_optimal`) chooses exponents in `CALIB_EXP_RANGE`
+  (`-60 .. 60` by default): NanoEngine stores exponents as `int8_t`, and this range keeps the
+  sum of two exponents (a product's accumulator exponent) inside int8 too.
+- Integer functions compute in int64. `shift_round` raises `OverflowError` for a left shift
+  whose result does not fit int64; `requant` never overflows, because such a value saturates.
+
+Abbreviations: acc = accumulator (an integer at some exponent), absmax = max(|x|),
+mse = mean squared error.
+
+See QONNX's `IntQuant` (`qonnx/custom_op/general/intquant.py`) for the same idea with
+arbitrary (non power-of-two) scales.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+# xDSL's StrEnum, so the nq/nh dialects can wrap this very enum in an EnumAttribute.
+from xdsl.utils.str_enum import StrEnum as _StrEnum
+
+
+__all__ = [
+    "CALIB_EXP_RANGE",
+    "EXACT_EXP_LIMIT",
+    "ONE_BIT_MINUS_ONE_FIELD",
+    "RoundingMode",
+    "channel_absmax",
+    "code_dtype",
+    "dequantize",
+    "exp_from_absmax",
+    "exp_mse_optimal",
+    "fake_quant",
+    "pack_bits",
+    "qmax",
+    "qmin",
+    "quantize_to_int",
+    "requant",
+    "round_to_int",
+    "saturate",
+    "shift_round",
+    "unpack_bits",
+]
+
+EXACT_EXP_LIMIT = 960
+"""`|k|` above this is refused by the float functions (see the module docstring)."""
+
+CALIB_EXP_RANGE: tuple[int, int] = (-60, 60)
+"""Default `(lowest, highest)` exponent a calibration rule may choose."""
+
+ONE_BIT_MINUS_ONE_FIELD = 1
+"""The bit that stores the 1-bit code -1 in packed data (the other bit, 0, stores +1).
+
+1 is the two's-complement sign bit, matching how wider fields are packed. This is the only
+place the mapping is defined; `pack_bits` and `unpack_bits` both read it.
+"""
+
+_MAX_BITS = 32
+# Largest integer magnitude a float64 holds exactly; integer input beyond it would be rounded.
+_FLOAT64_EXACT_INT = 2**53
+
+
+class RoundingMode(_StrEnum):
+    """How a value between two codes is rounded. The values are the strings the IR stores.
+
+    >>> RoundingMode("half_even") is RoundingMode.HALF_EVEN
+    True
+    >>> str(RoundingMode.TRUNC)
+    'trunc'
+    """
+
+    TRUNC = "trunc"
+    """Toward zero: NanoEngine's rule, the default."""
+    FLOOR = "floor"
+    """Toward -inf: a plain arithmetic shift right."""
+    HALF_UP = "half_up"
+    """To nearest, ties toward +inf: add 2**(s-1), then floor-shift (TVM VTA)."""
+    HALF_EVEN = "half_even"
+    """To nearest, ties to the even neighbour."""
+
+
+# --------------------------------------------------------------------------------------------
+# Argument checking shared by the functions below.
+
+
+def _check_bits(bits: int) -> int:
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
+        raise TypeError(f"bits must be an int, got {bits!r}")
+    if not 1 <= bits <= _MAX_BITS:
+        raise ValueError(f"bits must be in 1..{_MAX_BITS}, got {bits}")
+    return int(bits)
+
+
+def _as_int_array(value: ArrayLike, what: str) -> NDArray[np.int64]:
+    """`value` as int64, refusing floats and bools rather than silently converting them."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{what} must have an integer dtype, got {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise OverflowError(f"{what} has a value above the int64 range: {int(arr.max())}")
+    return arr.astype(np.int64)
+
+
+def _as_exp(exp: ArrayLike) -> NDArray[np.int64]:
+    k = _as_int_array(exp, "exp")
+    if k.size and int(np.abs(k).max()) > EXACT_EXP_LIMIT:
+        raise ValueError(f"exp must satisfy |exp| <= {EXACT_EXP_LIMIT}, got {int(np.abs(k).max())}")
+    return k
+
+
+def _as_float64(x: ArrayLike, what: str) -> NDArray[np.float64]:
+    """`x` as float64 (exact for every float16/32/64 and for integers up to 2**53)."""
+    arr = np.asarray(x)
+    if arr.dtype.kind in "iu":
+        if arr.size and max(-int(arr.min()), int(arr.max())) > _FLOAT64_EXACT_INT:
+            raise ValueError(f"{what}: integer input beyond 2**53 is not exact in float64")
+    elif arr.dtype.kind != "f":
+        raise TypeError(f"{what} must be a real float or integer array, got {arr.dtype}")
+    out = arr.astype(np.float64)
+    if np.isnan(out).any():
+        raise ValueError(f"{what} contains NaN, which has no integer code")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Code ranges.
+
+
+def qmin(bits: int) -> int:
+    """Smallest code of a `bits`-wide signed code: -2**(bits-1); -1 for the 1-bit ±1 code.
+
+    >>> qmin(8), qmin(4), qmin(2), qmin(1)
+    (-128, -8, -2, -1)
+    """
+    b = _check_bits(bits)
+    return -1 if b == 1 else -(2 ** (b - 1))
+
+
+def qmax(bits: int) -> int:
+    """Largest code: 2**(bits-1) - 1; +1 for the 1-bit ±1 code (whose only codes are -1, +1).
+
+    >>> qmax(8), qmax(4), qmax(2), qmax(1)
+    (127, 7, 1, 1)
+    """
+    b = _check_bits(bits)
+    return 1 if b == 1 else 2 ** (b - 1) - 1
+
+
+def code_dtype(bits: int) -> np.dtype[Any]:
+    """The narrowest NumPy integer dtype holding every `bits`-wide code.
+
+    >>> [str(code_dtype(b)) for b in (1, 8, 9, 16, 32)]
+    ['int8', 'int8', 'int16', 'int16', 'int32']
+    """
+    b = _check_bits(bits)
+    if b <= 8:
+        return np.dtype(np.int8)
+    if b <= 16:
+        return np.dtype(np.int16)
+    return np.dtype(np.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# Float side: the nq semantics.
+
+
+def round_to_int(x: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC) -> NDArray[np.float64]:
+    """Round a float64 array to integer-valued floats by `mode`, exactly (no intermediate rounding).
+
+    ±inf and NaN pass through unchanged. A result of zero may be `-0.0` (from a negative input).
+
+    >>> x = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -1.7]
+    >>> round_to_int(x, "trunc").tolist()
+    [-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, -1.0]
+    >>> round_to_int(x, "floor").tolist()
+    [-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, -2.0]
+    >>> round_to_int(x, "half_up").tolist()
+    [-2.0, -1.0, 0.0, 1.0, 2.0, 3.0, -2.0]
+    >>> round_to_int(x, "half_even").tolist()
+    [-2.0, -2.0, -0.0, 0.0, 2.0, 2.0, -2.0]
+    """
+    v = np.asarray(x, dtype=np.float64)
+    m = RoundingMode(mode)
+    if m is RoundingMode.TRUNC:
+        return np.asarray(np.trunc(v))
+    if m is RoundingMode.FLOOR:
+        return np.asarray(np.floor(v))
+    if m is RoundingMode.HALF_EVEN:
+        # IEEE round-to-nearest-even is exactly this mode.
+        return np.asarray(np.rint(v))
+    # half_up: floor(v + 0.5) would round in the addition (0.49999999999999994 + 0.5 == 1.0, and
+    # above 2**52 the sum may round to even). v - floor(v) is exact (Sterbenz) except for
+    # -0.5 < v < 0, where it may round up towards 1 but stays >= 0.5, the only comparison used.
+    with np.errstate(invalid="ignore"):  # inf - inf for infinite v; the where() keeps v then
+        f = np.floor(v)
+        up = (v - f) >= 0.5
+    return np.asarray(np.where(np.isfinite(v), f + up, v))
+
+
+def _codes_as_float(
+    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str
+) -> tuple[NDArray[np.float64], NDArray[np.int64], int]:
+    """The integer codes of `x`, as integer-valued float64, plus the checked `k` and `b`."""
+    b = _check_bits(bits)
+    k = _as_exp(exp)
+    m = RoundingMode(mode)
+    v = _as_float64(x, "fake_quant input")
+    shape = np.broadcast_shapes(v.shape, k.shape)
+    if b == 1:
+        # -0.0 >= 0 is True: zero (of either sign) maps to +1, as NanoEngine's x >= 0 test does.
+        return np.broadcast_to(np.where(v >= 0, 1.0, -1.0), shape).copy(), k, b
+    lo, hi = float(qmin(b)), float(qmax(b))
+    # ldexp multiplies by 2**k exactly; overflow to inf is harmless (it saturates below) and
+    # underflow is only a problem for floor (patched below), so neither warns.
+    with np.errstate(over="ignore", under="ignore"):
+        scaled = np.ldexp(v, k)
+    codes = round_to_int(scaled, m)  # ±inf stays ±inf and saturates in the clip below
+    if m is RoundingMode.FLOOR:
+        # A tiny negative x * 2**k can underflow to -0.0, whose floor is 0; the true floor is -1.
+        codes = np.where((v < 0) & (scaled == 0), -1.0, codes)
+    # + 0.0 turns -0.0 into +0.0 (what an integer 0 converts to).
+    return np.clip(codes, lo, hi) + 0.0, k, b
+
+
+def fake_quant(
+    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> NDArray[np.float64]:
+    """`nq.fake_quant`: round `x` onto the power-of-two grid and saturate, in float64.
+
+    With `k = exp` broadcast against `x`:
+    b > 1: `clamp(round(x * 2**k), qmin, qmax) / 2**k`; b == 1: `(x >= 0 ? +1 : -1) * 2**k`.
+    float32 input is computed in float64 (exactly) and the result is float64, shaped as the
+    broadcast of `x` and `exp`. NaN raises ValueError, ±inf saturates.
+
+    >>> fake_quant([-1.7, 0.3, 1.0, -1.0], 4, 2).tolist()       # step 1/4, codes -8..7
+    [-1.5, 0.25, 1.0, -1.0]
+    >>> fake_quant([300.0, -300.0], 8, 0).tolist()               # saturation at both ends
+    [127.0, -128.0]
+    >>> fake_quant([0.0, -3.0], 1, -1).tolist()                  # 1-bit: magnitude 2**-1
+    [0.5, -0.5]
+    >>> fake_quant([[5.0], [5.0]], 8, np.array([[0], [-1]])).tolist()  # per channel, k = -1: step 2
+    [[5.0], [4.0]]
+    """
+    codes, k, b = _codes_as_float(x, bits, exp, mode)
+    return np.asarray(np.ldexp(codes, k if b == 1 else -k))
+
+
+def quantize_to_int(
+    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> NDArray[np.signedinteger[Any]]:
+    """The integer codes of `fake_quant(x, bits, exp, mode)`, in `code_dtype(bits)` (1-bit: ±1).
+
+    `dequantize(quantize_to_int(x, b, k, m), b, k)` equals `fake_quant(x, b, k, m)` bit for bit.
+
+    >>> quantize_to_int([-1.7, 0.3, 1.0, 9.0], 4, 2).tolist()
+    [-6, 1, 4, 7]
+    >>> quantize_to_int([0.0, -0.1], 1, 3).tolist()
+    [1, -1]
+    """
+    codes, _, b = _codes_as_float(x, bits, exp, mode)
+    return codes.astype(code_dtype(b))
+
+
+def dequantize(codes: ArrayLike, bits: int, exp: ArrayLike) -> NDArray[np.float64]:
+    """Real values of integer codes: `codes * 2**-exp` for b > 1, `codes * 2**exp` for b == 1.
+
+    Exact in float64 (codes are at most 32 bits wide). Codes outside `qmin..qmax` (1-bit: other
+    than ±1) raise ValueError, since they cannot come from a `bits`-wide tensor.
+
+    >>> dequantize(np.array([-6, 1, 7], np.int8), 4, 2).tolist()
+    [-1.5, 0.25, 1.75]
+    >>> dequantize(np.array([1, -1], np.int8), 1, -2).tolist()
+    [0.25, -0.25]
+    """
+    b = _check_bits(bits)
+    c = _as_int_array(codes, "codes")
+    k = _as_exp(exp)
+    if b == 1:
+        if not np.isin(c, (-1, 1)).all():
+            raise ValueError("1-bit codes must be -1 or +1")
+        return np.asarray(np.ldexp(c.astype(np.float64), k))
+    if c.size and (int(c.min()) < qmin(b) or int(c.max()) > qmax(b)):
+        raise ValueError(
+            f"codes out of the {b}-bit range {qmin(b)}..{qmax(b)}: min {int(c.min())}, max {int(c.max())}"
+        )
+    return np.asarray(np.ldexp(c.astype(np.float64), -k))
+
+
+# --------------------------------------------------------------------------------------------
+# Integer side: the nh semantics.
+
+
+def shift_round(
+    acc: ArrayLike, shift: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> NDArray[np.int64]:
+    """`acc * 2**-shift` rounded by `mode`, with integer operations only; the result is int64.
+
+    `shift` broadcasts against `acc` like an exponent (per tensor or per channel). A positive
+    shift divides (rounding); a negative one is an exact left shift, and raises OverflowError if
+    the result does not fit int64. Any shift amount works: shifting right by 64 or more leaves
+    0 (or -1 for a negative `acc` under `floor`).
+
+    >>> acc = np.array([-7, -6, -5, -2, 2, 5, 6, 7], np.int32)   # shift 2 divides by 4
+    >>> shift_round(acc, 2, "trunc").tolist()      # -7/4 = -1.75 -> -1
+    [-1, -1, -1, 0, 0, 1, 1, 1]
+    >>> shift_round(acc, 2, "floor").tolist()      # -1.75 -> -2
+    [-2, -2, -2, -1, 0, 1, 1, 1]
+    >>> shift_round(acc, 2, "half_up").tolist()    # -1.5 -> -1, 1.5 -> 2, -0.5 -> 0
+    [-2, -1, -1, 0, 1, 1, 2, 2]
+    >>> shift_round(acc, 2, "half_even").tolist()  # -1.5 -> -2, 1.5 -> 2, -0.5 -> 0
+    [-2, -2, -1, 0, 0, 1, 2, 2]
+    >>> shift_round(np.array([3, -3]), np.array([-4, 1]), "trunc").tolist()
+    [48, -1]
+    """
+    a = _as_int_array(acc, "acc")
+    s = _as_int_array(shift, "shift")
+    a, s = np.broadcast_arrays(a, s)
+    m = RoundingMode(mode)
+
+    # Right shifts. NumPy (like C) leaves shifts by >= 64 undefined, so amounts are capped at
+    # 63, which is exact for s <= 63; larger s are patched at the end.
+    right = np.clip(s, 0, 63)
+    floor_q = a >> right
+    # Where s <= 0 these values are garbage (half = 1 at right = 0) but unused: see the end.
+    rem = a & ~(np.int64(-1) << right)  # a mod 2**right, always >= 0
+    half = np.int64(1) << np.maximum(right - 1, 0)  # the remainder of an exact tie
+    if m is RoundingMode.FLOOR:
+        q = floor_q
+    elif m is RoundingMode.TRUNC:
+        q = floor_q + ((a < 0) & (rem != 0))
+    elif m is RoundingMode.HALF_UP:
+        q = floor_q + (rem >= half)
+    else:
+        tie_to_odd = (rem == half) & ((floor_q & 1) == 1)
+        q = floor_q + ((rem > half) | tie_to_odd)
+    # For s >= 64, |acc * 2**-s| <= 2**63 / 2**64 = 1/2 and -1/2 only as a tie at s == 64, so
+    # every mode gives 0 except floor, which gives -1 for negatives (= a >> 63).
+    if m is not RoundingMode.FLOOR:
+        q = np.where(s >= 64, 0, q)
+
+    # Left shifts: shift, shift back, and compare to detect int64 overflow.
+    left = np.clip(-s, 0, 63)
+    shifted = a << left
+    overflow = (s < 0) & (((shifted >> left) != a) | ((-s > 63) & (a != 0)))
+    if overflow.any():
+        i = tuple(int(j) for j in np.argwhere(overflow)[0])
+        raise OverflowError(
+            f"shift_round: {int(a[i])} << {int(-s[i])} does not fit int64 (at index {i})"
+        )
+    return np.asarray(np.where(s > 0, q, np.where(s < 0, shifted, a)), dtype=np.int64)
+
+
+def saturate(v: ArrayLike, bits: int) -> NDArray[np.signedinteger[Any]]:
+    """Clamp integers to the `bits`-wide code range, as `code_dtype(bits)`; 1-bit: `v >= 0 ? +1 : -1`.
+
+    >>> saturate(np.array([-300, -128, 5, 127, 300]), 8).tolist()
+    [-128, -128, 5, 127, 127]
+    >>> saturate(np.array([-3, 0, 3]), 1).tolist()
+    [-1, 1, 1]
+    """
+    b = _check_bits(bits)
+    a = _as_int_array(v, "v")
+    if b == 1:
+        return np.where(a >= 0, 1, -1).astype(np.int8)
+    return np.clip(a, qmin(b), qmax(b)).astype(code_dtype(b))
+
+
+def requant(
+    acc: ArrayLike, shift: ArrayLike, bits: int, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> NDArray[np.signedinteger[Any]]:
+    """`nh.requant`: `saturate_b(shift_round(acc, shift, mode))`; 1-bit: `acc >= 0 ? +1 : -1`.
+
+    An integer `acc` at exponent `e_in` requantized by `shift = e_in - e_out` is the code at
+    exponent `e_out` that `fake_quant(acc * 2**-e_in, bits, e_out, mode)` gives (for b == 1 the
+    sign is unchanged by scaling, so `shift` and `mode` do not matter). Exact for every int64
+    `acc` and every shift: a left shift that would leave int64 saturates, so it never raises.
+
+    >>> requant(np.array([1000, -1000, 37, -37]), 3, 8, "trunc").tolist()  # 125, -125, 4.6, -4.6
+    [125, -125, 4, -4]
+    >>> requant(np.array([1000, -1000]), np.array([2, -1]), 8).tolist()   # 250 -> 127, -2000 -> -128
+    [127, -128]
+    >>> requant(np.array([0, -5]), 7, 1).tolist()
+    [1, -1]
+    """
+    b = _check_bits(bits)
+    a = _as_int_array(acc, "acc")
+    s = _as_int_array(shift, "shift")
+    a, s = np.broadcast_arrays(a, s)
+    if b == 1:
+        return saturate(a, 1)
+    # |code| <= 2**31 for b <= 32, so beyond |acc| = 2**31 or a left shift by 31 the result is
+    # saturated whatever the exact value; clamping both keeps the shift inside int64 (<= 2**62).
+    left = s < 0
+    a = np.where(left, np.clip(a, -(2**31), 2**31), a)
+    s = np.where(left, np.maximum(s, -31), s)
+    return saturate(shift_round(a, s, mode), b)
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration: choosing exponents.
+
+
+def _reduced_axes(ndim: int, axis: int | None) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for a {ndim}-d tensor")
+    keep = axis % ndim
+    return tuple(d for d in range(ndim) if d != keep)
+
+
+def _per_channel(values: NDArray[np.float64], axis: int | None) -> NDArray[np.float64]:
+    """Per-tensor results as shape [1]; per-channel ones keep the reduced dims (e.g. [C,1,1,1])."""
+    return values.reshape(1) if axis is None else values
+
+
+def channel_absmax(x: ArrayLike, axis: int | None = None) -> NDArray[np.float64]:
+    """max(|x|) per tensor (shape [1]) or per channel along `axis` (reduced dims kept as 1).
+
+    >>> w = np.array([[1.0, -3.0], [0.5, 0.25]])
+    >>> channel_absmax(w).tolist(), channel_absmax(w, axis=0).tolist()
+    ([3.0], [[3.0], [0.5]])
+    """
+    v = _as_float64(x, "absmax input")
+    if v.size == 0:
+        raise ValueError("absmax of an empty tensor")
+    axes = _reduced_axes(v.ndim, axis)
+    return _per_channel(np.max(np.abs(v), axis=axes, keepdims=True), axis)
+
+
+def exp_from_absmax(
+    absmax: ArrayLike, bits: int, exp_range: tuple[int, int] = CALIB_EXP_RANGE
+) -> NDArray[np.int32]:
+    """NanoEngine's rule, elementwise: `k = floor(log2(s))`, `s = 2**(b-1)/absmax` (b == 1: `s = absmax`).
+
+    Computed exactly from the binary exponent (not with a float log2), then clamped to
+    `exp_range`. For b > 1 it guarantees `absmax * 2**k <= 2**(b-1)`: `-absmax` never saturates
+    and `+absmax` saturates only when `absmax * 2**k == 2**(b-1)` exactly (a power of two),
+    losing less than one step; `k` is the largest such exponent. For b == 1 it gives
+    `2**k <= absmax < 2**(k+1)`. `absmax == 0` (an all-zero channel) takes the rule's limit:
+    the highest exponent in range for b > 1 (the finest step), the lowest for b == 1 (the
+    smallest magnitude), so that zeros quantize with the least error.
+
+    >>> exp_from_absmax([3.0, 1.0, 0.0], 8).tolist()   # 128/3 = 42.7 -> 5; 128 -> 7; 0 -> max
+    [5, 7, 60]
+    >>> exp_from_absmax([3.0, 1.0, 0.0], 1).tolist()   # log2 3 = 1.58 -> 1; 0 -> min
+    [1, 0, -60]
+    """
+    b = _check_bits(bits)
+    lo, hi = exp_range
+    if lo > hi:
+        raise ValueError(f"exp_range must be (lowest, highest), got {exp_range}")
+    a = _as_float64(absmax, "absmax")
+    if (a < 0).any() or np.isinf(a).any():
+        raise ValueError("absmax must be finite and >= 0")
+    # a = mant * 2**e with 0.5 <= mant < 1, so floor(log2 a) = e - 1, and ceil(log2 a) = e
+    # unless a is a power of two (mant == 0.5), where it is e - 1.
+    mant, e = np.frexp(a)
+    floor_log2 = e.astype(np.int64) - 1
+    ceil_log2 = np.where(mant == 0.5, floor_log2, floor_log2 + 1)
+    if b == 1:
+        k = np.where(a == 0, lo, floor_log2)
+    else:
+        # floor(log2(2**(b-1) / a)) = (b - 1) - ceil(log2 a), an integer identity.
+        k = np.where(a == 0, hi, (b - 1) - ceil_log2)
+    return np.clip(k, lo, hi).astype(np.int32)
+
+
+def _squared_error(
+    v: NDArray[np.float64], bits: int, k: NDArray[np.int32], mode: RoundingMode, axis: int | None
+) -> NDArray[np.float64]:
+    err = fake_quant(v, bits, k, mode) - v
+    return _per_channel(np.sum(err * err, axis=_reduced_axes(v.ndim, axis), keepdims=True), axis)
+
+
+def exp_mse_optimal(
+    x: ArrayLike,
+    bits: int,
+    axis: int | None = None,
+    mode: RoundingMode | str = RoundingMode.TRUNC,
+    search: int = 3,
+    exp_range: tuple[int, int] = CALIB_EXP_RANGE,
+) -> NDArray[np.int32]:
+    """The power-of-two exponent minimising the squared `fake_quant` error, per tensor or channel.
+
+    Candidates are `k0 - search .. k0 + search` around the absmax rule's `k0`
+    (`exp_from_absmax`), within `exp_range`. A candidate replaces the current best only if its
+    error is strictly smaller, and candidates are tried nearest to `k0` first, so ties keep the
+    exponent closest to the absmax rule (and the error never exceeds the rule's). The result
+    has the shape of `channel_absmax(x, axis)`.
+
+    >>> x = np.array([1.0] + [0.3] * 10)   # absmax rule, 2-bit: k0 = floor(log2(2/1)) = 1
+    >>> exp_from_absmax(channel_absmax(x), 2).tolist(), exp_mse_optimal(x, 2).tolist()
+    ([1], [2])
+    """
+    b = _check_bits(bits)
+    m = RoundingMode(mode)
+    if search < 0:
+        raise ValueError(f"search must be >= 0, got {search}")
+    v = _as_float64(x, "exp_mse_optimal input")
+    if np.isinf(v).any():
+        raise ValueError("exp_mse_optimal input contains inf")
+    lo, hi = exp_range
+    k0 = exp_from_absmax(channel_absmax(v, axis), b, exp_range)
+    best_k = k0
+    best_err = _squared_error(v, b, k0, m, axis)
+    for distance in range(1, search + 1):
+        for step in (-distance, distance):
+            k = np.clip(k0 + step, lo, hi).astype(np.int32)
+            err = _squared_error(v, b, k, m, axis)
+            better = err < best_err
+            best_k = np.where(better, k, best_k).astype(np.int32)
+            best_err = np.where(better, err, best_err)
+    return best_k
+
+
+# --------------------------------------------------------------------------------------------
+# Packed storage of narrow codes.
+
+
+def _check_pack_bits(bits: int) -> int:
+    b = _check_bits(bits)
+    if b not in (1, 2, 4, 8):
+        raise ValueError(f"packed widths are 1, 2, 4 and 8 bits, got {b}")
+    return b
+
+
+def pack_bits(codes: ArrayLike, bits: int) -> bytes:
+    """Pack codes (flattened in C order) `8 // bits` to a byte, first code in the most significant field.
+
+    Fields are two's complement; the 1-bit code -1 is stored as `ONE_BIT_MINUS_ONE_FIELD` (1)
+    and +1 as the other bit. The last byte is padded with zero bits. 8-bit codes are plain
+    int8 bytes.
+
+    >>> pack_bits(np.array([1, -1, -8, 7]), 4).hex()      # 0x1, 0xf | 0x8, 0x7
+    '1f87'
+    >>> pack_bits(np.array([1, -1, 1, 1, -1]), 1).hex()   # 0 1 0 0 1 + 3 zero bits = 01001000
+    '48'
+    """
+    b = _check_pack_bits(bits)
+    c = _as_int_array(codes, "codes").reshape(-1)
+    if b == 1:
+        if not np.isin(c, (-1, 1)).all():
+            raise ValueError("1-bit codes must be -1 or +1")
+        fields = np.where(c == -1, ONE_BIT_MINUS_ONE_FIELD, 1 - ONE_BIT_MINUS_ONE_FIELD)
+    else:
+        if c.size and (int(c.min()) < qmin(b) or int(c.max()) > qmax(b)):
+            raise ValueError(f"codes out of the {b}-bit range {qmin(b)}..{qmax(b)}")
+        fields = c & (2**b - 1)  # two's complement of the low b bits
+    per_byte = 8 // b
+    padded = np.zeros(-(-c.size // per_byte) * per_byte, dtype=np.int64)
+    padded[: c.size] = fields
+    positions = b * np.arange(per_byte - 1, -1, -1)  # first field -> most significant bits
+    packed = np.sum(padded.reshape(-1, per_byte) << positions, axis=1)
+    return packed.astype(np.uint8).tobytes()
+
+
+def unpack_bits(data: bytes | bytearray | memoryview, bits: int, count: int) -> NDArray[np.int8]:
+    """Inverse of `pack_bits`: the first `count` codes of `data`, as a flat int8 array.
+
+    `data` must be exactly `ceil(count * bits / 8)` bytes; padding bits are ignored.
+
+    >>> unpack_bits(bytes.fromhex('1f87'), 4, 4).tolist()
+    [1, -1, -8, 7]
+    >>> unpack_bits(bytes.fromhex('48'), 1, 5).tolist()
+    [1, -1, 1, 1, -1]
+    """
+    b = _check_pack_bits(bits)
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    expected = math.ceil(count * b / 8)
+    raw = np.frombuffer(bytes(data), dtype=np.uint8)
+    if raw.size != expected:
+        raise ValueError(f"{count} {b}-bit codes take {expected} bytes, got {raw.size}")
+    per_byte = 8 // b
+    positions = b * np.arange(per_byte - 1, -1, -1)
+    fields = ((raw.astype(np.int64)[:, None] >> positions) & (2**b - 1)).reshape(-1)[:count]
+    if b == 1:
+        return np.where(fields == ONE_BIT_MINUS_ONE_FIELD, -1, 1).astype(np.int8)
+    return np.where(fields >= 2 ** (b - 1), fields - 2**b, fields).astype(np.int8)

@@ -1,0 +1,296 @@
+// RUN: nanoir-opt %s --split-input-file --verify-diagnostics --parsing-diagnostics | filecheck %s
+
+func.func @float_at_nh(%x: tensor<4xf32, #nh.fixed<7, C>>) -> tensor<4xf32, #nh.fixed<7, C>> {
+  %y = nh.relu %x : tensor<4xf32, #nh.fixed<7, C>>
+  func.return %y : tensor<4xf32, #nh.fixed<7, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.relu: input has element type f32; the nh level holds only integers
+
+// -----
+
+func.func @no_encoding(%x: tensor<4xi8>) -> tensor<4xi8> {
+  %y = nh.relu %x : tensor<4xi8>
+  func.return %y : tensor<4xi8>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.relu: input of type tensor<4xi8> lacks the #nh.fixed<exp, layout> encoding
+
+// -----
+
+func.func @odd_width(%x: tensor<4xi3, #nh.fixed<1, C>>) -> tensor<4xi3, #nh.fixed<1, C>> {
+  %y = nh.relu %x : tensor<4xi3, #nh.fixed<1, C>>
+  func.return %y : tensor<4xi3, #nh.fixed<1, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.relu: input is i3; nh allows i1, i2, i4, i8, i16, i32
+
+// -----
+
+func.func @layout_rank(%x: tensor<2x4xi8, #nh.fixed<1, BCMD>>) -> tensor<2x4xi8, #nh.fixed<1, BCMD>> {
+  %y = nh.relu %x : tensor<2x4xi8, #nh.fixed<1, BCMD>>
+  func.return %y : tensor<2x4xi8, #nh.fixed<1, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.relu: input has rank 2 but layout 'BCMD'
+
+// -----
+
+func.func @channel_count(%x: tensor<2x4xi8, #nh.fixed<[1, 2, 3], BC>>) -> tensor<2x4xi8, #nh.fixed<[1, 2, 3], BC>> {
+  %y = nh.relu %x : tensor<2x4xi8, #nh.fixed<[1, 2, 3], BC>>
+  func.return %y : tensor<2x4xi8, #nh.fixed<[1, 2, 3], BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.relu: input has 3 per-channel exponents but 4 channels along dim 1
+
+// -----
+
+func.func @layout_letters(%x: tensor<2x4xi8, #nh.fixed<1, BX>>) -> tensor<2x4xi8, #nh.fixed<1, BX>> {
+  %y = nh.relu %x : tensor<2x4xi8, #nh.fixed<1, BX>>
+  func.return %y : tensor<2x4xi8, #nh.fixed<1, BX>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: layout 'BX' must be a non-empty string of the letters BCMD
+
+// -----
+
+func.func @per_channel_without_c(%x: tensor<2x4xi8, #nh.fixed<[1, 2], MD>>) -> tensor<2x4xi8, #nh.fixed<[1, 2], MD>> {
+  %y = nh.relu %x : tensor<2x4xi8, #nh.fixed<[1, 2], MD>>
+  func.return %y : tensor<2x4xi8, #nh.fixed<[1, 2], MD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: per-channel exponents need a C in the layout 'MD'
+
+// -----
+
+func.func @constant_range() -> tensor<2xi4, #nh.fixed<3, C>> {
+  %y = nh.constant dense<[7, 8]> : tensor<2xi8> -> tensor<2xi4, #nh.fixed<3, C>>
+  func.return %y : tensor<2xi4, #nh.fixed<3, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.constant: code 8 does not fit i4 (-8..7)
+
+// -----
+
+func.func @constant_binary_zero() -> tensor<2xi1, #nh.fixed<0, C>> {
+  %y = nh.constant dense<[1, 0]> : tensor<2xi8> -> tensor<2xi1, #nh.fixed<0, C>>
+  func.return %y : tensor<2xi1, #nh.fixed<0, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.constant: code 0 does not fit i1 (-1 or +1)
+
+// -----
+
+func.func @constant_shape() -> tensor<3xi8, #nh.fixed<3, C>> {
+  %y = nh.constant dense<[1, 2]> : tensor<2xi8> -> tensor<3xi8, #nh.fixed<3, C>>
+  func.return %y : tensor<3xi8, #nh.fixed<3, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.constant: data shape 2 differs from the result shape 3
+
+// -----
+
+func.func @conv_exponent(%x: tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, %w: tensor<4x3x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi32, #nh.fixed<8, BCMD>> {
+  %y = nh.conv %x, %w : (tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, tensor<4x3x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi32, #nh.fixed<8, BCMD>>
+  func.return %y : tensor<?x4x8x8xi32, #nh.fixed<8, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv: result exponent must be input + weight exponent: exponents 9 and 8 differ
+
+// -----
+
+func.func @conv_bias_alignment(%x: tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, %w: tensor<4x3x1x1xi8, #nh.fixed<2, CCDD>>, %b: tensor<4xi32, #nh.fixed<7, C>>) -> tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>> {
+  %y = nh.conv %x, %w, %b : (tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, tensor<4x3x1x1xi8, #nh.fixed<2, CCDD>>, tensor<4xi32, #nh.fixed<7, C>>) -> tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>>
+  func.return %y : tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv: bias must be aligned to the accumulator exponent: exponents 7 and 9 differ
+
+// -----
+
+func.func @conv_mixed_input_exps(%x: tensor<?x2x8x8xi8, #nh.fixed<[7, 6], BCMD>>, %w: tensor<4x2x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>> {
+  %y = nh.conv %x, %w : (tensor<?x2x8x8xi8, #nh.fixed<[7, 6], BCMD>>, tensor<4x2x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>>
+  func.return %y : tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv: input channels summed together have different exponents [7, 6]; requantize them to one exponent first
+
+// -----
+
+func.func @conv_not_i32(%x: tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, %w: tensor<4x3x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi16, #nh.fixed<9, BCMD>> {
+  %y = nh.conv %x, %w : (tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, tensor<4x3x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi16, #nh.fixed<9, BCMD>>
+  func.return %y : tensor<?x4x8x8xi16, #nh.fixed<9, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv: result must be an i32 accumulator, got i16
+
+// -----
+
+func.func @conv_groups(%x: tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, %w: tensor<4x2x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>> {
+  %y = nh.conv %x, %w : (tensor<?x3x8x8xi8, #nh.fixed<7, BCMD>>, tensor<4x2x1x1xi8, #nh.fixed<2, CCDD>>) -> tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>>
+  func.return %y : tensor<?x4x8x8xi32, #nh.fixed<9, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv: input has 3 channels but weight expects 2 per group x 1 groups = 2
+
+// -----
+
+func.func @linear_per_channel_input(%x: tensor<?x2xi8, #nh.fixed<[1, 2], BC>>, %w: tensor<3x2xi8, #nh.fixed<2, CC>>) -> tensor<?x3xi32, #nh.fixed<3, BC>> {
+  %y = nh.linear %x, %w : (tensor<?x2xi8, #nh.fixed<[1, 2], BC>>, tensor<3x2xi8, #nh.fixed<2, CC>>) -> tensor<?x3xi32, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x3xi32, #nh.fixed<3, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.linear: input features are summed together, so the input needs one exponent, got [1, 2]
+
+// -----
+
+func.func @matmul_exponent(%a: tensor<4x8xi8, #nh.fixed<4, MC>>, %b: tensor<8x5xi8, #nh.fixed<6, CC>>) -> tensor<4x5xi32, #nh.fixed<11, MC>> {
+  %y = nh.matmul %a, %b : (tensor<4x8xi8, #nh.fixed<4, MC>>, tensor<8x5xi8, #nh.fixed<6, CC>>) -> tensor<4x5xi32, #nh.fixed<11, MC>>
+  func.return %y : tensor<4x5xi32, #nh.fixed<11, MC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.matmul: result exponent 11 must be 4 + 6 = 10
+
+// -----
+
+func.func @add_unaligned(%a: tensor<?x4xi8, #nh.fixed<4, BC>>, %b: tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x4xi16, #nh.fixed<4, BC>> {
+  %y = nh.add %a, %b : (tensor<?x4xi8, #nh.fixed<4, BC>>, tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x4xi16, #nh.fixed<4, BC>>
+  func.return %y : tensor<?x4xi16, #nh.fixed<4, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.add: operands must be aligned to one exponent: exponents 4 and 5 differ
+
+// -----
+
+func.func @add_overflow(%a: tensor<?x4xi8, #nh.fixed<4, BC>>, %b: tensor<?x4xi8, #nh.fixed<4, BC>>) -> tensor<?x4xi8, #nh.fixed<4, BC>> {
+  %y = nh.sub %a, %b : (tensor<?x4xi8, #nh.fixed<4, BC>>, tensor<?x4xi8, #nh.fixed<4, BC>>) -> tensor<?x4xi8, #nh.fixed<4, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<4, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.sub: result i8 may overflow; the exact result needs i9
+
+// -----
+
+func.func @mul_exponent(%a: tensor<?x4xi8, #nh.fixed<4, BC>>, %b: tensor<?x4xi8, #nh.fixed<[1, 1, 2, 2], BC>>) -> tensor<?x4xi16, #nh.fixed<5, BC>> {
+  %y = nh.mul %a, %b : (tensor<?x4xi8, #nh.fixed<4, BC>>, tensor<?x4xi8, #nh.fixed<[1, 1, 2, 2], BC>>) -> tensor<?x4xi16, #nh.fixed<5, BC>>
+  func.return %y : tensor<?x4xi16, #nh.fixed<5, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.mul: result exponent must be lhs + rhs exponent: exponents [5, 5, 6, 6] and 5 differ
+
+// -----
+
+func.func @mul_overflow(%a: tensor<?x4xi8, #nh.fixed<4, BC>>, %b: tensor<?x4xi4, #nh.fixed<1, BC>>) -> tensor<?x4xi8, #nh.fixed<5, BC>> {
+  %y = nh.mul %a, %b : (tensor<?x4xi8, #nh.fixed<4, BC>>, tensor<?x4xi4, #nh.fixed<1, BC>>) -> tensor<?x4xi8, #nh.fixed<5, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<5, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.mul: result i8 may overflow; the exact result needs i12
+
+// -----
+
+func.func @requant_shift(%x: tensor<?x4xi32, #nh.fixed<10, BC>>) -> tensor<?x4xi8, #nh.fixed<7, BC>> {
+  %y = nh.requant %x {shift = array<i64: 2>} : tensor<?x4xi32, #nh.fixed<10, BC>> -> tensor<?x4xi8, #nh.fixed<7, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<7, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.requant: shift must equal input exponent - result exponent: exponents 3 and 2 differ
+
+// -----
+
+func.func @requant_per_channel_count(%x: tensor<?x4xi32, #nh.fixed<[10, 10, 11, 11], BC>>) -> tensor<?x4xi8, #nh.fixed<7, BC>> {
+  %y = nh.requant %x {shift = array<i64: 3, 4>} : tensor<?x4xi32, #nh.fixed<[10, 10, 11, 11], BC>> -> tensor<?x4xi8, #nh.fixed<7, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<7, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.requant: 2 shifts for 4 channels
+
+// -----
+
+func.func @requant_float_result(%x: tensor<?x4xi32, #nh.fixed<10, BC>>) -> tensor<?x4xf32> {
+  %y = nh.requant %x {shift = array<i64: 3>} : tensor<?x4xi32, #nh.fixed<10, BC>> -> tensor<?x4xf32>
+  func.return %y : tensor<?x4xf32>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.requant: result has element type f32; the nh level holds only integers
+
+// -----
+
+func.func @lut_entries(%x: tensor<?x4xi2, #nh.fixed<1, BC>>) -> tensor<?x4xi8, #nh.fixed<7, BC>> {
+  %y = nh.lut %x {table = array<i64: 1, 2, 3>} : tensor<?x4xi2, #nh.fixed<1, BC>> -> tensor<?x4xi8, #nh.fixed<7, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<7, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.lut: table has 3 entries, an i2 input needs 4
+
+// -----
+
+func.func @lut_value(%x: tensor<?x4xi1, #nh.fixed<1, BC>>) -> tensor<?x4xi4, #nh.fixed<7, BC>> {
+  %y = nh.lut %x {table = array<i64: -9, 2>} : tensor<?x4xi1, #nh.fixed<1, BC>> -> tensor<?x4xi4, #nh.fixed<7, BC>>
+  func.return %y : tensor<?x4xi4, #nh.fixed<7, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.lut: table entry -9 does not fit i4
+
+// -----
+
+func.func @clamp_bounds(%x: tensor<?x4xi8, #nh.fixed<1, BC>>) -> tensor<?x4xi8, #nh.fixed<1, BC>> {
+  %y = nh.clamp %x {min = 5 : i64, max = 1 : i64} : tensor<?x4xi8, #nh.fixed<1, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<1, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.clamp: min 5 is greater than max 1
+
+// -----
+
+func.func @pool_exponent(%x: tensor<?x4x8x8xi8, #nh.fixed<4, BCMD>>) -> tensor<?x4x4x4xi8, #nh.fixed<5, BCMD>> {
+  %y = nh.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : tensor<?x4x8x8xi8, #nh.fixed<4, BCMD>> -> tensor<?x4x4x4xi8, #nh.fixed<5, BCMD>>
+  func.return %y : tensor<?x4x4x4xi8, #nh.fixed<5, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.max_pool: pooling keeps the exponent: exponents 4 and 5 differ
+
+// -----
+
+func.func @avg_pool_width(%x: tensor<?x4x8x8xi8, #nh.fixed<4, BCMD>>) -> tensor<?x4x4x4xi16, #nh.fixed<4, BCMD>> {
+  %y = nh.avg_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>} : tensor<?x4x8x8xi8, #nh.fixed<4, BCMD>> -> tensor<?x4x4x4xi16, #nh.fixed<4, BCMD>>
+  func.return %y : tensor<?x4x4x4xi16, #nh.fixed<4, BCMD>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.avg_pool: result i16 must have the input's width i8
+
+// -----
+
+func.func @concat_exponents(%a: tensor<?x4xi8, #nh.fixed<4, BC>>, %b: tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x8xi8, #nh.fixed<4, BC>> {
+  %y = nh.concat %a, %b {axis = 0 : i64} : (tensor<?x4xi8, #nh.fixed<4, BC>>, tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x8xi8, #nh.fixed<4, BC>>
+  func.return %y : tensor<?x8xi8, #nh.fixed<4, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.concat: result shape ?x8 does not match the inferred shape ?x4
+
+// -----
+
+func.func @concat_unaligned(%a: tensor<?x4xi8, #nh.fixed<4, BC>>, %b: tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x8xi8, #nh.fixed<4, BC>> {
+  %y = nh.concat %a, %b {axis = 1 : i64} : (tensor<?x4xi8, #nh.fixed<4, BC>>, tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x8xi8, #nh.fixed<4, BC>>
+  func.return %y : tensor<?x8xi8, #nh.fixed<4, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.concat: input 1 must share the result exponent: exponents 5 and 4 differ
+
+// -----
+
+func.func @reshape_exponent(%x: tensor<?x4x2xi8, #nh.fixed<4, BCM>>) -> tensor<?x8xi8, #nh.fixed<3, BC>> {
+  %y = nh.reshape %x : tensor<?x4x2xi8, #nh.fixed<4, BCM>> -> tensor<?x8xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x8xi8, #nh.fixed<3, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.reshape: exponents change from [4] to [3]
+
+// -----
+
+func.func @reshape_width(%x: tensor<?x4x2xi8, #nh.fixed<4, BCM>>) -> tensor<?x8xi16, #nh.fixed<4, BC>> {
+  %y = nh.reshape %x : tensor<?x4x2xi8, #nh.fixed<4, BCM>> -> tensor<?x8xi16, #nh.fixed<4, BC>>
+  func.return %y : tensor<?x8xi16, #nh.fixed<4, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.reshape: element width changes from i8 to i16
