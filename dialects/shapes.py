@@ -83,11 +83,11 @@ def pool_output_size(
         )
     span = dilation * (kernel - 1) + 1
     numer = size + pad_begin + pad_end - span
-    if numer < 0:
-        raise ShapeError(f"window of span {span} does not fit input length {size}")
-    out = -(-numer // stride) + 1
+    out = (numer + stride - 1) // stride + 1
     if (out - 1) * stride >= size + pad_begin:
         out -= 1
+    if out <= 0:
+        raise ShapeError(f"window of span {span} does not fit input length {size}")
     return out
 
 
