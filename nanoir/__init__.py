@@ -1,0 +1,31 @@
+"""nanoir: a multi-level IR compiler (xDSL) from PyTorch to power-of-two fixed-point programs.
+
+The public API, loaded lazily so that ``import nanoir`` stays cheap:
+
+- ``nanoir.run(module, *arrays)`` runs an nf/nq program with NumPy and returns its outputs;
+- ``nanoir.compile_module(module)`` compiles it once for repeated runs;
+- ``nanoir.make_context()`` is a context with every nanoir dialect;
+- ``nanoir.parse(text)`` parses and verifies MLIR text with located errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["compile_module", "make_context", "parse", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("run", "compile_module"):
+        from nanoir.runtime import interpreter
+
+        return getattr(interpreter, name)
+    if name == "make_context":
+        from nanoir.context import make_context
+
+        return make_context
+    if name == "parse":
+        from nanoir.api import parse
+
+        return parse
+    raise AttributeError(f"module 'nanoir' has no attribute {name!r}")

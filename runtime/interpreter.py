@@ -1,0 +1,222 @@
+"""The NumPy executor for nanoir programs: compile a ``func.func`` once into a flat plan, run it.
+
+xDSL's own ``Interpreter`` dispatches every op through a dict at run time and keeps every
+intermediate alive until the function returns (XDSL_NOTES.md §5). Here the function is turned
+once into a list of steps ``(kernel, input slots, output slots, slots to free)``: each value
+lives in a slot that is dropped right after its last use, and each kernel is a closure whose
+attributes were read at compile time, so the hot loop does no IR work at all.
+
+Ops whose operands are all compile-time constants (weights, their fake-quants, folded
+arithmetic) are evaluated while compiling: this is NanoEngine's ``init`` phase.
+
+The kernels for each dialect live in ``runtime/<dialect>.py`` as a table from op class to a
+*builder*: ``builder(op, dtype) -> kernel``, where ``kernel(*arrays) -> tuple of arrays``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.traits import ConstantLike
+
+Kernel = Callable[..., tuple[Any, ...]]
+Builder = Callable[[Any, np.dtype[Any]], Kernel]
+
+
+class ExecutionError(RuntimeError):
+    """A program could not run: names the op (or input), the shapes and the offending value."""
+
+
+@dataclass
+class Step:
+    """One op of a compiled plan."""
+
+    op: Operation
+    kernel: Kernel
+    args: tuple[int, ...]
+    outs: tuple[int, ...]
+    free: tuple[int, ...] = ()
+
+
+@dataclass
+class Plan:
+    """A compiled function: run it with :meth:`__call__`."""
+
+    func: FuncOp
+    num_slots: int
+    arg_slots: tuple[int, ...]
+    result_slots: tuple[int, ...]
+    steps: list[Step]
+    constants: dict[int, Any] = field(default_factory=dict)
+    dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype(np.float32))
+
+    def __call__(self, *inputs: Any) -> list[Any]:
+        if len(inputs) != len(self.arg_slots):
+            raise ExecutionError(
+                f"@{self.func.sym_name.data} takes {len(self.arg_slots)} inputs, "
+                f"got {len(inputs)}"
+            )
+        slots: list[Any] = [None] * self.num_slots
+        for slot, value in self.constants.items():
+            slots[slot] = value
+        arg_types = self.func.function_type.inputs.data
+        for i, (slot, value, t) in enumerate(zip(self.arg_slots, inputs, arg_types)):
+            slots[slot] = _check_input(i, value, t, self.dtype)
+        for step in self.steps:
+            try:
+                results = step.kernel(*[slots[a] for a in step.args])
+            except ExecutionError:
+                raise
+            except Exception as e:  # a kernel failed: say which op, on what shapes
+                shapes = ", ".join(str(getattr(slots[a], "shape", "?")) for a in step.args)
+                raise ExecutionError(
+                    f"{step.op.name} failed on inputs of shapes ({shapes}): "
+                    f"{type(e).__name__}: {e}"
+                ) from e
+            for slot, value in zip(step.outs, results):
+                slots[slot] = value
+            for slot in step.free:
+                slots[slot] = None
+        return [slots[s] for s in self.result_slots]
+
+
+def _check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
+    """Convert one input to the plan's dtype and check it against the argument type."""
+    array = np.asarray(value)
+    if isinstance(t, TensorType):
+        expected = t.get_shape()
+        if len(expected) != array.ndim or any(
+            e != DYNAMIC_INDEX and e != a for e, a in zip(expected, array.shape)
+        ):
+            shape = "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in expected)
+            raise ExecutionError(
+                f"input {index} has shape {tuple(array.shape)}, expected {shape}"
+            )
+        if not np.issubdtype(array.dtype, np.number):
+            raise ExecutionError(f"input {index} has non-numeric dtype {array.dtype}")
+    if np.issubdtype(array.dtype, np.floating) or np.issubdtype(dtype, np.floating):
+        return np.ascontiguousarray(array, dtype=dtype)
+    return array
+
+
+def find_function(module: ModuleOp | FuncOp, name: str | None = None) -> FuncOp:
+    """The function to run: ``name``, else the only function, else ``@main``."""
+    if isinstance(module, FuncOp):
+        return module
+    funcs = [op for op in module.body.block.ops if isinstance(op, FuncOp)]
+    if name is not None:
+        for f in funcs:
+            if f.sym_name.data == name:
+                return f
+        raise ExecutionError(f"no function @{name} in the module")
+    if len(funcs) == 1:
+        return funcs[0]
+    for f in funcs:
+        if f.sym_name.data == "main":
+            return f
+    raise ExecutionError(
+        f"the module has {len(funcs)} functions and none is @main; say which one to run"
+    )
+
+
+def compile_function(
+    func: FuncOp, builders: dict[type[Operation], Builder], dtype: np.dtype[Any]
+) -> Plan:
+    """Turn ``func`` into a :class:`Plan`, evaluating constant subgraphs now."""
+    block = func.body.block
+    slot_of: dict[SSAValue, int] = {}
+
+    def slot(v: SSAValue) -> int:
+        if v not in slot_of:
+            slot_of[v] = len(slot_of)
+        return slot_of[v]
+
+    arg_slots = tuple(slot(a) for a in block.args)
+    constants: dict[int, Any] = {}
+    steps: list[Step] = []
+    result_slots: tuple[int, ...] = ()
+    for op in block.ops:
+        if isinstance(op, ReturnOp):
+            result_slots = tuple(slot(v) for v in op.arguments)
+            continue
+        builder = builders.get(type(op))
+        if builder is None:
+            raise ExecutionError(
+                f"{op.name} cannot be executed: no runtime kernel for it "
+                f"(supported: {', '.join(sorted(c.name for c in builders))})"
+            )
+        kernel = builder(op, dtype)
+        args = tuple(slot(v) for v in op.operands)
+        outs = tuple(slot(r) for r in op.results)
+        if op.has_trait(ConstantLike) or (args and all(a in constants for a in args)):
+            try:
+                values = kernel(*[constants[a] for a in args])
+            except Exception as e:
+                raise ExecutionError(f"{op.name} failed while folding constants: {e}") from e
+            constants.update(zip(outs, values))
+            continue
+        steps.append(Step(op, kernel, args, outs))
+    _plan_frees(steps, result_slots, constants)
+    return Plan(func, len(slot_of), arg_slots, result_slots, steps, constants, dtype)
+
+
+def _plan_frees(
+    steps: list[Step], result_slots: tuple[int, ...], constants: dict[int, Any]
+) -> None:
+    """Drop every runtime value right after the step that uses it last."""
+    keep = set(result_slots) | set(constants)
+    last_use: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for a in step.args:
+            last_use[a] = i
+    for i, step in enumerate(steps):
+        for o in step.outs:
+            last_use.setdefault(o, i)  # results nobody reads are dropped at once
+    frees: dict[int, list[int]] = {}
+    for s, i in last_use.items():
+        if s not in keep:
+            frees.setdefault(i, []).append(s)
+    for i, step in enumerate(steps):
+        step.free = tuple(frees.get(i, ()))
+
+
+def default_builders() -> dict[type[Operation], Builder]:
+    """Kernels for every dialect the runtime knows."""
+    from nanoir.runtime.nf import NF_BUILDERS
+    from nanoir.runtime.nq import NQ_BUILDERS
+
+    return {**NF_BUILDERS, **NQ_BUILDERS}
+
+
+def uses_dialect(func: FuncOp, prefix: str) -> bool:
+    return any(op.name.startswith(prefix) for op in func.walk())
+
+
+def compile_module(
+    module: ModuleOp | FuncOp, *, function: str | None = None, dtype: Any = None
+) -> Plan:
+    """Compile the function to run; float64 for quantized (nq) programs, else float32."""
+    func = find_function(module, function)
+    if dtype is None:
+        dtype = np.float64 if uses_dialect(func, "nq.") else np.float32
+    return compile_function(func, default_builders(), np.dtype(dtype))
+
+
+def run(
+    module: ModuleOp | FuncOp,
+    *inputs: Any,
+    function: str | None = None,
+    dtype: Any = None,
+) -> list[Any]:
+    """Run a program on NumPy inputs and return its outputs.
+
+    nf programs run in float32 and nq programs in float64 (the exactness contract's reference),
+    unless ``dtype`` says otherwise.
+    """
+    return compile_module(module, function=function, dtype=dtype)(*inputs)

@@ -1,0 +1,202 @@
+"""Kernels of the nf dialect for the NumPy executor: one builder per op.
+
+Each builder reads the op's attributes once and returns a closure over NumPy arrays that calls
+the matching function of :mod:`nanoir.runtime.kernels` (the executable definition of the op).
+Values keep the plan's float dtype: float32 for float programs, float64 for quantized ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType
+from xdsl.ir import Operation
+
+from nanoir.dialects import nf
+from nanoir.dialects.nf import array_values
+from nanoir.dialects.shapes import window_params
+from nanoir.runtime import kernels
+from nanoir.runtime.interpreter import Builder, Kernel
+
+NF_BUILDERS: dict[type[Operation], Builder] = {}
+
+
+def impl(op_type: type[Operation]) -> Callable[[Builder], Builder]:
+    """Register the builder of ``op_type``'s kernel."""
+
+    def register(builder: Builder) -> Builder:
+        NF_BUILDERS[op_type] = builder
+        return builder
+
+    return register
+
+
+def dense_to_numpy(attr: Any) -> np.ndarray:
+    """A ``dense<...>`` attribute as a NumPy array (zero-copy, read-only)."""
+    t = attr.get_type()
+    elt = t.get_element_type()
+    if isinstance(elt, IntegerType):
+        width = elt.width.data
+        dtype = {1: "<i1", 8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[width]
+    else:
+        dtype = {"f16": "<f2", "f32": "<f4", "f64": "<f8"}[elt.name.removeprefix("builtin.")]
+    return np.frombuffer(attr.data.data, dtype=dtype).reshape(t.get_shape())
+
+
+def _unary(fn: Callable[[Any], Any]) -> Builder:
+    def build(op: Any, dtype: np.dtype[Any]) -> Kernel:
+        return lambda x: (fn(x),)
+
+    return build
+
+
+for _op, _fn in (
+    (nf.ReluOp, kernels.relu),
+    (nf.SigmoidOp, kernels.sigmoid),
+    (nf.TanhOp, kernels.tanh),
+    (nf.HardSigmoidOp, kernels.hardsigmoid),
+    (nf.HardSwishOp, kernels.hardswish),
+):
+    NF_BUILDERS[_op] = _unary(_fn)
+
+for _op, _fn in (
+    (nf.AddOp, np.add),
+    (nf.SubOp, np.subtract),
+    (nf.MulOp, np.multiply),
+    (nf.DivOp, np.divide),
+):
+    NF_BUILDERS[_op] = (lambda f: lambda op, dtype: lambda a, b: (f(a, b),))(_fn)
+
+
+@impl(nf.ConstantOp)
+def constant(op: nf.ConstantOp, dtype: np.dtype[Any]) -> Kernel:
+    value = dense_to_numpy(op.value).astype(dtype)
+    return lambda: (value,)
+
+
+@impl(nf.ClampOp)
+def clamp(op: nf.ClampOp, dtype: np.dtype[Any]) -> Kernel:
+    lo = None if op.min is None else op.min.value.data
+    hi = None if op.max is None else op.max.value.data
+    return lambda x: (kernels.clamp(x, lo, hi),)
+
+
+@impl(nf.LeakyReluOp)
+def leaky_relu(op: nf.LeakyReluOp, dtype: np.dtype[Any]) -> Kernel:
+    alpha = op.alpha.value.data
+    return lambda x: (kernels.leaky_relu(x, alpha),)
+
+
+@impl(nf.PReluOp)
+def prelu(op: nf.PReluOp, dtype: np.dtype[Any]) -> Kernel:
+    return lambda x, slope: (kernels.prelu(x, slope),)
+
+
+@impl(nf.ConvOp)
+def conv(op: nf.ConvOp, dtype: np.dtype[Any]) -> Kernel:
+    strides, pads = array_values(op.strides), array_values(op.pads)
+    dilations, groups = array_values(op.dilations), op.groups.value.data
+    return lambda x, w, b=None: (
+        kernels.conv(x, w, b, strides=strides, pads=pads, dilations=dilations, groups=groups),
+    )
+
+
+@impl(nf.LinearOp)
+def linear(op: nf.LinearOp, dtype: np.dtype[Any]) -> Kernel:
+    return lambda x, w, b=None: (kernels.linear(x, w, b),)
+
+
+@impl(nf.MatmulOp)
+def matmul(op: nf.MatmulOp, dtype: np.dtype[Any]) -> Kernel:
+    return lambda a, b: (kernels.matmul(a, b),)
+
+
+@impl(nf.BatchNormOp)
+def batch_norm(op: nf.BatchNormOp, dtype: np.dtype[Any]) -> Kernel:
+    eps = op.epsilon.value.data
+    return lambda x, scale, bias, mean, var: (
+        kernels.batch_norm(x, scale, bias, mean, var, eps),
+    )
+
+
+def _window(
+    op: nf.MaxPoolOp | nf.AvgPoolOp, dilations: tuple[int, ...] | None
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Kernel, strides, pads and dilations of a pool with the dialect's defaults filled in."""
+    kernel = array_values(op.kernel) or ()
+    return window_params(len(kernel), kernel, array_values(op.strides), array_values(op.pads),
+                         dilations)
+
+
+@impl(nf.MaxPoolOp)
+def max_pool(op: nf.MaxPoolOp, dtype: np.dtype[Any]) -> Kernel:
+    # Spell out the dialect's defaults (stride 1, like ONNX): torch's pools default the
+    # stride to the kernel size, and the kernels follow torch.
+    kernel, strides, pads, dilations = _window(op, array_values(op.dilations))
+    ceil_mode = bool(op.ceil_mode.value.data)
+    return lambda x: (
+        kernels.max_pool(x, kernel=kernel, strides=strides, pads=pads, dilations=dilations,
+                         ceil_mode=ceil_mode),
+    )
+
+
+@impl(nf.AvgPoolOp)
+def avg_pool(op: nf.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
+    kernel, strides, pads, _ = _window(op, None)
+    ceil_mode = bool(op.ceil_mode.value.data)
+    include_pad = bool(op.count_include_pad.value.data)
+    divisor = None if op.divisor_override is None else op.divisor_override.value.data
+    return lambda x: (
+        kernels.avg_pool(x, kernel=kernel, strides=strides, pads=pads, ceil_mode=ceil_mode,
+                         count_include_pad=include_pad, divisor_override=divisor),
+    )
+
+
+@impl(nf.AdaptiveAvgPoolOp)
+def adaptive_avg_pool(op: nf.AdaptiveAvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
+    size = array_values(op.output_size) or ()
+    return lambda x: (kernels.adaptive_avg_pool(x, size),)
+
+
+@impl(nf.ConcatOp)
+def concat(op: nf.ConcatOp, dtype: np.dtype[Any]) -> Kernel:
+    axis = op.axis.value.data
+    return lambda *xs: (kernels.concat(xs, axis),)
+
+
+@impl(nf.SplitOp)
+def split(op: nf.SplitOp, dtype: np.dtype[Any]) -> Kernel:
+    axis, sizes = op.axis.value.data, list(array_values(op.sizes) or ())
+    return lambda x: tuple(kernels.split(x, sizes, axis))
+
+
+def _target_shape(result: Any) -> list[int]:
+    t = result.type
+    assert isinstance(t, TensorType)
+    return [-1 if d == DYNAMIC_INDEX else d for d in t.get_shape()]
+
+
+@impl(nf.ReshapeOp)
+def reshape(op: nf.ReshapeOp, dtype: np.dtype[Any]) -> Kernel:
+    shape = _target_shape(op.result)
+    return lambda x: (kernels.reshape(x, shape),)
+
+
+@impl(nf.TransposeOp)
+def transpose(op: nf.TransposeOp, dtype: np.dtype[Any]) -> Kernel:
+    perm = list(array_values(op.perm) or ())
+    return lambda x: (kernels.transpose(x, perm),)
+
+
+@impl(nf.PadOp)
+def pad(op: nf.PadOp, dtype: np.dtype[Any]) -> Kernel:
+    pads, mode, value = list(array_values(op.pads) or ()), op.mode.data, op.value.value.data
+    return lambda x: (kernels.pad(x, pads, mode, value),)
+
+
+@impl(nf.UpsampleNearestOp)
+def upsample_nearest(op: nf.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
+    size = _target_shape(op.result)[2:]
+    return lambda x: (kernels.upsample_nearest(x, size=size),)

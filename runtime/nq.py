@@ -1,0 +1,23 @@
+"""Kernels of the nq dialect: ``nq.fake_quant`` with the exact semantics of
+:func:`nanoir.runtime.quant.fake_quant` (float64, trunc toward zero by default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xdsl.ir import Operation
+
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.runtime.interpreter import Builder, Kernel
+from nanoir.runtime.nf import dense_to_numpy
+from nanoir.runtime.quant import fake_quant as quant_fake_quant
+
+
+def fake_quant(op: FakeQuantOp, dtype: np.dtype[Any]) -> Kernel:
+    bits, mode = op.bits.value.data, op.rounding_mode
+    exp = dense_to_numpy(op.exp).astype(np.int64)
+    return lambda x: (quant_fake_quant(x, bits, exp, mode).astype(dtype, copy=False),)
+
+
+NQ_BUILDERS: dict[type[Operation], Builder] = {FakeQuantOp: fake_quant}
