@@ -216,7 +216,7 @@ def test_constants_fold_at_compile_time_and_values_are_freed() -> None:
     assert len(freed) == 3
     x = rand(2, 3, 5, 5)
     (y,) = plan(x)
-    conv = (x * 0.25).sum(axis=1, keepdims=True)  # 0.3 quantized to 4 bits at 2**-3 is 0.25
+    conv = (x.astype(np.float64) * 0.25).sum(axis=1, keepdims=True)  # 0.3 quantized to 4 bits at 2**-3 is 0.25
     want = np.broadcast_to(np.maximum(conv, 0) - conv, (2, 4, 5, 5))
     np.testing.assert_allclose(y, want, rtol=1e-12)
 
