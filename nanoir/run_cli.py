@@ -1,0 +1,92 @@
+"""``nanoir-run``: run a program on ``.npy`` inputs and save its outputs.
+
+    nanoir-run model.mlir --input x.npy [--input y.npy ...] -o out.npy [-o out2.npy]
+    nanoir-run model.mlir --input x.npy -o outs.npz
+
+Float (nf) programs run in float32, quantized (nq) ones in float64. Errors are one message
+(the file and place for bad programs, the op and shapes for failed runs), exit code 1, and no
+output file is written unless every output was computed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+from nanoir.api import load
+from nanoir.runtime.interpreter import ExecutionError, compile_module
+
+
+def _arguments() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nanoir-run", description="Run a nanoir program with NumPy.")
+    p.add_argument("program", help="a .mlir program")
+    p.add_argument("-i", "--input", action="append", default=[], metavar="NPY",
+                   help="an input array (.npy), once per function argument, in order")
+    p.add_argument("-o", "--output", action="append", default=[], metavar="PATH",
+                   help="where to save the outputs: one .npy per output, or a single .npz")
+    p.add_argument("-f", "--function", help="the function to run (default: the only one, or @main)")
+    p.add_argument("--dtype", choices=["float32", "float64"],
+                   help="override the float type the program runs in")
+    return p
+
+
+def _save_atomically(path: Path, write: object) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)  # type: ignore[operator]
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments().parse_args(argv)
+    try:
+        module = load(args.program)
+        inputs = [np.load(path, allow_pickle=False) for path in args.input]
+        plan = compile_module(module, function=args.function, dtype=args.dtype)
+        outputs = plan(*inputs)
+    except ParseError as e:
+        print(str(e).rstrip(), file=sys.stderr)
+        return 1
+    except DiagnosticException as e:
+        print(str(e.args[0]) if e.args else str(e), file=sys.stderr)
+        return 1
+    except ExecutionError as e:
+        print(f"nanoir-run: error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"nanoir-run: error: {e}", file=sys.stderr)
+        return 1
+
+    outs = [Path(p) for p in args.output]
+    if not outs:
+        for i, y in enumerate(outputs):
+            y = np.asarray(y)
+            print(f"// output {i}: shape {tuple(y.shape)}, dtype {y.dtype}")
+            print(np.array2string(y, threshold=200, max_line_width=100))
+        return 0
+    if len(outs) == 1 and outs[0].suffix == ".npz":
+        arrays = {f"output_{i}": y for i, y in enumerate(outputs)}
+        _save_atomically(outs[0], lambda tmp: np.savez(tmp, **arrays))
+        return 0
+    if len(outs) != len(outputs):
+        print(f"nanoir-run: error: the program has {len(outputs)} outputs but {len(outs)} -o "
+              "paths were given (give one per output, or a single .npz)", file=sys.stderr)
+        return 1
+    for path, y in zip(outs, outputs):
+        _save_atomically(path, lambda tmp, y=y: np.save(tmp, y))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
