@@ -66,8 +66,8 @@ def pool_output_size(
     stride: int,
     pad_begin: int,
     pad_end: int,
-    dilation: int,
-    ceil_mode: bool,
+    dilation: int = 1,
+    ceil_mode: bool = False,
 ) -> int:
     """Output length of a pooling window along one dim, PyTorch's ``ceil_mode`` rule included.
 

@@ -27,6 +27,7 @@ from xdsl.traits import ConstantLike
 
 Kernel = Callable[..., tuple[Any, ...]]
 Builder = Callable[[Any, np.dtype[Any]], Kernel]
+Observer = Callable[[Operation, tuple[Any, ...]], None]
 
 
 class ExecutionError(RuntimeError):
@@ -56,7 +57,8 @@ class Plan:
     constants: dict[int, Any] = field(default_factory=dict)
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype(np.float32))
 
-    def __call__(self, *inputs: Any) -> list[Any]:
+    def __call__(self, *inputs: Any, observe: Observer | None = None) -> list[Any]:
+        """Run on ``inputs``; ``observe(op, results)`` sees every runtime op's results."""
         if len(inputs) != len(self.arg_slots):
             raise ExecutionError(
                 f"@{self.func.sym_name.data} takes {len(self.arg_slots)} inputs, "
@@ -81,6 +83,8 @@ class Plan:
                 ) from e
             for slot, value in zip(step.outs, results):
                 slots[slot] = value
+            if observe is not None:
+                observe(step.op, results)
             for slot in step.free:
                 slots[slot] = None
         return [slots[s] for s in self.result_slots]
