@@ -495,13 +495,14 @@ def quantize_function(
     exponents = dict(exponents or {})
     for t in targets:
         if t.name in exponents:
-            k = np.asarray(exponents.pop(t.name), dtype=np.int64)
+            # Imported (QAT) exponents decide per tensor or per channel by their count.
+            k = np.asarray(exponents.pop(t.name), dtype=np.int64).reshape(-1)
+            t.per_channel = k.size > 1
             shape = _exp_shape(t)
-            t.exps = k.reshape(shape) if k.size == int(np.prod(shape)) else np.broadcast_to(
-                k.reshape(-1)[:1], shape).copy()
-            if k.size not in (1, int(np.prod(shape))):
+            if t.channel_axis is None and k.size > 1 or k.size != int(np.prod(shape)):
                 raise QuantizeError(f"quantize: {k.size} exponents given for {t.name}, which "
-                                    f"needs {int(np.prod(shape))}")
+                                    f"has {int(np.prod(shape))} channels")
+            t.exps = k.reshape(shape)
     if exponents:
         raise QuantizeError("quantize: exponents given for unknown tensors: "
                             + ", ".join(sorted(exponents)))
@@ -584,6 +585,25 @@ def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]
     return [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
 
 
+def load_exponents(path: str) -> dict[str, int | list[int]]:
+    """Imported exponents from a JSON object of tensor name to int or list of ints."""
+    import json
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise QuantizeError(f"quantize: cannot read exponents {path!r}: {e}") from None
+    ok = isinstance(data, dict) and all(
+        isinstance(v, int) or (isinstance(v, list) and all(isinstance(i, int) for i in v))
+        for v in data.values()
+    )
+    if not ok:
+        raise QuantizeError(f"quantize: {path!r} must map tensor names to an int or a list "
+                            "of ints")
+    return data
+
+
 @dataclass(frozen=True)
 class QuantizePass(ModulePass):
     """Insert power-of-two fake-quants (the nq level) into a float program."""
@@ -612,6 +632,8 @@ class QuantizePass(ModulePass):
     """trunc (NanoEngine), floor, half_up or half_even."""
     function: str | None = None
     """The function to quantize (default: the only one, or @main)."""
+    exponents: str | None = None
+    """A JSON file ``{"tensor name": k or [k per channel]}`` of imported (QAT) exponents."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.batch_size <= 0:
@@ -629,7 +651,9 @@ class QuantizePass(ModulePass):
         )
         batches = (None if self.calibration is None
                    else load_calibration(self.calibration, self.batch_size))
-        quantize(op, batches, config=config, function=self.function, progress=False)
+        imported = None if self.exponents is None else load_exponents(self.exponents)
+        quantize(op, batches, config=config, exponents=imported, function=self.function,
+                 progress=False)
 
 
 __all__ = ["QuantConfig", "QuantRule", "QuantizePass", "QuantizeError", "Target", "quantize"]

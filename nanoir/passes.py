@@ -27,7 +27,15 @@ def _dce() -> type[ModulePass]:
     return DeadCodeElimination
 
 
-NANOIR_PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+def _quantize() -> type[ModulePass]:
+    from nanoir.lowering.quantize import QuantizePass
+
+    return QuantizePass
+
+
+NANOIR_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "quantize": _quantize,
+}
 """Passes nanoir defines (``lowering/``)."""
 
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
