@@ -34,6 +34,11 @@ def _arguments() -> argparse.ArgumentParser:
     p.add_argument("-f", "--function", help="the function to run (default: the only one, or @main)")
     p.add_argument("--dtype", choices=["float32", "float64"],
                    help="override the float type the program runs in")
+    p.add_argument("--report", action="store_true",
+                   help="for a quantized program: print the per-layer quantization report "
+                        "(bits, exponents, saturation, SQNR) measured on the inputs")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="batch size for --report (the inputs are split along dim 0)")
     return p
 
 
@@ -53,6 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         module = load(args.program)
         inputs = [np.load(path, allow_pickle=False) for path in args.input]
+        if args.report:
+            from nanoir.report import report
+
+            n = inputs[0].shape[0] if inputs and inputs[0].ndim else 0
+            step = max(args.batch_size, 1)
+            batches = [tuple(x[i:i + step] for x in inputs) for i in range(0, n, step)]
+            print(report(module, batches, function=args.function))
+            return 0
         plan = compile_module(module, function=args.function, dtype=args.dtype)
         outputs = plan(*inputs)
     except ParseError as e:

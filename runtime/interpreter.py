@@ -56,6 +56,8 @@ class Plan:
     steps: list[Step]
     constants: dict[int, Any] = field(default_factory=dict)
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype(np.float32))
+    slot_of: dict[SSAValue, int] = field(default_factory=dict)
+    """Where each value lives (constants' values are in ``constants`` under their slot)."""
 
     def __call__(self, *inputs: Any, observe: Observer | None = None) -> list[Any]:
         """Run on ``inputs``; ``observe(op, results)`` sees every runtime op's results."""
@@ -167,7 +169,7 @@ def compile_function(
             continue
         steps.append(Step(op, kernel, args, outs))
     _plan_frees(steps, result_slots, constants)
-    return Plan(func, len(slot_of), arg_slots, result_slots, steps, constants, dtype)
+    return Plan(func, len(slot_of), arg_slots, result_slots, steps, constants, dtype, slot_of)
 
 
 def _plan_frees(
