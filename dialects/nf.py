@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    DictionaryAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -1103,9 +1104,31 @@ class UpsampleNearestOp(IRDLOperation):
             )
 
 
+@irdl_op_definition
+class CustomOp(IRDLOperation):
+    """An op nanoir has no semantics for, kept losslessly (e.g. an unknown NanoEngine node
+    type): its ``op_type`` and attributes travel through the IR untouched. The interpreter and
+    the hw lowering reject it by name.
+
+    ```mlir
+    %y = nf.custom %x {op_type = "Gather", attrs = {axis = 0 : i64}}
+        : (tensor<?x16xf32>) -> tensor<?x4xf32>
+    ```
+    """
+
+    name = "nf.custom"
+    inputs = var_operand_def()
+    results_ = var_result_def()
+    op_type = prop_def(StringAttr)
+    attrs = prop_def(DictionaryAttr, default_value=DictionaryAttr({}))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
+
+
 NF = Dialect(
     "nf",
     [
+        CustomOp,
         ConstantOp,
         ReluOp,
         SigmoidOp,

@@ -131,3 +131,15 @@ func.func @data_movement(%a: tensor<?x8x4x4xf32>, %b: tensor<?x4x4x4xf32>) -> te
   %7 = nf.upsample_nearest %0 : tensor<?x12x4x4xf32> -> tensor<?x12x8x12xf32>
   func.return %0 : tensor<?x12x4x4xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @custom
+func.func @custom(%x: tensor<?x16xf32>) -> tensor<?x4xf32> {
+  // CHECK-NEXT: %y = nf.custom %x {op_type = "Gather", attrs = {axis = 0 : i64}} : (tensor<?x16xf32>) -> tensor<?x4xf32>
+  // GENERIC: "nf.custom"(%x) <{op_type = "Gather", attrs = {axis = 0 : i64}}> : (tensor<?x16xf32>) -> tensor<?x4xf32>
+  // CHECK-NEXT: %z, %w = nf.custom %y, %x {op_type = "Foo"} : (tensor<?x4xf32>, tensor<?x16xf32>) -> (tensor<?x4xf32>, tensor<?x16xf32>)
+  %y = nf.custom %x {op_type = "Gather", attrs = {axis = 0 : i64}} : (tensor<?x16xf32>) -> tensor<?x4xf32>
+  %z, %w = nf.custom %y, %x {op_type = "Foo"} : (tensor<?x4xf32>, tensor<?x16xf32>) -> (tensor<?x4xf32>, tensor<?x16xf32>)
+  func.return %y : tensor<?x4xf32>
+}
