@@ -5,14 +5,16 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
 - ``nanoir.run(module, *arrays)`` runs an nf/nq program with NumPy and returns its outputs;
 - ``nanoir.compile_module(module)`` compiles it once for repeated runs;
 - ``nanoir.make_context()`` is a context with every nanoir dialect;
-- ``nanoir.parse(text)`` parses and verifies MLIR text with located errors.
+- ``nanoir.parse(text)`` parses and verifies MLIR text with located errors;
+- ``nanoir.load(path)`` / ``nanoir.save(module, path)`` read and write ``.mlir`` or NanoEngine
+  ``.ne`` files, by extension.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["compile_module", "make_context", "parse", "run"]
+__all__ = ["compile_module", "load", "make_context", "parse", "run", "save"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,8 +26,8 @@ def __getattr__(name: str) -> Any:
         from nanoir.context import make_context
 
         return make_context
-    if name == "parse":
-        from nanoir.api import parse
+    if name in ("parse", "load", "save"):
+        from nanoir import api
 
-        return parse
+        return getattr(api, name)
     raise AttributeError(f"module 'nanoir' has no attribute {name!r}")

@@ -33,8 +33,22 @@ def _quantize() -> type[ModulePass]:
     return QuantizePass
 
 
+def _fold_bn() -> type[ModulePass]:
+    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+
+    return FoldBatchNormPass
+
+
+def _lower_to_hw() -> type[ModulePass]:
+    from nanoir.lowering.lower_to_hw import LowerToHwPass
+
+    return LowerToHwPass
+
+
 NANOIR_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
+    "fold-bn": _fold_bn,
     "quantize": _quantize,
+    "lower-to-hw": _lower_to_hw,
 }
 """Passes nanoir defines (``lowering/``)."""
 

@@ -1,0 +1,964 @@
+"""Import a ``torch.nn.Module`` as an nf program, through ``torch.export``.
+
+The network is exported (``torch.export.export``, in eval mode) and functionalized with
+``run_decompositions({})``: in-place ops become functional, ``batch_norm`` becomes
+``_native_batch_norm_legit_no_training``, but conv, linear, batch norm, pools and activations
+stay single ATen ops, each of which maps to one nf op (or a short fixed sequence). Every node of
+the resulting FX graph goes through one handler in :data:`ATEN_HANDLERS`, keyed by the ATen
+overload's name (``aten.conv2d.default``).
+
+What comes out is a ``builtin.module`` holding ``func.func @main``: the arguments are the
+network's tensor inputs, the body is nf ops, and ``func.return`` gives the outputs in torch's
+order. Parameters, buffers and lifted tensor constants become ``nf.constant`` ops carrying
+their torch path (``layer1.0.conv1.weight``) as ``name`` and, sanitized, as the SSA name hint;
+they are emitted at the top of the function, in order of first use. Python scalars
+(``x + 2``) become unnamed rank-0 constants.
+
+Shapes: with ``dynamic_batch`` (the default) dim 0 of every input is a ``torch.export.Dim``,
+printed ``?`` in the IR. torch.export specializes a size-1 dim to the constant 1, so a batch-1
+example is doubled before tracing (only shapes matter to the trace). Every op's nf result type
+is checked against the shape and dtype torch.export recorded for the node
+(``node.meta["val"]``); reshapes take their target from there.
+
+Anything without an nf equivalent raises one :class:`FrontendError` naming each offending ATen
+op, the module path it comes from (``node.meta["nn_module_stack"]``) and the source line
+(``node.meta["stack_trace"]``), followed by the list of supported ops.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FunctionType,
+    ModuleOp,
+    TensorType,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from nanoir.dialects import nf
+from nanoir.dialects.shapes import ShapeError
+from nanoir.frontend.errors import FrontendError
+
+__all__ = [
+    "ATEN_HANDLERS",
+    "FrontendError",
+    "export",
+    "from_torch",
+    "import_program",
+    "name_hint",
+    "supported_aten_ops",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Types and constants
+# --------------------------------------------------------------------------------------------
+
+_FLOAT_TYPES: dict[torch.dtype, tuple[Callable[[], Attribute], str]] = {
+    torch.float16: (Float16Type, "<f2"),
+    torch.float32: (Float32Type, "<f4"),
+    torch.float64: (Float64Type, "<f8"),
+}
+
+
+def _element_type(dtype: torch.dtype) -> Attribute:
+    if dtype not in _FLOAT_TYPES:
+        raise _Unsupported(f"tensors of dtype {dtype} (nf holds float16/32/64 only)")
+    return _FLOAT_TYPES[dtype][0]()
+
+
+def _numpy_dtype(element_type: Attribute) -> str:
+    for make, np_dtype in _FLOAT_TYPES.values():
+        if element_type == make():
+            return np_dtype
+    raise AssertionError(f"not a float element type: {element_type}")
+
+
+def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr:
+    """A ``dense<...>`` attribute holding ``array`` converted to ``element_type``."""
+    # np.asarray keeps rank 0 (np.ascontiguousarray would make it [1]); tobytes is C order.
+    data = np.asarray(array, dtype=_numpy_dtype(element_type))
+    return DenseIntOrFPElementsAttr(TensorType(element_type, data.shape), BytesAttr(data.tobytes()))
+
+
+def name_hint(path: str) -> str:
+    """A valid SSA name hint for a torch path: invalid characters become ``_`` and a leading
+    digit (a top-level ``nn.Sequential``) gets a ``_`` prefix.
+
+    >>> name_hint("layer1.0.conv1.weight")
+    'layer1.0.conv1.weight'
+    >>> name_hint("0.weight")
+    '_0.weight'
+    """
+    hint = re.sub(r"[^A-Za-z0-9_$.-]", "_", path)
+    return hint if re.match(r"[A-Za-z_$.-]", hint) else "_" + hint
+
+
+def _meta_shape(val: Any) -> tuple[int, ...]:
+    """A fake tensor's shape with symbolic dims as ``DYNAMIC_INDEX``."""
+    return tuple(d if isinstance(d, int) else DYNAMIC_INDEX for d in val.shape)
+
+
+def _tensor_type(val: Any) -> TensorType:
+    return TensorType(_element_type(val.dtype), _meta_shape(val))
+
+
+# --------------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------------
+
+
+class _Unsupported(Exception):
+    """Raised by a handler for an op or argument it cannot map; becomes a FrontendError."""
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)')
+
+
+def _frames(trace: str) -> list[tuple[str, str, str, str]]:
+    """``(file, line, function, code)`` per frame of a Python stack trace (code may be empty:
+    source typed at a prompt has none)."""
+    lines = trace.splitlines()
+    frames = []
+    for i, text in enumerate(lines):
+        m = _FRAME.fullmatch(text)
+        if m is None:
+            continue
+        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        if _FRAME.fullmatch(code):
+            code = ""
+        frames.append((m["file"], m["line"], m["func"], code))
+    return frames
+
+
+def source_line(node: fx.Node) -> str:
+    """``file:line in func: code`` of the innermost user frame that created ``node``.
+
+    The last frame of the stack trace outside torch's own sources (an ``nn.ReLU`` module's
+    last frame is in ``torch/nn/modules``, which says nothing about the user's network).
+    """
+    frames = _frames(node.meta.get("stack_trace") or "")
+    if not frames:
+        return "<unknown source>"
+    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    file, line, func, code = (user or frames)[-1]
+    return f"{file}:{line} in {func}" + (f": {code}" if code else "")
+
+
+def module_path(node: fx.Node) -> str:
+    """The innermost module that created ``node``: ``'layer1.0.conv1' (Conv2d)``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "<unknown module>"
+    path, type_name = list(stack.values())[-1]
+    cls = str(type_name).rsplit(".", 1)[-1]
+    return f"'{path}' ({cls})" if path else f"<root> ({cls})"
+
+
+def _describe(node: fx.Node) -> str:
+    return f"{node.target}\n    in module {module_path(node)}\n    at {source_line(node)}"
+
+
+def _supported_list() -> str:
+    return "supported ATen ops: " + ", ".join(supported_aten_ops())
+
+
+# --------------------------------------------------------------------------------------------
+# The importer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _TorchConstant:
+    """A parameter, buffer or lifted constant, turned into an ``nf.constant`` on first use
+    (once per element type: integer constants take the float type of their consumer)."""
+
+    tensor: torch.Tensor
+    name: str
+    ops: dict[Attribute, SSAValue] = field(default_factory=dict)
+
+
+Value = SSAValue | list[SSAValue | None] | _TorchConstant | None
+Handler = Callable[["_Importer", fx.Node, dict[str, Any]], Value]
+
+
+class _Importer:
+    """Walks an exported graph and builds the nf function, one handler call per node."""
+
+    def __init__(self, program: torch.export.ExportedProgram):
+        self.program = program
+        self.values: dict[fx.Node, Value] = {}
+        self.constant_ops: list[Operation] = []
+        self.body_ops: list[Operation] = []
+
+    # -- operands ------------------------------------------------------------------------
+
+    def tensor(self, arg: Any, element_type: Attribute | None = None) -> SSAValue:
+        """The nf value of a tensor argument; an integer constant becomes ``element_type``."""
+        if not isinstance(arg, fx.Node):
+            raise _Unsupported(f"expected a tensor operand, got {arg!r}")
+        value = self.values.get(arg)
+        if isinstance(value, _TorchConstant):
+            return self._materialize(value, element_type)
+        if not isinstance(value, SSAValue):
+            raise _Unsupported(f"operand {arg.name} is not a tensor nf can hold")
+        return value
+
+    def operand(self, arg: Any, element_type: Attribute) -> SSAValue:
+        """A tensor operand, or a Python number as a rank-0 constant of ``element_type``."""
+        if isinstance(arg, (bool, int, float)):
+            return self.scalar(float(arg), element_type)
+        return self.tensor(arg, element_type)
+
+    def optional_tensor(self, arg: Any) -> SSAValue | None:
+        return None if arg is None else self.tensor(arg)
+
+    def scalar(self, value: float, element_type: Attribute) -> SSAValue:
+        op = nf.ConstantOp(_dense(np.array(value), element_type))
+        self.constant_ops.append(op)
+        return op.result
+
+    def fill(self, value: float, shape: Sequence[int], element_type: Attribute) -> SSAValue:
+        op = nf.ConstantOp(_dense(np.full(tuple(shape), value), element_type))
+        self.constant_ops.append(op)
+        return op.result
+
+    def _materialize(self, const: _TorchConstant, element_type: Attribute | None) -> SSAValue:
+        dtype = const.tensor.dtype
+        if dtype in _FLOAT_TYPES:
+            elt = _element_type(dtype)
+        elif element_type is not None and not dtype.is_complex:
+            elt = element_type  # integer/bool constants join float arithmetic as floats
+        else:
+            raise _Unsupported(f"constant '{const.name}' has dtype {dtype}")
+        if elt not in const.ops:
+            array = const.tensor.detach().cpu().numpy()
+            op = nf.ConstantOp(_dense(array, elt), name=const.name)
+            op.result.name_hint = name_hint(const.name)
+            self.constant_ops.append(op)
+            const.ops[elt] = op.result
+        return const.ops[elt]
+
+    # -- results -------------------------------------------------------------------------
+
+    def emit(self, op: Operation) -> Operation:
+        op.verify()
+        self.body_ops.append(op)
+        return op
+
+    def result_type(self, node: fx.Node) -> TensorType:
+        return _tensor_type(node.meta["val"])
+
+    def element_type(self, node: fx.Node) -> Attribute:
+        return _element_type(node.meta["val"].dtype)
+
+    def rank(self, value: SSAValue) -> int:
+        return len(nf.tensor_shape(value))
+
+    # -- the walk ------------------------------------------------------------------------
+
+    def run(self, function_name: str) -> ModuleOp:
+        graph = self.program.graph
+        self._reject_unsupported(graph)
+        specs = {s.arg.name: s for s in self.program.graph_signature.input_specs}
+        block = Block()
+        outputs: list[SSAValue] = []
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                self._placeholder(node, specs[node.name], block)
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                outputs = self._outputs(node)
+            else:  # get_attr / call_module do not survive torch.export
+                raise FrontendError(f"unexpected FX node {node.op} {node.target}")
+        block.add_ops([*self.constant_ops, *self.body_ops, ReturnOp(*outputs)])
+        ftype = FunctionType.from_lists(block.arg_types, [v.type for v in outputs])
+        module = ModuleOp([FuncOp(function_name, ftype, Region(block))])
+        module.verify()
+        return module
+
+    def _reject_unsupported(self, graph: fx.Graph) -> None:
+        """One error listing every unsupported op, before any conversion."""
+        problems: list[str] = []
+        for node in graph.nodes:
+            if node.op != "call_function" or _is_shape_arithmetic(node):
+                continue
+            if node.target is operator.getitem or str(node.target) in ATEN_HANDLERS:
+                continue
+            text = _describe(node)
+            if text not in problems:
+                problems.append(text)
+        if problems:
+            listing = "\n".join(f"  - {p}" for p in problems)
+            raise FrontendError(
+                f"cannot import {len(problems)} op(s) with no nf equivalent:\n{listing}\n"
+                + _supported_list()
+            )
+
+    def _placeholder(self, node: fx.Node, spec: Any, block: Block) -> None:
+        from torch.export.graph_signature import InputKind
+
+        if spec.kind == InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise FrontendError(f"input '{node.name}' is not a tensor ({val!r})")
+            try:
+                arg = block.insert_arg(_tensor_type(val), len(block.args))
+            except _Unsupported as e:
+                raise FrontendError(f"input '{node.name}': {e}") from None
+            arg.name_hint = name_hint(node.name)
+            self.values[node] = arg
+            return
+        if not node.users:  # e.g. bn.num_batches_tracked
+            return
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            source = self.program.state_dict if spec.target in self.program.state_dict else (
+                self.program.constants
+            )
+            value = source[spec.target]
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            value = self.program.constants[spec.target]
+        else:
+            raise FrontendError(f"input '{node.name}' of kind {spec.kind.name} is not supported")
+        if not isinstance(value, torch.Tensor):
+            raise FrontendError(f"constant '{spec.target}' is not a tensor ({type(value)})")
+        self.values[node] = _TorchConstant(value, spec.target)
+
+    def _call(self, node: fx.Node) -> None:
+        if _is_shape_arithmetic(node):
+            self.values[node] = None
+            return
+        try:
+            if node.target is operator.getitem:
+                result = self._getitem(node)
+            else:
+                handler = ATEN_HANDLERS[str(node.target)]
+                result = handler(self, node, _bind_args(node))
+                self._check_against_meta(node, result)
+        except _Unsupported as e:
+            raise FrontendError(f"cannot import {_describe(node)}\n  reason: {e}") from None
+        except (VerifyException, ShapeError) as e:
+            raise FrontendError(
+                f"internal error importing {_describe(node)}\n  reason: {e}"
+            ) from None
+        self.values[node] = result
+
+    def _getitem(self, node: fx.Node) -> Value:
+        source, index = node.args
+        items = self.values.get(source)  # type: ignore[arg-type]
+        if not isinstance(items, list):
+            raise _Unsupported(f"indexing {source} is not supported")
+        item = items[index]  # type: ignore[index]
+        if item is None:
+            raise _Unsupported(f"result {index} of {source.target} has no nf equivalent")  # type: ignore[union-attr]
+        return item
+
+    def _check_against_meta(self, node: fx.Node, result: Value) -> None:
+        """The nf result types must be exactly what torch.export recorded."""
+        val = node.meta.get("val")
+        pairs: list[tuple[SSAValue, Any]] = []
+        if isinstance(result, SSAValue):
+            pairs.append((result, val))
+        elif isinstance(result, list):
+            pairs += [(r, v) for r, v in zip(result, val) if r is not None]
+        for value, meta in pairs:
+            expected = _tensor_type(meta)
+            if value.type != expected:
+                raise VerifyException(
+                    f"nf result type {value.type} differs from torch's {expected}"
+                )
+
+    def _outputs(self, node: fx.Node) -> list[SSAValue]:
+        from torch.export.graph_signature import OutputKind
+
+        specs = self.program.graph_signature.output_specs
+        results: list[SSAValue] = []
+        for arg, spec in zip(node.args[0], specs):  # type: ignore[arg-type]
+            if spec.kind != OutputKind.USER_OUTPUT:
+                continue
+            try:
+                results.append(self.tensor(arg))
+            except _Unsupported as e:
+                raise FrontendError(f"output {arg}: {e}") from None
+        return results
+
+
+_SHAPE_OPS = {
+    "aten.sym_size.int",
+    "aten.sym_numel.default",
+    "aten.sym_stride.int",
+    "aten._assert_scalar.default",
+    "aten._assert_tensor_metadata.default",
+    "aten.sym_constrain_range_for_size.default",
+}
+
+
+def _is_shape_arithmetic(node: fx.Node) -> bool:
+    """Nodes that compute sizes (SymInts) or assert on them: the IR takes shapes from meta."""
+    if str(node.target) in _SHAPE_OPS:
+        return True
+    if node.target is not operator.getitem and getattr(node.target, "__module__", None) in (
+        "_operator", "operator"
+    ):
+        return not isinstance(node.meta.get("val"), torch.Tensor)
+    return False
+
+
+def _bind_args(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    bound: dict[str, Any] = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args) and not arg.kwarg_only:
+            bound[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            bound[arg.name] = node.kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
+        else:
+            bound[arg.name] = None
+    return bound
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers: one per ATen op
+# --------------------------------------------------------------------------------------------
+
+
+def _ints(value: int | Sequence[int], n: int) -> list[int]:
+    """An int or a list of 1 or n ints, as n ints (torch's window-argument convention)."""
+    if isinstance(value, int):
+        return [value] * n
+    values = [int(v) for v in value]
+    return values * n if len(values) == 1 else values
+
+
+def _unless(values: list[int], default: int) -> list[int] | None:
+    """``None`` when every entry is the default, so the IR leaves the property out."""
+    return None if all(v == default for v in values) else values
+
+
+def _axis(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def _identity(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """clone, alias, detach...: the input itself (a torch constant stays one)."""
+    source = node.args[0]
+    if not isinstance(source, fx.Node) or source not in imp.values:
+        raise _Unsupported(f"expected a tensor operand, got {source!r}")
+    return imp.values[source]
+
+
+def _dropout(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    if a["train"]:
+        raise _Unsupported("dropout in training mode")
+    return _identity(imp, node, a)
+
+
+def _conv(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """conv1d/conv2d (``padding`` a list or ``'same'``/``'valid'``) and ``convolution``."""
+    if a.get("transposed"):
+        raise _Unsupported("transposed convolution")
+    x, w = imp.tensor(a["input"]), imp.tensor(a["weight"])
+    bias = imp.optional_tensor(a["bias"])
+    n = imp.rank(x) - 2
+    strides, dilations = _ints(a["stride"], n), _ints(a["dilation"], n)
+    kernel = nf.tensor_shape(w)[2:]
+    padding = a["padding"]
+    if padding == "valid":
+        begins = ends = [0] * n
+    elif padding == "same":
+        # torch pads d*(k-1) in total, the odd one on the right (F.pad(input, [0, 1])).
+        totals = [d * (k - 1) for d, k in zip(dilations, kernel)]
+        begins = [t // 2 for t in totals]
+        ends = [t - t // 2 for t in totals]
+    else:
+        begins = ends = _ints(padding, n)
+    op = nf.ConvOp(
+        x, w, bias, strides=_unless(strides, 1), pads=_unless([*begins, *ends], 0),
+        dilations=_unless(dilations, 1), groups=int(a["groups"]),
+    )
+    return imp.emit(op).result
+
+
+def _linear(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x, w = imp.tensor(a["input"]), imp.tensor(a["weight"])
+    return imp.emit(nf.LinearOp(x, w, imp.optional_tensor(a["bias"]))).result
+
+
+def _matmul(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """matmul, mm and bmm: all are ``torch.matmul`` on operands of the right rank."""
+    lhs, rhs = (imp.tensor(v) for v in list(a.values())[:2])
+    return imp.emit(nf.MatmulOp(lhs, rhs)).result
+
+
+def _batch_norm_op(
+    imp: _Importer, node: fx.Node, a: dict[str, Any], eps: float
+) -> SSAValue:
+    x = imp.tensor(a["input"])
+    if a["running_mean"] is None or a["running_var"] is None:
+        raise _Unsupported("batch norm without running statistics (training mode)")
+    mean, var = imp.tensor(a["running_mean"]), imp.tensor(a["running_var"])
+    channels = nf.tensor_shape(mean)
+    elt = x.type.get_element_type()  # type: ignore[union-attr]
+    scale = imp.tensor(a["weight"]) if a["weight"] is not None else imp.fill(1.0, channels, elt)
+    bias = imp.tensor(a["bias"]) if a["bias"] is not None else imp.fill(0.0, channels, elt)
+    return imp.emit(nf.BatchNormOp(x, scale, bias, mean, var, eps)).result
+
+
+def _batch_norm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``aten.batch_norm`` (before functionalization)."""
+    if a["training"]:
+        raise _Unsupported("batch norm in training mode")
+    return _batch_norm_op(imp, node, a, float(a["eps"]))
+
+
+def _batch_norm_no_training(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``(output, save_mean, save_invstd)``; only the output is used in inference."""
+    return [_batch_norm_op(imp, node, a, float(a["eps"])), None, None]
+
+
+_BINARY: dict[str, type[nf.BinaryFloatOp]] = {
+    "add": nf.AddOp, "sub": nf.SubOp, "mul": nf.MulOp, "div": nf.DivOp, "rsub": nf.SubOp,
+}
+
+
+def _binary(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """add/sub/rsub/mul/div with tensors or Python scalars. ``alpha`` scales the second
+    operand of the subtraction or addition: ``add(x, y, alpha) = x + alpha * y`` and
+    ``rsub(x, y, alpha) = y - alpha * x``."""
+    kind = str(node.target).split(".")[1]
+    if a.get("rounding_mode") is not None:
+        raise _Unsupported(f"division with rounding_mode={a['rounding_mode']!r}")
+    elt = imp.element_type(node)
+    lhs_arg, rhs_arg = a["self"], a["other"]
+    if kind == "rsub":
+        lhs_arg, rhs_arg = rhs_arg, lhs_arg
+    alpha = a.get("alpha")
+    if alpha is not None and alpha != 1:
+        if isinstance(rhs_arg, (int, float)):
+            rhs_arg = rhs_arg * alpha
+        else:
+            scale = imp.scalar(float(alpha), elt)
+            rhs_arg = imp.emit(nf.MulOp(imp.tensor(rhs_arg, elt), scale)).result
+    lhs = imp.operand(lhs_arg, elt)
+    rhs = rhs_arg if isinstance(rhs_arg, SSAValue) else imp.operand(rhs_arg, elt)
+    return imp.emit(_BINARY[kind](lhs, rhs)).result
+
+
+def _unary(op_type: type[nf.UnaryFloatOp]) -> Handler:
+    def handle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+        return imp.emit(op_type(imp.tensor(node.args[0]))).result
+
+    handle.__doc__ = f"One ``{op_type.name}``."
+    return handle
+
+
+def _relu6(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    return imp.emit(nf.ClampOp(imp.tensor(a["self"]), 0.0, 6.0)).result
+
+
+def _hardtanh(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x = imp.tensor(a["self"])
+    return imp.emit(nf.ClampOp(x, float(a["min_val"]), float(a["max_val"]))).result
+
+
+def _clamp(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    lo = None if a["min"] is None else float(a["min"])
+    hi = None if a["max"] is None else float(a["max"])
+    return imp.emit(nf.ClampOp(imp.tensor(a["self"]), lo, hi)).result
+
+
+def _leaky_relu(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    return imp.emit(nf.LeakyReluOp(imp.tensor(a["self"]), float(a["negative_slope"]))).result
+
+
+def _prelu(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x, slope = imp.tensor(a["self"]), imp.tensor(a["weight"])
+    if len(nf.tensor_shape(slope)) != 1:
+        slope = imp.emit(nf.ReshapeOp(slope, [math.prod(nf.tensor_shape(slope))])).result
+    return imp.emit(nf.PReluOp(x, slope)).result
+
+
+def _max_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x = imp.tensor(a["self"])
+    n = imp.rank(x) - 2
+    kernel = _ints(a["kernel_size"], n)
+    strides = _ints(a["stride"], n) if a["stride"] else kernel
+    pads = _ints(a["padding"], n)
+    op = nf.MaxPoolOp(
+        x, kernel, strides=_unless(strides, 1), pads=_unless(pads * 2, 0),
+        dilations=_unless(_ints(a["dilation"], n), 1), ceil_mode=bool(a["ceil_mode"]),
+    )
+    return imp.emit(op).result
+
+
+def _max_pool_with_indices(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``(output, indices)``; the indices have no nf equivalent."""
+    return [_max_pool(imp, node, a), None]  # type: ignore[list-item]
+
+
+def _avg_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x = imp.tensor(a["self"])
+    n = imp.rank(x) - 2
+    kernel = _ints(a["kernel_size"], n)
+    strides = _ints(a["stride"], n) if a["stride"] else kernel
+    op = nf.AvgPoolOp(
+        x, kernel, strides=_unless(strides, 1), pads=_unless(_ints(a["padding"], n) * 2, 0),
+        ceil_mode=bool(a["ceil_mode"]), count_include_pad=bool(a["count_include_pad"]),
+        divisor_override=a.get("divisor_override"),
+    )
+    return imp.emit(op).result
+
+
+def _adaptive_avg_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x = imp.tensor(a["self"])
+    size = _ints(a["output_size"], imp.rank(x) - 2)
+    return imp.emit(nf.AdaptiveAvgPoolOp(x, size)).result
+
+
+def _mean(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """A mean over all spatial dims (``x.mean((2, 3))``) is a global average pool."""
+    x = imp.tensor(a["self"])
+    rank = imp.rank(x)
+    dims = sorted(_axis(d, rank) for d in (a["dim"] or []))
+    if rank < 3 or dims != list(range(2, rank)):
+        raise _Unsupported(f"mean over dims {a['dim']} (only over all spatial dims [2..])")
+    y = imp.emit(nf.AdaptiveAvgPoolOp(x, [1] * (rank - 2))).result
+    if a["keepdim"]:
+        return y
+    return imp.emit(nf.ReshapeOp(y, imp.result_type(node).get_shape())).result
+
+
+def _cat(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    elt = imp.element_type(node)
+    inputs = [imp.tensor(t, elt) for t in a["tensors"]]
+    axis = _axis(int(a["dim"]), imp.rank(inputs[0]))
+    if len(inputs) == 1:
+        return inputs[0]
+    return imp.emit(nf.ConcatOp(inputs, axis)).result
+
+
+def _split(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """split/split_with_sizes/chunk: the piece sizes are read from torch's meta."""
+    x = imp.tensor(a["self"])
+    axis = _axis(int(a["dim"]), imp.rank(x))
+    sizes = [_meta_shape(v)[axis] for v in node.meta["val"]]
+    if DYNAMIC_INDEX in sizes:
+        raise _Unsupported(f"splitting the dynamic dim {axis}")
+    op = imp.emit(nf.SplitOp(x, axis, sizes))
+    return list(op.results)
+
+
+def _slice(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """A full slice is dropped; ``x[a:b]`` with step 1 is the middle piece of an nf.split."""
+    x = imp.tensor(a["self"])
+    shape = nf.tensor_shape(x)
+    axis = _axis(int(a["dim"]), len(shape))
+    length = shape[axis]
+    start = 0 if a["start"] is None else int(a["start"])
+    end = None if a["end"] is None or a["end"] >= 2**62 else int(a["end"])
+    step = int(a["step"])
+    if start == 0 and end is None and step == 1:
+        return x
+    if length == DYNAMIC_INDEX or step != 1:
+        raise _Unsupported("slicing a dynamic dim or with a step other than 1")
+    start, stop, _ = slice(start, end).indices(length)
+    return _take_range(imp, x, axis, start, stop)
+
+
+def _select(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``x[..., i, ...]``: an nf.split piece of length 1, then a reshape that drops the dim."""
+    x = imp.tensor(a["self"])
+    shape = nf.tensor_shape(x)
+    axis = _axis(int(a["dim"]), len(shape))
+    if shape[axis] == DYNAMIC_INDEX:
+        raise _Unsupported(f"selecting from the dynamic dim {axis}")
+    index = int(a["index"]) % shape[axis]
+    piece = _take_range(imp, x, axis, index, index + 1)
+    return imp.emit(nf.ReshapeOp(piece, imp.result_type(node).get_shape())).result
+
+
+def _take_range(imp: _Importer, x: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
+    length = nf.tensor_shape(x)[axis]
+    if (start, stop) == (0, length):
+        return x
+    sizes = [s for s in (start, stop - start, length - stop) if s > 0]
+    op = imp.emit(nf.SplitOp(x, axis, sizes))
+    return op.results[1 if start > 0 else 0]
+
+
+def _reshape(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """view/reshape/flatten/squeeze/unsqueeze: one nf.reshape to torch's result shape."""
+    x = imp.tensor(node.args[0])
+    target = imp.result_type(node)
+    if x.type == target:
+        return x
+    return imp.emit(nf.ReshapeOp(x, target.get_shape())).result
+
+
+def _permute(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x = imp.tensor(a["self"])
+    rank = imp.rank(x)
+    perm = [_axis(int(d), rank) for d in a["dims"]]
+    return imp.emit(nf.TransposeOp(x, perm)).result
+
+
+def _transpose(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    x = imp.tensor(a["self"])
+    rank = imp.rank(x)
+    d0, d1 = _axis(int(a["dim0"]), rank), _axis(int(a["dim1"]), rank)
+    if d0 == d1:
+        return x
+    perm = list(range(rank))
+    perm[d0], perm[d1] = d1, d0
+    return imp.emit(nf.TransposeOp(x, perm)).result
+
+
+def _t(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``x.t()``: swaps the two dims of a matrix; 0-D and 1-D tensors are unchanged."""
+    x = imp.tensor(a["self"])
+    if imp.rank(x) < 2:
+        return x
+    return imp.emit(nf.TransposeOp(x, [1, 0])).result
+
+
+_PAD_MODES = {"constant": nf.PadMode.CONSTANT, "reflect": nf.PadMode.REFLECT,
+              "replicate": nf.PadMode.EDGE}
+
+
+def _pad(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """constant_pad_nd and pad: torch lists (begin, end) pairs from the last dim backwards;
+    nf lists all begins, then all ends, from the first dim."""
+    x = imp.tensor(a["self"])
+    rank = imp.rank(x)
+    mode = a.get("mode", "constant")
+    if mode not in _PAD_MODES:
+        raise _Unsupported(f"padding mode {mode!r} (supported: {', '.join(_PAD_MODES)})")
+    pairs = list(a["pad"])
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pairs) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = int(pairs[2 * i]), int(pairs[2 * i + 1])
+    value = 0.0 if a["value"] is None else float(a["value"])
+    return imp.emit(nf.PadOp(x, [*begins, *ends], _PAD_MODES[mode], value)).result
+
+
+def _nearest_sources(length: int, out: int, ratio: np.float32) -> list[int]:
+    """Input index of each output of a nearest resize in torch's float32 arithmetic."""
+    if out in (length, 2 * length):
+        return [j * length // out for j in range(out)]
+    return [min(int(np.floor(np.float32(j) * ratio)), length - 1) for j in range(out)]
+
+
+def _upsample_nearest(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """nf.upsample_nearest resizes to the static result size, reading index
+    ``floor(j * in / out)``. torch reads ``floor(j / scale)`` when given a scale, so a scale
+    is accepted only where both pick the same pixels (always for integer scales)."""
+    x = imp.tensor(node.args[0])
+    in_spatial = nf.tensor_shape(x)[2:]
+    out_spatial = imp.result_type(node).get_shape()[2:]
+    if DYNAMIC_INDEX in (*in_spatial, *out_spatial):
+        raise _Unsupported("nearest upsampling of dynamic spatial dims")
+    scales = a.get("scale_factors")
+    if scales is None:
+        scales = [a.get(k) for k in ("scales", "scales_h", "scales_w") if k in a]
+    for i, (length, out) in enumerate(zip(in_spatial, out_spatial)):
+        scale = scales[i] if scales and i < len(scales) else None
+        if scale is None:
+            continue
+        by_size = _nearest_sources(length, out, np.float32(length) / np.float32(out))
+        by_scale = _nearest_sources(length, out, np.float32(1.0 / scale))
+        if by_size != by_scale:
+            raise _Unsupported(
+                f"scale factor {scale} picks other pixels than size {length} -> {out}; "
+                "pass an output size instead"
+            )
+    return imp.emit(nf.UpsampleNearestOp(x, out_spatial)).result
+
+
+ATEN_HANDLERS: dict[str, Handler] = {
+    # convolution and dense layers
+    "aten.conv1d.default": _conv,
+    "aten.conv1d.padding": _conv,
+    "aten.conv2d.default": _conv,
+    "aten.conv2d.padding": _conv,
+    "aten.convolution.default": _conv,
+    "aten.linear.default": _linear,
+    "aten.matmul.default": _matmul,
+    "aten.mm.default": _matmul,
+    "aten.bmm.default": _matmul,
+    # normalization
+    "aten.batch_norm.default": _batch_norm,
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm_no_training,
+    # elementwise arithmetic
+    "aten.add.Tensor": _binary,
+    "aten.add.Scalar": _binary,
+    "aten.sub.Tensor": _binary,
+    "aten.sub.Scalar": _binary,
+    "aten.rsub.Tensor": _binary,
+    "aten.rsub.Scalar": _binary,
+    "aten.mul.Tensor": _binary,
+    "aten.mul.Scalar": _binary,
+    "aten.div.Tensor": _binary,
+    "aten.div.Scalar": _binary,
+    "aten.div.Tensor_mode": _binary,
+    # activations
+    "aten.relu.default": _unary(nf.ReluOp),
+    "aten.sigmoid.default": _unary(nf.SigmoidOp),
+    "aten.tanh.default": _unary(nf.TanhOp),
+    "aten.hardsigmoid.default": _unary(nf.HardSigmoidOp),
+    "aten.hardswish.default": _unary(nf.HardSwishOp),
+    "aten.relu6.default": _relu6,
+    "aten.hardtanh.default": _hardtanh,
+    "aten.clamp.default": _clamp,
+    "aten.leaky_relu.default": _leaky_relu,
+    "aten.prelu.default": _prelu,
+    # pooling
+    "aten.max_pool1d.default": _max_pool,
+    "aten.max_pool2d.default": _max_pool,
+    "aten.max_pool2d_with_indices.default": _max_pool_with_indices,
+    "aten.avg_pool1d.default": _avg_pool,
+    "aten.avg_pool2d.default": _avg_pool,
+    "aten.adaptive_avg_pool1d.default": _adaptive_avg_pool,
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.mean.dim": _mean,
+    # data movement
+    "aten.cat.default": _cat,
+    "aten.split.Tensor": _split,
+    "aten.split_with_sizes.default": _split,
+    "aten.chunk.default": _split,
+    "aten.slice.Tensor": _slice,
+    "aten.select.int": _select,
+    "aten.view.default": _reshape,
+    "aten.reshape.default": _reshape,
+    "aten._unsafe_view.default": _reshape,
+    "aten.flatten.using_ints": _reshape,
+    "aten.unsqueeze.default": _reshape,
+    "aten.squeeze.default": _reshape,
+    "aten.squeeze.dim": _reshape,
+    "aten.squeeze.dims": _reshape,
+    "aten.permute.default": _permute,
+    "aten.transpose.int": _transpose,
+    "aten.t.default": _t,
+    "aten.constant_pad_nd.default": _pad,
+    "aten.pad.default": _pad,
+    "aten.upsample_nearest1d.vec": _upsample_nearest,
+    "aten.upsample_nearest2d.vec": _upsample_nearest,
+    "aten.upsample_nearest1d.default": _upsample_nearest,
+    "aten.upsample_nearest2d.default": _upsample_nearest,
+    # no-ops at inference
+    "aten.dropout.default": _dropout,
+    "aten.clone.default": _identity,
+    "aten.alias.default": _identity,
+    "aten.contiguous.default": _identity,
+    "aten.detach.default": _identity,
+    "aten.detach_.default": _identity,
+    "aten.lift_fresh_copy.default": _identity,
+}
+"""The handler of each supported ATen overload, by its name (``str(OpOverload)``)."""
+
+
+def supported_aten_ops() -> list[str]:
+    """The ATen ops the frontend converts, sorted."""
+    return sorted(ATEN_HANDLERS)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------
+
+
+def _as_tuple(example_inputs: Any) -> tuple[Any, ...]:
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    return tuple(example_inputs)
+
+
+def export(
+    model: torch.nn.Module, example_inputs: Any, *, dynamic_batch: bool = True
+) -> torch.export.ExportedProgram:
+    """``torch.export`` the model in eval mode and functionalize it (``run_decompositions({})``).
+
+    The modules' training flags are restored afterwards. With ``dynamic_batch``, dim 0 of every
+    input is one shared ``Dim("batch")``; batch-1 examples are doubled first, since
+    torch.export would specialize a size-1 dim.
+    """
+    inputs = _as_tuple(example_inputs)
+    dynamic_shapes = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch")
+        inputs = tuple(
+            torch.cat([t, t]) if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == 1
+            else t
+            for t in inputs
+        )
+        dynamic_shapes = tuple(
+            {0: batch} if isinstance(t, torch.Tensor) and t.ndim else None for t in inputs
+        )
+    # eval() flips every submodule; remember each flag, as some may have been set on their own.
+    training = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
+            program = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
+            return program.run_decompositions({})
+    except Exception as e:  # torch raises many types here; the message is what matters
+        hint = " (try dynamic_batch=False)" if dynamic_batch else ""
+        lines = str(e).strip().splitlines()
+        detail = "\n".join(lines[:25])
+        raise FrontendError(
+            f"torch.export could not trace {type(model).__name__}{hint}:\n"
+            f"{type(e).__name__}: {detail}"
+        ) from e
+    finally:
+        for m, flag in training.items():
+            m.training = flag
+
+
+def import_program(
+    program: torch.export.ExportedProgram, *, function_name: str = "main"
+) -> ModuleOp:
+    """Convert an exported program to an nf module.
+
+    The program must be functional (``run_decompositions`` makes it so, as :func:`export`
+    does): in-place ops are not supported, since a later use of a mutated tensor would read
+    the value from before the mutation.
+    """
+    return _Importer(program).run(function_name)
+
+
+def from_torch(
+    model: torch.nn.Module, example_inputs: Any, *, dynamic_batch: bool = True
+) -> ModuleOp:
+    """Import ``model`` as an nf program: ``builtin.module { func.func @main(...) }``.
+
+    ``example_inputs`` is a tensor or a tuple of tensors (the positional arguments of
+    ``forward``). The batch dim (dim 0) of every input is dynamic (``?``) unless
+    ``dynamic_batch=False``, in which case the example's shapes are kept. Raises
+    :class:`FrontendError` for networks that cannot be imported.
+    """
+    return import_program(export(model, example_inputs, dynamic_batch=dynamic_batch))
