@@ -174,6 +174,12 @@ def _bits_of_codes(codes: np.ndarray) -> int:
     return max(need, 2)
 
 
+def _bits_of_bound(bound: np.ndarray) -> int:
+    """Signed bits needed for values of magnitude at most ``max(bound)``."""
+    worst = max((int(v) for v in np.asarray(bound).reshape(-1)), default=0)
+    return max(worst.bit_length() + 1, 2)
+
+
 def dyadic_exponent(values: np.ndarray, limit: int = 60) -> int | None:
     """The smallest ``k`` in ``[-limit, limit]`` making every ``v * 2**k`` an integer, if any."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -203,6 +209,8 @@ class HwLowering:
         """Float constants not (yet) quantized, by nq value."""
         self.arg_attrs: list[DictionaryAttr] = []
         self.input_index: dict[SSAValue, int] = {}
+        self.late_bias: HwValue | None = None
+        self.acc_bits = 32
         self.handlers: dict[type[Operation], Callable[[Any], None]] = {
             nf.ConstantOp: self.constant,
             FakeQuantOp: self.fake_quant,
@@ -278,6 +286,13 @@ class HwLowering:
         layout = layout or runtime_layout(len(shape))
         return TensorType(IntegerType(width), shape, _fixed(exps, len(shape), layout))
 
+    @staticmethod
+    def declared(hv: HwValue) -> int:
+        """The element width in ``hv``'s nh type (what the verifier reasons about)."""
+        t = hv.value.type
+        assert isinstance(t, TensorType) and isinstance(t.get_element_type(), IntegerType)
+        return t.get_element_type().width.data
+
     def layout_of(self, hv: HwValue) -> str:
         t = hv.value.type
         assert isinstance(t, TensorType) and isinstance(t.encoding, nh.FixedAttr)
@@ -303,7 +318,8 @@ class HwLowering:
         if rank != hv.rank:
             raise self.fail(op, "broadcasts a runtime value of lower rank; not supported on hw")
         layout = self.layout_of(hv)
-        t = self.result_type(hv.shape, target, 32, layout)
+        width = max(container_width(bits), self.declared(hv))
+        t = self.result_type(hv.shape, target, width, layout)
         shifts = self._shift_list(op, -shift, layout, rank)
         req = nh.RequantOp.create(operands=[hv.value], result_types=[t],
                                   properties={"shift": int_array(shifts)})
@@ -400,6 +416,8 @@ class HwLowering:
         rank = hv.rank
         out_exps = nh_exp.reshape((1,) * (rank - nh_exp.ndim) + nh_exp.shape) if (
             nh_exp.ndim <= rank) else nh_exp
+        if (hv.exps == out_exps).all() and hv.bits <= bits and hv.bits != 1 and bits != 1:
+            return hv  # already on this grid and within range: the fake-quant is the identity
         if hv.codes is not None:
             # A constant expression: requantize now.
             real_shift = hv.exps - out_exps
@@ -449,9 +467,19 @@ class HwLowering:
             b_exps = np.broadcast_to(b.exps.reshape(-1), (out_c,))
             shift = acc_exps - b_exps
             if (shift < 0).any():
-                raise self.fail(op, f"has a bias quantized finer (exponent {int(b_exps.max())}) "
-                                    f"than its accumulator ({int(acc_exps.min())}); quantize "
-                                    "the bias at most at the input + weight exponent")
+                # The bias is on a finer grid than the products: shift the sums left onto it
+                # after the convolution and add the bias there (see _add_late_bias).
+                finer = np.maximum(acc_exps, b_exps)
+                scale = [2 ** int(d) for d in (finer - acc_exps)]
+                bound = bound * scale + np.abs(b.codes.reshape(-1)).astype(object)
+                worst = max((int(v) for v in bound), default=0)
+                if worst > ACC_LIMIT and not self.allow_overflow:
+                    raise self.fail(op, f"may overflow i32 once aligned to its bias: worst case "
+                                        f"|acc| = {worst} > {ACC_LIMIT}")
+                shape = [1] * rank
+                shape[channel_axis] = out_c
+                self.late_bias = b
+                return acc_exps.reshape(shape), None, np.asarray(bound)
             codes = b.codes.reshape(-1).astype(object) * [2 ** int(s) for s in shift]
             if any(abs(int(c)) > ACC_LIMIT for c in codes):
                 raise self.fail(op, "has a bias that does not fit i32 at the accumulator "
@@ -478,11 +506,21 @@ class HwLowering:
 
     def conv(self, op: nf.ConvOp) -> None:
         x, w = self.get(op, op.input), self.get(op, op.weight)
+        groups = op.groups.value.data
+        if x.exps.size > 1:
+            per_group = x.exps.reshape(groups, -1)
+            if (per_group != per_group[:, :1]).any():
+                # Channels summed together must share an exponent: align each group to its
+                # finest one (exact left shifts).
+                target = np.repeat(per_group.max(axis=1), per_group.shape[1])
+                x = self.shift_to(op, x, target.reshape(x.exps.shape))
         out_shape = nf.tensor_shape(op.result)
         out_c = out_shape[1]
         terms = np.abs(w.codes).reshape(out_c, -1).sum(axis=1) if w.codes is not None else \
             np.zeros(out_c)
-        acc_exps, bias, _ = self._accumulate(op, x, w, op.bias, out_c, 1, len(out_shape), terms)
+        acc_exps, bias, bound = self._accumulate(op, x, w, op.bias, out_c, 1, len(out_shape),
+                                                 terms)
+        self.acc_bits = _bits_of_bound(bound)
         t = self.result_type(out_shape, acc_exps, 32)
         props: dict[str, Attribute] = {"groups": op.groups}
         for key in ("strides", "pads", "dilations"):
@@ -491,17 +529,21 @@ class HwLowering:
         new = nh.ConvOp.create(operands=[x.value, w.value] + ([bias] if bias else []),
                                result_types=[t], properties=props)
         self.emit(new, op.result.name_hint)
-        self.values[op.result] = HwValue(new.result, acc_exps, 32)
+        self.values[op.result] = self._add_late_bias(
+            op, HwValue(new.result, acc_exps, self.acc_bits), 1)
 
     def linear(self, op: nf.LinearOp) -> None:
         x, w = self.get(op, op.input), self.get(op, op.weight)
         out_shape = nf.tensor_shape(op.result)
         out_c = out_shape[-1]
         if x.exps.size != 1:
-            raise self.fail(op, "sums input features with different exponents")
+            # Features are summed together: bring them to the finest exponent first (exact).
+            x = self.shift_to(op, x, np.array(x.exps.max()).reshape((1,) * x.rank))
         terms = np.abs(w.codes).sum(axis=1) if w.codes is not None else np.zeros(out_c)
         rank = len(out_shape)
-        acc_exps, bias, _ = self._accumulate(op, x, w, op.bias, out_c, rank - 1, rank, terms)
+        acc_exps, bias, bound = self._accumulate(op, x, w, op.bias, out_c, rank - 1, rank,
+                                                 terms)
+        self.acc_bits = _bits_of_bound(bound)
         layout = "BC" if rank == 2 else "B" + "M" * (rank - 2) + "C"
         t = self.result_type(out_shape, acc_exps, 32, layout)
         if self.layout_of(x) != layout and x.rank == rank:
@@ -509,13 +551,32 @@ class HwLowering:
         new = nh.LinearOp.create(operands=[x.value, w.value] + ([bias] if bias else []),
                                  result_types=[t])
         self.emit(new, op.result.name_hint)
-        self.values[op.result] = HwValue(new.result, acc_exps, 32)
+        self.values[op.result] = self._add_late_bias(
+            op, HwValue(new.result, acc_exps, self.acc_bits), rank - 1)
+
+    def _add_late_bias(self, op: nf.ConvOp | nf.LinearOp, acc: HwValue, axis: int) -> HwValue:
+        """``acc << s + bias`` when the bias is finer than the products (exact, checked)."""
+        b, self.late_bias = self.late_bias, None
+        if b is None:
+            return acc
+        rank = acc.rank
+        shape = [1] * rank
+        shape[axis] = -1
+        b_exps = np.broadcast_to(b.exps.reshape(-1), (acc.exps.size,)).reshape(shape)
+        target = np.maximum(acc.exps, b_exps)
+        shifted = self.shift_to(op, acc, target)
+        codes = b.codes.reshape(shape).astype(np.int64) << (target - b_exps)
+        bias = self.make_constant(codes, target, "const", None)
+        t = self.result_type(acc.shape, target, 32, self.layout_of(acc))
+        new = nh.AddOp.create(operands=[shifted.value, bias.value], result_types=[t])
+        self.emit(new, op.result.name_hint)
+        return HwValue(new.result, target, min(max(shifted.bits, bias.bits) + 1, 32))
 
     def relayout(self, op: Operation, hv: HwValue, layout: str) -> HwValue:
         """The same codes under another layout name (a no-op reshape)."""
         if hv.exps.size != 1:
             raise self.fail(op, "needs per-tensor exponents here")
-        t = self.result_type(hv.shape, hv.exps, container_width(hv.bits), layout)
+        t = self.result_type(hv.shape, hv.exps, self.declared(hv), layout)
         new = nh.ReshapeOp.create(operands=[hv.value], result_types=[t])
         self.emit(new, hv.value.name_hint)
         return HwValue(new.result, hv.exps, hv.bits, hv.codes)
@@ -550,9 +611,10 @@ class HwLowering:
         target = np.maximum(_expand(a.exps, rank), _expand(b.exps, rank))
         a2, b2 = self.shift_to(op, a, target), self.shift_to(op, b, target)
         bits = max(a2.bits, b2.bits, 2) + 1
+        width = min(max(self.declared(a2), self.declared(b2), 2) + 1, 32)
         layout = self._runtime_layout_for(out_shape, a2, b2)
         try:
-            t = self.result_type(out_shape, target, container_width(bits), layout)
+            t = self.result_type(out_shape, target, container_width(width), layout)
         except ValueError as e:
             raise self.fail(op, f"has exponents the hw level cannot carry: {e}") from None
         cls = nh.AddOp if isinstance(op, nf.AddOp) else nh.SubOp
@@ -573,9 +635,10 @@ class HwLowering:
             bits = 2
         if bits > 32:
             raise self.fail(op, f"needs {bits}-bit products, more than i32")
+        width = min(self.declared(a) + self.declared(b), 32)
         layout = self._runtime_layout_for(out_shape, a, b)
         try:
-            t = self.result_type(out_shape, exps, container_width(bits), layout)
+            t = self.result_type(out_shape, exps, container_width(width), layout)
         except ValueError as e:
             raise self.fail(op, f"has exponents the hw level cannot carry: {e}") from None
         new = nh.MulOp.create(operands=[a.value, b.value], result_types=[t])
@@ -603,16 +666,19 @@ class HwLowering:
         self.values[op.result] = HwValue(new.result, a.exps, a.bits)
 
     def clamp(self, op: nf.ClampOp) -> None:
+        """Clamp on codes, on a grid fine enough that both bounds are whole codes."""
         a = self.get(op, op.input)
+        bounds = [b.value.data for b in (op.min, op.max) if b is not None]
+        needed = dyadic_exponent(np.array(bounds)) if bounds else None
+        if bounds and needed is None:
+            raise self.fail(op, f"clamps at {bounds}, which are not dyadic rationals")
+        common = int(a.exps.max()) if needed is None else max(int(a.exps.max()), needed)
+        if a.exps.size > 1 or common != int(a.exps.max()) or bounds and (a.exps != common).any():
+            a = self.shift_to(op, a, np.array(common).reshape((1,) * a.rank))
         props: dict[str, Attribute] = {}
         for key, bound in (("min", op.min), ("max", op.max)):
-            if bound is None:
-                continue
-            codes = np.ldexp(bound.value.data, np.unique(a.exps))
-            if not np.array_equal(codes, np.round(codes)) or len(set(codes.tolist())) != 1:
-                raise self.fail(op, f"clamps at {bound.value.data}, which is not one integer "
-                                    f"code at exponent(s) {np.unique(a.exps).tolist()}")
-            props[key] = IntegerAttr(int(codes[0]), i64)
+            if bound is not None:
+                props[key] = IntegerAttr(int(np.ldexp(bound.value.data, common)), i64)
         new = nh.ClampOp.create(operands=[a.value], result_types=[a.value.type],
                                 properties=props)
         self.emit(new, op.result.name_hint)
@@ -620,7 +686,7 @@ class HwLowering:
 
     def max_pool(self, op: nf.MaxPoolOp) -> None:
         a = self.get(op, op.input)
-        t = self.result_type(nf.tensor_shape(op.result), a.exps, container_width(a.bits),
+        t = self.result_type(nf.tensor_shape(op.result), a.exps, self.declared(a),
                              self.layout_of(a))
         props = {k: v for k, v in op.properties.items()}
         new = nh.MaxPoolOp.create(operands=[a.value], result_types=[t], properties=props)
@@ -649,18 +715,13 @@ class HwLowering:
             props = {"kernel": int_array(kernel), "strides": int_array(kernel)}
         else:
             props = {k: v for k, v in pool.properties.items()}
-        out_exps = nh_exp.reshape((1,) * (x.rank - nh_exp.ndim) + nh_exp.shape)
-        shift = x.exps - out_exps  # right shift still to do after the division
-        if (shift.reshape(-1) != shift.reshape(-1)[0]).any():
-            raise self.fail(pool, "mixes per-channel exponents with its fake-quant's; not "
-                                  "supported on hw")
-        s = int(shift.reshape(-1)[0])
-        if s < 0:
-            # Finer output grid: shift the codes left first, then divide once.
-            x = self.shift_to(pool, x, x.exps - s)
-            s = 0
-        width = container_width(x.bits)
-        t = self.result_type(nf.tensor_shape(pool.result), x.exps, width, self.layout_of(x))
+        out_exps = _expand(nh_exp, x.rank)
+        finer = np.maximum(x.exps, out_exps)
+        if (finer != x.exps).any():
+            # A finer output grid: shift the codes left first, so one division remains.
+            x = self.shift_to(pool, x, finer)
+        t = self.result_type(nf.tensor_shape(pool.result), x.exps, self.declared(x),
+                             self.layout_of(x))
         props["rounding"] = RoundingModeAttr(mode)
         new = nh.AvgPoolOp.create(operands=[x.value], result_types=[t], properties=props)
         self.emit(new, pool.result.name_hint)
@@ -715,17 +776,17 @@ class HwLowering:
             parts = [self.shift_to(op, p, np.array(target).reshape((1,) * rank)) for p in parts]
             exps = np.array(target).reshape((1,) * rank)
         bits = max(p.bits for p in parts)
-        t = self.result_type(nf.tensor_shape(op.result), exps, container_width(bits), layout)
-        widths = {container_width(p.bits) for p in parts}
-        if len(widths) > 1:
-            parts = [self.widen(op, p, container_width(bits)) for p in parts]
-        new = nh.ConcatOp.create(operands=[[p.value for p in parts]], result_types=[t],
+        width = max(self.declared(p) for p in parts)
+        t = self.result_type(nf.tensor_shape(op.result), exps, width, layout)
+        if len({self.declared(p) for p in parts}) > 1:
+            parts = [self.widen(op, p, width) for p in parts]
+        new = nh.ConcatOp.create(operands=[p.value for p in parts], result_types=[t],
                                  properties={"axis": IntegerAttr(axis, i64)})
         self.emit(new, op.result.name_hint)
         self.values[op.result] = HwValue(new.result, exps, bits)
 
     def widen(self, op: Operation, hv: HwValue, width: int) -> HwValue:
-        if container_width(hv.bits) == width:
+        if self.declared(hv) == width:
             return hv
         t = self.result_type(hv.shape, hv.exps, width, self.layout_of(hv))
         req = nh.RequantOp.create(operands=[hv.value], result_types=[t],
@@ -746,7 +807,7 @@ class HwLowering:
             exps = a.exps
         exps = exps.reshape((1,) * len(out_shape)) if exps.size == 1 else exps.reshape(
             (1, -1) + (1,) * (len(out_shape) - 2))
-        t = self.result_type(out_shape, exps, container_width(a.bits))
+        t = self.result_type(out_shape, exps, self.declared(a))
         new = nh.ReshapeOp.create(operands=[a.value], result_types=[t])
         self.emit(new, op.result.name_hint)
         self.values[op.result] = HwValue(new.result, exps, a.bits, None)
@@ -810,9 +871,13 @@ nq interpreter, evaluated in float64)."""
 
 def lower_to_hw(module: ModuleOp, *, allow_overflow: bool = False) -> ModuleOp:
     """Lower every function of an nq program to nh, in place; returns the module."""
+    from xdsl.transforms.dead_code_elimination import region_dce
+
     for op in list(module.body.block.ops):
         if isinstance(op, FuncOp):
             new = HwLowering(op, allow_overflow=allow_overflow).run()
+            # Constants that were only stepping stones (a bias before its alignment) go away.
+            region_dce(new.body)
             module.body.block.insert_op_before(new, op)
             op.detach()
             op.erase(safe_erase=False)

@@ -1,0 +1,184 @@
+"""Random quantized (nq) programs for property tests of the hw lowering and streaming.
+
+``random_nq_program(draw)`` is a hypothesis-driven builder of nf + ``nq.fake_quant`` programs
+made only of ops that lower exactly to nh: quantized convs (grouped, depthwise, strided,
+dilated, padded, 1-D or 2-D) with optional biases, linear layers, relu, clamp, max and average
+pools, adds and products of branches, concat, reshape, elementwise float ops behind a
+fake-quant (lookup tables), with 1/2/4/8-bit codes, per-tensor and per-channel exponents of
+both signs and every rounding mode. Test code imports it from here (never from ``tests``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    FunctionType,
+    ModuleOp,
+    TensorType,
+    f32,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+from nanoir.dialects import nf
+from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.runtime import quant
+from nanoir.runtime.quant import RoundingMode
+
+BITS = (1, 2, 4, 8)
+MODES = tuple(RoundingMode)
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t.get_shape()
+
+
+class ProgramBuilder:
+    """Accumulates ops into one ``func.func @main`` and keeps the quantized values."""
+
+    def __init__(self, draw: Callable[[Any], Any], spatial: int):
+        self.draw = draw
+        self.ops: list[Operation] = []
+        self.rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        self.spatial = spatial
+
+    def add(self, op: Operation) -> Operation:
+        self.ops.append(op)
+        return op
+
+    def constant(self, data: np.ndarray, name: str) -> SSAValue:
+        a = np.ascontiguousarray(data, dtype="<f4")
+        attr = DenseIntOrFPElementsAttr(TensorType(f32, a.shape), BytesAttr(a.tobytes()))
+        return self.add(nf.ConstantOp(attr, name=name)).results[0]
+
+    def fake_quant(self, v: SSAValue, *, bits: int | None = None, per_channel_axis: int | None
+                   = None, exp: int | None = None, mode: RoundingMode | None = None,
+                   base: int = 3) -> SSAValue:
+        draw = self.draw
+        bits = draw(st.sampled_from(BITS)) if bits is None else bits
+        mode = draw(st.sampled_from(MODES)) if mode is None else mode
+        shape = _shape(v)
+        if per_channel_axis is not None and draw(st.booleans()):
+            c = shape[per_channel_axis]
+            exps = [base + draw(st.integers(-2, 2)) for _ in range(c)]
+            if per_channel_axis == 0:
+                exp_shape = [c] + [1] * (len(shape) - 1)
+            else:
+                exp_shape = [c] + [1] * (len(shape) - 2)
+            e = exp_attr(exps, exp_shape)
+        else:
+            k = base + draw(st.integers(-2, 2)) if exp is None else exp
+            e = exp_attr(k)
+        return self.add(FakeQuantOp(v, bits, e, mode)).results[0]
+
+    def weight(self, shape: tuple[int, ...], name: str) -> SSAValue:
+        w = self.rng.standard_normal(shape) * 0.5
+        c = self.constant(w, name)
+        bits = self.draw(st.sampled_from(BITS))
+        absmax = float(np.abs(w).max()) or 1.0
+        base = int(quant.exp_from_absmax([absmax], bits)[0])
+        return self.fake_quant(c, bits=bits, per_channel_axis=0, base=base)
+
+    def bias(self, n: int, name: str) -> SSAValue:
+        b = self.constant(self.rng.standard_normal(n) * 0.5, name)
+        # At most the accumulator's exponent in practice (small exps keep lowering exact).
+        return self.fake_quant(b, bits=8, exp=self.draw(st.integers(-1, 2)))
+
+    def act(self, v: SSAValue) -> SSAValue:
+        """A fake-quant of an activation: 2/4/8 bits, per tensor or per channel."""
+        bits = self.draw(st.sampled_from((2, 4, 8)))
+        return self.fake_quant(v, bits=bits, per_channel_axis=1, base=self.draw(
+            st.integers(-1, 4)))
+
+
+def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6) -> tuple[ModuleOp, tuple[int, ...]]:
+    """A random exact-lowerable nq program and its input shape (batch dim dynamic)."""
+    spatial = draw(st.sampled_from((1, 2)))
+    channels = draw(st.integers(1, 4))
+    sizes = tuple(draw(st.integers(3, 9)) for _ in range(spatial))
+    in_shape = (DYNAMIC_INDEX, channels, *sizes)
+    block = Block(arg_types=[TensorType(f32, in_shape)])
+    b = ProgramBuilder(draw, spatial)
+    x = b.fake_quant(block.args[0], bits=draw(st.sampled_from((2, 4, 8))),
+                     exp=draw(st.integers(-1, 5)))
+    values = [x]
+    for i in range(draw(st.integers(1, max_ops))):
+        v = draw(st.sampled_from(values))
+        shape = _shape(v)
+        kind = draw(st.sampled_from(("conv", "conv", "relu", "maxpool", "avgpool", "add",
+                                     "mul", "concat", "lut", "clamp")))
+        if kind == "conv":
+            cin = shape[1]
+            groups = draw(st.sampled_from([g for g in (1, 2, cin) if cin % g == 0]))
+            cout = groups * draw(st.integers(1, 3))
+            k = tuple(draw(st.integers(1, 3)) for _ in range(spatial))
+            strides = [draw(st.integers(1, 2)) for _ in range(spatial)]
+            dil = [draw(st.integers(1, 2)) for _ in range(spatial)]
+            pads = [draw(st.integers(0, 1)) for _ in range(2 * spatial)]
+            fits = all(shape[2 + j] + pads[j] + pads[spatial + j] >= dil[j] * (k[j] - 1) + 1
+                       for j in range(spatial))
+            if not fits:
+                continue
+            w = b.weight((cout, cin // groups, *k), f"conv{i}.weight")
+            bias = b.bias(cout, f"conv{i}.bias") if draw(st.booleans()) else None
+            y = b.add(nf.ConvOp(v, w, bias, strides=strides, pads=pads, dilations=dil,
+                                groups=groups)).results[0]
+            values.append(b.act(y))
+        elif kind == "relu":
+            values.append(b.add(nf.ReluOp(v)).results[0])
+        elif kind == "clamp":
+            # ReLU6-like bounds that are whole codes at any exponent >= 0.
+            values.append(b.act(b.add(nf.ClampOp(v, 0.0, 4.0)).results[0]))
+        elif kind == "maxpool":
+            if min(shape[2:]) < 2:
+                continue
+            values.append(b.add(nf.MaxPoolOp(v, [2] * spatial, strides=[2] * spatial,
+                                             ceil_mode=draw(st.booleans()))).results[0])
+        elif kind == "avgpool":
+            if min(shape[2:]) < 3:
+                continue
+            p = b.add(nf.AvgPoolOp(v, [3] * spatial, strides=[1] * spatial,
+                                   pads=[1] * (2 * spatial),
+                                   count_include_pad=draw(st.booleans()))).results[0]
+            values.append(b.fake_quant(p, bits=8, mode=draw(st.sampled_from(
+                (RoundingMode.TRUNC, RoundingMode.FLOOR))), base=draw(st.integers(0, 5))))
+        elif kind == "add":
+            same = [u for u in values if _shape(u) == shape]
+            other = draw(st.sampled_from(same))
+            values.append(b.act(b.add(nf.AddOp(v, other)).results[0]))
+        elif kind == "mul":
+            c = b.constant(np.array(draw(st.sampled_from((0.5, 2.0, -0.75, 1.25)))), f"s{i}")
+            values.append(b.act(b.add(nf.MulOp(v, c)).results[0]))
+        elif kind == "concat":
+            same = [u for u in values if _shape(u)[2:] == shape[2:]]
+            other = draw(st.sampled_from(same))
+            values.append(b.add(nf.ConcatOp([v, other], axis=1)).results[0])
+        elif kind == "lut":
+            src = b.fake_quant(v, bits=draw(st.sampled_from((2, 4, 8))), base=3)
+            f = draw(st.sampled_from((nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp)))
+            y = b.add(f(src)).results[0]
+            values.append(b.fake_quant(y, bits=8, base=6))
+    out = values[-1]
+    if draw(st.booleans()):
+        shape = _shape(out)
+        flat = b.add(nf.ReshapeOp(out, [DYNAMIC_INDEX, int(np.prod(shape[1:]))])).results[0]
+        features = int(np.prod(shape[1:]))
+        w = b.weight((3, features), "fc.weight")
+        y = b.add(nf.LinearOp(flat, w, b.bias(3, "fc.bias") if draw(st.booleans()) else None))
+        out = b.act(y.results[0])
+    block.add_ops(b.ops)
+    # Return every value nothing else reads, so that no generated op is dead code.
+    sinks = [v for v in values if not v.uses and v is not out] + [out]
+    block.add_op(ReturnOp(*sinks))
+    ftype = FunctionType.from_lists([block.args[0].type], [v.type for v in sinks])
+    module = ModuleOp([FuncOp("main", ftype, Region(block))])
+    return module, (None, channels, *sizes)  # type: ignore[return-value]
