@@ -1,0 +1,192 @@
+"""nanoir's main job on real data: a trained CNN all the way to an integer streaming program.
+
+scikit-learn's handwritten digits (8x8 images, shipped inside scikit-learn: nothing is
+downloaded) train a small CNN in torch with a fixed seed; nanoir imports it, folds batch
+norm, quantizes it (8-bit, and a mixed 4-bit/1-bit weight configuration), lowers it to
+integer nh ops, plans streaming along the image rows, exports the NanoEngine `.ne` text, and
+runs the integer program whole and streamed on the held-out split.
+
+    python examples/digits.py            # prints one table; exits non-zero if a check fails
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+def load_data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Digits as float32 [N, 1, 8, 8] in [0, 1], split 75/25 with a fixed seed."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = (digits.images / 16.0).astype(np.float32)[:, None]
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    cut = int(0.75 * len(x))
+    train, test = order[:cut], order[cut:]
+    return x[train], y[train], x[test], y[test]
+
+
+def make_model():  # noqa: ANN201 - torch is imported lazily
+    import torch.nn as nn
+
+    class DigitsNet(nn.Module):
+        """conv-bn-relu x2, max pool, conv-bn-relu, linear: 8x8 digits to 10 classes."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16)
+            self.conv3, self.bn3 = nn.Conv2d(16, 16, 3), nn.BatchNorm2d(16)
+            self.pool = nn.MaxPool2d(2)
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            x = self.bn1(self.conv1(x)).relu()
+            x = self.pool(self.bn2(self.conv2(x)).relu())
+            x = self.bn3(self.conv3(x)).relu()
+            return self.fc(x.flatten(1))
+
+    return DigitsNet()
+
+
+def train(x: np.ndarray, y: np.ndarray, seed: int, epochs: int):  # noqa: ANN201
+    import torch
+
+    torch.manual_seed(seed)
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        model.train()
+        for idx in torch.randperm(len(xt), generator=gen).split(64):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+@dataclass
+class Row:
+    level: str
+    accuracy: float
+    note: str = ""
+
+
+def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
+    return float((np.argmax(logits, axis=1) == y).mean())
+
+
+def weight_bytes(hw_module) -> int:  # noqa: ANN001
+    """Bytes of the integer weights and biases when packed at their bit widths."""
+    from xdsl.dialects.builtin import TensorType
+
+    from nanoir.dialects import nh
+
+    total = 0
+    for op in hw_module.walk():
+        if isinstance(op, nh.ConstantOp):
+            t = op.result.type
+            assert isinstance(t, TensorType)
+            bits = t.get_element_type().width.data
+            total += (int(np.prod(t.get_shape())) * bits + 7) // 8
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=Path("digits_out"),
+                        help="where to write the .mlir and .ne files")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(2)
+    import nanoir
+    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.quantize import QuantRule
+    from nanoir.runtime.interpreter import find_function
+
+    x_train, y_train, x_test, y_test = load_data(args.seed)
+    t0 = time.perf_counter()
+    model = train(x_train, y_train, args.seed, args.epochs)
+    train_s = time.perf_counter() - t0
+    with torch.no_grad():
+        torch_logits = model(torch.from_numpy(x_test)).numpy()
+    rows = [Row("torch float", accuracy(torch_logits, y_test), f"trained in {train_s:.1f} s")]
+
+    t0 = time.perf_counter()
+    float_module = nanoir.from_torch(model, (torch.from_numpy(x_train[:2]),))
+    FoldBatchNormPass().apply(nanoir.make_context(), float_module)
+    (nf_logits,) = nanoir.run(float_module, x_test)
+    rows.append(Row("nf (float32)", accuracy(nf_logits, y_test)))
+    calibration = [x_train[i:i + 128] for i in range(0, 512, 128)]
+
+    configs = {
+        "8-bit": {},
+        # 4-bit conv weights, a 1-bit classifier.
+        "4/1-bit": {"rules": (QuantRule(r"^conv\d\.weight$", bits=4, kind="weight"),
+                              QuantRule(r"^fc\.weight$", bits=1, kind="weight"))},
+    }
+    failures: list[str] = []
+    compile_s = time.perf_counter() - t0
+    for label, options in configs.items():
+        t0 = time.perf_counter()
+        q = float_module.clone()
+        nanoir.quantize(q, calibration, **options)
+        (nq_logits,) = nanoir.run(q, x_test)
+        hw = nanoir.lower_to_hw(q.clone())
+        hw.verify()
+        compile_s += time.perf_counter() - t0
+        func = find_function(hw)
+        codes = _input_codes(func, x_test)
+        (hw_codes,) = nanoir.run(hw, codes)
+        hw_logits = _dequantize(func, hw_codes)
+        same = np.array_equal(hw_logits, nq_logits)
+        rows.append(Row(f"nq {label}", accuracy(nq_logits, y_test)))
+        rows.append(Row(f"nh {label}", accuracy(hw_logits, y_test),
+                        f"{'identical to nq' if same else 'DIFFERS from nq'}; "
+                        f"weights {weight_bytes(hw)} B packed"))
+        if not same:
+            failures.append(f"{label}: nh outputs differ from nq")
+        if label == "8-bit" and rows[0].accuracy - rows[-1].accuracy > 0.01:
+            failures.append("8-bit accuracy is more than 1 point below float")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"digits_{label.replace('/', '_')}.mlir").write_text(str(hw))
+
+    width = max(len(r.level) for r in rows)
+    print(f"{'level'.ljust(width)}  accuracy  notes")
+    for r in rows:
+        print(f"{r.level.ljust(width)}  {100 * r.accuracy:7.2f}%  {r.note}")
+    print(f"compile time (import, fold-bn, quantize, lower; both configs): {compile_s:.2f} s")
+    for f in failures:
+        print(f"CHECK FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _input_codes(func, x: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    from nanoir.runtime import quant
+    from nanoir.runtime.nf import dense_to_numpy
+
+    attrs = func.arg_attrs.data[0].data
+    exp = dense_to_numpy(attrs["nq.exp"]).astype(np.int64)
+    return quant.quantize_to_int(x, attrs["nq.bits"].value.data, exp, attrs["nq.rounding"].data)
+
+
+def _dequantize(func, codes: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    t = func.function_type.outputs.data[0]
+    return np.ldexp(np.asarray(codes, dtype=np.float64), -t.encoding.exp_array(len(t.get_shape())))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
