@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
+
+from nanoir.dialects.nh import FixedAttr, code_range
 
 Kernel = Callable[..., tuple[Any, ...]]
 Builder = Callable[[Any, np.dtype[Any]], Kernel]
@@ -93,7 +95,12 @@ class Plan:
 
 
 def _check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
-    """Convert one input to the plan's dtype and check it against the argument type."""
+    """Convert one input to the plan's dtype and check it against the argument type.
+
+    An argument holding nh codes (an integer tensor with an ``#nh.fixed`` encoding) takes
+    integer arrays only, never converted to the plan's dtype, and every code must fit the
+    argument's width: the nh kernels rely on it for exactness.
+    """
     array = np.asarray(value)
     if isinstance(t, TensorType):
         expected = t.get_shape()
@@ -106,9 +113,43 @@ def _check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
             )
         if not np.issubdtype(array.dtype, np.number):
             raise ExecutionError(f"input {index} has non-numeric dtype {array.dtype}")
+        if _is_nh_type(t):
+            return _check_codes(index, array, t)
     if np.issubdtype(array.dtype, np.floating) or np.issubdtype(dtype, np.floating):
         return np.ascontiguousarray(array, dtype=dtype)
     return array
+
+
+def _is_nh_type(t: TensorType) -> bool:
+    return isinstance(t.get_element_type(), IntegerType) and isinstance(t.encoding, FixedAttr)
+
+
+def _check_codes(index: int, array: np.ndarray, t: TensorType) -> np.ndarray:
+    """An nh input: integer codes within the argument's width (i1: -1 or +1), as a signed
+    integer array (unsigned input is widened to int64, so no kernel sees unsigned codes)."""
+    elt = t.get_element_type()
+    assert isinstance(elt, IntegerType)
+    width = elt.width.data
+    if array.dtype.kind not in "iu":
+        raise ExecutionError(
+            f"input {index} is a {array.dtype} array, but the argument holds i{width} codes "
+            f"of type {t}; pass integer codes (e.g. nanoir.runtime.quant.quantize_to_int)"
+        )
+    lo, hi = code_range(width)
+    info = np.iinfo(array.dtype)
+    # An int8 array cannot hold a code outside i8: check only what the dtype admits.
+    if array.size and (info.min < lo or info.max > hi or width == 1):
+        bad = (array < lo) | (array > hi)
+        if width == 1:
+            bad |= array == 0
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            allowed = "-1 or +1" if width == 1 else f"{lo}..{hi}"
+            raise ExecutionError(
+                f"input {index} has code {int(array[at])} at index {at}, outside i{width} "
+                f"({allowed})"
+            )
+    return array.astype(np.int64) if array.dtype.kind == "u" else array
 
 
 def find_function(module: ModuleOp | FuncOp, name: str | None = None) -> FuncOp:
@@ -195,9 +236,10 @@ def _plan_frees(
 def default_builders() -> dict[type[Operation], Builder]:
     """Kernels for every dialect the runtime knows."""
     from nanoir.runtime.nf import NF_BUILDERS
+    from nanoir.runtime.nh import NH_BUILDERS
     from nanoir.runtime.nq import NQ_BUILDERS
 
-    return {**NF_BUILDERS, **NQ_BUILDERS}
+    return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS}
 
 
 def uses_dialect(func: FuncOp, prefix: str) -> bool:
@@ -207,10 +249,16 @@ def uses_dialect(func: FuncOp, prefix: str) -> bool:
 def compile_module(
     module: ModuleOp | FuncOp, *, function: str | None = None, dtype: Any = None
 ) -> Plan:
-    """Compile the function to run; float64 for quantized (nq) programs, else float32."""
+    """Compile the function to run; float64 for quantized (nq) programs, int64 for integer
+    (nh) programs, whose kernels compute on integer codes whatever the dtype, else float32."""
     func = find_function(module, function)
     if dtype is None:
-        dtype = np.float64 if uses_dialect(func, "nq.") else np.float32
+        if uses_dialect(func, "nq."):
+            dtype = np.float64
+        elif uses_dialect(func, "nh."):
+            dtype = np.int64
+        else:
+            dtype = np.float32
     return compile_function(func, default_builders(), np.dtype(dtype))
 
 
@@ -223,6 +271,7 @@ def run(
     """Run a program on NumPy inputs and return its outputs.
 
     nf programs run in float32 and nq programs in float64 (the exactness contract's reference),
-    unless ``dtype`` says otherwise.
+    unless ``dtype`` says otherwise. nh programs take and return integer codes (see
+    ``nanoir.runtime.nh.dequantize_outputs`` for their real values).
     """
     return compile_module(module, function=function, dtype=dtype)(*inputs)

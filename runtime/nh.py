@@ -1,0 +1,851 @@
+"""Kernels of the nh dialect: integer-exact NumPy execution of hardware-level programs.
+
+One builder per nh op (``NH_BUILDERS``), in the table format of
+:mod:`nanoir.runtime.interpreter`: ``builder(op, dtype) -> kernel(*arrays) -> tuple``. The
+plan's ``dtype`` is ignored: every nh value is an integer array. The op docstrings in
+:mod:`nanoir.dialects.nh` are the specification; these kernels are its executable form.
+
+Integer conventions
+-------------------
+- A value is a NumPy array of codes in a *signed integer dtype wide enough for its declared
+  width*: constants and i32 accumulators are int32, requant and lut results the narrowest
+  dtype of their width (:func:`nanoir.runtime.quant.code_dtype`: i1..i8 -> int8), exact
+  elementwise arithmetic int64, and data-movement ops keep their input's dtype. A kernel
+  never computes in its inputs' dtype where the result could be wider.
+- Every value's codes fit its declared width: function inputs are range-checked on entry
+  (``interpreter._check_input``), constants by the verifier, and each kernel either proves
+  statically that its result fits (e.g. ``nh.add`` of two i8 into i16) or checks the actual
+  values and raises :class:`ExecutionError` naming the op and the offending value. ``i1``
+  codes are -1 and +1, never 0.
+- Nothing goes through floats except the exact BLAS products below; real values
+  (``code * 2**-exp``) appear only in :func:`dequantize_outputs`.
+
+Exact BLAS
+----------
+``nh.conv``, ``nh.linear`` and ``nh.matmul`` are integer sums of products, but NumPy's integer
+matmul does not use BLAS and is ~50x slower. Floats are exact on integers up to ``2**24``
+(float32) and ``2**53`` (float64), and a BLAS sum of integer-valued floats is exact, in any
+summation order and with or without FMA, as long as every partial sum stays in that range.
+With ``A`` and ``B`` bounds on the operands' ``|code|``, a partial sum over ``L`` terms is at
+most ``L * A * B``. :func:`plan_exact_matmul` therefore splits the reduction dim into chunks of
+``L <= 2**24 / (A * B)`` (int8 x int8: ``A * B <= 2**14``, 1024 terms per chunk), runs one
+float32 matmul per chunk, converts each chunk's result (an exact integer) to an integer
+array and accumulates there. When that chunk would be too short to be worth a BLAS call
+it uses float64 chunks (``L <= 2**53 / (A * B)``), and for operands so wide that a single
+product is not exact in float64 it falls back to Python integers (``dtype=object``), slow but
+exact. The bounds come from the declared widths, from the actual codes of a constant operand
+(computed once, cached with its float copy) and, for a wide (> i8) run-time operand, from its
+actual min and max. The accumulator is int32 when the worst case ``K * A * B + max|bias|``
+provably fits i32; otherwise int64 (or Python ints), followed by a range check of the result
+against i32.
+
+Abbreviations: acc = accumulator, im2col = the column matrix of a convolution (one column of
+window taps per output position), lut = lookup table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike, NDArray
+from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, SSAValue
+
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values
+from nanoir.dialects.nh import FixedAttr, code_range, width_of
+from nanoir.dialects.shapes import pool_output_size, window_params
+from nanoir.runtime import quant
+from nanoir.runtime.interpreter import Builder, ExecutionError, Kernel
+from nanoir.runtime.quant import RoundingMode
+
+__all__ = [
+    "F32_EXACT",
+    "F64_EXACT",
+    "MIN_F32_CHUNK",
+    "NH_BUILDERS",
+    "MatmulPlan",
+    "dequantize",
+    "dequantize_outputs",
+    "div_round",
+    "exact_matmul",
+    "output_exponents",
+    "plan_exact_matmul",
+    "requant_codes",
+]
+
+IntArray = NDArray[np.signedinteger[Any]]
+ArrayLikeInt = Any
+"""An int or an integer array (NumPy's ArrayLike also admits floats, which are refused)."""
+
+F32_EXACT = 2**24
+"""Every integer of magnitude <= 2**24 is a float32."""
+F64_EXACT = 2**53
+"""Every integer of magnitude <= 2**53 is a float64."""
+MIN_F32_CHUNK = 128
+"""Shortest float32 chunk worth a BLAS call; with shorter ones float64 chunks are used.
+
+Each chunk costs a BLAS call with a short reduction plus a pass over the output to convert
+and accumulate it. Measured on a 64x576 @ 576x3136 product (one thread): 128-term float32
+chunks took 0.6x the time of one float64 matmul, 64-term chunks 1.4x.
+"""
+_I32_MAX = code_range(32)[1]
+
+NH_BUILDERS: dict[type[Operation], Builder] = {}
+
+
+def impl(op_type: type[Operation]) -> Callable[[Builder], Builder]:
+    """Register the builder of ``op_type``'s kernel."""
+
+    def register(builder: Builder) -> Builder:
+        NH_BUILDERS[op_type] = builder
+        return builder
+
+    return register
+
+
+# --------------------------------------------------------------------------------------------
+# Pure integer helpers
+# --------------------------------------------------------------------------------------------
+
+
+def div_round(
+    num: ArrayLikeInt, den: ArrayLikeInt, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> NDArray[np.int64]:
+    """``num / den`` rounded by ``mode`` with integer operations only (``den > 0``), as int64.
+
+    The modes mean what they mean in :func:`nanoir.runtime.quant.shift_round`, which is this
+    function for ``den = 2**shift``: ``trunc`` toward zero, ``floor`` toward -inf,
+    ``half_up`` to nearest with ties toward +inf, ``half_even`` to nearest with ties to even.
+    ``nh.avg_pool`` divides its exact window sums with it.
+
+    >>> num = np.array([-7, -6, -5, -3, 3, 5, 6, 7])    # divided by 2: ties everywhere odd
+    >>> div_round(num, 2, "trunc").tolist(), div_round(num, 2, "floor").tolist()
+    ([-3, -3, -2, -1, 1, 2, 3, 3], [-4, -3, -3, -2, 1, 2, 3, 3])
+    >>> div_round(num, 2, "half_up").tolist(), div_round(num, 2, "half_even").tolist()
+    ([-3, -3, -2, -1, 2, 3, 3, 4], [-4, -3, -2, -2, 2, 2, 3, 4])
+    >>> div_round(np.array([10, -10, 11]), 3, "half_even").tolist()   # 3.33, -3.33, 3.67
+    [3, -3, 4]
+    """
+    n = np.asarray(num).astype(np.int64, copy=False)
+    d = np.asarray(den).astype(np.int64, copy=False)
+    if d.size and int(d.min()) <= 0:
+        raise ValueError(f"div_round: divisors must be positive, got {int(d.min())}")
+    m = RoundingMode(mode)
+    q = n // d  # NumPy's integer // is floor division
+    r = n - q * d  # 0 <= r < d
+    if m is RoundingMode.FLOOR:
+        return q
+    if m is RoundingMode.TRUNC:
+        return q + ((n < 0) & (r != 0))
+    twice = 2 * r  # compare r with d/2 without leaving the integers
+    if m is RoundingMode.HALF_UP:
+        return q + (twice >= d)
+    return q + ((twice > d) | ((twice == d) & ((q & 1) == 1)))
+
+
+def requant_codes(
+    acc: ArrayLikeInt, shift: ArrayLikeInt, bits: int, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> IntArray:
+    """:func:`nanoir.runtime.quant.requant` for codes of at most 32 bits, in a few array passes.
+
+    ``quant.requant`` is the definition and handles any int64 and any shift; being general it
+    is 10-30x slower. Here ``|acc| <= 2**31`` (an nh value is at most i32) and the shifts are
+    all right shifts in ``0..32`` or all left shifts in ``-31..0``; anything else is delegated
+    to ``quant.requant``. A right shift by ``s`` rounds by adding a mode-dependent offset
+    below ``2**s`` and then shifting arithmetically (which floors). The common accumulator
+    cases (trunc, floor, half_up) stay in int32, where they provably cannot overflow: trunc
+    adds ``2**s - 1`` to negative values only, and half_up is ``((x >> (s-1)) + 1) >> 1``.
+    The tests compare this with ``quant.requant`` bit for bit.
+
+    >>> requant_codes(np.array([1000, -1000, 37, -37]), 3, 8).tolist()
+    [125, -125, 4, -4]
+    >>> requant_codes(np.array([12, -12, 20, -20]), 3, 8, "half_even").tolist()  # 1.5, -1.5, 2.5, -2.5
+    [2, -2, 2, -2]
+    """
+    s = np.asarray(shift, dtype=np.int64)
+    b = int(bits)
+    a = np.asarray(acc)
+    if b == 1:
+        return quant.saturate(a, 1)
+    m = RoundingMode(mode)
+    smin, smax = (int(s.min()), int(s.max())) if s.size else (0, 0)
+    lo, hi = quant.qmin(b), quant.qmax(b)
+    narrow = a.dtype.kind == "i" and a.dtype.itemsize <= 4
+    if not narrow and (a.dtype.kind != "i" or a.size and (
+        int(a.min()) < -(2**31) or int(a.max()) > 2**31
+    )):
+        return quant.requant(a, s, b, mode)
+    int32_modes = m is RoundingMode.FLOOR or m is RoundingMode.TRUNC or (
+        m is RoundingMode.HALF_UP and smin >= 2
+    )
+    if narrow and int32_modes and 0 <= smin and smax <= 30:
+        x = a.astype(np.int32, copy=False)
+        # A Python int or an int32 array: an int64 shift array would promote x to int64.
+        s32: Any = smin if smin == smax else s.astype(np.int32)
+        if m is RoundingMode.FLOOR:
+            q = x >> s32
+        elif m is RoundingMode.TRUNC:
+            q = x >> 31  # -1 for negative x, else 0
+            q &= (1 << s32) - 1
+            q += x
+            q >>= s32
+        else:
+            q = x >> (s32 - 1)  # floor(x / 2**(s-1)) <= 2**29: the +1 cannot overflow
+            q += 1
+            q >>= 1
+        np.clip(q, lo, hi, out=q)
+        return q.astype(quant.code_dtype(b))
+    x64 = a.astype(np.int64)
+    if 0 <= smin and smax <= 32:
+        one = np.int64(1)
+        if m is RoundingMode.TRUNC:
+            x64 += (x64 >> 63) & ((one << s) - 1)
+        elif m is RoundingMode.HALF_UP:
+            x64 += np.where(s > 0, one << np.maximum(s - 1, 0), 0)
+        elif m is RoundingMode.HALF_EVEN:
+            # Add 2**(s-1) - 1, plus 1 when the floor quotient is odd: a tie then goes up
+            # exactly when that makes the quotient even.
+            x64 += np.where(s > 0, (one << np.maximum(s - 1, 0)) - 1 + ((x64 >> s) & 1), 0)
+        x64 >>= s
+    elif -31 <= smin and smax <= 0:
+        x64 <<= -s
+    else:
+        return quant.requant(a, s, b, mode)
+    return np.clip(x64, lo, hi).astype(quant.code_dtype(b))
+
+
+# --------------------------------------------------------------------------------------------
+# Exact matrix products through BLAS
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """How to compute an exact integer product with a reduction of ``inner`` terms."""
+
+    float_dtype: np.dtype[Any]
+    """float32, float64, or object (Python ints) for operands too wide for float64."""
+    chunk: int
+    """Reduction terms per BLAS call: every partial sum of a chunk is exact in float_dtype."""
+    acc_dtype: np.dtype[Any]
+    """Where the chunk results are summed: int32 when the worst case fits i32, else wider."""
+    fits_i32: bool
+    """True when the worst case ``inner * A * B + max|bias|`` proves the result fits i32."""
+
+
+def _balanced(inner: int, longest: int) -> int:
+    """The chunk length that splits ``inner`` terms into equal chunks of at most ``longest``."""
+    inner = max(inner, 1)
+    pieces = -(-inner // max(longest, 1))
+    return -(-inner // pieces)
+
+
+def plan_exact_matmul(inner: int, a_bound: int, b_bound: int, bias_bound: int = 0) -> MatmulPlan:
+    """Choose float dtype, chunk length and accumulator for ``sum_k a[k] * b[k]`` (+ bias).
+
+    ``a_bound``/``b_bound`` bound ``|a|``/``|b|``; see the module docstring for why the
+    chosen chunk keeps every partial sum exact.
+
+    >>> p = plan_exact_matmul(4608, 128, 128)     # ResNet-18 layer4: 9 * 512 int8 terms
+    >>> str(p.float_dtype), p.chunk, str(p.acc_dtype), p.fits_i32
+    ('float32', 922, 'int32', True)
+    >>> str(plan_exact_matmul(100, 2**20, 2**20).float_dtype)    # 2**24 / 2**40 < 1 term
+    'float64'
+    >>> str(plan_exact_matmul(100, 2**31, 2**31).float_dtype)    # one product > 2**53
+    'object'
+    """
+    product = a_bound * b_bound
+    worst = inner * product + bias_bound
+    if product <= F32_EXACT // max(min(inner, MIN_F32_CHUNK), 1):
+        dtype, longest = np.dtype(np.float32), F32_EXACT // max(product, 1)
+    elif product <= F64_EXACT:
+        dtype, longest = np.dtype(np.float64), F64_EXACT // product
+    else:
+        dtype, longest = np.dtype(object), inner
+    if worst <= _I32_MAX:
+        acc = np.dtype(np.int32)
+    elif worst < 2**63:
+        acc = np.dtype(np.int64)
+    else:
+        acc = np.dtype(object)
+    return MatmulPlan(dtype, _balanced(inner, longest), acc, worst <= _I32_MAX)
+
+
+def _as_operand(a: IntArray, dtype: np.dtype[Any]) -> NDArray[Any]:
+    """Codes as the plan's float dtype (exact: they are within its exact range)."""
+    if dtype == object:
+        return a.astype(np.int64).astype(object)
+    return a.astype(dtype)
+
+
+def _chunked_matmul(a: NDArray[Any], b: NDArray[Any], plan: MatmulPlan) -> NDArray[Any]:
+    """``a @ b`` (NumPy matmul broadcasting; both at least 2-D) summed chunk by chunk along the
+    reduction dim, each chunk's exact result converted to ``plan.acc_dtype``."""
+    inner = a.shape[-1]
+    acc: NDArray[Any] | None = None
+    for k0 in range(0, max(inner, 1), plan.chunk):
+        part = np.matmul(a[..., k0 : k0 + plan.chunk], b[..., k0 : k0 + plan.chunk, :])
+        part = part.astype(plan.acc_dtype)  # exact: integer-valued, within the float's range
+        if acc is None:
+            acc = part
+        else:
+            acc += part
+    assert acc is not None
+    return acc
+
+
+def exact_matmul(a: IntArray, b: IntArray, a_bound: int | None = None,
+                 b_bound: int | None = None) -> NDArray[np.int64]:
+    """``np.matmul(a, b)`` of integer arrays, exactly, through BLAS; the result is int64.
+
+    The bounds default to the actual ``max |a|`` and ``max |b|``. The nh product kernels use
+    the same plan with their operands' bounds; the tests check it against int64 products.
+
+    >>> a = np.full((1, 3000), -128, np.int8); b = np.full((3000, 1), -128, np.int8)
+    >>> int(exact_matmul(a, b)[0, 0]) == 3000 * 2**14     # 2**24 is passed 3 times over
+    True
+    """
+    a_bound = _absmax(a) if a_bound is None else a_bound
+    b_bound = _absmax(b) if b_bound is None else b_bound
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+    plan = plan_exact_matmul(a2.shape[-1], a_bound, b_bound)
+    y = _chunked_matmul(_as_operand(a2, plan.float_dtype), _as_operand(b2, plan.float_dtype),
+                        plan)
+    if a.ndim == 1:
+        y = y[..., 0, :]
+    if b.ndim == 1:
+        y = y[..., 0]
+    return np.asarray(y).astype(np.int64)
+
+
+def _absmax(a: NDArray[Any]) -> int:
+    """``max |a|`` as a Python int (``np.abs`` would overflow on the dtype's minimum)."""
+    if a.size == 0:
+        return 0
+    return max(-int(a.min()), int(a.max()))
+
+
+def _declared_bound(width: int) -> int:
+    lo, hi = code_range(width)
+    return max(-lo, hi)
+
+
+class _Operand:
+    """What a product kernel knows about one operand: a bound on its codes, and for a
+    constant (an ``nh.constant`` result, the same read-only array on every call) its actual
+    ``max |code|`` and float copies, computed once."""
+
+    def __init__(self, value: SSAValue):
+        self.width = width_of(value)
+        self.declared = _declared_bound(self.width)
+        self.constant = isinstance(value.owner, nh.ConstantOp)
+        self._source: NDArray[Any] | None = None
+        self._absmax = 0
+        self._floats: dict[tuple[np.dtype[Any], tuple[int, ...]], NDArray[Any]] = {}
+
+    def _is_cached(self, a: NDArray[Any]) -> bool:
+        if not self.constant:
+            return False
+        if a is not self._source:
+            self._source, self._absmax, self._floats = a, _absmax(a), {}
+        return True
+
+    def bound(self, a: NDArray[Any]) -> int:
+        if self._is_cached(a):
+            return self._absmax
+        # The declared width is free; a wide run-time operand is worth two reductions.
+        return self.declared if self.width <= 8 else min(self.declared, _absmax(a))
+
+    def floats(self, a: NDArray[Any], dtype: np.dtype[Any], shape: tuple[int, ...]) -> NDArray[Any]:
+        """``a`` reshaped to ``shape`` in ``dtype`` (cached for constants)."""
+        if not self._is_cached(a):
+            return _as_operand(a.reshape(shape), dtype)
+        key = (dtype, shape)
+        if key not in self._floats:
+            self._floats[key] = _as_operand(a.reshape(shape), dtype)
+        return self._floats[key]
+
+
+def _name(op: Operation) -> str:
+    """The op and, when it has one, its result's SSA name: ``nh.conv (%acc)``."""
+    hints = [r.name_hint for r in op.results if r.name_hint]
+    return f"{op.name} (%{hints[0]})" if hints else op.name
+
+
+def _first_outside(y: NDArray[Any], lo: int, hi: int) -> tuple[int, tuple[int, ...]] | None:
+    bad = (y < lo) | (y > hi)
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    return int(y[index]), index
+
+
+def _check_fits(op: Operation, y: NDArray[Any], width: int, what: str = "result") -> None:
+    """Raise unless every code of ``y`` is a valid ``i<width>`` code (``i1``: -1 or +1)."""
+    if y.size == 0:
+        return
+    lo, hi = code_range(width)
+    found = _first_outside(y, lo, hi)
+    if found is None and width == 1:
+        zeros = np.argwhere(y == 0)
+        found = (0, tuple(int(i) for i in zeros[0])) if zeros.size else None
+    if found is not None:
+        value, index = found
+        allowed = "-1 or +1" if width == 1 else f"{lo}..{hi}"
+        raise ExecutionError(
+            f"{_name(op)}: {what} value {value} at index {index} (shape {tuple(y.shape)}) "
+            f"does not fit i{width} ({allowed}); the program's types are wrong for this input"
+        )
+
+
+def _finish_accumulator(op: Operation, acc: NDArray[Any], plan: MatmulPlan) -> NDArray[np.int32]:
+    """The i32 result: range-checked unless the plan proved it fits."""
+    if not plan.fits_i32:
+        _check_fits(op, acc, 32, "accumulator")
+    return acc.astype(np.int32, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Constants and products into i32
+# --------------------------------------------------------------------------------------------
+
+
+@impl(nh.ConstantOp)
+def constant(op: nh.ConstantOp, dtype: np.dtype[Any]) -> Kernel:
+    """The stored codes as a read-only int32 array (every nh width fits i32)."""
+    codes = op.codes().astype(np.int32)
+    codes.flags.writeable = False
+    return lambda: (codes,)
+
+
+def _padded(x: IntArray, begins: Sequence[int], ends: Sequence[int], dtype: DTypeLike,
+            fill: Any) -> NDArray[Any]:
+    """``x`` converted to ``dtype`` and padded over its trailing dims with ``fill``."""
+    n = len(begins)
+    if not any(begins) and not any(ends):
+        return np.asarray(x, dtype=dtype)
+    spatial = x.shape[x.ndim - n :]
+    shape = (*x.shape[: x.ndim - n], *(s + b + e for s, b, e in zip(spatial, begins, ends)))
+    out = np.full(shape, fill, dtype=dtype)
+    out[(Ellipsis, *(slice(b, b + s) for b, s in zip(begins, spatial)))] = x
+    return out
+
+
+def _tap_views(
+    xp: NDArray[Any], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+    out: Sequence[int],
+) -> Iterator[tuple[tuple[int, ...], NDArray[Any]]]:
+    """Yield ``(tap, view)`` per kernel position: ``view[..., o] = xp[..., o * s + tap * d]``."""
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        yield tap, xp[(Ellipsis, *(
+            slice(t * d, t * d + s * (o - 1) + 1, s)
+            for t, d, s, o in zip(tap, dilations, strides, out)
+        ))]
+
+
+@impl(nh.ConvOp)
+def conv(op: nh.ConvOp, dtype: np.dtype[Any]) -> Kernel:
+    """Grouped N-d convolution: im2col of the zero-padded input, then an exact chunked matmul."""
+    groups = op.groups.value.data
+    kernel_shape = op.weight.type.get_shape()[2:]  # type: ignore[union-attr]
+    n = len(kernel_shape)
+    kernel_t, strides, pads, dilations = window_params(
+        n, kernel_shape, array_values(op.strides), array_values(op.pads),
+        array_values(op.dilations),
+    )
+    begins, ends = pads[:n], pads[n:]
+    xin, win = _Operand(op.input), _Operand(op.weight)
+    bin_ = _Operand(op.bias) if op.bias is not None else None
+    taps = math.prod(kernel_t)
+
+    def run(x: IntArray, w: IntArray, b: IntArray | None = None) -> tuple[Any, ...]:
+        batch, channels = x.shape[:2]
+        out_channels, group_channels = w.shape[:2]
+        out = tuple(
+            (x.shape[2 + i] + begins[i] + ends[i] - dilations[i] * (kernel_t[i] - 1) - 1)
+            // strides[i] + 1
+            for i in range(n)
+        )
+        positions = math.prod(out)
+        inner = group_channels * taps
+        bias_bound = 0 if b is None or bin_ is None else bin_.bound(b)
+        plan = plan_exact_matmul(inner, xin.bound(x), win.bound(w), bias_bound)
+        fdt = plan.float_dtype
+        xp = _padded(x, begins, ends, fdt, 0)
+        if taps == 1 and all(s == 1 for s in strides):
+            # A 1x1 stride-1 conv needs no im2col: the (converted) input is the column matrix.
+            cols = np.ascontiguousarray(xp).reshape(batch, groups, inner, positions)
+        else:
+            # cols[n, c, *tap, *o] = xp[n, c, o * s + tap * d]: one strided copy per tap, and
+            # [C, *K] flattens in the weight's [O, C * K] order.
+            cols = np.empty((batch, channels, *kernel_t, *out), dtype=fdt)
+            for tap, view in _tap_views(xp, kernel_t, strides, dilations, out):
+                cols[(slice(None), slice(None), *tap)] = view
+            cols = cols.reshape(batch, groups, inner, positions)
+        wg = win.floats(w, fdt, (groups, out_channels // groups, inner))
+        # [G, O/G, K] @ [N, G, K, P] -> [N, G, O/G, P] = [N, O, P]: groups are a batch dim.
+        acc = _chunked_matmul(wg, cols, plan).reshape(batch, out_channels, positions)
+        if b is not None:
+            acc += b.reshape(out_channels, 1).astype(acc.dtype, copy=False)
+        return (_finish_accumulator(op, acc, plan).reshape(batch, out_channels, *out),)
+
+    return run
+
+
+@impl(nh.LinearOp)
+def linear(op: nh.LinearOp, dtype: np.dtype[Any]) -> Kernel:
+    """``x @ w.T + b`` over any leading dims, as an exact chunked matmul."""
+    xin, win = _Operand(op.input), _Operand(op.weight)
+    bin_ = _Operand(op.bias) if op.bias is not None else None
+
+    def run(x: IntArray, w: IntArray, b: IntArray | None = None) -> tuple[Any, ...]:
+        bias_bound = 0 if b is None or bin_ is None else bin_.bound(b)
+        plan = plan_exact_matmul(x.shape[-1], xin.bound(x), win.bound(w), bias_bound)
+        x2 = x.reshape(1, -1) if x.ndim == 1 else x
+        wt = win.floats(w, plan.float_dtype, tuple(w.shape)).T
+        acc = _chunked_matmul(_as_operand(x2, plan.float_dtype), wt, plan)
+        if b is not None:
+            acc += b.astype(acc.dtype, copy=False)
+        y = _finish_accumulator(op, acc, plan)
+        return (y.reshape(w.shape[0]) if x.ndim == 1 else y,)
+
+    return run
+
+
+@impl(nh.MatmulOp)
+def matmul(op: nh.MatmulOp, dtype: np.dtype[Any]) -> Kernel:
+    """``torch.matmul(lhs, rhs)`` (1-D operands promoted, then dropped), exactly."""
+    lin, rin = _Operand(op.lhs), _Operand(op.rhs)
+
+    def run(a: IntArray, b: IntArray) -> tuple[Any, ...]:
+        plan = plan_exact_matmul(a.shape[-1], lin.bound(a), rin.bound(b))
+        a2 = a.reshape(1, -1) if a.ndim == 1 else a
+        b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+        acc = _chunked_matmul(lin.floats(a2, plan.float_dtype, tuple(a2.shape)),
+                              rin.floats(b2, plan.float_dtype, tuple(b2.shape)), plan)
+        if a.ndim == 1:
+            acc = acc[..., 0, :]
+        if b.ndim == 1:
+            acc = acc[..., 0]
+        return (_finish_accumulator(op, np.asarray(acc), plan),)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Exact elementwise arithmetic
+# --------------------------------------------------------------------------------------------
+
+
+def _static_range(op: Operation, fn: Callable[[int, int], int]) -> tuple[int, int]:
+    """The result range of ``fn`` over the operands' declared code ranges (its extremes lie at
+    the ranges' corners for +, - and *)."""
+    a = code_range(width_of(op.operands[0]))
+    b = code_range(width_of(op.operands[1]))
+    corners = [fn(x, y) for x in a for y in b]
+    return min(corners), max(corners)
+
+
+def _elementwise(fn: Callable[[NDArray[np.int64], IntArray], NDArray[np.int64]],
+                 scalar: Callable[[int, int], int]) -> Builder:
+    def build(op: Operation, dtype: np.dtype[Any]) -> Kernel:
+        width = width_of(op.results[0])
+        lo, hi = code_range(width)
+        smin, smax = _static_range(op, scalar)
+        # The verifier proves fit only up to i32; e.g. i32 + i32 needs 33 bits.
+        proven = lo <= smin and smax <= hi and width > 1
+
+        def run(a: IntArray, b: IntArray) -> tuple[Any, ...]:
+            y = fn(a.astype(np.int64), b)
+            if not proven:
+                _check_fits(op, y, width)
+            return (y,)
+
+        return run
+
+    return build
+
+
+NH_BUILDERS[nh.AddOp] = _elementwise(np.add, lambda x, y: x + y)
+NH_BUILDERS[nh.SubOp] = _elementwise(np.subtract, lambda x, y: x - y)
+NH_BUILDERS[nh.MulOp] = _elementwise(np.multiply, lambda x, y: x * y)
+
+
+# --------------------------------------------------------------------------------------------
+# Requantization and tables
+# --------------------------------------------------------------------------------------------
+
+
+@impl(nh.RequantOp)
+def requant(op: nh.RequantOp, dtype: np.dtype[Any]) -> Kernel:
+    """``saturate(shift_round(x, shift, rounding))`` with shifts along the channel axis."""
+    fx, fy = nh.fixed_of(op.input), nh.fixed_of(op.result)
+    shifts = np.asarray(array_values(op.shift) or (0,), dtype=np.int64)
+    rank = len(op.input.type.get_shape())  # type: ignore[union-attr]
+    if fx.is_per_channel or fy.is_per_channel:
+        # The verifier's rule: per-channel shifts run along the per-channel encoding's C.
+        axis = (fx if fx.is_per_channel else fy).channel_axis
+        assert axis is not None
+        shape = [1] * rank
+        shape[axis] = len(shifts)
+        shift: NDArray[np.int64] = shifts.reshape(shape) if len(shifts) > 1 else shifts.reshape(())
+    else:
+        shift = shifts.reshape(())
+    bits, mode = width_of(op.result), op.rounding.data
+    return lambda x: (requant_codes(x, shift, bits, mode),)
+
+
+@impl(nh.LutOp)
+def lut(op: nh.LutOp, dtype: np.dtype[Any]) -> Kernel:
+    """``table[x - lo]``; an i1 input indexes with -1 -> 0 and +1 -> 1."""
+    width = width_of(op.input)
+    table = np.asarray(array_values(op.table) or (), dtype=quant.code_dtype(width_of(op.result)))
+    lo, _ = code_range(width)
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        index = x.astype(np.intp)
+        if width == 1:
+            index = (index + 1) >> 1
+        else:
+            index -= lo
+        return (table[index],)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# Exponent-preserving ops
+# --------------------------------------------------------------------------------------------
+
+
+def _is_code(v: int, width: int) -> bool:
+    lo, hi = code_range(width)
+    return lo <= v <= hi and not (width == 1 and v == 0)
+
+
+@impl(nh.ReluOp)
+def relu(op: nh.ReluOp, dtype: np.dtype[Any]) -> Kernel:
+    """``max(x, 0)``; on i1 codes that would make a 0, so -1 codes are an error there."""
+    width = width_of(op.input)
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        y = np.maximum(x, x.dtype.type(0))
+        if width == 1:
+            _check_fits(op, y, 1)
+        return (y,)
+
+    return run
+
+
+@impl(nh.ClampOp)
+def clamp(op: nh.ClampOp, dtype: np.dtype[Any]) -> Kernel:
+    """``min(max(x, min), max)`` on codes. A bound beyond the width's codes never applies
+    (below the lowest or above the highest code); one that is not itself a code (e.g. above the
+    highest) makes every clamped element an error."""
+    width = width_of(op.input)
+    lo, hi = code_range(width)
+    mn = None if op.min is None else op.min.value.data
+    mx = None if op.max is None else op.max.value.data
+    lower = None if mn is None or mn <= lo else mn
+    upper = None if mx is None or mx >= hi else mx
+    checked = (lower is not None and not _is_code(lower, width)) or (
+        upper is not None and not _is_code(upper, width)
+    )
+    storage = quant.code_dtype(width)
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        y = x if x.dtype.itemsize >= storage.itemsize else x.astype(storage)
+        if checked:
+            y = y.astype(np.int64)  # the bounds may not fit the storage dtype
+        if lower is not None:
+            y = np.maximum(y, lower)
+        if upper is not None:
+            y = np.minimum(y, upper)
+        if checked:
+            _check_fits(op, y, width)
+        return (y,)
+
+    return run
+
+
+PoolGeometry = tuple[
+    tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], bool
+]
+
+
+def _pool_geometry(op: nh.MaxPoolOp | nh.AvgPoolOp,
+                   dilations: Sequence[int] | None) -> PoolGeometry:
+    """Kernel, strides, pad begins, pad ends, dilations and ceil_mode, defaults filled in."""
+    kernel = array_values(op.kernel) or ()
+    n = len(kernel)
+    kernel_t, strides, pads, dil = window_params(
+        n, kernel, array_values(op.strides), array_values(op.pads), dilations
+    )
+    return kernel_t, strides, pads[:n], pads[n:], dil, bool(op.ceil_mode.value.data)
+
+
+def _window_counts(size: int, kernel: int, stride: int, begin: int, end: int, dilation: int,
+                   out: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Per output position along one dim: how many taps fall in the input ``[0, size)``, and
+    how many in the padded input ``[-begin, size + end)`` (a ceil_mode window may hang past
+    the right padding)."""
+    pos = (np.arange(out) * stride - begin)[:, None] + np.arange(kernel)[None, :] * dilation
+    inside = ((pos >= 0) & (pos < size)).sum(axis=1)
+    padded = (pos < size + end).sum(axis=1)  # pos >= -begin always holds
+    return inside.astype(np.int64), padded.astype(np.int64)
+
+
+def _pool_setup(x: IntArray, kernel: Sequence[int], strides: Sequence[int],
+                begins: Sequence[int], ends: Sequence[int], dil: Sequence[int],
+                ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Output sizes, and right pads extended to reach every (ceil_mode) window's last tap."""
+    n = len(kernel)
+    size = x.shape[2:]
+    out = tuple(
+        pool_output_size(size[i], kernel=kernel[i], stride=strides[i], pad_begin=begins[i],
+                         pad_end=ends[i], dilation=dil[i], ceil_mode=ceil_mode)
+        for i in range(n)
+    )
+    reach = tuple(
+        max(ends[i], (out[i] - 1) * strides[i] + dil[i] * (kernel[i] - 1) + 1 - size[i] - begins[i])
+        for i in range(n)
+    )
+    return out, reach
+
+
+@impl(nh.MaxPoolOp)
+def max_pool(op: nh.MaxPoolOp, dtype: np.dtype[Any]) -> Kernel:
+    """Max over each window of codes; padding (the dtype's minimum) never wins."""
+    kernel, strides, begins, ends, dil, ceil_mode = _pool_geometry(op, array_values(op.dilations))
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        out, reach = _pool_setup(x, kernel, strides, begins, ends, dil, ceil_mode)
+        for i in range(len(kernel)):
+            inside, _ = _window_counts(x.shape[2 + i], kernel[i], strides[i], begins[i],
+                                       ends[i], dil[i], out[i])
+            if (inside == 0).any():
+                # Only padding under this window: the padding value would win.
+                raise ExecutionError(
+                    f"{_name(op)}: window {int(np.argmin(inside))} along spatial dim {i} "
+                    f"covers only padding (input shape {tuple(x.shape)})"
+                )
+        # The dtype's minimum is <= every code, so it cannot beat a real element of a window.
+        xp = _padded(x, begins, reach, x.dtype, np.iinfo(x.dtype).min)
+        y: NDArray[Any] | None = None
+        for _, view in _tap_views(xp, kernel, strides, dil, out):
+            if y is None:
+                y = view.copy()
+            else:
+                np.maximum(y, view, out=y)
+        assert y is not None
+        return (y,)
+
+    return run
+
+
+@impl(nh.AvgPoolOp)
+def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
+    """Exact int64 window sums, divided by the window's divisor with :func:`div_round`."""
+    kernel, strides, begins, ends, dil, ceil_mode = _pool_geometry(op, None)
+    include_pad = bool(op.count_include_pad.value.data)
+    override = None if op.divisor_override is None else op.divisor_override.value.data
+    mode = op.rounding.data
+    width = width_of(op.result)
+    storage = quant.code_dtype(width)
+    # The mean of codes lies between the lowest and highest code; only a divisor_override
+    # smaller than the window, or i1's missing 0, can leave the code set.
+    checked = width == 1 or (override is not None and override < math.prod(kernel))
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        out, reach = _pool_setup(x, kernel, strides, begins, ends, dil, ceil_mode)
+        xp = _padded(x, begins, reach, np.int64, 0)
+        total = np.zeros((*x.shape[:2], *out), dtype=np.int64)
+        for _, view in _tap_views(xp, kernel, strides, dil, out):
+            total += view
+        if override is not None:
+            divisor: NDArray[np.int64] = np.asarray(override, dtype=np.int64)
+        else:
+            divisor = np.ones((), dtype=np.int64)
+            for i in range(len(kernel)):
+                inside, padded = _window_counts(x.shape[2 + i], kernel[i], strides[i],
+                                                begins[i], ends[i], dil[i], out[i])
+                divisor = np.multiply.outer(divisor, padded if include_pad else inside)
+            if divisor.size and int(divisor.min()) == 0:
+                raise ExecutionError(
+                    f"{_name(op)}: a window covers only padding and count_include_pad is "
+                    f"false, so its mean divides by 0 (input shape {tuple(x.shape)})"
+                )
+        y = div_round(total, divisor, mode)
+        if checked:
+            _check_fits(op, y, width)
+        return (y.astype(storage),)
+
+    return run
+
+
+@impl(nh.ConcatOp)
+def concat(op: nh.ConcatOp, dtype: np.dtype[Any]) -> Kernel:
+    """Concatenate codes along ``axis`` (exponents were aligned by the compiler)."""
+    axis = op.axis.value.data
+    return lambda *xs: (np.concatenate(xs, axis=axis),)
+
+
+@impl(nh.ReshapeOp)
+def reshape(op: nh.ReshapeOp, dtype: np.dtype[Any]) -> Kernel:
+    """Reshape to the result type's shape (``?`` becomes -1)."""
+    t = op.result.type
+    assert isinstance(t, TensorType)
+    shape = tuple(-1 if d == DYNAMIC_INDEX else d for d in t.get_shape())
+    return lambda x: (np.reshape(x, shape),)
+
+
+# --------------------------------------------------------------------------------------------
+# Real values of nh results
+# --------------------------------------------------------------------------------------------
+
+
+def dequantize(codes: IntArray, t: TensorType) -> NDArray[np.float64]:
+    """Real values ``code * 2**-exp`` of an nh value of type ``t``, exactly, in float64.
+
+    Per-channel exponents apply along the encoding's channel axis; ``i1`` codes (±1) are scaled
+    the same way (an nq 1-bit value of magnitude ``2**k`` is the code ±1 at nh exponent ``-k``).
+    Codes that do not fit the type's width raise ``ValueError``.
+    """
+    enc = t.encoding
+    assert isinstance(enc, FixedAttr)
+    width = t.get_element_type().width.data  # type: ignore[union-attr]
+    exp = enc.exp_array(codes.ndim)
+    if width == 1:
+        return quant.dequantize(codes, 1, -exp)  # quant's 1-bit rule: code * 2**k
+    return quant.dequantize(codes, width, exp)
+
+
+def output_exponents(func: FuncOp) -> list[NDArray[np.int64] | None]:
+    """Each result's exponents, shaped to broadcast against it (None for a non-nh result)."""
+    exps: list[NDArray[np.int64] | None] = []
+    for t in func.function_type.outputs.data:
+        if isinstance(t, TensorType) and isinstance(t.encoding, FixedAttr):
+            exps.append(t.encoding.exp_array(len(t.get_shape())))
+        else:
+            exps.append(None)
+    return exps
+
+
+def dequantize_outputs(func: FuncOp, outputs: Sequence[Any]) -> list[Any]:
+    """The real values of ``func``'s results from their raw codes; non-nh results pass as is."""
+    types = func.function_type.outputs.data
+    if len(types) != len(outputs):
+        raise ValueError(f"@{func.sym_name.data} has {len(types)} results, got {len(outputs)}")
+    return [
+        dequantize(np.asarray(v), t) if isinstance(t, TensorType)
+        and isinstance(t.encoding, FixedAttr) else v
+        for t, v in zip(types, outputs)
+    ]
