@@ -267,11 +267,20 @@ def run(
     *inputs: Any,
     function: str | None = None,
     dtype: Any = None,
+    raw: bool = False,
 ) -> list[Any]:
     """Run a program on NumPy inputs and return its outputs.
 
     nf programs run in float32 and nq programs in float64 (the exactness contract's reference),
-    unless ``dtype`` says otherwise. nh programs take and return integer codes (see
-    ``nanoir.runtime.nh.dequantize_outputs`` for their real values).
+    unless ``dtype`` says otherwise. nh programs compute on integer codes: float inputs are
+    quantized as the argument attributes (``nq.bits``/``nq.exp``/``nq.rounding``, written by
+    lower-to-hw) say, integer inputs are taken as codes, and the outputs come back as exact
+    real values (``code * 2**-exp``) — or as the raw codes with ``raw=True``.
     """
-    return compile_module(module, function=function, dtype=dtype)(*inputs)
+    plan = compile_module(module, function=function, dtype=dtype)
+    if not uses_dialect(plan.func, "nh."):
+        return plan(*inputs)
+    from nanoir.runtime.nh import dequantize_outputs, quantize_inputs
+
+    outputs = plan(*quantize_inputs(plan.func, inputs))
+    return outputs if raw else dequantize_outputs(plan.func, outputs)

@@ -849,3 +849,28 @@ def dequantize_outputs(func: FuncOp, outputs: Sequence[Any]) -> list[Any]:
         and isinstance(t.encoding, FixedAttr) else v
         for t, v in zip(types, outputs)
     ]
+
+
+def quantize_inputs(func: FuncOp, inputs: Sequence[Any]) -> list[Any]:
+    """Float inputs to codes, as each argument's ``nq.bits``/``nq.exp``/``nq.rounding`` say.
+
+    Integer arrays (and arguments without those attributes) pass through unchanged.
+    """
+    from nanoir.runtime import quant
+
+    attrs = func.arg_attrs.data if func.arg_attrs is not None else ()
+    out: list[Any] = []
+    for i, x in enumerate(inputs):
+        a = np.asarray(x)
+        d = attrs[i].data if i < len(attrs) else {}
+        if np.issubdtype(a.dtype, np.floating) and "nq.bits" in d:
+            exp = np.frombuffer(d["nq.exp"].data.data, dtype=_exp_dtype(d["nq.exp"]))
+            exp = exp.reshape(d["nq.exp"].get_type().get_shape()).astype(np.int64)
+            a = quant.quantize_to_int(a, d["nq.bits"].value.data, exp, d["nq.rounding"].data)
+        out.append(a)
+    return out
+
+
+def _exp_dtype(attr: Any) -> str:
+    width = attr.get_type().get_element_type().width.data
+    return {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[width]
