@@ -30,4 +30,20 @@ def __getattr__(name: str) -> Any:
         from nanoir import api
 
         return getattr(api, name)
+    if name == "from_torch":
+        from nanoir.frontend import from_torch
+
+        return from_torch
+    if name == "quantize":
+        from nanoir.lowering.quantize import quantize
+
+        return quantize
+    if name == "report":
+        from nanoir.report import report
+
+        return report
+    if name == "lower_to_hw":
+        from nanoir.lowering.lower_to_hw import lower_to_hw
+
+        return lower_to_hw
     raise AttributeError(f"module 'nanoir' has no attribute {name!r}")
