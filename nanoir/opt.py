@@ -1,7 +1,8 @@
 """``nanoir-opt``: mlir-opt conventions around xDSL's ``xDSLOptMain``.
 
-Reads ``.mlir`` (or stdin), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with
-a target (``-t``/``--emit``). Bad input is one message with ``file:line:col`` and exit code 1:
+Reads ``.mlir`` or NanoEngine ``.ne`` (by extension, or ``--input-format``; stdin is MLIR),
+runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
+``mlir`` or ``nanoengine``). Bad input is one message with ``file:line:col`` and exit code 1:
 no traceback, and ``-o`` is written only when everything succeeded.
 """
 
@@ -22,6 +23,8 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
+from nanoir.grammar.ne_errors import NanoEngineError
+from nanoir.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.passes import ALL_PASSES
 
 
@@ -46,7 +49,7 @@ class NanoirOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_targets(self) -> None:
-        self.available_targets = {"mlir": lambda: MLIRTarget}
+        self.available_targets = {"mlir": lambda: MLIRTarget, "nanoengine": lambda: NanoEngineTarget}
 
     def register_all_frontends(self) -> None:
         def parse_mlir(stream: IO[bytes]) -> ModuleOp:
@@ -57,6 +60,10 @@ class NanoirOptMain(xDSLOptMain):
             return module
 
         self.available_frontends["mlir"] = parse_mlir
+        # NanoEngine text, by the `.ne` extension or `-f nanoengine` / `--input-format=nanoengine`.
+        self.available_frontends["ne"] = self.available_frontends["nanoengine"] = (
+            lambda stream: read_nanoengine(stream, self.get_input_name())
+        )
 
     chunk_offset = 0
     """Line offset of the chunk being parsed (``--split-input-file``)."""
@@ -71,8 +78,22 @@ class NanoirOptMain(xDSLOptMain):
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument(
             "--emit", dest="target", metavar="TARGET",
-            help="output format, same as -t (mlir)",
+            help="output format, same as -t (mlir, nanoengine)",
         )
+        arg_parser.add_argument(
+            "--input-format", dest="frontend", choices=list(self.available_frontends),
+            help="input format, same as -f (default: from the file extension)",
+        )
+        arg_parser.add_argument(
+            "--lower-to-hw", action="store_true",
+            help="lower the quantized program to integer nh ops after the -p passes "
+                 "(same as appending ',lower-to-hw' to -p)",
+        )
+
+    def setup_pipeline(self) -> None:
+        if self.args.lower_to_hw:
+            self.args.passes = ",".join(p for p in (self.args.passes, "lower-to-hw") if p)
+        super().setup_pipeline()
 
     def prepare_output(self) -> IO[str]:
         self.output_buffer = _BufferedOutput()
@@ -100,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         tool.run()
     except ParseError as e:
         print(f"{e}".rstrip(), file=sys.stderr)
+        return 1
+    except NanoEngineError as e:  # already `file:line:col: error: ...` with the source line
+        print(e, file=sys.stderr)
         return 1
     except NanoirDiagnostic as e:
         print(e, file=sys.stderr)

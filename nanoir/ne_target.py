@@ -1,0 +1,48 @@
+"""The `nanoengine` target of `nanoir-opt` (`-t nanoengine` / `--emit=nanoengine`) and the
+`.ne` frontend: NanoEngine's deployment text format in and out of the tool.
+
+    nanoir-opt model.ne                          # .ne -> MLIR (by extension, or -f nanoengine)
+    nanoir-opt model.ne --emit=nanoengine        # reproduces the file byte for byte
+    nanoir-opt net.mlir -p quantize{...} --emit=nanoengine -o net.ne
+
+The work is done by `nanoir.grammar.ne_import` and `nanoir.grammar.ne_export`.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import IO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.target import Target
+
+
+@dataclass(frozen=True)
+class NanoEngineTarget(Target):
+    """Print an nf/nq module as NanoEngine text (`.ne`)."""
+
+    name = "nanoengine"
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from nanoir.grammar.ne_export import export_nanoengine
+
+        output.write(export_nanoengine(module))
+
+
+def read_nanoengine(stream: IO[bytes], filename: str) -> ModuleOp:
+    """Import `.ne` bytes; import warnings go to stderr as `file:line:col: warning: ...`."""
+    from nanoir.grammar.ne_import import NanoEngineImportWarning, import_nanoengine_bytes
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NanoEngineImportWarning)
+        try:
+            return import_nanoengine_bytes(stream.read(), filename)
+        finally:
+            for w in caught:
+                if issubclass(w.category, NanoEngineImportWarning):
+                    print(w.message, file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
