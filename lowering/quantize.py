@@ -560,6 +560,8 @@ def quantize(
     if config is None:
         rules = tuple(r if isinstance(r, QuantRule) else QuantRule.parse(r)
                       for r in options.pop("rules", ()))
+        if "rounding" in options:
+            options["rounding"] = _rounding(options["rounding"])
         config = QuantConfig(rules=rules, **options)
     elif options:
         raise QuantizeError("quantize: pass either config= or keyword options, not both")
@@ -583,6 +585,14 @@ def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]
         raise QuantizeError(f"quantize: calibration arrays in {path!r} need one common, "
                             "non-empty leading (batch) dim")
     return [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
+
+
+def _rounding(value: str | RoundingMode) -> RoundingMode:
+    try:
+        return RoundingMode(value)
+    except ValueError:
+        raise QuantizeError(f"quantize: rounding {value!r} is not one of "
+                            + ", ".join(m.value for m in RoundingMode)) from None
 
 
 def load_exponents(path: str) -> dict[str, int | list[int]]:
@@ -638,11 +648,7 @@ class QuantizePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.batch_size <= 0:
             raise QuantizeError(f"quantize: batch_size must be positive, got {self.batch_size}")
-        try:
-            rounding = RoundingMode(self.rounding)
-        except ValueError:
-            raise QuantizeError(f"quantize: rounding {self.rounding!r} is not one of "
-                                + ", ".join(m.value for m in RoundingMode)) from None
+        rounding = _rounding(self.rounding)
         config = QuantConfig(
             weight_bits=self.weight_bits, bias_bits=self.bias_bits, act_bits=self.act_bits,
             weight_per_channel=self.weight_per_channel, act_per_channel=self.act_per_channel,

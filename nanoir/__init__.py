@@ -39,11 +39,19 @@ def __getattr__(name: str) -> Any:
 
         return quantize
     if name == "report":
-        from nanoir.report import report
+        from nanoir.quant_report import report
 
         return report
     if name == "lower_to_hw":
         from nanoir.lowering.lower_to_hw import lower_to_hw
 
         return lower_to_hw
+    if name == "stream_plan":
+        from nanoir.lowering.stream_plan import stream_plan
+
+        return stream_plan
+    if name == "stream":
+        from nanoir.runtime.stream import stream
+
+        return stream
     raise AttributeError(f"module 'nanoir' has no attribute {name!r}")

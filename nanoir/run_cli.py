@@ -21,6 +21,7 @@ import numpy as np
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 from nanoir.api import load
+from nanoir.grammar.ne_errors import NanoEngineError
 from nanoir.runtime.interpreter import ExecutionError, compile_module
 
 
@@ -37,6 +38,13 @@ def _arguments() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="for a quantized program: print the per-layer quantization report "
                         "(bits, exponents, saturation, SQNR) measured on the inputs")
+    p.add_argument("--stream", action="store_true",
+                   help="run step by step along the streamed dim, --step rows of each input at "
+                        "a time, with the stream-plan's caches (same outputs)")
+    p.add_argument("--step", type=int, default=1, metavar="ROWS",
+                   help="rows per step for --stream (default 1)")
+    p.add_argument("--mem-dim", type=int, default=2, metavar="DIM",
+                   help="the streamed dim for --stream (default 2)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="batch size for --report (the inputs are split along dim 0)")
     return p
@@ -59,16 +67,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = load(args.program)
         inputs = [np.load(path, allow_pickle=False) for path in args.input]
         if args.report:
-            from nanoir.report import report
+            from nanoir.quant_report import report
 
             n = inputs[0].shape[0] if inputs and inputs[0].ndim else 0
             step = max(args.batch_size, 1)
             batches = [tuple(x[i:i + step] for x in inputs) for i in range(0, n, step)]
             print(report(module, batches, function=args.function))
             return 0
-        plan = compile_module(module, function=args.function, dtype=args.dtype)
-        outputs = plan(*inputs)
-    except ParseError as e:
+        if args.stream:
+            from nanoir.runtime.stream import stream
+
+            outputs = stream(module, inputs, mem_dim=args.mem_dim, step=args.step,
+                             function=args.function, dtype=args.dtype, raw=True)
+        else:
+            plan = compile_module(module, function=args.function, dtype=args.dtype)
+            outputs = plan(*inputs)
+    except (ParseError, NanoEngineError) as e:
         print(str(e).rstrip(), file=sys.stderr)
         return 1
     except DiagnosticException as e:

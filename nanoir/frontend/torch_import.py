@@ -51,7 +51,7 @@ from xdsl.dialects.builtin import (
     TensorType,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from nanoir.dialects import nf
@@ -362,7 +362,20 @@ class _Importer:
             raise FrontendError(
                 f"internal error importing {_describe(node)}\n  reason: {e}"
             ) from None
+        self._name_results(node, result)
         self.values[node] = result
+
+    def _name_results(self, node: fx.Node, result: Value) -> None:
+        """Name activations after the module that computed them (``layer1.0.conv1``), or
+        the FX node (``add_1``) at the top level, so reports and quantize rules can use them."""
+        stack = node.meta.get("nn_module_stack") or {}
+        path = str(list(stack.values())[-1][0]) if stack else ""
+        hint = name_hint(path or node.name)
+        values = result if isinstance(result, list) else [result]
+        for value in values:
+            if isinstance(value, SSAValue) and not value.name_hint and isinstance(
+                    value, OpResult) and not isinstance(value.op, nf.ConstantOp):
+                value.name_hint = hint
 
     def _getitem(self, node: fx.Node) -> Value:
         source, index = node.args
