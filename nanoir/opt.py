@@ -25,7 +25,7 @@ from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
 from nanoir.grammar.ne_errors import NanoEngineError
 from nanoir.ne_target import NanoEngineTarget, read_nanoengine
-from nanoir.passes import ALL_PASSES
+from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
 
 
 class _BufferedOutput(io.StringIO):
@@ -76,6 +76,12 @@ class NanoirOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        width = max(len(name) for name in self.available_passes)
+        arg_parser.epilog = "passes (-p NAME or NAME{option=value ...}):\n" + "\n".join(
+            f"  {name.ljust(width)}  {PASS_SUMMARIES.get(name, '').replace('``', '')}"
+            for name in self.available_passes
+        )
         arg_parser.add_argument(
             "--emit", dest="target", metavar="TARGET",
             help="output format, same as -t (mlir, nanoengine)",

@@ -45,10 +45,17 @@ def _lower_to_hw() -> type[ModulePass]:
     return LowerToHwPass
 
 
+def _stream_plan() -> type[ModulePass]:
+    from nanoir.lowering.stream_plan import StreamPlanPass
+
+    return StreamPlanPass
+
+
 NANOIR_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     "fold-bn": _fold_bn,
     "quantize": _quantize,
     "lower-to-hw": _lower_to_hw,
+    "stream-plan": _stream_plan,
 }
 """Passes nanoir defines (``lowering/``)."""
 
@@ -59,3 +66,15 @@ ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {
     **NANOIR_PASSES,
 }
 """Every pass ``nanoir-opt`` accepts in ``-p``: nanoir's own plus xDSL's generic clean-ups."""
+
+PASS_SUMMARIES: dict[str, str] = {
+    "fold-bn": "Fold ``nf.batch_norm`` into the preceding ``nf.conv``/``nf.linear`` where possible.",
+    "quantize": "Insert power-of-two fake-quants (the nq level) into a float program.",
+    "lower-to-hw": "Lower a quantized (nq) program to integer nh ops, exactly.",
+    "stream-plan": "Plan the per-node caches of a program streamed along M and record their shapes.",
+    "canonicalize": "Apply every canonicalization pattern (xDSL).",
+    "cse": "Merge identical pure ops (xDSL common subexpression elimination).",
+    "dce": "Delete unused pure ops (xDSL dead code elimination).",
+}
+"""One line per pass for ``nanoir-opt --help`` (kept without importing the passes; a test
+checks nanoir's own against the first line of each pass class docstring)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nanoir.context import ALL_DIALECTS, NANOIR_DIALECTS, make_context
-from nanoir.passes import ALL_PASSES
+from nanoir.passes import ALL_PASSES, NANOIR_PASSES, PASS_SUMMARIES
 from nanoir.universe import NANOIR_UNIVERSE
 
 
@@ -57,3 +57,18 @@ def test_plain_xdsl_opt_loads_nanoir_ops(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "nq.fake_quant %x {bits = 4 : i64" in proc.stdout
     assert "nf.relu %q" in proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(NANOIR_PASSES))
+def test_pass_summaries_match_docstrings(name: str) -> None:
+    doc = (ALL_PASSES[name]().__doc__ or "").strip().splitlines()[0]
+    assert PASS_SUMMARIES[name] == doc
+
+
+def test_help_lists_every_pass_with_a_summary() -> None:
+    exe = shutil.which("nanoir-opt", path=str(Path(sys.executable).parent))
+    assert exe
+    out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120).stdout
+    for name in ALL_PASSES:
+        line = next((ln for ln in out.splitlines() if ln.strip().startswith(name + " ")), "")
+        assert PASS_SUMMARIES[name].replace("``", "") in line, name

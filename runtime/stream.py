@@ -1,0 +1,515 @@
+"""The streaming executor: run a program step by step along its streamed dim M.
+
+``StreamRunner(module).push(rows)`` feeds the next rows of each input (any number, along M)
+and returns the output rows that became computable; ``finish()`` ends the stream (feeding the
+end padding) and returns the rest. ``stream(module, inputs, step=1)`` does both for whole
+inputs. The concatenated rows equal the whole-tensor run (``nanoir.runtime.interpreter.run``)
+bit for bit, at the float (nf), quantized (nq) and integer (nh) levels. As ``run`` does, an nh
+program takes float inputs (quantized as its argument attributes say) or integer codes, and
+returns exact real values, or the raw codes with ``raw=True``.
+
+How it works:
+
+- The schedule is the stream plan's along M, computed by the very same
+  :class:`~nanoir.lowering.stream_plan.NodeCursor` for every node: nodes in program order,
+  caches grow by what their operands produced in the step, windows fire while every cache
+  holds a receptive field, and the end of the stream (``finish()``) is a step of its own.
+- A cache keeps only the *real* rows later windows read, as the arrays its producer made (no
+  copy until a window spans two of them). Its largest size is recorded in
+  :attr:`StreamRunner.cache_peaks`, keyed like ``BufferPlan.caches``, so that tests hold it
+  against the plan (whose counts also include the zero rows of padding).
+- Padding along M is never materialized. All the windows a node can fire in a step are one
+  call of the op's own whole-tensor kernel (from the builder tables the interpreter uses,
+  ``default_builders()``) on exactly the real rows they cover, with the op's M padding set to
+  the zero rows that fall inside them. So the kernels pad as the whole tensor does: zeros for
+  convs (code 0 at the nh level), -inf or the dtype's minimum for max pools (padding never
+  wins), and avg pools count or skip padding in their divisors as they are told.
+  ``ceil_mode`` is left as it is: whole windows span exactly ``(count - 1) * stride + field``
+  rows, where it adds nothing, and the partial last window is cut where the stream ends.
+- Window kernels are built once per distinct padding (a handful per op); ops whose rows map
+  one to one use the compiled whole-tensor kernels, and a one-row node gets the rows that
+  arrived as they are. Constants are folded once (the interpreter's ``init`` phase).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from nanoir.dialects.nf import array_values, int_array
+from nanoir.dialects.nh import FixedAttr
+from nanoir.lowering.stream_plan import Firing, NodeCursor, StreamNode, build_graph, has_dim
+from nanoir.runtime.interpreter import (
+    ExecutionError,
+    Kernel,
+    _check_input,
+    compile_module,
+    default_builders,
+    find_function,
+    uses_dialect,
+)
+from nanoir.runtime.nh import dequantize, quantize_inputs
+
+__all__ = ["StreamRunner", "stream"]
+
+Chunks = list[np.ndarray]
+
+
+def _tensor_shape(value: SSAValue) -> tuple[int, ...]:
+    t = value.type
+    assert isinstance(t, TensorType)
+    return t.get_shape()
+
+
+def _is_nh(value: SSAValue) -> bool:
+    t = value.type
+    return isinstance(t, TensorType) and isinstance(t.encoding, FixedAttr)
+
+
+def _with_dim(t: Attribute, dim: int, size: int) -> TensorType:
+    assert isinstance(t, TensorType)
+    shape = list(t.get_shape())
+    shape[dim] = size
+    return TensorType(t.get_element_type(), shape, t.encoding)
+
+
+class _Cache:
+    """The real rows of one node input still needed, as a queue of arrays along ``axis``
+    (``None``: a tensor without the streamed dim, which moves as whole units)."""
+
+    def __init__(self, axis: int | None):
+        self.axis = axis
+        self.chunks: deque[np.ndarray] = deque()
+        self.base = 0
+        """Index of the first row of ``chunks[0]`` (or of the next row wanted, when empty)."""
+        self.end = 0
+        """Rows received so far."""
+        self.empty: np.ndarray | None = None
+        """No rows, shaped like the others: what a window of padding only reads."""
+        self.empty_is_real = False
+
+    def rows_of(self, a: np.ndarray) -> int:
+        return 1 if self.axis is None else a.shape[self.axis]
+
+    def held(self) -> int:
+        return max(0, self.end - self.base)
+
+    def _cut(self, a: np.ndarray, start: int, stop: int) -> np.ndarray:
+        index: list[slice] = [slice(None)] * a.ndim
+        index[self.axis] = slice(start, stop)  # type: ignore[index]
+        return a[tuple(index)]
+
+    def append(self, a: np.ndarray) -> None:
+        n = self.rows_of(a)
+        if not self.empty_is_real and self.axis is not None:
+            self.empty, self.empty_is_real = self._cut(a, 0, 0), True
+        if self.end < self.base:  # rows a strided window skips
+            skip = min(self.base - self.end, n)
+            self.end += skip
+            if skip == n:
+                return
+            a, n = self._cut(a, skip, n), n - skip
+        if not self.chunks:
+            self.base = self.end
+        self.chunks.append(a)
+        self.end += n
+
+    def take(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)``: a view when they lie in one array."""
+        if self.axis is None:
+            assert stop == start + 1, "a unit tensor is read one unit at a time"
+            return self.chunks[start - self.base]
+        parts: Chunks = []
+        offset = self.base
+        for a in self.chunks:
+            n = a.shape[self.axis]
+            lo, hi = max(start - offset, 0), min(stop - offset, n)
+            if lo < hi:
+                parts.append(a if (lo, hi) == (0, n) else self._cut(a, lo, hi))
+            offset += n
+            if offset >= stop:
+                break
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            if self.empty is None:
+                raise ExecutionError("a window of padding only, before any row arrived, of a "
+                                     "tensor with a dynamic dim: cannot shape it")
+            return self.empty
+        return np.concatenate(parts, axis=self.axis)
+
+    def drop_before(self, row: int) -> None:
+        """Forget every row before ``row`` (rows still to come before it are skipped)."""
+        while self.chunks and self.base + self.rows_of(self.chunks[0]) <= row:
+            self.base += self.rows_of(self.chunks.popleft())
+        if self.chunks and self.base < row:
+            first = self.chunks[0]
+            self.chunks[0] = self._cut(first, row - self.base, self.rows_of(first))
+            self.base = row
+        if not self.chunks:
+            self.base = max(row, self.end)
+
+
+class _NodeRun:
+    """One node of the stream: its cursor, caches and window kernels; values are slots."""
+
+    def __init__(self, node: StreamNode, dim: int, dtype: np.dtype[Any], slot: dict[SSAValue, int],
+                 constants: dict[SSAValue, Any], whole_kernel: Kernel):
+        self.node, self.dim, self.dtype = node, dim, dtype
+        self.inputs = [slot[v] for v in node.inputs]
+        self.outputs = [slot[r] for r in node.op.results]
+        local = {v: i for i, v in enumerate(node.inputs)}
+        self.args: list[tuple[int, Any]] = [
+            (local[v], None) if v in local else (-1, constants[v]) for v in node.op.operands
+        ]
+        self.streamed_results = [has_dim(r, dim) for r in node.op.results]
+        self.whole_kernel = whole_kernel
+        self.kernels: dict[tuple[int, int, int], Kernel] = {}
+        rule = node.rule
+        self.pads_first = rule.pad_begin >= min(rule.fields)
+        """Windows of zero rows only can fire before any row arrives."""
+        self.pointwise = (
+            len(node.inputs) == 1 and rule.fields == (1,) and rule.strides == (1,)
+            and not rule.pad_begin and not rule.pad_end and not rule.whole
+            and all(g == 1 for g in rule.gains) and rule.adjust in ("none", "result_rows")
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        self.cursor = NodeCursor(self.node.rule)
+        self.caches = [_Cache(self.dim if has_dim(v, self.dim) else None)
+                       for v in self.node.inputs]
+        self.peaks = [0] * len(self.node.inputs)
+
+    # -- kernels ------------------------------------------------------------------------------
+    def kernel(self, zeros_begin: int, zeros_end: int, windows: int) -> Kernel:
+        """The op's kernel for ``windows`` windows with these zero rows along the dim."""
+        rule = self.node.rule
+        if rule.adjust == "none":
+            return self.whole_kernel
+        key = (zeros_begin, zeros_end,
+               windows if rule.adjust in ("output_size", "result_rows") else 0)
+        kernel = self.kernels.get(key)
+        if kernel is None:
+            kernel = self.kernels[key] = self._build(*key)
+        return kernel
+
+    def _build(self, zeros_begin: int, zeros_end: int, windows: int) -> Kernel:
+        """Build the kernel of a stand-in op whose attributes fit the window."""
+        op, dim, rule = self.node.op, self.dim, self.node.rule
+        props = dict(op.properties)
+        types = [r.type for r in op.results]
+        if rule.adjust == "window":
+            spatial = len(_tensor_shape(op.operands[0])) - 2
+            pads = list(array_values(props.get("pads")) or (0,) * (2 * spatial))  # type: ignore[arg-type]
+            pads[dim - 2], pads[spatial + dim - 2] = zeros_begin, zeros_end
+            props["pads"] = int_array(pads)
+        elif rule.adjust == "pad":
+            rank = len(_tensor_shape(op.operands[0]))
+            pads = list(array_values(props["pads"]) or ())  # type: ignore[arg-type]
+            pads[dim], pads[rank + dim] = zeros_begin, zeros_end
+            props["pads"] = int_array(pads)
+        elif rule.adjust == "output_size":
+            size = list(array_values(props["output_size"]) or ())  # type: ignore[arg-type]
+            size[dim - 2] = windows
+            props["output_size"] = int_array(size)
+        elif rule.adjust == "result_rows":
+            types = [_with_dim(t, dim, windows * g) for t, g in zip(types, rule.gains)]
+        variant = type(op).create(operands=list(op.operands), result_types=types,
+                                  properties=props, attributes=dict(op.attributes))
+        try:
+            return default_builders()[type(op)](variant, self.dtype)
+        finally:
+            variant.drop_all_references()  # a stand-in: it must not count as a use
+
+    # -- one step -----------------------------------------------------------------------------
+    def step(self, produced: list[Chunks | None], ended: list[bool]) -> None:
+        """Grow the caches by this step's rows, fire, and add the outputs to ``produced``."""
+        cursor = self.cursor
+        arrivals = [produced[s] for s in self.inputs]
+        inputs_ended = all(ended[s] for s in self.inputs)
+        if not inputs_ended and not any(arrivals) and (cursor.fired or not self.pads_first):
+            return  # nothing new: every window the held rows allow has fired
+        if self.pointwise:
+            self._step_pointwise(arrivals[0] or [], inputs_ended, produced)
+        else:
+            self._step_windows(arrivals, inputs_ended, produced)
+        if cursor.ended:
+            for s in self.outputs:
+                ended[s] = True
+
+    def _step_pointwise(self, chunks: Chunks, inputs_ended: bool,
+                        produced: list[Chunks | None]) -> None:
+        """A one-row node with one input holds nothing between steps: it fires on exactly the
+        rows that arrived, so they go to the kernel as they are."""
+        rows = sum(self.caches[0].rows_of(a) for a in chunks)
+        self.peaks[0] = max(self.peaks[0], rows)
+        firings = self.cursor.advance([rows], inputs_ended)
+        if not firings:
+            return
+        (firing,) = firings
+        assert firing.count == rows, "a pointwise node fires once per row"
+        x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks, axis=self.dim)
+        self._emit(self.kernel(0, 0, rows), [x], firing, produced)
+
+    def _step_windows(self, arrivals: list[Chunks | None], inputs_ended: bool,
+                      produced: list[Chunks | None]) -> None:
+        cursor = self.cursor
+        arrived = []
+        for i, chunks in enumerate(arrivals):
+            cache = self.caches[i]
+            before = cache.end
+            for a in chunks or ():
+                cache.append(a)
+            arrived.append(cache.end - before)
+            self.peaks[i] = max(self.peaks[i], cache.held())
+        for firing in cursor.advance(arrived, inputs_ended):
+            windows: Chunks = []
+            zeros = (0, 0)
+            for i, cache in enumerate(self.caches):
+                start, stop, zb, ze = cursor.window(i, firing)
+                windows.append(cache.take(start, stop))
+                zeros = (zb, ze)  # only one-input nodes pad
+            self._emit(self.kernel(*zeros, firing.count), windows, firing, produced)
+        for i, cache in enumerate(self.caches):
+            cache.drop_before(cursor.first_needed(i))
+
+    def _emit(self, kernel: Kernel, windows: Chunks, firing: Firing,
+              produced: list[Chunks | None]) -> None:
+        """Run ``kernel`` on the windows (and the constants); add its rows to ``produced``."""
+        args = [windows[i] if i >= 0 else value for i, value in self.args]
+        op = self.node.op
+        try:
+            results = kernel(*args)
+        except ExecutionError:
+            raise
+        except Exception as e:
+            shapes = ", ".join(str(getattr(a, "shape", "?")) for a in args)
+            raise ExecutionError(
+                f"{op.name} failed on a streamed window of shapes ({shapes}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        for slot, r, streamed, gain in zip(self.outputs, results, self.streamed_results,
+                                           self.node.rule.gains):
+            expected = firing.count * gain
+            got = r.shape[self.dim] if streamed else 1
+            if got != expected:
+                raise ExecutionError(
+                    f"{op.name}: a streamed window gave {got} rows along dim {self.dim}, "
+                    f"the plan expects {expected} (shape {r.shape})"
+                )
+            chunks = produced[slot]
+            if chunks is None:
+                produced[slot] = [r]
+            else:
+                chunks.append(r)
+
+
+class StreamRunner:
+    """Runs a program one step at a time along ``mem_dim`` (see the module docstring).
+
+    ``push(*rows)`` takes, per function input, the next rows along ``mem_dim`` (an input that
+    lacks the dim is given whole, once; ``None`` means no rows this step) and returns, per
+    result, the rows produced in this step or ``None``. ``finish()`` ends the stream and
+    ``reset()`` starts a new one with the same compiled kernels.
+    """
+
+    def __init__(self, module: ModuleOp | FuncOp, *, mem_dim: int = 2,
+                 function: str | None = None, dtype: Any = None, raw: bool = False):
+        func = find_function(module, function)
+        self.graph = build_graph(func, mem_dim)  # first: it names ops that cannot stream
+        self.plan = compile_module(func, dtype=dtype)
+        self.func: FuncOp = func
+        self.integer = uses_dialect(func, "nh.")
+        self.raw = raw
+        self.dim = mem_dim
+        self.constants = {v: self.plan.constants[s] for v, s in self.plan.slot_of.items()
+                          if s in self.plan.constants}
+        values = [*self.graph.inputs, *(r for n in self.graph.nodes for r in n.op.results)]
+        self.slot = {v: i for i, v in enumerate(values)}
+        self.values = values
+        self.streamed = [has_dim(v, mem_dim) for v in values]
+        kernels = {step.op: step.kernel for step in self.plan.steps}
+        self.runs = [_NodeRun(n, mem_dim, self.plan.dtype, self.slot, self.constants,
+                              kernels[n.op]) for n in self.graph.nodes]
+        self.results: list[SSAValue] = list(
+            self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
+        self._arg_types = [self._chunk_type(a.type) for a in self.graph.inputs]
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new stream, keeping the compiled kernels."""
+        for run in self.runs:
+            run.reset()
+        self.ended = [False] * len(self.values)
+        self.finished = False
+        self._peaks = [0] * len(self.values)
+        self._given_units: set[int] = set()
+        self.batch: int | None = None
+
+    @property
+    def cache_peaks(self) -> dict[tuple[Operation, SSAValue], int]:
+        """Most real rows each cache held (keyed like ``BufferPlan.caches``)."""
+        return {(r.node.op, v): peak for r in self.runs
+                for v, peak in zip(r.node.inputs, r.peaks) if has_dim(v, self.dim)}
+
+    @property
+    def tensor_peaks(self) -> dict[SSAValue, int]:
+        """Most rows each runtime tensor produced in one step."""
+        return {v: p for v, p in zip(self.values, self._peaks)}
+
+    def _chunk_type(self, t: Attribute) -> Attribute:
+        """The argument type with the streamed dim dynamic (a chunk has any number of rows)."""
+        if isinstance(t, TensorType) and len(t.get_shape()) > self.dim:
+            return _with_dim(t, self.dim, DYNAMIC_INDEX)
+        return t
+
+    def _set_batch(self, rows: Sequence[Any]) -> None:
+        """Shape the empty windows a conv padded by more than its span reads before any row
+        of its input exists (the batch size is known from the first push)."""
+        sizes = [np.shape(r)[0] for r in rows if r is not None and np.ndim(r)]
+        if not sizes:
+            return
+        self.batch = sizes[0]
+        for run in self.runs:
+            for v, cache in zip(run.node.inputs, run.caches):
+                if cache.axis is None:
+                    continue
+                shape = [self.batch, *_tensor_shape(v)[1:]]
+                shape[cache.axis] = 0
+                if DYNAMIC_INDEX not in shape:
+                    dtype = np.int64 if _is_nh(v) else self.plan.dtype
+                    cache.empty = np.zeros(shape, dtype=dtype)
+
+    def push(self, *rows: Any) -> list[np.ndarray | None]:
+        """Feed the next rows of every input; return the output rows now computable."""
+        if len(rows) != len(self.graph.inputs):
+            raise ExecutionError(
+                f"@{self.func.sym_name.data} takes {len(self.graph.inputs)} inputs, "
+                f"got {len(rows)}"
+            )
+        if self.integer:
+            rows = tuple(None if r is None else q
+                         for r, q in zip(rows, quantize_inputs(self.func, rows)))
+        checked = [None if r is None else _check_input(i, r, self._arg_types[i], self.plan.dtype)
+                   for i, r in enumerate(rows)]
+        return self._push_checked(checked)
+
+    def _push_checked(self, rows: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+        """``push`` of rows already converted and checked (``stream`` checks whole inputs)."""
+        if self.finished:
+            raise ExecutionError("push after finish(): the stream has ended (reset() first)")
+        if self.batch is None:
+            self._set_batch(rows)
+        produced: list[Chunks | None] = [None] * len(self.values)
+        for i, chunk in enumerate(rows):
+            if chunk is None:
+                continue
+            if not self.streamed[i]:
+                if i in self._given_units:
+                    raise ExecutionError(f"input {i} has no dim {self.dim}: give it once")
+                self._given_units.add(i)
+                self.ended[i] = True  # a unit arrives whole (as the plan has it)
+            produced[i] = [chunk]
+        return self._step(produced)
+
+    def finish(self) -> list[np.ndarray | None]:
+        """End the stream: feed the end padding and return the last output rows."""
+        if self.finished:
+            raise ExecutionError("finish() called twice (reset() starts a new stream)")
+        self.finished = True
+        for i in range(len(self.graph.inputs)):
+            self.ended[i] = True
+        out = self._step([None] * len(self.values))
+        assert all(r.cursor.ended for r in self.runs), "every node ends with its inputs"
+        return out
+
+    def _step(self, produced: list[Chunks | None]) -> list[np.ndarray | None]:
+        for run in self.runs:
+            if not run.cursor.ended:
+                run.step(produced, self.ended)
+        for s, chunks in enumerate(produced):
+            if chunks:
+                n = sum(c.shape[self.dim] for c in chunks) if self.streamed[s] else len(chunks)
+                self._peaks[s] = max(self._peaks[s], n)
+        outs = [self._join(v, produced[self.slot[v]]) if v in self.slot else None
+                for v in self.results]
+        if not self.integer or self.raw:
+            return outs
+        return [y if y is None or not _is_nh(v) else dequantize(y, v.type)  # type: ignore[arg-type]
+                for v, y in zip(self.results, outs)]
+
+    def _join(self, value: SSAValue, chunks: Chunks | None) -> np.ndarray | None:
+        if not chunks:
+            return None
+        if not self.streamed[self.slot[value]] or len(chunks) == 1:
+            return chunks[0]
+        return np.concatenate(chunks, axis=self.dim)
+
+
+def stream(module: ModuleOp | FuncOp, inputs: Sequence[Any], *, mem_dim: int = 2,
+           step: int = 1, function: str | None = None, dtype: Any = None, raw: bool = False,
+           runner: StreamRunner | None = None) -> list[Any]:
+    """Run ``module`` on whole ``inputs``, ``step`` rows at a time along ``mem_dim``; the
+    outputs equal ``run(module, *inputs, raw=raw)``'s.
+
+    A ``runner`` made for the same module reuses its compiled kernels (it is reset, and its
+    ``raw`` applies); its ``cache_peaks`` can be read afterwards.
+    """
+    if step < 1:
+        raise ExecutionError(f"stream: step must be >= 1, got {step}")
+    if runner is None:
+        runner = StreamRunner(module, mem_dim=mem_dim, function=function, dtype=dtype, raw=raw)
+    else:
+        runner.reset()
+    func, dim = runner.func, runner.dim
+    if len(inputs) != len(runner.graph.inputs):
+        raise ExecutionError(
+            f"@{func.sym_name.data} takes {len(runner.graph.inputs)} inputs, got {len(inputs)}"
+        )
+    if runner.integer:
+        inputs = quantize_inputs(func, inputs)
+    arrays = [_check_input(i, x, t, runner.plan.dtype)
+              for i, (x, t) in enumerate(zip(inputs, func.function_type.inputs.data))]
+    streamed = runner.streamed[: len(arrays)]
+    length = max([a.shape[dim] for a, s in zip(arrays, streamed) if s] or [1])
+    collected: list[Chunks] = [[] for _ in runner.results]
+
+    def keep(outs: list[np.ndarray | None]) -> None:
+        for k, y in enumerate(outs):
+            if y is not None:
+                collected[k].append(y)
+
+    for start in range(0, length, step):
+        chunks: list[np.ndarray | None] = []
+        for a, s in zip(arrays, streamed):
+            if not s:
+                chunks.append(a if start == 0 else None)
+                continue
+            index = [slice(None)] * a.ndim
+            index[dim] = slice(start, start + step)
+            chunk = a[tuple(index)]
+            chunks.append(chunk if chunk.shape[dim] else None)
+        keep(runner._push_checked(chunks))
+    keep(runner.finish())
+    outputs: list[Any] = []
+    for k, (value, parts) in enumerate(zip(runner.results, collected)):
+        if value in runner.constants:
+            c = runner.constants[value]
+            real = runner.integer and not runner.raw and _is_nh(value)
+            outputs.append(dequantize(c, value.type) if real else c)  # type: ignore[arg-type]
+        elif not parts:
+            raise ExecutionError(
+                f"stream: output {k} produced no rows (the input is too short for the program)"
+            )
+        elif has_dim(value, dim) and len(parts) > 1:
+            outputs.append(np.concatenate(parts, axis=dim))
+        else:
+            outputs.append(parts[0])
+    return outputs
