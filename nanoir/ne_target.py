@@ -28,8 +28,10 @@ class NanoEngineTarget(Target):
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from nanoir.grammar.ne_export import export_nanoengine
+        from nanoir.lowering.stream_plan import stream_shapes
 
-        output.write(export_nanoengine(module))
+        # After `-p stream-plan`, the runtime and cache shapes are the plan's.
+        output.write(export_nanoengine(module, stream_shapes(module)))
 
 
 def read_nanoengine(stream: IO[bytes], filename: str) -> ModuleOp:

@@ -153,3 +153,11 @@ def test_load_reports_semantic_errors_with_a_location(tmp_path: Path) -> None:
     with pytest.raises(NanoEngineSemanticError, match=re.escape("node 'Conv_n2' reads 'Q_n4_o0' before node 'Q_n4' computes it")) as info:
         nanoir.load(bad)
     assert info.value.filename == str(bad) and info.value.line > 1
+
+
+def test_stream_plan_then_export_reproduces_the_sample() -> None:
+    """The planner's shapes are exactly the ones NanoEngine-PyTorch printed for this program."""
+    spec = 'stream-plan{steps="2:1,3:5"}'
+    proc = tool("nanoir-opt", str(SAMPLE), "-p", spec, "--emit=nanoengine")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == SAMPLE.read_bytes()
