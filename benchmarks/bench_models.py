@@ -58,9 +58,10 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
             with torch.no_grad():
                 return model(x)
     else:
-        import nanoir
         from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
         from nanoir.runtime.interpreter import compile_module
+
+        import nanoir
 
         module = nanoir.from_torch(model, (torch.cat([x, x]),))
         FoldBatchNormPass().apply(nanoir.make_context(), module)

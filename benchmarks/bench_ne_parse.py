@@ -25,7 +25,6 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-
 from nanoir.grammar.ne_ast import (
     Comment,
     ConstTensor,

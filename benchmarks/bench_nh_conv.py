@@ -67,15 +67,19 @@ def layer_data(cin: int, cout: int, hw: int, k: int, seed: int) -> tuple[Any, An
 
 def nh_program(x: Any, w: Any, b: Any, s: int, p: int, requant: bool) -> Any:
     """``func @main(%x: i8) { conv(x, w, b) [-> requant to i8] }`` with constant w and b."""
-    import numpy as np
+    from nanoir.dialects import nh
     from xdsl.dialects.builtin import (
-        BytesAttr, DenseArrayBase, DenseIntOrFPElementsAttr, FunctionType, IntegerType, ModuleOp,
-        TensorType, i64,
+        BytesAttr,
+        DenseArrayBase,
+        DenseIntOrFPElementsAttr,
+        FunctionType,
+        IntegerType,
+        ModuleOp,
+        TensorType,
+        i64,
     )
     from xdsl.dialects.func import FuncOp, ReturnOp
     from xdsl.ir import Block, Region
-
-    from nanoir.dialects import nh
 
     def constant(codes: Any, storage: int, width: int, exp: Any, layout: str) -> nh.ConstantOp:
         data = DenseIntOrFPElementsAttr(

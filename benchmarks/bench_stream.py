@@ -29,12 +29,12 @@ import numpy as np  # noqa: E402
 def build() -> tuple[object, object]:
     """The KWS net at the nq and nh levels."""
     import torch
-
-    from nanoir.context import make_context
-    from nanoir.frontend import from_torch
     from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
     from nanoir.lowering.lower_to_hw import lower_to_hw
     from nanoir.lowering.quantize import quantize
+
+    from nanoir.context import make_context
+    from nanoir.frontend import from_torch
     from nanoir.testing import make_test_model
 
     torch.set_num_threads(1)

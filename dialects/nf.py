@@ -15,6 +15,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from nanoir.dialects.shapes import (
+    DYNAMIC_INDEX,
+    ShapeError,
+    broadcast_shapes,
+    infer_concat_shape,
+    infer_conv_shape,
+    infer_linear_shape,
+    infer_matmul_shape,
+    infer_pool_shape,
+    shape_str,
+    shapes_compatible,
+)
 from xdsl.dialects.builtin import (
     I64,
     BoolAttr,
@@ -52,19 +64,6 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
-
-from nanoir.dialects.shapes import (
-    DYNAMIC_INDEX,
-    ShapeError,
-    broadcast_shapes,
-    infer_concat_shape,
-    infer_conv_shape,
-    infer_linear_shape,
-    infer_matmul_shape,
-    infer_pool_shape,
-    shape_str,
-    shapes_compatible,
-)
 
 FloatElement = base(Float16Type) | base(Float32Type) | base(Float64Type)
 FloatTensor = TensorType.constr(FloatElement)

@@ -23,6 +23,25 @@ from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 import numpy as np
+from nanoir.dialects.nf import (
+    array_values,
+    check_result_shape,
+    parse_named_constant,
+    print_named_constant,
+    shape_guard,
+    tensor_shape,
+)
+from nanoir.dialects.nq import RoundingMode, RoundingModeAttr
+from nanoir.dialects.shapes import (
+    DYNAMIC_INDEX,
+    broadcast_shapes,
+    infer_concat_shape,
+    infer_conv_shape,
+    infer_linear_shape,
+    infer_matmul_shape,
+    infer_pool_shape,
+    shape_str,
+)
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
@@ -56,27 +75,6 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
-
-from nanoir.dialects.nf import (
-    array_values,
-    check_result_shape,
-    int_array,
-    parse_named_constant,
-    print_named_constant,
-    shape_guard,
-    tensor_shape,
-)
-from nanoir.dialects.nq import RoundingMode, RoundingModeAttr
-from nanoir.dialects.shapes import (
-    DYNAMIC_INDEX,
-    broadcast_shapes,
-    infer_concat_shape,
-    infer_conv_shape,
-    infer_linear_shape,
-    infer_matmul_shape,
-    infer_pool_shape,
-    shape_str,
-)
 
 LAYOUT_LETTERS = "BCMD"
 DATA_WIDTHS = (1, 2, 4, 8, 16)
@@ -652,7 +650,7 @@ class RequantOp(IRDLOperation):
     def verify_(self) -> None:
         _, fx = check_nh_value(self, self.input, "input")
         _, fy = check_nh_value(self, self.result, "result")
-        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        x = tensor_shape(self.input)
         check_result_shape(self, x, self.result)
         shifts = np.asarray(array_values(self.shift) or (), dtype=np.int64)
         rank = len(x)

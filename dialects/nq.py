@@ -14,6 +14,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from nanoir.dialects.nf import FloatTensor, tensor_shape
+from nanoir.dialects.shapes import (
+    ShapeError,
+    broadcast_shapes,
+    shape_str,
+    shapes_compatible,
+)
+from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     I64,
     DenseIntOrFPElementsAttr,
@@ -39,10 +47,6 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
-
-from nanoir.dialects.nf import FloatTensor, tensor_shape
-from nanoir.dialects.shapes import ShapeError, broadcast_shapes, shape_str, shapes_compatible
-from nanoir.runtime.quant import RoundingMode
 
 MAX_BITS = 16
 """Widest fake-quant code the nq level accepts (NanoEngine targets use 1, 2, 4 and 8)."""

@@ -87,9 +87,8 @@ def accuracy(logits: np.ndarray, y: np.ndarray) -> float:
 
 def weight_bytes(hw_module) -> int:  # noqa: ANN001
     """Bytes of the integer weights and biases when packed at their bit widths."""
-    from xdsl.dialects.builtin import TensorType
-
     from nanoir.dialects import nh
+    from xdsl.dialects.builtin import TensorType
 
     total = 0
     for op in hw_module.walk():
@@ -117,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    import nanoir
     from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
     from nanoir.lowering.quantize import QuantRule
+
+    import nanoir
 
     x_train, y_train, x_test, y_test = load_data(args.seed)
     t0 = time.perf_counter()

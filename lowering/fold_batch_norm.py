@@ -30,9 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from nanoir.dialects import nf
 from numpy.typing import NDArray
 from xdsl.context import Context
-from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.dialects.builtin import (
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    ModuleOp,
+    TensorType,
+)
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -43,8 +49,6 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 from xdsl.rewriter import InsertPoint
-
-from nanoir.dialects import nf
 
 __all__ = [
     "FoldBatchNormIntoConv",

@@ -37,6 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from nanoir.dialects import nf, nh
+from nanoir.dialects.nf import array_values, int_array
+from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
+from nanoir.dialects.shapes import DYNAMIC_INDEX
+from nanoir.runtime import kernels, quant
+from nanoir.runtime.nf import dense_to_numpy
+from nanoir.runtime.quant import RoundingMode
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -51,17 +58,17 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
+from xdsl.ir import (
+    Attribute,
+    Block,
+    BlockArgument,
+    Operation,
+    OpResult,
+    Region,
+    SSAValue,
+)
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
-
-from nanoir.dialects import nf, nh
-from nanoir.dialects.nf import array_values, int_array
-from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.dialects.shapes import DYNAMIC_INDEX
-from nanoir.runtime import kernels, quant
-from nanoir.runtime.nf import dense_to_numpy
-from nanoir.runtime.quant import RoundingMode
 
 ACC_LIMIT = 2**31 - 1
 WIDTHS = (2, 4, 8, 16, 32)
@@ -703,7 +710,6 @@ class HwLowering:
             raise self.fail(fq, "quantizes an average to 1 bit; not supported on hw")
         x = self.get(pool, pool.input)
         in_shape = nf.tensor_shape(pool.input)
-        n = len(in_shape) - 2
         props: dict[str, Attribute]
         if isinstance(pool, nf.AdaptiveAvgPoolOp):
             out = array_values(pool.output_size) or ()

@@ -33,6 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from nanoir.dialects import nf
+from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.runtime import quant
+from nanoir.runtime.quant import RoundingMode
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -40,11 +44,6 @@ from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import DiagnosticException
-
-from nanoir.dialects import nf
-from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.runtime import quant
-from nanoir.runtime.quant import RoundingMode
 
 ALLOWED_BITS = (1, 2, 4, 8, 16)
 
@@ -82,7 +81,8 @@ class QuantRule:
         try:
             re.compile(self.pattern)
         except re.error as e:
-            raise QuantizeError(f"quantize: rule pattern {self.pattern!r} is not a regex: {e}")
+            raise QuantizeError(
+                f"quantize: rule pattern {self.pattern!r} is not a regex: {e}") from None
         if self.bits is not None and self.bits not in ALLOWED_BITS:
             raise QuantizeError(f"quantize: rule {self.pattern!r} asks for {self.bits} bits; "
                                 f"allowed: {', '.join(map(str, ALLOWED_BITS))}")

@@ -79,6 +79,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nanoir.dialects import nf, nh
+from nanoir.dialects.nf import array_values, int_array
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.shapes import window_params
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -95,11 +99,6 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
-
-from nanoir.dialects import nf, nh
-from nanoir.dialects.nf import array_values, int_array
-from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.shapes import window_params
 
 __all__ = [
     "BufferPlan",

@@ -50,10 +50,12 @@ def save(module: ModuleOp, path: str | Path) -> None:
         text = str(module) + "\n"
     else:
         raise ValueError(f"cannot tell the format of {str(path)!r}: use a .ne or .mlir file name")
-    _write_atomically(path, text)
+    write_atomically(path, text)
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that no half-written file can ever be seen."""
+    path = Path(path).resolve()
     # A temporary file in the same directory, renamed over the target: readers never see
     # a half-written file, and a failure leaves the old file (if any) as it was.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import IO
 
@@ -21,6 +19,7 @@ from xdsl.targets.mlir import MLIRTarget
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from nanoir.api import write_atomically
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
 from nanoir.grammar.ne_errors import NanoEngineError
@@ -106,20 +105,6 @@ class NanoirOptMain(xDSLOptMain):
         return self.output_buffer
 
 
-def _write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so no partial file is left."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".nanoir-opt-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nanoir-opt``; returns the exit code."""
     try:
@@ -151,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if tool.args.output_file is None:
         sys.stdout.write(text)
     else:
-        _write_atomically(tool.args.output_file, text)
+        write_atomically(tool.args.output_file, text)
     return 0
 
 

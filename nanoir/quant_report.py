@@ -23,7 +23,12 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.runtime import quant
-from nanoir.runtime.interpreter import Plan, compile_function, default_builders, find_function
+from nanoir.runtime.interpreter import (
+    Plan,
+    compile_function,
+    default_builders,
+    find_function,
+)
 from nanoir.runtime.nf import dense_to_numpy
 
 

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from nanoir.dialects.nh import FixedAttr, code_range
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
-
-from nanoir.dialects.nh import FixedAttr, code_range
 
 Kernel = Callable[..., tuple[Any, ...]]
 Builder = Callable[[Any, np.dtype[Any]], Kernel]

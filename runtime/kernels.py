@@ -36,11 +36,11 @@ from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
-from numpy.typing import NDArray
 
 # One definition of the output-size formulas, shared with the IR's shape inference.
 from nanoir.dialects.shapes import conv_output_size, pool_output_size
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
 
 __all__ = [
     "adaptive_avg_pool",

@@ -11,14 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType
-from xdsl.ir import Operation
-
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.shapes import window_params
 from nanoir.runtime import kernels
 from nanoir.runtime.interpreter import Builder, Kernel
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType
+from xdsl.ir import Operation
 
 NF_BUILDERS: dict[type[Operation], Builder] = {}
 

@@ -52,11 +52,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import DTypeLike, NDArray
-from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, SSAValue
-
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
@@ -64,6 +59,10 @@ from nanoir.dialects.shapes import pool_output_size, window_params
 from nanoir.runtime import quant
 from nanoir.runtime.interpreter import Builder, ExecutionError, Kernel
 from nanoir.runtime.quant import RoundingMode
+from numpy.typing import DTypeLike, NDArray
+from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, SSAValue
 
 __all__ = [
     "F32_EXACT",

@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from xdsl.ir import Operation
-
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.runtime.interpreter import Builder, Kernel
 from nanoir.runtime.nf import dense_to_numpy
 from nanoir.runtime.quant import fake_quant as quant_fake_quant
+from xdsl.ir import Operation
 
 
 def fake_quant(op: FakeQuantOp, dtype: np.dtype[Any]) -> Kernel:

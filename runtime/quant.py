@@ -55,7 +55,6 @@ from numpy.typing import ArrayLike, NDArray
 # xDSL's StrEnum, so the nq/nh dialects can wrap this very enum in an EnumAttribute.
 from xdsl.utils.str_enum import StrEnum as _StrEnum
 
-
 __all__ = [
     "CALIB_EXP_RANGE",
     "EXACT_EXP_LIMIT",

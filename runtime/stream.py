@@ -38,13 +38,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Operation, SSAValue
-
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nh import FixedAttr
-from nanoir.lowering.stream_plan import Firing, NodeCursor, StreamNode, build_graph, has_dim
+from nanoir.lowering.stream_plan import (
+    Firing,
+    NodeCursor,
+    StreamNode,
+    build_graph,
+    has_dim,
+)
 from nanoir.runtime.interpreter import (
     ExecutionError,
     Kernel,
@@ -55,6 +57,9 @@ from nanoir.runtime.interpreter import (
     uses_dialect,
 )
 from nanoir.runtime.nh import dequantize, quantize_inputs
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Operation, SSAValue
 
 __all__ = ["StreamRunner", "stream"]
 

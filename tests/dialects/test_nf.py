@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nanoir.dialects import nf
+from nanoir.dialects.shapes import ShapeError
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BytesAttr,
@@ -13,9 +15,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, SSAValue
 from xdsl.utils.exceptions import VerifyException
-
-from nanoir.dialects import nf
-from nanoir.dialects.shapes import ShapeError
 
 D = DYNAMIC_INDEX
 

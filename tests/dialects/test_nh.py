@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nanoir.dialects.nh import ConstantOp, FixedAttr, code_range, fixed_type
 from xdsl.context import Context
-from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, IntegerType, TensorType
+from xdsl.dialects.builtin import (
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    IntegerType,
+    TensorType,
+)
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from nanoir.context import make_context
-from nanoir.dialects.nh import ConstantOp, FixedAttr, code_range, fixed_type
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from nanoir.dialects.nq import FakeQuantOp, exp_attr, exp_values
+from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType, f32
 from xdsl.ir import Block, SSAValue
 from xdsl.utils.exceptions import VerifyException
-
-from nanoir.dialects.nq import FakeQuantOp, exp_attr, exp_values
-from nanoir.runtime.quant import RoundingMode
 
 
 def arg(*shape: int) -> SSAValue:

@@ -9,6 +9,13 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
+from nanoir.dialects import nf
+from nanoir.lowering.fold_batch_norm import (
+    FoldBatchNormPass,
+    batch_norm_affine,
+    fold_batch_norm,
+)
+from nanoir.runtime import kernels
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
@@ -21,13 +28,6 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from nanoir.context import make_context
-from nanoir.dialects import nf
-from nanoir.lowering.fold_batch_norm import (
-    FoldBatchNormPass,
-    batch_norm_affine,
-    fold_batch_norm,
-)
-from nanoir.runtime import kernels
 
 torch.set_num_threads(1)
 

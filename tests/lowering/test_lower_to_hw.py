@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
+from nanoir.runtime.interpreter import run
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
-from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
-from nanoir.runtime.interpreter import run
 from nanoir.testing_programs import random_nq_program
 
 
@@ -46,14 +46,14 @@ def test_random_programs_lower_exactly(data: st.DataObject, batch: int) -> None:
 def test_constructed_overflow_is_caught() -> None:
     # 8-bit inputs (|code| <= 128) times 300 weights of code 127 overflow i32 only when the
     # sum is long enough: 128 * 127 * 300 * 512 > 2**31.
-    text = f"""\
-func.func @main(%x: tensor<?x512x300xf32>) -> tensor<?x4x300xf32> {{
-  %xq = nq.fake_quant %x {{bits = 8 : i64, exp = dense<0> : tensor<1xi8>}} : tensor<?x512x300xf32>
+    text = """\
+func.func @main(%x: tensor<?x512x300xf32>) -> tensor<?x4x300xf32> {
+  %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<0> : tensor<1xi8>} : tensor<?x512x300xf32>
   %w = nf.constant "w" dense<127.0> : tensor<4x512x300xf32>
-  %wq = nq.fake_quant %w {{bits = 8 : i64, exp = dense<0> : tensor<1xi8>}} : tensor<4x512x300xf32>
-  %c = nf.conv %xq, %wq {{pads = array<i64: 150, 149>}} : (tensor<?x512x300xf32>, tensor<4x512x300xf32>) -> tensor<?x4x300xf32>
+  %wq = nq.fake_quant %w {bits = 8 : i64, exp = dense<0> : tensor<1xi8>} : tensor<4x512x300xf32>
+  %c = nf.conv %xq, %wq {pads = array<i64: 150, 149>} : (tensor<?x512x300xf32>, tensor<4x512x300xf32>) -> tensor<?x4x300xf32>
   func.return %c : tensor<?x4x300xf32>
-}}
+}
 """
     module = nanoir.parse(text)
     with pytest.raises(LowerToHwError, match=r"'nf.conv' \(%c\) may overflow its i32 "
@@ -92,6 +92,7 @@ def test_test_models_lower_exactly(name: str, config: str) -> None:
     torch = pytest.importorskip("torch")
     from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
     from nanoir.lowering.quantize import quantize
+
     from nanoir.testing import make_test_model
 
     torch.manual_seed(0)

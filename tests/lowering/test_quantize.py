@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import ModuleOp
-
-import nanoir
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.quantize import QuantizeError, QuantRule, quantize
 from nanoir.runtime import quant
 from nanoir.runtime.nf import dense_to_numpy
+from xdsl.dialects.builtin import ModuleOp
+
+import nanoir
 
 NET = """\
 func.func @main(%x: tensor<?x2x6x6xf32>) -> tensor<?x3xf32> {

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 
 import nanoir
-from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 
 torch = pytest.importorskip("torch")
 from nanoir.testing import make_test_model  # noqa: E402 - needs torch

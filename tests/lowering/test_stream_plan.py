@@ -14,10 +14,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, ModuleOp
-
-import nanoir
-from nanoir.context import make_context
 from nanoir.lowering.stream_plan import (
     BufferPlan,
     StreamPlanError,
@@ -28,6 +24,10 @@ from nanoir.lowering.stream_plan import (
 )
 from nanoir.runtime.interpreter import find_function
 from nanoir.runtime.stream import StreamRunner, stream
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, ModuleOp
+
+import nanoir
+from nanoir.context import make_context
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SAMPLE = EXAMPLES / "readme_model.ne"

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from nanoir.dialects import nf
 from torch import nn
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.parser import Parser
 
 from nanoir.context import make_context
-from nanoir.dialects import nf
 from nanoir.frontend import FrontendError, from_torch, supported_aten_ops
 from nanoir.frontend.torch_import import name_hint
 from nanoir.testing import TEST_MODELS, make_test_model

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import nanoir
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
 from nanoir.grammar.ne_export import ExportError
+
+import nanoir
 from nanoir.opt import main
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"

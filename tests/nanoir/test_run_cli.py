@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from nanoir.runtime.interpreter import run
 
 from nanoir.api import parse
 from nanoir.run_cli import main
-from nanoir.runtime.interpreter import run
 
 PROGRAM = """\
 func.func @main(%x: tensor<?x4xf32>, %y: tensor<?x4xf32>) -> (tensor<?x4xf32>, tensor<?x4xf32>) {

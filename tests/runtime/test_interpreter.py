@@ -7,14 +7,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import DYNAMIC_INDEX, FunctionType, ModuleOp, TensorType, f32
-from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, Operation, Region, SSAValue
-
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.runtime import quant
 from nanoir.runtime.interpreter import ExecutionError, compile_module, run
+from xdsl.dialects.builtin import DYNAMIC_INDEX, FunctionType, ModuleOp, TensorType, f32
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from nanoir.runtime import kernels as K
 
 torch = pytest.importorskip("torch")

@@ -21,6 +21,22 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nanoir.dialects import nh
+from nanoir.dialects.nh import code_range, fixed_type
+from nanoir.dialects.nq import RoundingModeAttr
+from nanoir.dialects.shapes import infer_conv_shape, infer_pool_shape
+from nanoir.runtime import interpreter, kernels, quant
+from nanoir.runtime.interpreter import ExecutionError, compile_module
+from nanoir.runtime.nh import (
+    F32_EXACT,
+    dequantize_outputs,
+    div_round,
+    exact_matmul,
+    output_exponents,
+    plan_exact_matmul,
+    requant_codes,
+)
+from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BoolAttr,
@@ -36,24 +52,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-
-from nanoir.dialects import nh
-from nanoir.dialects.nh import code_range, fixed_type
-from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.dialects.shapes import infer_conv_shape, infer_pool_shape
-from nanoir.runtime import kernels, quant
-from nanoir.runtime import interpreter
-from nanoir.runtime.interpreter import ExecutionError, compile_module
-from nanoir.runtime.nh import (
-    F32_EXACT,
-    dequantize_outputs,
-    div_round,
-    exact_matmul,
-    output_exponents,
-    plan_exact_matmul,
-    requant_codes,
-)
-from nanoir.runtime.quant import RoundingMode
 
 
 def run(module: Any, *inputs: Any) -> list[Any]:

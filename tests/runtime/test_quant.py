@@ -10,12 +10,11 @@ import doctest
 import math
 from fractions import Fraction
 
+import nanoir.runtime.quant as quant
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import nanoir.runtime.quant as quant
 from nanoir.runtime.quant import (
     RoundingMode,
     channel_absmax,

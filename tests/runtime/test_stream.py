@@ -14,18 +14,18 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch import nn
-from xdsl.dialects.builtin import ModuleOp
-
-import nanoir
-from nanoir.context import make_context
-from nanoir.frontend import from_torch
 from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.lowering.quantize import quantize
 from nanoir.lowering.stream_plan import stream_plan
 from nanoir.runtime.interpreter import ExecutionError, run
 from nanoir.runtime.stream import StreamRunner, stream
+from torch import nn
+from xdsl.dialects.builtin import ModuleOp
+
+import nanoir
+from nanoir.context import make_context
+from nanoir.frontend import from_torch
 from nanoir.testing import make_test_model, randomize_batch_norm
 from nanoir.testing_programs import random_nq_program
 
