@@ -276,3 +276,19 @@ def make_test_model(name: str, seed: int = 0) -> nn.Module:
     model = TEST_MODELS[name]()
     randomize_batch_norm(model, seed)
     return model.eval()
+
+
+def import_folded(name: str, batch: int = 2) -> tuple[Any, tuple[int, ...]]:
+    """A test network imported with ``from_torch``, BN folded: ``(module, input shape without
+    the batch dim)``. ResNet-18 is imported at 32x32 to keep tests quick."""
+    from nanoir.context import make_context
+    from nanoir.frontend import from_torch
+    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+
+    torch.manual_seed(0)
+    model = make_test_model(name)
+    example = torch.randn(batch, 3, 32, 32) if name == "ResNet18" else (
+        model.make_example_input(batch))  # type: ignore[operator]
+    module = from_torch(model, (example,))
+    FoldBatchNormPass().apply(make_context(), module)
+    return module, tuple(example.shape[1:])

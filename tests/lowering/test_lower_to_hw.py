@@ -89,21 +89,13 @@ MODELS = ["LeNet5", "KWSNet", "SampleNet", "MobileNetV2Stack", "ResNet18"]
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("config", ["8-bit", "4/1-bit"])
 def test_test_models_lower_exactly(name: str, config: str) -> None:
-    torch = pytest.importorskip("torch")
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    pytest.importorskip("torch")
     from nanoir.lowering.quantize import quantize
 
-    from nanoir.testing import make_test_model
+    from nanoir.testing import import_folded
 
-    torch.manual_seed(0)
-    model = make_test_model(name)
-    example = model.make_example_input(2)
-    if name == "ResNet18":
-        example = torch.randn(2, 3, 32, 32)
-    module = nanoir.from_torch(model, (example,))
-    FoldBatchNormPass().apply(nanoir.make_context(), module)
+    module, shape = import_folded(name)
     rng = np.random.default_rng(1)
-    shape = tuple(example.shape[1:])
     calibration = [rng.standard_normal((4, *shape)) for _ in range(2)]
     options = {} if config == "8-bit" else {"weight_bits": 4,
                                             "rules": ("weight@(fc|classifier|linear)=1",)}

@@ -6,23 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 
 import nanoir
 
 torch = pytest.importorskip("torch")
-from nanoir.testing import make_test_model  # noqa: E402 - needs torch
-
-
-def float_program(name: str):  # noqa: ANN201
-    torch.manual_seed(0)
-    model = make_test_model(name)
-    example = model.make_example_input(2)
-    if name == "ResNet18":
-        example = torch.randn(2, 3, 32, 32)
-    module = nanoir.from_torch(model, (example,))
-    FoldBatchNormPass().apply(nanoir.make_context(), module)
-    return module, tuple(example.shape[1:])
+from nanoir.testing import import_folded  # noqa: E402 - needs torch
 
 
 def batches(shape: tuple[int, ...], n: int, seed: int) -> list[np.ndarray]:
@@ -37,7 +25,7 @@ def batches(shape: tuple[int, ...], n: int, seed: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "SampleNet"])
 @pytest.mark.parametrize(("rounding", "floor_db"), [("half_even", 30.0), ("trunc", 27.0)])
 def test_8_bit_per_channel_sqnr(name: str, rounding: str, floor_db: float) -> None:
-    module, shape = float_program(name)
+    module, shape = import_folded(name)
     nanoir.quantize(module, batches(shape, 4, seed=1), weight_per_channel=True,
                     act_per_channel=True, rounding=rounding)
     held_out = batches(shape, 2, seed=2)  # never seen by calibration
@@ -47,7 +35,7 @@ def test_8_bit_per_channel_sqnr(name: str, rounding: str, floor_db: float) -> No
 
 @pytest.mark.parametrize("name", ["ResNet18", "MobileNetV2Stack"])
 def test_larger_models_quantize_and_report(name: str) -> None:
-    module, shape = float_program(name)
+    module, shape = import_folded(name)
     nanoir.quantize(module, batches(shape, 2, seed=1))
     report = nanoir.report(module, batches(shape, 1, seed=2))
     kinds = {row.kind for row in report.rows}
@@ -61,7 +49,7 @@ def test_larger_models_quantize_and_report(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "MobileNetV2Stack"])
 def test_mixed_4_and_1_bit(name: str) -> None:
-    module, shape = float_program(name)
+    module, shape = import_folded(name)
     nanoir.quantize(module, batches(shape, 2, seed=1), weight_bits=4,
                     rules=("weight@(fc|classifier|linear).*=1",))
     bits = {row.name: row.bits for row in nanoir.report(module, batches(shape, 1, 3)).rows}
