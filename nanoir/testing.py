@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from xdsl.dialects.builtin import ModuleOp
 
 __all__ = [
     "TEST_MODELS",
@@ -278,7 +279,7 @@ def make_test_model(name: str, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
-def import_folded(name: str, batch: int = 2) -> tuple[Any, tuple[int, ...]]:
+def import_folded(name: str, batch: int = 2) -> tuple[ModuleOp, tuple[int, ...]]:
     """A test network imported with ``from_torch``, BN folded: ``(module, input shape without
     the batch dim)``. ResNet-18 is imported at 32x32 to keep tests quick."""
     from nanoir.context import make_context
