@@ -41,8 +41,9 @@ alphabetical order, defaults spelled out, as the reference does:
     nf.prelu              PRelu               []
     nf.custom             its op_type         its attributes
 
-Anything else (nh ops for now, nf ops with no ONNX counterpart such as nf.pad) is an
-`ExportError` naming the op. Float constants are written as `little_float_32` (f16/f64 as
+A function with nh ops (or nh-typed arguments) is written at the hw level by `ne_export_hw`.
+Anything else (nf ops with no ONNX counterpart such as nf.pad) is an `ExportError` naming the
+op. Float constants are written as `little_float_32` (f16/f64 as
 `little_float_16`/`little_float_64`) from their exact bytes; nothing is converted.
 """
 
@@ -624,7 +625,7 @@ class _Exporter:
         if type(op) not in WRITERS and not isinstance(op, nf.CustomOp):
             raise ExportError(
                 f"nanoengine export: '{op.name}' has no NanoEngine op type "
-                "(the exporter writes nf and nq ops; nh programs are not supported yet)"
+                "(the exporter writes nf and nq ops, or a program of nh ops)"
             )
         for value in op.operands:
             self.name_constant(value)
@@ -872,12 +873,20 @@ def export_program(module: ModuleOp, plan: StreamPlan | None = None) -> Program:
 
     `plan` gives the declared shapes of runtime tensors and caches (a stream-plan analysis);
     without one, recorded shapes are kept and others are declared by `UnitStepPlan`.
+    nh programs are written by `ne_export_hw.export_hw_program`.
     """
+    from nanoir.grammar.ne_hw import is_hw_function
+
+    func = _main_function(module)
+    if is_hw_function(func):
+        from nanoir.grammar.ne_export_hw import export_hw_program  # it builds on this module
+
+        return export_hw_program(func, plan)
     return _Exporter(module, plan).run()
 
 
 def export_nanoengine(module: ModuleOp, plan: StreamPlan | None = None) -> str:
-    """The `.ne` text of an nf/nq module; `ExportError` for IR NanoEngine cannot express."""
+    """The `.ne` text of an nf/nq or nh module; `ExportError` for IR NanoEngine cannot express."""
     program = export_program(module, plan)
     try:
         return print_nanoengine(program)

@@ -1,5 +1,8 @@
 """Import NanoEngine text (`.ne`) into xDSL IR at the quantized (nq) level, losslessly.
 
+(A program whose node outputs are integer tensors, `Tensor<int8_t>` and the like, is at the
+hw level: `ne_import_hw` reads it into nh IR. Everything below is about the nq level.)
+
 A program becomes one `builtin.module` holding one `func.func @main`:
 
 - function inputs are the runtime tensors that nodes read but no node computes (in
@@ -1061,14 +1064,22 @@ def import_program(program: Program, filename: str = "<string>", source: str | N
     `source`, the text the program came from, lets errors show the offending line.
     """
     check_program(program, filename, source)
-    module = _Importer(program, filename, source).run()
-    return module
+    return _import_checked(program, filename, source)
 
 
 def import_nanoengine(text: str, filename: str = "<string>") -> ModuleOp:
     """Parse `.ne` text and import it; every problem is a located `NanoEngineError`."""
     program = parse_nanoengine(text, filename, check=True)
-    return _Importer(program, filename, text).run()
+    return _import_checked(program, filename, text)
+
+
+def _import_checked(program: Program, filename: str, source: str | None) -> ModuleOp:
+    """The nq-level importer, or `ne_import_hw`'s for programs with integer node outputs."""
+    from nanoir.grammar.ne_import_hw import import_hw_program, is_hw_program  # it builds on this module
+
+    if is_hw_program(program):
+        return import_hw_program(program, filename, source)
+    return _Importer(program, filename, source).run()
 
 
 def import_nanoengine_bytes(raw: bytes, filename: str = "<string>") -> ModuleOp:

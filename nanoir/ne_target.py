@@ -4,8 +4,10 @@
     nanoir-opt model.ne                          # .ne -> MLIR (by extension, or -f nanoengine)
     nanoir-opt model.ne --emit=nanoengine        # reproduces the file byte for byte
     nanoir-opt net.mlir -p quantize{...} --emit=nanoengine -o net.ne
+    nanoir-opt net.mlir --lower-to-hw --emit=nanoengine -o net_hw.ne   # the hw level (nh)
 
-The work is done by `nanoir.grammar.ne_import` and `nanoir.grammar.ne_export`.
+The work is done by `nanoir.grammar.ne_import` and `nanoir.grammar.ne_export` (and their hw
+siblings `ne_import_hw` / `ne_export_hw`, which they dispatch to).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from xdsl.utils.target import Target
 
 @dataclass(frozen=True)
 class NanoEngineTarget(Target):
-    """Print an nf/nq module as NanoEngine text (`.ne`)."""
+    """Print an nf/nq or nh module as NanoEngine text (`.ne`)."""
 
     name = "nanoengine"
 

@@ -1,0 +1,396 @@
+"""The hw level of NanoEngine text (`.ne`): how an nh program is written, and read back.
+
+`ne_export_hw` writes nh IR in this form and `ne_import_hw` reads it; this module holds what
+both sides share: the op table, the value codecs and the constant data layout. A file is at
+the hw level when its node outputs are integer tensors (`Tensor<int8_t>`, ...); the nq level
+declares them `Tensor<Any>`.
+
+Tensors. Every nh value is a declared tensor whose dtype names its element width and whose
+`shape:LAYOUT=[...]` is its whole shape (`-1` for a dynamic dim such as the batch) and its
+`#nh.fixed` layout:
+
+    i1  i2  i4  i8  i16  i32        (nh element width)
+    int1_t int2_t int4_t int8_t int16_t int32_t   (.ne dtype of the tensor declaration)
+
+    let Conv_n1_o0: Tensor<int32_t> = {shape:BCMD=[-1, 16, 6, 3]};
+
+Its exponent(s) are the `exp` attribute of the node that computes it: `exp=7` per tensor,
+`exp=[9, 8, 9]` per channel along the first `C` of the layout. Every node states `exp`, also
+where the op determines it (a conv's accumulator): a reader never has to derive an exponent,
+and the importer checks the stated ones with the nh verifiers.
+
+Constants (`nh.constant`) are a data constant read by an init `Unpack` node whose output is
+the typed tensor:
+
+    let conv1_weight: Tensor<uint8_t> = {shape=[216], data=0x1f87...} ;
+    let Unpack_n1: init Node = {
+        op_type=Unpack,
+        attr=[bit_len=4, exp=[3, 2, ...], name=[conv1, weight]],
+        in_s=[conv1_weight],
+        out_s=[Unpack_n1_o0]
+    };
+    let Unpack_n1_o0: Tensor<int4_t>  = {shape:CCDD=[16, 3, 3, 3]};
+
+- `bit_len` is the codes' width (that of the output). 1/2/4-bit codes are packed as
+  NanoEngine packs them (`quant.pack_bits`: `8 // bit_len` codes per byte, first code in the
+  most significant field, two's complement, a 1-bit `-1` is bit 1; the last byte padded with
+  zeros): `Tensor<uint8_t>` of `ceil(n * bit_len / 8)` bytes, `shape=[bytes]`. 8/16/32-bit
+  codes are `Tensor<int8_t>` / `int16_t` / `int32_t` of the tensor's shape (so an i32 bias
+  is `int32_t`, whatever the IR stores it in).
+- `name`: the IR name (`nh.constant "conv1.weight"`) when the data constant's name does not
+  give it back. A data constant is named after its IR name with characters outside
+  `[A-Za-z0-9_]` made `_`; `Constant_n<k>_o0` means an unnamed constant. The attribute holds
+  the `.`-separated parts as names and numbers (`[layers, 0, weight]` is `layers.0.weight`),
+  or, for names not made of such parts, the UTF-8 bytes as a nested list (`[[97, 45, 98]]`).
+- `storage`: the IR storage width of the codes (`dense<...> : tensor<...xi16>`), only when
+  it is not the narrowest of i8/i16/i32 that holds them (what lower-to-hw picks).
+
+Inputs. A function argument is a float program input quantized by a runtime `Q` node, as in
+NanoEngine: `in_s=[input, exponent constant]` with `bit_len` (= `nq.bits`), `rounding`
+(= `nq.rounding`, written when not `trunc`, always set on import), and the exponent
+constant's data is `nq.exp` exactly (dtype and shape included). The argument's nh type is
+the Q output's declaration plus the node's `exp`. Only Q takes an exponent as a constant
+input (NanoEngine's Q signature); everywhere else an `exp` attribute keeps each node
+self-contained. Outputs are the tensors computed by non-Q runtime nodes that no node reads,
+in declaration order; a result that is also read elsewhere, is returned twice or is an
+argument goes through an `Identity` node (the output is its input; it creates no op).
+
+Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
+
+    nh.constant    Unpack        bit_len, name, storage (see above); init node
+    nh.conv        Conv          dilations, group, pads, strides; kernel_shape (derived)
+    nh.linear      Gemm          alpha=1.0, beta=1.0, transB=1 (fixed: Gemm's meaning of linear)
+    nh.matmul      MatMul
+    nh.add/sub/mul Add/Sub/Mul
+    nh.requant     Requant       rounding, shift; bit_len (derived: the output width)
+    nh.lut         Lut           table
+    nh.relu        Relu
+    nh.clamp       Clip          max, min (integer codes)
+    nh.max_pool    MaxPool       ceil_mode, dilations, kernel_shape, pads, strides
+    nh.avg_pool    AveragePool   ceil_mode, count_include_pad, divisor_override, kernel_shape,
+                                 pads, rounding, strides
+    nh.concat      Concat        axis
+    nh.reshape     Reshape       + in_s[1], an int64_t shape constant (-1 = dynamic dim)
+    (argument)     Q             bit_len, rounding + in_s[1], the exponent constant
+    (alias)        Identity      -
+
+Attributes that mirror a property are written exactly when the op has that property (an
+absent one means the nh op's default, not ONNX's), so the IR comes back with the same
+properties. Derived and fixed attributes are always written and checked on import. Lists are
+`[...]`, flags `0`/`1`, rounding modes names (`half_even`).
+
+Ops whose operands are all constants (or computed from constants only) are init nodes, the
+others runtime nodes. Nodes are declared in the IR's op order, so a program whose constants
+sit between its runtime ops has alternating `// init node` and `// runtime_node` sections;
+the importer rebuilds that order (see `ne_import_hw`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    BoolAttr,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+    i64,
+)
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Operation
+
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values, int_array, tensor_shape
+from nanoir.dialects.nq import RoundingModeAttr
+from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
+from nanoir.runtime import quant
+from nanoir.runtime.quant import RoundingMode
+
+__all__ = [
+    "HW_DTYPES",
+    "WIDTH_OF_DTYPE",
+    "PACKED_WIDTHS",
+    "UNNAMED_CONSTANT",
+    "HwOp",
+    "HW_OPS",
+    "BY_CLASS",
+    "BY_OP_TYPE",
+    "encode_prop",
+    "decode_prop",
+    "exp_value",
+    "exp_from_value",
+    "name_value",
+    "name_from_value",
+    "constant_data",
+    "codes_from_data",
+    "default_storage",
+    "dense_codes",
+    "storage_width",
+    "same_value",
+    "is_hw_function",
+]
+
+HW_DTYPES: dict[int, str] = {1: "int1_t", 2: "int2_t", 4: "int4_t", 8: "int8_t", 16: "int16_t", 32: "int32_t"}
+"""nh element width -> dtype of a computed tensor's declaration."""
+WIDTH_OF_DTYPE: dict[str, int] = {name: width for width, name in HW_DTYPES.items()}
+
+PACKED_WIDTHS = (1, 2, 4)
+"""Widths whose constant codes are stored packed, several to a byte."""
+
+UNNAMED_CONSTANT = re.compile(r"Constant_n[0-9]+_o0")
+"""Data constants named like this hold an unnamed `nh.constant` (the exporter's numbering)."""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NUMBER = re.compile(r"0|[1-9][0-9]*")
+
+
+# ---------------------------------------------------------------------------------------
+# Property values <-> attribute values
+# ---------------------------------------------------------------------------------------
+
+
+def _ints_attr(value: AttrValue) -> Attribute:
+    if not isinstance(value, tuple) or not all(isinstance(v, int) for v in value):
+        raise ValueError("must be a list of integers")
+    return int_array([int(v) for v in value])  # type: ignore[arg-type]  # checked above
+
+
+def _int_attr(value: AttrValue) -> Attribute:
+    if not isinstance(value, int):
+        raise ValueError("must be an integer")
+    return IntegerAttr(value, i64)
+
+
+def _flag_attr(value: AttrValue) -> Attribute:
+    if value not in (0, 1) or not isinstance(value, int):
+        raise ValueError("must be 0 or 1")
+    return BoolAttr.from_bool(bool(value))
+
+
+def _rounding_attr(value: AttrValue) -> Attribute:
+    try:
+        return RoundingModeAttr(RoundingMode(value))
+    except ValueError:
+        raise ValueError("must be one of " + ", ".join(m.value for m in RoundingMode)) from None
+
+
+_PROP_KINDS: dict[str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrValue], Attribute]]] = {
+    "ints": (lambda a: array_values(a) or (), _ints_attr),  # type: ignore[arg-type]
+    "int": (lambda a: int(a.value.data), _int_attr),  # type: ignore[attr-defined]
+    "flag": (lambda a: int(bool(a.value.data)), _flag_attr),  # type: ignore[attr-defined]
+    "rounding": (lambda a: a.data.value, _rounding_attr),  # type: ignore[attr-defined]
+}
+"""Property kind -> (property -> attribute value, attribute value -> property)."""
+
+
+def encode_prop(kind: str, attr: Attribute) -> AttrValue:
+    """The `.ne` attribute value of a property of the given kind."""
+    return _PROP_KINDS[kind][0](attr)
+
+
+def decode_prop(kind: str, value: AttrValue) -> Attribute:
+    """The property an attribute value stands for; ValueError saying what it must be."""
+    return _PROP_KINDS[kind][1](value)
+
+
+def same_value(a: AttrValue, b: AttrValue) -> bool:
+    """Whether two attribute values mean the same (floats compare by value, not spelling)."""
+    if isinstance(a, Float) and isinstance(b, (Float, int)):
+        return a.value == float(b.value if isinstance(b, Float) else b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+# ---------------------------------------------------------------------------------------
+# The op table
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HwOp:
+    """How one nh op class is written as a node."""
+
+    cls: type[Operation]
+    op_type: str
+    props: tuple[tuple[str, str, str], ...] = ()
+    """(`.ne` attribute, nh property, kind): written exactly when the op has the property."""
+    derived: tuple[tuple[str, Callable[[Operation], AttrValue]], ...] = ()
+    """Attributes computed from the op: always written, recomputed and compared on import."""
+    shape_input: bool = False
+    """Reshape: in_s ends with an int64_t constant holding the result shape (ONNX)."""
+
+
+_WINDOW = (("pads", "pads", "ints"), ("strides", "strides", "ints"))
+
+HW_OPS: tuple[HwOp, ...] = (
+    HwOp(
+        nh.ConvOp, "Conv",
+        props=(("dilations", "dilations", "ints"), ("group", "groups", "int"), *_WINDOW),
+        derived=(("kernel_shape", lambda op: tensor_shape(op.operands[1])[2:]),),
+    ),
+    HwOp(
+        nh.LinearOp, "Gemm",
+        derived=(("alpha", lambda op: Float("1.0")), ("beta", lambda op: Float("1.0")), ("transB", lambda op: 1)),
+    ),
+    HwOp(nh.MatmulOp, "MatMul"),
+    HwOp(nh.AddOp, "Add"),
+    HwOp(nh.SubOp, "Sub"),
+    HwOp(nh.MulOp, "Mul"),
+    HwOp(
+        nh.RequantOp, "Requant",
+        props=(("rounding", "rounding", "rounding"), ("shift", "shift", "ints")),
+        derived=(("bit_len", lambda op: nh.width_of(op.results[0])),),
+    ),
+    HwOp(nh.LutOp, "Lut", props=(("table", "table", "ints"),)),
+    HwOp(nh.ReluOp, "Relu"),
+    HwOp(nh.ClampOp, "Clip", props=(("max", "max", "int"), ("min", "min", "int"))),
+    HwOp(
+        nh.MaxPoolOp, "MaxPool",
+        props=(
+            ("ceil_mode", "ceil_mode", "flag"), ("dilations", "dilations", "ints"),
+            ("kernel_shape", "kernel", "ints"), *_WINDOW,
+        ),
+    ),
+    HwOp(
+        nh.AvgPoolOp, "AveragePool",
+        props=(
+            ("ceil_mode", "ceil_mode", "flag"), ("count_include_pad", "count_include_pad", "flag"),
+            ("divisor_override", "divisor_override", "int"), ("kernel_shape", "kernel", "ints"),
+            ("rounding", "rounding", "rounding"), *_WINDOW,
+        ),
+    ),
+    HwOp(nh.ConcatOp, "Concat", props=(("axis", "axis", "int"),)),
+    HwOp(nh.ReshapeOp, "Reshape", shape_input=True),
+)
+"""Every nh op except `nh.constant` (written as `Unpack`, see the module docstring)."""
+
+BY_CLASS: dict[type[Operation], HwOp] = {spec.cls: spec for spec in HW_OPS}
+BY_OP_TYPE: dict[str, HwOp] = {spec.op_type: spec for spec in HW_OPS}
+
+
+def is_hw_function(func: FuncOp) -> bool:
+    """Whether `func` is an nh program: it has nh ops or nh-typed arguments."""
+    if any(isinstance(a.type, TensorType) and isinstance(a.type.encoding, nh.FixedAttr) for a in func.args):
+        return True
+    return any(op.name.startswith("nh.") for op in func.walk())
+
+
+# ---------------------------------------------------------------------------------------
+# Exponents and names
+# ---------------------------------------------------------------------------------------
+
+
+def exp_value(fixed: nh.FixedAttr) -> AttrValue:
+    """`exp=7` per tensor, `exp=[7, 6]` per channel."""
+    return tuple(fixed.exp_list) if fixed.is_per_channel else fixed.exp_list[0]
+
+
+def exp_from_value(value: AttrValue) -> int | list[int]:
+    """The `#nh.fixed` exponent(s) of an `exp` attribute value; ValueError otherwise."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+        return [int(v) for v in value]  # type: ignore[arg-type]  # checked above
+    raise ValueError("must be an integer (per tensor) or a non-empty list of integers (per channel)")
+
+
+def name_value(name: str) -> AttrValue:
+    """The `name` attribute of an IR constant name (see the module docstring).
+
+    >>> name_value("layers.0.weight")
+    ('layers', 0, 'weight')
+    >>> name_value("a-b")
+    ((97, 45, 98),)
+    """
+    parts = name.split(".")
+    if all(_NAME.fullmatch(p) or _NUMBER.fullmatch(p) for p in parts):
+        return tuple(int(p) if _NUMBER.fullmatch(p) else p for p in parts)
+    return (tuple(name.encode("utf-8")),)
+
+
+def name_from_value(value: AttrValue) -> str:
+    """Inverse of `name_value`; ValueError for values it never makes."""
+    if isinstance(value, tuple) and len(value) == 1 and isinstance(value[0], tuple):
+        raw = value[0]
+        if not all(isinstance(b, int) and 0 <= b < 256 for b in raw):
+            raise ValueError("must list UTF-8 bytes")
+        try:
+            return bytes(raw).decode("utf-8")  # type: ignore[arg-type]  # checked above
+        except UnicodeDecodeError:
+            raise ValueError("is not valid UTF-8") from None
+    if isinstance(value, tuple) and value and all(
+        isinstance(p, str) or (isinstance(p, int) and p >= 0) for p in value
+    ):
+        return ".".join(str(p) for p in value)
+    raise ValueError("must be a list of names and numbers, or [[UTF-8 bytes]]")
+
+
+# ---------------------------------------------------------------------------------------
+# Constant data
+# ---------------------------------------------------------------------------------------
+
+
+def constant_data(name: str, codes: np.ndarray, width: int) -> ConstTensor:
+    """The data constant holding `width`-bit codes: packed for 1/2/4 bits, else int8/16/32_t.
+
+    >>> constant_data("w", np.array([[1, -1], [-8, 7]]), 4)
+    ConstTensor(name='w', dtype='uint8_t', shape=(2,), data=b'\\x1f\\x87', hex_upper=False)
+    """
+    if width in PACKED_WIDTHS:
+        data = quant.pack_bits(codes, width)
+        return ConstTensor(name, "uint8_t", (len(data),), data)
+    return ConstTensor.from_numpy(name, np.asarray(codes, dtype=np.int64), HW_DTYPES[width])
+
+
+def codes_from_data(const: ConstTensor, width: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The int64 codes of a data constant for a `width`-bit tensor of `shape`; ValueError
+    saying what the data should have been."""
+    count = math.prod(shape)
+    if width in PACKED_WIDTHS:
+        size = math.ceil(count * width / 8)
+        if const.dtype != "uint8_t" or const.shape != (size,):
+            raise ValueError(
+                f"{count} packed {width}-bit codes are Tensor<uint8_t> of shape [{size}], got "
+                f"Tensor<{const.dtype}> of shape {list(const.shape)}"
+            )
+        return quant.unpack_bits(const.data, width, count).astype(np.int64).reshape(shape)
+    if const.dtype != HW_DTYPES[width] or const.shape != shape:
+        raise ValueError(
+            f"{width}-bit codes of shape {list(shape)} are Tensor<{HW_DTYPES[width]}> of that shape, got "
+            f"Tensor<{const.dtype}> of shape {list(const.shape)}"
+        )
+    return const.to_numpy().astype(np.int64)
+
+
+_STORAGE_DTYPES = {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}
+
+
+def default_storage(codes: np.ndarray) -> int:
+    """The narrowest of i8/i16/i32/i64 that holds `codes` (lower-to-hw stores constants so)."""
+    for bits in (8, 16, 32):
+        if codes.size == 0 or (int(codes.min()) >= -(2 ** (bits - 1)) and int(codes.max()) < 2 ** (bits - 1)):
+            return bits
+    return 64
+
+
+def dense_codes(codes: np.ndarray, storage: int) -> DenseIntOrFPElementsAttr:
+    """`dense<codes> : tensor<...xi<storage>>`, the value of an `nh.constant`."""
+    lo, hi = -(2 ** (storage - 1)), 2 ** (storage - 1) - 1
+    if codes.size and (int(codes.min()) < lo or int(codes.max()) > hi):
+        raise ValueError(f"the codes do not fit i{storage} storage")
+    a = np.ascontiguousarray(codes, dtype=_STORAGE_DTYPES[storage])
+    return DenseIntOrFPElementsAttr(TensorType(IntegerType(storage), a.shape), BytesAttr(a.tobytes()))
+
+
+def storage_width(value: DenseIntOrFPElementsAttr) -> int:
+    """The element width an `nh.constant` stores its codes in."""
+    t = value.get_type()
+    assert isinstance(t, TensorType) and isinstance(t.get_element_type(), IntegerType)
+    return t.get_element_type().width.data

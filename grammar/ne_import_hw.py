@@ -1,0 +1,436 @@
+"""Import a hw-level NanoEngine program (`.ne`) as nh IR, in the form `ne_hw` describes.
+
+`ne_import` hands a checked program here when `is_hw_program` says its node outputs are
+integer tensors. The result is one `builtin.module` with one `func.func @main`:
+
+- arguments: each program input (a runtime tensor nodes read but none computes, in
+  declaration order) must be read by exactly one node, the `Q` that quantizes it; the
+  argument is that Q's output (its declaration and `exp` give the nh type) and carries
+  `nq.bits` (bit_len), `nq.exp` (the exponent constant's data) and `nq.rounding`;
+- `Unpack` init nodes become `nh.constant`s, `Identity` nodes alias their input, every other
+  node becomes the nh op of its op type (`ne_hw.HW_OPS`) with the properties its attributes
+  give and the result type its output declaration and `exp` give; derived attributes
+  (Conv's `kernel_shape`, Requant's `bit_len`, Gemm's fixed ones) must match the op;
+- results: the tensors computed by non-Q runtime nodes that no node reads, in declaration
+  order.
+
+Op order: init ops follow `func init`'s calls and runtime ops `func runtime`'s; the two are
+interleaved as the node declarations interleave init and runtime nodes (that is how the
+exporter records constants placed between runtime ops), except that an init op moves up to
+just before the first runtime op that reads it. A file whose init nodes are all declared
+first (the reference layout) puts every constant at the top.
+
+No metadata is kept: names, sections and caches are the exporter's to choose, so
+`export(import(text))` is `text` for files the exporter wrote, and `import(export(ir))` is
+`ir` (up to SSA name hints). Every inconsistency (an unknown op type or attribute, a dtype
+that is not an nh width, packed data of the wrong size, an op the nh verifier rejects) is a
+`NanoEngineSemanticError` located at the node, attribute, input or declaration.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IntegerAttr,
+    ModuleOp,
+    TensorType,
+    i64,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+from nanoir.dialects import nh
+from nanoir.dialects.nq import RoundingModeAttr
+from nanoir.grammar.ne_ast import (
+    AttrValue,
+    ConstTensor,
+    InitNode,
+    InitTensor,
+    Loc,
+    Program,
+    RuntimeNode,
+    RuntimeTensor,
+)
+from nanoir.grammar.ne_errors import NanoEngineSemanticError
+from nanoir.grammar.ne_hw import (
+    BY_OP_TYPE,
+    UNNAMED_CONSTANT,
+    WIDTH_OF_DTYPE,
+    codes_from_data,
+    decode_prop,
+    default_storage,
+    dense_codes,
+    exp_from_value,
+    name_from_value,
+    same_value,
+)
+from nanoir.grammar.ne_import import NodeProblem, dense_from_const
+from nanoir.runtime.quant import RoundingMode
+
+__all__ = ["is_hw_program", "import_hw_program"]
+
+Node = InitNode | RuntimeNode
+
+
+def _node_outputs(program: Program) -> set[str]:
+    return {o for d in program.declarations if isinstance(d, (InitNode, RuntimeNode)) for o in d.out_s}
+
+
+def is_hw_program(program: Program) -> bool:
+    """Whether `program` is at the hw level: some node output is an integer tensor."""
+    outputs = _node_outputs(program)
+    return any(
+        isinstance(d, (InitTensor, RuntimeTensor)) and d.name in outputs and d.dtype in WIDTH_OF_DTYPE
+        for d in program.declarations
+    )
+
+
+def _set_hint(value: SSAValue, name: str) -> None:
+    try:
+        value.name_hint = name
+    except ValueError:  # not a name xDSL accepts as a hint; the .ne name is lost, harmlessly
+        pass
+
+
+class _HwImporter:
+    def __init__(self, program: Program, filename: str, source: str | None) -> None:
+        self.program = program
+        self.filename = filename
+        self.source = source
+        self.decls = {d.name: d for d in program.declarations}
+        self.nodes: dict[str, Node] = {d.name: d for d in program.declarations if isinstance(d, (InitNode, RuntimeNode))}
+        self.producer: dict[str, Node] = {o: n for n in self.nodes.values() for o in n.out_s}
+        self.values: dict[str, SSAValue] = {}
+        self.block = Block()
+
+    # -- errors ---------------------------------------------------------------------------
+    def error(self, message: str, loc: Loc | None) -> NanoEngineSemanticError:
+        line, column = (loc.line, loc.column) if loc is not None else (1, 1)
+        return NanoEngineSemanticError(message, self.filename, line, column, self.source)
+
+    def node_error(self, node: Node, problem: NodeProblem) -> NanoEngineSemanticError:
+        loc = node.loc
+        if problem.attr is not None:
+            loc = next((l for (k, _), l in zip(node.attrs, node.attr_locs) if k == problem.attr), loc)
+        elif problem.input is not None and problem.input < len(node.in_locs):
+            loc = node.in_locs[problem.input]
+        return self.error(problem.message, loc)
+
+    # -- the whole program ----------------------------------------------------------------
+    def run(self) -> ModuleOp:
+        self._check_dtypes()
+        order = self._op_order()
+        read = {name for n in self.nodes.values() for name in n.in_s}
+        inputs = [
+            d for d in self.program.declarations
+            if isinstance(d, RuntimeTensor) and d.name in read and d.name not in self.producer
+        ]
+        quantizers = self._quantizers(inputs)
+        arg_attrs: list[Attribute] = []
+        for decl in inputs:
+            q = quantizers[decl.name]
+            try:
+                arg_type, attrs = self._argument(q, decl)
+            except NodeProblem as problem:
+                raise self.node_error(q, problem) from None
+            arg = self.block.insert_arg(arg_type, len(self.block.args))
+            self.values[q.out_s[0]] = arg
+            _set_hint(arg, q.out_s[0])
+            arg_attrs.append(attrs)
+        for node in order:
+            if node.op_type != "Q":
+                self._node(node)
+        outputs = [
+            d for d in self.program.declarations
+            if isinstance(d, RuntimeTensor) and d.name in self.producer and d.name not in read
+            and self.producer[d.name].op_type != "Q"
+        ]
+        results = [self.values[d.name] for d in outputs]
+        self.block.add_op(ReturnOp(*results))
+        ftype = FunctionType.from_lists([a.type for a in self.block.args], [r.type for r in results])
+        func = FuncOp("main", ftype, Region(self.block), arg_attrs=ArrayAttr(arg_attrs))
+        module = ModuleOp([func])
+        module.verify()  # every op was verified as it was built: a failure here is a bug
+        return module
+
+    def _check_dtypes(self) -> None:
+        """Every node output of a hw program is an integer tensor of an nh width."""
+        example = next(
+            d for d in self.program.declarations
+            if isinstance(d, (InitTensor, RuntimeTensor)) and d.name in self.producer and d.dtype in WIDTH_OF_DTYPE
+        )
+        for decl in self.program.declarations:
+            if isinstance(decl, (InitTensor, RuntimeTensor)) and decl.name in self.producer and decl.dtype not in WIDTH_OF_DTYPE:
+                raise self.error(
+                    f"'{decl.name}' is declared Tensor<{decl.dtype}>, but this is a hw-level program (e.g. "
+                    f"'{example.name}' is Tensor<{example.dtype}>): node outputs must be one of "
+                    + ", ".join(WIDTH_OF_DTYPE),
+                    decl.loc,
+                )
+
+    def _op_order(self) -> list[Node]:
+        """Nodes in the order their ops are built (see the module docstring)."""
+        calls: dict[str, deque[str]] = {}
+        seen: set[str] = set()
+        for name in ("init", "runtime"):
+            func = self.program.function(name)
+            assert func is not None  # check_program requires both
+            for i, call in enumerate(func.calls):
+                if call in seen:
+                    loc = func.call_locs[i] if i < len(func.call_locs) else func.loc
+                    raise self.error(f"node '{call}' is called more than once; nanoir runs each node once", loc)
+                seen.add(call)
+            calls[name] = deque(func.calls)
+        for node in self.nodes.values():
+            if node.name not in seen:
+                kind = "init" if isinstance(node, InitNode) else "runtime"
+                raise self.error(f"node '{node.name}' is never called by func {kind}", node.loc)
+        order: list[Node] = []
+        done: set[str] = set()
+
+        def next_init() -> None:
+            name = calls["init"].popleft()
+            order.append(self.nodes[name])
+            done.add(name)
+
+        for decl in self.nodes.values():
+            if isinstance(decl, InitNode):
+                if calls["init"]:
+                    next_init()
+                continue
+            node = self.nodes[calls["runtime"].popleft()]
+            for tensor in node.in_s:
+                producer = self.producer.get(tensor)
+                while isinstance(producer, InitNode) and producer.name not in done and calls["init"]:
+                    next_init()
+            order.append(node)
+        while calls["init"]:
+            next_init()
+        return order
+
+    def _quantizers(self, inputs: list[RuntimeTensor]) -> dict[str, RuntimeNode]:
+        """The Q node of each program input; every Q must quantize one."""
+        names = {d.name for d in inputs}
+        found: dict[str, RuntimeNode] = {}
+        for node in self.nodes.values():
+            for i, tensor in enumerate(node.in_s):
+                if tensor not in names:
+                    continue
+                loc = node.in_locs[i] if i < len(node.in_locs) else node.loc
+                if node.op_type != "Q" or i != 0 or not isinstance(node, RuntimeNode):
+                    raise self.error(
+                        f"node '{node.name}' reads the program input '{tensor}'; at the hw level only the "
+                        "runtime Q node that quantizes an input reads it",
+                        loc,
+                    )
+                if tensor in found:
+                    raise self.error(f"program input '{tensor}' is quantized by '{found[tensor].name}' and '{node.name}'; "
+                                     "one Q node per input", loc)
+                found[tensor] = node
+        for node in self.nodes.values():
+            if node.op_type == "Q" and (not node.in_s or node.in_s[0] not in names):
+                raise self.error(
+                    f"Q node '{node.name}' quantizes a computed tensor; at the hw level Q quantizes program "
+                    "inputs (requantize computed codes with Requant)",
+                    node.loc,
+                )
+        return found
+
+    # -- attributes and types -------------------------------------------------------------
+    @staticmethod
+    def _allow(node: Node, *names: str) -> dict[str, AttrValue]:
+        for key, _ in node.attrs:
+            if key not in names:
+                raise NodeProblem(
+                    f"attribute '{key}' is not one nanoir knows for {node.op_type} at the hw level", attr=key
+                )
+        return dict(node.attrs)
+
+    @staticmethod
+    def _required(node: Node, attrs: dict[str, AttrValue], key: str) -> AttrValue:
+        if key not in attrs:
+            raise NodeProblem(f"{node.op_type} node '{node.name}' needs attribute '{key}'")
+        return attrs[key]
+
+    def _declared_type(self, node: Node, attrs: dict[str, AttrValue]) -> TensorType:
+        """The nh type of the node's output: its declaration plus the node's `exp`."""
+        if len(node.out_s) != 1:
+            raise NodeProblem(f"{node.op_type} node '{node.name}' has {len(node.out_s)} outputs; hw nodes have one")
+        decl = self.decls[node.out_s[0]]
+        assert isinstance(decl, (InitTensor, RuntimeTensor))  # check_program
+        try:
+            exp = exp_from_value(self._required(node, attrs, "exp"))
+        except ValueError as e:
+            raise NodeProblem(f"exp of node '{node.name}' {e}", attr="exp") from None
+        error = nh.FixedAttr.layout_error(decl.layout)
+        if error is None and not isinstance(exp, int) and "C" not in decl.layout:
+            error = f"per-channel exponents need a C in the layout {decl.layout!r}"
+        if error is not None:
+            raise NodeProblem(f"output '{decl.name}' of node '{node.name}': {error}")
+        shape = [DYNAMIC_INDEX if d == -1 else d for d in decl.shape]
+        return nh.fixed_type(WIDTH_OF_DTYPE[decl.dtype], shape, exp, decl.layout)
+
+    def _value(self, node: Node, index: int) -> SSAValue:
+        name = node.in_s[index]
+        if name in self.values:
+            return self.values[name]
+        if name in self.producer:
+            raise NodeProblem(
+                f"node '{node.name}' reads '{name}' before node '{self.producer[name].name}' computes it "
+                "(calls must follow the dataflow)",
+                input=index,
+            )
+        raise NodeProblem(f"node '{node.name}' reads '{name}', which is not a computed tensor here", input=index)
+
+    def _const(self, node: Node, index: int) -> ConstTensor:
+        decl = self.decls.get(node.in_s[index])
+        if not isinstance(decl, ConstTensor):
+            raise NodeProblem(f"input {index} of {node.op_type} node '{node.name}' must be a constant", input=index)
+        return decl
+
+    # -- nodes ----------------------------------------------------------------------------
+    def _argument(self, q: RuntimeNode, source: RuntimeTensor) -> tuple[TensorType, DictionaryAttr]:
+        """The argument a Q node stands for: its type and its quantization attributes."""
+        attrs = self._allow(q, "bit_len", "exp", "rounding")
+        if len(q.in_s) != 2:
+            raise NodeProblem(f"Q node '{q.name}' takes 2 inputs (data, exponent), got {len(q.in_s)}")
+        exp = self._const(q, 1)
+        if exp.dtype not in ("int8_t", "int16_t", "int32_t", "int64_t"):
+            raise NodeProblem(f"the exponent of Q node '{q.name}' must be a signed integer constant", input=1)
+        bits = self._required(q, attrs, "bit_len")
+        if not isinstance(bits, int) or bits < 1:
+            raise NodeProblem(f"bit_len of Q node '{q.name}' must be a positive integer", attr="bit_len")
+        try:
+            rounding = decode_prop("rounding", attrs.get("rounding", RoundingMode.TRUNC.value))
+        except ValueError as e:
+            raise NodeProblem(f"rounding of Q node '{q.name}' {e}", attr="rounding") from None
+        arg_type = self._declared_type(q, attrs)
+        if tuple(source.shape) != tuple(self.decls[q.out_s[0]].shape):  # type: ignore[union-attr]
+            raise NodeProblem(f"Q node '{q.name}' changes the shape of '{source.name}'")
+        assert isinstance(rounding, RoundingModeAttr)
+        return arg_type, DictionaryAttr(
+            {"nq.bits": IntegerAttr(bits, i64), "nq.exp": dense_from_const(exp), "nq.rounding": rounding}
+        )
+
+    def _node(self, node: Node) -> None:
+        build: Callable[[Node], SSAValue] = {
+            "Unpack": self._unpack,
+            "Identity": self._identity,
+        }.get(node.op_type, self._op)
+        try:
+            value = build(node)
+        except NodeProblem as problem:
+            raise self.node_error(node, problem) from None
+        self.values[node.out_s[0]] = value
+        if isinstance(value.owner, Operation):
+            _set_hint(value, node.out_s[0])
+
+    def _built(self, node: Node, op: Operation) -> SSAValue:
+        try:
+            op.verify()
+        except VerifyException as e:
+            op.erase(safe_erase=False)
+            raise NodeProblem(f"{node.op_type} node '{node.name}': {e.args[0] if e.args else e}") from None
+        self.block.add_op(op)
+        return op.results[0]
+
+    def _unpack(self, node: Node) -> SSAValue:
+        """An `nh.constant` from its data constant (see `ne_hw`)."""
+        if not isinstance(node, InitNode):
+            raise NodeProblem(f"Unpack node '{node.name}' must be an init node")
+        attrs = self._allow(node, "bit_len", "exp", "name", "storage")
+        if len(node.in_s) != 1:
+            raise NodeProblem(f"Unpack node '{node.name}' takes 1 input (the data), got {len(node.in_s)}")
+        data = self._const(node, 0)
+        result_type = self._declared_type(node, attrs)
+        width = WIDTH_OF_DTYPE[self.decls[node.out_s[0]].dtype]  # type: ignore[union-attr]
+        if self._required(node, attrs, "bit_len") != width:
+            raise NodeProblem(
+                f"bit_len of Unpack node '{node.name}' must be the width of its output '{node.out_s[0]}' ({width})",
+                attr="bit_len",
+            )
+        try:
+            codes = codes_from_data(data, width, result_type.get_shape())
+        except ValueError as e:
+            raise NodeProblem(f"data of Unpack node '{node.name}': {e}", input=0) from None
+        storage = attrs.get("storage", default_storage(codes))
+        if storage not in (8, 16, 32, 64):
+            raise NodeProblem(f"storage of Unpack node '{node.name}' must be 8, 16, 32 or 64", attr="storage")
+        try:
+            value = dense_codes(codes, storage)  # type: ignore[arg-type]  # checked above
+        except ValueError as e:
+            raise NodeProblem(f"Unpack node '{node.name}': {e}", attr="storage") from None
+        if "name" in attrs:
+            try:
+                name: str | None = name_from_value(attrs["name"])
+            except ValueError as e:
+                raise NodeProblem(f"name of Unpack node '{node.name}' {e}", attr="name") from None
+        else:
+            name = None if UNNAMED_CONSTANT.fullmatch(data.name) else data.name
+        return self._built(node, nh.ConstantOp(value, result_type, name=name))
+
+    def _identity(self, node: Node) -> SSAValue:
+        """The output is the input: no op, the value gets a second tensor name."""
+        self._allow(node)
+        if len(node.in_s) != 1 or len(node.out_s) != 1:
+            raise NodeProblem(f"Identity node '{node.name}' takes 1 input and has 1 output")
+        value = self._value(node, 0)
+        source, out = self.decls[node.in_s[0]], self.decls[node.out_s[0]]
+        same = (source.dtype, source.layout, source.shape) == (out.dtype, out.layout, out.shape)  # type: ignore[union-attr]
+        if not same:
+            raise NodeProblem(f"Identity node '{node.name}' declares '{out.name}' unlike its input '{source.name}'")
+        return value
+
+    def _op(self, node: Node) -> SSAValue:
+        spec = BY_OP_TYPE.get(node.op_type)
+        if spec is None:
+            raise NodeProblem(
+                f"op type '{node.op_type}' of node '{node.name}' has no nh op; the hw level knows "
+                + ", ".join(["Q", "Unpack", "Identity", *BY_OP_TYPE])
+            )
+        derived = dict(spec.derived)
+        attrs = self._allow(node, "exp", *(a for a, _, _ in spec.props), *derived)
+        properties: dict[str, Attribute] = {}
+        for attr, prop, kind in spec.props:
+            if attr in attrs:
+                try:
+                    properties[prop] = decode_prop(kind, attrs[attr])
+                except ValueError as e:
+                    raise NodeProblem(f"attribute '{attr}' of node '{node.name}' {e}", attr=attr) from None
+        result_type = self._declared_type(node, attrs)
+        count = len(node.in_s) - (1 if spec.shape_input else 0)
+        operands = [self._value(node, i) for i in range(count)]
+        if spec.shape_input:
+            self._check_shape_input(node, count, result_type)
+        op = spec.cls.create(operands=operands, result_types=[result_type], properties=properties)
+        value = self._built(node, op)
+        for attr, derive in spec.derived:
+            want = derive(op)
+            got = self._required(node, attrs, attr)
+            if not same_value(want, got):
+                raise NodeProblem(f"attribute '{attr}' of node '{node.name}' must be {want}, not {got}", attr=attr)
+        return value
+
+    def _check_shape_input(self, node: Node, index: int, result_type: TensorType) -> None:
+        """Reshape's shape constant must spell the declared output shape (-1 = dynamic)."""
+        if index < 1:
+            raise NodeProblem(f"Reshape node '{node.name}' takes 2 inputs (data, shape), got {len(node.in_s)}")
+        const = self._const(node, index)
+        wanted = [-1 if d == DYNAMIC_INDEX else d for d in result_type.get_shape()]
+        if not const.dtype.startswith("int") or len(const.shape) != 1 or [int(v) for v in const.to_numpy()] != wanted:
+            raise NodeProblem(
+                f"the shape input of Reshape node '{node.name}' must be an integer constant holding {wanted}",
+                input=index,
+            )
+
+
+def import_hw_program(program: Program, filename: str = "<string>", source: str | None = None) -> ModuleOp:
+    """The nh IR of a checked hw-level program; `NanoEngineSemanticError` on problems."""
+    return _HwImporter(program, filename, source).run()
