@@ -877,10 +877,8 @@ class ConcatOp(IRDLOperation):
         axis %= len(shape)
         exps = [fixed_of(v).exp_array() for v in self.inputs]
         rank = len(shape)
-        per_channel_along_axis = any(
-            fixed_of(v).is_per_channel for v in self.inputs
-        ) and fy.channel_axis == axis
-        if per_channel_along_axis:
+        if fy.channel_axis == axis and fy.is_per_channel:
+            # Joining along the channel axis: the result's exponents are the inputs', in order.
             full = np.concatenate([
                 np.broadcast_to(e, [1] * axis + [tensor_shape(v)[axis]] + [1] * (rank - axis - 1))
                 for e, v in zip(exps, self.inputs)

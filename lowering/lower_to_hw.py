@@ -739,17 +739,18 @@ class HwLowering:
                      nh_exp: np.ndarray, mode: RoundingMode) -> HwValue:
         """``fake_quant(f(x))`` for an elementwise float-only ``f`` as an exact table."""
         x = self.get(producer, producer.operands[0])
-        if x.bits > 8:
-            raise self.fail(producer, f"has no integer form and its {x.bits}-bit input is too "
-                                      "wide for a lookup table (at most 8 bits)")
+        width = self.declared(x)  # the table covers every code the input's type can hold
+        if width > 8:
+            raise self.fail(producer, f"has no integer form and its i{width} input is too "
+                                      "wide for a lookup table (at most i8)")
         if x.exps.size != 1 or nh_exp.size != 1:
             raise self.fail(producer, "needs per-tensor exponents for a lookup table")
         others = [u for u in producer.results[0].uses if u.operation is not fq]
         if others:
             raise self.fail(producer, "is used other than by one fake-quant; its float result "
                                       "has no integer form")
-        lo, hi = (-1, 1) if x.bits == 1 else (quant.qmin(x.bits), quant.qmax(x.bits))
-        codes = np.array([-1, 1]) if x.bits == 1 else np.arange(lo, hi + 1)
+        lo, hi = (-1, 1) if width == 1 else (quant.qmin(width), quant.qmax(width))
+        codes = np.array([-1, 1]) if width == 1 else np.arange(lo, hi + 1)
         e_in = int(x.exps.reshape(-1)[0])
         reals = np.ldexp(codes.astype(np.float64), -e_in)
         values = LUT_OPS[producer.name](producer, reals)

@@ -1,8 +1,8 @@
 """Python API helpers that the CLIs share: reading and writing programs.
 
-The format follows the file extension: ``.ne`` is NanoEngine text (imported at the nq
-level, see ``nanoir.grammar.ne_import``), anything else read is MLIR; ``save`` writes
-``.ne`` or ``.mlir``.
+The format follows the file extension: ``.ne`` is NanoEngine text (imported at the nq level,
+or at the hw level when its tensors are integers; see ``nanoir.grammar.ne_import``), anything
+else read is MLIR; ``save`` writes ``.ne`` or ``.mlir``.
 """
 
 from __future__ import annotations

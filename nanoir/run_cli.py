@@ -3,7 +3,9 @@
     nanoir-run model.mlir --input x.npy [--input y.npy ...] -o out.npy [-o out2.npy]
     nanoir-run model.mlir --input x.npy -o outs.npz
 
-Float (nf) programs run in float32, quantized (nq) ones in float64. Errors are one message
+Float (nf) programs run in float32, quantized (nq) ones in float64; integer (nh) programs take
+float inputs (quantized as their inputs say) or codes, and output exact real values (``--raw``:
+the codes). Errors are one message
 (the file and place for bad programs, the op and shapes for failed runs), exit code 1, and no
 output file is written unless every output was computed.
 """
@@ -22,7 +24,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 from nanoir.api import load
 from nanoir.grammar.ne_errors import NanoEngineError
-from nanoir.runtime.interpreter import ExecutionError, compile_module
+from nanoir.runtime.interpreter import ExecutionError, run
 
 
 def _arguments() -> argparse.ArgumentParser:
@@ -45,6 +47,9 @@ def _arguments() -> argparse.ArgumentParser:
                    help="rows per step for --stream (default 1)")
     p.add_argument("--mem-dim", type=int, default=2, metavar="DIM",
                    help="the streamed dim for --stream (default 2)")
+    p.add_argument("--raw", action="store_true",
+                   help="for integer (nh) programs: output the codes, not their real values "
+                        "(float inputs are quantized as the program's inputs say either way)")
     p.add_argument("--batch-size", type=int, default=32,
                    help="batch size for --report (the inputs are split along dim 0)")
     return p
@@ -78,10 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from nanoir.runtime.stream import stream
 
             outputs = stream(module, inputs, mem_dim=args.mem_dim, step=args.step,
-                             function=args.function, dtype=args.dtype, raw=True)
+                             function=args.function, dtype=args.dtype, raw=args.raw)
         else:
-            plan = compile_module(module, function=args.function, dtype=args.dtype)
-            outputs = plan(*inputs)
+            outputs = run(module, *inputs, function=args.function, dtype=args.dtype,
+                          raw=args.raw)
     except (ParseError, NanoEngineError) as e:
         print(str(e).rstrip(), file=sys.stderr)
         return 1

@@ -241,6 +241,14 @@ def default_builders() -> dict[type[Operation], Builder]:
     return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS}
 
 
+def is_hw_function(func: FuncOp) -> bool:
+    """An integer (nh) program: nh ops, or inputs that say how floats become codes."""
+    quantized_args = func.arg_attrs is not None and any(
+        "nq.bits" in d.data for d in func.arg_attrs.data
+    )
+    return quantized_args or uses_dialect(func, "nh.")
+
+
 def uses_dialect(func: FuncOp, prefix: str) -> bool:
     return any(op.name.startswith(prefix) for op in func.walk())
 
@@ -277,7 +285,7 @@ def run(
     real values (``code * 2**-exp``) — or as the raw codes with ``raw=True``.
     """
     plan = compile_module(module, function=function, dtype=dtype)
-    if not uses_dialect(plan.func, "nh."):
+    if not is_hw_function(plan.func):
         return plan(*inputs)
     from nanoir.runtime.nh import dequantize_outputs, quantize_inputs
 

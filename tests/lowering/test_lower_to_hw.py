@@ -102,3 +102,55 @@ def test_test_models_lower_exactly(name: str, config: str) -> None:
     quantize(module, calibration, **options)
     x = rng.standard_normal((3, *shape))
     check_exact(module, [x])
+
+
+def test_table_covers_every_code_of_the_input_type(tmp_path) -> None:  # noqa: ANN001
+    """A sum of two 4-bit values needs 5 bits but is declared i8: its table has 256 entries,
+    and the program runs the same from the command line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = """\
+func.func @main(%x: tensor<?x4xf32>, %y: tensor<?x4xf32>) -> tensor<?x4xf32> {
+  %xq = nq.fake_quant %x {bits = 4 : i64, exp = dense<2> : tensor<1xi8>} : tensor<?x4xf32>
+  %yq = nq.fake_quant %y {bits = 4 : i64, exp = dense<2> : tensor<1xi8>} : tensor<?x4xf32>
+  %s = nf.add %xq, %yq : (tensor<?x4xf32>, tensor<?x4xf32>) -> tensor<?x4xf32>
+  %t = nf.sigmoid %s : tensor<?x4xf32>
+  %tq = nq.fake_quant %t {bits = 8 : i64, exp = dense<7> : tensor<1xi8>} : tensor<?x4xf32>
+  func.return %tq : tensor<?x4xf32>
+}
+"""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((5, 4)) * 2, rng.standard_normal((5, 4)) * 2
+    hw = check_exact(nanoir.parse(text), [x, y])
+    tables = [op for op in hw.walk() if op.name == "nh.lut"]
+    assert len(tables) == 1 and len(tables[0].table.get_values()) == 256
+    src, hw_file = tmp_path / "p.mlir", tmp_path / "hw.mlir"
+    src.write_text(text)
+    hw_file.write_text(str(hw))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    exe = str(Path(sys.executable).parent / "nanoir-run")
+    outs = []
+    for program in (src, hw_file):
+        out = tmp_path / f"{program.stem}.npy"
+        proc = subprocess.run([exe, str(program), "-i", str(tmp_path / "x.npy"), "-i",
+                               str(tmp_path / "y.npy"), "-o", str(out)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(np.load(out))
+    assert np.array_equal(outs[0], outs[1])
+
+
+def test_concat_of_per_tensor_values_along_channels() -> None:
+    text = """\
+func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x4x3xf32> {
+  %a = nq.fake_quant %x {bits = 8 : i64, exp = dense<0> : tensor<1xi8>} : tensor<?x2x3xf32>
+  %b = nq.fake_quant %a {bits = 4 : i64, exp = dense<[[2], [2]]> : tensor<2x1xi8>} : tensor<?x2x3xf32>
+  %c = nf.concat %a, %b {axis = 1 : i64} : (tensor<?x2x3xf32>, tensor<?x2x3xf32>) -> tensor<?x4x3xf32>
+  func.return %c : tensor<?x4x3xf32>
+}
+"""
+    x = np.random.default_rng(1).standard_normal((3, 2, 3)) * 4
+    check_exact(nanoir.parse(text), [x])
