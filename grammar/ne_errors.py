@@ -17,7 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+)
 from lark.lexer import PatternStr, TerminalDef
 
 __all__ = [

@@ -55,21 +55,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
-    ArrayAttr,
-    IntegerAttr,
-    DenseArrayBase,
-    DenseIntOrFPElementsAttr,
-    DictionaryAttr,
-    ModuleOp,
-    StringAttr,
-    TensorType,
-)
-from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.utils.exceptions import DiagnosticException
-
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import FakeQuantOp
@@ -116,6 +101,20 @@ from nanoir.grammar.ne_import import (
 )
 from nanoir.grammar.ne_printer import print_nanoengine
 from nanoir.runtime.quant import RoundingMode
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.utils.exceptions import DiagnosticException
 
 __all__ = [
     "ExportError",
@@ -879,7 +878,9 @@ def export_program(module: ModuleOp, plan: StreamPlan | None = None) -> Program:
 
     func = _main_function(module)
     if is_hw_function(func):
-        from nanoir.grammar.ne_export_hw import export_hw_program  # it builds on this module
+        from nanoir.grammar.ne_export_hw import (
+            export_hw_program,  # it builds on this module
+        )
 
         return export_hw_program(func, plan)
     return _Exporter(module, plan).run()

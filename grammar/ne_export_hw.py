@@ -28,16 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
-    DenseIntOrFPElementsAttr,
-    IntegerAttr,
-    IntegerType,
-    TensorType,
-)
-from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
-
 from nanoir.dialects import nh
 from nanoir.dialects.nq import RoundingModeAttr
 from nanoir.grammar.ne_ast import (
@@ -67,6 +57,15 @@ from nanoir.grammar.ne_hw import (
 )
 from nanoir.grammar.ne_import import const_from_dense
 from nanoir.runtime.quant import RoundingMode
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 __all__ = ["export_hw_program"]
 

@@ -93,6 +93,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values, int_array, tensor_shape
+from nanoir.dialects.nq import RoundingModeAttr
+from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
+from nanoir.runtime import quant
+from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     BoolAttr,
     BytesAttr,
@@ -104,13 +110,6 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation
-
-from nanoir.dialects import nh
-from nanoir.dialects.nf import array_values, int_array, tensor_shape
-from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
-from nanoir.runtime import quant
-from nanoir.runtime.quant import RoundingMode
 
 __all__ = [
     "HW_DTYPES",

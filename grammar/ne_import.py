@@ -89,6 +89,29 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Union
 
+from nanoir.dialects import nf
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.shapes import ShapeError, shape_str, shapes_compatible
+from nanoir.grammar.ne_ast import (
+    AttrValue,
+    Comment,
+    ConstTensor,
+    Declaration,
+    Float,
+    Function,
+    InitNode,
+    InitTensor,
+    Loc,
+    MemTensor,
+    Program,
+    RuntimeNode,
+    RuntimeTensor,
+    WordTensor,
+)
+from nanoir.grammar.ne_check import check_program
+from nanoir.grammar.ne_errors import NanoEngineSemanticError, NanoEngineSyntaxError
+from nanoir.grammar.ne_parser import parse_nanoengine
+from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
@@ -114,30 +137,6 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
-
-from nanoir.dialects import nf
-from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.shapes import ShapeError, shape_str, shapes_compatible
-from nanoir.grammar.ne_ast import (
-    AttrValue,
-    Comment,
-    ConstTensor,
-    Declaration,
-    Float,
-    Function,
-    InitNode,
-    InitTensor,
-    Loc,
-    MemTensor,
-    Program,
-    RuntimeNode,
-    RuntimeTensor,
-    WordTensor,
-)
-from nanoir.grammar.ne_check import check_program
-from nanoir.grammar.ne_errors import NanoEngineSemanticError, NanoEngineSyntaxError
-from nanoir.grammar.ne_parser import parse_nanoengine
-from nanoir.runtime.quant import RoundingMode
 
 __all__ = [
     "NE_ITEMS",
@@ -1013,7 +1012,10 @@ class _Importer:
                 )
 
     def _annotate(self, node: InitNode | RuntimeNode, spec: NodeSpec, op: Operation) -> None:
-        from nanoir.grammar.ne_export import ExportError, default_attrs  # the reverse table
+        from nanoir.grammar.ne_export import (  # the reverse table
+            ExportError,
+            default_attrs,
+        )
 
         attrs = op.attributes
         attrs[NE_NODE] = StringAttr(node.name)
@@ -1075,7 +1077,10 @@ def import_nanoengine(text: str, filename: str = "<string>") -> ModuleOp:
 
 def _import_checked(program: Program, filename: str, source: str | None) -> ModuleOp:
     """The nq-level importer, or `ne_import_hw`'s for programs with integer node outputs."""
-    from nanoir.grammar.ne_import_hw import import_hw_program, is_hw_program  # it builds on this module
+    from nanoir.grammar.ne_import_hw import (  # it builds on this module
+        import_hw_program,
+        is_hw_program,
+    )
 
     if is_hw_program(program):
         return import_hw_program(program, filename, source)

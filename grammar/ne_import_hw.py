@@ -32,20 +32,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
-    ArrayAttr,
-    DictionaryAttr,
-    FunctionType,
-    IntegerAttr,
-    ModuleOp,
-    TensorType,
-    i64,
-)
-from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
-from xdsl.utils.exceptions import VerifyException
-
 from nanoir.dialects import nh
 from nanoir.dialects.nq import RoundingModeAttr
 from nanoir.grammar.ne_ast import (
@@ -73,6 +59,19 @@ from nanoir.grammar.ne_hw import (
 )
 from nanoir.grammar.ne_import import NodeProblem, dense_from_const
 from nanoir.runtime.quant import RoundingMode
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    FunctionType,
+    IntegerAttr,
+    ModuleOp,
+    TensorType,
+    i64,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 __all__ = ["is_hw_program", "import_hw_program"]
 

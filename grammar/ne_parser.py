@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput
 from lark.lexer import TerminalDef
-
 from nanoir.grammar.ne_ast import (
     AttrValue,
     Comment,

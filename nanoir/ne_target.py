@@ -38,7 +38,10 @@ class NanoEngineTarget(Target):
 
 def read_nanoengine(stream: IO[bytes], filename: str) -> ModuleOp:
     """Import `.ne` bytes; import warnings go to stderr as `file:line:col: warning: ...`."""
-    from nanoir.grammar.ne_import import NanoEngineImportWarning, import_nanoengine_bytes
+    from nanoir.grammar.ne_import import (
+        NanoEngineImportWarning,
+        import_nanoengine_bytes,
+    )
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", NanoEngineImportWarning)

@@ -11,11 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from nanoir.grammar import ne_parser
 from nanoir.grammar.ne_ast import ConstTensor, Function, InitTensor, Program
 from nanoir.grammar.ne_check import check_program, find_problems
-from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineSemanticError, NanoEngineSyntaxError
+from nanoir.grammar.ne_errors import (
+    NanoEngineError,
+    NanoEngineSemanticError,
+    NanoEngineSyntaxError,
+)
 from nanoir.grammar.ne_parser import parse_nanoengine, parse_nanoengine_file
 
 MARK = "§"

@@ -22,10 +22,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
-
-import nanoir
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.grammar.ne_ast import (
@@ -49,6 +45,10 @@ from nanoir.grammar.ne_import import NanoEngineImportWarning, import_nanoengine
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine
 from nanoir.lowering.quantize import quantize
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
+import nanoir
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
 

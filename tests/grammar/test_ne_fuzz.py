@@ -16,7 +16,6 @@ import time
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from nanoir.grammar.ne_ast import Program
 from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineInternalError
 from nanoir.grammar.ne_parser import parse_nanoengine

@@ -21,14 +21,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
-
-import nanoir
 from nanoir.dialects import nh
 from nanoir.grammar.ne_ast import Comment, ConstTensor, InitNode, Program, RuntimeNode
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
-from nanoir.grammar.ne_export import ExportError, UnitStepPlan, export_nanoengine, export_program
+from nanoir.grammar.ne_export import (
+    ExportError,
+    UnitStepPlan,
+    export_nanoengine,
+    export_program,
+)
 from nanoir.grammar.ne_hw import name_from_value, name_value
 from nanoir.grammar.ne_import import import_nanoengine
 from nanoir.grammar.ne_parser import parse_nanoengine
@@ -36,6 +37,10 @@ from nanoir.grammar.ne_printer import print_nanoengine
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime import quant
 from nanoir.runtime.interpreter import run
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+
+import nanoir
 from nanoir.testing_programs import random_nq_program
 
 
@@ -204,6 +209,7 @@ def test_test_models_round_trip(name: str, config: str) -> None:
     torch = pytest.importorskip("torch")
     from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
     from nanoir.lowering.quantize import quantize
+
     from nanoir.testing import make_test_model
 
     torch.manual_seed(0)

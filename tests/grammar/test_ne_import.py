@@ -13,18 +13,37 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import DYNAMIC_INDEX, ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, TensorType
+from nanoir.dialects import nf
+from nanoir.dialects.nf import array_values
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.grammar.ne_ast import (
+    ConstTensor,
+    Function,
+    Program,
+    RuntimeNode,
+    RuntimeTensor,
+)
+from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineSemanticError
+from nanoir.grammar.ne_export import export_nanoengine
+from nanoir.grammar.ne_import import (
+    NanoEngineImportWarning,
+    import_nanoengine,
+    import_program,
+    load_nanoengine,
+)
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    ArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+)
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 
 import nanoir
-from nanoir.dialects import nf
-from nanoir.dialects.nf import array_values
-from nanoir.dialects.nq import FakeQuantOp
-from nanoir.grammar.ne_ast import ConstTensor, Function, Program, RuntimeNode, RuntimeTensor
-from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineSemanticError
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import NanoEngineImportWarning, import_nanoengine, import_program, load_nanoengine
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
 D = DYNAMIC_INDEX

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from nanoir.grammar import ne_parser
 from nanoir.grammar.ne_ast import (
     DTYPES,
