@@ -30,6 +30,10 @@ def __getattr__(name: str) -> Any:
         from nanoir import api
 
         return getattr(api, name)
+    if name == "compile_model":
+        from nanoir.pipeline import compile_model
+
+        return compile_model
     if name == "from_torch":
         from nanoir.frontend import from_torch
 

@@ -1,0 +1,69 @@
+"""The named pipeline from a torch model to an integer program, straight-line, with stop points.
+
+    module = nanoir.compile_model(model, (x,), calibration, stop="nh")
+
+Stages, in order (``stop`` names the last one run):
+
+- ``nf``: ``from_torch`` (float ops, PyTorch semantics);
+- ``folded``: ``fold-bn``;
+- ``nq``: ``quantize`` (the NanoEngine "Q" level; ``quantize_options`` are its options);
+- ``nh``: ``lower-to-hw`` (integer ops, exact);
+- ``streamed``: ``stream-plan`` (per-node caches recorded on the program; ``stream`` gives its
+  ``mem_dim`` and ``steps``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+STAGES = ("nf", "folded", "nq", "nh", "streamed")
+
+
+def compile_model(
+    model: Any,
+    example_inputs: Sequence[Any],
+    calibration: Iterable[Any] | None = None,
+    *,
+    stop: str = "nh",
+    stream: dict[str, Any] | None = None,
+    **quantize_options: Any,
+) -> ModuleOp:
+    """Run the pipeline on a ``torch.nn.Module`` up to and including the stage ``stop``."""
+    if stop not in STAGES:
+        raise ValueError(f"stop must be one of {', '.join(STAGES)}, got {stop!r}")
+    from nanoir.context import make_context
+    from nanoir.frontend import from_torch
+
+    module = from_torch(model, tuple(example_inputs))
+    if stop == "nf":
+        return module
+
+    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+
+    FoldBatchNormPass().apply(make_context(), module)
+    if stop == "folded":
+        return module
+
+    from nanoir.lowering.quantize import quantize
+
+    quantize(module, calibration, **quantize_options)
+    if stop == "nq":
+        return module
+
+    from nanoir.lowering.lower_to_hw import lower_to_hw
+
+    lower_to_hw(module)
+    if stop == "nh":
+        return module
+
+    from nanoir.lowering.stream_plan import StreamPlanPass
+
+    options = dict(stream or {})
+    steps = options.pop("steps", None)
+    if steps is not None and not isinstance(steps, str):
+        steps = ",".join(f"{d}:{s}" for d, s in steps)
+    StreamPlanPass(**options, **({"steps": steps} if steps else {})).apply(make_context(), module)
+    return module
