@@ -763,8 +763,21 @@ class _Exporter:
                     "nanoengine export: @main returns a value that no runtime node computes "
                     "(an input or a constant); NanoEngine outputs are node outputs"
                 )
+        self._declare_results_in_return_order(returned)
         items = self._items()
         return Program(tuple(items))
+
+    def _declare_results_in_return_order(self, returned: dict[SSAValue, int]) -> None:
+        """Results are the unread runtime tensors in declaration order (that is how import
+        finds them), so their declarations take the return order among themselves."""
+        wanted = [self.names[v] for v in sorted(returned, key=returned.__getitem__)]
+        if [n for n in self.tensors if n in wanted] == wanted:
+            return
+        order = iter(wanted)
+        self.tensors = {
+            (name := next(order) if key in wanted else key): self.tensors[name]
+            for key in list(self.tensors)
+        }
 
     def _declarations(self) -> dict[str, Declaration]:
         decls: dict[str, Declaration] = {}

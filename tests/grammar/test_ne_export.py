@@ -677,3 +677,26 @@ func.func @main(%x: tensor<?x4xf32>) -> tensor<?x2xf32> {
     node = program.lookup("TopK_n1")
     assert isinstance(node, RuntimeNode)
     assert node.attrs == (("axis", -1), ("k", 2), ("mode", "largest"), ("scale", Float("1.5")), ("list", (1, Float("0.25"))))
+
+
+def test_results_keep_their_order() -> None:
+    """Import finds results as unread runtime tensors in declaration order, so export declares
+    them in return order even when they are computed the other way round."""
+    import numpy as np
+
+    import nanoir
+    from nanoir.grammar.ne_import import import_nanoengine
+
+    text = """
+func.func @main(%x: tensor<?x4x1x3xf32>) -> (tensor<?x4x1x3xf32>, tensor<?x4x1x3xf32>) {
+  %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<4> : tensor<1xi8>} : tensor<?x4x1x3xf32>
+  %a = nf.relu %xq : tensor<?x4x1x3xf32>
+  %b = nf.sigmoid %xq : tensor<?x4x1x3xf32>
+  func.return %b, %a : tensor<?x4x1x3xf32>, tensor<?x4x1x3xf32>
+}
+"""
+    module = nanoir.parse(text)
+    again = import_nanoengine(export_nanoengine(module), "x.ne")
+    x = np.random.default_rng(0).standard_normal((2, 4, 1, 3))
+    for want, got in zip(nanoir.run(module, x), nanoir.run(again, x), strict=True):
+        assert np.array_equal(want, got)
