@@ -84,7 +84,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import Union
@@ -796,6 +796,27 @@ def _set_hint(value: SSAValue, name: str) -> None:
         value.name_hint = name
 
 
+def check_each_node_called_once(
+    program: Program,
+    nodes: Mapping[str, InitNode | RuntimeNode],
+    error: Callable[[str, Loc | None], NanoEngineSemanticError],
+) -> None:
+    """nanoir runs each node exactly once: a node called twice, or never, is an error."""
+    seen: set[str] = set()
+    for name in ("init", "runtime"):
+        func = program.function(name)
+        assert func is not None  # check_program requires both
+        for i, call in enumerate(func.calls):
+            if call in seen:
+                loc = func.call_locs[i] if i < len(func.call_locs) else func.loc
+                raise error(f"node '{call}' is called more than once; nanoir runs each node once", loc)
+            seen.add(call)
+    for node in nodes.values():
+        if node.name not in seen:
+            kind = "init" if isinstance(node, InitNode) else "runtime"
+            raise error(f"node '{node.name}' is never called by func {kind}", node.loc)
+
+
 class _Importer:
     def __init__(self, program: Program, filename: str, source: str | None) -> None:
         self.program = program
@@ -872,22 +893,9 @@ class _Importer:
 
     def _call_order(self) -> list[InitNode | RuntimeNode]:
         """Nodes in execution order: init calls, then runtime calls; each exactly once."""
-        order: list[InitNode | RuntimeNode] = []
-        seen: set[str] = set()
-        for name in ("init", "runtime"):
-            func = self.program.function(name)
-            assert func is not None  # check_program requires both
-            for i, call in enumerate(func.calls):
-                if call in seen:
-                    loc = func.call_locs[i] if i < len(func.call_locs) else func.loc
-                    raise self.error(f"node '{call}' is called more than once; nanoir runs each node once", loc)
-                seen.add(call)
-                order.append(self.nodes[call])
-        for node in self.nodes.values():
-            if node.name not in seen:
-                kind = "init" if isinstance(node, InitNode) else "runtime"
-                raise self.error(f"node '{node.name}' is never called by func {kind}", node.loc)
-        return order
+        check_each_node_called_once(self.program, self.nodes, self.error)
+        return [self.nodes[call] for name in ("init", "runtime")
+                for call in self.program.function(name).calls]  # type: ignore[union-attr]
 
     def _constants(self) -> None:
         self.constant_ops: list[Operation] = []

@@ -57,7 +57,11 @@ from nanoir.grammar.ne_hw import (
     name_from_value,
     same_value,
 )
-from nanoir.grammar.ne_import import NodeProblem, dense_from_const
+from nanoir.grammar.ne_import import (
+    NodeProblem,
+    check_each_node_called_once,
+    dense_from_const,
+)
 from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -176,21 +180,11 @@ class _HwImporter:
 
     def _op_order(self) -> list[Node]:
         """Nodes in the order their ops are built (see the module docstring)."""
-        calls: dict[str, deque[str]] = {}
-        seen: set[str] = set()
-        for name in ("init", "runtime"):
-            func = self.program.function(name)
-            assert func is not None  # check_program requires both
-            for i, call in enumerate(func.calls):
-                if call in seen:
-                    loc = func.call_locs[i] if i < len(func.call_locs) else func.loc
-                    raise self.error(f"node '{call}' is called more than once; nanoir runs each node once", loc)
-                seen.add(call)
-            calls[name] = deque(func.calls)
-        for node in self.nodes.values():
-            if node.name not in seen:
-                kind = "init" if isinstance(node, InitNode) else "runtime"
-                raise self.error(f"node '{node.name}' is never called by func {kind}", node.loc)
+        check_each_node_called_once(self.program, self.nodes, self.error)
+        calls: dict[str, deque[str]] = {
+            name: deque(self.program.function(name).calls)  # type: ignore[union-attr]
+            for name in ("init", "runtime")
+        }
         order: list[Node] = []
         done: set[str] = set()
 

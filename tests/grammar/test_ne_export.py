@@ -683,9 +683,9 @@ def test_results_keep_their_order() -> None:
     """Import finds results as unread runtime tensors in declaration order, so export declares
     them in return order even when they are computed the other way round."""
     import numpy as np
+    from nanoir.grammar.ne_import import import_nanoengine
 
     import nanoir
-    from nanoir.grammar.ne_import import import_nanoengine
 
     text = """
 func.func @main(%x: tensor<?x4x1x3xf32>) -> (tensor<?x4x1x3xf32>, tensor<?x4x1x3xf32>) {
