@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 
+from nanoir.errors import Error
+
 __all__ = [
     "DYNAMIC_INDEX",
     "ShapeError",
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 
-class ShapeError(ValueError):
+class ShapeError(ValueError, Error):
     """Raised when shapes cannot be combined; verifiers turn it into a VerifyException."""
 
 

@@ -25,6 +25,8 @@ from lark.exceptions import (
 )
 from lark.lexer import PatternStr, TerminalDef
 
+from nanoir.errors import Error
+
 __all__ = [
     "NanoEngineError",
     "NanoEngineSyntaxError",
@@ -40,7 +42,7 @@ __all__ = [
 _EXCERPT_WIDTH = 100
 
 
-class NanoEngineError(Exception):
+class NanoEngineError(Error):
     """A problem in a `.ne` input, located at `filename:line:column` (both 1-based)."""
 
     def __init__(

@@ -116,6 +116,8 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
+from nanoir.errors import Error
+
 __all__ = [
     "ExportError",
     "StreamPlan",
@@ -130,7 +132,7 @@ __all__ = [
 ]
 
 
-class ExportError(DiagnosticException):
+class ExportError(DiagnosticException, Error):
     """The IR cannot be written as NanoEngine text; the message names the op and why."""
 
 

@@ -70,11 +70,13 @@ from xdsl.ir import (
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
+from nanoir.errors import Error
+
 ACC_LIMIT = 2**31 - 1
 WIDTHS = (2, 4, 8, 16, 32)
 
 
-class LowerToHwError(DiagnosticException):
+class LowerToHwError(DiagnosticException, Error):
     """The program has no exact integer form; the message names the op and the reason."""
 
 

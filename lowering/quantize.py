@@ -45,6 +45,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import DiagnosticException
 
+from nanoir.errors import Error
+
 ALLOWED_BITS = (1, 2, 4, 8, 16)
 
 DATA_MOVEMENT = (
@@ -53,7 +55,7 @@ DATA_MOVEMENT = (
 """Ops whose results stay on their inputs' grid: no fake-quant after them."""
 
 
-class QuantizeError(DiagnosticException):
+class QuantizeError(DiagnosticException, Error):
     """The program or the options cannot be quantized as asked."""
 
 

@@ -100,6 +100,8 @@ from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
+from nanoir.errors import Error
+
 __all__ = [
     "BufferPlan",
     "CacheBuffer",
@@ -132,7 +134,7 @@ MEM_ATTR = "stream.mem_s"
 WARMUP_ATTR = "stream.warmup"
 
 
-class StreamPlanError(DiagnosticException):
+class StreamPlanError(DiagnosticException, Error):
     """The program cannot be streamed as asked; the message names the op or dim and why."""
 
 

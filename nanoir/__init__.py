@@ -7,14 +7,38 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
 - ``nanoir.make_context()`` is a context with every nanoir dialect;
 - ``nanoir.parse(text)`` parses and verifies MLIR text with located errors;
 - ``nanoir.load(path)`` / ``nanoir.save(module, path)`` read and write ``.mlir`` or NanoEngine
-  ``.ne`` files, by extension.
+  ``.ne`` files, by extension;
+- ``nanoir.from_torch``, ``quantize``, ``report``, ``lower_to_hw``, ``stream_plan``, ``stream``
+  and ``compile_model`` are the pipeline's stages;
+- ``nanoir.Error`` is the base of every error nanoir raises for bad input.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["compile_module", "load", "make_context", "parse", "run", "save"]
+from nanoir.errors import Error
+
+__all__ = [
+    "Error",
+    "compile_model",
+    "compile_module",
+    "from_torch",
+    "load",
+    "lower_to_hw",
+    "make_context",
+    "parse",
+    "quantize",
+    "report",
+    "run",
+    "save",
+    "stream",
+    "stream_plan",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str) -> Any:

@@ -18,8 +18,10 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
+from nanoir.errors import Error
 
-class NanoirDiagnostic(DiagnosticException):
+
+class NanoirDiagnostic(DiagnosticException, Error):
     """A user-facing error whose message already names the place (``file:line:col``)."""
 
 

@@ -26,12 +26,14 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
 
+from nanoir.errors import Error
+
 Kernel = Callable[..., tuple[Any, ...]]
 Builder = Callable[[Any, np.dtype[Any]], Kernel]
 Observer = Callable[[Operation, tuple[Any, ...]], None]
 
 
-class ExecutionError(RuntimeError):
+class ExecutionError(RuntimeError, Error):
     """A program could not run: names the op (or input), the shapes and the offending value."""
 
 

@@ -3,8 +3,10 @@ without importing torch)."""
 
 from __future__ import annotations
 
+from nanoir.errors import Error
 
-class FrontendError(Exception):
+
+class FrontendError(Error):
     """A network the torch frontend cannot import.
 
     The message names the ATen op, the module path and the source line each problem comes
