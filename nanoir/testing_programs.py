@@ -5,7 +5,8 @@ made only of ops that lower exactly to nh: quantized convs (grouped, depthwise, 
 dilated, padded, 1-D or 2-D) with optional biases, linear layers, relu, clamp, max and average
 pools, adds and products of branches, concat, reshape, elementwise float ops behind a
 fake-quant (lookup tables), with 1/2/4/8-bit codes, per-tensor and per-channel exponents of
-both signs and every rounding mode. Test code imports it from here (never from ``tests``).
+both signs and every rounding mode. Test code imports it from here (never from ``tests``); it
+needs hypothesis, from the ``test`` extra.
 """
 
 from __future__ import annotations
@@ -62,14 +63,17 @@ class ProgramBuilder:
 
     def fake_quant(self, v: SSAValue, *, bits: int | None = None, per_channel_axis: int | None
                    = None, exp: int | None = None, mode: RoundingMode | None = None,
-                   base: int = 3) -> SSAValue:
+                   base: int = 3, per_channel: bool | None = None) -> SSAValue:
+        """A fake-quant of ``v``; with ``per_channel_axis``, per channel when ``per_channel``
+        (drawn when None). Per-channel exponents are all ``exp`` when it is given."""
         draw = self.draw
         bits = draw(st.sampled_from(BITS)) if bits is None else bits
         mode = draw(st.sampled_from(MODES)) if mode is None else mode
         shape = _shape(v)
-        if per_channel_axis is not None and draw(st.booleans()):
+        if per_channel_axis is not None and (draw(st.booleans()) if per_channel is None
+                                             else per_channel):
             c = shape[per_channel_axis]
-            exps = [base + draw(st.integers(-2, 2)) for _ in range(c)]
+            exps = [base + draw(st.integers(-2, 2)) if exp is None else exp for _ in range(c)]
             if per_channel_axis == 0:
                 exp_shape = [c] + [1] * (len(shape) - 1)
             else:
@@ -163,7 +167,18 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6) -> tuple[Mod
             other = draw(st.sampled_from(same))
             values.append(b.add(nf.ConcatOp([v, other], axis=1)).results[0])
         elif kind == "lut":
-            src = b.fake_quant(v, bits=draw(st.sampled_from((2, 4, 8))), base=3)
+            bits = draw(st.sampled_from((2, 4, 8)))
+            if draw(st.booleans()):
+                # Per-channel exponents that are all equal, then a per-tensor fake-quant at
+                # that exponent (an identity when no narrower): the table's input must still
+                # count as per-tensor.
+                k = 3 + draw(st.integers(-2, 2))
+                v = b.fake_quant(v, bits=draw(st.sampled_from([n for n in (2, 4, 8)
+                                                               if n <= bits])),
+                                 per_channel_axis=1, per_channel=True, exp=k)
+                src = b.fake_quant(v, bits=bits, exp=k)
+            else:
+                src = b.fake_quant(v, bits=bits, base=3)
             f = draw(st.sampled_from((nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp)))
             y = b.add(f(src)).results[0]
             values.append(b.fake_quant(y, bits=8, base=6))

@@ -1,6 +1,7 @@
 """The torch frontend: ``torch.nn.Module`` → nf, through ``torch.export``.
 
-Importing this package does not import torch; :func:`from_torch` does, on first call.
+Importing this package does not import torch; :func:`from_torch` does, on first call (it needs
+the ``torch`` extra).
 """
 
 from __future__ import annotations
