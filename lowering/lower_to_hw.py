@@ -426,7 +426,13 @@ class HwLowering:
         out_exps = nh_exp.reshape((1,) * (rank - nh_exp.ndim) + nh_exp.shape) if (
             nh_exp.ndim <= rank) else nh_exp
         if (hv.exps == out_exps).all() and hv.bits <= bits and hv.bits != 1 and bits != 1:
-            return hv  # already on this grid and within range: the fake-quant is the identity
+            # Already on this grid and within range: the fake-quant is the identity. The value
+            # still takes the fake-quant's exponents: per-channel exponents that are all equal
+            # become per-tensor ones (the nh type already says so, see _fixed), so that ops
+            # needing per-tensor exponents (lookup tables, matmul) accept the result.
+            if out_exps.size < hv.exps.size:
+                return HwValue(hv.value, out_exps.copy(), hv.bits, hv.codes)
+            return hv
         if hv.codes is not None:
             # A constant expression: requantize now.
             real_shift = hv.exps - out_exps

@@ -154,3 +154,20 @@ func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x4x3xf32> {
 """
     x = np.random.default_rng(1).standard_normal((3, 2, 3)) * 4
     check_exact(nanoir.parse(text), [x])
+
+
+def test_equal_per_channel_exponents_then_per_tensor_feed_a_table() -> None:
+    """A per-tensor fake-quant after per-channel exponents that are all equal is an identity,
+    but its result is per-tensor: a lookup table may read it."""
+    text = """\
+func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
+  %a = nq.fake_quant %x {bits = 8 : i64, exp = dense<[[3], [3]]> : tensor<2x1xi8>} : tensor<?x2x3xf32>
+  %b = nq.fake_quant %a {bits = 8 : i64, exp = dense<3> : tensor<1xi8>} : tensor<?x2x3xf32>
+  %s = nf.sigmoid %b : tensor<?x2x3xf32>
+  %t = nq.fake_quant %s {bits = 8 : i64, exp = dense<7> : tensor<1xi8>} : tensor<?x2x3xf32>
+  func.return %t : tensor<?x2x3xf32>
+}
+"""
+    x = np.random.default_rng(2).standard_normal((3, 2, 3)) * 4
+    hw = check_exact(nanoir.parse(text), [x])
+    assert [op.name for op in hw.walk() if op.name.startswith("nh.")] == ["nh.lut"]
