@@ -49,6 +49,14 @@ from nanoir.errors import Error
 
 ALLOWED_BITS = (1, 2, 4, 8, 16)
 
+LEARNERS = ("ema", "lsq")
+"""Exponent learners for quantization-aware training (``nanoir.qat``); ``quantize`` ignores
+them. ``ema``: NanoEngine's moving average of the absolute maximum, rate ``lr``; ``lsq``: a
+learned continuous exponent (``learned`` is an alias), learning rate ``lr``."""
+
+DEFAULT_LR = {"ema": 0.1, "lsq": 0.01}
+"""The rate ``lr`` of each learner when neither a rule nor the options give one."""
+
 DATA_MOVEMENT = (
     nf.ReshapeOp, nf.TransposeOp, nf.SplitOp, nf.ConcatOp, nf.PadOp, nf.UpsampleNearestOp,
 )
@@ -69,8 +77,12 @@ class QuantRule:
     """Tensors whose name matches ``pattern`` (``re.search``) get these settings.
 
     ``kind`` limits the rule to ``weight``, ``bias`` or ``act`` tensors. Text form (for
-    pipelines): ``[kind@]REGEX=SPEC`` with SPEC ``skip`` or ``BITS`` optionally followed by
-    ``/pc`` (per channel) or ``/pt`` (per tensor): ``weight@layer1\\..*=4/pc``, ``fc=skip``.
+    pipelines): ``[kind@]REGEX=SPEC`` with SPEC ``skip`` or ``/``-separated parts, each at
+    most once and in any order: ``BITS``, ``pc`` (per channel) or ``pt`` (per tensor), and a
+    QAT exponent learner ``ema`` or ``lsq`` (alias ``learned``) with an optional rate
+    ``:LR``: ``weight@layer1\\..*=4/pc``, ``fc=skip``, ``fc\\.weight=1/pt/lsq:0.05``,
+    ``act@.*=ema:0.2``. Unset parts take the options' defaults; ``quantize`` ignores the
+    learner (it matters to :mod:`nanoir.qat` only).
     """
 
     pattern: str
@@ -78,6 +90,10 @@ class QuantRule:
     per_channel: bool | None = None
     skip: bool = False
     kind: str | None = None
+    learner: str | None = None
+    """``ema`` or ``lsq`` (see :data:`LEARNERS`); None takes the options' default."""
+    lr: float | None = None
+    """The learner's rate; None takes the options' (or the learner's) default."""
 
     def __post_init__(self) -> None:
         try:
@@ -90,6 +106,11 @@ class QuantRule:
                                 f"allowed: {', '.join(map(str, ALLOWED_BITS))}")
         if self.kind not in (None, "weight", "bias", "act"):
             raise QuantizeError(f"quantize: rule kind {self.kind!r} is not weight, bias or act")
+        if self.learner is not None:
+            object.__setattr__(self, "learner", _learner(self.learner))
+        if self.lr is not None and not (0 < self.lr and self.lr == self.lr):
+            raise QuantizeError(f"quantize: rule {self.pattern!r} has rate {self.lr}; it must "
+                                "be positive")
 
     @staticmethod
     def parse(text: str) -> QuantRule:
@@ -102,12 +123,29 @@ class QuantRule:
                                 "or REGEX=skip")
         if spec == "skip":
             return QuantRule(pattern, skip=True, kind=kind)
-        bits_text, _, scope = spec.partition("/")
-        if not bits_text.isdigit() or scope not in ("", "pc", "pt"):
-            raise QuantizeError(f"quantize: rule spec {spec!r} must be BITS, BITS/pc, BITS/pt "
-                                "or skip")
-        per_channel = {"": None, "pc": True, "pt": False}[scope]
-        return QuantRule(pattern, bits=int(bits_text), per_channel=per_channel, kind=kind)
+        bits: int | None = None
+        per_channel: bool | None = None
+        learner: str | None = None
+        lr: float | None = None
+        bad = QuantizeError(f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt and "
+                            "a learner (ema or lsq, optionally :LR), separated by /")
+        for part in spec.split("/"):
+            name, colon, rate = part.partition(":")
+            if part.isdigit() and bits is None:
+                bits = int(part)
+            elif part in ("pc", "pt") and per_channel is None:
+                per_channel = part == "pc"
+            elif name in (*LEARNERS, "learned") and learner is None:
+                learner = name
+                if colon:
+                    try:
+                        lr = float(rate)
+                    except ValueError:
+                        raise bad from None
+            else:
+                raise bad
+        return QuantRule(pattern, bits=bits, per_channel=per_channel, kind=kind,
+                         learner=learner, lr=lr)
 
     def matches(self, name: str, kind: str) -> bool:
         return (self.kind is None or self.kind == kind) and re.search(self.pattern, name) is not None
@@ -126,8 +164,13 @@ class QuantConfig:
     calibrator: str = "absmax"
     """``absmax`` (NanoEngine's rule) or ``mse`` (the power of two with least squared error)."""
     rounding: RoundingMode = RoundingMode.TRUNC
+    learner: str = "ema"
+    """The QAT exponent learner of tensors no rule names one for (``ema`` or ``lsq``)."""
+    lr: float | None = None
+    """Its rate (None: :data:`DEFAULT_LR` of the learner)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "learner", _learner(self.learner))
         for label, bits in (("weight", self.weight_bits), ("bias", self.bias_bits),
                             ("act", self.act_bits)):
             if bits not in ALLOWED_BITS:
@@ -149,6 +192,27 @@ class QuantConfig:
                         per_channel if rule.per_channel is None else rule.per_channel)
         return bits, per_channel
 
+    def resolve_learner(self, name: str, kind: str) -> tuple[str, float]:
+        """(learner, lr) of a tensor for QAT: from the first matching rule, else the defaults."""
+        learner, lr = self.learner, self.lr
+        for rule in self.rules:
+            if rule.matches(name, kind):
+                if rule.learner is not None:
+                    learner, lr = rule.learner, rule.lr if rule.lr is not None else (
+                        lr if rule.learner == self.learner else None)
+                elif rule.lr is not None:
+                    lr = rule.lr
+                break
+        return learner, DEFAULT_LR[learner] if lr is None else lr
+
+
+def _learner(name: str) -> str:
+    if name == "learned":
+        return "lsq"
+    if name not in LEARNERS:
+        raise QuantizeError(f"quantize: learner {name!r} is not one of ema, lsq (learned)")
+    return name
+
 
 # --------------------------------------------------------------------------------------------
 # What to quantize
@@ -166,6 +230,8 @@ class Target:
     per_channel: bool
     exps: np.ndarray | None = None
     """Exponents shaped to broadcast against the value (without the batch dim)."""
+    rounding: RoundingMode | None = None
+    """This tensor's rounding, if imported exponents say (else the config's)."""
 
     @property
     def channel_axis(self) -> int | None:
@@ -443,15 +509,25 @@ def _accumulator_cap(op: nf.ConvOp | nf.LinearOp) -> np.ndarray | None:
         return None
     from nanoir.runtime.nf import dense_to_numpy
 
-    kx = nh_exps(fx.bits.value.data, dense_to_numpy(fx.exp).astype(np.int64))
-    kw = nh_exps(fw.bits.value.data, dense_to_numpy(fw.exp).astype(np.int64))
-    out_c = _shape(op.weight)[0]
+    groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
+    return accumulator_cap(fx.bits.value.data, dense_to_numpy(fx.exp).astype(np.int64),
+                           fw.bits.value.data, dense_to_numpy(fw.exp).astype(np.int64),
+                           _shape(op.weight)[0], groups)
+
+
+def accumulator_cap(
+    x_bits: int, x_exps: np.ndarray, w_bits: int, w_exps: np.ndarray, out_c: int, groups: int
+) -> np.ndarray | None:
+    """Per output channel accumulator exponent ``exp(x) + exp(w)`` (code exponents) of a conv
+    or linear layer, or None where no single one exists (per-channel input exponents that
+    differ within a group); a bias's exponent is capped at it (``nanoir.qat`` shares this)."""
+    kx = nh_exps(x_bits, np.asarray(x_exps, dtype=np.int64))
+    kw = nh_exps(w_bits, np.asarray(w_exps, dtype=np.int64))
     kw = np.broadcast_to(kw.reshape(-1), (out_c,)) if kw.size in (1, out_c) else None
     if kw is None:
         return None
     if kx.size == 1:
         return kx.reshape(-1)[0] + kw
-    groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
     kx = kx.reshape(-1)
     if kx.size % groups:
         return None
@@ -466,7 +542,7 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
     value = target.value
     exps = np.clip(target.exps, *quant.CALIB_EXP_RANGE).astype(np.int64)
     fq = FakeQuantOp(value, target.bits, exp_attr(exps.reshape(-1).tolist(), list(exps.shape)),
-                     config.rounding)
+                     target.rounding or config.rounding)
     if isinstance(value, BlockArgument):
         block = value.block
         assert isinstance(block, Block)
@@ -484,11 +560,42 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
     return fq
 
 
+Exponents = Mapping[str, "int | Sequence[int] | np.ndarray | Mapping[str, Any]"]
+"""Imported exponents by tensor name: ``k``, ``[k per channel]``, or a record
+``{"exp": k or [k, ...], "bits": b, "rounding": mode, "axis": channel axis or None}`` (the
+form ``nanoir.qat.export_exponents`` writes; ``bits`` and ``rounding`` then override the
+options for that tensor, and ``axis`` must be the tensor's channel axis)."""
+
+
+def _import_record(t: Target, record: Any) -> np.ndarray:
+    """Apply a ``{"exp", "bits", "rounding", "axis"}`` record to ``t``; return its exponents."""
+    if not isinstance(record, Mapping):
+        return np.asarray(record, dtype=np.int64).reshape(-1)
+    unknown = set(record) - {"exp", "bits", "rounding", "axis"}
+    if "exp" not in record or unknown:
+        raise QuantizeError(f"quantize: the exponents of {t.name} need an \"exp\" entry and "
+                            "may have bits, rounding and axis; got " + ", ".join(sorted(record)))
+    if record.get("bits") is not None:
+        if record["bits"] not in ALLOWED_BITS:
+            raise QuantizeError(f"quantize: {t.name} asks for {record['bits']} bits; allowed: "
+                                f"{', '.join(map(str, ALLOWED_BITS))}")
+        t.bits = int(record["bits"])
+    if record.get("rounding") is not None:
+        t.rounding = _rounding(record["rounding"])
+    k = np.asarray(record["exp"], dtype=np.int64).reshape(-1)
+    if "axis" in record:
+        t.per_channel = record["axis"] is not None
+        if t.per_channel and record["axis"] != t.channel_axis:
+            raise QuantizeError(f"quantize: {t.name} is per channel along axis "
+                                f"{t.channel_axis}, not {record['axis']}")
+    return k
+
+
 def quantize_function(
     func: FuncOp,
     calibration: Iterable[Any] | None,
     config: QuantConfig,
-    exponents: Mapping[str, int | Sequence[int] | np.ndarray] | None = None,
+    exponents: Exponents | None = None,
     *,
     progress: bool | None = None,
 ) -> list[Target]:
@@ -497,9 +604,12 @@ def quantize_function(
     exponents = dict(exponents or {})
     for t in targets:
         if t.name in exponents:
-            # Imported (QAT) exponents decide per tensor or per channel by their count.
-            k = np.asarray(exponents.pop(t.name), dtype=np.int64).reshape(-1)
-            t.per_channel = k.size > 1
+            # Imported (QAT) exponents decide per tensor or per channel by their count
+            # (or by the record's axis).
+            record = exponents.pop(t.name)
+            k = _import_record(t, record)
+            if not (isinstance(record, Mapping) and "axis" in record):
+                t.per_channel = k.size > 1
             shape = _exp_shape(t)
             if t.channel_axis is None and k.size > 1 or k.size != int(np.prod(shape)):
                 raise QuantizeError(f"quantize: {k.size} exponents given for {t.name}, which "
@@ -547,7 +657,7 @@ def quantize(
     calibration: Iterable[Any] | None = None,
     *,
     config: QuantConfig | None = None,
-    exponents: Mapping[str, int | Sequence[int] | np.ndarray] | None = None,
+    exponents: Exponents | None = None,
     function: str | None = None,
     progress: bool | None = None,
     **options: Any,
@@ -597,8 +707,9 @@ def _rounding(value: str | RoundingMode) -> RoundingMode:
                             + ", ".join(m.value for m in RoundingMode)) from None
 
 
-def load_exponents(path: str) -> dict[str, int | list[int]]:
-    """Imported exponents from a JSON object of tensor name to int or list of ints."""
+def load_exponents(path: str) -> dict[str, Any]:
+    """Imported exponents from a JSON object of tensor name to an int, a list of ints, or a
+    record ``{"exp": ..., "bits": ..., "rounding": ..., "axis": ...}`` (see ``Exponents``)."""
     import json
 
     try:
@@ -606,13 +717,16 @@ def load_exponents(path: str) -> dict[str, int | list[int]]:
             data = json.load(f)
     except (OSError, ValueError) as e:
         raise QuantizeError(f"quantize: cannot read exponents {path!r}: {e}") from None
+
+    def ints(v: Any) -> bool:
+        return isinstance(v, int) or (isinstance(v, list) and all(isinstance(i, int) for i in v))
+
     ok = isinstance(data, dict) and all(
-        isinstance(v, int) or (isinstance(v, list) and all(isinstance(i, int) for i in v))
-        for v in data.values()
+        ints(v) or (isinstance(v, dict) and ints(v.get("exp"))) for v in data.values()
     )
     if not ok:
-        raise QuantizeError(f"quantize: {path!r} must map tensor names to an int or a list "
-                            "of ints")
+        raise QuantizeError(f"quantize: {path!r} must map tensor names to an int, a list "
+                            "of ints, or a record {\"exp\": ..., \"bits\": ..., ...}")
     return data
 
 
