@@ -97,6 +97,7 @@ from nanoir.grammar.ne_import import (
     convert_known,
     decode_attrs,
     flatten_dims,
+    reference_result_types,
     streamed_type,
 )
 from nanoir.grammar.ne_printer import print_nanoengine
@@ -424,6 +425,9 @@ class _Exporter:
         self.const_derived: set[SSAValue] = set()
         self.tensors: dict[str, Declaration] = {}  # init, runtime and mem tensors, in order
         self.nodes: list[InitNode | RuntimeNode] = []  # in program order
+        # The type NanoEngine-PyTorch would declare for each value (its stream analysis ignores
+        # padding; None: unknown): a recorded shape may be this one (see ne_import).
+        self.reference: dict[SSAValue, Attribute | None] = {}
 
     # -- names ----------------------------------------------------------------------------
     def _recorded_names(self) -> set[str]:
@@ -635,6 +639,7 @@ class _Exporter:
         inputs = self.node_inputs(op)
         name = self.claim(_str_attr(op, NE_NODE), lambda: self.numbered(sanitize_name(op_type)))
         attrs = self.node_attrs(op, op_type, inputs)
+        self.reference.update(zip(op.results, self.reference_types(op, op_type, attrs, inputs)))
         out_names = self.outputs(op, name, init, returned)
         if init:
             self.const_derived.update(op.results)
@@ -645,6 +650,18 @@ class _Exporter:
             mem_s = self.caches(op, name, inputs)
             decl = RuntimeNode(name, op_type, attrs, in_s, mem_s, out_names)
         self.nodes.append(decl)
+
+    def reference_types(
+        self, op: Operation, op_type: str, attrs: Attrs, inputs: list[NodeInput]
+    ) -> list[Attribute | None]:
+        """The result types NanoEngine-PyTorch declares for `op` (ne_import.reference_result_types)."""
+        types = [r.type for r in op.results]
+        if isinstance(op, nf.CustomOp):
+            return list(types)
+        spec = NodeSpec(_str_attr(op, NE_NODE) or op.name, op_type, attrs, tuple(inputs), len(op.results))
+        reference = [self.reference.get(v, v.type) for v in inputs if isinstance(v, SSAValue)]
+        found = reference_result_types(spec, types, reference)
+        return list(found) if found is not None else [None] * len(types)
 
     def input_name(self, value: NodeInput, user: Operation) -> str:
         if isinstance(value, (ConstTensor, WordTensor)):
@@ -693,10 +710,19 @@ class _Exporter:
             shape = tuple(int(d) for d in planned)
             layout = entry[1] if entry and len(entry[1]) == len(shape) else runtime_layout(len(shape))
             return RuntimeTensor(name, dtype, layout, shape)
-        if entry and shapes_compatible(streamed_type(entry[2], entry[1]).get_shape(), t.get_shape()):
+        if entry and self._recorded_shape_fits(value, entry):
             return RuntimeTensor(name, dtype, entry[1], entry[2])
         shape = tuple(int(d) for d in self.default_plan.tensor_shape(value) or ())
         return RuntimeTensor(name, dtype, runtime_layout(len(shape)), shape)
+
+    def _recorded_shape_fits(self, value: SSAValue, entry: tuple[str, str, tuple[int, ...], str]) -> bool:
+        """Whether a recorded runtime shape still describes `value`: its type's, or the one
+        NanoEngine-PyTorch declares for it (ignoring padding; see ne_import)."""
+        declared = streamed_type(entry[2], entry[1]).get_shape()
+        reference = self.reference.get(value, value.type)
+        return any(
+            isinstance(t, TensorType) and shapes_compatible(declared, t.get_shape()) for t in (value.type, reference)
+        )
 
     def caches(self, op: Operation, node: str, inputs: list[NodeInput]) -> tuple[str, ...]:
         runtime_inputs: list[SSAValue] = []

@@ -152,7 +152,9 @@ __all__ = [
     "NE_EXP_NAME",
     "NE_HEX_UPPER",
     "NE_EXP_HEX_UPPER",
+    "NE_IDENTITY",
     "NanoEngineImportWarning",
+    "NanoEnginePaddingWarning",
     "Unsupported",
     "NodeProblem",
     "NodeSpec",
@@ -173,6 +175,7 @@ __all__ = [
     "const_from_dense",
     "const_entry",
     "words_entry",
+    "reference_result_types",
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -192,6 +195,7 @@ NE_CONST_IN = "ne.const_in"
 NE_EXP_NAME = "ne.exp_name"
 NE_HEX_UPPER = "ne.hex_upper"
 NE_EXP_HEX_UPPER = "ne.exp_hex_upper"
+NE_IDENTITY = "ne.identity"
 
 _FLOAT_SPELLING = re.compile(r"-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)")
 # What xDSL accepts as an SSA name hint.
@@ -202,6 +206,15 @@ class NanoEngineImportWarning(UserWarning):
     """An op kept as `nf.custom` (unknown op type, or a variant nanoir cannot express).
 
     The message starts with `file:line:col: warning:`, so tools can print it as is."""
+
+
+class NanoEnginePaddingWarning(NanoEngineImportWarning):
+    """Runtime tensors declared with the shapes NanoEngine-PyTorch computes ignoring padding.
+
+    Its stream analysis ignores the pads of Conv, MaxPool and AveragePool, so a file it wrote
+    for a padded network declares those outputs (and everything computed from them) smaller
+    than they are. nanoir reads such a file with one warning naming the tensors, computes
+    with the true shapes and keeps the declared numbers for writing the file back."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -769,6 +782,46 @@ def convert_known(spec: NodeSpec) -> Operation:
     return op
 
 
+PADDED_OP_TYPES = ("Conv", "MaxPool", "AveragePool")
+"""The op types whose `pads` NanoEngine-PyTorch's stream analysis ignores."""
+
+
+def _has_pads(spec: NodeSpec) -> bool:
+    pads = dict(spec.attrs).get("pads")
+    return spec.op_type in PADDED_OP_TYPES and isinstance(pads, tuple) and any(p != 0 for p in pads)
+
+
+def reference_result_types(
+    spec: NodeSpec, types: Sequence[Attribute], reference: Sequence[Attribute | None]
+) -> list[Attribute] | None:
+    """The result types NanoEngine-PyTorch declares for a known node: shape inference with
+    the node's pads taken as zero and its SSA inputs at their reference types.
+
+    `types` are the result types nanoir computes (returned as they are when the node has no
+    pads and every input's reference type is its type); `reference` holds one type (or None:
+    unknown) per SSA input, in order. None when the reference shapes do not fit together
+    (e.g. a join of a padded branch with an unpadded one) or a reference type is unknown.
+    """
+    values = [v for v in spec.inputs if isinstance(v, SSAValue)]
+    if not _has_pads(spec) and all(r == v.type for v, r in zip(values, reference)):
+        return list(types)
+    if any(r is None for r in reference) or spec.op_type not in CONVERTERS:
+        return None
+    placeholders = iter(Block(arg_types=list(reference)).args)  # type: ignore[arg-type]  # checked above
+    inputs = tuple(next(placeholders) if isinstance(v, SSAValue) else v for v in spec.inputs)
+    attrs = tuple(
+        (k, tuple(0 for _ in v)) if k == "pads" and isinstance(v, tuple) and spec.op_type in PADDED_OP_TYPES else (k, v)
+        for k, v in spec.attrs
+    )
+    try:
+        op = convert_known(NodeSpec(spec.name, spec.op_type, attrs, inputs, spec.num_outputs))
+    except (Unsupported, NodeProblem, ShapeError, ValueError):
+        return None
+    result = [r.type for r in op.results]
+    op.erase(safe_erase=False)
+    return result
+
+
 def _float_types_differ(values: Sequence[NodeInput]) -> bool:
     elts = {v.type.get_element_type() for v in values if isinstance(v, SSAValue) and isinstance(v.type, TensorType)}
     return len(elts) > 1
@@ -832,17 +885,24 @@ class _Importer:
         self.exp_consts: set[str] = set()
         self.read: set[str] = set()
         self.produced: dict[str, str] = {}
+        # What NanoEngine-PyTorch declares for each value (None: unknown), see PADDED_OP_TYPES;
+        # values not in it are declared as they are (inputs, constants).
+        self.reference: dict[SSAValue, Attribute | None] = {}
+        # Outputs accepted with the reference's padding-ignoring shape, and their nodes.
+        self.padding_quirks: list[tuple[InitNode | RuntimeNode, RuntimeTensor]] = []
+        self.identities: dict[str, RuntimeNode] = {}  # Identity nodes by output name
+        self.previous_node: dict[str, str] = {}  # node -> the node called just before it
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str, loc: Loc | None) -> NanoEngineSemanticError:
         line, column = (loc.line, loc.column) if loc is not None else (1, 1)
         return NanoEngineSemanticError(message, self.filename, line, column, self.source)
 
-    def warn(self, message: str, loc: Loc | None) -> None:
+    def warn(
+        self, message: str, loc: Loc | None, cls: type[NanoEngineImportWarning] = NanoEngineImportWarning, stacklevel: int = 4
+    ) -> None:
         line, column = (loc.line, loc.column) if loc is not None else (1, 1)
-        warnings.warn(
-            NanoEngineImportWarning(f"{self.filename}:{line}:{column}: warning: {message}"), stacklevel=4
-        )
+        warnings.warn(cls(f"{self.filename}:{line}:{column}: warning: {message}"), stacklevel=stacklevel)
 
     # -- the whole program ----------------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -864,7 +924,9 @@ class _Importer:
             _set_hint(arg, decl.name)
         for op in self.constant_ops:
             self.block.add_op(op)
-        for node in calls:
+        for previous, node in zip([None, *calls], calls):
+            if previous is not None:
+                self.previous_node[node.name] = previous.name
             self._node(node)
         outputs = [
             d
@@ -873,6 +935,7 @@ class _Importer:
         ]
         results = [self.values[d.name] for d in outputs]
         self.block.add_op(ReturnOp(*results))
+        res_attrs = [self._identity_entry(d.name) for d in outputs]
         func = FuncOp(
             "main",
             (arg_types, [r.type for r in results]),
@@ -882,6 +945,7 @@ class _Importer:
             )
             if inputs
             else None,
+            res_attrs=ArrayAttr(res_attrs) if any(a.data for a in res_attrs) else None,
         )
         module = ModuleOp([func])
         module.attributes[NE_ITEMS] = _items_attr(self.program)
@@ -889,7 +953,53 @@ class _Importer:
         if orphans:
             module.attributes[NE_DECLS] = DictionaryAttr(orphans)
         module.verify()  # every op was verified as it was built: a failure here is a bug
+        self._warn_padding_quirks()
         return module
+
+    def _identity_entry(self, name: str) -> DictionaryAttr:
+        """`{ne.identity = {node, out, mem_s, after}}` for a result an Identity node gives."""
+        node = self.identities.get(name)
+        if node is None:
+            return DictionaryAttr({})
+        decl = self.decls[name]
+        assert isinstance(decl, RuntimeTensor)
+        mems: list[Attribute] = []
+        for mem_name in node.mem_s:
+            mem = self.decls[mem_name]
+            assert isinstance(mem, MemTensor)
+            mems.append(tensor_entry(mem.name, mem.layout, mem.shape, mem.type_name))
+        entry = {
+            "node": StringAttr(node.name),
+            "out": tensor_entry(decl.name, decl.layout, decl.shape, decl.dtype),
+            "mem_s": ArrayAttr(mems),
+            "after": StringAttr(self.previous_node.get(node.name, "")),
+        }
+        return DictionaryAttr({NE_IDENTITY: DictionaryAttr(entry)})
+
+    def _warn_padding_quirks(self) -> None:
+        """One warning for all outputs declared with the reference's padding-ignoring shapes."""
+        if not self.padding_quirks:
+            return
+        described = "; ".join(
+            f"{out.name} declared {list(out.shape)}, computed {shape_str(nf.tensor_shape(self.values[out.name]))}"
+            for _, out in self.padding_quirks
+        )
+        padded = [
+            node.name
+            for node, _ in self.padding_quirks
+            if _has_pads(NodeSpec(node.name, node.op_type, node.attrs, (), len(node.out_s)))
+        ]
+        count = len(self.padding_quirks)
+        first = self.padding_quirks[0][1]
+        self.warn(
+            f"{count} runtime tensor{'s are' if count > 1 else ' is'} declared with the "
+            f"shape{'s' if count > 1 else ''} NanoEngine-PyTorch computes when it ignores the pads of "
+            f"{', '.join(dict.fromkeys(padded)) or 'Conv and pool nodes'}, not the true one{'s' if count > 1 else ''}; "
+            f"nanoir computes with the true shapes and keeps the declared numbers for writing the file back: "
+            f"{described}",
+            first.loc,
+            NanoEnginePaddingWarning,
+        )
 
     def _call_order(self) -> list[InitNode | RuntimeNode]:
         """Nodes in execution order: init calls, then runtime calls; each exactly once."""
@@ -948,9 +1058,20 @@ class _Importer:
 
     def _node(self, node: InitNode | RuntimeNode) -> None:
         inputs = self._inputs(node)
+        if node.op_type == "Identity":
+            self._identity(node, inputs)
+            return
         spec = NodeSpec(node.name, node.op_type, node.attrs, inputs, len(node.out_s))
         op = self._convert(node, spec)
-        self._check_outputs(node, op)
+        types = [r.type for r in op.results]
+        if isinstance(op, nf.CustomOp):
+            reference: list[Attribute] | None = types  # typed from the declarations
+        else:
+            values = [v for v in inputs if isinstance(v, SSAValue)]
+            reference = reference_result_types(spec, types, [self.reference.get(v, v.type) for v in values])
+        self._check_outputs(node, op, reference)
+        for i, result in enumerate(op.results):
+            self.reference[result] = reference[i] if reference is not None else None
         self._annotate(node, spec, op)
         self.block.add_op(op)
         for out, result in zip(node.out_s, op.results):
@@ -1000,24 +1121,60 @@ class _Importer:
             properties={"op_type": StringAttr(node.op_type), "attrs": encode_attrs(node.attrs)},
         )
 
-    def _check_outputs(self, node: InitNode | RuntimeNode, op: Operation) -> None:
-        """The declared outputs must agree with the inferred types on every static dim."""
-        for i, (out, result) in enumerate(zip(node.out_s, op.results)):
-            decl = self.decls[out]
-            assert isinstance(decl, (InitTensor, RuntimeTensor))
-            declared = (
-                TensorType(f32, decl.shape) if isinstance(decl, InitTensor) else streamed_type(decl.shape, decl.layout)
-            )
-            inferred = result.type
-            assert isinstance(inferred, TensorType)
-            if not shapes_compatible(inferred.get_shape(), declared.get_shape()):
-                loc = node.out_locs[i] if i < len(node.out_locs) else node.loc
-                op.erase(safe_erase=False)
-                raise self.error(
-                    f"'{out}' is declared {list(decl.shape)} ({shape_str(declared.get_shape())} in the IR), but "
-                    f"{node.op_type} node '{node.name}' computes {shape_str(inferred.get_shape())}",
-                    loc,
-                )
+    def _check_outputs(self, node: InitNode | RuntimeNode, op: Operation, reference: Sequence[Attribute] | None) -> None:
+        """The declared outputs must agree with the inferred types on every static dim, or
+        be NanoEngine-PyTorch's padding-ignoring shapes (`reference`, see PADDED_OP_TYPES)."""
+        try:
+            for i, (out, result) in enumerate(zip(node.out_s, op.results)):
+                self._check_output(node, i, result.type, reference[i] if reference is not None else None)
+        except NanoEngineSemanticError:
+            op.erase(safe_erase=False)
+            raise
+
+    def _check_output(
+        self, node: InitNode | RuntimeNode, i: int, inferred: Attribute, reference: Attribute | None
+    ) -> None:
+        out = node.out_s[i]
+        decl = self.decls[out]
+        assert isinstance(decl, (InitTensor, RuntimeTensor))
+        declared = (
+            TensorType(f32, decl.shape) if isinstance(decl, InitTensor) else streamed_type(decl.shape, decl.layout)
+        )
+        assert isinstance(inferred, TensorType)
+        if shapes_compatible(inferred.get_shape(), declared.get_shape()):
+            return
+        if (
+            isinstance(decl, RuntimeTensor)
+            and isinstance(reference, TensorType)
+            and shapes_compatible(reference.get_shape(), declared.get_shape())
+        ):
+            self.padding_quirks.append((node, decl))
+            return
+        loc = node.out_locs[i] if i < len(node.out_locs) else node.loc
+        raise self.error(
+            f"'{out}' is declared {list(decl.shape)} ({shape_str(declared.get_shape())} in the IR), but "
+            f"{node.op_type} node '{node.name}' computes {shape_str(inferred.get_shape())}",
+            loc,
+        )
+
+    def _identity(self, node: InitNode | RuntimeNode, inputs: tuple[NodeInput, ...]) -> None:
+        """An Identity node creates no op: its output is a second name of its input's value.
+
+        (The nq exporter writes one for a result that is also read elsewhere, returned twice
+        or an input; a result given by one is recorded as `ne.identity` in the function's
+        result attributes, so it is written back the same way.)"""
+        if node.attrs:
+            raise self.error(f"Identity node '{node.name}' takes no attributes", node.attr_locs[0] if node.attr_locs else node.loc)
+        if len(inputs) != 1 or len(node.out_s) != 1:
+            raise self.error(f"Identity node '{node.name}' takes 1 input and has 1 output", node.loc)
+        (value,) = inputs
+        if not isinstance(value, SSAValue):
+            loc = node.in_locs[0] if node.in_locs else node.loc
+            raise self.error(f"Identity node '{node.name}' reads the {_kind_of_const(value)} '{value.name}'; expected a float tensor", loc)
+        self._check_output(node, 0, value.type, self.reference.get(value, value.type))
+        self.values[node.out_s[0]] = value
+        if isinstance(node, RuntimeNode):
+            self.identities[node.out_s[0]] = node
 
     def _annotate(self, node: InitNode | RuntimeNode, spec: NodeSpec, op: Operation) -> None:
         from nanoir.grammar.ne_export import (  # the reverse table
