@@ -185,6 +185,58 @@ def test_requant_codes_equals_quant_requant(seed: int, dtype: type, bits: int,
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+def _shift_round_reference(values: Sequence[int], shifts: Sequence[int], bits: int,
+                           mode: RoundingMode) -> list[int]:
+    """``saturate_bits(round(v / 2**s))`` on Python integers, independent of the runtime."""
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    out = []
+    for v, s in zip(values, shifts):
+        q = fraction_round(Fraction(v, 2**s), mode) if s >= 0 else v * 2**-s
+        out.append(min(max(q, lo), hi))
+    return out
+
+
+def _near_shift_boundaries(shift: int, lo: int, hi: int, rng: np.random.Generator) -> list[int]:
+    """The dtype's extremes, and values at, next to and halfway between multiples of
+    ``2**shift`` (where the rounding modes differ), clipped to ``[lo, hi]``."""
+    step = 2 ** max(shift, 0)
+    offsets = {0, 1, -1} | ({step // 2, step // 2 - 1, step // 2 + 1} if step > 1 else set())
+    out = {lo, lo + 1, hi - 1, hi, 0, 1, -1}
+    for m in (-3, -2, -1, 0, 1, 2, 3):
+        out |= {min(max(m * step + o, lo), hi) for o in offsets}
+    out |= {int(v) for v in rng.integers(lo, hi, 16, endpoint=True)}
+    return sorted(out)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_requant_codes_on_narrow_codes_rounds_exactly(dtype: type, mode: RoundingMode) -> None:
+    """Every shift 0..32 (and some left shifts), per tensor and per channel, on i8/i16/i32
+    codes (the int32 fast path for trunc, floor and half_up) and int64 ones, against rational
+    rounding on Python integers."""
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype)
+    lo, hi = max(int(info.min), -(2**31)), min(int(info.max), 2**31)
+    for shift in [*range(0, 33), -1, -7, -31]:
+        values = _near_shift_boundaries(shift, lo, hi, rng)
+        acc = np.array(values, dtype=dtype)
+        for bits in (2, 8, 16, 32):
+            got = requant_codes(acc, shift, bits, mode)
+            assert got.dtype == quant.code_dtype(bits)
+            want = _shift_round_reference(values, [shift] * len(values), bits, mode)
+            assert got.tolist() == want, (shift, bits)
+    # Per-channel shifts (an int32 shift array in the fast path): channels of one shift each.
+    for shifts in ([0, 5, 30], [2, 17, 29], [1, 31, 32], [3, -2, 9]):
+        per = [_near_shift_boundaries(s, lo, hi, rng) for s in shifts]
+        n = max(map(len, per))
+        acc = np.array([np.resize(p, n) for p in per], dtype=dtype).reshape(1, 3, n)
+        for bits in (8, 32):
+            got = requant_codes(acc, np.array(shifts).reshape(1, 3, 1), bits, mode)
+            want = [_shift_round_reference(acc[0, c].tolist(), [s] * n, bits, mode)
+                    for c, s in enumerate(shifts)]
+            assert got[0].tolist() == want, (shifts, bits)
+
+
 @given(st.integers(0, 5000), st.integers(1, 2**31), st.integers(1, 2**31),
        st.integers(0, 2**31))
 def test_plan_exact_matmul_keeps_partial_sums_exact(inner: int, a: int, b: int, bias: int) -> None:
