@@ -82,6 +82,7 @@ from nanoir.grammar.ne_import import (
     NE_EXP_HEX_UPPER,
     NE_EXP_NAME,
     NE_HEX_UPPER,
+    NE_IDENTITY,
     NE_INIT,
     NE_ITEMS,
     NE_MEM_S,
@@ -447,7 +448,34 @@ class _Exporter:
             fields = _entry_fields(attrs.data.get(NE_TENSOR, DictionaryAttr({})))
             if fields is not None:
                 names.add(fields[0])
+        for i in range(len(self.func.function_type.outputs.data)):
+            recorded = self._recorded_identity(i)
+            if recorded is not None:
+                node, out, mems, _ = recorded
+                names.update([node, *(e[0] for e in [out, *mems] if e is not None)])
         return names
+
+    def _recorded_identity(
+        self, index: int
+    ) -> tuple[str, tuple[str, str, tuple[int, ...], str] | None, list[tuple[str, str, tuple[int, ...], str]], str] | None:
+        """(node, out entry, mem entries, the node called before it) of the Identity node the
+        imported file gave result `index` by (`ne.identity`, see ne_import)."""
+        res_attrs = self.func.res_attrs.data if self.func.res_attrs else ()
+        if index >= len(res_attrs):
+            return None
+        entry = res_attrs[index].data.get(NE_IDENTITY)
+        if not isinstance(entry, DictionaryAttr):
+            return None
+        node, after, mems = entry.data.get("node"), entry.data.get("after"), entry.data.get("mem_s")
+        if not isinstance(node, StringAttr):
+            return None
+        mem_fields = [_entry_fields(e) for e in mems.data] if isinstance(mems, ArrayAttr) else []
+        return (
+            node.data,
+            _entry_fields(entry.data.get("out", DictionaryAttr({}))),
+            [f for f in mem_fields if f is not None] if None not in mem_fields else [],
+            after.data if isinstance(after, StringAttr) else "",
+        )
 
     def claim(self, recorded: str | None, fallback: Callable[[], str]) -> str:
         """`recorded` if it is a valid name not used yet in this export, else `fallback()`."""
@@ -761,14 +789,58 @@ class _Exporter:
         self.taken.update(name for name, *_ in recorded)
         return True
 
+    # -- results through Identity nodes ---------------------------------------------------
+    def _results(self) -> tuple[list[SSAValue], dict[SSAValue, int]]:
+        """The returned values, and those that are their own node's output tensor (by index).
+
+        Import takes the unread runtime tensors for the results, so a returned value that
+        another op also reads, that is returned a second time or that is an input gets a
+        tensor of its own through an `Identity` node; so does a result the imported file
+        gave by an Identity node."""
+        block = self.func.body.block
+        values: list[SSAValue] = []
+        for op in block.ops:
+            if isinstance(op, ReturnOp):
+                values = list(op.arguments)
+        direct: dict[SSAValue, int] = {}
+        for i, v in enumerate(values):
+            only_returned = v.uses.get_length() == 1  # (an Identity reading it would make it read)
+            if only_returned and v not in block.args and self._recorded_identity(i) is None:
+                direct[v] = i
+        return values, direct
+
+    def identity(self, value: SSAValue, index: int) -> str:
+        """An Identity node giving result `index` a tensor of its own; returns its name."""
+        node_name, out_entry, mem_entries, after = self._recorded_identity(index) or (None, None, [], "")
+        source = self.names[value]
+        name = self.claim(node_name, lambda: self.numbered("Identity"))
+        out = self.claim(
+            out_entry[0] if out_entry else None, lambda: self.fresh("output" if index == 0 else f"output_{index}")
+        )
+        self.tensors[out] = self.tensor_decl(value, out, out_entry, init=False)
+        if mem_entries and len(mem_entries) == 1 and self.plan is None and self._recorded_mems_fit(mem_entries):
+            mem_name, layout, shape, dtype = mem_entries[0]
+            self.tensors.setdefault(mem_name, MemTensor(mem_name, dtype, layout, shape))
+        else:
+            cached = self.tensors[source]
+            assert isinstance(cached, RuntimeTensor)
+            mem_name = self.claim(mem_entries[0][0] if mem_entries else None, lambda: self.fresh(f"{name}_{source}"))
+            self.tensors[mem_name] = MemTensor(mem_name, "Any", cached.layout, cached.shape)
+        node = RuntimeNode(name, "Identity", (), (source,), (mem_name,), (out,))
+        # Called where the file called it (after node `after`), if that is after the source.
+        position = len(self.nodes)
+        names = [n.name for n in self.nodes]
+        if after in names:
+            producer = next((i for i, n in enumerate(self.nodes) if source in n.out_s), -1)
+            if names.index(after) >= producer:
+                position = names.index(after) + 1
+        self.nodes.insert(position, node)
+        return out
+
     # -- the program ----------------------------------------------------------------------
     def run(self) -> Program:
         block = self.func.body.block
-        returned: dict[SSAValue, int] = {}
-        for op in block.ops:
-            if isinstance(op, ReturnOp):
-                for i, v in enumerate(op.arguments):
-                    returned.setdefault(v, i)
+        results, returned = self._results()
         arg_attrs = self.func.arg_attrs.data if self.func.arg_attrs else ()
         for i, arg in enumerate(block.args):
             entry = _entry_fields(arg_attrs[i].data.get(NE_TENSOR, DictionaryAttr({}))) if i < len(arg_attrs) else None
@@ -785,20 +857,21 @@ class _Exporter:
         for op in block.ops:  # unused, unnamed constants still get declared
             if isinstance(op, nf.ConstantOp) and op.result not in self.names:
                 self.name_constant(op.result)
-        for v in returned:
-            if v not in self.names or v in self.const_derived or v in block.args:
+        outputs: list[str] = []
+        for i, v in enumerate(results):
+            if v not in self.names or v in self.const_derived:
                 raise ExportError(
-                    "nanoengine export: @main returns a value that no runtime node computes "
-                    "(an input or a constant); NanoEngine outputs are node outputs"
+                    f"nanoengine export: @main returns a constant (or a value computed from constants only) as "
+                    f"result {i}; NanoEngine outputs are computed by runtime nodes"
                 )
-        self._declare_results_in_return_order(returned)
+            outputs.append(self.names[v] if returned.get(v) == i else self.identity(v, i))
+        self._declare_results_in_return_order(outputs)
         items = self._items()
         return Program(tuple(items))
 
-    def _declare_results_in_return_order(self, returned: dict[SSAValue, int]) -> None:
+    def _declare_results_in_return_order(self, wanted: list[str]) -> None:
         """Results are the unread runtime tensors in declaration order (that is how import
         finds them), so their declarations take the return order among themselves."""
-        wanted = [self.names[v] for v in sorted(returned, key=returned.__getitem__)]
         if [n for n in self.tensors if n in wanted] == wanted:
             return
         order = iter(wanted)
