@@ -486,14 +486,15 @@ class HwLowering:
                 # after the convolution and add the bias there (see _add_late_bias).
                 finer = np.maximum(acc_exps, b_exps)
                 scale = [2 ** int(d) for d in (finer - acc_exps)]
-                bound = bound * scale + np.abs(b.codes.reshape(-1)).astype(object)
-                worst = max((int(v) for v in bound), default=0)
+                aligned = bound * scale + np.abs(b.codes.reshape(-1)).astype(object)
+                worst = max((int(v) for v in aligned), default=0)
                 if worst > ACC_LIMIT and not self.allow_overflow:
                     raise self.fail(op, f"may overflow i32 once aligned to its bias: worst case "
                                         f"|acc| = {worst} > {ACC_LIMIT}")
                 shape = [1] * rank
                 shape[channel_axis] = out_c
                 self.late_bias = b
+                # The bound of the sums themselves: _add_late_bias counts the shift's bits.
                 return acc_exps.reshape(shape), None, np.asarray(bound)
             codes = b.codes.reshape(-1).astype(object) * [2 ** int(s) for s in shift]
             if any(abs(int(c)) > ACC_LIMIT for c in codes):

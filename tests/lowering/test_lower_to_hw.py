@@ -171,3 +171,92 @@ func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
     x = np.random.default_rng(2).standard_normal((3, 2, 3)) * 4
     hw = check_exact(nanoir.parse(text), [x])
     assert [op.name for op in hw.walk() if op.name.startswith("nh.")] == ["nh.lut"]
+
+
+def _dense(a: np.ndarray) -> str:
+    return str(a.astype(np.float64).tolist())
+
+
+def _weighted_program(op: str, x_bits: int, w: np.ndarray, bias: np.ndarray | None = None,
+                      bias_exp: int = 0) -> str:
+    """``op`` (linear, or a 1-D conv whose window is the whole input) of an ``x_bits``-bit
+    input at exponent 0 with 8-bit weights ``w`` at exponent 0 and an optional 8-bit bias."""
+    out_c = w.shape[0]
+    if op == "linear":
+        x_t, y_t = f"tensor<?x{w.shape[1]}xf32>", f"tensor<?x{out_c}xf32>"
+    else:
+        x_t, y_t = f"tensor<?x{w.shape[1]}x{w.shape[2]}xf32>", f"tensor<?x{out_c}x1xf32>"
+    w_t = "tensor<" + "x".join(map(str, w.shape)) + "xf32>"
+    lines = [
+        f"func.func @main(%x: {x_t}) -> {y_t} {{",
+        f"  %xq = nq.fake_quant %x {{bits = {x_bits} : i64, exp = dense<0> : tensor<1xi8>}} : {x_t}",
+        f'  %w = nf.constant "w" dense<{_dense(w)}> : {w_t}',
+        f"  %wq = nq.fake_quant %w {{bits = 8 : i64, exp = dense<0> : tensor<1xi8>}} : {w_t}",
+    ]
+    operands, types = "%xq, %wq", f"{x_t}, {w_t}"
+    if bias is not None:
+        b_t = f"tensor<{out_c}xf32>"
+        lines += [f'  %b = nf.constant "b" dense<{_dense(bias)}> : {b_t}',
+                  f"  %bq = nq.fake_quant %b {{bits = 8 : i64, exp = dense<{bias_exp}> : "
+                  f"tensor<1xi8>}} : {b_t}"]
+        operands, types = operands + ", %bq", types + f", {b_t}"
+    name = "nf.linear" if op == "linear" else "nf.conv"
+    lines += [f"  %y = {name} {operands} : ({types}) -> {y_t}", f"  func.return %y : {y_t}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _alternating(out_c: int, n: int) -> np.ndarray:
+    """``out_c`` rows of ``n`` (even) extreme 8-bit weights of alternating sign: the sum of
+    their magnitudes is 127.5 * n, their signed sum only -n / 2 (or +n / 2)."""
+    row = np.resize([127.0, -128.0], n)
+    return np.stack([row if c % 2 == 0 else -row - 1 for c in range(out_c)])
+
+
+@pytest.mark.parametrize("op", ["linear", "conv"])
+@pytest.mark.parametrize("n", [514, 516])
+def test_accumulator_bound_sums_weight_magnitudes(op: str, n: int) -> None:
+    """16-bit inputs (|code| <= 32768) times n alternating 127/-128 weights: the worst case is
+    32768 * 127.5 * n, just under 2**31 - 1 for n = 514 (the program lowers and runs exactly
+    at that worst case) and just over for n = 516 (an error). A bound from the signed sum of
+    the weights would be tiny and accept both."""
+    w = _alternating(2, n)
+    if op == "conv":
+        w = w.reshape(2, 2, n // 2)  # the window covers the whole input: one output position
+    module = nanoir.parse(_weighted_program(op, 16, w))
+    worst = 32768 * 255 * (n // 2)
+    if worst > 2**31 - 1:
+        with pytest.raises(LowerToHwError, match=rf"'{'nf.linear' if op == 'linear' else 'nf.conv'}"
+                                                 rf"' \(%y\) may overflow its i32 accumulator: "
+                                                 rf"worst case \|acc\| = {worst} > 2147483647"):
+            lower_to_hw(module)
+        return
+    # The largest |acc| the inputs can reach: each code of the weight's sign, at its extreme.
+    flat = w.reshape(2, -1)[0]
+    extreme = np.where(flat > 0, 32767.0, -32768.0).reshape((1, *w.shape[1:]))
+    random = np.random.default_rng(3).integers(-32768, 32768, (2, *w.shape[1:])).astype(float)
+    hw = check_exact(module, [np.concatenate([extreme, -extreme - 1, random])])
+    acc = [o for o in hw.walk() if o.name in ("nh.linear", "nh.conv")]
+    assert len(acc) == 1
+
+
+@pytest.mark.parametrize("op", ["linear", "conv"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_bias_on_a_finer_grid_bounds_the_shifted_sums(op: str, n: int) -> None:
+    """A bias at exponent 16, finer than the products (exponent 0): the sums are shifted left
+    by 16 before it is added, which overflows i32 for 3 weights of 8-bit inputs but not for 2:
+    (127 + 128) * 128 * 2**16 + 128 = 2139095168; with a third 127, 3204448384."""
+    w = _alternating(1, 4)[:, :n]
+    if op == "conv":
+        w = w.reshape(1, 1, n)
+    bias = np.array([-128 / 2**16])
+    module = nanoir.parse(_weighted_program(op, 8, w, bias, bias_exp=16))
+    worst = int(np.abs(w).sum()) * 128 * 2**16 + 128
+    if worst > 2**31 - 1:
+        with pytest.raises(LowerToHwError, match=rf"may overflow i32 once aligned to its bias: "
+                                                 rf"worst case \|acc\| = {worst} > 2147483647"):
+            lower_to_hw(module)
+        return
+    flat = w.reshape(-1)
+    extreme = np.where(flat > 0, 127.0, -128.0).reshape((1, *w.shape[1:]))
+    hw = check_exact(module, [np.concatenate([extreme, -extreme - 1])])
+    assert any(o.name == "nh.add" for o in hw.walk())  # the bias was added after the shift
