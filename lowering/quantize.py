@@ -232,6 +232,8 @@ class Target:
     """Exponents shaped to broadcast against the value (without the batch dim)."""
     rounding: RoundingMode | None = None
     """This tensor's rounding, if imported exponents say (else the config's)."""
+    rule_name: str = ""
+    """The name rules match (``name`` before it was made unique)."""
 
     @property
     def channel_axis(self) -> int | None:
@@ -285,14 +287,25 @@ def _constant_kind(value: SSAValue) -> str | None:
 
 
 def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
-    """The tensors of ``func`` to quantize, in program order."""
+    """The tensors of ``func`` to quantize, in program order.
+
+    Rules match a tensor's name (:func:`value_name`); ``Target.name`` is that name made unique
+    in program order as the IR printer does (``relu``, ``relu_1``, ...), so imported
+    exponents name every tensor unambiguously.
+    """
     names: dict[SSAValue, int] = {}
+    used: set[str] = set()
     targets: list[Target] = []
 
     def add(value: SSAValue, kind: str) -> None:
         if not _is_float_tensor(value) or _already_quantized(value):
             return
-        name = value_name(value, names)
+        name = unique = value_name(value, names)
+        i = 0
+        while unique in used:
+            i += 1
+            unique = f"{name}_{i}"
+        used.add(unique)
         rule_kind = "act" if kind == "const" else kind
         resolved = config.resolve(name, rule_kind)
         if resolved is None:
@@ -300,8 +313,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         bits, per_channel = resolved
         if kind == "const":
             per_channel = False
-        targets.append(Target(value, rule_kind if kind != "const" else "const", name, bits,
-                              per_channel))
+        targets.append(Target(value, rule_kind if kind != "const" else "const", unique, bits,
+                              per_channel, rule_name=name))
 
     block = func.body.block
     for arg in block.args:
@@ -361,7 +374,7 @@ def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
 def _as_batches(
     calibration: Iterable[Any], num_inputs: int
 ) -> Iterable[tuple[np.ndarray, ...]]:
-    for batch in calibration:
+    for index, batch in enumerate(calibration):
         items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
         if len(items) < num_inputs:
             raise QuantizeError(
@@ -373,6 +386,7 @@ def _as_batches(
             if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
                 item = item.detach().cpu().numpy()
             arrays.append(np.asarray(item, dtype=np.float64))
+        _check_finite(arrays, f"calibration batch {index}")
         yield tuple(arrays)
 
 
@@ -682,21 +696,36 @@ def quantize(
 
 
 def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]:
-    """Batches from a ``.npy`` (one input) or ``.npz`` (one array per input, in file order)."""
+    """Batches from a ``.npy`` (one input) or ``.npz`` (one array per input, in file order).
+
+    A file that cannot be read, is not a NumPy file, is truncated, or holds NaN or infinity is
+    a ``QuantizeError`` naming the file (and the batch with the bad value).
+    """
+    from nanoir.api import load_arrays
+
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise QuantizeError(f"quantize: cannot read calibration data {path!r}: {e}") from None
-    if isinstance(loaded, np.ndarray):
-        arrays = [loaded]
-    else:
-        with loaded:
-            arrays = [loaded[k] for k in loaded.files]
+        arrays = load_arrays(path)
+    except Error as e:
+        raise QuantizeError(f"quantize: calibration data: {e}") from None
     n = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
     if n == 0 or any(a.ndim == 0 or a.shape[0] != n for a in arrays):
         raise QuantizeError(f"quantize: calibration arrays in {path!r} need one common, "
                             "non-empty leading (batch) dim")
-    return [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
+    batches = [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
+    for b, batch in enumerate(batches):
+        _check_finite(batch, f"calibration data {path!r}, batch {b} (rows {b * batch_size}.."
+                             f"{b * batch_size + len(batch[0]) - 1})")
+    return batches
+
+
+def _check_finite(arrays: Sequence[np.ndarray], where: str) -> None:
+    """A ``QuantizeError`` at ``where`` if an array holds NaN or +-infinity (no exponent fits)."""
+    for k, a in enumerate(arrays):
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            what = "NaN" if np.isnan(a).any() else "infinity"
+            input_ = f", input {k}" if len(arrays) > 1 else ""
+            raise QuantizeError(f"quantize: {where}{input_} holds {what}; calibration data "
+                                "must be finite")
 
 
 def _rounding(value: str | RoundingMode) -> RoundingMode:

@@ -10,6 +10,8 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
   ``.ne`` files, by extension;
 - ``nanoir.from_torch``, ``quantize``, ``report``, ``lower_to_hw``, ``stream_plan``, ``stream``
   and ``compile_model`` are the pipeline's stages;
+- ``nanoir.qat`` is quantization-aware training (``prepare``, ``calibrate``, ``train``,
+  ``convert``; imports torch, on first use);
 - ``nanoir.Error`` is the base of every error nanoir raises for bad input.
 """
 
@@ -28,6 +30,7 @@ __all__ = [
     "lower_to_hw",
     "make_context",
     "parse",
+    "qat",
     "quantize",
     "report",
     "run",
@@ -62,6 +65,10 @@ def __getattr__(name: str) -> Any:
         from nanoir.frontend import from_torch
 
         return from_torch
+    if name == "qat":
+        import importlib
+
+        return importlib.import_module("nanoir.qat")
     if name == "quantize":
         from nanoir.lowering.quantize import quantize
 
