@@ -3,13 +3,16 @@
 Reads ``.mlir`` or NanoEngine ``.ne`` (by extension, or ``--input-format``; stdin is MLIR),
 runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
 ``mlir`` or ``nanoengine``). Bad input is one message with ``file:line:col`` and exit code 1:
-no traceback, and ``-o`` is written only when everything succeeded.
+no traceback, and ``-o`` is written only when everything succeeded (atomically, see
+``nanoir.api.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
+written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from collections.abc import Sequence
 from typing import IO
@@ -19,9 +22,17 @@ from xdsl.targets.mlir import MLIRTarget
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from nanoir.api import write_atomically
+from nanoir._cli import run_main
+from nanoir.api import (
+    FileAccessError,
+    FileFormatError,
+    check_output_path,
+    decode_text,
+    write_atomically,
+)
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
+from nanoir.errors import Error
 from nanoir.grammar.ne_errors import NanoEngineError
 from nanoir.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
@@ -52,7 +63,8 @@ class NanoirOptMain(xDSLOptMain):
 
     def register_all_frontends(self) -> None:
         def parse_mlir(stream: IO[bytes]) -> ModuleOp:
-            parser = LocatingParser(self.ctx, stream.read(), self.get_input_name())
+            text = decode_text(stream.read(), self.get_input_name())
+            parser = LocatingParser(self.ctx, text, self.get_input_name())
             module = parser.parse_module(not self.args.no_implicit_module)
             if not self.args.disable_verify:
                 verify_located(module, parser.op_spans, self.chunk_offset)
@@ -63,6 +75,25 @@ class NanoirOptMain(xDSLOptMain):
         self.available_frontends["ne"] = self.available_frontends["nanoengine"] = (
             lambda stream: read_nanoengine(stream, self.get_input_name())
         )
+
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        """The input file and its extension; a clear error for an unknown extension (unless
+        ``-f`` says the format) or a path that cannot be read. stdin is MLIR."""
+        path = self.args.input_file
+        if path is None:
+            return sys.stdin.buffer, "mlir"
+        extension = os.path.splitext(path)[1].replace(".", "")
+        if not self.args.frontend and extension not in self.available_frontends:
+            raise FileFormatError(
+                f"{path}: cannot tell the input format from its extension: nanoir-opt reads "
+                ".mlir (MLIR) and .ne (NanoEngine) files, or any file with -f/--input-format "
+                "(mlir, nanoengine); stdin is MLIR"
+            )
+        try:
+            return open(path, "rb"), extension
+        except OSError as e:
+            raise FileAccessError(f"cannot read {path}: {e.strerror or e}", path,
+                                  e.errno) from None
 
     chunk_offset = 0
     """Line offset of the chunk being parsed (``--split-input-file``)."""
@@ -107,9 +138,21 @@ class NanoirOptMain(xDSLOptMain):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nanoir-opt``; returns the exit code."""
+    return run_main("nanoir-opt", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         tool = NanoirOptMain(description="nanoir modular optimizer driver", args=argv)
+        if tool.args.output_file is not None:
+            check_output_path(tool.args.output_file)  # before the work, not after
         tool.run()
+        text = tool.output_buffer.getvalue()
+        if tool.args.output_file is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            write_atomically(tool.args.output_file, text)
     except ParseError as e:
         print(f"{e}".rstrip(), file=sys.stderr)
         return 1
@@ -123,20 +166,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Raised by a pass: show the message, not the module dump xDSL attaches as a note.
         print(f"error: {e.args[0] if e.args else e}", file=sys.stderr)
         return 1
+    except Error as e:  # every other nanoir error: bad files, bad paths, bad data
+        print(f"nanoir-opt: error: {e}", file=sys.stderr)
+        return 1
     except ArgSpecParseError as e:  # a BaseException in xDSL
         print(f"nanoir-opt: error: bad pipeline: {e}", file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"nanoir-opt: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # stdout's reader is gone: run_main ends quietly
     except OSError as e:
-        print(f"nanoir-opt: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        print(f"nanoir-opt: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
         return 1
-    text = tool.output_buffer.getvalue()
-    if tool.args.output_file is None:
-        sys.stdout.write(text)
-    else:
-        write_atomically(tool.args.output_file, text)
     return 0
 
 

@@ -2,12 +2,16 @@
 
     nanoir-run model.mlir --input x.npy [--input y.npy ...] -o out.npy [-o out2.npy]
     nanoir-run model.mlir --input x.npy -o outs.npz
+    nanoir-run model.mlir --input x.npy --stream --step 4 -o out.npy
 
 Float (nf) programs run in float32, quantized (nq) ones in float64; integer (nh) programs take
 float inputs (quantized as their inputs say) or codes, and output exact real values (``--raw``:
 the codes). Errors are one message
-(the file and place for bad programs, the op and shapes for failed runs), exit code 1, and no
-output file is written unless every output was computed.
+(the file and place for bad programs, the op and shapes for failed runs, what is wrong with a
+bad ``.npy`` or ``-o`` path), exit code 1, and no output file is written unless every output
+was computed. Options and paths are checked before anything runs. Outputs are written
+atomically and exactly to the named files (``nanoir.api.write_atomically``); SIGINT and SIGTERM
+end the run with one line and exit code 130 or 143.
 """
 
 from __future__ import annotations
@@ -15,16 +19,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.func import FuncOp
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
-from nanoir.api import load
+from nanoir._cli import run_main
+from nanoir.api import (
+    check_output_path,
+    load,
+    load_array,
+    write_atomically,
+    writes_through,
+)
+from nanoir.errors import Error
 from nanoir.grammar.ne_errors import NanoEngineError
-from nanoir.runtime.interpreter import ExecutionError, run
+from nanoir.runtime.interpreter import find_function, run
 
 
 def _arguments() -> argparse.ArgumentParser:
@@ -55,27 +68,88 @@ def _arguments() -> argparse.ArgumentParser:
     return p
 
 
-def _save_atomically(path: Path, write: object) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)  # type: ignore[operator]
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+class UsageError(ValueError, Error):
+    """Options that do not fit the program (or each other); found before anything runs."""
+
+
+OUTPUT_SUFFIXES = (".npy", ".npz")
+
+
+def _check_outputs(paths: Sequence[str]) -> list[tuple[str, bool]]:
+    """Each ``-o`` path with whether it is an ``.npz``; all checked before anything runs.
+
+    The format is the suffix (``.npy`` or ``.npz``, any case), and exactly the named file is
+    written. A special file (``/dev/null``, ``/dev/stdout``, a FIFO) may have no suffix: it
+    gets ``.npy`` data.
+    """
+    outs = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        suffix = Path(path).suffix.lower()
+        special = writes_through(path)
+        if suffix not in OUTPUT_SUFFIXES and not special:
+            raise UsageError(f"-o {path}: outputs are saved as .npy (one array) or .npz (every "
+                             "output in one archive); name the file with one of those "
+                             "suffixes")
+        check_output_path(path)
+        key = path if special else os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"-o {path}: the same file as -o {seen[key]}")
+        seen[key] = path
+        outs.append((path, suffix == ".npz"))
+    if len(outs) > 1:
+        for path, npz in outs:
+            if npz:
+                raise UsageError(f"-o {path}: a .npz holds every output; give it as the only -o "
+                                 "(or one .npy per output)")
+    return outs
+
+
+def _check_stream_options(func: FuncOp, mem_dim: int, step: int) -> None:
+    if step < 1:
+        raise UsageError(f"--step must be at least 1, got {step}")
+    ranks = [len(t.get_shape()) for t in func.function_type.inputs.data
+             if isinstance(t, TensorType)]
+    rank = max(ranks, default=0)
+    if not 0 <= mem_dim < rank:
+        raise UsageError(
+            f"--mem-dim {mem_dim} is not a dim of @{func.sym_name.data}'s inputs: they have at "
+            f"most {rank} dims, so the streamed dim is one of 0..{rank - 1}"
+            if rank else f"--stream: @{func.sym_name.data} has no tensor inputs to stream"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``nanoir-run``; returns the exit code."""
+    return run_main("nanoir-run", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _arguments().parse_args(argv)
     try:
+        if args.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
+        outs = [] if args.report else _check_outputs(args.output)
         module = load(args.program)
-        inputs = [np.load(path, allow_pickle=False) for path in args.input]
+        func = find_function(module, args.function)
+        if args.stream:
+            _check_stream_options(func, args.mem_dim, args.step)
+        params = len(func.function_type.inputs.data)
+        if len(args.input) != params:
+            raise UsageError(f"@{func.sym_name.data} takes {params} inputs, got "
+                             f"{len(args.input)} (give --input once per input, in order)")
+        results = len(func.function_type.outputs.data)
+        if len(outs) > 1 or (outs and not outs[0][1]):
+            if len(outs) != results:
+                raise UsageError(
+                    f"the program has {results} outputs but {len(outs)} -o paths were given "
+                    "(give one per output, or a single .npz)")
+        inputs = [load_array(path) for path in args.input]
         if args.report:
             from nanoir.quant_report import report
 
             n = inputs[0].shape[0] if inputs and inputs[0].ndim else 0
-            step = max(args.batch_size, 1)
+            step = args.batch_size
             batches = [tuple(x[i:i + step] for x in inputs) for i in range(0, n, step)]
             print(report(module, batches, function=args.function))
             return 0
@@ -87,37 +161,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             outputs = run(module, *inputs, function=args.function, dtype=args.dtype,
                           raw=args.raw)
+
+        if not outs:
+            for i, y in enumerate(outputs):
+                y = np.asarray(y)
+                print(f"// output {i}: shape {tuple(y.shape)}, dtype {y.dtype}")
+                print(np.array2string(y, threshold=200, max_line_width=100))
+            return 0
+        if len(outs) == 1 and outs[0][1]:
+            arrays = {f"output_{i}": np.asarray(y) for i, y in enumerate(outputs)}
+            write_atomically(outs[0][0], lambda f: np.savez(f, **arrays))
+            return 0
+        for (path, _), y in zip(outs, outputs, strict=True):
+            write_atomically(path, lambda f, y=y: np.save(f, np.asarray(y), allow_pickle=False))
+        return 0
     except (ParseError, NanoEngineError) as e:
         print(str(e).rstrip(), file=sys.stderr)
         return 1
     except DiagnosticException as e:
         print(str(e.args[0]) if e.args else str(e), file=sys.stderr)
         return 1
-    except ExecutionError as e:
+    except Error as e:  # every other nanoir error: bad files, bad paths, failed runs
         print(f"nanoir-run: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # stdout's reader is gone: run_main ends quietly
     except (OSError, ValueError) as e:
         print(f"nanoir-run: error: {e}", file=sys.stderr)
         return 1
-
-    outs = [Path(p) for p in args.output]
-    if not outs:
-        for i, y in enumerate(outputs):
-            y = np.asarray(y)
-            print(f"// output {i}: shape {tuple(y.shape)}, dtype {y.dtype}")
-            print(np.array2string(y, threshold=200, max_line_width=100))
-        return 0
-    if len(outs) == 1 and outs[0].suffix == ".npz":
-        arrays = {f"output_{i}": y for i, y in enumerate(outputs)}
-        _save_atomically(outs[0], lambda tmp: np.savez(tmp, **arrays))
-        return 0
-    if len(outs) != len(outputs):
-        print(f"nanoir-run: error: the program has {len(outputs)} outputs but {len(outs)} -o "
-              "paths were given (give one per output, or a single .npz)", file=sys.stderr)
-        return 1
-    for path, y in zip(outs, outputs):
-        _save_atomically(path, lambda tmp, y=y: np.save(tmp, y))
-    return 0
 
 
 if __name__ == "__main__":

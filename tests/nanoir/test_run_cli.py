@@ -64,7 +64,8 @@ def test_errors_leave_no_output(files: tuple[Path, Path, Path], tmp_path: Path,
     assert "takes 2 inputs, got 1" in capsys.readouterr().err
     bad = tmp_path / "bad.npy"
     np.save(bad, np.zeros((3, 5), np.float32))
-    assert main([str(prog), "-i", str(x), "-i", str(bad), "-o", str(out)]) == 1
+    out2 = tmp_path / "o2.npy"
+    assert main([str(prog), "-i", str(x), "-i", str(bad), "-o", str(out), "-o", str(out2)]) == 1
     assert "input 1 has shape (3, 5), expected ?x4" in capsys.readouterr().err
     assert main([str(prog), "-i", str(x), "-i", str(x), "-o", str(out)]) == 1
     assert "2 outputs but 1 -o paths" in capsys.readouterr().err
@@ -72,4 +73,4 @@ def test_errors_leave_no_output(files: tuple[Path, Path, Path], tmp_path: Path,
     broken.write_text(PROGRAM.replace("tensor<?x4xf32>)", "tensor<?x4xf32)", 1))
     assert main([str(broken), "-i", str(x), "-i", str(x)]) == 1
     assert f"{broken}:1:" in capsys.readouterr().err
-    assert not out.exists()
+    assert not out.exists() and not out2.exists()
