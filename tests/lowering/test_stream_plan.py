@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nanoir.dialects.shapes import ShapeError
 from nanoir.lowering.stream_plan import (
     BufferPlan,
     StreamPlanError,
@@ -22,7 +23,7 @@ from nanoir.lowering.stream_plan import (
     stream_plan,
     stream_shapes,
 )
-from nanoir.runtime.interpreter import find_function
+from nanoir.runtime.interpreter import ExecutionError, find_function
 from nanoir.runtime.stream import StreamRunner, stream
 from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, ModuleOp
 
@@ -377,7 +378,11 @@ def test_plan_bounds_dynamic_streams_of_any_length(text: str, step: int, length:
     x = np.arange(2 * 2 * length, dtype=np.float32).reshape(2, 2, length) % 7 - 3
     try:
         want = nanoir.run(module, x)[0]
-    except Exception:  # too short for the program: nothing to compare
+    except ExecutionError as e:
+        # Too short for the program (a window longer than its padded input): nothing to
+        # compare. Any other failure of the whole-tensor run is a failure of this test.
+        if not (isinstance(e.__cause__, ShapeError) and "does not fit input length" in str(e)):
+            raise
         return
     runner = StreamRunner(module)
     got = stream(module, [x], step=step, runner=runner)[0]
