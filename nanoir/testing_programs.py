@@ -7,6 +7,10 @@ pools, adds and products of branches, concat, reshape, elementwise float ops beh
 fake-quant (lookup tables), with 1/2/4/8-bit codes, per-tensor and per-channel exponents of
 both signs and every rounding mode. Test code imports it from here (never from ``tests``); it
 needs hypothesis, from the ``test`` extra.
+
+``examples(n)`` is the example count of a property test that pins its own: ``n`` under the
+default hypothesis profile, scaled with the profile's ``max_examples`` under another one
+(``NANOIR_HYPOTHESIS_PROFILE=thorough``, see tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from hypothesis import settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -35,6 +40,16 @@ from nanoir.runtime.quant import RoundingMode
 
 BITS = (1, 2, 4, 8)
 MODES = tuple(RoundingMode)
+
+
+def examples(n: int) -> int:
+    """``n`` examples under the default profile (``max_examples`` 100), ``n * max_examples /
+    100`` under the loaded one: a test's pinned count follows the profile.
+
+    Call it in the test module's ``@settings(max_examples=examples(n))``; the profile is loaded
+    (tests/conftest.py) before test modules are imported.
+    """
+    return max(1, n * settings().max_examples // 100)
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:

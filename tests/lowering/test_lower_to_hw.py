@@ -11,7 +11,7 @@ from nanoir.runtime.interpreter import run
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
-from nanoir.testing_programs import random_nq_program
+from nanoir.testing_programs import examples, random_nq_program
 
 
 def check_exact(nq_module: ModuleOp, inputs: list[np.ndarray]) -> ModuleOp:
@@ -33,7 +33,7 @@ def check_exact(nq_module: ModuleOp, inputs: list[np.ndarray]) -> ModuleOp:
     return hw
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), batch=st.sampled_from((1, 3)))
 def test_random_programs_lower_exactly(data: st.DataObject, batch: int) -> None:
     module, shape = random_nq_program(data.draw)

@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, Mod
 
 import nanoir
 from nanoir.context import make_context
+from nanoir.testing_programs import examples
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SAMPLE = EXAMPLES / "readme_model.ne"
@@ -371,7 +372,7 @@ def dynamic_chains(draw: st.DrawFn) -> str:
     return "\n".join(lines)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(text=dynamic_chains(), step=st.integers(1, 4), length=st.integers(1, 14))
 def test_plan_bounds_dynamic_streams_of_any_length(text: str, step: int, length: int) -> None:
     module = nanoir.parse(text)

@@ -18,16 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.runtime import kernels as K
 
+from nanoir.testing_programs import examples
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 torch.set_num_threads(1)
 
 DTYPES = st.sampled_from([np.float32, np.float64])
-
-
-def examples(n: int) -> int:
-    """``n`` examples under the default profile, scaled up under ``thorough``."""
-    return max(1, n * settings().max_examples // 100)
 
 
 TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}

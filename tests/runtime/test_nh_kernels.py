@@ -53,6 +53,8 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
+from nanoir.testing_programs import examples
+
 
 def run(module: Any, *inputs: Any) -> list[Any]:
     """These tests check raw integer codes, so ask the executor for them."""
@@ -365,7 +367,7 @@ def conv_cases(draw: st.DrawFn) -> dict[str, Any]:
                 bias=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)))
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(conv_cases())
 def test_conv_is_exact(case: dict[str, Any]) -> None:
     n, groups, cin, cout = case["n"], case["groups"], case["cin"], case["cout"]
@@ -474,7 +476,7 @@ def linear_cases(draw: st.DrawFn) -> dict[str, Any]:
     )
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(linear_cases())
 def test_linear_is_exact(case: dict[str, Any]) -> None:
     rng = np.random.default_rng(case["seed"])
@@ -515,7 +517,7 @@ def layout_of(rank: int, batch_first: bool) -> str:
     return ("B" + "MDC"[: rank - 1]) if batch_first and rank > 1 else "CMDD"[:rank]
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(st.sampled_from(MATMUL_SHAPES), st.sampled_from([*WIDTHS, 16]),
        st.sampled_from(WIDTHS), st.integers(-5, 8), st.integers(-5, 8), st.booleans(),
        st.integers(0, 2**32 - 1))
@@ -572,7 +574,7 @@ ELEMENTWISE = {
 BROADCASTS = [((3, 2, 2), (3, 2, 2)), ((3, 2, 2), (3, 1, 1)), ((3, 1, 2), (1, 2))]
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(st.sampled_from(sorted(ELEMENTWISE)), st.sampled_from(BROADCASTS),
        st.sampled_from([*WIDTHS, 16]), st.sampled_from([*WIDTHS, 16]), st.booleans(),
        st.lists(st.integers(-5, 8), min_size=3, max_size=3), st.integers(-5, 8),
@@ -622,7 +624,7 @@ def test_add_into_i32_checks_its_range() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(120))
 @given(st.sampled_from([8, 16, 32]), st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from(MODES),
        st.sampled_from(["tensor", "input", "result"]),
        st.lists(st.integers(-10, 20), min_size=3, max_size=3),
@@ -745,7 +747,7 @@ def pool_props(case: dict[str, Any], **extra: Attribute) -> dict[str, Attribute]
             **extra}
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(pool_cases(dilated=True), st.sampled_from(WIDTHS), st.integers(-5, 8), st.booleans())
 def test_max_pool(case: dict[str, Any], width: int, exp: int, per_channel: bool) -> None:
     e: int | list[int] = [exp + c for c in range(case["channels"])] if per_channel else exp
@@ -766,7 +768,7 @@ def test_max_pool(case: dict[str, Any], width: int, exp: int, per_channel: bool)
     assert np.array_equal(real(got, ex), want)
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(120))
 @given(pool_cases(dilated=False), st.sampled_from([2, 4, 8]), st.integers(-5, 8),
        st.sampled_from(MODES), st.booleans(), st.one_of(st.none(), st.integers(1, 12)))
 def test_avg_pool_matches_fake_quant_of_the_mean(case: dict[str, Any], width: int, exp: int,

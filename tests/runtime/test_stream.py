@@ -27,7 +27,7 @@ import nanoir
 from nanoir.context import make_context
 from nanoir.frontend import from_torch
 from nanoir.testing import make_test_model, randomize_batch_norm
-from nanoir.testing_programs import random_nq_program
+from nanoir.testing_programs import examples, random_nq_program
 
 
 def check_stream(module: ModuleOp, inputs: list[Any], step: int, raw: bool = False) -> None:
@@ -188,7 +188,7 @@ def test_sample_program_with_a_dynamic_height() -> None:
         check_stream(module, [x], step)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_programs(data: st.DataObject) -> None:
     """Random exact-lowerable programs (strided, dilated, padded convs, ceil_mode pools,
