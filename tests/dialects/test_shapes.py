@@ -15,6 +15,8 @@ from nanoir.dialects.shapes import (
     infer_pool_shape,
 )
 
+from nanoir.testing_programs import examples
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
@@ -33,7 +35,7 @@ def conv_cases(draw: st.DrawFn):
     return n, groups, cin, cout, kernel, dil, stride, pads, size
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(conv_cases())
 def test_conv_shape_matches_torch(case) -> None:
     n, groups, cin, cout, kernel, dil, stride, pads, size = case
@@ -60,7 +62,7 @@ def test_conv_shape_matches_torch(case) -> None:
     assert dynamic == (DYNAMIC_INDEX, *expected[1:])
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(
     n=st.integers(1, 2), data=st.data(), ceil_mode=st.booleans(), use_max=st.booleans(),
 )
@@ -93,7 +95,7 @@ def test_pool_shape_matches_torch(n: int, data: st.DataObject, ceil_mode: bool,
 shape_st = st.lists(st.integers(1, 3), min_size=0, max_size=4)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(a=shape_st, b=shape_st)
 def test_broadcast_matches_torch(a: list[int], b: list[int]) -> None:
     try:
@@ -105,7 +107,7 @@ def test_broadcast_matches_torch(a: list[int], b: list[int]) -> None:
     assert broadcast_shapes(a, b) == expected
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(a=st.lists(st.integers(1, 3), min_size=1, max_size=4),
        b=st.lists(st.integers(1, 3), min_size=1, max_size=4))
 def test_matmul_shape_matches_torch(a: list[int], b: list[int]) -> None:

@@ -49,6 +49,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 import nanoir
+from nanoir.testing_programs import examples
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
 
@@ -389,7 +390,7 @@ def importable_programs(draw: st.DrawFn) -> Program:
     return Program(tuple(items))
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(importable_programs())
 def test_generated_programs_round_trip(program: Program) -> None:
     text = print_nanoengine(program)

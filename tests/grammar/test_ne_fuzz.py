@@ -22,6 +22,8 @@ from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineInternalError
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine
 
+from nanoir.testing_programs import examples
+
 SMALL = (Path(__file__).parent / "inputs" / "small.ne").read_text()
 
 VARIED = """\
@@ -152,19 +154,19 @@ def assert_parses_or_reports(text: str) -> None:
     assert time.perf_counter() - start < MAX_SECONDS
 
 
-@settings(max_examples=2500)
+@settings(max_examples=examples(2500))
 @given(mutants([SMALL, VARIED]))
 def test_mutated_small_programs(text: str) -> None:
     assert_parses_or_reports(text)
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(mutants([BIG]))
 def test_mutated_large_blobs(text: str) -> None:
     assert_parses_or_reports(text)
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.text(max_size=80) | st.lists(st.sampled_from(_TOKEN.findall(VARIED)) | JUNK, max_size=40).map(" ".join))
 def test_random_text(text: str) -> None:
     assert_parses_or_reports(text)

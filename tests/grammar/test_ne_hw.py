@@ -41,7 +41,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 import nanoir
-from nanoir.testing_programs import random_nq_program
+from nanoir.testing_programs import examples, random_nq_program
 
 
 def canonical(module: ModuleOp) -> str:
@@ -123,7 +123,7 @@ def test_packing_is_nanoengines() -> None:
 
 
 @pytest.mark.parametrize("width", [1, 2, 4, 8, 16, 32])
-@settings(max_examples=12)
+@settings(max_examples=examples(12))
 @given(data=st.data())
 def test_codes_of_every_width_round_trip(width: int, data: st.DataObject) -> None:
     shape = tuple(data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=3)))
@@ -192,7 +192,7 @@ def check_codes(hw: ModuleOp, back: ModuleOp, inputs: list[np.ndarray]) -> None:
         assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(data=st.data(), batch=st.sampled_from((1, 3)))
 def test_random_programs_round_trip(data: st.DataObject, batch: int) -> None:
     module, shape = random_nq_program(data.draw)

@@ -42,6 +42,8 @@ from nanoir.grammar.ne_ast import (
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine
 
+from nanoir.testing_programs import examples
+
 # A copy of shared/samples/readme_model.ne, as NanoEngine-PyTorch printed it.
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
 
@@ -466,7 +468,7 @@ def programs(draw: st.DrawFn) -> Program:
     return Program(tuple(items))
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(programs())
 def test_valid_programs_round_trip(program: Program) -> None:
     text = print_nanoengine(program)
@@ -480,7 +482,7 @@ _TOKEN = re.compile(r"//[^\n]*|0x[0-9A-Fa-f]*|-?[0-9.][0-9.eE+-]*|[A-Za-z_][A-Za
 _WORDY = re.compile(r"[A-Za-z0-9_.+-]")
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(programs(), st.data())
 def test_whitespace_variants_parse_to_the_same_tree(program: Program, data: st.DataObject) -> None:
     tokens = _TOKEN.findall(print_nanoengine(program))
