@@ -19,6 +19,7 @@ statically that the result fits its declared width (or the op saturates, as ``nh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
@@ -31,7 +32,7 @@ from nanoir.dialects.nf import (
     shape_guard,
     tensor_shape,
 )
-from nanoir.dialects.nq import RoundingMode, RoundingModeAttr
+from nanoir.dialects.nq import MAX_ABS_EXP, MAX_BITS, RoundingMode, RoundingModeAttr
 from nanoir.dialects.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
@@ -51,11 +52,12 @@ from xdsl.dialects.builtin import (
     IntAttr,
     IntegerAttr,
     IntegerType,
+    Signedness,
     StringAttr,
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -80,6 +82,8 @@ LAYOUT_LETTERS = "BCMD"
 DATA_WIDTHS = (1, 2, 4, 8, 16)
 ACC_WIDTH = 32
 WIDTHS = (*DATA_WIDTHS, ACC_WIDTH)
+EXP_MIN, EXP_MAX = -128, 127
+"""Range of a fixed-point exponent: NanoEngine stores exponents as ``int8``."""
 
 
 def code_range(width: int) -> tuple[int, int]:
@@ -116,10 +120,22 @@ class FixedAttr(ParametrizedAttribute):
             return f"layout {layout!r} may have B only as its first letter"
         return None
 
+    @staticmethod
+    def exp_error(exp: int) -> str | None:
+        """Why ``exp`` cannot be an exponent, or None."""
+        if not EXP_MIN <= exp <= EXP_MAX:
+            return (f"exponent {exp} is outside {EXP_MIN}..{EXP_MAX} (NanoEngine stores "
+                    "exponents as int8)")
+        return None
+
     def verify(self) -> None:
         error = self.layout_error(self.layout.data)
         if error:
             raise VerifyException(f"#nh.fixed: {error}")
+        for e in self.exps.data:
+            error = self.exp_error(e.data)
+            if error:
+                raise VerifyException(f"#nh.fixed: {error}")
         if not self.per_channel.value.data and len(self.exps.data) != 1:
             raise VerifyException("#nh.fixed: a per-tensor exponent is a single integer")
         if self.per_channel.value.data and self.channel_axis is None:
@@ -129,13 +145,21 @@ class FixedAttr(ParametrizedAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        def exponent() -> int:
+            start = parser.pos
+            exp = parser.parse_integer(context_msg=" (fixed-point exponent)")
+            error = cls.exp_error(exp)
+            if error:
+                parser.raise_error(error, at_position=start, end_position=parser.pos)
+            return exp
+
         with parser.in_angle_brackets():
             if parser.parse_optional_punctuation("[") is not None:
-                exps = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_integer)
+                exps = parser.parse_comma_separated_list(parser.Delimiter.NONE, exponent)
                 parser.parse_punctuation("]")
                 per_channel = True
             else:
-                exps = [parser.parse_integer(context_msg=" (fixed-point exponent)")]
+                exps = [exponent()]
                 per_channel = False
             parser.parse_punctuation(",")
             start = parser.pos
@@ -225,39 +249,148 @@ def width_of(value: SSAValue) -> int:
 
 def check_nh_value(op: IRDLOperation, value: SSAValue, label: str) -> tuple[int, FixedAttr]:
     """Check that ``value`` is a well-formed nh tensor; return its width and encoding."""
-    t = value.type
+    return check_nh_type(op.name, value.type, label)
+
+
+def check_nh_type(where: str, t: Attribute, label: str) -> tuple[int, FixedAttr]:
+    """Check that ``t`` is a well-formed nh tensor type; return its width and encoding.
+
+    Errors read ``{where}: {label} ...``.
+    """
     if not isinstance(t, TensorType):
-        raise VerifyException(f"{op.name}: {label} must be a tensor, got {t}")
+        raise VerifyException(f"{where}: {label} must be a tensor, got {t}")
     elt = t.get_element_type()
     if not isinstance(elt, IntegerType):
         raise VerifyException(
-            f"{op.name}: {label} has element type {elt}; the nh level holds only integers"
+            f"{where}: {label} has element type {elt}; the nh level holds only integers"
         )
     width = elt.width.data
+    if elt.signedness.data != Signedness.SIGNLESS:
+        raise VerifyException(
+            f"{where}: {label} has element type {elt}; nh codes are signless integers "
+            f"(two's complement), e.g. i{width}"
+        )
     if width not in WIDTHS:
         raise VerifyException(
-            f"{op.name}: {label} is i{width}; nh allows "
+            f"{where}: {label} is i{width}; nh allows "
             + ", ".join(f"i{w}" for w in WIDTHS)
         )
     enc = t.encoding
     if not isinstance(enc, FixedAttr):
         raise VerifyException(
-            f"{op.name}: {label} of type {t} lacks the #nh.fixed<exp, layout> encoding"
+            f"{where}: {label} of type {t} lacks the #nh.fixed<exp, layout> encoding"
         )
     shape = t.get_shape()
     if len(enc.layout.data) != len(shape):
         raise VerifyException(
-            f"{op.name}: {label} has rank {len(shape)} but layout {enc.layout.data!r}"
+            f"{where}: {label} has rank {len(shape)} but layout {enc.layout.data!r}"
         )
     if enc.is_per_channel:
         axis = enc.channel_axis
         assert axis is not None
         if shape[axis] != len(enc.exp_list):
             raise VerifyException(
-                f"{op.name}: {label} has {len(enc.exp_list)} per-channel exponents but "
+                f"{where}: {label} has {len(enc.exp_list)} per-channel exponents but "
                 f"{shape_str([shape[axis]])} channels along dim {axis}"
             )
     return width, enc
+
+
+QUANTIZED_INPUT_ATTRS = ("nq.bits", "nq.exp", "nq.rounding")
+_EXP_DTYPES = {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}
+"""The argument attributes saying how a float input becomes an nh argument's codes (written
+by lower-to-hw and the .ne importer, read by the runtime)."""
+
+
+def verify_hw_function(func: Operation) -> None:
+    """Check what the runtime needs from a ``func.func`` holding an integer (nh) program.
+
+    Every argument with ``nq.*`` attributes is quantized from float by the runtime, so it must
+    have all of :data:`QUANTIZED_INPUT_ATTRS`: ``nq.bits`` in 1..16, ``nq.exp`` an integer
+    tensor (i8..i64) of exponents within the nq range that broadcasts against the argument,
+    ``nq.rounding`` a ``#nq.rounding<...>``, and the argument must be an nh tensor as wide as
+    the codes (``i1`` exactly for 1 bit) whose ``#nh.fixed`` exponents are ``nq.exp``
+    (``-nq.exp`` for 1 bit: the 1-bit code ``±1`` stands for ``±2**exp``).
+    """
+    from xdsl.dialects.func import FuncOp
+
+    if not isinstance(func, FuncOp) or func.arg_attrs is None:
+        return
+    inputs = func.function_type.inputs.data
+    for i, d in enumerate(func.arg_attrs.data):
+        keys = sorted(k for k in d.data if k.startswith("nq."))
+        if not keys or i >= len(inputs):
+            continue
+        what = f"func.func: argument {i} of @{func.sym_name.data}"
+        unknown = [k for k in keys if k not in QUANTIZED_INPUT_ATTRS]
+        if unknown:
+            raise VerifyException(
+                f"{what} has the unknown attribute {unknown[0]} (a quantized input takes "
+                f"{', '.join(QUANTIZED_INPUT_ATTRS)})"
+            )
+        missing = [k for k in QUANTIZED_INPUT_ATTRS if k not in keys]
+        if missing:
+            raise VerifyException(
+                f"{what} has {', '.join(keys)} but no {' or '.join(missing)}; a quantized "
+                f"input needs all of {', '.join(QUANTIZED_INPUT_ATTRS)}"
+            )
+        bits_attr, exp, rounding = (d.data[k] for k in QUANTIZED_INPUT_ATTRS)
+        if not isinstance(bits_attr, IntegerAttr) or not isinstance(
+            bits_attr.type, IntegerType
+        ):
+            raise VerifyException(f"{what}: nq.bits must be an integer, got {bits_attr}")
+        bits = bits_attr.value.data
+        if not 1 <= bits <= MAX_BITS:
+            raise VerifyException(f"{what}: nq.bits = {bits} is outside 1..{MAX_BITS}")
+        if not isinstance(rounding, RoundingModeAttr):
+            raise VerifyException(
+                f"{what}: nq.rounding must be a rounding mode (#nq.rounding<trunc>, ...), "
+                f"got {rounding}"
+            )
+        exp_type = exp.get_type() if isinstance(exp, DenseIntOrFPElementsAttr) else None
+        exp_elt = exp_type.get_element_type() if isinstance(exp_type, TensorType) else None
+        if not isinstance(exp_elt, IntegerType) or exp_elt.width.data not in (8, 16, 32, 64):
+            raise VerifyException(
+                f"{what}: nq.exp must be a dense tensor of i8, i16, i32 or i64 exponents, "
+                f"got {exp}"
+            )
+        assert isinstance(exp, DenseIntOrFPElementsAttr) and isinstance(exp_type, TensorType)
+        width, fixed = check_nh_type(what, inputs[i], "its type")
+        if (bits == 1) != (width == 1) or bits > width:
+            raise VerifyException(
+                f"{what}: {bits}-bit codes (nq.bits) do not match the element type i{width}"
+            )
+        k = np.frombuffer(exp.data.data, dtype=_EXP_DTYPES[exp_elt.width.data]).astype(np.int64)
+        if k.size != math.prod(exp_type.get_shape()):
+            raise VerifyException(f"{what}: nq.exp holds {k.size} values for the shape "
+                                  f"{shape_str(exp_type.get_shape())}")
+        bad = k[np.abs(k) > MAX_ABS_EXP]
+        if bad.size:
+            raise VerifyException(
+                f"{what}: nq.exp {int(bad[0])} is outside -{MAX_ABS_EXP}..{MAX_ABS_EXP}"
+            )
+        shape = list(inputs[i].get_shape())  # type: ignore[union-attr]
+        e_shape = list(exp_type.get_shape())
+        if len(e_shape) > len(shape) or any(
+            e not in (1, x) and x != DYNAMIC_INDEX
+            for e, x in zip(reversed(e_shape), reversed(shape))
+        ):
+            raise VerifyException(
+                f"{what}: nq.exp of shape {shape_str(e_shape)} does not broadcast against "
+                f"the argument {shape_str(shape)}"
+            )
+        nh_exp = (-k if bits == 1 else k).reshape([1] * (len(shape) - len(e_shape)) + e_shape)
+        try:
+            a, b = np.broadcast_arrays(fixed.exp_array(len(shape)), nh_exp)
+            same = bool(np.array_equal(a, b))
+        except ValueError:
+            same = False
+        if not same:
+            expected = "-nq.exp" if bits == 1 else "nq.exp"
+            raise VerifyException(
+                f"{what}: its exponents {exps_text(fixed.exp_array())} are not {expected} "
+                f"= {exps_text(nh_exp)}"
+            )
 
 
 def broadcast_exps(op: IRDLOperation, values: Sequence[SSAValue], rank: int) -> list[np.ndarray]:
