@@ -260,7 +260,7 @@ def encode_value(value: AttrValue) -> Attribute:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a .ne attribute value")
     if isinstance(value, int):
-        width = max(64, value.bit_length() + 1)
+        width = max(64, (value if value >= 0 else ~value).bit_length() + 1)  # signed: -2**63 is i64
         return IntegerAttr(value, i64 if width == 64 else IntegerType(width))
     if isinstance(value, Float):
         return StringAttr(value.text)
@@ -1125,7 +1125,7 @@ class _Importer:
         """The declared outputs must agree with the inferred types on every static dim, or
         be NanoEngine-PyTorch's padding-ignoring shapes (`reference`, see PADDED_OP_TYPES)."""
         try:
-            for i, (out, result) in enumerate(zip(node.out_s, op.results)):
+            for i, result in enumerate(op.results[: len(node.out_s)]):
                 self._check_output(node, i, result.type, reference[i] if reference is not None else None)
         except NanoEngineSemanticError:
             op.erase(safe_erase=False)
