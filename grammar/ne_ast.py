@@ -109,10 +109,16 @@ AttrValue = Union[int, Float, str, tuple["AttrValue", ...]]
 
 @dataclass(frozen=True)
 class Comment:
-    """A `//` comment line; `text` is what follows `//`, without trailing blanks."""
+    """A `//` comment line; `text` is what follows `//`, without trailing blanks.
+
+    `blank_lines` is how many blank lines precede it in the file it came from (presentation,
+    like `loc`); None, as in a tree built by hand, means the reference exporter's spacing
+    (one blank line before a comment that follows anything but another comment).
+    """
 
     text: str
     loc: Loc | None = _loc()
+    blank_lines: int | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -254,9 +260,14 @@ DECLARATION_TYPES = (ConstTensor, WordTensor, InitTensor, RuntimeTensor, MemTens
 
 @dataclass(frozen=True)
 class Program:
-    """A whole `.ne` file: comments, declarations and functions in file order."""
+    """A whole `.ne` file: comments, declarations and functions in file order.
+
+    `bom`: the file starts with a byte order mark (U+FEFF), which the printer writes back so
+    that such a file round-trips byte for byte (presentation: not part of ==).
+    """
 
     items: tuple[Item, ...]
+    bom: bool = field(default=False, compare=False)
 
     @cached_property
     def declarations(self) -> tuple[Declaration, ...]:

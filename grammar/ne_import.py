@@ -109,8 +109,8 @@ from nanoir.grammar.ne_ast import (
     WordTensor,
 )
 from nanoir.grammar.ne_check import check_program
-from nanoir.grammar.ne_errors import NanoEngineSemanticError, NanoEngineSyntaxError
-from nanoir.grammar.ne_parser import parse_nanoengine
+from nanoir.grammar.ne_errors import NanoEngineSemanticError
+from nanoir.grammar.ne_parser import decode_nanoengine, parse_nanoengine
 from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -1254,14 +1254,7 @@ def _import_checked(program: Program, filename: str, source: str | None) -> Modu
 
 def import_nanoengine_bytes(raw: bytes, filename: str = "<string>") -> ModuleOp:
     """Import `.ne` file contents (UTF-8); bad encoding is a located `NanoEngineSyntaxError`."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        before = raw[: err.start]
-        line = before.count(b"\n") + 1
-        column = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
-        raise NanoEngineSyntaxError(f"invalid UTF-8 byte 0x{raw[err.start]:02x}", filename, line, column) from None
-    return import_nanoengine(text, filename)
+    return import_nanoengine(decode_nanoengine(raw, filename), filename)
 
 
 def load_nanoengine(path: str | os.PathLike[str]) -> ModuleOp:

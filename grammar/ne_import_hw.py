@@ -30,10 +30,11 @@ that is not an nh width, packed data of the wrong size, an op the nh verifier re
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+import numpy as np
 from nanoir.dialects import nh
-from nanoir.dialects.nq import RoundingModeAttr
+from nanoir.dialects.nq import MAX_BITS, RoundingModeAttr
 from nanoir.grammar.ne_ast import (
     AttrValue,
     ConstTensor,
@@ -43,6 +44,7 @@ from nanoir.grammar.ne_ast import (
     Program,
     RuntimeNode,
     RuntimeTensor,
+    numpy_dtype,
 )
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
 from nanoir.grammar.ne_hw import (
@@ -100,6 +102,23 @@ def _set_hint(value: SSAValue, name: str) -> None:
         value.name_hint = name
     except ValueError:  # not a name xDSL accepts as a hint; the .ne name is lost, harmlessly
         pass
+
+
+EXP_MIN, EXP_MAX = -128, 127
+"""NanoEngine stores exponents as int8."""
+
+
+def _check_exponents(node: Node, exps: Sequence[int], attr: str | None) -> None:
+    """Exponents (of the `exp` attribute, or with `attr=None` of a Q's exponent constant)
+    must fit int8; NodeProblem located at the attribute or the constant otherwise."""
+    bad = next((e for e in exps if not EXP_MIN <= e <= EXP_MAX), None)
+    if bad is not None:
+        what = f"exp of node '{node.name}'" if attr else f"the exponent constant of Q node '{node.name}'"
+        raise NodeProblem(
+            f"{what} must be from {EXP_MIN} to {EXP_MAX} (NanoEngine stores exponents as int8), found {bad}",
+            attr=attr,
+            input=None if attr else 1,
+        )
 
 
 class _HwImporter:
@@ -262,6 +281,7 @@ class _HwImporter:
             exp = exp_from_value(self._required(node, attrs, "exp"))
         except ValueError as e:
             raise NodeProblem(f"exp of node '{node.name}' {e}", attr="exp") from None
+        _check_exponents(node, [exp] if isinstance(exp, int) else exp, "exp")
         error = nh.FixedAttr.layout_error(decl.layout)
         if error is None and not isinstance(exp, int) and "C" not in decl.layout:
             error = f"per-channel exponents need a C in the layout {decl.layout!r}"
@@ -297,9 +317,15 @@ class _HwImporter:
         exp = self._const(q, 1)
         if exp.dtype not in ("int8_t", "int16_t", "int32_t", "int64_t"):
             raise NodeProblem(f"the exponent of Q node '{q.name}' must be a signed integer constant", input=1)
+        # The values only, not to_numpy(): NumPy refuses some empty shapes (0 x 2^62 x ...).
+        values = np.frombuffer(exp.data, dtype=numpy_dtype(exp.dtype))
+        outside = np.flatnonzero((values < EXP_MIN) | (values > EXP_MAX))
+        if outside.size:
+            _check_exponents(q, [int(values[outside[0]])], None)
         bits = self._required(q, attrs, "bit_len")
-        if not isinstance(bits, int) or bits < 1:
-            raise NodeProblem(f"bit_len of Q node '{q.name}' must be a positive integer", attr="bit_len")
+        if not isinstance(bits, int) or not 1 <= bits <= MAX_BITS:
+            raise NodeProblem(f"bit_len of Q node '{q.name}' must be an integer from 1 to {MAX_BITS}, found {bits}",
+                              attr="bit_len")
         try:
             rounding = decode_prop("rounding", attrs.get("rounding", RoundingMode.TRUNC.value))
         except ValueError as e:

@@ -16,7 +16,16 @@ text fails to parse, the full text is parsed again so that errors point at the r
 
 `//` comments are ignored by the grammar and collected by a lexer callback; afterwards each
 comment is placed, by position, between the items it falls between (a comment inside a
-declaration moves after it). Every error, Lark's or ours, leaves as a `NanoEngineError`.
+declaration moves after it), with the number of blank lines before it, so that it prints back
+where it was. Every error, Lark's or ours, leaves as a `NanoEngineError`.
+
+Hostile input. Integers are range-checked where they are read, before any other code sees
+them: a dimension fits int64 (the checker then asks for -1 or more), an attribute integer fits
+int64, and a shape's dimensions multiply to at most 2^63 - 1 elements; a literal too long for
+Python's int-str conversion (4300 digits) is the same located error, never a `ValueError`. A
+text may start with a byte order mark (U+FEFF): it is not part of line 1 (columns count from
+after it), and the `Program` records it (`Program.bom`) so that the printer writes it back.
+`decode_nanoengine` turns file bytes into text with the same located errors for bad UTF-8.
 """
 
 from __future__ import annotations
@@ -53,7 +62,14 @@ from nanoir.grammar.ne_errors import (
     syntax_error_from_lark,
 )
 
-__all__ = ["parse_nanoengine", "parse_nanoengine_file"]
+__all__ = ["parse_nanoengine", "parse_nanoengine_file", "decode_nanoengine", "INT64_MIN", "INT64_MAX"]
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+# Decimal digits of INT64_MAX and of -INT64_MIN: a longer literal (leading zeros aside) is out
+# of range without converting it, which also keeps clear of Python's 4300-digit int-str limit.
+_INT64_DIGITS = 19
+BOM = "\ufeff"
 
 # Hex digits decoded per bytes.fromhex call; even, so every chunk holds whole bytes.
 _HEX_CHUNK = 1 << 22
@@ -80,6 +96,45 @@ class _LocatedError(Exception):
 
 def _loc(token: Token) -> Loc:
     return Loc(token.line or 1, token.column or 1)
+
+
+def _shown_literal(token: Token) -> str:
+    """A literal as the "found" of a message: itself, or its length when it is long."""
+    text = str(token)
+    if len(text) <= 24:
+        return text
+    digits = len(text) - text.startswith("-")
+    return f"an integer of {digits} digits"
+
+
+def _int64(token: Token) -> int | None:
+    """The value of an `INT` token, or None when it does not fit int64 (the sign of the
+    literal then says on which side)."""
+    text = str(token)
+    negative = text.startswith("-")
+    significant = (text[1:] if negative else text).lstrip("0")
+    if len(significant) > _INT64_DIGITS:
+        return None
+    value = -int(significant or "0") if negative else int(significant or "0")
+    return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+def _dimension(token: Token) -> int:
+    value = _int64(token)
+    if value is None:
+        # Below -1 within int64 is the checker's to report (with the shape and its kind).
+        wanted = "a dimension of -1 or more" if token.startswith("-") else f"a dimension of at most {INT64_MAX}"
+        raise _LocatedError(f"expected {wanted}, found {_shown_literal(token)}", token)
+    return value
+
+
+def _attribute_int(token: Token) -> int:
+    value = _int64(token)
+    if value is None:
+        raise _LocatedError(
+            f"expected an integer from {INT64_MIN} to {INT64_MAX} (int64), found {_shown_literal(token)}", token
+        )
+    return value
 
 
 def _hex_is_upper(digits: str, start: int = 0, end: int | None = None, default: bool = False) -> bool:
@@ -197,7 +252,20 @@ class _ToAst(Transformer[Token, Any]):
 
     # -- lists and scalars -------------------------------------------------------------
     def shape(self, *dims: Token) -> tuple[int, ...]:
-        return tuple(int(d) for d in dims)
+        shape = tuple(_dimension(d) for d in dims)
+        # NumPy (and any allocation) needs the element count in int64, also for an empty
+        # tensor: zero and -1 (batch) dimensions do not count.
+        count = 1
+        for value, token in zip(shape, dims):
+            if value > 0:
+                count *= value
+                if count > INT64_MAX:
+                    raise _LocatedError(
+                        f"expected a shape of at most {INT64_MAX} elements (not counting 0 and -1 dimensions), "
+                        "found more at this dimension",
+                        token,
+                    )
+        return shape
 
     def names(self, *names: Token) -> tuple[Token, ...]:
         return names
@@ -215,7 +283,7 @@ class _ToAst(Transformer[Token, Any]):
 
     # -- attribute values ----------------------------------------------------------------
     def int_value(self, token: Token) -> int:
-        return int(token)
+        return _attribute_int(token)
 
     def float_value(self, token: Token) -> Float:
         return Float(str(token))
@@ -370,7 +438,7 @@ def _item_loc(item: Item) -> tuple[int, int]:
     return (loc.line, loc.column) if loc is not None else (0, 0)
 
 
-def _merge_comments(items: tuple[Item, ...], comments: list[Token]) -> tuple[Item, ...]:
+def _merge_comments(items: tuple[Item, ...], comments: list[Token], text: str) -> tuple[Item, ...]:
     """Interleave comments with items by position (items are placed by their name token)."""
     if not comments:
         return items
@@ -379,15 +447,33 @@ def _merge_comments(items: tuple[Item, ...], comments: list[Token]) -> tuple[Ite
     for item in items:
         where = _item_loc(item)
         while ci < len(comments) and (comments[ci].line, comments[ci].column) < where:
-            merged.append(_comment(comments[ci]))
+            merged.append(_comment(comments[ci], text))
             ci += 1
         merged.append(item)
-    merged.extend(_comment(c) for c in comments[ci:])
+    merged.extend(_comment(c, text) for c in comments[ci:])
     return tuple(merged)
 
 
-def _comment(token: Token) -> Comment:
-    return Comment(str(token)[2:].rstrip(), loc=_loc(token))
+_BLANKS = " \t\f\r\n"
+
+
+def _blank_lines_before(text: str, pos: int) -> int | None:
+    """How many blank lines come right before the line of `text[pos]`; None when other
+    text precedes it on its line (the printer then gives it the reference spacing)."""
+    start = pos
+    while start > 0 and text[start - 1] in _BLANKS:
+        start -= 1
+    breaks = text.count("\n", start, pos)
+    if start == 0:
+        return breaks
+    # After other text, the first line break only ends that text's line.
+    return breaks - 1 if breaks else None
+
+
+def _comment(token: Token, text: str) -> Comment:
+    pos = token.start_pos
+    blank_lines = _blank_lines_before(text, pos) if pos is not None else None
+    return Comment(str(token)[2:].rstrip(), loc=_loc(token), blank_lines=blank_lines)
 
 
 def _parse_items(text: str, blobs: dict[int, tuple[bytes, bool]]) -> tuple[Item, ...]:
@@ -395,7 +481,7 @@ def _parse_items(text: str, blobs: dict[int, tuple[bytes, bool]]) -> tuple[Item,
     _state.blobs = blobs
     try:
         items: tuple[Item, ...] = _parser().parse(text)  # type: ignore[assignment]  # start() returns it
-        return _merge_comments(items, _state.comments)
+        return _merge_comments(items, _state.comments, text)
     finally:
         _state.comments = []
         _state.blobs = {}
@@ -409,6 +495,10 @@ def parse_nanoengine(text: str, filename: str = "<string>", check: bool = True) 
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_nanoengine expects str, got {type(text).__name__}")
+    # A byte order mark is not part of line 1: positions count from after it.
+    bom = text.startswith(BOM)
+    if bom:
+        text = text[1:]
     try:
         items: tuple[Item, ...] | None = None
         lean_text, blobs = _lift_blobs(text)
@@ -420,7 +510,7 @@ def parse_nanoengine(text: str, filename: str = "<string>", check: bool = True) 
             del lean_text
         if items is None:
             items = _parse_items(text, {})
-        program = Program(items)
+        program = Program(items, bom=bom)
     except UnexpectedInput as err:
         raise syntax_error_from_lark(err, text, filename, _terminals()) from None
     except _LocatedError as err:
@@ -436,17 +526,27 @@ def parse_nanoengine(text: str, filename: str = "<string>", check: bool = True) 
     return program
 
 
+def decode_nanoengine(raw: bytes, filename: str = "<string>") -> str:
+    """The text of `.ne` file contents (UTF-8, a leading byte order mark kept for
+    `parse_nanoengine`); bad UTF-8 is a `NanoEngineSyntaxError` at the first bad byte, with
+    the line shown (bad bytes as U+FFFD) and a caret under it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        before = raw[: err.start].decode("utf-8")  # the first error: everything before is valid
+        shown = raw.decode("utf-8", errors="replace")
+        if before.startswith(BOM):  # columns count from after it, as in parse_nanoengine
+            before, shown = before[1:], shown[1:]
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        raise NanoEngineSyntaxError(
+            f"expected UTF-8 text, found invalid byte 0x{raw[err.start]:02x}", filename, line, column, shown
+        ) from None
+
+
 def parse_nanoengine_file(path: str | os.PathLike[str], check: bool = True) -> Program:
     """Read a `.ne` file (UTF-8) and parse it; bad encoding is a `NanoEngineSyntaxError`."""
     filename = os.fspath(path)
     with open(filename, "rb") as f:
         raw = f.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        before = raw[: err.start]
-        line = before.count(b"\n") + 1
-        line_start = before[before.rfind(b"\n") + 1 :]
-        column = len(line_start.decode("utf-8", errors="replace")) + 1
-        raise NanoEngineSyntaxError(f"invalid UTF-8 byte 0x{raw[err.start]:02x}", filename, line, column) from None
-    return parse_nanoengine(text, filename, check=check)
+    return parse_nanoengine(decode_nanoengine(raw, filename), filename, check=check)

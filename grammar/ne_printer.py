@@ -8,10 +8,14 @@ prints back byte for byte:
 - node blocks put one field per line, indented by four spaces, and close with `};`;
 - functions are `func init(){`, one `    NAME.do();` per line, and `}`;
 - a comment line is preceded by a blank line, except at the start of the file or right
-  after another comment (the exporter prints `"\\n// section"`).
+  after another comment (the exporter prints `"\\n// section"`); a parsed comment instead
+  keeps the blank lines it had (`Comment.blank_lines`), so a comment right after a
+  declaration prints back right after it;
+- a program read from a file that starts with a byte order mark prints one (`Program.bom`),
+  so that the file round-trips byte for byte.
 
-Hex data keeps the case it was read with (`hex_upper`). Names, layouts and float spellings are
-checked, and a runtime tensor's layout must start with `B` (an init tensor's must not), because
+Hex data keeps the case it was read with (`hex_upper`). Names, layouts, float spellings and
+the int64 range of integers are checked, and a runtime tensor's layout must start with `B` (an init tensor's must not), because
 a tree built by hand could otherwise print text that does not parse back to the same tree;
 such trees raise `ValueError`.
 """
@@ -39,6 +43,7 @@ from nanoir.grammar.ne_ast import (
 
 __all__ = ["print_nanoengine"]
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LAYOUT = re.compile(r"[A-Za-z]*")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)")
@@ -56,8 +61,16 @@ def _layout(layout: str) -> str:
     return layout
 
 
+def _int64(value: int) -> str:
+    # The parser reads int64 dimensions and attribute integers only.
+    value = int(value)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{value} does not fit int64, which .ne integers must")
+    return str(value)
+
+
 def _ints(values: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+    return "[" + ", ".join(_int64(v) for v in values) + "]"
 
 
 def _names(values: tuple[str, ...]) -> str:
@@ -68,7 +81,7 @@ def _value(value: AttrValue) -> str:
     if isinstance(value, bool):  # bool is an int subclass but has no .ne spelling
         raise ValueError(f"{value!r} is not a .ne attribute value")
     if isinstance(value, numbers.Integral):  # also NumPy integers, for trees built from arrays
-        return str(int(value))
+        return _int64(int(value))
     if isinstance(value, Float):
         if not _FLOAT.fullmatch(value.text):
             raise ValueError(f"{value.text!r} is not a .ne float (it needs a '.' or an exponent)")
@@ -155,13 +168,17 @@ def _item(item: Item, out: list[str]) -> None:
 
 def print_nanoengine(program: Program) -> str:
     """The `.ne` text of `program`, in the reference exporter's exact layout."""
-    out: list[str] = []
+    out: list[str] = ["\ufeff"] if program.bom else []
     previous: Item | None = None
     for item in program.items:
         if isinstance(item, Comment):
             if "\n" in item.text or "\r" in item.text:
                 raise ValueError(f"comment text {item.text!r} spans lines")
-            if previous is not None and not isinstance(previous, Comment):
+            if item.blank_lines is not None:
+                if isinstance(item.blank_lines, bool) or not isinstance(item.blank_lines, int) or item.blank_lines < 0:
+                    raise ValueError(f"comment {item.text!r} has {item.blank_lines!r} blank lines")
+                out.append("\n" * item.blank_lines)
+            elif previous is not None and not isinstance(previous, Comment):
                 out.append("\n")
             out.append(f"//{item.text}\n")
         else:

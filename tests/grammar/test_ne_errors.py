@@ -218,7 +218,9 @@ def test_file_with_invalid_utf8(tmp_path: Path) -> None:
         parse_nanoengine_file(path)
     # Line 2; "// café " is 8 characters, so the bad byte is character 9.
     assert (info.value.filename, info.value.line, info.value.column) == (str(path), 2, 9)
-    assert info.value.message == "invalid UTF-8 byte 0xff"
+    assert info.value.message == "expected UTF-8 text, found invalid byte 0xff"
+    # The line is shown (the bad byte as U+FFFD) with a caret under the bad byte.
+    assert str(info.value).endswith("\n// caf\u00e9 \ufffd\n        ^")
 
 
 def test_empty_input_lacks_both_functions() -> None:
