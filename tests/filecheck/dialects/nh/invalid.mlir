@@ -294,3 +294,121 @@ func.func @reshape_width(%x: tensor<?x4x2xi8, #nh.fixed<4, BCM>>) -> tensor<?x8x
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
 // CHECK: error: nh.reshape: element width changes from i8 to i16
+
+// -----
+
+// Exponents are int8 in NanoEngine; one beyond int64 used to crash nanoir-run (OverflowError).
+func.func @exponent_range(%x: tensor<4xi8, #nh.fixed<99999999999999999999, C>>) -> tensor<4xi8, #nh.fixed<0, C>> {
+  %y = nh.requant %x {shift = array<i64: 0>} : tensor<4xi8, #nh.fixed<99999999999999999999, C>> -> tensor<4xi8, #nh.fixed<0, C>>
+  func.return %y : tensor<4xi8, #nh.fixed<0, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:54
+// CHECK: error: exponent 99999999999999999999 is outside -128..127 (NanoEngine stores exponents as int8)
+
+// -----
+
+func.func @per_channel_exponent_range(%x: tensor<2xi8, #nh.fixed<[1, -129], C>>) -> tensor<2xi8, #nh.fixed<[1, -129], C>> {
+  %y = nh.relu %x : tensor<2xi8, #nh.fixed<[1, -129], C>>
+  func.return %y : tensor<2xi8, #nh.fixed<[1, -129], C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: exponent -129 is outside -128..127
+
+// -----
+
+func.func @signed_codes(%x: tensor<4xsi8, #nh.fixed<3, C>>) -> tensor<4xsi8, #nh.fixed<3, C>> {
+  %y = nh.relu %x : tensor<4xsi8, #nh.fixed<3, C>>
+  func.return %y : tensor<4xsi8, #nh.fixed<3, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:3
+// CHECK: error: nh.relu: input has element type si8; nh codes are signless integers (two's complement), e.g. i8
+
+// -----
+
+func.func @unsigned_codes(%x: tensor<4xi8, #nh.fixed<3, C>>) -> tensor<4xui8, #nh.fixed<3, C>> {
+  %y = nh.requant %x {shift = array<i64: 0>} : tensor<4xi8, #nh.fixed<3, C>> -> tensor<4xui8, #nh.fixed<3, C>>
+  func.return %y : tensor<4xui8, #nh.fixed<3, C>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:3
+// CHECK: error: nh.requant: result has element type ui8; nh codes are signless integers
+
+// -----
+
+// The runtime quantizes a float input as nq.bits, nq.exp and nq.rounding say: all three or none.
+func.func @no_rounding(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:1
+// CHECK: error: func.func: argument 0 of @no_rounding has nq.bits, nq.exp but no nq.rounding; a quantized input needs all of nq.bits, nq.exp, nq.rounding
+
+// -----
+
+func.func @no_exp(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @no_exp has nq.bits, nq.rounding but no nq.exp
+
+// -----
+
+func.func @input_bits(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 99 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_bits: nq.bits = 99 is outside 1..16
+
+// -----
+
+func.func @input_bits_wider_than_type(%x: tensor<?x4xi4, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi4, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi4, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi4, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_bits_wider_than_type: 8-bit codes (nq.bits) do not match the element type i4
+
+// -----
+
+func.func @input_exp_range(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<999> : tensor<1xi16>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_exp_range: nq.exp 999 is outside -60..60
+
+// -----
+
+func.func @input_exp_type(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<3.0> : tensor<1xf32>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_exp_type: nq.exp must be a dense tensor of i8, i16, i32 or i64 exponents
+
+// -----
+
+func.func @input_rounding(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = "trunc"}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_rounding: nq.rounding must be a rounding mode
+
+// -----
+
+func.func @input_exp_disagrees(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<4> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_exp_disagrees: its exponents 3 are not nq.exp = 4
+
+// -----
+
+func.func @input_exp_shape(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {nq.bits = 8 : i64, nq.exp = dense<3> : tensor<3xi8>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xi8, #nh.fixed<3, BC>> {
+  %y = nh.relu %x : tensor<?x4xi8, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
+}
+// CHECK: error: func.func: argument 0 of @input_exp_shape: nq.exp of shape 3 does not broadcast against the argument ?x4
+
+// -----
+
+func.func @input_not_nh(%x: tensor<?x4xf32> {nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x4xf32> {
+  func.return %x : tensor<?x4xf32>
+}
+// CHECK: error: func.func: argument 0 of @input_not_nh: its type has element type f32; the nh level holds only integers
