@@ -46,6 +46,7 @@ from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine
 from nanoir.lowering.quantize import quantize
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
 import nanoir
@@ -701,3 +702,146 @@ func.func @main(%x: tensor<?x4x1x3xf32>) -> (tensor<?x4x1x3xf32>, tensor<?x4x1x3
     x = np.random.default_rng(0).standard_normal((2, 4, 1, 3))
     for want, got in zip(nanoir.run(module, x), nanoir.run(again, x), strict=True):
         assert np.array_equal(want, got)
+
+
+# ---------------------------------------------------------------------------------------
+# Results that are also read: Identity nodes
+# ---------------------------------------------------------------------------------------
+
+SHARED_RESULTS = """
+func.func @main(%x: tensor<?x4x?x3xf32>) -> (tensor<?x4x?x3xf32>, tensor<?x4x?x3xf32>, tensor<?x4x?x3xf32>, tensor<?x4x?x3xf32>) {
+  %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<4> : tensor<1xi8>} : tensor<?x4x?x3xf32>
+  %a = nf.relu %xq : tensor<?x4x?x3xf32>
+  %b = nf.sigmoid %a : tensor<?x4x?x3xf32>
+  func.return %a, %b, %b, %x : tensor<?x4x?x3xf32>, tensor<?x4x?x3xf32>, tensor<?x4x?x3xf32>, tensor<?x4x?x3xf32>
+}
+"""
+
+
+def without_ne_metadata(module: ModuleOp) -> ModuleOp:
+    """A copy without the `ne.*` attributes (the import's record of the text)."""
+    module = module.clone()
+    for op in module.walk():
+        for key in [k for k in op.attributes if k.startswith("ne.")]:
+            del op.attributes[key]
+        if isinstance(op, FuncOp):
+            op.arg_attrs = op.res_attrs = None
+    return module
+
+
+def test_results_that_are_also_read_go_through_identity_nodes() -> None:
+    """Import takes unread tensors for results: a result read by another node (%a), returned
+    twice (%b) or an input (%x) gets an Identity node, and the file reads back to the same
+    program, which writes back byte for byte."""
+    module = nanoir.parse(SHARED_RESULTS)
+    text = export_nanoengine(module)
+    program = parse_nanoengine(text)
+    identities = [d for d in program.declarations if isinstance(d, RuntimeNode) and d.op_type == "Identity"]
+    assert [(d.in_s, d.out_s) for d in identities] == [
+        (("Relu_n1_o0",), ("output",)),
+        (("Sigmoid_n1_o0",), ("output_1",)),
+        (("Sigmoid_n1_o0",), ("output_2",)),
+        (("input",), ("output_3",)),
+    ]
+    again = import_nanoengine(text, "x.ne")
+    assert without_ne_metadata(again).is_structurally_equivalent(module)
+    x = np.random.default_rng(0).standard_normal((2, 4, 5, 3))
+    for want, got in zip(nanoir.run(module, x), nanoir.run(again, x), strict=True):
+        assert np.array_equal(want, got)
+    assert export_nanoengine(again) == text
+    assert export_nanoengine(mlir_round_trip(again)) == text
+
+
+IDENTITY_FILE = """// init const tensor
+let Constant_n1_o0: Tensor<int8_t> = {shape=[1], data=0x04} ;
+
+// init static tensor
+// runtime tensor
+let input: Tensor<Any> = {shape:BCMD=[-1, 4, 1, 3]};
+let Q_n1_o0: Tensor<Any> = {shape:BCMD=[-1, 4, 1, 3]};
+let features: Tensor<Any> = {shape:BCMD=[-1, 4, 1, 3]};
+let Relu_n1_o0: Tensor<Any> = {shape:BCMD=[-1, 4, 1, 3]};
+
+// runtime memory
+let Q_n1_input: mem Tensor = {type=Any, shape:BCMD=[-1, 4, 1, 3]};
+let copy_mem: mem Tensor = {type=Any, shape:BCMD=[-1, 4, 1, 3]};
+let Relu_n1_Q_n1_o0: mem Tensor = {type=Any, shape:BCMD=[-1, 4, 1, 3]};
+
+// init node
+// runtime_node
+let Q_n1: Node = {
+    op_type=Q,
+    attr=[bit_len=8],
+    in_s=[input, Constant_n1_o0],
+    mem_s=[Q_n1_input],
+    out_s=[Q_n1_o0]
+};
+let copy: Node = {
+    op_type=Identity,
+    attr=[],
+    in_s=[Q_n1_o0],
+    mem_s=[copy_mem],
+    out_s=[features]
+};
+let Relu_n1: Node = {
+    op_type=Relu,
+    attr=[],
+    in_s=[Q_n1_o0],
+    mem_s=[Relu_n1_Q_n1_o0],
+    out_s=[Relu_n1_o0]
+};
+
+// call init node
+func init(){
+}
+
+// call runtime node
+func runtime(){
+    Q_n1.do();
+    copy.do();
+    Relu_n1.do();
+}
+"""
+
+
+def test_identity_nodes_of_a_file_keep_their_names_and_place() -> None:
+    module = import_nanoengine(IDENTITY_FILE, "id.ne")
+    ret = list(module.walk())[-1]
+    assert isinstance(ret, ReturnOp) and len(ret.arguments) == 2
+    assert isinstance(ret.arguments[0].owner, FakeQuantOp)  # `features` is Q_n1_o0's value
+    x = np.random.default_rng(1).standard_normal((1, 4, 2, 3))
+    q, r = nanoir.run(module, x)
+    assert np.array_equal(r, np.maximum(q, 0))
+    assert export_nanoengine(module) == IDENTITY_FILE
+    assert export_nanoengine(mlir_round_trip(module)) == IDENTITY_FILE
+
+
+@pytest.mark.parametrize(
+    "node, message",
+    [
+        ("attr=[axis=1],\n    in_s=[Q_n1_o0]", "Identity node 'copy' takes no attributes"),
+        ("attr=[],\n    in_s=[Q_n1_o0, Q_n1_o0]", "Identity node 'copy' takes 1 input and has 1 output"),
+        ("attr=[],\n    in_s=[Constant_n1_o0]", "Identity node 'copy' reads the int8_t constant 'Constant_n1_o0'"),
+    ],
+)
+def test_bad_identity_nodes_are_errors(node: str, message: str) -> None:
+    from nanoir.grammar.ne_errors import NanoEngineSemanticError
+
+    text = IDENTITY_FILE.replace("attr=[],\n    in_s=[Q_n1_o0],\n    mem_s=[copy_mem]", node + ",\n    mem_s=[copy_mem]")
+    assert text != IDENTITY_FILE
+    with pytest.raises(NanoEngineSemanticError, match=re.escape(message)):
+        import_nanoengine(text, "id.ne")
+
+
+def test_a_returned_constant_is_still_refused() -> None:
+    module = nanoir.parse(
+        """
+func.func @main(%x: tensor<?x2xf32>) -> (tensor<?x2xf32>, tensor<2xf32>) {
+  %c = nf.constant "c" dense<1.0> : tensor<2xf32>
+  %y = nf.add %x, %c : (tensor<?x2xf32>, tensor<2xf32>) -> tensor<?x2xf32>
+  func.return %y, %c : tensor<?x2xf32>, tensor<2xf32>
+}
+"""
+    )
+    with pytest.raises(ExportError, match="returns a constant .* as result 1"):
+        export_nanoengine(module)
