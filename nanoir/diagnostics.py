@@ -377,7 +377,7 @@ class LocatingParser(Parser):
 def _bytes_text(n: int) -> str:
     for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return f"{n / size:.4g} {unit}"
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
     return f"{n} bytes"
 
 
