@@ -101,7 +101,7 @@ from nanoir.grammar.ne_import import (
     reference_result_types,
     streamed_type,
 )
-from nanoir.grammar.ne_printer import print_nanoengine
+from nanoir.grammar.ne_printer import BOM_ENTRY, comment_from_entry, print_nanoengine
 from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -867,7 +867,9 @@ class _Exporter:
             outputs.append(self.names[v] if returned.get(v) == i else self.identity(v, i))
         self._declare_results_in_return_order(outputs)
         items = self._items()
-        return Program(tuple(items))
+        recorded = self.module.attributes.get(NE_ITEMS)  # its first entry may be the BOM
+        bom = isinstance(recorded, ArrayAttr) and recorded.data[:1] == (StringAttr(BOM_ENTRY),)
+        return Program(tuple(items), bom=bom)
 
     def _declare_results_in_return_order(self, wanted: list[str]) -> None:
         """Results are the unread runtime tensors in declaration order (that is how import
@@ -907,8 +909,9 @@ class _Exporter:
             if not isinstance(entry, StringAttr):
                 continue
             text = entry.data
-            if text.startswith("//"):
-                items.append(Comment(text[2:]))
+            comment = comment_from_entry(text)  # `//text`, or `<blank lines>//text`
+            if comment is not None:
+                items.append(comment)
             elif text in ("func init", "func runtime"):
                 name = text[5:]
                 if name not in emitted:

@@ -53,6 +53,10 @@ computes:
 
     on builtin.module   ne.items     every item of the file, in order: declaration names,
                                       "//comment" lines, "func init" and "func runtime"
+                                      (plus "<k>//comment" for a comment with k blank lines
+                                      before it where the reference has others, and a first
+                                      entry U+FEFF when the file starts with a byte order mark;
+                                      see ne_printer.comment_entry)
                         ne.decls     declarations no op carries: integer constants that are not
                                       a Q's exponent (e.g. Reshape's int64_t shape), word
                                       tensors, and unused tensors, as {kind = ..., ...}
@@ -101,6 +105,7 @@ from nanoir.grammar.ne_ast import (
     Function,
     InitNode,
     InitTensor,
+    Item,
     Loc,
     MemTensor,
     Program,
@@ -111,6 +116,7 @@ from nanoir.grammar.ne_ast import (
 from nanoir.grammar.ne_check import check_program
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
 from nanoir.grammar.ne_parser import decode_nanoengine, parse_nanoengine
+from nanoir.grammar.ne_printer import BOM_ENTRY, comment_entry
 from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -833,14 +839,17 @@ def _float_types_differ(values: Sequence[NodeInput]) -> bool:
 
 
 def _items_attr(program: Program) -> ArrayAttr[StringAttr]:
-    entries: list[StringAttr] = []
+    # A byte order mark and comments spaced unlike the reference are recorded too (ne_printer).
+    entries: list[StringAttr] = [StringAttr(BOM_ENTRY)] if program.bom else []
+    previous: Item | None = None
     for item in program.items:
         if isinstance(item, Comment):
-            entries.append(StringAttr("//" + item.text))
+            entries.append(StringAttr(comment_entry(item, previous)))
         elif isinstance(item, Function):
             entries.append(StringAttr(f"func {item.name}"))
         else:
             entries.append(StringAttr(item.name))
+        previous = item
     return ArrayAttr(entries)
 
 

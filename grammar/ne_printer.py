@@ -41,7 +41,7 @@ from nanoir.grammar.ne_ast import (
     WordTensor,
 )
 
-__all__ = ["print_nanoengine"]
+__all__ = ["print_nanoengine", "BOM_ENTRY", "comment_entry", "comment_from_entry"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -166,6 +166,37 @@ def _item(item: Item, out: list[str]) -> None:
         raise ValueError(f"{item!r} is not a .ne program item")
 
 
+def _reference_blank_lines(previous: Item | None) -> int:
+    """Blank lines the reference exporter puts before a comment that follows `previous`."""
+    return 0 if previous is None or isinstance(previous, Comment) else 1
+
+
+# How the `ne.items` attribute of an imported module (see `ne_import`) records what the
+# printer needs beyond the items themselves, so that IR -> text is byte-exact too:
+BOM_ENTRY = "\ufeff"
+"""A first entry that is the byte order mark: the file started with one (`Program.bom`)."""
+_SPACED_COMMENT = re.compile(r"([0-9]+)(//.*)", re.DOTALL)
+
+
+def comment_entry(comment: Comment, previous: Item | None) -> str:
+    """The `ne.items` entry of a comment that follows `previous`: `//text` when it has the
+    reference spacing (or no recorded spacing), else `<k>//text` with its k blank lines."""
+    k = comment.blank_lines
+    if k is None or k == _reference_blank_lines(previous):
+        return "//" + comment.text
+    return f"{k}//{comment.text}"
+
+
+def comment_from_entry(entry: str) -> Comment | None:
+    """The comment an `ne.items` entry stands for (see `comment_entry`), or None."""
+    if entry.startswith("//"):
+        return Comment(entry[2:])
+    spaced = _SPACED_COMMENT.fullmatch(entry)
+    if spaced is not None and len(spaced.group(1)) <= 9:
+        return Comment(spaced.group(2)[2:], blank_lines=int(spaced.group(1)))
+    return None
+
+
 def print_nanoengine(program: Program) -> str:
     """The `.ne` text of `program`, in the reference exporter's exact layout."""
     out: list[str] = ["\ufeff"] if program.bom else []
@@ -178,8 +209,8 @@ def print_nanoengine(program: Program) -> str:
                 if isinstance(item.blank_lines, bool) or not isinstance(item.blank_lines, int) or item.blank_lines < 0:
                     raise ValueError(f"comment {item.text!r} has {item.blank_lines!r} blank lines")
                 out.append("\n" * item.blank_lines)
-            elif previous is not None and not isinstance(previous, Comment):
-                out.append("\n")
+            else:
+                out.append("\n" * _reference_blank_lines(previous))
             out.append(f"//{item.text}\n")
         else:
             _item(item, out)
