@@ -40,6 +40,13 @@ alphabetical order, defaults spelled out, as the reference does:
     nf.matmul             MatMul              []
     nf.prelu              PRelu               []
     nf.custom             its op_type         its attributes
+    (a result's alias)    Identity            []
+
+Import finds the results as the runtime tensors no node reads, so a returned value that
+another op also reads, that is returned twice or that is an input is written through an
+`Identity` node whose output is that result (the importer makes no op for it). A constant
+result is an `ExportError`. A recorded runtime shape is kept while it fits the value's type,
+or the shape NanoEngine-PyTorch declares for it ignoring padding (see `ne_import`).
 
 A function with nh ops (or nh-typed arguments) is written at the hw level by `ne_export_hw`.
 Anything else (nf ops with no ONNX counterpart such as nf.pad) is an `ExportError` naming the

@@ -32,6 +32,7 @@ Op types (ONNX attribute semantics; `IR op` <- `.ne op_type`):
     Transpose            nf.transpose
     MatMul               nf.matmul
     PRelu                nf.prelu                 1-D slope only
+    Identity             (no op)                  its output names its input's value
     anything else        nf.custom                op_type + all attributes, with a warning
 
 A known op type used in a way the nf op cannot express (Gemm with transB=0, Clip with
@@ -47,6 +48,21 @@ streamed dim), or that is declared `-1`, is dynamic: `tensor<?x3x?x5xf32>`. Know
 their result types from the nf constructors' shape inference; the declared shapes must agree
 with it on the static dims.
 
+Files from NanoEngine-PyTorch: its stream analysis ignores the `pads` of Conv, MaxPool and
+AveragePool, so for a padded network it declares those nodes' outputs, and everything
+computed from them, smaller than they are (a pad-1 3x3 conv on width 8 is declared 6 wide).
+A declared runtime shape is therefore also accepted when it is the *reference shape*: the
+shape inference run again over the program with every pad taken as zero (see
+`reference_result_types`; where those shapes do not fit together, e.g. a padded branch
+joining an unpadded one, there is none). The IR keeps the true types, which verification,
+running, lowering and streaming use; the declared numbers stay in `ne.out_s` and are written
+back as they were. One `NanoEnginePaddingWarning` per file names every such tensor with its
+declared and computed shape. Any other disagreement is an error.
+
+An `Identity` node makes no op: its output is a second name of its input's value. The
+exporter writes one for a result that another node also reads, that is returned twice or
+that is an input (results are found as unread tensors), as the hw level does.
+
 Everything the printer needs to reproduce the file byte for byte rides along as discardable
 attributes with an `ne.` prefix (see `NE_*` below); nothing in them changes what the program
 computes:
@@ -61,6 +77,10 @@ computes:
                                       a Q's exponent (e.g. Reshape's int64_t shape), word
                                       tensors, and unused tensors, as {kind = ..., ...}
     on func.func args   ne.tensor    {name, layout, shape[, dtype]} of the input's declaration
+    on func.func results ne.identity {node, out, mem_s, after} of the Identity node that gives
+                                      the result: its name, output and cache declarations and
+                                      the node called before it (an Identity whose output
+                                      other nodes read is not recorded: they read the value)
     on node ops         ne.node      the node's name;  ne.init  (unit) for init nodes
                         ne.out_s     [{name, layout, shape[, dtype]}] for each output
                         ne.mem_s     [{name, layout, shape[, dtype]}] for each input cache
