@@ -5,13 +5,22 @@ corrupt hex data (bad digit, odd length, a space inside) and insert junk charact
 comes out, `parse_nanoengine` must return a `Program` or raise a `NanoEngineError` (never an
 internal error, a Lark exception, or anything else) within two seconds, and an error must be
 located inside the text. When a mutant parses, printing it must give text that parses back to
-the same tree. About 5000 cases; the file runs in about 10 s on two cores.
+the same tree.
+
+Hostile values (issue 11): integers are replaced by int64 and int8 edge values, values in
+[2^63, 2^64) (which once wrapped to negative numbers), huge and very long literals (beyond
+Python's 4300-digit int-str limit); file bytes get a byte order mark, invalid UTF-8 or a cut
+multi-byte character. These mutants go through the whole importer as well (`.ne` bytes ->
+IR), at the nq level (the README sample) and the hw level (inputs/small_hw.ne): each must
+give a module or a located `NanoEngineError`, within the time bound. About 5000 cases; the
+file runs in about 25 s of CPU on two cores.
 """
 
 from __future__ import annotations
 
 import re
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +28,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.grammar.ne_ast import Program
 from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineInternalError
+from nanoir.grammar.ne_import import import_nanoengine_bytes
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine
+from xdsl.dialects.builtin import ModuleOp
 
 from nanoir.testing_programs import examples
 
 SMALL = (Path(__file__).parent / "inputs" / "small.ne").read_text()
+SMALL_HW = (Path(__file__).parent / "inputs" / "small_hw.ne").read_text()
+SAMPLE = (Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne").read_text()
 
 VARIED = """\
 // constants
@@ -189,3 +202,105 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
         text = SMALL.replace("attr=[]", f"attr=[k={attr}]")
         assert_parses_or_reports(text)
         assert_parses_or_reports(text[: len(text) // 2])
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile values and bytes (issue 11), through the parser and the whole importer
+# ---------------------------------------------------------------------------------------
+
+_INT = re.compile(r"(?<![0-9A-Za-z_.x])-?[0-9]+(?![0-9A-Za-z_.])")
+_EDGES = [
+    2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**30, -(10**30),
+    2**31, 2**32, 127, 128, -128, -129, 255, 256, 0, -1, -2, 16, 17,
+]
+HOSTILE_INTS = st.one_of(
+    st.sampled_from(_EDGES).map(str),
+    st.integers(2**63, 2**64 - 1).map(str),  # once read as value - 2**64
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.integers(4290, 4400).map(lambda n: "9" * n),  # around the int-str conversion limit
+    st.integers(4290, 4400).map(lambda n: "-" + "1" * n),
+    st.integers(4290, 4400).map(lambda n: "0" * n + "7"),  # long, but a small value
+)
+BAD_BYTES = st.sampled_from([b"\x80", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc0\xaf", b"\xe2\x82"])
+
+
+@st.composite
+def int_mutants(draw: st.DrawFn, sources: list[str]) -> str:
+    """`sources` with one to three integers replaced by hostile ones."""
+    text = draw(st.sampled_from(sources))
+    for _ in range(draw(st.integers(1, 3))):
+        found = list(_INT.finditer(text))
+        if not found:
+            break
+        m = draw(st.sampled_from(found))
+        text = text[: m.start()] + draw(HOSTILE_INTS) + text[m.end() :]
+    return text
+
+
+@st.composite
+def byte_mutants(draw: st.DrawFn, sources: list[str]) -> bytes:
+    """`sources` as UTF-8 with a byte order mark, bad bytes, or a cut multi-byte character."""
+    raw = draw(st.sampled_from(sources)).encode()
+    if draw(st.booleans()):
+        raw = "\u00e9\u20ac\U0001f600".encode().join(raw.split(b"//", 1))  # multi-byte text in a comment
+    kinds = draw(st.lists(st.sampled_from(["bom", "bad", "cut"]), min_size=1, max_size=3))
+    for kind in kinds:
+        at = draw(st.integers(0, len(raw)))
+        if kind == "bad":
+            raw = raw[:at] + draw(BAD_BYTES) + raw[at:]
+        elif kind == "cut":
+            multi = [i for i, b in enumerate(raw) if b >= 0xC0]
+            if multi:
+                i = draw(st.sampled_from(multi))
+                raw = raw[: i + 1] + raw[i + 2 :]
+    if "bom" in kinds:
+        raw = b"\xef\xbb\xbf" + raw
+    return raw
+
+
+def assert_imports_or_reports(raw: bytes) -> None:
+    """A module, or a located NanoEngineError; nothing else, within the time bound."""
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # import warnings (unknown op types, paddings)
+            module = import_nanoengine_bytes(raw, "fuzz.ne")
+    except NanoEngineInternalError:
+        raise
+    except NanoEngineError as err:
+        text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff")
+        lines = text.split("\n")
+        assert 1 <= err.line <= len(lines)
+        assert 1 <= err.column <= len(lines[err.line - 1]) + 1
+        assert str(err).startswith(f"fuzz.ne:{err.line}:{err.column}: error: ")
+        assert err.excerpt is not None and str(err).endswith("^")  # the line and a caret
+    else:
+        assert isinstance(module, ModuleOp)
+    assert time.perf_counter() - start < MAX_SECONDS
+
+
+@settings(max_examples=600, deadline=None)
+@given(int_mutants([SMALL, VARIED]) | mutants([SMALL, VARIED]).map(lambda t: "\ufeff" + t))
+def test_hostile_integers_and_bom_parse_or_report(text: str) -> None:
+    assert_parses_or_reports(text.removeprefix("\ufeff"))
+    if text.startswith("\ufeff"):
+        assert_parses_or_reports(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(int_mutants([SMALL_HW]) | mutants([SMALL_HW]))
+def test_hostile_hw_programs_import_or_report(text: str) -> None:
+    # A lone surrogate (from JUNK) becomes bytes that are not UTF-8: a located error too.
+    assert_imports_or_reports(text.encode("utf-8", errors="surrogatepass"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(int_mutants([SAMPLE]))
+def test_hostile_nq_programs_import_or_report(text: str) -> None:
+    assert_imports_or_reports(text.encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(byte_mutants([SMALL, VARIED, SMALL_HW, SAMPLE]))
+def test_hostile_bytes_import_or_report(raw: bytes) -> None:
+    assert_imports_or_reports(raw)
