@@ -137,6 +137,12 @@ class FakeQuantOp(IRDLOperation):
             raise VerifyException(
                 f"nq.fake_quant: exp must be an integer tensor, got {exp_type}"
             )
+        if exp_type.get_element_type().width.data not in (8, 16, 32, 64):
+            # Exponents are read as whole bytes (the runtime and the lowering view the data
+            # as int8..int64; an i1 "1" would even be stored as -1).
+            raise VerifyException(
+                f"nq.fake_quant: exp must hold i8, i16, i32 or i64 integers, got {exp_type}"
+            )
         x = tensor_shape(self.input)
         e = exp_type.get_shape()
         try:

@@ -136,7 +136,10 @@ def as_syntax_error(e: ParseError) -> MlirSyntaxError:
         note = e.ref_text + "\n" if e.ref_text is not None else ""
         for span, msg in e.refs:
             note += span.print_with_context(msg) + "\n"
-    return MlirSyntaxError(e.span, _error_text(e.msg), note)
+    msg = e.msg
+    if "{first_char}" in msg:  # a message xDSL 0.74 forgot to format
+        msg = msg.replace("{first_char}", repr(e.span.input.content[e.span.start : e.span.start + 1]))
+    return MlirSyntaxError(e.span, _error_text(msg), note)
 
 
 def _line_span(input: Input[Any], start: int, end: int) -> Span[Any]:
@@ -391,11 +394,27 @@ def _located(
     # nanoir's verifiers start their messages with the op name; xDSL's generic ones do not.
     if not message.startswith(f"{op.name}:"):
         message = f"'{op.name}' op {message}"
-    span = spans.get(op)
+    span = spans.get(op) or _span_inside(op, message, spans)
     if span is None:
         return NanoirDiagnostic(f"error: {message}")
     span = dataclasses.replace(span, line_offset=line_offset)
     return NanoirDiagnostic(print_span(span, f"error: {message}").rstrip())
+
+
+def _span_inside(op: Operation, message: str, spans: dict[Operation, Span]) -> Span | None:
+    """A place for an error on an op the text never spelled out (the implicit module around
+    top-level ops): the symbol defined twice, else the first op inside it."""
+    twice = re.search(r'Redefinition of symbol "(.*)"', message)
+    seen = False
+    for inner in op.walk():
+        if inner is op or inner not in spans:
+            continue
+        name = inner.properties.get("sym_name") or inner.attributes.get("sym_name")
+        if twice and getattr(name, "data", None) == twice.group(1):
+            if seen:
+                return spans[inner]
+            seen = True
+    return next((spans[inner] for inner in op.walk() if inner in spans), None)
 
 
 def check_dominance(block: Block) -> tuple[Operation, SSAValue] | None:

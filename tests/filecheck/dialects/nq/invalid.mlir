@@ -55,3 +55,13 @@ func.func @bad_rounding(%x: tensor<2xf32>) -> tensor<2xf32> {
 }
 // CHECK: invalid.mlir:[[# @LINE - 3]]:{{[0-9]+}}
 // CHECK: Expected `trunc`, `floor`, `half_up`, or `half_even`
+
+// -----
+
+// Exponents are read as whole bytes: an i4 exp used to pass and crash nanoir-run (KeyError: 4).
+func.func @narrow_exp(%x: tensor<2xf32>) -> tensor<2xf32> {
+  %q = nq.fake_quant %x {bits = 8 : i64, exp = dense<1> : tensor<1xi4>} : tensor<2xf32>
+  func.return %q : tensor<2xf32>
+}
+// CHECK: invalid.mlir:[[# @LINE - 3]]:3
+// CHECK: error: nq.fake_quant: exp must hold i8, i16, i32 or i64 integers, got tensor<1xi4>
