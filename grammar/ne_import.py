@@ -52,9 +52,9 @@ Files from NanoEngine-PyTorch: its stream analysis ignores the `pads` of Conv, M
 AveragePool, so for a padded network it declares those nodes' outputs, and everything
 computed from them, smaller than they are (a pad-1 3x3 conv on width 8 is declared 6 wide).
 A declared runtime shape is therefore also accepted when it is the *reference shape*: the
-shape inference run again over the program with every pad taken as zero (see
-`reference_result_types`; where those shapes do not fit together, e.g. a padded branch
-joining an unpadded one, there is none). The IR keeps the true types, which verification,
+shape inference run again over the program with every pad taken as zero, a join of
+branches shrunk differently being as long as its shortest input (see
+`reference_result_types`). The IR keeps the true types, which verification,
 running, lowering and streaming use; the declared numbers stay in `ne.out_s` and are written
 back as they were. One `NanoEnginePaddingWarning` per file names every such tensor with its
 declared and computed shape. Any other disagreement is an error.
@@ -825,27 +825,60 @@ def reference_result_types(
 
     `types` are the result types nanoir computes (returned as they are when the node has no
     pads and every input's reference type is its type); `reference` holds one type (or None:
-    unknown) per SSA input, in order. None when the reference shapes do not fit together
-    (e.g. a join of a padded branch with an unpadded one) or a reference type is unknown.
+    unknown) per SSA input, in order. None when a reference type is unknown or the reference
+    shapes do not fit together.
+
+    A join (Add, Sub, Mul, Div, Concat) of a padded branch with a less shrunken one, as in a
+    residual block, fires in the reference's analysis while every input has a row, so along
+    each dim where its inputs disagree (and none broadcasts, and not Concat's axis) it
+    produces as many as the shortest input has.
     """
     values = [v for v in spec.inputs if isinstance(v, SSAValue)]
     if not _has_pads(spec) and all(r == v.type for v, r in zip(values, reference)):
         return list(types)
     if any(r is None for r in reference) or spec.op_type not in CONVERTERS:
         return None
-    placeholders = iter(Block(arg_types=list(reference)).args)  # type: ignore[arg-type]  # checked above
-    inputs = tuple(next(placeholders) if isinstance(v, SSAValue) else v for v in spec.inputs)
     attrs = tuple(
         (k, tuple(0 for _ in v)) if k == "pads" and isinstance(v, tuple) and spec.op_type in PADDED_OP_TYPES else (k, v)
         for k, v in spec.attrs
     )
+    found = _types_of(NodeSpec(spec.name, spec.op_type, attrs, spec.inputs, spec.num_outputs), reference)  # type: ignore[arg-type]
+    if found is None and spec.op_type in _JOIN_OP_TYPES:
+        found = _types_of(spec, _shortest_joined(spec, reference))  # type: ignore[arg-type]
+    return found
+
+
+_JOIN_OP_TYPES = ("Add", "Sub", "Mul", "Div", "Concat")
+
+
+def _types_of(spec: NodeSpec, input_types: Sequence[Attribute]) -> list[Attribute] | None:
+    """The result types of the node with its SSA inputs of these types; None if they do not fit."""
+    placeholders = iter(Block(arg_types=input_types).args)
+    inputs = tuple(next(placeholders) if isinstance(v, SSAValue) else v for v in spec.inputs)
     try:
-        op = convert_known(NodeSpec(spec.name, spec.op_type, attrs, inputs, spec.num_outputs))
+        op = convert_known(NodeSpec(spec.name, spec.op_type, spec.attrs, inputs, spec.num_outputs))
     except (Unsupported, NodeProblem, ShapeError, ValueError):
         return None
     result = [r.type for r in op.results]
     op.erase(safe_erase=False)
     return result
+
+
+def _shortest_joined(spec: NodeSpec, types: Sequence[Attribute]) -> list[Attribute]:
+    """The input types of a join cut to the shortest input along each dim where they differ."""
+    shapes = [list(t.get_shape()) if isinstance(t, TensorType) else [] for t in types]
+    rank = max((len(s) for s in shapes), default=0)
+    axis = dict(spec.attrs).get("axis") if spec.op_type == "Concat" else None
+    skip = axis % rank if isinstance(axis, int) and rank and -rank <= axis < rank else None
+    for d in range(rank):
+        sizes = {s[d] for s in shapes if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX)}
+        if d != skip and len(sizes) > 1:
+            for s in shapes:
+                if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX):
+                    s[d] = min(sizes)
+    return [
+        TensorType(t.get_element_type(), s) if isinstance(t, TensorType) else t for t, s in zip(types, shapes)
+    ]
 
 
 def _float_types_differ(values: Sequence[NodeInput]) -> bool:

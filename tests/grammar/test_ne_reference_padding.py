@@ -8,7 +8,8 @@ computes with the true shapes and writes the declared numbers back.
 The inputs (`inputs/reference_*.ne`) are written in the reference's style (sections, names,
 `Q` nodes with int8 exponent constants, runtime and cache shapes from its analysis with steps
 `[(2, 1), (3, whole width)]`, pads ignored): a chain of two pad-1 convs, a pad-1 stride-2 max
-pool and a pad-1 average pool, and a pad-1 stride-2 conv. Expected shapes are written out
+pool and a pad-1 average pool, a residual block (two pad-1 convs added to their input), and
+a pad-1 stride-2 conv. Expected shapes are written out
 below; expected numbers come from a PyTorch evaluation of the file's own constants (not from
 the importer) and from the same file declared with the true shapes.
 """
@@ -61,6 +62,19 @@ CASES: dict[str, tuple[int, dict[str, tuple[int, int]]]] = {
             "Q_n5_o0": (3, 4),
             "AveragePool_n1_o0": (2, 5),
             "output": (2, 5),
+        },
+    ),
+    "reference_residual": (
+        8,
+        {  # two pad-1 convs joined with their input: the reference's Add is as long as its
+            # shorter input (it fires while both caches hold a row)
+            "Conv_n1_o0": (6, 8),
+            "Q_n4_o0": (6, 8),
+            "Relu_n1_o0": (6, 8),
+            "Conv_n2_o0": (4, 8),
+            "Q_n7_o0": (4, 8),
+            "Add_n1_o0": (4, 8),
+            "output": (4, 8),
         },
     ),
     "reference_strided_padded_conv": (
@@ -143,7 +157,7 @@ def _fake_quant(x: torch.Tensor, bits: int, exp: np.ndarray) -> torch.Tensor:
 
 
 def torch_reference(text: str, x: np.ndarray) -> np.ndarray:
-    """Run the file's nodes with PyTorch: Q, Conv, Relu, MaxPool and AveragePool, pads used."""
+    """Run the file's nodes with PyTorch: Q, Conv, Add, Relu, MaxPool and AveragePool, pads used."""
     program = parse_nanoengine(text)
     values: dict[str, torch.Tensor] = {"input": torch.from_numpy(x)}
     consts = {d.name: d for d in program.declarations if isinstance(d, ConstTensor)}
@@ -165,6 +179,8 @@ def torch_reference(text: str, x: np.ndarray) -> np.ndarray:
         elif node.op_type == "Conv":
             pad = attrs["pads"][0]  # type: ignore[index]
             out = F.conv2d(ins[0], ins[1], ins[2], stride=attrs["strides"], padding=pad)  # type: ignore[arg-type]
+        elif node.op_type == "Add":
+            out = ins[0] + ins[1]
         elif node.op_type == "Relu":
             out = torch.relu(ins[0])
         elif node.op_type == "MaxPool":
@@ -368,3 +384,17 @@ def test_a_shrunk_shape_without_padding_is_an_error() -> None:
         import_text(shrunk)
     _, caught = import_text(text)
     assert not any(issubclass(w.category, NanoEnginePaddingWarning) for w in caught)
+
+
+def test_a_join_is_as_long_as_its_shorter_input_only() -> None:
+    """In the residual block, the Add is declared 4 wide (its shorter input) or 8 (true);
+    no other width is accepted."""
+    text = (INPUTS / "reference_residual.ne").read_text()
+    decl = "let Add_n1_o0: Tensor<Any> = {shape:BCMD=[-1, 2, 1, 4]}"
+    for width in (5, 6):
+        wrong = _replace_once(text, decl, decl.replace("1, 4]", f"1, {width}]"))
+        with pytest.raises(
+            NanoEngineSemanticError,
+            match=rf"'Add_n1_o0' is declared \[-1, 2, 1, {width}\]",
+        ):
+            import_text(wrong)
