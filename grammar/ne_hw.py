@@ -15,7 +15,8 @@ Tensors. Every nh value is a declared tensor whose dtype names its element width
     let Conv_n1_o0: Tensor<int32_t> = {shape:BCMD=[-1, 16, 6, 3]};
 
 Its exponent(s) are the `exp` attribute of the node that computes it: `exp=7` per tensor,
-`exp=[9, 8, 9]` per channel along the first `C` of the layout. Every node states `exp`, also
+`exp=[9, 8, 9]` per channel along the first `C` of the layout, each from -128 to 127
+(NanoEngine stores exponents as int8; so do a Q's exponent constant's values). Every node states `exp`, also
 where the op determines it (a conv's accumulator): a reader never has to derive an exponent,
 and the importer checks the stated ones with the nh verifiers.
 
@@ -114,6 +115,8 @@ from xdsl.ir import Attribute, Operation
 __all__ = [
     "HW_DTYPES",
     "WIDTH_OF_DTYPE",
+    "EXP_MIN",
+    "EXP_MAX",
     "PACKED_WIDTHS",
     "UNNAMED_CONSTANT",
     "HwOp",
@@ -138,6 +141,9 @@ __all__ = [
 HW_DTYPES: dict[int, str] = {1: "int1_t", 2: "int2_t", 4: "int4_t", 8: "int8_t", 16: "int16_t", 32: "int32_t"}
 """nh element width -> dtype of a computed tensor's declaration."""
 WIDTH_OF_DTYPE: dict[str, int] = {name: width for width, name in HW_DTYPES.items()}
+
+EXP_MIN, EXP_MAX = -128, 127
+"""The range of an exponent: NanoEngine stores exponents as int8 (import and export check it)."""
 
 PACKED_WIDTHS = (1, 2, 4)
 """Widths whose constant codes are stored packed, several to a byte."""

@@ -49,6 +49,8 @@ from nanoir.grammar.ne_ast import (
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
 from nanoir.grammar.ne_hw import (
     BY_OP_TYPE,
+    EXP_MAX,
+    EXP_MIN,
     UNNAMED_CONSTANT,
     WIDTH_OF_DTYPE,
     codes_from_data,
@@ -102,10 +104,6 @@ def _set_hint(value: SSAValue, name: str) -> None:
         value.name_hint = name
     except ValueError:  # not a name xDSL accepts as a hint; the .ne name is lost, harmlessly
         pass
-
-
-EXP_MIN, EXP_MAX = -128, 127
-"""NanoEngine stores exponents as int8."""
 
 
 def _check_exponents(node: Node, exps: Sequence[int], attr: str | None) -> None:
