@@ -35,7 +35,6 @@ from nanoir.grammar.ne_import import (
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.lowering.stream_plan import StreamPlanPass, stream_shapes
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
-from xdsl.parser import Parser
 
 import nanoir
 
@@ -213,9 +212,8 @@ def test_reference_file_loads_with_one_warning(case: str) -> None:
     _, widths = CASES[case]
     module, caught = load_with_warnings(path)
     assert len(caught) == 1 and caught[0].category is NanoEnginePaddingWarning
-    assert issubclass(
-        NanoEnginePaddingWarning, NanoEngineImportWarning
-    )  # tools print both alike
+    # tools print it like every import warning
+    assert issubclass(NanoEnginePaddingWarning, NanoEngineImportWarning)
     message = str(caught[0].message)
     # Located at the first such tensor's declaration.
     first = next(iter(widths))
@@ -240,7 +238,7 @@ def test_reference_file_writes_back_byte_for_byte(case: str, tmp_path: Path) -> 
     nanoir.save(module, tmp_path / "again.ne")
     assert (tmp_path / "again.ne").read_bytes() == path.read_bytes()
     # Also after printing the IR as MLIR text and parsing it back.
-    reparsed = Parser(nanoir.make_context(), str(module)).parse_module()
+    reparsed = nanoir.parse(str(module))
     assert export_nanoengine(reparsed) == path.read_text()
 
 
