@@ -24,7 +24,9 @@ them: a dimension fits int64 (the checker then asks for -1 or more), an attribut
 int64, and a shape's dimensions multiply to at most 2^63 - 1 elements; a literal too long for
 Python's int-str conversion (4300 digits) is the same located error, never a `ValueError`. A
 text may start with a byte order mark (U+FEFF): it is not part of line 1 (columns count from
-after it), and the `Program` records it (`Program.bom`) so that the printer writes it back.
+after it), and the `Program` records it (`Program.bom`) so that the printer writes it back
+and the file round-trips byte for byte (through the nq-level IR too, in `ne.items`; the hw
+level keeps no file layout, so its export has no mark).
 `decode_nanoengine` turns file bytes into text with the same located errors for bad UTF-8.
 """
 
@@ -491,7 +493,9 @@ def parse_nanoengine(text: str, filename: str = "<string>", check: bool = True) 
     """Parse `.ne` text into a `Program`; with `check`, also run `check_program` on it.
 
     Raises `NanoEngineSyntaxError` or `NanoEngineSemanticError` (both `NanoEngineError`),
-    located at `filename:line:col`; no other exception escapes for any input string.
+    located at `filename:line:col`; no other exception escapes for any input string. A
+    leading byte order mark is skipped (positions count from after it) and kept as
+    `Program.bom`.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_nanoengine expects str, got {type(text).__name__}")
