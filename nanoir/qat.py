@@ -87,6 +87,7 @@ __all__ = [
     "convert",
     "evaluate",
     "export_exponents",
+    "float_program",
     "prepare",
     "save_exponents",
     "train",
@@ -268,6 +269,7 @@ class Quantizer(nn.Module):
             self._update_ema(x)
         k = self.exponents()
         if cap is not None:
+            cap = cap.min() if k.numel() == 1 else cap  # as quantize: a per-tensor bias
             k = torch.minimum(k, cap.to(k.dtype).reshape(k.shape))
         self.last_k = k.detach()
         clip = None
@@ -769,7 +771,7 @@ def prepare(model: Any, example_inputs: Sequence[Any], *, function: str | None =
     return qat
 
 
-def _float_program(qat: QATModule) -> ModuleOp:
+def float_program(qat: QATModule) -> ModuleOp:
     """The folded nf program with the module's current constants written in."""
     from nanoir.runtime.interpreter import find_function
     from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr
@@ -801,7 +803,7 @@ def calibrate(qat: QATModule, batches: Iterable[Any], *, calibrator: str | None 
     config = qat.config
     if calibrator is not None:
         config = qz.QuantConfig(**{**config.__dict__, "calibrator": calibrator})
-    module = _float_program(qat)
+    module = float_program(qat)
     targets = qz.quantize_function(find_function(module, qat.function), batches, config,
                                    progress=progress)
     for t in targets:
@@ -820,8 +822,9 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
     caps = _bias_caps(qat)
     for key, q in qat.quantizers.items():
         k = q.int_exponents().reshape(-1)
-        if key in caps and caps[key] is not None:
-            k = np.minimum(k, caps[key])
+        cap = caps.get(key)
+        if cap is not None:
+            k = np.minimum(k, cap.min() if k.size == 1 else cap)
         out[q.name] = {"exp": [int(v) for v in k], "bits": q.bits, "rounding": str(q.rounding),
                        "axis": q.axis}
     qat.train(was_training)
@@ -847,7 +850,7 @@ def convert(qat: QATModule) -> ModuleOp:
     inputs bit for bit, and it lowers to nh as any quantized program does."""
     from nanoir.runtime.interpreter import find_function
 
-    module = _float_program(qat)
+    module = float_program(qat)
     qz.quantize_function(find_function(module, qat.function), None, qat.config,
                          export_exponents(qat))
     return module
