@@ -661,6 +661,8 @@ def quantize_function(
         for user in users:
             cap = _accumulator_cap(user)
             if cap is not None and t.bits > 1:
+                # A per-tensor bias takes the smallest of per-channel caps.
+                cap = cap.min() if t.exps.size == 1 else cap
                 t.exps = np.minimum(t.exps.reshape(-1), cap).reshape(t.exps.shape)
         _insert(t, config, rewriter)
     return targets
