@@ -25,6 +25,7 @@ place, quickly, never in a traceback or a hang:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -32,12 +33,19 @@ from typing import Any, TypeVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    AnyFloat,
     BytesAttr,
+    ComplexType,
     DenseIntOrFPElementsAttr,
+    IndexType,
+    IntegerType,
     ModuleOp,
+    RankedStructure,
     TensorType,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.irdl import base
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import (
@@ -334,8 +342,16 @@ class LocatingParser(Parser):
             )
 
     def _parse_dense_literal_type(self) -> Any:
+        # xDSL 0.74's own version, except that it rebuilds this constraint on every call,
+        # which is most of the ~1 ms each `dense<>` literal costs (XDSL_NOTES.md section 7).
         start = self._current_token.span.start
-        type = super()._parse_dense_literal_type()
+        type = self.expect(self.parse_optional_type, "Dense attribute must be typed!")
+        if not _dense_type_constraint().verifies(type):
+            self.raise_error(
+                "Expected memref, vector or tensor type of integer, index, float, or complex type"
+            )
+        if any(dim == DYNAMIC_INDEX for dim in type.get_shape()):
+            self.raise_error("Dense literal attribute should have a static shape.")
         self._check_dense_size(type, start)
         return type
 
@@ -346,6 +362,16 @@ class LocatingParser(Parser):
         # A splat (`dense<1.0> : tensor<64x3x3x3xf32>`): xDSL expands it into a Python list
         # and converts element by element (4 s per million integers); expand the bytes instead.
         start = self._current_token.span.start
+        # Only a scalar can be a splat: leave hex strings (`dense<"0x...">`, possibly many MB,
+        # which the lookahead would lex twice), lists and empty literals to xDSL at once.
+        content = self.lexer.input.content
+        after = self._current_token.span.end
+        while after < len(content) and content[after] in " \t\r\n":
+            after += 1
+        if self._current_token.kind != MLIRTokenKind.LESS or content[after : after + 1] in (
+            '"', "[", ">", "(", ""
+        ):
+            return super().parse_dense_int_or_fp_elements_attr(None)
         splat_type = self._splat_type()
         self._resume_from(start)
         if splat_type is None:
@@ -375,6 +401,11 @@ class LocatingParser(Parser):
             return None
         type = self._parse_dense_literal_type()
         return type if math.prod(type.get_shape()) > 1 else None
+
+
+@functools.cache
+def _dense_type_constraint() -> Any:
+    return base(RankedStructure[IntegerType | IndexType | AnyFloat | ComplexType])
 
 
 def _bytes_text(n: int) -> str:
