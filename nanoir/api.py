@@ -317,8 +317,8 @@ def check_output_path(path: str | os.PathLike[str]) -> None:
     target = os.path.realpath(name)
     try:
         st = os.stat(target)
-    except FileNotFoundError:
-        st = None
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # the directory is checked below
     except OSError as e:
         raise FileAccessError(f"cannot write {name}: {_reason(e)}", name, e.errno) from None
     if st is not None:
