@@ -130,6 +130,10 @@ def _error_text(message: str) -> str:
 def _describe(e: BaseException) -> str:
     """An exception's message, with its type where the message alone would be cryptic."""
     text = str(e.args[0]) if isinstance(e, DiagnosticException) and e.args else str(e)
+    if isinstance(e, ValueError) and text.startswith("Exceeds the limit ("):
+        # Python refuses int() of more than 4300 digits; no type could hold such a number.
+        limit = re.search(r"\((\d+) digits\)", text)
+        return f"number too long (more than {limit.group(1) if limit else 4300} digits)"
     if isinstance(e, ValueError | OverflowError | DiagnosticException) and text:
         return text
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
@@ -145,8 +149,11 @@ def as_syntax_error(e: ParseError) -> MlirSyntaxError:
         for span, msg in e.refs:
             note += span.print_with_context(msg) + "\n"
     msg = e.msg
+    char = e.span.input.content[e.span.start : e.span.start + 1]
     if "{first_char}" in msg:  # a message xDSL 0.74 forgot to format
-        msg = msg.replace("{first_char}", repr(e.span.input.content[e.span.start : e.span.start + 1]))
+        msg = msg.replace("{first_char}", repr(char))
+    if msg.startswith("Unexpected character: "):  # show NUL, BOM, tabs ... visibly
+        msg = f"Unexpected character {char!r} (U+{ord(char):04X})" if char else msg
     return MlirSyntaxError(e.span, _error_text(msg), note)
 
 
@@ -251,6 +258,8 @@ class LocatingParser(Parser):
     def __init__(self, ctx: Context, text: str | bytes, name: str = "<unknown>"):
         super().__init__(ctx, "", name)
         source = _decode(text, name)
+        if source.startswith("\ufeff"):  # a byte order mark: read it as a space (same columns)
+            source = " " + source[1:]
         input = Input(source, name)
         check_nesting(input)
         try:

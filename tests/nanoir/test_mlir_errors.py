@@ -326,3 +326,30 @@ def test_nanoir_run_rejects_a_hw_input_without_rounding(tmp_path: Path) -> None:
     assert f"{src}:1:1\n" in proc.stderr
     assert "has nq.bits, nq.exp but no nq.rounding" in proc.stderr
     assert "KeyError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- odds and ends the fuzzer met ------------------------------------------------------------------
+
+
+def test_number_beyond_python_int_limit_is_located() -> None:
+    err = parse_error('"test.op"() {v = ' + "9" * 5000 + " : i64} : () -> ()\n")
+    assert "error: invalid attribute: number too long (more than 4300 digits)" in str(err)
+    assert "set_int_max_str_digits" not in str(err)
+
+
+def test_invisible_characters_are_shown() -> None:
+    err = parse_error('"test.op"()\x00 : () -> ()\n')
+    assert "error: Unexpected character '\\x00' (U+0000)" in str(err)
+
+
+@pytest.mark.parametrize("text", ['\ufeff"test.op"() : () -> ()', b'\xef\xbb\xbf"test.op"() : () -> ()'])
+def test_a_byte_order_mark_is_accepted(text: str | bytes) -> None:
+    assert len(list(nanoir.parse(text).body.block.ops)) == 1  # type: ignore[arg-type]
+    err = parse_error(text[:-2] + ("!)" if isinstance(text, str) else b"!)"))
+    assert str(err).startswith("bad.mlir:1:22\n")  # the mark counts as one column
+
+
+def test_a_symbol_defined_twice_at_top_level_is_located() -> None:
+    err = parse_error("func.func @f() {\n  func.return\n}\nfunc.func @f() {\n  func.return\n}\n")
+    assert str(err).startswith("bad.mlir:4:1\n")
+    assert 'Redefinition of symbol "f"' in str(err)
