@@ -306,6 +306,22 @@ def test_nanoir_opt_exits_1_with_one_located_message(tmp_path: Path, name: str, 
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    ('func.func @f() attributes {a = "' + "x" * 60 + "} {\n}\n", "unterminated string literal"),
+    ("func.func @f(%x: tensor<4xi8, #nh.fixed<99999999999999999999, C>>) {\n  func.return\n}\n",
+     "exponent 99999999999999999999 is outside -128..127"),
+])
+def test_nanoir_run_exits_1_with_one_located_message(tmp_path: Path, content: str,
+                                                     message: str) -> None:
+    src = tmp_path / "bad.mlir"
+    src.write_text(content)
+    proc = subprocess.run([_tool("nanoir-run"), str(src)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert re.match(rf"{re.escape(str(src))}:1:\d+\n", proc.stderr), proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_nanoir_opt_reads_an_empty_file(tmp_path: Path) -> None:
     src = tmp_path / "empty.mlir"
     src.write_text("")
