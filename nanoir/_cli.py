@@ -57,5 +57,5 @@ def run_main(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: error: out of memory", file=sys.stderr)
         return 1
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if main_thread:  # None: a handler not set from Python; the default is the best guess
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -22,6 +22,7 @@ import stat
 import tempfile
 import threading
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -171,10 +172,11 @@ def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
         else:
             raise FileFormatError(f"{name}: .npy format version {version} is not read here "
                                   "(only 1.0 and 2.0, which hold numeric arrays)")
-    except (ValueError, EOFError) as e:
-        if isinstance(e, FileFormatError):
-            raise
-        raise FileFormatError(f"{name}: not a valid .npy file: {e}") from None
+    except FileFormatError:
+        raise
+    except Exception as e:  # ValueError, EOFError, tokenize.TokenError, zlib.error ...
+        raise FileFormatError(f"{name}: not a valid .npy file ({type(e).__name__}: {e})"
+                              ) from None
     if dtype.hasobject or dtype.kind not in "biuf":
         raise FileFormatError(f"{name}: holds {dtype} values; nanoir reads numeric arrays "
                               "(bool, int, uint or float)")
@@ -243,7 +245,7 @@ def _read_npz(stream: IO[bytes], name: str) -> list[np.ndarray]:
                 member = f"{name}[{info.filename.removesuffix('.npy')}]"
                 with z.open(info) as m:
                     arrays.append(_read_npy(m, info.file_size, member))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError) as e:
         raise FileFormatError(f"{name}: not a valid .npz archive: {e}") from None
     if not arrays:
         raise FileFormatError(f"{name}: the .npz archive holds no arrays")
@@ -270,7 +272,11 @@ def _is_inherited(path: str) -> bool:
             return True
         if not os.path.islink(p) or p.startswith("/proc/"):
             return False
-        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+        try:
+            link = os.readlink(p)
+        except OSError:
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), link))
     return False
 
 

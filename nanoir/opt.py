@@ -81,6 +81,9 @@ class NanoirOptMain(xDSLOptMain):
         ``-f`` says the format) or a path that cannot be read. stdin is MLIR."""
         path = self.args.input_file
         if path is None:
+            if sys.stdin is None:  # started with stdin closed
+                raise FileAccessError("cannot read stdin: it is closed (give an input file)",
+                                      "<stdin>")
             return sys.stdin.buffer, "mlir"
         extension = os.path.splitext(path)[1].replace(".", "")
         if not self.args.frontend and extension not in self.available_frontends:
