@@ -46,7 +46,8 @@ def _arguments() -> argparse.ArgumentParser:
     p.add_argument("-i", "--input", action="append", default=[], metavar="NPY",
                    help="an input array (.npy), once per function argument, in order")
     p.add_argument("-o", "--output", action="append", default=[], metavar="PATH",
-                   help="where to save the outputs: one .npy per output, or a single .npz")
+                   help="where to save the outputs: one .npy per output, or a single .npz "
+                        "(by suffix, any case; a special file such as /dev/stdout gets .npy)")
     p.add_argument("-f", "--function", help="the function to run (default: the only one, or @main)")
     p.add_argument("--dtype", choices=["float32", "float64"],
                    help="override the float type the program runs in")
@@ -59,7 +60,7 @@ def _arguments() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=1, metavar="ROWS",
                    help="rows per step for --stream (default 1)")
     p.add_argument("--mem-dim", type=int, default=2, metavar="DIM",
-                   help="the streamed dim for --stream (default 2)")
+                   help="the streamed dim for --stream, 0 .. the inputs' rank - 1 (default 2)")
     p.add_argument("--raw", action="store_true",
                    help="for integer (nh) programs: output the codes, not their real values "
                         "(float inputs are quantized as the program's inputs say either way)")
@@ -129,7 +130,9 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
-        outs = [] if args.report else _check_outputs(args.output)
+        if args.report and args.output:
+            raise UsageError("--report prints the report; it writes no -o file")
+        outs = _check_outputs(args.output)
         module = load(args.program)
         func = find_function(module, args.function)
         if args.stream:

@@ -204,6 +204,8 @@ ROWS = [
                                  "-o", "{out}.npy"), "--step must be at least 1, got 0"),
     Row("run-step-negative", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--step",
                                      "-2", "-o", "{out}.npy"), "--step must be at least 1, got -2"),
+    Row("run-report-with-output", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--report",
+                                          "-o", "{out}.npy"), "writes no -o file"),
     Row("run-batch-size-zero", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--report",
                                        "--batch-size", "0"), "--batch-size must be at least 1",
         out=None),
