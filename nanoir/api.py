@@ -93,8 +93,15 @@ def decode_text(data: bytes, name: str) -> str:
         before = data[: e.start]
         line = before.count(b"\n") + 1
         column = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
+        from xdsl.utils.lexer import Input, Span
+
+        from nanoir.diagnostics import print_span
+
+        # The source line (bad bytes shown as U+FFFD) and a caret under the first bad byte.
+        shown = print_span(Span(e.start, e.end, Input(data, name)), "").splitlines()[1:3]
         raise FileFormatError(f"{name}:{line}:{column}: invalid UTF-8 byte "
-                              f"0x{data[e.start]:02x}: not a text file") from None
+                              f"0x{data[e.start]:02x}: not a text file\n"
+                              + "\n".join(shown)) from None
 
 
 def _program_format(path: Path) -> str:

@@ -369,3 +369,17 @@ def test_a_symbol_defined_twice_at_top_level_is_located() -> None:
     err = parse_error("func.func @f() {\n  func.return\n}\nfunc.func @f() {\n  func.return\n}\n")
     assert str(err).startswith("bad.mlir:4:1\n")
     assert 'Redefinition of symbol "f"' in str(err)
+
+
+def test_non_utf8_file_through_load_and_the_clis_shows_line_and_caret(tmp_path: Path) -> None:
+    src = tmp_path / "latin1.mlir"
+    src.write_bytes(b"func.func @f() {\n  // caf\xe9 au lait\n  func.return\n}\n")
+    with pytest.raises(nanoir.Error) as info:
+        nanoir.load(src)
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"{src}:2:9: invalid UTF-8 byte 0xe9: not a text file"
+    assert lines[1:] == ["  // caf\N{REPLACEMENT CHARACTER} au lait", " " * 8 + "^"]
+    for tool in ("nanoir-opt", "nanoir-run"):
+        proc = subprocess.run([_tool(tool), str(src)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.splitlines()[1:] == lines[1:], proc.stderr
