@@ -93,6 +93,9 @@ MAX_SHOWN_LINE = 160
 """Longest source line shown whole in a message; longer ones are cut around the caret."""
 
 
+_SHOWN_CONTROLS = {c: "\ufffd" for c in [*range(0x20), 0x7F]} | {ord("\t"): " "}
+
+
 def print_span(span: Span[Any], msg: str) -> str:
     """``file:line:col``, the span's (first) source line, carets under the span, ``msg``.
 
@@ -108,7 +111,9 @@ def print_span(span: Span[Any], msg: str) -> str:
         start = len(line[:start].decode("utf-8", "replace"))
         end = len(line[:end].decode("utf-8", "replace"))
         line = line.decode("utf-8", "replace")
-    line = line.removesuffix("\r")
+    # One character in, one out, so the caret stays aligned: tabs as spaces, other control
+    # characters (a NUL, a form feed) as U+FFFD.
+    line = line.removesuffix("\r").translate(_SHOWN_CONTROLS)
     start = min(start, len(line))
     end = min(max(end, start + 1), max(len(line), start + 1))
     if len(line) > MAX_SHOWN_LINE:
