@@ -20,7 +20,7 @@ the tree's `Loc` fields); `check_program` raises the first one in file order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from nanoir.grammar.ne_ast import (
@@ -42,7 +42,7 @@ from nanoir.grammar.ne_ast import (
 )
 from nanoir.grammar.ne_errors import NanoEngineSemanticError, end_location
 
-__all__ = ["Problem", "find_problems", "check_program"]
+__all__ = ["Problem", "find_problems", "check_program", "check_each_node_called_once"]
 
 
 @dataclass(frozen=True)
@@ -239,3 +239,25 @@ def check_program(program: Program, filename: str = "<string>", source: str | No
     else:
         line, column = 1, 1
     raise NanoEngineSemanticError(first.message, filename, line, column, source)
+
+
+def check_each_node_called_once(
+    program: Program,
+    nodes: Mapping[str, InitNode | RuntimeNode],
+    error: Callable[[str, Loc | None], NanoEngineSemanticError],
+) -> None:
+    """nanoir runs each node exactly once (both levels): a node called twice, or never, is an
+    error (`find_problems` allows both, the format does)."""
+    seen: set[str] = set()
+    for name in ("init", "runtime"):
+        func = program.function(name)
+        assert func is not None  # check_program requires both
+        for i, call in enumerate(func.calls):
+            if call in seen:
+                loc = func.call_locs[i] if i < len(func.call_locs) else func.loc
+                raise error(f"node '{call}' is called more than once; nanoir runs each node once", loc)
+            seen.add(call)
+    for node in nodes.values():
+        if node.name not in seen:
+            kind = "init" if isinstance(node, InitNode) else "runtime"
+            raise error(f"node '{node.name}' is never called by func {kind}", node.loc)

@@ -24,6 +24,7 @@ from lark.exceptions import (
     UnexpectedToken,
 )
 from lark.lexer import PatternStr, TerminalDef
+from xdsl.utils.exceptions import DiagnosticException
 
 from nanoir.errors import Error
 
@@ -32,6 +33,9 @@ __all__ = [
     "NanoEngineSyntaxError",
     "NanoEngineSemanticError",
     "NanoEngineInternalError",
+    "NanoEngineImportWarning",
+    "NanoEnginePaddingWarning",
+    "ExportError",
     "source_line",
     "end_location",
     "syntax_error_from_lark",
@@ -85,6 +89,25 @@ class NanoEngineSemanticError(NanoEngineError):
 
 class NanoEngineInternalError(NanoEngineError):
     """A bug in the parser itself; reported in the same format so tools never show a traceback."""
+
+
+class NanoEngineImportWarning(UserWarning):
+    """An op kept as `nf.custom` (unknown op type, or a variant nanoir cannot express).
+
+    The message starts with `file:line:col: warning:`, so tools can print it as is."""
+
+
+class NanoEnginePaddingWarning(NanoEngineImportWarning):
+    """Runtime tensors declared with the shapes NanoEngine-PyTorch computes ignoring padding.
+
+    Its stream analysis ignores the pads of Conv, MaxPool and AveragePool, so a file it wrote
+    for a padded network declares those outputs (and everything computed from them) smaller
+    than they are. nanoir reads such a file with one warning naming the tensors, computes
+    with the true shapes and keeps the declared numbers for writing the file back."""
+
+
+class ExportError(DiagnosticException, Error):
+    """The IR cannot be written as NanoEngine text; the message names the op and why."""
 
 
 def _line_bounds(text: str, line: int) -> tuple[int, int] | None:

@@ -1,8 +1,8 @@
 """Export an nh (hw-level) program as NanoEngine text (`.ne`), in the form `ne_hw` describes.
 
-`ne_export.export_program` hands every function with nh ops or nh-typed arguments to
+`ne_export` (the front door) hands every function with nh ops or nh-typed arguments to
 `export_hw_program`. The IR has no `.ne` metadata to follow, so names and sections are chosen
-the way the nq-level exporter chooses them for fresh IR:
+as the nq-level exporter chooses them for fresh IR (`ne_schema.Names`):
 
 - nodes `<OpType>_n<k>` (numbered per op type in program order), their outputs `<node>_o0`;
   the function's float inputs `input`, `input_1`, ... and its results `output`,
@@ -43,19 +43,25 @@ from nanoir.grammar.ne_ast import (
     RuntimeNode,
     RuntimeTensor,
 )
-from nanoir.grammar.ne_export import ExportError, StreamPlan, sanitize_name
+from nanoir.grammar.ne_errors import ExportError
 from nanoir.grammar.ne_hw import (
     BY_CLASS,
-    HW_DTYPES,
     UNNAMED_CONSTANT,
     constant_data,
     default_storage,
+    storage_width,
+)
+from nanoir.grammar.ne_schema import (
+    HW_DTYPES,
+    Attrs,
+    Names,
+    StreamPlan,
+    const_from_dense,
     encode_prop,
     exp_value,
     name_value,
-    storage_width,
+    sanitize_name,
 )
-from nanoir.grammar.ne_import import const_from_dense
 from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -68,8 +74,6 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 
 __all__ = ["export_hw_program"]
-
-Attrs = tuple[tuple[str, AttrValue], ...]
 
 
 def _nh_type(value: SSAValue, what: str) -> tuple[str, str, tuple[int, ...], nh.FixedAttr]:
@@ -91,8 +95,7 @@ class _HwExporter:
     def __init__(self, func: FuncOp) -> None:
         self.func = func
         self.block = func.body.block
-        self.taken: set[str] = set()
-        self.counters: dict[str, int] = {}
+        self.ids = Names()  # no recorded names to step around: the IR has no .ne metadata
         self.names: dict[SSAValue, str] = {}
         self.consts: list[ConstTensor] = []
         self.init_tensors: list[InitTensor] = []
@@ -113,24 +116,6 @@ class _HwExporter:
         """The output tensor of each result index."""
 
     # -- names ----------------------------------------------------------------------------
-    def fresh(self, base: str) -> str:
-        """`base`, or `base_1`, `base_2`, ...: the first name not taken yet."""
-        name, i = base, 0
-        while name in self.taken:
-            i += 1
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
-
-    def numbered(self, op_type: str, suffix: str = "") -> str:
-        """`<op_type>_n<k><suffix>` with the next free k for that op type."""
-        while True:
-            k = self.counters[op_type] = self.counters.get(op_type, 0) + 1
-            name = f"{op_type}_n{k}{suffix}"
-            if name not in self.taken:
-                self.taken.add(name)
-                return name
-
     def claim_constant_names(self) -> None:
         """Named constants get their names first, so generated names step around them; a
         name already taken (`a.b` after `a_b`) becomes `a_b_1` once every free one is claimed."""
@@ -138,13 +123,13 @@ class _HwExporter:
         clashes: list[nh.ConstantOp] = []
         for op in named:
             base = sanitize_name(op.sym_name.data)  # type: ignore[union-attr]
-            if base in self.taken:
+            if base in self.ids:
                 clashes.append(op)
             else:
-                self.taken.add(base)
+                self.ids.add(base)
                 self.const_names[op] = base
         for op in clashes:
-            self.const_names[op] = self.fresh(sanitize_name(op.sym_name.data))  # type: ignore[union-attr]
+            self.const_names[op] = self.ids.fresh(sanitize_name(op.sym_name.data))  # type: ignore[union-attr]
 
     # -- declarations ---------------------------------------------------------------------
     def declare(self, value: SSAValue, name: str, init: bool, what: str) -> None:
@@ -165,7 +150,7 @@ class _HwExporter:
         for tensor in dict.fromkeys(inputs):
             decl = self.tensor_of.get(tensor)  # None for a constant (Reshape's shape)
             if isinstance(decl, RuntimeTensor):
-                name = self.fresh(f"{node}_{tensor}")
+                name = self.ids.fresh(f"{node}_{tensor}")
                 self.mems.append(MemTensor(name, decl.dtype, decl.layout, decl.shape))
                 names.append(name)
         return tuple(names)
@@ -173,8 +158,8 @@ class _HwExporter:
     def output_name(self, value: SSAValue, node: str) -> str:
         index = self.direct.get(value)
         if index is None:
-            return self.fresh(f"{node}_o0")
-        return self.fresh("output" if index == 0 else f"output_{index}")
+            return self.ids.fresh(f"{node}_o0")
+        return self.ids.fresh("output" if index == 0 else f"output_{index}")
 
     # -- inputs ---------------------------------------------------------------------------
     def argument(self, arg: BlockArgument, attrs: dict[str, Attribute]) -> None:
@@ -187,16 +172,16 @@ class _HwExporter:
                 "the Q node that quantizes a float input (lower-to-hw records them)"
             )
         _, layout, shape, fixed = _nh_type(arg, what)
-        source = self.fresh("input" if arg.index == 0 else f"input_{arg.index}")
+        source = self.ids.fresh("input" if arg.index == 0 else f"input_{arg.index}")
         self.runtime_tensors.append(RuntimeTensor(source, "Any", layout, shape))
         self.tensor_of[source] = self.runtime_tensors[-1]
         try:
-            exp_const = const_from_dense(self.numbered("Constant", "_o0"), exp)
+            exp_const = const_from_dense(self.ids.numbered("Constant", "_o0"), exp)
         except ValueError as e:
             raise ExportError(f"nanoengine export: nq.exp of {what}: {e}") from None
         self.consts.append(exp_const)
-        node = self.numbered("Q")
-        self.declare(arg, self.fresh(f"{node}_o0"), init=False, what=what)
+        node = self.ids.numbered("Q")
+        self.declare(arg, self.ids.fresh(f"{node}_o0"), init=False, what=what)
         attrs_out: list[tuple[str, AttrValue]] = [("bit_len", bits.value.data), ("exp", exp_value(fixed))]
         rounding = attrs.get("nq.rounding")
         if isinstance(rounding, RoundingModeAttr) and rounding.data != RoundingMode.TRUNC:
@@ -210,7 +195,7 @@ class _HwExporter:
         _, _, _, fixed = _nh_type(op.result, "an nh.constant")
         width = nh.width_of(op.result)
         codes = op.codes()
-        name = self.const_names.get(op) or self.numbered("Constant", "_o0")
+        name = self.const_names.get(op) or self.ids.numbered("Constant", "_o0")
         self.consts.append(constant_data(name, codes, width))
         attrs: list[tuple[str, AttrValue]] = [("bit_len", width), ("exp", exp_value(fixed))]
         ir_name = op.sym_name.data if op.sym_name is not None else None
@@ -221,9 +206,9 @@ class _HwExporter:
         storage = storage_width(op.value)
         if storage != default_storage(codes):
             attrs.append(("storage", storage))
-        node = self.numbered("Unpack")
+        node = self.ids.numbered("Unpack")
         self.init_values.add(op.result)
-        self.declare(op.result, self.fresh(f"{node}_o0"), init=True, what=f"nh.constant '{name}'")
+        self.declare(op.result, self.ids.fresh(f"{node}_o0"), init=True, what=f"nh.constant '{name}'")
         self.nodes.append(InitNode(node, "Unpack", _sorted(attrs), (name,), (self.names[op.result],)))
 
     def node(self, op: Operation) -> None:
@@ -247,7 +232,7 @@ class _HwExporter:
         if spec.shape_input:
             in_s.append(self.shape_constant(result))
         init = all(v in self.init_values for v in op.operands)
-        name = self.numbered(spec.op_type)
+        name = self.ids.numbered(spec.op_type)
         if not result.uses and not init:
             raise ExportError(
                 f"nanoengine export: '{op.name}' ({name}) computes a value nothing uses; NanoEngine "
@@ -266,7 +251,7 @@ class _HwExporter:
     def shape_constant(self, result: SSAValue) -> str:
         """Reshape's int64_t shape input: the result shape, -1 for a dynamic dim."""
         _, _, shape, _ = _nh_type(result, "the result of 'nh.reshape'")
-        const = ConstTensor.from_numpy(self.numbered("Constant", "_o0"), list(shape), "int64_t")
+        const = ConstTensor.from_numpy(self.ids.numbered("Constant", "_o0"), list(shape), "int64_t")
         self.consts.append(const)
         return const.name
 
@@ -277,8 +262,8 @@ class _HwExporter:
                 f"nanoengine export: @{self.func.sym_name.data} returns a constant as result {index}; "
                 "NanoEngine outputs are computed by runtime nodes"
             )
-        node = self.numbered("Identity")
-        out = self.fresh("output" if index == 0 else f"output_{index}")
+        node = self.ids.numbered("Identity")
+        out = self.ids.fresh("output" if index == 0 else f"output_{index}")
         source = self.tensor_of[self.names[value]]
         decl = RuntimeTensor(out, source.dtype, source.layout, source.shape)
         self.runtime_tensors.append(decl)

@@ -1,7 +1,9 @@
 """The hw level of NanoEngine text (`.ne`): how an nh program is written, and read back.
 
 `ne_export_hw` writes nh IR in this form and `ne_import_hw` reads it; this module holds what
-both sides share: the op table, the value codecs and the constant data layout. A file is at
+both sides share: the op table (`HW_OPS`, one row per op type) and the constant data layout.
+The value codecs (`exp`, `name`, property kinds) and naming are `ne_schema`'s, shared with
+the nq level. A file is at
 the hw level when its node outputs are integer tensors (`Tensor<int8_t>`, ...); the nq level
 declares them `Tensor<Any>`.
 
@@ -95,55 +97,31 @@ from dataclasses import dataclass
 
 import numpy as np
 from nanoir.dialects import nh
-from nanoir.dialects.nf import array_values, int_array, tensor_shape
-from nanoir.dialects.nq import RoundingModeAttr
+from nanoir.dialects.nf import tensor_shape
 from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
+from nanoir.grammar.ne_schema import HW_DTYPES
 from nanoir.runtime import quant
-from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
-    BoolAttr,
     BytesAttr,
     DenseIntOrFPElementsAttr,
-    IntegerAttr,
     IntegerType,
     TensorType,
-    i64,
 )
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Operation
 
 __all__ = [
-    "HW_DTYPES",
-    "WIDTH_OF_DTYPE",
-    "EXP_MIN",
-    "EXP_MAX",
     "PACKED_WIDTHS",
     "UNNAMED_CONSTANT",
     "HwOp",
     "HW_OPS",
     "BY_CLASS",
     "BY_OP_TYPE",
-    "encode_prop",
-    "decode_prop",
-    "exp_value",
-    "exp_from_value",
-    "name_value",
-    "name_from_value",
     "constant_data",
     "codes_from_data",
     "default_storage",
     "dense_codes",
     "storage_width",
-    "same_value",
-    "is_hw_function",
 ]
-
-HW_DTYPES: dict[int, str] = {1: "int1_t", 2: "int2_t", 4: "int4_t", 8: "int8_t", 16: "int16_t", 32: "int32_t"}
-"""nh element width -> dtype of a computed tensor's declaration."""
-WIDTH_OF_DTYPE: dict[str, int] = {name: width for width, name in HW_DTYPES.items()}
-
-EXP_MIN, EXP_MAX = -128, 127
-"""The range of an exponent: NanoEngine stores exponents as int8 (import and export check it)."""
 
 PACKED_WIDTHS = (1, 2, 4)
 """Widths whose constant codes are stored packed, several to a byte."""
@@ -151,66 +129,6 @@ PACKED_WIDTHS = (1, 2, 4)
 UNNAMED_CONSTANT = re.compile(r"Constant_n[0-9]+_o0")
 """Data constants named like this hold an unnamed `nh.constant` (the exporter's numbering)."""
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER = re.compile(r"0|[1-9][0-9]*")
-
-
-# ---------------------------------------------------------------------------------------
-# Property values <-> attribute values
-# ---------------------------------------------------------------------------------------
-
-
-def _ints_attr(value: AttrValue) -> Attribute:
-    if not isinstance(value, tuple) or not all(isinstance(v, int) for v in value):
-        raise ValueError("must be a list of integers")
-    return int_array([int(v) for v in value])  # type: ignore[arg-type]  # checked above
-
-
-def _int_attr(value: AttrValue) -> Attribute:
-    if not isinstance(value, int):
-        raise ValueError("must be an integer")
-    return IntegerAttr(value, i64)
-
-
-def _flag_attr(value: AttrValue) -> Attribute:
-    if value not in (0, 1) or not isinstance(value, int):
-        raise ValueError("must be 0 or 1")
-    return BoolAttr.from_bool(bool(value))
-
-
-def _rounding_attr(value: AttrValue) -> Attribute:
-    try:
-        return RoundingModeAttr(RoundingMode(value))
-    except ValueError:
-        raise ValueError("must be one of " + ", ".join(m.value for m in RoundingMode)) from None
-
-
-_PROP_KINDS: dict[str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrValue], Attribute]]] = {
-    "ints": (lambda a: array_values(a) or (), _ints_attr),  # type: ignore[arg-type]
-    "int": (lambda a: int(a.value.data), _int_attr),  # type: ignore[attr-defined]
-    "flag": (lambda a: int(bool(a.value.data)), _flag_attr),  # type: ignore[attr-defined]
-    "rounding": (lambda a: a.data.value, _rounding_attr),  # type: ignore[attr-defined]
-}
-"""Property kind -> (property -> attribute value, attribute value -> property)."""
-
-
-def encode_prop(kind: str, attr: Attribute) -> AttrValue:
-    """The `.ne` attribute value of a property of the given kind."""
-    return _PROP_KINDS[kind][0](attr)
-
-
-def decode_prop(kind: str, value: AttrValue) -> Attribute:
-    """The property an attribute value stands for; ValueError saying what it must be."""
-    return _PROP_KINDS[kind][1](value)
-
-
-def same_value(a: AttrValue, b: AttrValue) -> bool:
-    """Whether two attribute values mean the same (floats compare by value, not spelling)."""
-    if isinstance(a, Float) and isinstance(b, (Float, int)):
-        return a.value == float(b.value if isinstance(b, Float) else b)
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
 
 
 # ---------------------------------------------------------------------------------------
@@ -280,61 +198,6 @@ BY_CLASS: dict[type[Operation], HwOp] = {spec.cls: spec for spec in HW_OPS}
 BY_OP_TYPE: dict[str, HwOp] = {spec.op_type: spec for spec in HW_OPS}
 
 
-def is_hw_function(func: FuncOp) -> bool:
-    """Whether `func` is an nh program: it has nh ops or nh-typed arguments."""
-    if any(isinstance(a.type, TensorType) and isinstance(a.type.encoding, nh.FixedAttr) for a in func.args):
-        return True
-    return any(op.name.startswith("nh.") for op in func.walk())
-
-
-# ---------------------------------------------------------------------------------------
-# Exponents and names
-# ---------------------------------------------------------------------------------------
-
-
-def exp_value(fixed: nh.FixedAttr) -> AttrValue:
-    """`exp=7` per tensor, `exp=[7, 6]` per channel."""
-    return tuple(fixed.exp_list) if fixed.is_per_channel else fixed.exp_list[0]
-
-
-def exp_from_value(value: AttrValue) -> int | list[int]:
-    """The `#nh.fixed` exponent(s) of an `exp` attribute value; ValueError otherwise."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
-        return [int(v) for v in value]  # type: ignore[arg-type]  # checked above
-    raise ValueError("must be an integer (per tensor) or a non-empty list of integers (per channel)")
-
-
-def name_value(name: str) -> AttrValue:
-    """The `name` attribute of an IR constant name (see the module docstring).
-
-    >>> name_value("layers.0.weight")
-    ('layers', 0, 'weight')
-    >>> name_value("a-b")
-    ((97, 45, 98),)
-    """
-    parts = name.split(".")
-    if all(_NAME.fullmatch(p) or _NUMBER.fullmatch(p) for p in parts):
-        return tuple(int(p) if _NUMBER.fullmatch(p) else p for p in parts)
-    return (tuple(name.encode("utf-8")),)
-
-
-def name_from_value(value: AttrValue) -> str:
-    """Inverse of `name_value`; ValueError for values it never makes."""
-    if isinstance(value, tuple) and len(value) == 1 and isinstance(value[0], tuple):
-        raw = value[0]
-        if not all(isinstance(b, int) and 0 <= b < 256 for b in raw):
-            raise ValueError("must list UTF-8 bytes")
-        try:
-            return bytes(raw).decode("utf-8")  # type: ignore[arg-type]  # checked above
-        except UnicodeDecodeError:
-            raise ValueError("is not valid UTF-8") from None
-    if isinstance(value, tuple) and value and all(
-        isinstance(p, str) or (isinstance(p, int) and p >= 0) for p in value
-    ):
-        return ".".join(str(p) for p in value)
-    raise ValueError("must be a list of names and numbers, or [[UTF-8 bytes]]")
 
 
 # ---------------------------------------------------------------------------------------

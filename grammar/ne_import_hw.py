@@ -1,7 +1,7 @@
 """Import a hw-level NanoEngine program (`.ne`) as nh IR, in the form `ne_hw` describes.
 
-`ne_import` hands a checked program here when `is_hw_program` says its node outputs are
-integer tensors. The result is one `builtin.module` with one `func.func @main`:
+`ne_import` (the front door) hands a checked program here when `ne_schema.is_hw_program`
+says its node outputs are integer tensors. The result is one `builtin.module` with one `func.func @main`:
 
 - arguments: each program input (a runtime tensor nodes read but none computes, in
   declaration order) must be read by exactly one node, the `Q` that quantizes it; the
@@ -46,25 +46,26 @@ from nanoir.grammar.ne_ast import (
     RuntimeTensor,
     numpy_dtype,
 )
+from nanoir.grammar.ne_check import check_each_node_called_once
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
 from nanoir.grammar.ne_hw import (
     BY_OP_TYPE,
-    EXP_MAX,
-    EXP_MIN,
     UNNAMED_CONSTANT,
-    WIDTH_OF_DTYPE,
     codes_from_data,
-    decode_prop,
     default_storage,
     dense_codes,
+)
+from nanoir.grammar.ne_schema import (
+    EXP_MAX,
+    EXP_MIN,
+    WIDTH_OF_DTYPE,
+    NodeProblem,
+    decode_prop,
+    dense_from_const,
     exp_from_value,
     name_from_value,
     same_value,
-)
-from nanoir.grammar.ne_import import (
-    NodeProblem,
-    check_each_node_called_once,
-    dense_from_const,
+    set_hint,
 )
 from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
@@ -81,29 +82,9 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
-__all__ = ["is_hw_program", "import_hw_program"]
+__all__ = ["import_hw_program"]
 
 Node = InitNode | RuntimeNode
-
-
-def _node_outputs(program: Program) -> set[str]:
-    return {o for d in program.declarations if isinstance(d, (InitNode, RuntimeNode)) for o in d.out_s}
-
-
-def is_hw_program(program: Program) -> bool:
-    """Whether `program` is at the hw level: some node output is an integer tensor."""
-    outputs = _node_outputs(program)
-    return any(
-        isinstance(d, (InitTensor, RuntimeTensor)) and d.name in outputs and d.dtype in WIDTH_OF_DTYPE
-        for d in program.declarations
-    )
-
-
-def _set_hint(value: SSAValue, name: str) -> None:
-    try:
-        value.name_hint = name
-    except ValueError:  # not a name xDSL accepts as a hint; the .ne name is lost, harmlessly
-        pass
 
 
 def _check_exponents(node: Node, exps: Sequence[int], attr: str | None) -> None:
@@ -162,7 +143,7 @@ class _HwImporter:
                 raise self.node_error(q, problem) from None
             arg = self.block.insert_arg(arg_type, len(self.block.args))
             self.values[q.out_s[0]] = arg
-            _set_hint(arg, q.out_s[0])
+            set_hint(arg, q.out_s[0])
             arg_attrs.append(attrs)
         for node in order:
             if node.op_type != "Q":
@@ -347,7 +328,7 @@ class _HwImporter:
             raise self.node_error(node, problem) from None
         self.values[node.out_s[0]] = value
         if isinstance(value.owner, Operation):
-            _set_hint(value, node.out_s[0])
+            set_hint(value, node.out_s[0])
 
     def _built(self, node: Node, op: Operation) -> SSAValue:
         try:

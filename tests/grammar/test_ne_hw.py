@@ -30,7 +30,7 @@ from nanoir.grammar.ne_export import (
     export_nanoengine,
     export_program,
 )
-from nanoir.grammar.ne_hw import name_from_value, name_value
+from nanoir.grammar.ne_schema import name_from_value, name_value
 from nanoir.grammar.ne_import import import_nanoengine
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine

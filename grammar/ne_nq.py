@@ -1,0 +1,724 @@
+"""The nq level of `.ne`: one table row per NanoEngine op type, read by import and export.
+
+Each `NqOp` row says, for one op type, which nf/nq op it is, how its attributes map (`.ne`
+name, op property, codec, ONNX default), which ONNX attributes are accepted only at one
+value, how its inputs map (float tensors, or an integer constant in position 1), and how
+the stream analysis of NanoEngine-PyTorch treats it (`padded`, `join`). `ne_import_nq`
+builds an op from a node with `NqOp.build`; `ne_export_nq` writes an op's attributes with
+`NqOp.written`. A regular op is its row alone; an op whose mapping the fields cannot say
+(Conv's kernel check, Gemm's transposes, Reshape's shape constant, ...) adds a `converter`
+and/or a `writer` function next to its row.
+
+    .ne op_type          IR op                    notes
+    Q                    nq.fake_quant            bits = bit_len; exp = the int constant in_s[1]
+    Conv                 nf.conv                  kernel_shape checked against the weight
+    Gemm                 nf.linear                only alpha = beta = 1, transA = 0, transB = 1
+    Add Sub Mul Div      nf.add nf.sub nf.mul nf.div
+    Relu Sigmoid Tanh    nf.relu nf.sigmoid nf.tanh
+    LeakyRelu            nf.leaky_relu            alpha (default 0.01)
+    Clip                 nf.clamp                 min/max as attributes only
+    MaxPool              nf.max_pool              one output (no Indices)
+    AveragePool          nf.avg_pool              count_include_pad (ONNX default 0)
+    GlobalAveragePool    nf.adaptive_avg_pool     output_size all ones
+    Concat               nf.concat
+    Reshape              nf.reshape               shape from the int constant in_s[1]
+    Flatten              nf.reshape               + ne.op_type = "Flatten"
+    BatchNormalization   nf.batch_norm            epsilon; momentum is training-only
+    Transpose            nf.transpose
+    MatMul               nf.matmul
+    PRelu                nf.prelu                 1-D slope only
+    (Identity, and any other op type: see ne_import_nq)
+
+Written attributes are in alphabetical order with defaults spelled out, as the reference
+exporter prints them. Importing a node raises `Unsupported` (kept as `nf.custom` with a
+warning) when the op cannot express it, `NodeProblem` when the node contradicts itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Union
+
+from nanoir.dialects import nf
+from nanoir.dialects.nf import array_values
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.shapes import ShapeError, shape_str, shapes_compatible
+from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float, WordTensor
+from nanoir.grammar.ne_errors import ExportError
+from nanoir.grammar.ne_schema import (
+    NE_OP_TYPE,
+    Attrs,
+    NodeProblem,
+    dense_from_const,
+    encode_prop,
+    is_float_dtype,
+)
+from nanoir.runtime.quant import RoundingMode
+from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr, TensorType
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
+
+__all__ = [
+    "Unsupported",
+    "NodeProblem",
+    "NodeInput",
+    "NodeSpec",
+    "Converter",
+    "NqAttr",
+    "Fixed",
+    "NqOp",
+    "NQ_OPS",
+    "BY_OP_TYPE",
+    "BY_CLASS",
+    "row_of",
+    "convert_known",
+    "default_attrs",
+    "flatten_dims",
+    "kind_of_const",
+    "has_pads",
+    "reference_result_types",
+]
+
+# ---------------------------------------------------------------------------------------
+# What a row's functions see of a node
+# ---------------------------------------------------------------------------------------
+
+
+class Unsupported(Exception):
+    """The node is meaningful but the nf op cannot express it: keep it as nf.custom."""
+
+
+NodeInput = Union[SSAValue, ConstTensor, WordTensor]
+
+
+@dataclass
+class NodeSpec:
+    """What a converter sees of one node: op type, attributes and inputs (in in_s order).
+
+    Inputs are SSA values (float constants, computed tensors) or the declarations of integer
+    and word constants, which never become SSA values. The exporter builds the same spec
+    from an op to check that an `ne.attr` it carries still means what the op does.
+    """
+
+    name: str
+    op_type: str
+    attrs: tuple[tuple[str, AttrValue], ...]
+    inputs: tuple[NodeInput, ...]
+    num_outputs: int
+    used: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._attrs = dict(self.attrs)
+
+    # -- attributes ------------------------------------------------------------------------
+    def allow(self, *names: str) -> None:
+        unknown = [k for k, _ in self.attrs if k not in names]
+        if unknown:
+            raise Unsupported(f"attribute '{unknown[0]}' is not one nanoir maps for {self.op_type}")
+
+    def has(self, key: str) -> bool:
+        return key in self._attrs
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self._attrs.get(key, default)
+        if value is None:
+            raise NodeProblem(f"{self.op_type} node '{self.name}' needs attribute '{key}'")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be an integer", attr=key)
+        return value
+
+    def ints(self, key: str) -> tuple[int, ...] | None:
+        value = self._attrs.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a list of integers", attr=key)
+        return tuple(int(v) for v in value)  # type: ignore[arg-type]  # checked above
+
+    def float(self, key: str, default: float | None = None) -> float:
+        value = self._attrs.get(key)
+        if value is None:
+            if default is None:
+                raise NodeProblem(f"{self.op_type} node '{self.name}' needs attribute '{key}'")
+            return default
+        if isinstance(value, Float):
+            return value.value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a number", attr=key)
+
+    def name_attr(self, key: str, default: str) -> str:
+        value = self._attrs.get(key, default)
+        if not isinstance(value, str):
+            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a name", attr=key)
+        return value
+
+    def flag(self, key: str, default: int) -> bool:
+        value = self.int(key, default)
+        if value not in (0, 1):
+            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be 0 or 1, got {value}", attr=key)
+        return bool(value)
+
+    # -- inputs and outputs ----------------------------------------------------------------
+    def values(self, low: int, high: int | None = None) -> list[SSAValue]:
+        """The inputs as SSA values: `low` to `high` of them (-1: no limit), none a constant."""
+        high = low if high is None else high
+        n = len(self.inputs)
+        if n < low or (high >= 0 and n > high):
+            wanted = str(low) if low == high else f"at least {low}" if high < 0 else f"{low} to {high}"
+            raise NodeProblem(f"{self.op_type} node '{self.name}' takes {wanted} inputs, got {n}")
+        out: list[SSAValue] = []
+        for i, value in enumerate(self.inputs):
+            if not isinstance(value, SSAValue):
+                raise Unsupported(f"input {i} '{value.name}' is a {kind_of_const(value)}, not a float tensor")
+            out.append(value)
+        return out
+
+    def one_output(self) -> None:
+        if self.num_outputs != 1:
+            raise Unsupported(f"{self.op_type} node '{self.name}' has {self.num_outputs} outputs; nanoir maps 1")
+
+
+def kind_of_const(value: ConstTensor | WordTensor) -> str:
+    return f"{value.dtype} constant" if isinstance(value, ConstTensor) else "word-list constant"
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    return nf.tensor_shape(value)
+
+
+def _rank(value: SSAValue) -> int:
+    return len(_shape(value))
+
+
+Converter = Callable[[NodeSpec], Operation]
+
+# ---------------------------------------------------------------------------------------
+# Rows
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NqAttr:
+    """An attribute that is one op property: `.ne` name, property, codec, ONNX default.
+
+    The codec (`ne_schema.encode_prop` kinds "int", "float", "ints") reads the value on
+    import (`default` when absent, None: required) and writes the property on export."""
+
+    name: str
+    prop: str
+    kind: str
+    default: int | float | None = None
+
+    def read(self, n: NodeSpec) -> object:
+        if self.kind == "int":
+            return n.int(self.name, None if self.default is None else int(self.default))
+        if self.kind == "float":
+            return n.float(self.name, None if self.default is None else float(self.default))
+        return n.ints(self.name)
+
+    def write(self, op: Operation) -> tuple[str, AttrValue]:
+        return self.name, encode_prop(self.kind, getattr(op, self.prop))
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """An ONNX attribute nanoir maps only at its default: another value keeps the node as
+    nf.custom, saying `why`. Never written."""
+
+    name: str
+    value: int | str
+    why: str
+
+    def check(self, n: NodeSpec) -> None:
+        got = n.name_attr(self.name, self.value) if isinstance(self.value, str) else n.int(self.name, self.value)
+        if got != self.value:
+            raise Unsupported(self.why)
+
+
+@dataclass(frozen=True)
+class NqOp:
+    """How one `.ne` op type maps to one nf/nq op class, both ways."""
+
+    op_type: str
+    cls: type[Operation]
+    inputs: tuple[int, int] = (1, 1)
+    """How many float tensor inputs (low, high; high -1 = no limit), passed first to `cls`."""
+    attrs: tuple[NqAttr, ...] = ()
+    """Read in order and passed to `cls` after the inputs; written in order."""
+    fixed: tuple[Fixed, ...] = ()
+    ignored: tuple[str, ...] = ()
+    """ONNX attributes accepted and dropped (training-only ones)."""
+    constants: Attrs = ()
+    """Written after `attrs` with these values: what the op always means (Gemm's transB=1)."""
+    variadic: bool = False
+    """The inputs are passed to `cls` as one list (Concat)."""
+    check: Callable[[NodeSpec, list[SSAValue], list[object]], None] | None = None
+    """Raise Unsupported / NodeProblem for values the op cannot take (inputs, attrs read)."""
+    const_input: str | None = None
+    """Input 1 is an integer constant: "exp" (Q's exponent), "shape" (Reshape's result shape)."""
+    padded: bool = False
+    """Has `pads`, which NanoEngine-PyTorch's stream analysis ignores (see reference_result_types)."""
+    join: bool = False
+    """Joins branches: fires while every input has a row (see reference_result_types)."""
+    converter: Converter | None = None
+    """Builds the op when the fields above cannot say how."""
+    writer: Callable[[Operation], Attrs] | None = None
+    """Writes the attributes when the fields above cannot say how."""
+
+    def build(self, n: NodeSpec) -> Operation:
+        """The op of a node of this type (unverified); Unsupported / NodeProblem."""
+        if self.converter is not None:
+            return self.converter(n)
+        n.allow(*(a.name for a in self.attrs), *(f.name for f in self.fixed), *self.ignored)
+        n.one_output()
+        for fixed in self.fixed:
+            fixed.check(n)
+        values = n.values(*self.inputs)
+        args = [a.read(n) for a in self.attrs]
+        if self.check is not None:
+            self.check(n, values, args)
+        if self.variadic:
+            return self.cls(values, *args)  # type: ignore[call-arg]
+        return self.cls(*values, *args)  # type: ignore[call-arg]
+
+    def written(self, op: Operation) -> Attrs:
+        """The attribute list the exporter prints for `op` as a node of this type."""
+        if self.writer is not None:
+            return self.writer(op)
+        return tuple(a.write(op) for a in self.attrs) + self.constants
+
+
+# ---------------------------------------------------------------------------------------
+# Irregular rows: converters and writers
+# ---------------------------------------------------------------------------------------
+
+
+def _q(n: NodeSpec) -> Operation:
+    n.allow("bit_len", "rounding")
+    n.one_output()
+    if len(n.inputs) != 2:
+        raise NodeProblem(f"Q node '{n.name}' takes 2 inputs (data, exponent), got {len(n.inputs)}")
+    data, exp = n.inputs
+    if not isinstance(data, SSAValue):
+        raise NodeProblem(f"Q node '{n.name}' quantizes '{data.name}', a {kind_of_const(data)}; expected a float tensor", input=0)
+    if isinstance(exp, SSAValue) or not isinstance(exp, ConstTensor) or is_float_dtype(exp.dtype):
+        raise NodeProblem(f"Q node '{n.name}' needs an integer exponent constant as input 1", input=1)
+    bits = n.int("bit_len")
+    try:
+        rounding = RoundingMode(n.name_attr("rounding", RoundingMode.TRUNC.value))
+    except ValueError:
+        known = ", ".join(m.value for m in RoundingMode)
+        raise NodeProblem(f"rounding of Q node '{n.name}' must be one of {known}", attr="rounding") from None
+    return FakeQuantOp(data, bits, dense_from_const(exp), rounding)
+
+
+def _fake_quant_attrs(op: FakeQuantOp) -> Attrs:
+    attrs: list[tuple[str, AttrValue]] = [("bit_len", op.bits.value.data)]
+    if op.rounding_mode != RoundingMode.TRUNC:
+        attrs.append(("rounding", op.rounding_mode.value))
+    return tuple(attrs)
+
+
+def _conv(n: NodeSpec) -> Operation:
+    n.allow("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+    n.one_output()
+    if n.name_attr("auto_pad", "NOTSET") != "NOTSET":
+        raise Unsupported("auto_pad other than NOTSET")
+    values = n.values(2, 3)
+    kernel = n.ints("kernel_shape")
+    weight = _shape(values[1])
+    if kernel is not None and not shapes_compatible(kernel, weight[2:]):
+        raise NodeProblem(
+            f"kernel_shape {list(kernel)} of Conv node '{n.name}' contradicts its weight of shape {shape_str(weight)}",
+            attr="kernel_shape",
+        )
+    return nf.ConvOp(
+        values[0],
+        values[1],
+        values[2] if len(values) == 3 else None,
+        strides=n.ints("strides"),
+        pads=n.ints("pads"),
+        dilations=n.ints("dilations"),
+        groups=n.int("group", 1),
+    )
+
+
+def _static(op: Operation, shape: Sequence[int], what: str) -> tuple[int, ...]:
+    """`shape` when it has no dynamic dim, else an ExportError about `what` of `op`."""
+    if DYNAMIC_INDEX in shape:
+        raise ExportError(f"nanoengine export: {op.name} has a dynamic {what} {shape_str(shape)}")
+    return tuple(shape)
+
+
+def _window(values: tuple[int, ...] | None, n: int, default: int) -> tuple[int, ...]:
+    return values if values is not None else (default,) * n
+
+
+def _conv_attrs(op: nf.ConvOp) -> Attrs:
+    kernel = _static(op, nf.tensor_shape(op.weight)[2:], "kernel")
+    n = len(kernel)
+    return (
+        ("dilations", _window(array_values(op.dilations), n, 1)),
+        ("group", op.groups.value.data),
+        ("kernel_shape", kernel),
+        ("pads", _window(array_values(op.pads), 2 * n, 0)),
+        ("strides", _window(array_values(op.strides), n, 1)),
+    )
+
+
+def _gemm(n: NodeSpec) -> Operation:
+    n.allow("alpha", "beta", "transA", "transB")
+    n.one_output()
+    values = n.values(2, 3)
+    if n.int("transA", 0) != 0 or n.int("transB", 0) != 1:
+        raise Unsupported("only Gemm with transA=0 and transB=1 is nf.linear")
+    if n.float("alpha", 1.0) != 1.0 or (len(values) == 3 and n.float("beta", 1.0) != 1.0):
+        raise Unsupported("only Gemm with alpha=1 and beta=1 is nf.linear")
+    if _rank(values[0]) != 2 or (len(values) == 3 and _rank(values[2]) != 1):
+        raise Unsupported("nf.linear needs a 2-D input and a 1-D bias")
+    return nf.LinearOp(values[0], values[1], values[2] if len(values) == 3 else None)
+
+
+def _clip(n: NodeSpec) -> Operation:
+    n.allow("min", "max")
+    n.one_output()
+    if len(n.inputs) > 1:
+        raise Unsupported("Clip with min/max inputs (only attributes map to nf.clamp)")
+    x = n.values(1)[0]
+    lo = n.float("min") if n.has("min") else None
+    hi = n.float("max") if n.has("max") else None
+    if lo is not None and hi is not None and lo > hi:
+        raise NodeProblem(f"Clip node '{n.name}' has min {lo} greater than max {hi}", attr="min")
+    return nf.ClampOp(x, lo, hi)
+
+
+def _clamp_attrs(op: nf.ClampOp) -> Attrs:
+    attrs: list[tuple[str, AttrValue]] = []
+    if op.max is not None:
+        attrs.append(("max", Float.from_value(op.max.value.data)))
+    if op.min is not None:
+        attrs.append(("min", Float.from_value(op.min.value.data)))
+    return tuple(attrs)
+
+
+def _pool_window(n: NodeSpec) -> tuple[tuple[int, ...], bool]:
+    if n.name_attr("auto_pad", "NOTSET") != "NOTSET":
+        raise Unsupported("auto_pad other than NOTSET")
+    kernel = n.ints("kernel_shape")
+    if kernel is None:
+        raise NodeProblem(f"{n.op_type} node '{n.name}' needs attribute 'kernel_shape'")
+    return kernel, n.flag("ceil_mode", 0)
+
+
+def _max_pool(n: NodeSpec) -> Operation:
+    n.allow("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides")
+    n.one_output()
+    if n.int("storage_order", 0) != 0:
+        raise Unsupported("storage_order=1 (it only matters for the Indices output)")
+    kernel, ceil_mode = _pool_window(n)
+    x = n.values(1)[0]
+    return nf.MaxPoolOp(
+        x, kernel, strides=n.ints("strides"), pads=n.ints("pads"), dilations=n.ints("dilations"), ceil_mode=ceil_mode
+    )
+
+
+def _avg_pool(n: NodeSpec) -> Operation:
+    n.allow("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
+    n.one_output()
+    kernel, ceil_mode = _pool_window(n)
+    x = n.values(1)[0]
+    return nf.AvgPoolOp(
+        x,
+        kernel,
+        strides=n.ints("strides"),
+        pads=n.ints("pads"),
+        ceil_mode=ceil_mode,
+        count_include_pad=n.flag("count_include_pad", 0),  # ONNX's default, not torch's
+    )
+
+
+def _pool_attrs(op: nf.MaxPoolOp | nf.AvgPoolOp) -> Attrs:
+    kernel = array_values(op.kernel) or ()
+    n = len(kernel)
+    attrs: list[tuple[str, AttrValue]] = [("ceil_mode", int(bool(op.ceil_mode.value.data)))]
+    if isinstance(op, nf.AvgPoolOp):
+        if op.divisor_override is not None:
+            raise ExportError("nanoengine export: nf.avg_pool with divisor_override has no AveragePool form")
+        attrs.append(("count_include_pad", int(bool(op.count_include_pad.value.data))))
+    else:
+        attrs.append(("dilations", _window(array_values(op.dilations), n, 1)))
+    attrs += [
+        ("kernel_shape", kernel),
+        ("pads", _window(array_values(op.pads), 2 * n, 0)),
+        ("strides", _window(array_values(op.strides), n, 1)),
+    ]
+    return tuple(attrs)
+
+
+def _global_avg_pool(n: NodeSpec) -> Operation:
+    n.allow()
+    n.one_output()
+    x = n.values(1)[0]
+    if _rank(x) < 3:
+        raise NodeProblem(f"GlobalAveragePool node '{n.name}' needs an input of rank 3 or more", input=0)
+    return nf.AdaptiveAvgPoolOp(x, [1] * (_rank(x) - 2))
+
+
+def _global_pool_attrs(op: nf.AdaptiveAvgPoolOp) -> Attrs:
+    if any(s != 1 for s in array_values(op.output_size) or ()):
+        raise ExportError(
+            f"nanoengine export: nf.adaptive_avg_pool to {list(array_values(op.output_size) or ())} "
+            "has no NanoEngine op (only output size 1, GlobalAveragePool)"
+        )
+    return ()
+
+
+def _dims_to_type(x: SSAValue, dims: Sequence[int]) -> Operation:
+    if sum(d == DYNAMIC_INDEX for d in dims) > 1:
+        raise Unsupported(f"the result {shape_str(dims)} would have more than one dynamic dim")
+    return nf.ReshapeOp(x, dims)
+
+
+def _reshape(n: NodeSpec) -> Operation:
+    n.allow("allowzero")
+    n.one_output()
+    if len(n.inputs) != 2:
+        raise NodeProblem(f"Reshape node '{n.name}' takes 2 inputs (data, shape), got {len(n.inputs)}")
+    x, shape_const = n.inputs
+    if not isinstance(x, SSAValue):
+        raise Unsupported(f"input 0 '{x.name}' is a {kind_of_const(x)}, not a float tensor")
+    if not isinstance(shape_const, ConstTensor) or not shape_const.dtype.startswith("int"):
+        raise Unsupported("the shape (input 1) is not a signed integer constant")
+    if len(shape_const.shape) != 1:
+        raise NodeProblem(f"the shape of Reshape node '{n.name}' must be 1-D", input=1)
+    allowzero = n.flag("allowzero", 0)
+    wanted = [int(v) for v in shape_const.to_numpy()]
+    src = _shape(x)
+    if wanted.count(-1) > 1:
+        raise NodeProblem(f"the shape {wanted} of Reshape node '{n.name}' has more than one -1", input=1)
+    dims: list[int] = []
+    copied: set[int] = set()
+    for i, d in enumerate(wanted):
+        if d == 0 and not allowzero:
+            if i >= len(src):
+                raise NodeProblem(f"shape {wanted} of Reshape node '{n.name}' copies dim {i}, which the input lacks", input=1)
+            dims.append(src[i])
+            copied.add(i)
+        elif d < -1:
+            raise NodeProblem(f"the shape {wanted} of Reshape node '{n.name}' has {d}", input=1)
+        else:
+            dims.append(d)
+    if -1 in dims:
+        # A copied dim is a factor on both sides, so it cancels even when it is dynamic.
+        left = [d for i, d in enumerate(src) if i not in copied]
+        right = [d for i, d in enumerate(dims) if i not in copied and d != -1]
+        if DYNAMIC_INDEX in left or 0 in right:
+            dims[dims.index(-1)] = DYNAMIC_INDEX
+        else:
+            if prod(left) % prod(right):
+                raise NodeProblem(f"Reshape node '{n.name}' cannot view {shape_str(src)} as {wanted}", input=1)
+            dims[dims.index(-1)] = prod(left) // prod(right)
+    return _dims_to_type(x, dims)
+
+
+def _flatten(n: NodeSpec) -> Operation:
+    n.allow("axis")
+    n.one_output()
+    x = n.values(1)[0]
+    src = _shape(x)
+    axis = n.int("axis", 1)
+    if not -len(src) <= axis <= len(src):
+        raise NodeProblem(f"axis {axis} of Flatten node '{n.name}' is out of range for {shape_str(src)}", attr="axis")
+    return _dims_to_type(x, flatten_dims(src, axis % (len(src) + 1) if axis < 0 else axis))
+
+
+def flatten_dims(src: Sequence[int], axis: int) -> list[int]:
+    """ONNX Flatten's result shape: `[prod(src[:axis]), prod(src[axis:])]`, `?` if unknown."""
+
+    def size(dims: Sequence[int]) -> int:
+        return DYNAMIC_INDEX if DYNAMIC_INDEX in dims else prod(dims)
+
+    return [size(src[:axis]), size(src[axis:])]
+
+
+def _flatten_attrs(op: nf.ReshapeOp) -> Attrs:
+    src, dst = nf.tensor_shape(op.input), nf.tensor_shape(op.result)
+    for axis in range(len(src) + 1):
+        if tuple(flatten_dims(src, axis)) == tuple(dst):
+            return (("axis", axis),)
+    raise ExportError(f"nanoengine export: nf.reshape {shape_str(src)} -> {shape_str(dst)} is no Flatten")
+
+
+def _transpose(n: NodeSpec) -> Operation:
+    n.allow("perm")
+    n.one_output()
+    x = n.values(1)[0]
+    perm = n.ints("perm")
+    perm = tuple(reversed(range(_rank(x)))) if perm is None else perm
+    if sorted(perm) != list(range(_rank(x))):
+        raise NodeProblem(f"perm {list(perm)} of Transpose node '{n.name}' does not permute {_rank(x)} dims", attr="perm")
+    return nf.TransposeOp(x, perm)
+
+
+def _batch_norm_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> None:
+    if args[0] < 0:  # type: ignore[operator]  # epsilon, a float
+        raise NodeProblem(f"epsilon of BatchNormalization node '{n.name}' is negative", attr="epsilon")
+
+
+def _prelu_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> None:
+    if _rank(values[1]) != 1:
+        raise Unsupported("nf.prelu takes a 1-D slope only")
+
+
+# ---------------------------------------------------------------------------------------
+# The table
+# ---------------------------------------------------------------------------------------
+
+_NO_AUTO_PAD = Fixed("auto_pad", "NOTSET", "auto_pad other than NOTSET")
+
+NQ_OPS: tuple[NqOp, ...] = (
+    NqOp("Q", FakeQuantOp, const_input="exp", converter=_q, writer=_fake_quant_attrs),  # type: ignore[arg-type]
+    NqOp("Conv", nf.ConvOp, padded=True, converter=_conv, writer=_conv_attrs),  # type: ignore[arg-type]
+    NqOp("Gemm", nf.LinearOp, converter=_gemm,
+         constants=(("alpha", Float("1.0")), ("beta", Float("1.0")), ("transB", 1))),
+    NqOp("Add", nf.AddOp, inputs=(2, 2), join=True),
+    NqOp("Sub", nf.SubOp, inputs=(2, 2), join=True),
+    NqOp("Mul", nf.MulOp, inputs=(2, 2), join=True),
+    NqOp("Div", nf.DivOp, inputs=(2, 2), join=True),
+    NqOp("Relu", nf.ReluOp),
+    NqOp("Sigmoid", nf.SigmoidOp),
+    NqOp("Tanh", nf.TanhOp),
+    NqOp("LeakyRelu", nf.LeakyReluOp, attrs=(NqAttr("alpha", "alpha", "float", 0.01),)),
+    NqOp("Clip", nf.ClampOp, converter=_clip, writer=_clamp_attrs),  # type: ignore[arg-type]
+    NqOp("MaxPool", nf.MaxPoolOp, padded=True, converter=_max_pool, writer=_pool_attrs),  # type: ignore[arg-type]
+    NqOp("AveragePool", nf.AvgPoolOp, padded=True, converter=_avg_pool, writer=_pool_attrs),  # type: ignore[arg-type]
+    NqOp("GlobalAveragePool", nf.AdaptiveAvgPoolOp, converter=_global_avg_pool, writer=_global_pool_attrs),  # type: ignore[arg-type]
+    NqOp("Concat", nf.ConcatOp, inputs=(1, -1), attrs=(NqAttr("axis", "axis", "int"),), variadic=True, join=True),
+    NqOp("Reshape", nf.ReshapeOp, const_input="shape", converter=_reshape),
+    NqOp("Flatten", nf.ReshapeOp, converter=_flatten, writer=_flatten_attrs),  # type: ignore[arg-type]
+    NqOp(
+        "BatchNormalization", nf.BatchNormOp, inputs=(5, 5),
+        attrs=(NqAttr("epsilon", "epsilon", "float", 1e-5),),
+        fixed=(Fixed("training_mode", 0, "training_mode=1 or spatial=0"), Fixed("spatial", 1, "training_mode=1 or spatial=0")),
+        ignored=("momentum",), check=_batch_norm_check,
+    ),
+    NqOp("Transpose", nf.TransposeOp, attrs=(NqAttr("perm", "perm", "ints"),), converter=_transpose),
+    NqOp("MatMul", nf.MatmulOp, inputs=(2, 2)),
+    NqOp("PRelu", nf.PReluOp, inputs=(2, 2), check=_prelu_check),
+)
+"""Every op type the nq level maps; the first row of a class is how export writes it."""
+
+BY_OP_TYPE: dict[str, NqOp] = {row.op_type: row for row in NQ_OPS}
+BY_CLASS: dict[type[Operation], NqOp] = {}
+for _row in NQ_OPS:
+    BY_CLASS.setdefault(_row.cls, _row)
+
+
+def row_of(op: Operation, op_type: str | None = None) -> NqOp:
+    """The row `op` is written by: `op_type`'s (or a recorded `ne.op_type`'s) if it maps
+    the op's class (Flatten for a reshape), else the class's first; KeyError for none."""
+    if op_type is None:
+        recorded = op.attributes.get(NE_OP_TYPE)
+        op_type = recorded.data if isinstance(recorded, StringAttr) else None
+    row = BY_OP_TYPE.get(op_type) if op_type is not None else None
+    return row if row is not None and row.cls is type(op) else BY_CLASS[type(op)]
+
+
+def default_attrs(op: Operation, op_type: str | None = None) -> Attrs:
+    """The attribute list the exporter prints for `op` as a node of type `op_type`."""
+    return row_of(op, op_type).written(op)
+
+
+def convert_known(spec: NodeSpec) -> Operation:
+    """Build and verify the op for a known op type; Unsupported / NodeProblem otherwise.
+
+    Shape inference failures and verifier errors are NodeProblems: the node's inputs
+    do not fit together. Used by the importer and by the exporter's consistency check.
+    """
+    row = BY_OP_TYPE[spec.op_type]
+    try:
+        op = row.build(spec)
+    except ShapeError as e:
+        raise NodeProblem(f"{spec.op_type} node '{spec.name}': {e}") from None
+    try:
+        op.verify()
+    except VerifyException as e:
+        op.erase(safe_erase=False)
+        raise NodeProblem(f"{spec.op_type} node '{spec.name}': {e.args[0] if e.args else e}") from None
+    return op
+
+
+# ---------------------------------------------------------------------------------------
+# The shapes NanoEngine-PyTorch declares (its stream analysis ignores padding)
+# ---------------------------------------------------------------------------------------
+
+
+def has_pads(spec: NodeSpec) -> bool:
+    pads = dict(spec.attrs).get("pads")
+    row = BY_OP_TYPE.get(spec.op_type)
+    return row is not None and row.padded and isinstance(pads, tuple) and any(p != 0 for p in pads)
+
+
+def reference_result_types(
+    spec: NodeSpec, types: Sequence[Attribute], reference: Sequence[Attribute | None]
+) -> list[Attribute] | None:
+    """The result types NanoEngine-PyTorch declares for a known node: shape inference with
+    the node's pads taken as zero and its SSA inputs at their reference types.
+
+    `types` are the result types nanoir computes (returned as they are when the node has no
+    pads and every input's reference type is its type); `reference` holds one type (or None:
+    unknown) per SSA input, in order. None when a reference type is unknown or the reference
+    shapes do not fit together.
+
+    A join (a `join` row: Add, Sub, Mul, Div, Concat) of a padded branch with a less shrunken
+    one, as in a residual block, fires in the reference's analysis while every input has a
+    row, so along each dim where its inputs disagree (and none broadcasts, and not Concat's
+    axis) it produces as many as the shortest input has.
+    """
+    values = [v for v in spec.inputs if isinstance(v, SSAValue)]
+    if not has_pads(spec) and all(r == v.type for v, r in zip(values, reference)):
+        return list(types)
+    row = BY_OP_TYPE.get(spec.op_type)
+    if any(r is None for r in reference) or row is None:
+        return None
+    attrs = tuple(
+        (k, tuple(0 for _ in v)) if k == "pads" and isinstance(v, tuple) and row.padded else (k, v)
+        for k, v in spec.attrs
+    )
+    found = _types_of(NodeSpec(spec.name, spec.op_type, attrs, spec.inputs, spec.num_outputs), reference)  # type: ignore[arg-type]
+    if found is None and row.join:
+        found = _types_of(spec, _shortest_joined(spec, reference))  # type: ignore[arg-type]
+    return found
+
+
+def _types_of(spec: NodeSpec, input_types: Sequence[Attribute]) -> list[Attribute] | None:
+    """The result types of the node with its SSA inputs of these types; None if they do not fit."""
+    placeholders = iter(Block(arg_types=input_types).args)
+    inputs = tuple(next(placeholders) if isinstance(v, SSAValue) else v for v in spec.inputs)
+    try:
+        op = convert_known(NodeSpec(spec.name, spec.op_type, spec.attrs, inputs, spec.num_outputs))
+    except (Unsupported, NodeProblem, ShapeError, ValueError):
+        return None
+    result = [r.type for r in op.results]
+    op.erase(safe_erase=False)
+    return result
+
+
+def _shortest_joined(spec: NodeSpec, types: Sequence[Attribute]) -> list[Attribute]:
+    """The input types of a join cut to the shortest input along each dim where they differ."""
+    shapes = [list(t.get_shape()) if isinstance(t, TensorType) else [] for t in types]
+    rank = max((len(s) for s in shapes), default=0)
+    axis = dict(spec.attrs).get("axis") if spec.op_type == "Concat" else None
+    skip = axis % rank if isinstance(axis, int) and rank and -rank <= axis < rank else None
+    for d in range(rank):
+        sizes = {s[d] for s in shapes if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX)}
+        if d != skip and len(sizes) > 1:
+            for s in shapes:
+                if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX):
+                    s[d] = min(sizes)
+    return [
+        TensorType(t.get_element_type(), s) if isinstance(t, TensorType) else t for t, s in zip(types, shapes)
+    ]
