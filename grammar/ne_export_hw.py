@@ -223,13 +223,13 @@ class _HwExporter:
         result = op.results[0]
         _, _, _, fixed = _nh_type(result, f"the result of '{op.name}'")
         attrs: list[tuple[str, AttrValue]] = [("exp", exp_value(fixed))]
-        for attr, prop, kind in spec.props:
-            value = op.properties.get(prop)
+        for m in spec.props:
+            value = op.properties.get(m.prop)
             if value is not None:
-                attrs.append((attr, encode_prop(kind, value)))
+                attrs.append((m.name, encode_prop(m.kind, value)))
         attrs += [(attr, derive(op)) for attr, derive in spec.derived]
         in_s = [self.names[v] for v in op.operands]
-        if spec.shape_input:
+        if spec.const_input == "shape":
             in_s.append(self.shape_constant(result))
         init = all(v in self.init_values for v in op.operands)
         name = self.ids.numbered(spec.op_type)

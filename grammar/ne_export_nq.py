@@ -52,18 +52,10 @@ from nanoir.grammar.ne_ast import (
     WordTensor,
 )
 from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_nq import (
-    BY_CLASS,
-    NodeInput,
-    NodeProblem,
-    NodeSpec,
-    Unsupported,
-    convert_known,
-    default_attrs,
-    reference_result_types,
-    row_of,
-)
+from nanoir.grammar.ne_node import NodeInput, NodeProblem, NodeSpec, Unsupported
+from nanoir.grammar.ne_nq import BY_CLASS, convert_known, default_attrs, row_of
 from nanoir.grammar.ne_printer import BOM_ENTRY, comment_from_entry
+from nanoir.grammar.ne_reference import reference_result_types
 from nanoir.grammar.ne_schema import (
     NAME,
     NE_ATTR,

@@ -3,9 +3,8 @@
 `ne_export_hw` writes nh IR in this form and `ne_import_hw` reads it; this module holds what
 both sides share: the op table (`HW_OPS`, one row per op type) and the constant data layout.
 The value codecs (`exp`, `name`, property kinds) and naming are `ne_schema`'s, shared with
-the nq level. A file is at
-the hw level when its node outputs are integer tensors (`Tensor<int8_t>`, ...); the nq level
-declares them `Tensor<Any>`.
+the nq level. A file is at the hw level when its node outputs are integer tensors
+(`Tensor<int8_t>`, ...); the nq level declares them `Tensor<Any>`.
 
 Tensors. Every nh value is a declared tensor whose dtype names its element width and whose
 `shape:LAYOUT=[...]` is its whole shape (`-1` for a dynamic dim such as the batch) and its
@@ -99,6 +98,7 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import tensor_shape
 from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
+from nanoir.grammar.ne_node import AttrMap
 from nanoir.grammar.ne_schema import HW_DTYPES
 from nanoir.runtime import quant
 from xdsl.dialects.builtin import (
@@ -142,20 +142,20 @@ class HwOp:
 
     cls: type[Operation]
     op_type: str
-    props: tuple[tuple[str, str, str], ...] = ()
-    """(`.ne` attribute, nh property, kind): written exactly when the op has the property."""
+    props: tuple[AttrMap, ...] = ()
+    """Attributes that are nh properties: written exactly when the op has the property."""
     derived: tuple[tuple[str, Callable[[Operation], AttrValue]], ...] = ()
     """Attributes computed from the op: always written, recomputed and compared on import."""
-    shape_input: bool = False
-    """Reshape: in_s ends with an int64_t constant holding the result shape (ONNX)."""
+    const_input: str | None = None
+    """"shape" (Reshape): in_s ends with an int64_t constant holding the result shape (ONNX)."""
 
 
-_WINDOW = (("pads", "pads", "ints"), ("strides", "strides", "ints"))
+_WINDOW = (AttrMap("pads", "pads", "ints"), AttrMap("strides", "strides", "ints"))
 
 HW_OPS: tuple[HwOp, ...] = (
     HwOp(
         nh.ConvOp, "Conv",
-        props=(("dilations", "dilations", "ints"), ("group", "groups", "int"), *_WINDOW),
+        props=(AttrMap("dilations", "dilations", "ints"), AttrMap("group", "groups", "int"), *_WINDOW),
         derived=(("kernel_shape", lambda op: tensor_shape(op.operands[1])[2:]),),
     ),
     HwOp(
@@ -168,29 +168,29 @@ HW_OPS: tuple[HwOp, ...] = (
     HwOp(nh.MulOp, "Mul"),
     HwOp(
         nh.RequantOp, "Requant",
-        props=(("rounding", "rounding", "rounding"), ("shift", "shift", "ints")),
+        props=(AttrMap("rounding", "rounding", "rounding"), AttrMap("shift", "shift", "ints")),
         derived=(("bit_len", lambda op: nh.width_of(op.results[0])),),
     ),
-    HwOp(nh.LutOp, "Lut", props=(("table", "table", "ints"),)),
+    HwOp(nh.LutOp, "Lut", props=(AttrMap("table", "table", "ints"),)),
     HwOp(nh.ReluOp, "Relu"),
-    HwOp(nh.ClampOp, "Clip", props=(("max", "max", "int"), ("min", "min", "int"))),
+    HwOp(nh.ClampOp, "Clip", props=(AttrMap("max", "max", "int"), AttrMap("min", "min", "int"))),
     HwOp(
         nh.MaxPoolOp, "MaxPool",
         props=(
-            ("ceil_mode", "ceil_mode", "flag"), ("dilations", "dilations", "ints"),
-            ("kernel_shape", "kernel", "ints"), *_WINDOW,
+            AttrMap("ceil_mode", "ceil_mode", "flag"), AttrMap("dilations", "dilations", "ints"),
+            AttrMap("kernel_shape", "kernel", "ints"), *_WINDOW,
         ),
     ),
     HwOp(
         nh.AvgPoolOp, "AveragePool",
         props=(
-            ("ceil_mode", "ceil_mode", "flag"), ("count_include_pad", "count_include_pad", "flag"),
-            ("divisor_override", "divisor_override", "int"), ("kernel_shape", "kernel", "ints"),
-            ("rounding", "rounding", "rounding"), *_WINDOW,
+            AttrMap("ceil_mode", "ceil_mode", "flag"), AttrMap("count_include_pad", "count_include_pad", "flag"),
+            AttrMap("divisor_override", "divisor_override", "int"), AttrMap("kernel_shape", "kernel", "ints"),
+            AttrMap("rounding", "rounding", "rounding"), *_WINDOW,
         ),
     ),
-    HwOp(nh.ConcatOp, "Concat", props=(("axis", "axis", "int"),)),
-    HwOp(nh.ReshapeOp, "Reshape", shape_input=True),
+    HwOp(nh.ConcatOp, "Concat", props=(AttrMap("axis", "axis", "int"),)),
+    HwOp(nh.ReshapeOp, "Reshape", const_input="shape"),
 )
 """Every nh op except `nh.constant` (written as `Unpack`, see the module docstring)."""
 

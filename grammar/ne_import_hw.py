@@ -1,7 +1,8 @@
 """Import a hw-level NanoEngine program (`.ne`) as nh IR, in the form `ne_hw` describes.
 
 `ne_import` (the front door) hands a checked program here when `ne_schema.is_hw_program`
-says its node outputs are integer tensors. The result is one `builtin.module` with one `func.func @main`:
+says its node outputs are integer tensors. The result is one `builtin.module` with one
+`func.func @main`:
 
 - arguments: each program input (a runtime tensor nodes read but none computes, in
   declaration order) must be read by exactly one node, the `Q` that quantizes it; the
@@ -55,11 +56,11 @@ from nanoir.grammar.ne_hw import (
     default_storage,
     dense_codes,
 )
+from nanoir.grammar.ne_node import NodeProblem
 from nanoir.grammar.ne_schema import (
     EXP_MAX,
     EXP_MIN,
     WIDTH_OF_DTYPE,
-    NodeProblem,
     decode_prop,
     dense_from_const,
     exp_from_value,
@@ -394,18 +395,19 @@ class _HwImporter:
                 + ", ".join(["Q", "Unpack", "Identity", *BY_OP_TYPE])
             )
         derived = dict(spec.derived)
-        attrs = self._allow(node, "exp", *(a for a, _, _ in spec.props), *derived)
+        attrs = self._allow(node, "exp", *(m.name for m in spec.props), *derived)
         properties: dict[str, Attribute] = {}
-        for attr, prop, kind in spec.props:
+        for m in spec.props:
+            attr = m.name
             if attr in attrs:
                 try:
-                    properties[prop] = decode_prop(kind, attrs[attr])
+                    properties[m.prop] = decode_prop(m.kind, attrs[attr])
                 except ValueError as e:
                     raise NodeProblem(f"attribute '{attr}' of node '{node.name}' {e}", attr=attr) from None
         result_type = self._declared_type(node, attrs)
-        count = len(node.in_s) - (1 if spec.shape_input else 0)
+        count = len(node.in_s) - (1 if spec.const_input == "shape" else 0)
         operands = [self._value(node, i) for i in range(count)]
-        if spec.shape_input:
+        if spec.const_input == "shape":
             self._check_shape_input(node, count, result_type)
         op = spec.cls.create(operands=operands, result_types=[result_type], properties=properties)
         value = self._built(node, op)

@@ -30,7 +30,7 @@ computed from them, smaller than they are (a pad-1 3x3 conv on width 8 is declar
 A declared runtime shape is therefore also accepted when it is the *reference shape*: the
 shape inference run again over the program with every pad taken as zero, a join of
 branches shrunk differently being as long as its shortest input (see
-`ne_nq.reference_result_types`). The IR keeps the true types, which verification,
+`ne_reference`). The IR keeps the true types, which verification,
 running, lowering and streaming use; the declared numbers stay in `ne.out_s` and are written
 back as they were. One `NanoEnginePaddingWarning` per file names every such tensor with its
 declared and computed shape. Any other disagreement is an error.
@@ -108,20 +108,16 @@ from nanoir.grammar.ne_errors import (
     NanoEnginePaddingWarning,
     NanoEngineSemanticError,
 )
-from nanoir.grammar.ne_nq import (
-    BY_CLASS,
-    BY_OP_TYPE,
+from nanoir.grammar.ne_node import (
     NodeInput,
     NodeProblem,
     NodeSpec,
     Unsupported,
-    convert_known,
-    default_attrs,
-    has_pads,
     kind_of_const,
-    reference_result_types,
 )
+from nanoir.grammar.ne_nq import BY_CLASS, BY_OP_TYPE, convert_known, default_attrs
 from nanoir.grammar.ne_printer import BOM_ENTRY, comment_entry
+from nanoir.grammar.ne_reference import has_pads, reference_result_types
 from nanoir.grammar.ne_schema import (
     NE_ATTR,
     NE_CONST_IN,

@@ -37,36 +37,30 @@ warning) when the op cannot express it, `NodeProblem` when the node contradicts 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import prod
-from typing import Union
 
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.shapes import ShapeError, shape_str, shapes_compatible
-from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float, WordTensor
+from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
 from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_schema import (
-    NE_OP_TYPE,
-    Attrs,
+from nanoir.grammar.ne_node import (
+    AttrMap,
+    Converter,
     NodeProblem,
-    dense_from_const,
-    encode_prop,
-    is_float_dtype,
+    NodeSpec,
+    Unsupported,
+    kind_of_const,
 )
+from nanoir.grammar.ne_schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
 from nanoir.runtime.quant import RoundingMode
-from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr, TensorType
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr
+from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 __all__ = [
-    "Unsupported",
-    "NodeProblem",
-    "NodeInput",
-    "NodeSpec",
-    "Converter",
-    "NqAttr",
     "Fixed",
     "NqOp",
     "NQ_OPS",
@@ -76,113 +70,11 @@ __all__ = [
     "convert_known",
     "default_attrs",
     "flatten_dims",
-    "kind_of_const",
-    "has_pads",
-    "reference_result_types",
 ]
 
 # ---------------------------------------------------------------------------------------
-# What a row's functions see of a node
+# Rows
 # ---------------------------------------------------------------------------------------
-
-
-class Unsupported(Exception):
-    """The node is meaningful but the nf op cannot express it: keep it as nf.custom."""
-
-
-NodeInput = Union[SSAValue, ConstTensor, WordTensor]
-
-
-@dataclass
-class NodeSpec:
-    """What a converter sees of one node: op type, attributes and inputs (in in_s order).
-
-    Inputs are SSA values (float constants, computed tensors) or the declarations of integer
-    and word constants, which never become SSA values. The exporter builds the same spec
-    from an op to check that an `ne.attr` it carries still means what the op does.
-    """
-
-    name: str
-    op_type: str
-    attrs: tuple[tuple[str, AttrValue], ...]
-    inputs: tuple[NodeInput, ...]
-    num_outputs: int
-    used: set[str] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self._attrs = dict(self.attrs)
-
-    # -- attributes ------------------------------------------------------------------------
-    def allow(self, *names: str) -> None:
-        unknown = [k for k, _ in self.attrs if k not in names]
-        if unknown:
-            raise Unsupported(f"attribute '{unknown[0]}' is not one nanoir maps for {self.op_type}")
-
-    def has(self, key: str) -> bool:
-        return key in self._attrs
-
-    def int(self, key: str, default: int | None = None) -> int:
-        value = self._attrs.get(key, default)
-        if value is None:
-            raise NodeProblem(f"{self.op_type} node '{self.name}' needs attribute '{key}'")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be an integer", attr=key)
-        return value
-
-    def ints(self, key: str) -> tuple[int, ...] | None:
-        value = self._attrs.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a list of integers", attr=key)
-        return tuple(int(v) for v in value)  # type: ignore[arg-type]  # checked above
-
-    def float(self, key: str, default: float | None = None) -> float:
-        value = self._attrs.get(key)
-        if value is None:
-            if default is None:
-                raise NodeProblem(f"{self.op_type} node '{self.name}' needs attribute '{key}'")
-            return default
-        if isinstance(value, Float):
-            return value.value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a number", attr=key)
-
-    def name_attr(self, key: str, default: str) -> str:
-        value = self._attrs.get(key, default)
-        if not isinstance(value, str):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a name", attr=key)
-        return value
-
-    def flag(self, key: str, default: int) -> bool:
-        value = self.int(key, default)
-        if value not in (0, 1):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be 0 or 1, got {value}", attr=key)
-        return bool(value)
-
-    # -- inputs and outputs ----------------------------------------------------------------
-    def values(self, low: int, high: int | None = None) -> list[SSAValue]:
-        """The inputs as SSA values: `low` to `high` of them (-1: no limit), none a constant."""
-        high = low if high is None else high
-        n = len(self.inputs)
-        if n < low or (high >= 0 and n > high):
-            wanted = str(low) if low == high else f"at least {low}" if high < 0 else f"{low} to {high}"
-            raise NodeProblem(f"{self.op_type} node '{self.name}' takes {wanted} inputs, got {n}")
-        out: list[SSAValue] = []
-        for i, value in enumerate(self.inputs):
-            if not isinstance(value, SSAValue):
-                raise Unsupported(f"input {i} '{value.name}' is a {kind_of_const(value)}, not a float tensor")
-            out.append(value)
-        return out
-
-    def one_output(self) -> None:
-        if self.num_outputs != 1:
-            raise Unsupported(f"{self.op_type} node '{self.name}' has {self.num_outputs} outputs; nanoir maps 1")
-
-
-def kind_of_const(value: ConstTensor | WordTensor) -> str:
-    return f"{value.dtype} constant" if isinstance(value, ConstTensor) else "word-list constant"
 
 
 def _shape(value: SSAValue) -> tuple[int, ...]:
@@ -191,36 +83,6 @@ def _shape(value: SSAValue) -> tuple[int, ...]:
 
 def _rank(value: SSAValue) -> int:
     return len(_shape(value))
-
-
-Converter = Callable[[NodeSpec], Operation]
-
-# ---------------------------------------------------------------------------------------
-# Rows
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NqAttr:
-    """An attribute that is one op property: `.ne` name, property, codec, ONNX default.
-
-    The codec (`ne_schema.encode_prop` kinds "int", "float", "ints") reads the value on
-    import (`default` when absent, None: required) and writes the property on export."""
-
-    name: str
-    prop: str
-    kind: str
-    default: int | float | None = None
-
-    def read(self, n: NodeSpec) -> object:
-        if self.kind == "int":
-            return n.int(self.name, None if self.default is None else int(self.default))
-        if self.kind == "float":
-            return n.float(self.name, None if self.default is None else float(self.default))
-        return n.ints(self.name)
-
-    def write(self, op: Operation) -> tuple[str, AttrValue]:
-        return self.name, encode_prop(self.kind, getattr(op, self.prop))
 
 
 @dataclass(frozen=True)
@@ -246,7 +108,7 @@ class NqOp:
     cls: type[Operation]
     inputs: tuple[int, int] = (1, 1)
     """How many float tensor inputs (low, high; high -1 = no limit), passed first to `cls`."""
-    attrs: tuple[NqAttr, ...] = ()
+    attrs: tuple[AttrMap, ...] = ()
     """Read in order and passed to `cls` after the inputs; written in order."""
     fixed: tuple[Fixed, ...] = ()
     ignored: tuple[str, ...] = ()
@@ -591,21 +453,21 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Relu", nf.ReluOp),
     NqOp("Sigmoid", nf.SigmoidOp),
     NqOp("Tanh", nf.TanhOp),
-    NqOp("LeakyRelu", nf.LeakyReluOp, attrs=(NqAttr("alpha", "alpha", "float", 0.01),)),
+    NqOp("LeakyRelu", nf.LeakyReluOp, attrs=(AttrMap("alpha", "alpha", "float", 0.01),)),
     NqOp("Clip", nf.ClampOp, converter=_clip, writer=_clamp_attrs),  # type: ignore[arg-type]
     NqOp("MaxPool", nf.MaxPoolOp, padded=True, converter=_max_pool, writer=_pool_attrs),  # type: ignore[arg-type]
     NqOp("AveragePool", nf.AvgPoolOp, padded=True, converter=_avg_pool, writer=_pool_attrs),  # type: ignore[arg-type]
     NqOp("GlobalAveragePool", nf.AdaptiveAvgPoolOp, converter=_global_avg_pool, writer=_global_pool_attrs),  # type: ignore[arg-type]
-    NqOp("Concat", nf.ConcatOp, inputs=(1, -1), attrs=(NqAttr("axis", "axis", "int"),), variadic=True, join=True),
+    NqOp("Concat", nf.ConcatOp, inputs=(1, -1), attrs=(AttrMap("axis", "axis", "int"),), variadic=True, join=True),
     NqOp("Reshape", nf.ReshapeOp, const_input="shape", converter=_reshape),
     NqOp("Flatten", nf.ReshapeOp, converter=_flatten, writer=_flatten_attrs),  # type: ignore[arg-type]
     NqOp(
         "BatchNormalization", nf.BatchNormOp, inputs=(5, 5),
-        attrs=(NqAttr("epsilon", "epsilon", "float", 1e-5),),
+        attrs=(AttrMap("epsilon", "epsilon", "float", 1e-5),),
         fixed=(Fixed("training_mode", 0, "training_mode=1 or spatial=0"), Fixed("spatial", 1, "training_mode=1 or spatial=0")),
         ignored=("momentum",), check=_batch_norm_check,
     ),
-    NqOp("Transpose", nf.TransposeOp, attrs=(NqAttr("perm", "perm", "ints"),), converter=_transpose),
+    NqOp("Transpose", nf.TransposeOp, attrs=(AttrMap("perm", "perm", "ints"),), converter=_transpose),
     NqOp("MatMul", nf.MatmulOp, inputs=(2, 2)),
     NqOp("PRelu", nf.PReluOp, inputs=(2, 2), check=_prelu_check),
 )
@@ -649,76 +511,3 @@ def convert_known(spec: NodeSpec) -> Operation:
         op.erase(safe_erase=False)
         raise NodeProblem(f"{spec.op_type} node '{spec.name}': {e.args[0] if e.args else e}") from None
     return op
-
-
-# ---------------------------------------------------------------------------------------
-# The shapes NanoEngine-PyTorch declares (its stream analysis ignores padding)
-# ---------------------------------------------------------------------------------------
-
-
-def has_pads(spec: NodeSpec) -> bool:
-    pads = dict(spec.attrs).get("pads")
-    row = BY_OP_TYPE.get(spec.op_type)
-    return row is not None and row.padded and isinstance(pads, tuple) and any(p != 0 for p in pads)
-
-
-def reference_result_types(
-    spec: NodeSpec, types: Sequence[Attribute], reference: Sequence[Attribute | None]
-) -> list[Attribute] | None:
-    """The result types NanoEngine-PyTorch declares for a known node: shape inference with
-    the node's pads taken as zero and its SSA inputs at their reference types.
-
-    `types` are the result types nanoir computes (returned as they are when the node has no
-    pads and every input's reference type is its type); `reference` holds one type (or None:
-    unknown) per SSA input, in order. None when a reference type is unknown or the reference
-    shapes do not fit together.
-
-    A join (a `join` row: Add, Sub, Mul, Div, Concat) of a padded branch with a less shrunken
-    one, as in a residual block, fires in the reference's analysis while every input has a
-    row, so along each dim where its inputs disagree (and none broadcasts, and not Concat's
-    axis) it produces as many as the shortest input has.
-    """
-    values = [v for v in spec.inputs if isinstance(v, SSAValue)]
-    if not has_pads(spec) and all(r == v.type for v, r in zip(values, reference)):
-        return list(types)
-    row = BY_OP_TYPE.get(spec.op_type)
-    if any(r is None for r in reference) or row is None:
-        return None
-    attrs = tuple(
-        (k, tuple(0 for _ in v)) if k == "pads" and isinstance(v, tuple) and row.padded else (k, v)
-        for k, v in spec.attrs
-    )
-    found = _types_of(NodeSpec(spec.name, spec.op_type, attrs, spec.inputs, spec.num_outputs), reference)  # type: ignore[arg-type]
-    if found is None and row.join:
-        found = _types_of(spec, _shortest_joined(spec, reference))  # type: ignore[arg-type]
-    return found
-
-
-def _types_of(spec: NodeSpec, input_types: Sequence[Attribute]) -> list[Attribute] | None:
-    """The result types of the node with its SSA inputs of these types; None if they do not fit."""
-    placeholders = iter(Block(arg_types=input_types).args)
-    inputs = tuple(next(placeholders) if isinstance(v, SSAValue) else v for v in spec.inputs)
-    try:
-        op = convert_known(NodeSpec(spec.name, spec.op_type, spec.attrs, inputs, spec.num_outputs))
-    except (Unsupported, NodeProblem, ShapeError, ValueError):
-        return None
-    result = [r.type for r in op.results]
-    op.erase(safe_erase=False)
-    return result
-
-
-def _shortest_joined(spec: NodeSpec, types: Sequence[Attribute]) -> list[Attribute]:
-    """The input types of a join cut to the shortest input along each dim where they differ."""
-    shapes = [list(t.get_shape()) if isinstance(t, TensorType) else [] for t in types]
-    rank = max((len(s) for s in shapes), default=0)
-    axis = dict(spec.attrs).get("axis") if spec.op_type == "Concat" else None
-    skip = axis % rank if isinstance(axis, int) and rank and -rank <= axis < rank else None
-    for d in range(rank):
-        sizes = {s[d] for s in shapes if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX)}
-        if d != skip and len(sizes) > 1:
-            for s in shapes:
-                if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX):
-                    s[d] = min(sizes)
-    return [
-        TensorType(t.get_element_type(), s) if isinstance(t, TensorType) else t for t, s in zip(types, shapes)
-    ]

@@ -74,7 +74,7 @@ __all__ = [
     "same_value", "EXP_MIN", "EXP_MAX", "exp_value", "exp_from_value", "name_value", "name_from_value",
     "tensor_entry", "entry_fields", "dense_from_const", "const_from_dense", "const_entry", "words_entry",
     "orphan_entry", "decl_from_entry", "streamed_type", "runtime_layout", "init_layout",
-    "NodeProblem", "NAME", "sanitize_name", "set_hint", "Names", "is_hw_program", "is_hw_function", "main_function",
+    "NAME", "sanitize_name", "set_hint", "Names", "is_hw_program", "is_hw_function", "main_function",
     "StreamPlan", "UnitStepPlan",
 ]
 
@@ -434,16 +434,6 @@ def runtime_layout(rank: int) -> str:
 def init_layout(rank: int) -> str:
     """NanoEngine's layout of an init tensor: C, CC, CCD, CCDD, ... (weights, vectors)."""
     return "C" * min(rank, 2) + "D" * max(0, rank - 2)
-
-
-class NodeProblem(Exception):
-    """A node contradicts itself (both levels); `attr` or `input` says where (for the location)."""
-
-    def __init__(self, message: str, *, attr: str | None = None, input: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.attr = attr
-        self.input = input
 
 
 # ---------------------------------------------------------------------------------------
