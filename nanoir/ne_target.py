@@ -6,8 +6,8 @@
     nanoir-opt net.mlir -p quantize{...} --emit=nanoengine -o net.ne
     nanoir-opt net.mlir --lower-to-hw --emit=nanoengine -o net_hw.ne   # the hw level (nh)
 
-The work is done by `nanoir.grammar.ne_import` and `nanoir.grammar.ne_export` (and their hw
-siblings `ne_import_hw` / `ne_export_hw`, which they dispatch to).
+The work is done by the `.ne` front doors `nanoir.grammar.ne_import` and
+`nanoir.grammar.ne_export`, which detect the level (nq or hw) and dispatch.
 """
 
 from __future__ import annotations
