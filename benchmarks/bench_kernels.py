@@ -1,4 +1,4 @@
-"""Time ``nanoir.runtime.kernels.conv`` against ``torch.nn.functional.conv2d``, one thread each.
+"""Time ``nanoir.runtime.numerics.kernels.conv`` against ``torch.nn.functional.conv2d``, one thread each.
 
 Layers: every distinct conv of ResNet-18 at a 1x3x224x224 input, plus a few MobileNetV2
 depthwise convs. Each implementation runs in its own worker process with
@@ -74,7 +74,7 @@ def worker(impl: str, repeat: int, depthwise_variants: bool) -> dict[str, float]
             with torch.no_grad():
                 results[name] = best_ms(lambda: F.conv2d(xt, wt, stride=s, padding=p, groups=g), repeat)
         else:
-            from nanoir.runtime.kernels import conv
+            from nanoir.runtime.numerics.kernels import conv
 
             results[name] = best_ms(
                 lambda: conv(x, w, strides=(s, s), pads=(p, p, p, p), groups=g), repeat

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from nanoir.dialects.shapes import (
+from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     ShapeError,
     broadcast_shapes,

@@ -33,7 +33,7 @@ from nanoir.dialects.nf import (
     tensor_shape,
 )
 from nanoir.dialects.nq import MAX_ABS_EXP, MAX_BITS, RoundingMode, RoundingModeAttr
-from nanoir.dialects.shapes import (
+from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
     infer_concat_shape,

@@ -7,7 +7,7 @@ with NumPy rules: ``[1]`` per tensor, ``[C, 1, 1, 1]`` per output channel of a w
 ``[C, 1, 1]`` (or ``[1, C, 1, 1]``) per channel of an activation, or the full shape.
 
 The rounding modes (``RoundingMode``, from the shared quantization math in
-``nanoir.runtime.quant``) are shared with the nh level; their attribute lives here.
+``nanoir.runtime.numerics.quant``) are shared with the nh level; their attribute lives here.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 from nanoir.dialects.nf import FloatTensor, tensor_shape
-from nanoir.dialects.shapes import (
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import (
     ShapeError,
     broadcast_shapes,
     shape_str,
     shapes_compatible,
 )
-from nanoir.runtime.quant import RoundingMode
 from xdsl.dialects.builtin import (
     I64,
     DenseIntOrFPElementsAttr,

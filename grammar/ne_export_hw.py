@@ -62,7 +62,7 @@ from nanoir.grammar.ne_schema import (
     name_value,
     sanitize_name,
 )
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     DenseIntOrFPElementsAttr,

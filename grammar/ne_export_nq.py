@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import numpy as np
 from nanoir.dialects import nf
-from nanoir.dialects.shapes import shape_str, shapes_compatible
 from nanoir.grammar.ne_ast import (
     Comment,
     ConstTensor,
@@ -86,6 +85,7 @@ from nanoir.grammar.ne_schema import (
     sanitize_name,
     streamed_type,
 )
+from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,

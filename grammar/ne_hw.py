@@ -100,7 +100,7 @@ from nanoir.dialects.nf import tensor_shape
 from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
 from nanoir.grammar.ne_node import AttrMap
 from nanoir.grammar.ne_schema import HW_DTYPES
-from nanoir.runtime import quant
+from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,

@@ -68,7 +68,7 @@ from nanoir.grammar.ne_schema import (
     same_value,
     set_hint,
 )
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,

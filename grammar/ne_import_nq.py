@@ -85,7 +85,6 @@ import warnings
 from collections.abc import Sequence
 
 from nanoir.dialects import nf
-from nanoir.dialects.shapes import shape_str, shapes_compatible
 from nanoir.grammar.ne_ast import (
     Comment,
     ConstTensor,
@@ -143,6 +142,7 @@ from nanoir.grammar.ne_schema import (
     tensor_entry,
     words_entry,
 )
+from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,

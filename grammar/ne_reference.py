@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nanoir.dialects.shapes import ShapeError
 from nanoir.grammar.ne_node import NodeProblem, NodeSpec, Unsupported
 from nanoir.grammar.ne_nq import BY_OP_TYPE, convert_known
+from nanoir.runtime.numerics.shapes import ShapeError
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Attribute, Block, SSAValue
 

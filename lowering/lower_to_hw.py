@@ -40,10 +40,10 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.dialects.shapes import DYNAMIC_INDEX
-from nanoir.runtime import kernels, quant
 from nanoir.runtime.nf import dense_to_numpy
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics import kernels, quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     ArrayAttr,

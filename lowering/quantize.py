@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.runtime import quant
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp

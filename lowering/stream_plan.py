@@ -82,7 +82,7 @@ from typing import Literal
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.shapes import window_params
+from nanoir.runtime.numerics.shapes import window_params
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,

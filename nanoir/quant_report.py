@@ -22,7 +22,6 @@ from xdsl.ir import Operation, OpResult, SSAValue
 
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.runtime import quant
 from nanoir.runtime.interpreter import (
     Plan,
     compile_function,
@@ -30,6 +29,7 @@ from nanoir.runtime.interpreter import (
     find_function,
 )
 from nanoir.runtime.nf import dense_to_numpy
+from nanoir.runtime.numerics import quant
 
 
 def sqnr_db(signal_power: float, noise_power: float) -> float:

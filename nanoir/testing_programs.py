@@ -35,8 +35,8 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.runtime import quant
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.quant import RoundingMode
 
 BITS = (1, 2, 4, 8)
 MODES = tuple(RoundingMode)

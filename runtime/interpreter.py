@@ -134,7 +134,7 @@ def _check_codes(index: int, array: np.ndarray, t: TensorType) -> np.ndarray:
     if array.dtype.kind not in "iu":
         raise ExecutionError(
             f"input {index} is a {array.dtype} array, but the argument holds i{width} codes "
-            f"of type {t}; pass integer codes (e.g. nanoir.runtime.quant.quantize_to_int)"
+            f"of type {t}; pass integer codes (e.g. nanoir.runtime.numerics.quant.quantize_to_int)"
         )
     lo, hi = code_range(width)
     info = np.iinfo(array.dtype)

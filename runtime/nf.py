@@ -1,7 +1,7 @@
 """Kernels of the nf dialect for the NumPy executor: one builder per op.
 
 Each builder reads the op's attributes once and returns a closure over NumPy arrays that calls
-the matching function of :mod:`nanoir.runtime.kernels` (the executable definition of the op).
+the matching function of :mod:`nanoir.runtime.numerics.kernels` (the executable definition of the op).
 Values keep the plan's float dtype: float32 for float programs, float64 for quantized ones.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
-from nanoir.dialects.shapes import window_params
-from nanoir.runtime import kernels
 from nanoir.runtime.interpreter import Builder, Kernel
+from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType
 from xdsl.ir import Operation
 

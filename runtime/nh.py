@@ -9,7 +9,7 @@ Integer conventions
 -------------------
 - A value is a NumPy array of codes in a *signed integer dtype wide enough for its declared
   width*: constants and i32 accumulators are int32, requant and lut results the narrowest
-  dtype of their width (:func:`nanoir.runtime.quant.code_dtype`: i1..i8 -> int8), exact
+  dtype of their width (:func:`nanoir.runtime.numerics.quant.code_dtype`: i1..i8 -> int8), exact
   elementwise arithmetic int64, and data-movement ops keep their input's dtype. A kernel
   never computes in its inputs' dtype where the result could be wider.
 - Every value's codes fit its declared width: function inputs are range-checked on entry
@@ -55,10 +55,10 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
-from nanoir.dialects.shapes import pool_output_size, window_params
-from nanoir.runtime import quant
 from nanoir.runtime.interpreter import Builder, ExecutionError, Kernel
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import pool_output_size, window_params
 from numpy.typing import DTypeLike, NDArray
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.dialects.func import FuncOp
@@ -119,7 +119,7 @@ def div_round(
 ) -> NDArray[np.int64]:
     """``num / den`` rounded by ``mode`` with integer operations only (``den > 0``), as int64.
 
-    The modes mean what they mean in :func:`nanoir.runtime.quant.shift_round`, which is this
+    The modes mean what they mean in :func:`nanoir.runtime.numerics.quant.shift_round`, which is this
     function for ``den = 2**shift``: ``trunc`` toward zero, ``floor`` toward -inf,
     ``half_up`` to nearest with ties toward +inf, ``half_even`` to nearest with ties to even.
     ``nh.avg_pool`` divides its exact window sums with it.
@@ -152,7 +152,7 @@ def div_round(
 def requant_codes(
     acc: ArrayLikeInt, shift: ArrayLikeInt, bits: int, mode: RoundingMode | str = RoundingMode.TRUNC
 ) -> IntArray:
-    """:func:`nanoir.runtime.quant.requant` for codes of at most 32 bits, in a few array passes.
+    """:func:`nanoir.runtime.numerics.quant.requant` for codes of at most 32 bits, in a few array passes.
 
     ``quant.requant`` is the definition and handles any int64 and any shift; being general it
     is 10-30x slower. Here ``|acc| <= 2**31`` (an nh value is at most i32) and the shifts are
@@ -855,7 +855,7 @@ def quantize_inputs(func: FuncOp, inputs: Sequence[Any]) -> list[Any]:
 
     Integer arrays (and arguments without those attributes) pass through unchanged.
     """
-    from nanoir.runtime import quant
+    from nanoir.runtime.numerics import quant
 
     attrs = func.arg_attrs.data if func.arg_attrs is not None else ()
     out: list[Any] = []

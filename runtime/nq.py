@@ -1,5 +1,5 @@
 """Kernels of the nq dialect: ``nq.fake_quant`` with the exact semantics of
-:func:`nanoir.runtime.quant.fake_quant` (float64, trunc toward zero by default)."""
+:func:`nanoir.runtime.numerics.quant.fake_quant` (float64, trunc toward zero by default)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.runtime.interpreter import Builder, Kernel
 from nanoir.runtime.nf import dense_to_numpy
-from nanoir.runtime.quant import fake_quant as quant_fake_quant
+from nanoir.runtime.numerics.quant import fake_quant as quant_fake_quant
 from xdsl.ir import Operation
 
 

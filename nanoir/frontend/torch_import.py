@@ -55,8 +55,8 @@ from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from nanoir.dialects import nf
-from nanoir.dialects.shapes import ShapeError
 from nanoir.frontend.errors import FrontendError
+from nanoir.runtime.numerics.shapes import ShapeError
 
 __all__ = [
     "ATEN_HANDLERS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from nanoir.dialects import nf
-from nanoir.dialects.shapes import ShapeError
+from nanoir.runtime.numerics.shapes import ShapeError
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BytesAttr,

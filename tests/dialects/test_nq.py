@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from nanoir.dialects.nq import FakeQuantOp, exp_attr, exp_values
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType, f32
 from xdsl.ir import Block, SSAValue
 from xdsl.utils.exceptions import VerifyException

@@ -30,13 +30,13 @@ from nanoir.grammar.ne_export import (
     export_nanoengine,
     export_program,
 )
-from nanoir.grammar.ne_schema import name_from_value, name_value
 from nanoir.grammar.ne_import import import_nanoengine
 from nanoir.grammar.ne_parser import parse_nanoengine
 from nanoir.grammar.ne_printer import print_nanoengine
+from nanoir.grammar.ne_schema import name_from_value, name_value
 from nanoir.lowering.lower_to_hw import lower_to_hw
-from nanoir.runtime import quant
 from nanoir.runtime.interpreter import run
+from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 

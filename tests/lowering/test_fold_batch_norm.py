@@ -15,7 +15,7 @@ from nanoir.lowering.fold_batch_norm import (
     batch_norm_affine,
     fold_batch_norm,
 )
-from nanoir.runtime import kernels
+from nanoir.runtime.numerics import kernels
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,

@@ -7,8 +7,8 @@ import pytest
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.quantize import QuantizeError, QuantRule, quantize
-from nanoir.runtime import quant
 from nanoir.runtime.nf import dense_to_numpy
+from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir

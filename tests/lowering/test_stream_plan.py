@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nanoir.dialects.shapes import ShapeError
 from nanoir.lowering.stream_plan import (
     BufferPlan,
     StreamPlanError,
@@ -24,6 +23,7 @@ from nanoir.lowering.stream_plan import (
     stream_shapes,
 )
 from nanoir.runtime.interpreter import ExecutionError, find_function
+from nanoir.runtime.numerics.shapes import ShapeError
 from nanoir.runtime.stream import StreamRunner, stream
 from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, ModuleOp
 

@@ -468,7 +468,7 @@ def test_unsupported_argument_names_op_and_reason() -> None:
 def test_upsample_scale_that_picks_other_pixels_is_rejected() -> None:
     """torch reads ``floor(j / 1.7)`` where nf reads ``floor(j * 4 / 6)``: they differ here,
     so the frontend refuses instead of importing a different network."""
-    from nanoir.runtime import kernels
+    from nanoir.runtime.numerics import kernels
 
     x = torch.arange(4.0).reshape(1, 1, 4)
     by_torch = F.interpolate(x, scale_factor=1.7).numpy()

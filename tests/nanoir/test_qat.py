@@ -19,10 +19,11 @@ import nanoir
 
 torch = pytest.importorskip("torch")
 
-from nanoir import qat  # noqa: E402
 from nanoir.dialects.nq import FakeQuantOp  # noqa: E402
 from nanoir.lowering.quantize import QuantizeError, QuantizePass, QuantRule  # noqa: E402
-from nanoir.runtime.quant import RoundingMode  # noqa: E402
+from nanoir.runtime.numerics.quant import RoundingMode  # noqa: E402
+
+from nanoir import qat  # noqa: E402
 from nanoir.testing_programs import random_nq_program  # noqa: E402
 
 MODES = [m.value for m in RoundingMode]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.runtime import quant
 from nanoir.runtime.interpreter import ExecutionError, compile_module, run
+from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import DYNAMIC_INDEX, FunctionType, ModuleOp, TensorType, f32
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Operation, Region, SSAValue

@@ -1,4 +1,4 @@
-"""Property tests of ``nanoir.runtime.kernels`` against PyTorch (skipped without torch).
+"""Property tests of ``nanoir.runtime.numerics.kernels`` against PyTorch (skipped without torch).
 
 Every reference value comes from torch: asymmetric pads go through ``F.pad`` before torch's
 op (which only pads symmetrically), and ``count_include_pad=False`` over asymmetric pads
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nanoir.runtime import kernels as K
+from nanoir.runtime.numerics import kernels as K
 
 from nanoir.testing_programs import examples
 

@@ -2,7 +2,7 @@
 
 Every test builds a small verified nh program, runs it through the interpreter on integer
 codes, and compares ``codes * 2**-exp`` with an independent float64 reference computed on the
-dequantized operands: ``nanoir.runtime.kernels`` (the float kernels) for conv, pools and
+dequantized operands: ``nanoir.runtime.numerics.kernels`` (the float kernels) for conv, pools and
 products, NumPy for elementwise ops, and ``quant.fake_quant`` wherever the nh op rounds
 (requant, avg_pool). Both sides are exact, so equality is ``np.array_equal``, never a
 tolerance. Hypothesis draws the shapes, window attributes, widths i1..i8 (i16/i32 where an op
@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 from nanoir.dialects import nh
 from nanoir.dialects.nh import code_range, fixed_type
 from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.dialects.shapes import infer_conv_shape, infer_pool_shape
-from nanoir.runtime import interpreter, kernels, quant
+from nanoir.runtime import interpreter
 from nanoir.runtime.interpreter import ExecutionError, compile_module
 from nanoir.runtime.nh import (
     F32_EXACT,
@@ -36,7 +35,9 @@ from nanoir.runtime.nh import (
     plan_exact_matmul,
     requant_codes,
 )
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics import kernels, quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import infer_conv_shape, infer_pool_shape
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     BoolAttr,

@@ -1,4 +1,4 @@
-"""Tests for nanoir.runtime.quant: hand-computed cases, then properties against exact references.
+"""Tests for nanoir.runtime.numerics.quant: hand-computed cases, then properties against exact references.
 
 Expected values are worked out by hand in the comments, or come from Python ints and
 `fractions.Fraction`, never from the functions under test.
@@ -10,12 +10,12 @@ import doctest
 import math
 from fractions import Fraction
 
-import nanoir.runtime.quant as quant
+import nanoir.runtime.numerics.quant as quant
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nanoir.runtime.quant import (
+from nanoir.runtime.numerics.quant import (
     RoundingMode,
     channel_absmax,
     dequantize,

@@ -17,7 +17,7 @@ Conventions:
   allowed. ``pad`` itself takes pads over *all* dims, as ONNX ``Pad`` does.
 - ``kernel``, ``strides`` and ``dilations`` have one entry per spatial dim.
 - Output lengths come from :func:`conv_output_size` and :func:`pool_output_size`, the same
-  formulas the IR's shape inference uses (``nanoir.dialects.shapes`` has the same signatures).
+  formulas the IR's shape inference uses (``nanoir.runtime.numerics.shapes`` has the same signatures).
 
 Speed: a convolution is im2col plus one BLAS matmul. The column matrix is one copy of a
 ``sliding_window_view`` of the padded input, laid out in the ``[C * K, OH * OW]`` order that
@@ -38,7 +38,7 @@ from typing import Literal
 import numpy as np
 
 # One definition of the output-size formulas, shared with the IR's shape inference.
-from nanoir.dialects.shapes import conv_output_size, pool_output_size
+from nanoir.runtime.numerics.shapes import conv_output_size, pool_output_size
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 

@@ -1,11 +1,11 @@
-"""Shape inference (``nanoir.dialects.shapes``) against what PyTorch actually produces."""
+"""Shape inference (``nanoir.runtime.numerics.shapes``) against what PyTorch actually produces."""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nanoir.dialects.shapes import (
+from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     ShapeError,
     broadcast_shapes,
@@ -14,6 +14,7 @@ from nanoir.dialects.shapes import (
     infer_matmul_shape,
     infer_pool_shape,
 )
+from xdsl.dialects.builtin import DYNAMIC_INDEX as XDSL_DYNAMIC_INDEX
 
 from nanoir.testing_programs import examples
 
@@ -127,3 +128,7 @@ def test_dynamic_dims_propagate() -> None:
     assert infer_concat_shape([(2, DYNAMIC_INDEX), (2, 3)], 1) == (2, DYNAMIC_INDEX)
     with pytest.raises(ShapeError, match="differ outside axis 1"):
         infer_concat_shape([(2, 3), (3, 3)], 1)
+
+
+def test_dynamic_index_is_xdsls() -> None:
+    assert DYNAMIC_INDEX == XDSL_DYNAMIC_INDEX

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import DYNAMIC_INDEX
-
 from nanoir.errors import Error
+
+DYNAMIC_INDEX = -(2**63)
+"""A dynamic dim: the value of xDSL's ``DYNAMIC_INDEX`` (the numerics layer imports no xDSL IR;
+a test checks the two agree)."""
 
 __all__ = [
     "DYNAMIC_INDEX",
