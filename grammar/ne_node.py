@@ -10,7 +10,7 @@ is a table row's mapping of one attribute to one op property.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float, WordTensor
@@ -51,7 +51,6 @@ class NodeSpec:
     attrs: tuple[tuple[str, AttrValue], ...]
     inputs: tuple[NodeInput, ...]
     num_outputs: int
-    used: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._attrs = dict(self.attrs)
@@ -147,11 +146,16 @@ class AttrMap:
     default: int | float | None = None
 
     def read(self, n: NodeSpec) -> object:
+        """The node's value for the op's constructor (NodeProblem naming the node if bad)."""
         if self.kind == "int":
             return n.int(self.name, None if self.default is None else int(self.default))
         if self.kind == "float":
             return n.float(self.name, None if self.default is None else float(self.default))
-        return n.ints(self.name)
+        if self.kind == "flag":
+            return n.flag(self.name, int(self.default or 0))
+        if self.kind == "ints":
+            return n.ints(self.name)
+        raise AssertionError(f"AttrMap {self.name!r}: nq rows read int, float, flag or ints, not {self.kind!r}")
 
     def write(self, op: Operation) -> tuple[str, AttrValue]:
         return self.name, encode_prop(self.kind, getattr(op, self.prop))

@@ -43,7 +43,6 @@ from math import prod
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.shapes import ShapeError, shape_str, shapes_compatible
 from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
 from nanoir.grammar.ne_errors import ExportError
 from nanoir.grammar.ne_node import (
@@ -55,7 +54,8 @@ from nanoir.grammar.ne_node import (
     kind_of_const,
 )
 from nanoir.grammar.ne_schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
 from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
@@ -438,8 +438,6 @@ def _prelu_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> Non
 # ---------------------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------------------
-
-_NO_AUTO_PAD = Fixed("auto_pad", "NOTSET", "auto_pad other than NOTSET")
 
 NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Q", FakeQuantOp, const_input="exp", converter=_q, writer=_fake_quant_attrs),  # type: ignore[arg-type]

@@ -41,7 +41,7 @@ from nanoir.grammar.ne_ast import (
     WordTensor,
 )
 from nanoir.grammar.ne_errors import ExportError
-from nanoir.runtime.quant import RoundingMode
+from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
@@ -224,9 +224,9 @@ _PROP_KINDS: dict[str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrVal
     "int": (lambda a: int(a.value.data), _int_attr),  # type: ignore[attr-defined]
     "flag": (lambda a: int(bool(a.value.data)), _flag_attr),  # type: ignore[attr-defined]
     "rounding": (lambda a: a.data.value, _rounding_attr),  # type: ignore[attr-defined]
+    "float": (lambda a: Float.from_value(a.value.data), _float_attr),  # type: ignore[attr-defined]
 }
 """Property kind -> (property -> attribute value, attribute value -> property)."""
-_PROP_KINDS["float"] = (lambda a: Float.from_value(a.value.data), _float_attr)  # type: ignore[attr-defined]
 
 
 def encode_prop(kind: str, attr: Attribute) -> AttrValue:
