@@ -29,6 +29,7 @@ class NanoEngineTarget(Target):
     name = "nanoengine"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        # lazy: the CLIs register this target at start-up; the .ne layer loads only when used
         from nanoir.grammar.ne_export import export_nanoengine
         from nanoir.lowering.stream_plan import stream_shapes
 
@@ -38,6 +39,7 @@ class NanoEngineTarget(Target):
 
 def read_nanoengine(stream: IO[bytes], filename: str) -> ModuleOp:
     """Import `.ne` bytes; import warnings go to stderr as `file:line:col: warning: ...`."""
+    # lazy: registered as a frontend at start-up; the .ne layer loads only when a file is read
     from nanoir.grammar.ne_import import (
         NanoEngineImportWarning,
         import_nanoengine_bytes,
