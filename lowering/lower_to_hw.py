@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nf, nh
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.runtime.nf import dense_to_numpy
 from nanoir.runtime.numerics import kernels, quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.runtime.arrays import load_arrays
+from nanoir.runtime.interpreter import compile_function, default_builders, find_function
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.context import Context
@@ -399,8 +401,6 @@ def calibrate(
     progress: bool | None = None,
 ) -> None:
     """Run the float program on the calibration batches and set each activation's ``exps``."""
-    from nanoir.runtime.interpreter import compile_function, default_builders
-
     acts = {t.value: t for t in targets if t.kind == "act"}
     if not acts:
         return
@@ -492,7 +492,7 @@ class _progress:
 
 
 def _constant_array(value: SSAValue) -> np.ndarray:
-    from nanoir.runtime.nf import dense_to_numpy
+    from nanoir.dialects.dense import dense_to_numpy
 
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
     return dense_to_numpy(value.op.value).astype(np.float64)
@@ -521,7 +521,7 @@ def _accumulator_cap(op: nf.ConvOp | nf.LinearOp) -> np.ndarray | None:
     fx, fw = _source_fake_quant(op.input), _source_fake_quant(op.weight)
     if fx is None or fw is None:
         return None
-    from nanoir.runtime.nf import dense_to_numpy
+    from nanoir.dialects.dense import dense_to_numpy
 
     groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
     return accumulator_cap(fx.bits.value.data, dense_to_numpy(fx.exp).astype(np.int64),
@@ -683,8 +683,6 @@ def quantize(
     ``calibration`` is an iterable of batches (arrays, tuples of arrays, torch tensors or
     ``(inputs, labels)`` pairs from a DataLoader); ``options`` are :class:`QuantConfig` fields.
     """
-    from nanoir.runtime.interpreter import find_function
-
     if config is None:
         rules = tuple(r if isinstance(r, QuantRule) else QuantRule.parse(r)
                       for r in options.pop("rules", ()))
@@ -703,8 +701,6 @@ def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]
     A file that cannot be read, is not a NumPy file, is truncated, or holds NaN or infinity is
     a ``QuantizeError`` naming the file (and the batch with the bad value).
     """
-    from nanoir.api import load_arrays
-
     try:
         arrays = load_arrays(path)
     except Error as e:

@@ -4,7 +4,7 @@ Reads ``.mlir`` or NanoEngine ``.ne`` (by extension, or ``--input-format``; stdi
 runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
 ``mlir`` or ``nanoengine``). Bad input is one message with ``file:line:col`` and exit code 1:
 no traceback, and ``-o`` is written only when everything succeeded (atomically, see
-``nanoir.api.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
+``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
 written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
 """
 
@@ -23,16 +23,11 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from nanoir._cli import run_main
-from nanoir.api import (
-    FileAccessError,
-    FileFormatError,
-    check_output_path,
-    decode_text,
-    write_atomically,
-)
+from nanoir.api import decode_text
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
-from nanoir.errors import Error
+from nanoir.errors import Error, FileAccessError, FileFormatError
+from nanoir.files import check_output_path, write_atomically
 from nanoir.grammar.ne_errors import NanoEngineError
 from nanoir.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES

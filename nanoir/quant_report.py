@@ -21,6 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, OpResult, SSAValue
 
 from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.runtime.interpreter import (
     Plan,
@@ -28,7 +29,6 @@ from nanoir.runtime.interpreter import (
     default_builders,
     find_function,
 )
-from nanoir.runtime.nf import dense_to_numpy
 from nanoir.runtime.numerics import quant
 
 

@@ -10,7 +10,7 @@ the codes). Errors are one message
 (the file and place for bad programs, the op and shapes for failed runs, what is wrong with a
 bad ``.npy`` or ``-o`` path), exit code 1, and no output file is written unless every output
 was computed. Options and paths are checked before anything runs. Outputs are written
-atomically and exactly to the named files (``nanoir.api.write_atomically``); SIGINT and SIGTERM
+atomically and exactly to the named files (``nanoir.files.write_atomically``); SIGINT and SIGTERM
 end the run with one line and exit code 130 or 143.
 """
 
@@ -28,15 +28,11 @@ from xdsl.dialects.func import FuncOp
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 from nanoir._cli import run_main
-from nanoir.api import (
-    check_output_path,
-    load,
-    load_array,
-    write_atomically,
-    writes_through,
-)
+from nanoir.api import load
 from nanoir.errors import Error
+from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.grammar.ne_errors import NanoEngineError
+from nanoir.runtime.arrays import load_array
 from nanoir.runtime.interpreter import find_function, run
 
 

@@ -21,20 +21,16 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects.nh import FixedAttr, code_range
+from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.nf import NF_BUILDERS
+from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
+from nanoir.runtime.nq import NQ_BUILDERS
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
 
-from nanoir.errors import Error
-
-Kernel = Callable[..., tuple[Any, ...]]
-Builder = Callable[[Any, np.dtype[Any]], Kernel]
 Observer = Callable[[Operation, tuple[Any, ...]], None]
-
-
-class ExecutionError(RuntimeError, Error):
-    """A program could not run: names the op (or input), the shapes and the offending value."""
 
 
 @dataclass
@@ -236,10 +232,6 @@ def _plan_frees(
 
 def default_builders() -> dict[type[Operation], Builder]:
     """Kernels for every dialect the runtime knows."""
-    from nanoir.runtime.nf import NF_BUILDERS
-    from nanoir.runtime.nh import NH_BUILDERS
-    from nanoir.runtime.nq import NQ_BUILDERS
-
     return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS}
 
 
@@ -289,7 +281,5 @@ def run(
     plan = compile_module(module, function=function, dtype=dtype)
     if not is_hw_function(plan.func):
         return plan(*inputs)
-    from nanoir.runtime.nh import dequantize_outputs, quantize_inputs
-
     outputs = plan(*quantize_inputs(plan.func, inputs))
     return outputs if raw else dequantize_outputs(plan.func, outputs)

@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
-from nanoir.runtime.interpreter import Builder, Kernel
+from nanoir.runtime.base import Builder, Kernel
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics.shapes import window_params
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, TensorType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Operation
 
 NF_BUILDERS: dict[type[Operation], Builder] = {}
@@ -30,18 +31,6 @@ def impl(op_type: type[Operation]) -> Callable[[Builder], Builder]:
         return builder
 
     return register
-
-
-def dense_to_numpy(attr: Any) -> np.ndarray:
-    """A ``dense<...>`` attribute as a NumPy array (zero-copy, read-only)."""
-    t = attr.get_type()
-    elt = t.get_element_type()
-    if isinstance(elt, IntegerType):
-        width = elt.width.data
-        dtype = {1: "<i1", 8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[width]
-    else:
-        dtype = {"f16": "<f2", "f32": "<f4", "f64": "<f8"}[elt.name.removeprefix("builtin.")]
-    return np.frombuffer(attr.data.data, dtype=dtype).reshape(t.get_shape())
 
 
 def _unary(fn: Callable[[Any], Any]) -> Builder:

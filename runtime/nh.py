@@ -55,7 +55,7 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
-from nanoir.runtime.interpreter import Builder, ExecutionError, Kernel
+from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
@@ -279,7 +279,7 @@ def plan_exact_matmul(inner: int, a_bound: int, b_bound: int, bias_bound: int = 
 
 def _as_operand(a: IntArray, dtype: np.dtype[Any]) -> NDArray[Any]:
     """Codes as the plan's float dtype (exact: they are within its exact range)."""
-    if dtype == object:
+    if dtype.kind == "O":
         return a.astype(np.int64).astype(object)
     return a.astype(dtype)
 
@@ -855,7 +855,6 @@ def quantize_inputs(func: FuncOp, inputs: Sequence[Any]) -> list[Any]:
 
     Integer arrays (and arguments without those attributes) pass through unchanged.
     """
-    from nanoir.runtime.numerics import quant
 
     attrs = func.arg_attrs.data if func.arg_attrs is not None else ()
     out: list[Any] = []

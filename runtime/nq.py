@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.runtime.interpreter import Builder, Kernel
-from nanoir.runtime.nf import dense_to_numpy
+from nanoir.runtime.base import Builder, Kernel
 from nanoir.runtime.numerics.quant import fake_quant as quant_fake_quant
 from xdsl.ir import Operation
 

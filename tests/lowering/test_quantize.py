@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.quantize import QuantizeError, QuantRule, quantize
-from nanoir.runtime.nf import dense_to_numpy
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import ModuleOp
 

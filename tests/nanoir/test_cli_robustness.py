@@ -22,10 +22,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from nanoir.lowering.quantize import QuantizeError
+from nanoir.runtime.arrays import load_arrays
 
 import nanoir
 from nanoir import opt, run_cli
-from nanoir.api import FileAccessError, FileFormatError, load_arrays, write_atomically
+from nanoir.errors import FileAccessError, FileFormatError
+from nanoir.files import write_atomically
 
 GOOD = """\
 func.func @main(%x: tensor<?x2x6xf32>) -> tensor<?x2x6xf32> {
@@ -494,11 +496,11 @@ def test_npy_from_a_fifo(tmp_path: Path) -> None:
 SIGNAL_SCRIPT = """\
 import os, signal, sys, time
 import numpy as np
-import nanoir.api
+import nanoir.files
 from nanoir import opt, run_cli
 
 SIG = getattr(signal, sys.argv[1])
-real = nanoir.api._write_contents
+real = nanoir.files._write_contents
 
 def interrupted(f, contents):
     f.write(b"half of the output")
@@ -507,7 +509,7 @@ def interrupted(f, contents):
     time.sleep(30)  # the signal's exception unwinds from here
     real(f, contents)
 
-nanoir.api._write_contents = interrupted
+nanoir.files._write_contents = interrupted
 main = opt.main if sys.argv[2] == "opt" else run_cli.main
 sys.exit(main(sys.argv[3:]))
 """

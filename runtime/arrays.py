@@ -1,0 +1,134 @@
+"""Reading ``.npy``/``.npz`` inputs without trusting them.
+
+NumPy's own loaders allocate what a header promises (a 0-byte file is an ``EOFError``, a header
+claiming 1e11 rows a ``MemoryError``, a ``.npz`` where one array was expected a misleading
+shape). Here the header is checked against the file's size first, and every problem is a
+``FileFormatError`` or ``FileAccessError`` (both ``nanoir.Error``) naming the file.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import stat
+import zipfile
+import zlib
+from typing import IO
+
+import numpy as np
+
+from nanoir.errors import FileAccessError, FileFormatError
+from nanoir.errors import os_reason as _reason
+
+__all__ = ["load_array", "load_arrays"]
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
+    """One array from a ``.npy`` stream of ``size`` bytes, its header checked first."""
+    from numpy.lib import format as npy
+
+    start = stream.tell()
+    try:
+        version = npy.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran_order, dtype = npy.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, fortran_order, dtype = npy.read_array_header_2_0(stream)
+        else:
+            raise FileFormatError(f"{name}: .npy format version {version} is not read here "
+                                  "(only 1.0 and 2.0, which hold numeric arrays)")
+    except FileFormatError:
+        raise
+    except Exception as e:  # ValueError, EOFError, tokenize.TokenError, zlib.error ...
+        raise FileFormatError(f"{name}: not a valid .npy file ({type(e).__name__}: {e})"
+                              ) from None
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise FileFormatError(f"{name}: holds {dtype} values; nanoir reads numeric arrays "
+                              "(bool, int, uint or float)")
+    needed = math.prod(shape) * dtype.itemsize
+    held = size - stream.tell()
+    if needed > held:
+        raise FileFormatError(
+            f"{name}: truncated: its header promises a {'x'.join(map(str, shape)) or 'scalar'} "
+            f"{dtype} array ({_size(needed)}) but the file holds {_size(max(held, 0))} of data"
+        )
+    stream.seek(start)
+    try:
+        return npy.read_array(stream, allow_pickle=False)
+    except MemoryError:
+        raise FileFormatError(f"{name}: a {'x'.join(map(str, shape))} {dtype} array "
+                              f"({_size(needed)}) does not fit in memory") from None
+    except (ValueError, EOFError, OSError) as e:
+        raise FileFormatError(f"{name}: cannot read the array: {e}") from None
+
+
+def load_arrays(path: str | os.PathLike[str], *, archive: bool = True) -> list[np.ndarray]:
+    """The arrays of a ``.npy`` file (one) or a ``.npz`` archive (each, in file order).
+
+    The header is checked against the file's size before anything is allocated, so a
+    truncated or corrupt file is a ``FileFormatError`` that says what is wrong (an empty
+    file, not a NumPy file, a header promising more data than there is, a non-numeric
+    dtype). With ``archive=False`` a ``.npz`` is an error too: one array was expected.
+    Non-regular files (FIFOs, ``/dev/stdin``) are read whole first.
+    """
+    name = os.fspath(path)
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
+    with f:
+        try:
+            st = os.fstat(f.fileno())
+            stream: IO[bytes] = f
+            if stat.S_ISREG(st.st_mode):
+                size = st.st_size
+            else:
+                stream = io.BytesIO(f.read())
+                size = len(stream.getvalue())  # type: ignore[attr-defined]
+            head = stream.read(len(_NPY_MAGIC))
+            stream.seek(0)
+        except OSError as e:
+            raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
+        if size == 0:
+            raise FileFormatError(f"{name}: the file is empty (0 bytes), not a .npy array")
+        if head.startswith(_ZIP_MAGIC):
+            if not archive:
+                raise FileFormatError(f"{name}: is a .npz archive; one .npy array is expected "
+                                      "here")
+            return _read_npz(stream, name)
+        if head != _NPY_MAGIC:
+            raise FileFormatError(f"{name}: not a .npy file (it does not start with NumPy's "
+                                  "magic bytes)")
+        return [_read_npy(stream, size, name)]
+
+
+def _read_npz(stream: IO[bytes], name: str) -> list[np.ndarray]:
+    try:
+        with zipfile.ZipFile(stream) as z:
+            arrays = []
+            for info in z.infolist():
+                member = f"{name}[{info.filename.removesuffix('.npy')}]"
+                with z.open(info) as m:
+                    arrays.append(_read_npy(m, info.file_size, member))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError) as e:
+        raise FileFormatError(f"{name}: not a valid .npz archive: {e}") from None
+    if not arrays:
+        raise FileFormatError(f"{name}: the .npz archive holds no arrays")
+    return arrays
+
+
+def load_array(path: str | os.PathLike[str]) -> np.ndarray:
+    """The one array of a ``.npy`` file (see ``load_arrays``; a ``.npz`` is an error)."""
+    return load_arrays(path, archive=False)[0]
