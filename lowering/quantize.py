@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.runtime.arrays import load_arrays
 from nanoir.runtime.interpreter import compile_function, default_builders, find_function
@@ -492,8 +493,6 @@ class _progress:
 
 
 def _constant_array(value: SSAValue) -> np.ndarray:
-    from nanoir.dialects.dense import dense_to_numpy
-
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
     return dense_to_numpy(value.op.value).astype(np.float64)
 
@@ -521,8 +520,6 @@ def _accumulator_cap(op: nf.ConvOp | nf.LinearOp) -> np.ndarray | None:
     fx, fw = _source_fake_quant(op.input), _source_fake_quant(op.weight)
     if fx is None or fw is None:
         return None
-    from nanoir.dialects.dense import dense_to_numpy
-
     groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
     return accumulator_cap(fx.bits.value.data, dense_to_numpy(fx.exp).astype(np.int64),
                            fw.bits.value.data, dense_to_numpy(fw.exp).astype(np.int64),

@@ -17,6 +17,7 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from nanoir.errors import Error
@@ -44,49 +45,29 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+# Lazy (PEP 562): ``import nanoir`` loads no xDSL, NumPy or torch; each name loads its module on
+# first use. Name -> (module, attribute; None for the module itself).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "run": ("nanoir.runtime.interpreter", "run"),
+    "compile_module": ("nanoir.runtime.interpreter", "compile_module"),
+    "make_context": ("nanoir.context", "make_context"),
+    "parse": ("nanoir.api", "parse"),
+    "load": ("nanoir.api", "load"),
+    "save": ("nanoir.api", "save"),
+    "compile_model": ("nanoir.pipeline", "compile_model"),
+    "from_torch": ("nanoir.frontend", "from_torch"),
+    "qat": ("nanoir.qat", None),
+    "quantize": ("nanoir.lowering.quantize", "quantize"),
+    "report": ("nanoir.quant_report", "report"),
+    "lower_to_hw": ("nanoir.lowering.lower_to_hw", "lower_to_hw"),
+    "stream_plan": ("nanoir.lowering.stream_plan", "stream_plan"),
+    "stream": ("nanoir.runtime.stream", "stream"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("run", "compile_module"):
-        from nanoir.runtime import interpreter
-
-        return getattr(interpreter, name)
-    if name == "make_context":
-        from nanoir.context import make_context
-
-        return make_context
-    if name in ("parse", "load", "save"):
-        from nanoir import api
-
-        return getattr(api, name)
-    if name == "compile_model":
-        from nanoir.pipeline import compile_model
-
-        return compile_model
-    if name == "from_torch":
-        from nanoir.frontend import from_torch
-
-        return from_torch
-    if name == "qat":
-        import importlib
-
-        return importlib.import_module("nanoir.qat")
-    if name == "quantize":
-        from nanoir.lowering.quantize import quantize
-
-        return quantize
-    if name == "report":
-        from nanoir.quant_report import report
-
-        return report
-    if name == "lower_to_hw":
-        from nanoir.lowering.lower_to_hw import lower_to_hw
-
-        return lower_to_hw
-    if name == "stream_plan":
-        from nanoir.lowering.stream_plan import stream_plan
-
-        return stream_plan
-    if name == "stream":
-        from nanoir.runtime.stream import stream
-
-        return stream
-    raise AttributeError(f"module 'nanoir' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'nanoir' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)

@@ -34,6 +34,7 @@ PROGRAM_FORMATS = {".mlir": "MLIR", ".ne": "NanoEngine"}
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
     """Parse and verify MLIR text; errors are ``ParseError``/``NanoirDiagnostic`` with a location."""
+    # lazy: each format's reader or writer loads on first use
     from nanoir.context import make_context
     from nanoir.diagnostics import parse_and_verify
 
@@ -60,6 +61,7 @@ def decode_text(data: bytes, name: str) -> str:
         column = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
         from xdsl.utils.lexer import Input, Span
 
+        # lazy: each format's reader or writer loads on first use
         from nanoir.diagnostics import print_span
 
         # The source line (bad bytes shown as U+FFFD) and a caret under the first bad byte.
@@ -88,6 +90,7 @@ def load(path: str | Path) -> ModuleOp:
     """
     path = Path(path)
     if _program_format(path) == ".ne":
+        # lazy: each format's reader or writer loads on first use
         from nanoir.grammar.ne_import import import_nanoengine_bytes
 
         return import_nanoengine_bytes(read_bytes(path), str(path))
@@ -102,6 +105,7 @@ def save(module: ModuleOp, path: str | Path) -> None:
     """
     path = Path(path)
     if path.suffix == ".ne":
+        # lazy: each format's reader or writer loads on first use
         from nanoir.grammar.ne_export import export_nanoengine
 
         check_output_path(path)

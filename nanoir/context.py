@@ -33,18 +33,21 @@ def _test() -> Dialect:
 
 
 def _nf() -> Dialect:
+    # lazy: xDSL loads a dialect when a program first uses it
     from nanoir.dialects.nf import NF
 
     return NF
 
 
 def _nq() -> Dialect:
+    # lazy: xDSL loads a dialect when a program first uses it
     from nanoir.dialects.nq import NQ
 
     return NQ
 
 
 def _nh() -> Dialect:
+    # lazy: xDSL loads a dialect when a program first uses it
     from nanoir.dialects.nh import NH
 
     return NH

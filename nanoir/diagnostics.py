@@ -57,6 +57,7 @@ from xdsl.utils.exceptions import (
 from xdsl.utils.lexer import Input, Span
 from xdsl.utils.mlir_lexer import MLIRLexer, MLIRTokenKind
 
+from nanoir.dialects.nh import verify_hw_function
 from nanoir.errors import Error
 
 MAX_NESTING = 64
@@ -489,7 +490,6 @@ def check_dominance(block: Block) -> tuple[Operation, SSAValue] | None:
 def _verify_op(op: Operation) -> None:
     op.verify(verify_nested_ops=False)
     if op.name == "func.func":
-        from nanoir.dialects.nh import verify_hw_function
 
         verify_hw_function(op)
 

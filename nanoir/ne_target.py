@@ -31,7 +31,7 @@ class NanoEngineTarget(Target):
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         # lazy: the CLIs register this target at start-up; the .ne layer loads only when used
         from nanoir.grammar.ne_export import export_nanoengine
-        from nanoir.lowering.stream_plan import stream_shapes
+        from nanoir.lowering.stream_plan import stream_shapes  # lazy, as above
 
         # After `-p stream-plan`, the runtime and cache shapes are the plan's.
         output.write(export_nanoengine(module, stream_shapes(module)))

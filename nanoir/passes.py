@@ -28,24 +28,28 @@ def _dce() -> type[ModulePass]:
 
 
 def _quantize() -> type[ModulePass]:
+    # lazy: a pass module loads only when a pipeline names it
     from nanoir.lowering.quantize import QuantizePass
 
     return QuantizePass
 
 
 def _fold_bn() -> type[ModulePass]:
+    # lazy: a pass module loads only when a pipeline names it
     from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 
     return FoldBatchNormPass
 
 
 def _lower_to_hw() -> type[ModulePass]:
+    # lazy: a pass module loads only when a pipeline names it
     from nanoir.lowering.lower_to_hw import LowerToHwPass
 
     return LowerToHwPass
 
 
 def _stream_plan() -> type[ModulePass]:
+    # lazy: a pass module loads only when a pipeline names it
     from nanoir.lowering.stream_plan import StreamPlanPass
 
     return StreamPlanPass

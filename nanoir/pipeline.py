@@ -19,6 +19,13 @@ from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from nanoir.context import make_context
+from nanoir.frontend import from_torch
+from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.lowering.quantize import quantize
+from nanoir.lowering.stream_plan import StreamPlanPass
+
 STAGES = ("nf", "folded", "nq", "nh", "streamed")
 
 
@@ -34,32 +41,21 @@ def compile_model(
     """Run the pipeline on a ``torch.nn.Module`` up to and including the stage ``stop``."""
     if stop not in STAGES:
         raise ValueError(f"stop must be one of {', '.join(STAGES)}, got {stop!r}")
-    from nanoir.context import make_context
-    from nanoir.frontend import from_torch
-
     module = from_torch(model, tuple(example_inputs))
     if stop == "nf":
         return module
-
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 
     FoldBatchNormPass().apply(make_context(), module)
     if stop == "folded":
         return module
 
-    from nanoir.lowering.quantize import quantize
-
     quantize(module, calibration, **quantize_options)
     if stop == "nq":
         return module
 
-    from nanoir.lowering.lower_to_hw import lower_to_hw
-
     lower_to_hw(module)
     if stop == "nh":
         return module
-
-    from nanoir.lowering.stream_plan import StreamPlanPass
 
     options = dict(stream or {})
     steps = options.pop("steps", None)

@@ -145,6 +145,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     "(give one per output, or a single .npz)")
         inputs = [load_array(path) for path in args.input]
         if args.report:
+            # lazy: the report's modules load only for --report
             from nanoir.quant_report import report
 
             n = inputs[0].shape[0] if inputs and inputs[0].ndim else 0
@@ -153,7 +154,7 @@ def _main(argv: Sequence[str] | None) -> int:
             print(report(module, batches, function=args.function))
             return 0
         if args.stream:
-            from nanoir.runtime.stream import stream
+            from nanoir.runtime.stream import stream  # lazy: loads only for --stream
 
             outputs = stream(module, inputs, mem_dim=args.mem_dim, step=args.step,
                              function=args.function, dtype=args.dtype, raw=args.raw)

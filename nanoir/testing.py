@@ -19,6 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 from xdsl.dialects.builtin import ModuleOp
 
+from nanoir.context import make_context
+from nanoir.frontend import from_torch
+from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+
 __all__ = [
     "TEST_MODELS",
     "KWSNet",
@@ -282,10 +286,6 @@ def make_test_model(name: str, seed: int = 0) -> nn.Module:
 def import_folded(name: str, batch: int = 2) -> tuple[ModuleOp, tuple[int, ...]]:
     """A test network imported with ``from_torch``, BN folded: ``(module, input shape without
     the batch dim)``. ResNet-18 is imported at 32x32 to keep tests quick."""
-    from nanoir.context import make_context
-    from nanoir.frontend import from_torch
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
-
     torch.manual_seed(0)
     model = make_test_model(name)
     example = torch.randn(batch, 3, 32, 32) if name == "ResNet18" else (

@@ -18,6 +18,7 @@ __all__ = ["FrontendError", "from_torch", "supported_aten_ops"]
 
 def from_torch(model: Any, example_inputs: Any, *, dynamic_batch: bool = True) -> ModuleOp:
     """Import a torch network as an nf program; see :func:`nanoir.frontend.torch_import.from_torch`."""
+    # lazy: torch (the ``torch`` extra) loads on first use
     from nanoir.frontend.torch_import import from_torch as _from_torch
 
     return _from_torch(model, example_inputs, dynamic_batch=dynamic_batch)
@@ -25,6 +26,7 @@ def from_torch(model: Any, example_inputs: Any, *, dynamic_batch: bool = True) -
 
 def supported_aten_ops() -> list[str]:
     """The ATen ops (``aten.<name>.<overload>``) the frontend converts, sorted."""
+    # lazy: torch (the ``torch`` extra) loads on first use
     from nanoir.frontend.torch_import import supported_aten_ops as _supported
 
     return _supported()
