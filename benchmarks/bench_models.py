@@ -58,13 +58,13 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
             with torch.no_grad():
                 return model(x)
     else:
-        from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+        from nanoir.lowering.fold_bn import FoldBnPass
         from nanoir.runtime.interpreter import compile_module
 
         import nanoir
 
         module = nanoir.from_torch(model, (torch.cat([x, x]),))
-        FoldBatchNormPass().apply(nanoir.make_context(), module)
+        FoldBnPass().apply(nanoir.make_context(), module)
         xn = x.numpy()
         if impl == "nh":
             rng = np.random.default_rng(1)

@@ -225,14 +225,14 @@ def real_resnet18(repeat: int) -> tuple[float, float, int, float, float, float]:
     import torch
     from nanoir.grammar.ne_export import export_nanoengine
     from nanoir.grammar.ne_import import import_nanoengine
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.fold_bn import FoldBnPass
 
     from nanoir.context import make_context
     from nanoir.frontend import from_torch
     from nanoir.testing import make_test_model
 
     module = from_torch(make_test_model("ResNet18"), (torch.randn(2, 3, 32, 32),))
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     text = export_nanoengine(module)
     imported = import_nanoengine(text, "resnet18.ne")
     assert export_nanoengine(imported) == text, "export(import(text)) != text"

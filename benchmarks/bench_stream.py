@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 def build() -> tuple[object, object]:
     """The KWS net at the nq and nh levels."""
     import torch
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.fold_bn import FoldBnPass
     from nanoir.lowering.lower_to_hw import lower_to_hw
     from nanoir.lowering.quantize import quantize
 
@@ -40,7 +40,7 @@ def build() -> tuple[object, object]:
     torch.set_num_threads(1)
     model = make_test_model("KWSNet")
     module = from_torch(model, (model.make_example_input(2),))  # type: ignore[operator]
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     rng = np.random.default_rng(0)
     quantize(module, [rng.standard_normal((8, 40, 49)).astype(np.float32)])
     return module, lower_to_hw(module.clone())

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(2)
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.fold_bn import FoldBnPass
     from nanoir.lowering.quantize import QuantRule
 
     import nanoir
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     float_module = nanoir.from_torch(model, (torch.from_numpy(x_train[:2]),))
-    FoldBatchNormPass().apply(nanoir.make_context(), float_module)
+    FoldBnPass().apply(nanoir.make_context(), float_module)
     (nf_logits,) = nanoir.run(float_module, x_test)
     rows.append(Row("nf (float32)", accuracy(nf_logits, y_test)))
     calibration = [x_train[i:i + 128] for i in range(0, 512, 128)]

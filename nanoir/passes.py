@@ -36,9 +36,9 @@ def _quantize() -> type[ModulePass]:
 
 def _fold_bn() -> type[ModulePass]:
     # lazy: a pass module loads only when a pipeline names it
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.fold_bn import FoldBnPass
 
-    return FoldBatchNormPass
+    return FoldBnPass
 
 
 def _lower_to_hw() -> type[ModulePass]:

@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from nanoir.context import make_context
 from nanoir.frontend import from_torch
-from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.lowering.quantize import quantize
 from nanoir.lowering.stream_plan import StreamPlanPass
@@ -45,7 +45,7 @@ def compile_model(
     if stop == "nf":
         return module
 
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     if stop == "folded":
         return module
 

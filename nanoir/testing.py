@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from nanoir.context import make_context
 from nanoir.frontend import from_torch
-from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+from nanoir.lowering.fold_bn import FoldBnPass
 
 __all__ = [
     "TEST_MODELS",
@@ -291,5 +291,5 @@ def import_folded(name: str, batch: int = 2) -> tuple[ModuleOp, tuple[int, ...]]
     example = torch.randn(batch, 3, 32, 32) if name == "ResNet18" else (
         model.make_example_input(batch))  # type: ignore[operator]
     module = from_torch(model, (example,))
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     return module, tuple(example.shape[1:])

@@ -207,7 +207,7 @@ def test_random_programs_round_trip(data: st.DataObject, batch: int) -> None:
 @pytest.mark.parametrize(("name", "config"), [("SampleNet", "8-bit"), ("LeNet5", "4/1-bit")])
 def test_test_models_round_trip(name: str, config: str) -> None:
     torch = pytest.importorskip("torch")
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.fold_bn import FoldBnPass
     from nanoir.lowering.quantize import quantize
 
     from nanoir.testing import make_test_model
@@ -216,7 +216,7 @@ def test_test_models_round_trip(name: str, config: str) -> None:
     model = make_test_model(name)
     example = model.make_example_input(2)
     module = nanoir.from_torch(model, (example,))
-    FoldBatchNormPass().apply(nanoir.make_context(), module)
+    FoldBnPass().apply(nanoir.make_context(), module)
     rng = np.random.default_rng(1)
     shape = tuple(example.shape[1:])
     options = {} if config == "8-bit" else {"weight_bits": 4, "rules": ("weight@(fc|classifier|linear)=1",)}

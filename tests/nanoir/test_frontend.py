@@ -79,10 +79,10 @@ def imported(request: pytest.FixtureRequest) -> tuple[nn.Module, ModuleOp]:
 
 @pytest.fixture(scope="module")
 def folded(imported: tuple[nn.Module, ModuleOp]) -> ModuleOp:
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+    from nanoir.lowering.fold_bn import FoldBnPass
 
     module = imported[1].clone()
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     module.verify()
     return module
 

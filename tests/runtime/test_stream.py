@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
+from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.lowering.quantize import quantize
 from nanoir.lowering.stream_plan import stream_plan
@@ -51,7 +51,7 @@ def check_stream(module: ModuleOp, inputs: list[Any], step: int, raw: bool = Fal
 def quantized(model: nn.Module, example: torch.Tensor, seed: int = 0) -> tuple[ModuleOp, ModuleOp]:
     """The model at the nq level (BN folded, calibrated on random data) and lowered to nh."""
     module = from_torch(model.eval(), (example,))
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     rng = np.random.default_rng(seed)
     shape = tuple(example.shape)
     quantize(module, [rng.standard_normal((4, *shape[1:])).astype(np.float32)])

@@ -53,7 +53,7 @@ from xdsl.rewriter import InsertPoint
 __all__ = [
     "FoldBatchNormIntoConv",
     "FoldBatchNormIntoLinear",
-    "FoldBatchNormPass",
+    "FoldBnPass",
     "batch_norm_affine",
     "fold_batch_norm",
 ]
@@ -241,7 +241,7 @@ class FoldBatchNormIntoLinear(RewritePattern):
 
 
 @dataclass(frozen=True)
-class FoldBatchNormPass(ModulePass):
+class FoldBnPass(ModulePass):
     """Fold ``nf.batch_norm`` into the preceding ``nf.conv``/``nf.linear`` where possible."""
 
     name = "fold-bn"

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 from nanoir.dialects import nf
-from nanoir.lowering.fold_batch_norm import (
-    FoldBatchNormPass,
+from nanoir.lowering.fold_bn import (
+    FoldBnPass,
     batch_norm_affine,
     fold_batch_norm,
 )
@@ -173,7 +173,7 @@ class Net:
 
 
 def fold(module: ModuleOp) -> ModuleOp:
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     module.verify()
     return module
 
