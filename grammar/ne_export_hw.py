@@ -32,9 +32,7 @@ from nanoir.dialects import nh
 from nanoir.dialects.nq import RoundingModeAttr
 from nanoir.grammar.ne_ast import (
     AttrValue,
-    Comment,
     ConstTensor,
-    Function,
     InitNode,
     InitTensor,
     Item,
@@ -51,6 +49,7 @@ from nanoir.grammar.ne_hw import (
     default_storage,
     storage_width,
 )
+from nanoir.grammar.ne_layout import calls, reference_layout
 from nanoir.grammar.ne_schema import (
     HW_DTYPES,
     Attrs,
@@ -317,30 +316,8 @@ class _HwExporter:
             self.runtime_tensors[slot] = decl
 
     def _items(self) -> list[Item]:
-        items: list[Item] = [Comment(" init const tensor"), *self.consts]
-        items += [Comment(" init static tensor"), *self.init_tensors]
-        items += [Comment(" runtime tensor"), *self.runtime_tensors]
-        items += [Comment(" runtime memory"), *self.mems]
-        # Nodes in op order: a section per run of one kind (the importer rebuilds the order).
-        runs: list[tuple[bool, list[InitNode | RuntimeNode]]] = []
-        for node in self.nodes:
-            init = isinstance(node, InitNode)
-            if not runs or runs[-1][0] != init:
-                runs.append((init, []))
-            runs[-1][1].append(node)
-        if not any(init for init, _ in runs):
-            runs.insert(0, (True, []))
-        if all(init for init, _ in runs):
-            runs.append((False, []))
-        for init, nodes in runs:
-            items += [Comment(" init node" if init else " runtime_node"), *nodes]
-        items += [
-            Comment(" call init node"),
-            Function("init", tuple(n.name for n in self.nodes if isinstance(n, InitNode))),
-            Comment(" call runtime node"),
-            Function("runtime", tuple(n.name for n in self.nodes if isinstance(n, RuntimeNode))),
-        ]
-        return items
+        decls = [*self.consts, *self.init_tensors, *self.runtime_tensors, *self.mems, *self.nodes]
+        return reference_layout(decls, calls(self.nodes), node_runs=True)
 
 
 def export_hw_program(func: FuncOp, plan: StreamPlan | None = None) -> Program:

@@ -37,10 +37,8 @@ from __future__ import annotations
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.grammar.ne_ast import (
-    Comment,
     ConstTensor,
     Declaration,
-    Function,
     InitNode,
     InitTensor,
     Item,
@@ -51,9 +49,10 @@ from nanoir.grammar.ne_ast import (
     WordTensor,
 )
 from nanoir.grammar.ne_errors import ExportError
+from nanoir.grammar.ne_layout import calls, recorded_layout, reference_layout
 from nanoir.grammar.ne_node import NodeInput, NodeProblem, NodeSpec, Unsupported
 from nanoir.grammar.ne_nq import BY_CLASS, convert_known, default_attrs, row_of
-from nanoir.grammar.ne_printer import BOM_ENTRY, comment_from_entry
+from nanoir.grammar.ne_printer import BOM_ENTRY
 from nanoir.grammar.ne_reference import reference_result_types
 from nanoir.grammar.ne_schema import (
     NAME,
@@ -583,81 +582,21 @@ class _Exporter:
             decls.setdefault(node.name, node)
         return decls
 
-    def _functions(self) -> dict[str, Function]:
-        init = tuple(n.name for n in self.nodes if isinstance(n, InitNode))
-        runtime = tuple(n.name for n in self.nodes if isinstance(n, RuntimeNode))
-        return {"init": Function("init", init), "runtime": Function("runtime", runtime)}
-
     def _items(self) -> list[Item]:
         decls = self._declarations()
-        functions = self._functions()
+        functions = calls(self.nodes)
         recorded = self.module.attributes.get(NE_ITEMS)
         if not isinstance(recorded, ArrayAttr):
-            return _default_sections(decls, functions)
-        items: list[Item] = []
-        emitted: set[str] = set()
-        for entry in recorded.data:
-            if not isinstance(entry, StringAttr):
-                continue
-            text = entry.data
-            comment = comment_from_entry(text)  # `//text`, or `<blank lines>//text`
-            if comment is not None:
-                items.append(comment)
-            elif text in ("func init", "func runtime"):
-                name = text[5:]
-                if name not in emitted:
-                    items.append(functions[name])
-                    emitted.add(name)
-            elif text in decls and text not in emitted:
-                items.append(decls[text])
-                emitted.add(text)
-            elif text in self.recorded_decls and text not in emitted and text not in self.ids.taken:
-                items.append(self.recorded_decls[text])  # an unused declaration kept by the importer
-                emitted.add(text)
-        for name, decl in decls.items():
-            if name not in emitted:
-                _insert_by_kind(items, decl)
-        for name, func in functions.items():
-            if name not in emitted:
-                items.append(func)
-        return items
+            return reference_layout(decls.values(), functions)
+        entries = [e.data for e in recorded.data if isinstance(e, StringAttr)]
+        kept = {n: d for n, d in self.recorded_decls.items() if n not in self.ids.taken}
+        return recorded_layout(entries, decls, functions, kept)
 
 
 def _renamed(const: ConstTensor | WordTensor, name: str) -> ConstTensor | WordTensor:
     if isinstance(const, ConstTensor):
         return ConstTensor(name, const.dtype, const.shape, const.data, const.hex_upper)
     return WordTensor(name, const.type_name, const.layout, const.shape, const.data, const.hex_upper)
-
-
-_SECTIONS: tuple[tuple[str, tuple[type, ...]], ...] = (
-    (" init const tensor", (ConstTensor, WordTensor)),
-    (" init static tensor", (InitTensor,)),
-    (" runtime tensor", (RuntimeTensor,)),
-    (" runtime memory", (MemTensor,)),
-    (" init node", (InitNode,)),
-    (" runtime_node", (RuntimeNode,)),
-)
-
-
-def _default_sections(decls: dict[str, Declaration], functions: dict[str, Function]) -> list[Item]:
-    """The reference exporter's layout: one commented section per kind, then the calls."""
-    items: list[Item] = []
-    for title, kinds in _SECTIONS:
-        items.append(Comment(title))
-        items.extend(d for d in decls.values() if isinstance(d, kinds))
-    items += [Comment(" call init node"), functions["init"], Comment(" call runtime node"), functions["runtime"]]
-    return items
-
-
-def _insert_by_kind(items: list[Item], decl: Declaration) -> None:
-    """Put a declaration the recorded order does not know after the last one of its kind."""
-    kinds = next((k for _, k in _SECTIONS if isinstance(decl, k)), (type(decl),))
-    for i in range(len(items) - 1, -1, -1):
-        if isinstance(items[i], kinds):
-            items.insert(i + 1, decl)
-            return
-    first_func = next((i for i, item in enumerate(items) if isinstance(item, Function)), len(items))
-    items.insert(first_func, decl)
 
 
 def export_nq_program(module: ModuleOp, plan: StreamPlan | None = None) -> Program:
