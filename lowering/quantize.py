@@ -352,9 +352,54 @@ def tensor_exps(
     x: np.ndarray, bits: int, axis: int | None, calibrator: str, mode: RoundingMode
 ) -> np.ndarray:
     """Exponents of one tensor from its values (reduced dims kept as 1)."""
-    if calibrator == "mse":
-        return quant.exp_mse_optimal(x, bits, axis=axis, mode=mode)
-    return quant.exp_from_absmax(quant.channel_absmax(x, axis), bits)
+    absmax = quant.channel_absmax(x, axis)
+    if calibrator != "mse":
+        return quant.exp_from_absmax(absmax, bits)
+    mean_abs = _channel_mean_abs(x, axis)
+    candidates = mse_candidates(absmax.reshape(-1), mean_abs.reshape(-1), bits)
+    shape = [1] * x.ndim
+    if axis is not None:
+        shape[axis] = -1
+    errors = np.stack([_reduce((quant.fake_quant(x, bits, k.reshape(shape), mode) - x) ** 2,
+                               axis) for k in candidates])
+    return _least_error(candidates, errors).reshape(absmax.shape)
+
+
+def _channel_mean_abs(x: np.ndarray, axis: int | None) -> np.ndarray:
+    axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
+    return np.mean(np.abs(x), axis=axes, keepdims=axis is not None).reshape(-1)
+
+
+def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.ndarray:
+    """Exponents the ``mse`` calibrator tries, per channel: ``[candidates, channels]``, the
+    preferred one (kept on ties) first.
+
+    b > 1: from the absmax rule's ``k0`` (nothing saturates) up to ``k0 + min(b + 1, 8)``;
+    coarser steps than ``k0`` never lower the error, and finer ones trade saturation for
+    resolution (the least error of a 4-bit weight is typically 1-2 steps finer, of an 8-bit
+    activation up to ~4). b = 1: ``sign * 2**k`` has squared error ``sum (|x| - 2**k)**2``,
+    least at ``2**k = mean |x|``, so the best power of two is one of the two around
+    ``mean |x|`` (tried first, then one more on each side): ``max |x|`` (the absmax rule) can
+    be several octaves away for wide, heavy-tailed channels, outside a fixed window.
+    """
+    if bits == 1:
+        k0 = quant.exp_from_absmax(mean_abs, 1).astype(np.int64)
+        offsets: tuple[int, ...] = (0, 1, -1, 2)
+    else:
+        k0 = quant.exp_from_absmax(absmax, bits).astype(np.int64)
+        offsets = tuple(range(min(bits + 1, 8) + 1))
+    return np.clip(np.stack([k0 + d for d in offsets]), *quant.CALIB_EXP_RANGE)
+
+
+def _least_error(candidates: np.ndarray, errors: np.ndarray) -> np.ndarray:
+    """Per channel, the candidate with the least error; the earliest one on ties."""
+    best = candidates[0].copy()
+    best_err = errors[0].copy()
+    for k, err in zip(candidates[1:], errors[1:]):
+        better = err < best_err
+        best = np.where(better, k, best)
+        best_err = np.where(better, err, best_err)
+    return best
 
 
 @dataclass
@@ -362,11 +407,10 @@ class _Stats:
     """Running statistics of one activation over the calibration batches."""
 
     absmax: np.ndarray | None = None
+    abs_sum: np.ndarray | None = None
+    count: int = 0
     sse: np.ndarray | None = None
     candidates: np.ndarray | None = None
-
-
-SEARCH = 3
 
 
 def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
@@ -417,6 +461,10 @@ def calibrate(
         m = quant.channel_absmax(x, t.channel_axis).reshape(-1)
         s = stats[value]
         s.absmax = m if s.absmax is None else np.maximum(s.absmax, m)
+        if t.bits == 1:  # the 1-bit mse start is mean |x|
+            a = _reduce(np.abs(x), t.channel_axis)
+            s.abs_sum = a if s.abs_sum is None else s.abs_sum + a
+            s.count += x.size // a.size
 
     def observe_sse(value: SSAValue, x: np.ndarray) -> None:
         t, s = acts[value], stats[value]
@@ -447,23 +495,15 @@ def calibrate(
             if phase == 0 and passes == 2:
                 for v, s in stats.items():
                     assert s.absmax is not None
-                    k0 = quant.exp_from_absmax(s.absmax, acts[v].bits).astype(np.int64)
-                    s.candidates = np.stack([k0 + d for d in range(-SEARCH, SEARCH + 1)])
-                    s.candidates = np.clip(s.candidates, *quant.CALIB_EXP_RANGE)
+                    mean_abs = (s.abs_sum / max(s.count, 1) if s.abs_sum is not None
+                                else s.absmax)
+                    s.candidates = mse_candidates(s.absmax, mean_abs, acts[v].bits)
                     s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
     for v, t in acts.items():
         s = stats[v]
         assert s.absmax is not None
         if s.sse is not None and s.candidates is not None:
-            # Nearest to the absmax rule first, so ties keep its exponent.
-            order = sorted(range(len(s.candidates)), key=lambda i: abs(i - SEARCH))
-            best = s.candidates[SEARCH].copy()
-            best_err = s.sse[SEARCH].copy()
-            for i in order:
-                better = s.sse[i] < best_err
-                best = np.where(better, s.candidates[i], best)
-                best_err = np.where(better, s.sse[i], best_err)
-            k = best
+            k = _least_error(s.candidates, s.sse)
         else:
             k = quant.exp_from_absmax(s.absmax, t.bits)
         t.exps = np.asarray(k, dtype=np.int64).reshape(_exp_shape(t))

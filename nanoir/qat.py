@@ -21,7 +21,7 @@ forward differs only by the exponent learners' updates). This is what the deploy
 program computes, so there is no train/deploy mismatch; the price is that BN's normalisation
 no longer helps the optimiser, which matters little when fine-tuning a trained float net.
 
-**Forward** (the nq semantics, :func:`nanoir.runtime.quant.fake_quant`): with exponent ``k``,
+**Forward** (the nq semantics, :func:`nanoir.runtime.numerics.quant.fake_quant`): with exponent ``k``,
 b > 1: ``clamp(round(x * 2**k), -2**(b-1), 2**(b-1) - 1) / 2**k`` with the rounding mode
 (trunc, floor, half_up, half_even); b = 1: ``(x >= 0 ? 1 : -1) * 2**k``. In float64 every
 operation is exact where ``nanoir.run`` is exact, so ``qat.eval()(x.double())`` equals
@@ -66,18 +66,31 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from nanoir.dialects import nf
-from nanoir.dialects.nf import array_values
-from nanoir.dialects.nq import FakeQuantOp
-from nanoir.lowering import quantize as qz
-from nanoir.runtime import kernels, quant
-from nanoir.runtime.quant import RoundingMode
 from torch import nn
-from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
-from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    ModuleOp,
+    TensorType,
+)
+from xdsl.dialects.func import ReturnOp
 from xdsl.ir import OpResult, SSAValue
 
+from nanoir.context import make_context
+from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nf import array_values
+from nanoir.dialects.nq import FakeQuantOp
 from nanoir.errors import Error
+from nanoir.frontend import from_torch
+from nanoir.lowering import quantize as qz
+from nanoir.lowering.fold_bn import FoldBnPass
+from nanoir.runtime.interpreter import find_function
+from nanoir.runtime.nf import NF_BUILDERS
+from nanoir.runtime.numerics import kernels, quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import window_params
 
 __all__ = [
     "QATError",
@@ -106,14 +119,23 @@ class QATError(ValueError, Error):
 # --------------------------------------------------------------------------------------------
 
 
+_POW2_LIMIT = 64
+_POW2 = {dt: torch.tensor([2.0**i for i in range(-_POW2_LIMIT, _POW2_LIMIT + 1)], dtype=dt)
+         for dt in (torch.float32, torch.float64)}
+"""Exact powers of two ``2**-64 .. 2**64`` (Python floats), looked up by exponent."""
+
+
 def _pow2(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``2**k`` for an integer-valued tensor, exactly (NumPy's ldexp, not a float exp2)."""
-    ints = k.detach().cpu().numpy().astype(np.int64)
-    return torch.from_numpy(np.ldexp(1.0, ints)).to(dtype)
+    """``2**k`` for an integer-valued tensor ``|k| <= 64``, exactly (a table lookup, not a
+    float exp2)."""
+    table = _POW2.get(dtype)
+    if table is None:
+        table = _POW2[torch.float64].to(dtype)
+    return table[k.detach().to(torch.int64) + _POW2_LIMIT]
 
 
 def round_codes(v: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
-    """:func:`nanoir.runtime.quant.round_to_int` in torch: integer-valued, by ``mode``."""
+    """:func:`nanoir.runtime.numerics.quant.round_to_int` in torch: integer-valued, by ``mode``."""
     if mode is RoundingMode.TRUNC:
         return torch.trunc(v)
     if mode is RoundingMode.FLOOR:
@@ -127,7 +149,7 @@ def round_codes(v: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
 def fake_quant_value(
     x: torch.Tensor, bits: int, k: torch.Tensor, mode: RoundingMode
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q, inside)``: :func:`nanoir.runtime.quant.fake_quant` in torch, and where the clamp
+    """``(q, inside)``: :func:`nanoir.runtime.numerics.quant.fake_quant` in torch, and where the clamp
     left the rounded code unchanged (all True for 1-bit). ``k`` holds integers."""
     scale = _pow2(k, x.dtype)
     if bits == 1:
@@ -137,10 +159,9 @@ def fake_quant_value(
     codes = round_codes(v, mode)
     if mode is RoundingMode.FLOOR:
         codes = torch.where((x < 0) & (v == 0), -1.0, codes)
-    lo, hi = float(quant.qmin(bits)), float(quant.qmax(bits))
-    clamped = codes.clamp(lo, hi)
+    clamped = codes.clamp(float(quant.qmin(bits)), float(quant.qmax(bits)))
     inside = clamped == codes
-    return (clamped + 0.0) * _pow2(-k, x.dtype), inside
+    return (clamped + 0.0) / scale, inside  # dividing by a power of two is exact
 
 
 def _sum_to(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -188,7 +209,7 @@ class _FakeQuant(torch.autograd.Function):
 
 def floor_log2(s: torch.Tensor) -> torch.Tensor:
     """``floor(log2 s)`` for ``s > 0``, exactly (from the binary exponent, as
-    :func:`nanoir.runtime.quant.exp_from_absmax` does)."""
+    :func:`nanoir.runtime.numerics.quant.exp_from_absmax` does)."""
     _, e = torch.frexp(s)
     return (e - 1).to(s.dtype)
 
@@ -339,7 +360,6 @@ def _window_geometry(op: Any, x: torch.Tensor, dilations: Any) -> Any:
 
 
 def qz_window(op: Any, dilations: Any) -> Any:
-    from nanoir.dialects.shapes import window_params
 
     kernel = array_values(op.kernel) or ()
     return window_params(len(kernel), kernel, array_values(op.strides), array_values(op.pads),
@@ -499,7 +519,6 @@ def _gather_step(op: Any) -> Step:
     """Pad and nearest upsampling. A constant pad is ``F.pad``; the other modes and the
     upsample are a gather whose indices come from nanoir's own NumPy kernel run on the
     element indices, so they pick exactly the elements the runtime picks."""
-    from nanoir.runtime.nf import NF_BUILDERS
 
     if isinstance(op, nf.PadOp) and op.mode.data == "constant":
         pads = list(array_values(op.pads) or ())
@@ -536,8 +555,6 @@ class QATModule(nn.Module):
 
     def __init__(self, module: ModuleOp, config: qz.QuantConfig, function: str | None = None):
         super().__init__()
-        from nanoir.runtime.interpreter import find_function
-        from nanoir.runtime.nf import dense_to_numpy
 
         self.nf_module = module
         self.config = config
@@ -746,35 +763,27 @@ def prepare(model: Any, example_inputs: Sequence[Any], *, function: str | None =
     Weight exponents start from ``calibrator`` on the weights, as ``quantize`` sets them;
     activation exponents from the learner's init until :func:`calibrate`.
     """
-    from nanoir.context import make_context
-    from nanoir.lowering.fold_batch_norm import FoldBatchNormPass
 
     config = _config(quantize_options)
     if isinstance(model, ModuleOp):
         module = model.clone()
     else:
-        from nanoir.frontend import from_torch
-
         module = from_torch(model, tuple(example_inputs))
-    FoldBatchNormPass().apply(make_context(), module)
+    FoldBnPass().apply(make_context(), module)
     qat = QATModule(module, config, function)
     with torch.no_grad():
         for value, t in qat.targets.items():
             if t.kind in ("weight", "const"):
-                from nanoir.lowering.quantize import tensor_exps
-                from nanoir.runtime.nf import dense_to_numpy
-
                 assert isinstance(value, OpResult)
                 x = dense_to_numpy(value.op.value).astype(np.float64)  # type: ignore[attr-defined]
-                k = tensor_exps(x, t.bits, t.channel_axis, config.calibrator, config.rounding)
+                k = qz.tensor_exps(x, t.bits, t.channel_axis, config.calibrator, config.rounding)
                 qat.quantizer(t.name).set_exponents(np.asarray(k).reshape(-1))
     return qat
 
 
 def float_program(qat: QATModule) -> ModuleOp:
     """The folded nf program with the module's current constants written in."""
-    from nanoir.runtime.interpreter import find_function
-    from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr
+
 
     module = qat.nf_module.clone()
     func = find_function(module, qat.function)
@@ -798,7 +807,6 @@ def calibrate(qat: QATModule, batches: Iterable[Any], *, calibrator: str | None 
     ``mse``; default the one given to :func:`prepare`) on ``batches`` (NumPy arrays, torch
     tensors, or ``(inputs, labels)`` pairs), run through the float program with the current
     weights: afterwards the module computes the PTQ program ``quantize`` gives."""
-    from nanoir.runtime.interpreter import find_function
 
     config = qat.config
     if calibrator is not None:
@@ -848,7 +856,6 @@ def convert(qat: QATModule) -> ModuleOp:
     """The nq program (nf + ``nq.fake_quant``) of the trained module: its constants and
     exponents through ``quantize``. ``nanoir.run`` on it equals ``qat.eval()`` on float64
     inputs bit for bit, and it lowers to nh as any quantized program does."""
-    from nanoir.runtime.interpreter import find_function
 
     module = float_program(qat)
     qz.quantize_function(find_function(module, qat.function), None, qat.config,
@@ -885,7 +892,7 @@ def train(qat: QATModule, data: Iterable[Any], *, epochs: int, lr: float = 1e-3,
                 loss = loss_fn(qat(*xs), torch.as_tensor(y))
                 loss.backward()
                 optimizer.step()
-                running, count = running + float(loss), count + 1
+                running, count = running + float(loss.detach()), count + 1
                 advance()
             losses.append(running / max(count, 1))
     qat.eval()
