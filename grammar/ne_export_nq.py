@@ -142,7 +142,7 @@ class _Exporter:
         self.tensors: dict[str, Declaration] = {}  # init, runtime and mem tensors, in order
         self.nodes: list[InitNode | RuntimeNode] = []  # in program order
         # The type NanoEngine-PyTorch would declare for each value (its stream analysis ignores
-        # padding; None: unknown): a recorded shape may be this one (see ne_import).
+        # padding; None: unknown): a recorded shape may be this one (see ne_reference).
         self.reference: dict[SSAValue, Attribute | None] = {}
 
     # -- names ----------------------------------------------------------------------------
@@ -174,7 +174,7 @@ class _Exporter:
         self, index: int
     ) -> tuple[str, tuple[str, str, tuple[int, ...], str] | None, list[tuple[str, str, tuple[int, ...], str]], str] | None:
         """(node, out entry, mem entries, the node called before it) of the Identity node the
-        imported file gave result `index` by (`ne.identity`, see ne_import)."""
+        imported file gave result `index` by (`ne.identity`, see ne_import_nq)."""
         res_attrs = self.func.res_attrs.data if self.func.res_attrs else ()
         if index >= len(res_attrs):
             return None
@@ -372,7 +372,7 @@ class _Exporter:
     def reference_types(
         self, op: Operation, op_type: str, attrs: Attrs, inputs: list[NodeInput]
     ) -> list[Attribute | None]:
-        """The result types NanoEngine-PyTorch declares for `op` (ne_import.reference_result_types)."""
+        """The result types NanoEngine-PyTorch declares for `op` (ne_reference.reference_result_types)."""
         types = [r.type for r in op.results]
         if isinstance(op, nf.CustomOp):
             return list(types)
@@ -435,7 +435,7 @@ class _Exporter:
 
     def _recorded_shape_fits(self, value: SSAValue, entry: tuple[str, str, tuple[int, ...], str]) -> bool:
         """Whether a recorded runtime shape still describes `value`: its type's, or the one
-        NanoEngine-PyTorch declares for it (ignoring padding; see ne_import)."""
+        NanoEngine-PyTorch declares for it (ignoring padding; see ne_reference)."""
         declared = streamed_type(entry[2], entry[1]).get_shape()
         reference = self.reference.get(value, value.type)
         return any(

@@ -171,7 +171,7 @@ def _reference_blank_lines(previous: Item | None) -> int:
     return 0 if previous is None or isinstance(previous, Comment) else 1
 
 
-# How the `ne.items` attribute of an imported module (see `ne_import`) records what the
+# How the `ne.items` attribute of an imported module (see `ne_import_nq`) records what the
 # printer needs beyond the items themselves, so that IR -> text is byte-exact too:
 BOM_ENTRY = "\ufeff"
 """A first entry that is the byte order mark: the file started with one (`Program.bom`)."""

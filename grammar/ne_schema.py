@@ -12,8 +12,8 @@ is that one definition, so a key, a codec or a naming rule cannot drift between 
 - declared tensors and constants as attributes (`tensor_entry`, `const_entry`, ...);
 - names: `sanitize_name` and `Names` (fresh `base_<k>` and numbered `<OpType>_n<k>` names,
   stepping around names taken or reserved);
-- the level of a program or function (`is_hw_program`, `is_hw_function`), which the front
-  doors `ne_import` and `ne_export` dispatch on;
+- the level of a program (`is_hw_program`), which the front door `ne_import` dispatches on
+  (`ne_export` asks `nanoir.dialects.functions.level_of`);
 - the shapes runtime tensors are declared with (`StreamPlan`, `UnitStepPlan`).
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from nanoir.dialects import nh
+from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import RoundingModeAttr
 from nanoir.grammar.ne_ast import (
@@ -74,7 +75,7 @@ __all__ = [
     "same_value", "EXP_MIN", "EXP_MAX", "exp_value", "exp_from_value", "name_value", "name_from_value",
     "tensor_entry", "entry_fields", "dense_from_const", "const_from_dense", "const_entry", "words_entry",
     "orphan_entry", "decl_from_entry", "streamed_type", "runtime_layout", "init_layout",
-    "NAME", "sanitize_name", "set_hint", "Names", "is_hw_program", "is_hw_function", "main_function",
+    "NAME", "sanitize_name", "set_hint", "Names", "is_hw_program", "main_function",
     "StreamPlan", "UnitStepPlan",
 ]
 
@@ -426,11 +427,6 @@ def streamed_type(shape: Sequence[int], layout: str, elt: Attribute = f32) -> Te
     return TensorType(elt, dims)
 
 
-def runtime_layout(rank: int) -> str:
-    """NanoEngine's layout of a runtime tensor: B, BC, BCM, BCMD, BCMDD, ..."""
-    return "BCMD"[:rank] + "D" * max(0, rank - 4)
-
-
 def init_layout(rank: int) -> str:
     """NanoEngine's layout of an init tensor: C, CC, CCD, CCDD, ... (weights, vectors)."""
     return "C" * min(rank, 2) + "D" * max(0, rank - 2)
@@ -516,13 +512,6 @@ def is_hw_program(program: Program) -> bool:
         isinstance(d, (InitTensor, RuntimeTensor)) and d.name in outputs and d.dtype in WIDTH_OF_DTYPE
         for d in program.declarations
     )
-
-
-def is_hw_function(func: FuncOp) -> bool:
-    """Whether `func` is an nh program: it has nh ops or nh-typed arguments."""
-    if any(isinstance(a.type, TensorType) and isinstance(a.type.encoding, nh.FixedAttr) for a in func.args):
-        return True
-    return any(op.name.startswith("nh.") for op in func.walk())
 
 
 def main_function(module: ModuleOp) -> FuncOp:
