@@ -118,12 +118,7 @@ class _HwImporter:
         return NanoEngineSemanticError(message, self.filename, line, column, self.source)
 
     def node_error(self, node: Node, problem: NodeProblem) -> NanoEngineSemanticError:
-        loc = node.loc
-        if problem.attr is not None:
-            loc = next((l for (k, _), l in zip(node.attrs, node.attr_locs) if k == problem.attr), loc)
-        elif problem.input is not None and problem.input < len(node.in_locs):
-            loc = node.in_locs[problem.input]
-        return self.error(problem.message, loc)
+        return self.error(problem.message, problem.loc(node))
 
     # -- the whole program ----------------------------------------------------------------
     def run(self) -> ModuleOp:

@@ -402,16 +402,7 @@ class _Importer:
             self.warn(f"{node.op_type} node '{node.name}' is kept as nf.custom: {why}", node.loc)
             return self._custom(node, spec)
         except NodeProblem as problem:
-            raise self.error(problem.message, self._problem_loc(node, problem)) from None
-
-    def _problem_loc(self, node: InitNode | RuntimeNode, problem: NodeProblem) -> Loc | None:
-        if problem.attr is not None:
-            for (key, _), loc in zip(node.attrs, node.attr_locs):
-                if key == problem.attr:
-                    return loc
-        if problem.input is not None and problem.input < len(node.in_locs):
-            return node.in_locs[problem.input]
-        return node.loc
+            raise self.error(problem.message, problem.loc(node)) from None
 
     def _custom(self, node: InitNode | RuntimeNode, spec: NodeSpec) -> Operation:
         operands = [v for v in spec.inputs if isinstance(v, SSAValue)]

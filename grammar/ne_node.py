@@ -13,7 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
-from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float, WordTensor
+from nanoir.grammar.ne_ast import (
+    AttrValue,
+    ConstTensor,
+    Float,
+    InitNode,
+    Loc,
+    RuntimeNode,
+    WordTensor,
+)
 from nanoir.grammar.ne_schema import encode_prop
 from xdsl.ir import Operation, SSAValue
 
@@ -32,6 +40,16 @@ class NodeProblem(Exception):
         self.message = message
         self.attr = attr
         self.input = input
+
+    def loc(self, node: InitNode | RuntimeNode) -> Loc | None:
+        """Where in the node the problem is: the attribute, else the input, else the node."""
+        if self.attr is not None:
+            for (key, _), loc in zip(node.attrs, node.attr_locs):
+                if key == self.attr:
+                    return loc
+        if self.input is not None and self.input < len(node.in_locs):
+            return node.in_locs[self.input]
+        return node.loc
 
 
 NodeInput = Union[SSAValue, ConstTensor, WordTensor]
