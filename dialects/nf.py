@@ -15,6 +15,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from nanoir.dialects.traits import (
+    ChannelWise,
+    Contraction,
+    DataMovement,
+    Elementwise,
+    FloatOnly,
+    LookupTable,
+    SlidingWindow,
+    WholeExtent,
+    axis_rows,
+    pad_rows,
+    reshape_rows,
+    scale_rows,
+    transpose_rows,
+)
+from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     ShapeError,
@@ -196,7 +212,7 @@ class UnaryFloatOp(IRDLOperation):
     T: ClassVar = VarConstraint("T", FloatTensor)
     input = operand_def(T)
     result = result_def(T)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input)"
 
@@ -226,6 +242,7 @@ class SigmoidOp(UnaryFloatOp):
     """
 
     name = "nf.sigmoid"
+    traits = traits_def(FloatOnly(), LookupTable(kernels.sigmoid))
 
 
 @irdl_op_definition
@@ -238,6 +255,7 @@ class TanhOp(UnaryFloatOp):
     """
 
     name = "nf.tanh"
+    traits = traits_def(FloatOnly(), LookupTable(kernels.tanh))
 
 
 @irdl_op_definition
@@ -250,6 +268,7 @@ class HardSigmoidOp(UnaryFloatOp):
     """
 
     name = "nf.hardsigmoid"
+    traits = traits_def(FloatOnly(), LookupTable(kernels.hardsigmoid))
 
 
 @irdl_op_definition
@@ -262,6 +281,7 @@ class HardSwishOp(UnaryFloatOp):
     """
 
     name = "nf.hardswish"
+    traits = traits_def(FloatOnly(), LookupTable(kernels.hardswish))
 
 
 @irdl_op_definition
@@ -302,6 +322,7 @@ class LeakyReluOp(UnaryFloatOp):
     """
 
     name = "nf.leaky_relu"
+    traits = traits_def(FloatOnly(), LookupTable(kernels.leaky_relu, ("alpha",)))
     alpha = prop_def(FloatAttr[Float64Type])
 
     def __init__(self, input: SSAValue, alpha: float):
@@ -314,7 +335,7 @@ class BinaryFloatOp(IRDLOperation):
     lhs = operand_def(FloatTensor)
     rhs = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
@@ -395,7 +416,7 @@ class PReluOp(IRDLOperation):
     input = operand_def(T)
     slope = operand_def(FloatTensor)
     result = result_def(T)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ChannelWise())
     assembly_format = "$input `,` $slope attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, input: SSAValue, slope: SSAValue):
@@ -439,7 +460,7 @@ class ConvOp(IRDLOperation):
     pads = opt_prop_def(DenseArrayBase[I64])
     dilations = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), SlidingWindow("weight"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -504,7 +525,7 @@ class LinearOp(IRDLOperation):
     weight = operand_def(FloatTensor)
     bias = opt_operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Contraction())
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
     )
@@ -544,7 +565,7 @@ class MatmulOp(IRDLOperation):
     lhs = operand_def(FloatTensor)
     rhs = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Contraction())
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, lhs: SSAValue, rhs: SSAValue):
@@ -583,7 +604,7 @@ class BatchNormOp(IRDLOperation):
     var = operand_def(FloatTensor)
     result = result_def(T)
     epsilon = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(1e-5, Float64Type()))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ChannelWise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $scale `,` $bias `,` $mean `,` $var attr-dict `:` "
@@ -636,7 +657,7 @@ class PoolOp(IRDLOperation):
     strides = opt_prop_def(DenseArrayBase[I64])
     pads = opt_prop_def(DenseArrayBase[I64])
     ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), SlidingWindow("kernel"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -775,7 +796,7 @@ class AdaptiveAvgPoolOp(IRDLOperation):
     input = operand_def(FloatTensor)
     result = result_def(FloatTensor)
     output_size = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), WholeExtent())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -821,7 +842,7 @@ class ConcatOp(IRDLOperation):
     inputs = var_operand_def(FloatTensor)
     result = result_def(FloatTensor)
     axis = prop_def(IntegerAttr[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(axis_rows))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
 
@@ -858,7 +879,7 @@ class SplitOp(IRDLOperation):
     results_ = var_result_def(FloatTensor)
     axis = prop_def(IntegerAttr[I64])
     sizes = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(axis_rows))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` functional-type(operands, results)"
 
@@ -913,7 +934,7 @@ class ReshapeOp(IRDLOperation):
     name = "nf.reshape"
     input = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(reshape_rows))
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, shape: Sequence[int]):
@@ -968,7 +989,7 @@ class TransposeOp(IRDLOperation):
     input = operand_def(FloatTensor)
     result = result_def(FloatTensor)
     perm = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(transpose_rows))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -1017,7 +1038,7 @@ class PadOp(IRDLOperation):
     pads = prop_def(DenseArrayBase[I64])
     mode = prop_def(StringAttr, default_value=StringAttr(PadMode.CONSTANT))
     value = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(0.0, Float64Type()))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(pad_rows))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -1074,7 +1095,7 @@ class UpsampleNearestOp(IRDLOperation):
     name = "nf.upsample_nearest"
     input = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(scale_rows))
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, size: Sequence[int]):

@@ -33,6 +33,14 @@ from nanoir.dialects.nf import (
     tensor_shape,
 )
 from nanoir.dialects.nq import MAX_ABS_EXP, MAX_BITS, RoundingMode, RoundingModeAttr
+from nanoir.dialects.traits import (
+    Contraction,
+    DataMovement,
+    Elementwise,
+    SlidingWindow,
+    axis_rows,
+    reshape_rows,
+)
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
@@ -572,7 +580,7 @@ class ConvOp(IRDLOperation):
     pads = opt_prop_def(DenseArrayBase[I64])
     dilations = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), SlidingWindow("weight"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -607,7 +615,7 @@ class LinearOp(IRDLOperation):
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Contraction())
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
     )
@@ -649,7 +657,7 @@ class MatmulOp(IRDLOperation):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Contraction())
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
     def verify_(self) -> None:
@@ -678,7 +686,7 @@ class AlignedBinaryOp(IRDLOperation):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
     def verify_(self) -> None:
@@ -735,7 +743,7 @@ class MulOp(IRDLOperation):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
 
     def verify_(self) -> None:
@@ -776,7 +784,7 @@ class RequantOp(IRDLOperation):
     result = result_def(TensorType)
     shift = prop_def(DenseArrayBase[I64])
     rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -823,7 +831,7 @@ class LutOp(IRDLOperation):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     table = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -859,7 +867,7 @@ class SameTypeOp(IRDLOperation):
     T: ClassVar = VarConstraint("T", AnyAttr())
     input = operand_def(T)
     result = result_def(T)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input)"
 
@@ -920,7 +928,7 @@ class MaxPoolOp(IRDLOperation):
     pads = opt_prop_def(DenseArrayBase[I64])
     dilations = opt_prop_def(DenseArrayBase[I64])
     ceil_mode = prop_def(BoolAttr, default_value=BoolAttr.from_bool(False))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), SlidingWindow("kernel"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -950,7 +958,7 @@ class AvgPoolOp(IRDLOperation):
     count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
     divisor_override = opt_prop_def(IntegerAttr[I64])
     rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), SlidingWindow("kernel"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -993,7 +1001,7 @@ class ConcatOp(IRDLOperation):
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
     axis = prop_def(IntegerAttr[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(axis_rows))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
 
@@ -1037,7 +1045,7 @@ class ReshapeOp(IRDLOperation):
     name = "nh.reshape"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DataMovement(reshape_rows))
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def verify_(self) -> None:

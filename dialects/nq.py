@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from nanoir.dialects.nf import FloatTensor, tensor_shape
+from nanoir.dialects.traits import Elementwise
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import (
     ShapeError,
@@ -99,7 +100,7 @@ class FakeQuantOp(IRDLOperation):
     bits = prop_def(IntegerAttr[I64])
     exp = prop_def(DenseIntOrFPElementsAttr)
     rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise(("exp",)))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input)"
 

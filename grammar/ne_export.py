@@ -1,6 +1,6 @@
 """The one way out to NanoEngine text (`.ne`): find the function, detect its level, dispatch.
 
-    ModuleOp --main_function--> func --is_hw_function?--> ne_export_hw  |  ne_export_nq
+    ModuleOp --main_function--> func --level_of == nh?--> ne_export_hw  |  ne_export_nq
         --> Program --ne_printer--> text
 
 A function with nh ops or nh-typed arguments is written at the hw level, any other at the
@@ -9,6 +9,7 @@ nq level. IR the format cannot express is an `ExportError` naming the op.
 
 from __future__ import annotations
 
+from nanoir.dialects.functions import level_of
 from nanoir.grammar.ne_ast import Program
 from nanoir.grammar.ne_errors import ExportError
 from nanoir.grammar.ne_export_hw import export_hw_program
@@ -17,7 +18,6 @@ from nanoir.grammar.ne_printer import print_nanoengine
 from nanoir.grammar.ne_schema import (
     StreamPlan,
     UnitStepPlan,
-    is_hw_function,
     main_function,
 )
 from xdsl.dialects.builtin import ModuleOp
@@ -33,7 +33,7 @@ def export_program(module: ModuleOp, plan: StreamPlan | None = None) -> Program:
     (nh programs take no plan: they declare whole tensors).
     """
     func = main_function(module)
-    if is_hw_function(func):
+    if level_of(func) == "nh":
         return export_hw_program(func, plan)
     return export_nq_program(module, plan)
 

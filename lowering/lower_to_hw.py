@@ -39,9 +39,11 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.runtime.numerics import kernels, quant
+from nanoir.dialects.traits import LookupTable
+from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
 from xdsl.context import Context
@@ -100,13 +102,6 @@ def container_width(bits: int) -> int:
         if bits <= w:
             return w
     raise ValueError(f"{bits} bits do not fit i32")
-
-
-def runtime_layout(rank: int) -> str:
-    """Layout of a runtime tensor of ``rank`` dims (DESIGN.md: BCMD)."""
-    if not 1 <= rank <= 4:
-        raise ValueError(f"runtime tensors of rank {rank} have no hw layout")
-    return "BCMD"[:rank]
 
 
 def constant_layout(rank: int, role: str) -> str:
@@ -377,7 +372,7 @@ class HwLowering:
         if isinstance(producer, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp) and src not in self.values:
             self.values[op.result] = self.avg_pool_requant(producer, op, bits, nh_exp, mode)
             return
-        if producer is not None and src not in self.values and producer.name in LUT_OPS:
+        if producer is not None and src not in self.values and producer.has_trait(LookupTable):
             self.values[op.result] = self.lookup_table(producer, op, bits, k, nh_exp, mode)
             return
         hv = self.get(op, src)
@@ -762,7 +757,9 @@ class HwLowering:
         codes = np.array([-1, 1]) if width == 1 else np.arange(lo, hi + 1)
         e_in = int(x.exps.reshape(-1)[0])
         reals = np.ldexp(codes.astype(np.float64), -e_in)
-        values = LUT_OPS[producer.name](producer, reals)
+        lut = producer.get_trait(LookupTable)
+        assert lut is not None
+        values = lut.evaluate(producer, reals)
         table = quant.quantize_to_int(values, bits, k.reshape(-1)[:1], mode).astype(np.int64)
         out_exps = np.asarray(nh_exp).reshape((1,) * x.rank)
         t = self.result_type(x.shape, out_exps, container_width(bits), self.layout_of(x))
@@ -839,7 +836,7 @@ class HwLowering:
                 continue
             if isinstance(op, FakeQuantOp) and op.result in self.values:
                 continue
-            fused = isinstance(op, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp) or op.name in LUT_OPS
+            fused = isinstance(op, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp) or op.has_trait(LookupTable)
             if fused and all(isinstance(u.operation, FakeQuantOp) for u in op.results[0].uses) \
                     and op.results[0].uses:
                 continue  # lowered together with the fake-quant that reads it
@@ -847,7 +844,7 @@ class HwLowering:
             if handler is None:
                 raise self.fail(op, "has no integer lowering"
                                 + (" (it is float-only: quantize its result with a "
-                                   "fake-quant to get a lookup table)" if op.name in LUT_OPS
+                                   "fake-quant to get a lookup table)" if op.has_trait(LookupTable)
                                    else ""))
             handler(op)
         missing = [a for a in block.args if a not in self.input_index]
@@ -863,26 +860,6 @@ class HwLowering:
         self.block.add_op(ReturnOp(*results))
         return FuncOp(self.func.sym_name.data, ftype, Region(self.block),
                       arg_attrs=ArrayAttr(self.arg_attrs))
-
-
-def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[Operation, np.ndarray], np.ndarray]:
-    return lambda op, x: fn(x)
-
-
-def _leaky(op: Operation, x: np.ndarray) -> np.ndarray:
-    assert isinstance(op, nf.LeakyReluOp)
-    return kernels.leaky_relu(x, op.alpha.value.data)
-
-
-LUT_OPS: dict[str, Callable[[Operation, np.ndarray], np.ndarray]] = {
-    "nf.sigmoid": _unary(kernels.sigmoid),
-    "nf.tanh": _unary(kernels.tanh),
-    "nf.hardsigmoid": _unary(kernels.hardsigmoid),
-    "nf.hardswish": _unary(kernels.hardswish),
-    "nf.leaky_relu": _leaky,
-}
-"""Elementwise float ops that become tables when a fake-quant reads them (same kernels as the
-nq interpreter, evaluated in float64)."""
 
 
 def lower_to_hw(module: ModuleOp, *, allow_overflow: bool = False) -> ModuleOp:

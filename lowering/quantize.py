@@ -36,6 +36,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.dialects.traits import DataMovement
 from nanoir.runtime.arrays import load_arrays
 from nanoir.runtime.interpreter import compile_function, default_builders, find_function
 from nanoir.runtime.numerics import quant
@@ -59,11 +60,6 @@ learned continuous exponent (``learned`` is an alias), learning rate ``lr``."""
 
 DEFAULT_LR = {"ema": 0.1, "lsq": 0.01}
 """The rate ``lr`` of each learner when neither a rule nor the options give one."""
-
-DATA_MOVEMENT = (
-    nf.ReshapeOp, nf.TransposeOp, nf.SplitOp, nf.ConcatOp, nf.PadOp, nf.UpsampleNearestOp,
-)
-"""Ops whose results stay on their inputs' grid: no fake-quant after them."""
 
 
 class QuantizeError(DiagnosticException, Error):
@@ -327,7 +323,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
             kind = _constant_kind(op.result)
             if kind is not None:
                 add(op.result, kind)
-        elif op.name.startswith("nf.") and not isinstance(op, DATA_MOVEMENT):
+        elif op.name.startswith("nf.") and not op.has_trait(DataMovement):
+            # (data movement keeps its inputs' grid: no fake-quant after it)
             for r in op.results:
                 add(r, "act")
     return targets

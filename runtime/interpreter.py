@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nh import FixedAttr, code_range
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.nf import NF_BUILDERS
@@ -70,7 +71,7 @@ class Plan:
             slots[slot] = value
         arg_types = self.func.function_type.inputs.data
         for i, (slot, value, t) in enumerate(zip(self.arg_slots, inputs, arg_types)):
-            slots[slot] = _check_input(i, value, t, self.dtype)
+            slots[slot] = check_input(i, value, t, self.dtype)
         for step in self.steps:
             try:
                 results = step.kernel(*[slots[a] for a in step.args])
@@ -91,7 +92,7 @@ class Plan:
         return [slots[s] for s in self.result_slots]
 
 
-def _check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
+def check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
     """Convert one input to the plan's dtype and check it against the argument type.
 
     An argument holding nh codes (an integer tensor with an ``#nh.fixed`` encoding) takes
@@ -147,26 +148,6 @@ def _check_codes(index: int, array: np.ndarray, t: TensorType) -> np.ndarray:
                 f"({allowed})"
             )
     return array.astype(np.int64) if array.dtype.kind == "u" else array
-
-
-def find_function(module: ModuleOp | FuncOp, name: str | None = None) -> FuncOp:
-    """The function to run: ``name``, else the only function, else ``@main``."""
-    if isinstance(module, FuncOp):
-        return module
-    funcs = [op for op in module.body.block.ops if isinstance(op, FuncOp)]
-    if name is not None:
-        for f in funcs:
-            if f.sym_name.data == name:
-                return f
-        raise ExecutionError(f"no function @{name} in the module")
-    if len(funcs) == 1:
-        return funcs[0]
-    for f in funcs:
-        if f.sym_name.data == "main":
-            return f
-    raise ExecutionError(
-        f"the module has {len(funcs)} functions and none is @main; say which one to run"
-    )
 
 
 def compile_function(
@@ -235,18 +216,6 @@ def default_builders() -> dict[type[Operation], Builder]:
     return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS}
 
 
-def is_hw_function(func: FuncOp) -> bool:
-    """An integer (nh) program: nh ops, or inputs that say how floats become codes."""
-    quantized_args = func.arg_attrs is not None and any(
-        "nq.bits" in d.data for d in func.arg_attrs.data
-    )
-    return quantized_args or uses_dialect(func, "nh.")
-
-
-def uses_dialect(func: FuncOp, prefix: str) -> bool:
-    return any(op.name.startswith(prefix) for op in func.walk())
-
-
 def compile_module(
     module: ModuleOp | FuncOp, *, function: str | None = None, dtype: Any = None
 ) -> Plan:
@@ -254,12 +223,7 @@ def compile_module(
     (nh) programs, whose kernels compute on integer codes whatever the dtype, else float32."""
     func = find_function(module, function)
     if dtype is None:
-        if uses_dialect(func, "nq."):
-            dtype = np.float64
-        elif uses_dialect(func, "nh."):
-            dtype = np.int64
-        else:
-            dtype = np.float32
+        dtype = {"nf": np.float32, "nq": np.float64, "nh": np.int64}[level_of(func)]
     return compile_function(func, default_builders(), np.dtype(dtype))
 
 
@@ -279,7 +243,7 @@ def run(
     real values (``code * 2**-exp``) — or as the raw codes with ``raw=True``.
     """
     plan = compile_module(module, function=function, dtype=dtype)
-    if not is_hw_function(plan.func):
+    if level_of(plan.func) != "nh":
         return plan(*inputs)
     outputs = plan(*quantize_inputs(plan.func, inputs))
     return outputs if raw else dequantize_outputs(plan.func, outputs)

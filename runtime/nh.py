@@ -13,7 +13,7 @@ Integer conventions
   elementwise arithmetic int64, and data-movement ops keep their input's dtype. A kernel
   never computes in its inputs' dtype where the result could be wider.
 - Every value's codes fit its declared width: function inputs are range-checked on entry
-  (``interpreter._check_input``), constants by the verifier, and each kernel either proves
+  (``interpreter.check_input``), constants by the verifier, and each kernel either proves
   statically that its result fits (e.g. ``nh.add`` of two i8 into i16) or checks the actual
   values and raises :class:`ExecutionError` naming the op and the offending value. ``i1``
   codes are -1 and +1, never 0.

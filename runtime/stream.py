@@ -11,7 +11,7 @@ returns exact real values, or the raw codes with ``raw=True``.
 How it works:
 
 - The schedule is the stream plan's along M, computed by the very same
-  :class:`~nanoir.lowering.stream_plan.NodeCursor` for every node: nodes in program order,
+  :class:`~nanoir.lowering.analysis.cursor.NodeCursor` for every node: nodes in program order,
   caches grow by what their operands produced in the step, windows fire while every cache
   holds a receptive field, and the end of the stream (``finish()``) is a step of its own.
 - A cache keeps only the *real* rows later windows read, as the arrays its producer made (no
@@ -38,23 +38,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nh import FixedAttr
-from nanoir.lowering.stream_plan import (
-    Firing,
-    NodeCursor,
-    StreamNode,
-    build_graph,
-    has_dim,
-)
+from nanoir.lowering.analysis.cursor import Firing, NodeCursor
+from nanoir.lowering.analysis.graph import StreamNode, build_graph
+from nanoir.lowering.analysis.rules import has_dim
 from nanoir.runtime.interpreter import (
     ExecutionError,
     Kernel,
-    _check_input,
+    check_input,
     compile_module,
     default_builders,
-    find_function,
-    uses_dialect,
 )
 from nanoir.runtime.nh import dequantize, quantize_inputs
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
@@ -331,7 +326,7 @@ class StreamRunner:
         self.graph = build_graph(func, mem_dim)  # first: it names ops that cannot stream
         self.plan = compile_module(func, dtype=dtype)
         self.func: FuncOp = func
-        self.integer = uses_dialect(func, "nh.")
+        self.integer = level_of(func) == "nh"
         self.raw = raw
         self.dim = mem_dim
         self.constants = {v: self.plan.constants[s] for v, s in self.plan.slot_of.items()
@@ -402,7 +397,7 @@ class StreamRunner:
         if self.integer:
             rows = tuple(None if r is None else q
                          for r, q in zip(rows, quantize_inputs(self.func, rows)))
-        checked = [None if r is None else _check_input(i, r, self._arg_types[i], self.plan.dtype)
+        checked = [None if r is None else check_input(i, r, self._arg_types[i], self.plan.dtype)
                    for i, r in enumerate(rows)]
         return self._push_checked(checked)
 
@@ -480,7 +475,7 @@ def stream(module: ModuleOp | FuncOp, inputs: Sequence[Any], *, mem_dim: int = 2
         )
     if runner.integer:
         inputs = quantize_inputs(func, inputs)
-    arrays = [_check_input(i, x, t, runner.plan.dtype)
+    arrays = [check_input(i, x, t, runner.plan.dtype)
               for i, (x, t) in enumerate(zip(inputs, func.function_type.inputs.data))]
     streamed = runner.streamed[: len(arrays)]
     length = max([a.shape[dim] for a, s in zip(arrays, streamed) if s] or [1])

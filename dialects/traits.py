@@ -1,0 +1,326 @@
+"""What an op *is*, as xDSL traits on the op classes, so that passes ask instead of keeping tables.
+
+MLIR and xDSL keep facts about an op on the op (``traits = traits_def(...)``); a pass asks
+``op.has_trait(DataMovement)`` or ``op.get_trait(SlidingWindow)``. nanoir's facts:
+
+- :class:`Elementwise`: each result element depends on the operand elements at the same
+  (NumPy-broadcast) index (activations, arithmetic, fake-quant, requant, lut);
+- :class:`DataMovement`: results hold operand values unchanged, only moved (reshape,
+  transpose, concat, split, pad, upsample): a value's exponent carries through, so quantize
+  puts no fake-quant after them;
+- :class:`SlidingWindow`: a conv or pool: kernel, strides, pads and dilations along each
+  spatial dim (:meth:`SlidingWindow.geometry`);
+- :class:`ChannelWise`: elementwise on the data with constant parameters along the channels
+  (batch_norm, prelu);
+- :class:`Contraction`: a sum over the last dim of the lhs (linear, matmul);
+- :class:`WholeExtent`: each output element reads a window that depends on the whole extent
+  of a dim (adaptive and global pools);
+- :class:`FloatOnly`: no integer arithmetic form; :class:`LookupTable`: lowered to an
+  ``nh.lut`` when a fake-quant reads it (its float function, :meth:`LookupTable.evaluate`).
+
+Streaming (DESIGN.md, "Streaming"). Every trait above except the last two is a
+:class:`StreamingRule`: asked :meth:`~StreamingRule.row_step` for one dim, it says how the op
+consumes and produces rows along it, as a :class:`RowStep` (rows each runtime operand's
+cache *needs* to fire, rows it *drops* after firing, rows each result *emits* per firing,
+zero rows of padding), or ``None`` when the op needs the whole extent of its inputs along
+that dim at once. ``emit`` may exceed 1: a nearest upsample by ``r`` needs 1 row, drops 1
+and emits ``r`` rows per firing; a transposed conv of stride ``s`` (a zero-inserting upsample
+by ``s``, then a conv) would need the input rows one window of ``s`` output rows reads,
+drop 1 and emit ``s``. The planner and the executor multiply a firing's windows by ``emit``
+(the rows a result gains). The stream planner (``nanoir.lowering.analysis``) adds what holds
+for every op: a node whose values all lack the dim moves whole units; all of a node's
+caches step together.
+
+```python
+>>> from nanoir.dialects import nf
+>>> nf.ReshapeOp.has_trait(DataMovement), nf.SigmoidOp.has_trait(LookupTable)
+(True, True)
+
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from nanoir.runtime.numerics.shapes import window_params
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.traits import OpTrait
+
+__all__ = [
+    "Adjust",
+    "ChannelWise",
+    "Contraction",
+    "DataMovement",
+    "Elementwise",
+    "FloatOnly",
+    "LookupTable",
+    "RowStep",
+    "SlidingWindow",
+    "StreamingRule",
+    "Window",
+    "WholeExtent",
+]
+
+Adjust = Literal["none", "window", "pad", "output_size", "result_rows"]
+"""How the streaming executor adapts an op to a window of rows: ``window`` sets a conv/pool's
+``pads`` along the dim to the zero rows inside the window, ``pad`` does so for ``nf.pad``,
+``output_size`` sets an adaptive pool's size along the dim to the windows fired,
+``result_rows`` sets the result type's extent along the dim to the rows produced."""
+
+
+def _shape(value: SSAValue | Attribute) -> tuple[int, ...]:
+    t = value.type if isinstance(value, SSAValue) else value
+    return t.get_shape() if isinstance(t, TensorType) else ()
+
+
+def _ints(attr: Attribute | None) -> tuple[int, ...] | None:
+    if attr is None:
+        return None
+    assert isinstance(attr, DenseArrayBase)
+    return tuple(int(v) for v in attr.get_values())
+
+
+def _has_dim(value: SSAValue, dim: int) -> bool:
+    return len(_shape(value)) > dim
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """How an op steps along one dim: every runtime operand's cache needs ``need`` rows to
+    fire and drops ``drop`` rows after; each result emits ``emit`` rows per firing."""
+
+    need: int = 1
+    drop: int = 1
+    emit: int = 1
+    pad_begin: int = 0
+    """Zero rows before the first real row (a causal warm-up)."""
+    pad_end: int = 0
+    """Zero rows fed once every operand has ended."""
+    ceil_mode: bool = False
+    """Fire once more on a partial last window (PyTorch's pooling ``ceil_mode``)."""
+    adjust: Adjust = "none"
+
+
+ROW = RowStep()
+"""One row in, one row out."""
+
+
+@dataclass(frozen=True)
+class StreamingRule(OpTrait):
+    """The op can be streamed: :meth:`row_step` says how along one dim."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        """The step along ``dim`` given which operands are ``runtime`` values (the others are
+        constants); ``None``: the op needs the whole extent along ``dim`` at once."""
+        raise NotImplementedError(type(self).__name__)
+
+
+@dataclass(frozen=True)
+class Elementwise(StreamingRule):
+    """Each result element depends on the operand elements at its (broadcast) index.
+
+    ``params`` name properties that broadcast against the result like operands (the
+    exponents of ``nq.fake_quant``).
+    """
+
+    params: tuple[str, ...] = ()
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        # A runtime operand broadcast along dim, or a constant (or a parameter) that varies
+        # along it, has no per-row meaning.
+        out = _shape(op.results[0])
+        rank = len(out)
+        sizes = [(_shape(v), out[dim] if v in runtime else 1) for v in op.operands]
+        for name in self.params:
+            value = op.properties.get(name)
+            if value is not None and hasattr(value, "get_type"):
+                sizes.append((_shape(value.get_type()), 1))  # type: ignore[union-attr]
+        for shape, expected in sizes:
+            axis = dim - (rank - len(shape))  # NumPy aligns trailing dims
+            if (shape[axis] if axis >= 0 else 1) != expected:
+                return None
+        return ROW
+
+
+@dataclass(frozen=True)
+class ChannelWise(StreamingRule):
+    """Elementwise on operand 0 with constant parameters along the channels (BN, PReLU)."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        return ROW if tuple(runtime) == (op.operands[0],) else None
+
+
+@dataclass(frozen=True)
+class Window:
+    """A conv or pool's window along each spatial dim (index ``i`` = tensor dim ``i + 2``)."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    pads: tuple[int, ...]
+    """Begins, then ends."""
+    dilations: tuple[int, ...]
+    ceil_mode: bool = False
+
+    def field(self, i: int) -> int:
+        """Rows one window spans along spatial dim ``i``: ``dil*(k-1)+1``."""
+        return self.dilations[i] * (self.kernel[i] - 1) + 1
+
+
+@dataclass(frozen=True)
+class SlidingWindow(StreamingRule):
+    """A conv or pool over ``[N, C, *spatial]``: ``kernel_from`` says where the kernel size is
+    (``"weight"``: the weight's spatial dims; ``"kernel"``: the ``kernel`` property); the
+    op's ``strides``, ``pads``, ``dilations`` and ``ceil_mode`` properties (each optional) give
+    the rest."""
+
+    kernel_from: Literal["weight", "kernel"] = "kernel"
+
+    def geometry(self, op: Operation) -> Window:
+        if self.kernel_from == "weight":
+            kernel: Sequence[int] = _shape(op.operands[1])[2:]
+        else:
+            kernel = _ints(op.properties.get("kernel")) or ()
+        k, s, p, d = window_params(
+            len(kernel), kernel, _ints(op.properties.get("strides")),
+            _ints(op.properties.get("pads")), _ints(op.properties.get("dilations")))
+        ceil = op.properties.get("ceil_mode")
+        return Window(k, s, p, d, bool(ceil is not None and ceil.value.data))  # type: ignore[attr-defined]
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        data = op.operands[0]
+        if tuple(runtime) != (data,):  # a runtime weight or bias: no per-row meaning
+            return None
+        if not _has_dim(data, dim):
+            return ROW
+        w = self.geometry(op)
+        i, n = dim - 2, len(w.kernel)
+        return RowStep(w.field(i), w.strides[i], 1, w.pads[i], w.pads[n + i], w.ceil_mode,
+                       "window")
+
+
+@dataclass(frozen=True)
+class Contraction(StreamingRule):
+    """A sum over the last dim of operand 0 (``lhs``) against operand 1 (``linear``: a
+    ``[out, in]`` weight; ``matmul``: NumPy matmul)."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        lhs = op.operands[0]
+        if tuple(runtime) != (lhs,):
+            return None
+        if not _has_dim(lhs, dim):
+            return ROW
+        if len(_shape(op.operands[1])) != 2 or dim == len(_shape(lhs)) - 1:
+            return None  # a batched rhs, or contracting the dim itself
+        return ROW
+
+
+@dataclass(frozen=True)
+class WholeExtent(StreamingRule):
+    """Windows depend on the whole extent (adaptive pools, ``output_size`` per spatial dim):
+    streamable only where the windows are even (``L % out == 0``, a pool of kernel = stride
+    = ``L / out``)."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        x = op.operands[0]
+        if not _has_dim(x, dim):
+            return ROW
+        size = _shape(x)[dim]
+        out = (_ints(op.properties.get("output_size")) or ())[dim - 2]
+        if size == DYNAMIC_INDEX or size % out:
+            return None
+        return RowStep(size // out, size // out, adjust="output_size")
+
+
+RowsAlong = Callable[[Operation, int, Collection[SSAValue]], "RowStep | None"]
+
+
+@dataclass(frozen=True)
+class DataMovement(StreamingRule):
+    """Results hold operand values unchanged, moved: exponents carry through.
+
+    ``rows`` is the op's own streaming rule (:meth:`StreamingRule.row_step`); the ones
+    below are shared by the nf and nh forms of an op.
+    """
+
+    rows: RowsAlong
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        return self.rows(op, dim, runtime)
+
+
+def _same_prefix(a: Sequence[int], b: Sequence[int], dim: int) -> bool:
+    if len(a) <= dim or len(b) <= dim:
+        return False
+    return all(x == y or DYNAMIC_INDEX in (x, y) for x, y in zip(a[: dim + 1], b[: dim + 1]))
+
+
+def reshape_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Row by row when the dims up to ``dim`` are kept; else (flatten) the whole extent."""
+    if _same_prefix(_shape(op.operands[0]), _shape(op.results[0]), dim):
+        return RowStep(adjust="result_rows")
+    return None
+
+
+def transpose_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Row by row when the permutation keeps the batch and ``dim`` in place."""
+    perm = _ints(op.properties.get("perm")) or ()
+    return ROW if perm and perm[0] == 0 and len(perm) > dim and perm[dim] == dim else None
+
+
+def axis_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Concat and split: a join along any other axis; along ``dim`` itself, the whole extent
+    (as is a constant joined with streamed rows, which would have to be cut row by row)."""
+    rank = len(_shape(op.results[0]))
+    axis = op.properties["axis"].value.data % rank  # type: ignore[attr-defined]
+    if axis == dim or any(v not in runtime for v in op.operands):
+        return None
+    return ROW
+
+
+def pad_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Constant padding along ``dim`` is warm-up rows; other modes and crops take it whole."""
+    x = op.operands[0]
+    if not _has_dim(x, dim):
+        return ROW
+    pads = _ints(op.properties.get("pads")) or ()
+    rank = len(_shape(x))
+    begin, end = pads[dim], pads[rank + dim]
+    if begin == end == 0:
+        return RowStep(adjust="pad")
+    mode = op.properties.get("mode")
+    if getattr(mode, "data", "constant") != "constant" or begin < 0 or end < 0:
+        return None
+    return RowStep(pad_begin=begin, pad_end=end, adjust="pad")
+
+
+def scale_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """An integer scale ``r`` along ``dim`` (nearest upsampling): each row emits ``r`` rows."""
+    x, y = _shape(op.operands[0]), _shape(op.results[0])
+    if x[dim] == DYNAMIC_INDEX or y[dim] % x[dim]:
+        return None
+    return RowStep(emit=y[dim] // x[dim], adjust="result_rows")
+
+
+@dataclass(frozen=True)
+class FloatOnly(OpTrait):
+    """No integer arithmetic form: lower-to-hw needs a :class:`LookupTable` (or fails)."""
+
+
+@dataclass(frozen=True)
+class LookupTable(OpTrait):
+    """An elementwise float function of one operand, lowered to ``nh.lut`` over every input
+    code when a fake-quant reads the result: ``function(x, *params)`` with the op's
+    ``params`` properties (floats) after ``x``, the same kernel the float interpreter runs."""
+
+    function: Callable[..., Any]
+    params: tuple[str, ...] = ()
+
+    def evaluate(self, op: Operation, x: np.ndarray) -> np.ndarray:
+        """The op's float result on ``x`` (float64)."""
+        args = [op.properties[p].value.data for p in self.params]  # type: ignore[attr-defined]
+        return np.asarray(self.function(x, *args))
