@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nanoir.dialects.functions import find_function
 from nanoir.lowering.stream_plan import (
     BufferPlan,
     StreamPlanError,
@@ -22,7 +23,7 @@ from nanoir.lowering.stream_plan import (
     stream_plan,
     stream_shapes,
 )
-from nanoir.runtime.interpreter import ExecutionError, find_function
+from nanoir.runtime.interpreter import ExecutionError
 from nanoir.runtime.numerics.shapes import ShapeError
 from nanoir.runtime.stream import StreamRunner, stream
 from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, ModuleOp
@@ -224,6 +225,23 @@ func.func @main(%x: tensor<?x2x?xf32>) -> tensor<?x2x?xf32> {
         stream_plan(module)
     with pytest.raises(StreamPlanError, match="Gather"):
         StreamRunner(module)
+
+
+def test_the_function_to_plan_is_found_as_the_interpreter_finds_it() -> None:
+    text = """\
+func.func @f(%x: tensor<?x2x?xf32>) -> tensor<?x2x?xf32> {
+  func.return %x : tensor<?x2x?xf32>
+}
+func.func @g(%x: tensor<?x2x?xf32>) -> tensor<?x2x?xf32> {
+  func.return %x : tensor<?x2x?xf32>
+}
+"""
+    module = nanoir.parse(text)
+    with pytest.raises(StreamPlanError, match="2 functions and none is @main"):
+        stream_plan(module)
+    with pytest.raises(StreamPlanError, match="no function @h"):
+        stream_plan(module, function="h")
+    assert stream_plan(module, function="g").func.sym_name.data == "g"
 
 
 def test_branches_at_different_rates_are_an_error() -> None:
