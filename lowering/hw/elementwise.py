@@ -1,0 +1,140 @@
+"""lower-to-hw patterns for elementwise arithmetic: add/sub, mul, div, relu, clamp.
+
+- add / sub align both operands to the finer exponent by exact left shifts (one bit of
+  growth); mul adds exponents; a float constant operand (``x + 2``) is used at the exponent
+  where it is an integer; division by a constant whose reciprocal is dyadic is a product;
+- relu keeps codes and exponents; clamp compares codes on a grid fine enough that both bounds
+  are whole codes.
+
+    %a = nf.add %xq, %yq          ─▶   %y2 = nh.requant %yq {shift = [-2]} : i16 <5>
+    (%xq exp 5, %yq exp 3)             %a = nh.add %xq, %y2 : (i8 <5>, i16 <5>) -> i16 <5>
+    %c = nf.clamp %a {max = 6.0}  ─▶   %c = nh.clamp %a {max = 192} : i16 <5>
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from nanoir.dialects import nf, nh
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Attribute
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
+
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+    container_width,
+    dyadic_exponent,
+    expand,
+    float_constant_of,
+)
+
+
+class LowerAddSub(HwPattern):
+    """Exact sum: both operands shifted left onto the finer exponent, one bit of growth."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.AddOp | nf.SubOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a, b = hw.get(op, op.lhs), hw.get(op, op.rhs)
+        out_shape = nf.tensor_shape(op.result)
+        rank = len(out_shape)
+        target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
+        a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
+        bits = max(a2.bits, b2.bits, 2) + 1
+        width = min(max(hw.declared(a2), hw.declared(b2), 2) + 1, 32)
+        layout = hw.runtime_layout_for(out_shape, a2, b2)
+        try:
+            t = hw.result_type(out_shape, target, container_width(width), layout)
+        except ValueError as e:
+            raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
+        cls = nh.AddOp if isinstance(op, nf.AddOp) else nh.SubOp
+        new = cls.create(operands=[a2.value, b2.value], result_types=[t])
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, target, bits))
+
+
+def product(hw: HwLowering, op: nf.MulOp | nf.DivOp, a: HwValue, b: HwValue) -> None:
+    """Exact product of codes; exponents add."""
+    out_shape = nf.tensor_shape(op.result)
+    rank = len(out_shape)
+    exps = expand(a.exps, rank) + expand(b.exps, rank)
+    bits = (1 if a.bits == 1 else a.bits) + (1 if b.bits == 1 else b.bits)
+    if a.bits == 1 and b.bits == 1:
+        bits = 2
+    if bits > 32:
+        raise hw.fail(op, f"needs {bits}-bit products, more than i32")
+    width = min(hw.declared(a) + hw.declared(b), 32)
+    layout = hw.runtime_layout_for(out_shape, a, b)
+    try:
+        t = hw.result_type(out_shape, exps, container_width(width), layout)
+    except ValueError as e:
+        raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
+    new = nh.MulOp.create(operands=[a.value, b.value], result_types=[t])
+    hw.emit(new, op.result.name_hint)
+    hw.set(op.result, HwValue(new.result, exps, bits))
+
+
+class LowerMul(HwPattern):
+    """``nf.mul`` → ``nh.mul``: codes multiply, exponents add."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.MulOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        product(hw, op, hw.get(op, op.lhs), hw.get(op, op.rhs))
+
+
+class LowerDiv(HwPattern):
+    """Division by a constant whose reciprocal is dyadic (a power of two): a product."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.DivOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        divisor = float_constant_of(op.rhs)
+        if divisor is None:
+            raise hw.fail(op, "divides by a runtime value; only division by a constant "
+                              "with a dyadic reciprocal (a power of two) lowers to hw")
+        inverse = 1.0 / divisor
+        if dyadic_exponent(inverse) is None or not np.array_equal(
+                divisor * inverse, np.ones_like(inverse)):
+            raise hw.fail(op, f"divides by {divisor.reshape(-1)[:4].tolist()}, "
+                              "whose reciprocal is not a dyadic rational")
+        a = hw.get(op, op.lhs)
+        b = hw.float_constant(op, inverse)
+        product(hw, op, a, b)
+
+
+class LowerRelu(HwPattern):
+    """``nf.relu`` → ``nh.relu`` on the codes."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.ReluOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        new = nh.ReluOp.create(operands=[a.value], result_types=[a.value.type])
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, a.exps, a.bits))
+
+
+class LowerClamp(HwPattern):
+    """Clamp on codes, on a grid fine enough that both bounds are whole codes."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.ClampOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        bounds = [b.value.data for b in (op.min, op.max) if b is not None]
+        needed = dyadic_exponent(np.array(bounds)) if bounds else None
+        if bounds and needed is None:
+            raise hw.fail(op, f"clamps at {bounds}, which are not dyadic rationals")
+        common = int(a.exps.max()) if needed is None else max(int(a.exps.max()), needed)
+        if a.exps.size > 1 or common != int(a.exps.max()) or bounds and (a.exps != common).any():
+            a = hw.shift_to(op, a, np.array(common).reshape((1,) * a.rank))
+        props: dict[str, Attribute] = {}
+        for key, bound in (("min", op.min), ("max", op.max)):
+            if bound is not None:
+                props[key] = IntegerAttr(int(np.ldexp(bound.value.data, common)), i64)
+        new = nh.ClampOp.create(operands=[a.value], result_types=[a.value.type],
+                                properties=props)
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, a.exps, a.bits))

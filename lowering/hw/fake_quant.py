@@ -1,0 +1,238 @@
+"""lower-to-hw patterns rooted at ``nq.fake_quant``, tried in this order:
+
+- ``FoldConstantFakeQuant``: a fake-quant of a constant is evaluated now into integer codes
+  (``nh.constant``): the weights' and biases' "init" work is done by the compiler;
+- ``QuantizeInput``: a function input becomes the codes of its fake-quant (the quantization
+  is recorded in the argument attributes ``nq.bits``/``nq.exp``/``nq.rounding``);
+- ``FuseAvgPoolFakeQuant``: ``fake_quant(avg_pool(x))`` is one exact integer division (trunc
+  and floor modes): ``trunc(trunc(S / n) / 2**s) == trunc(S / (n 2**s))``, the same for floor;
+- ``FuseLookupTableFakeQuant``: ``fake_quant(f(x))`` for an elementwise float-only ``f``
+  (trait ``LookupTable``: sigmoid, tanh, hardswish, ...) on an input of at most 8 bits is a
+  table computed from the same float64 kernels;
+- ``RequantFakeQuant``: any other fake-quant is ``nh.requant`` (shift = exp in - exp out, with
+  the fake-quant's rounding and saturation: the same function on the same rational).
+
+    %w = nf.constant "w" dense<...>                      %w = nh.constant "w" dense<[[...]]> : i4 <[2, 3]>
+    %wq = nq.fake_quant %w {bits = 4, exp = [2, 3]}      %p = nh.avg_pool %xq {kernel = [3, 3], rounding = trunc}
+    %p = nf.avg_pool %xq {kernel = [3, 3]}          ─▶   %pq = nh.requant %p {shift = [2], rounding = trunc} : i8 <3>
+    %pq = nq.fake_quant %p {bits = 8, exp = 3}           %s = nh.lut %pq {table = [...]} : i8 <6>
+    %s = nf.sigmoid %pq
+    %sq = nq.fake_quant %s {bits = 8, exp = 6}
+
+``LowerConstant`` records nothing: a float constant is read by a fake-quant or, unquantized,
+by an op that uses it at the exponent where it is exact (``x + 2``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from nanoir.dialects import nf, nh
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nf import array_values, int_array
+from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
+from nanoir.dialects.traits import LookupTable
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, i64
+from xdsl.ir import Attribute, BlockArgument, Operation, OpResult
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
+
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+    container_width,
+    expand,
+    float_constant_of,
+)
+
+
+def fake_quant_params(op: FakeQuantOp) -> tuple[int, RoundingMode, np.ndarray, np.ndarray]:
+    """``(bits, mode, k, nh_exp)``: the nh exponent is ``-k`` for 1 bit (``2**k`` is then the
+    magnitude), ``k`` otherwise."""
+    bits, mode = op.bits.value.data, op.rounding_mode
+    k = dense_to_numpy(op.exp).astype(np.int64)
+    return bits, mode, k, -k if bits == 1 else k
+
+
+def producer_of(op: FakeQuantOp) -> Operation | None:
+    src = op.input
+    return src.op if isinstance(src, OpResult) else None
+
+
+class LowerConstant(HwPattern):
+    """``nf.constant``: nothing yet; its readers quantize it (see the module docstring)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.ConstantOp, rewriter: PatternRewriter) -> None:
+        self.begin(op, rewriter)
+
+
+def reduce_constant_exps(hw: HwLowering, op: Operation, exps: np.ndarray,
+                         rank: int) -> np.ndarray:
+    """Exponents of a constant, one per channel (dim 0) or one in all."""
+    flat = exps.reshape(-1)
+    if flat.size == 0 or (flat == flat[0]).all():
+        return np.array(int(flat[0]) if flat.size else 0).reshape((1,) * max(rank, 1))
+    per_channel = exps.reshape(exps.shape[0], -1)
+    if (per_channel != per_channel[:, :1]).any():
+        raise hw.fail(op, "has exponents that vary along more than the first dim; the hw "
+                          "level supports per-tensor or per-channel exponents")
+    return per_channel[:, 0].reshape((exps.shape[0],) + (1,) * (rank - 1))
+
+
+class FoldConstantFakeQuant(HwPattern):
+    """``fake_quant(constant)`` → ``nh.constant`` of the codes, named after the constant."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
+        data = float_constant_of(op.input)
+        if data is None or op.result in self.hw.values:
+            return
+        hw = self.begin(op, rewriter)
+        bits, mode, k, nh_exp = fake_quant_params(op)
+        codes = quant.quantize_to_int(data, bits, k, mode).astype(np.int64)
+        exps = reduce_constant_exps(hw, op, np.broadcast_to(expand(nh_exp, data.ndim),
+                                                            codes.shape), codes.ndim)
+        role = "weight" if any(
+            isinstance(u.operation, nf.ConvOp | nf.LinearOp) and u.index == 1
+            for u in op.result.uses) else "const"
+        if codes.ndim == 0:
+            codes, exps = codes.reshape(1), exps.reshape(1)
+        src = op.input
+        assert isinstance(src, OpResult) and isinstance(src.op, nf.ConstantOp)
+        name = src.op.sym_name.data if src.op.sym_name is not None else None
+        hw.set(op.result, hw.make_constant(codes, exps, role, name, bits))
+
+
+class QuantizeInput(HwPattern):
+    """``fake_quant(%arg)`` → a new nh function input holding the codes."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
+        arg = op.input
+        if not isinstance(arg, BlockArgument) or arg in self.hw.values or \
+                op.result in self.hw.values:
+            return
+        hw = self.begin(op, rewriter)
+        bits, mode, _, nh_exp = fake_quant_params(op)
+        others = [u.operation for u in arg.uses if u.operation is not op]
+        if others:
+            raise hw.fail(others[0], "reads a function input before its fake-quant; hw "
+                                     "inputs are codes")
+        t = arg.type
+        assert isinstance(t, TensorType)
+        shape = t.get_shape()
+        exps = nh_exp.reshape((1,) * (len(shape) - nh_exp.ndim) + nh_exp.shape)
+        try:
+            new_t = hw.result_type(shape, exps, container_width(bits))
+        except ValueError as e:
+            raise hw.fail(op, f"cannot be a hw input: {e}") from None
+        block = arg.block
+        new_arg = rewriter.insert_block_argument(block, len(block.args), new_t)
+        if arg.name_hint:
+            new_arg.name_hint = arg.name_hint
+        hw.new_args.append(new_arg)
+        hw.arg_attrs.append(DictionaryAttr({
+            "nq.bits": IntegerAttr(bits, i64),
+            "nq.exp": op.exp,
+            "nq.rounding": RoundingModeAttr(mode),
+        }))
+        hw.input_index[arg] = len(hw.new_args) - 1
+        hw.set(op.result, HwValue(new_arg, exps, bits))
+
+
+class FuseAvgPoolFakeQuant(HwPattern):
+    """``fake_quant(avg_pool(x))`` → ``nh.avg_pool`` (one exact division) + ``nh.requant``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
+        pool = producer_of(op)
+        if not isinstance(pool, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp) or \
+                op.input in self.hw.values or op.result in self.hw.values:
+            return
+        hw = self.begin(op, rewriter)
+        bits, mode, _, nh_exp = fake_quant_params(op)
+        if mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR):
+            raise hw.fail(pool, f"is rounded with {mode.value} by its fake-quant; only trunc "
+                                "and floor make average pooling exact on integers")
+        if bits == 1:
+            raise hw.fail(op, "quantizes an average to 1 bit; not supported on hw")
+        x = hw.get(pool, pool.input)
+        in_shape = nf.tensor_shape(pool.input)
+        props: dict[str, Attribute]
+        if isinstance(pool, nf.AdaptiveAvgPoolOp):
+            out = array_values(pool.output_size) or ()
+            spatial = in_shape[2:]
+            if any(s == DYNAMIC_INDEX or s % o for s, o in zip(spatial, out)):
+                raise hw.fail(pool, "has windows of different sizes (input not divisible by "
+                                    "the output size)")
+            kernel = [s // o for s, o in zip(spatial, out)]
+            props = {"kernel": int_array(kernel), "strides": int_array(kernel)}
+        else:
+            props = {k: v for k, v in pool.properties.items()}
+        out_exps = expand(nh_exp, x.rank)
+        finer = np.maximum(x.exps, out_exps)
+        if (finer != x.exps).any():
+            # A finer output grid: shift the codes left first, so one division remains.
+            x = hw.shift_to(pool, x, finer)
+        t = hw.result_type(nf.tensor_shape(pool.result), x.exps, hw.declared(x),
+                           hw.layout_of(x))
+        props["rounding"] = RoundingModeAttr(mode)
+        new = nh.AvgPoolOp.create(operands=[x.value], result_types=[t], properties=props)
+        hw.emit(new, pool.result.name_hint)
+        pooled = HwValue(new.result, x.exps, x.bits)
+        hw.set(op.result, hw.requant(op, pooled, bits, nh_exp, mode, op.result.name_hint))
+
+
+class FuseLookupTableFakeQuant(HwPattern):
+    """``fake_quant(f(x))``, ``f`` float-only and elementwise → ``nh.lut`` over every code."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
+        producer = producer_of(op)
+        if producer is None or not producer.has_trait(LookupTable) or \
+                op.input in self.hw.values or op.result in self.hw.values:
+            return
+        hw = self.begin(op, rewriter)
+        bits, mode, k, nh_exp = fake_quant_params(op)
+        x = hw.get(producer, producer.operands[0])
+        width = hw.declared(x)  # the table covers every code the input's type can hold
+        if width > 8:
+            raise hw.fail(producer, f"has no integer form and its i{width} input is too "
+                                    "wide for a lookup table (at most i8)")
+        if x.exps.size != 1 or nh_exp.size != 1:
+            raise hw.fail(producer, "needs per-tensor exponents for a lookup table")
+        others = [u for u in producer.results[0].uses if u.operation is not op]
+        if others:
+            raise hw.fail(producer, "is used other than by one fake-quant; its float result "
+                                    "has no integer form")
+        lo, hi = (-1, 1) if width == 1 else (quant.qmin(width), quant.qmax(width))
+        codes = np.array([-1, 1]) if width == 1 else np.arange(lo, hi + 1)
+        e_in = int(x.exps.reshape(-1)[0])
+        reals = np.ldexp(codes.astype(np.float64), -e_in)
+        lut = producer.get_trait(LookupTable)
+        assert lut is not None
+        values = lut.evaluate(producer, reals)
+        table = quant.quantize_to_int(values, bits, k.reshape(-1)[:1], mode).astype(np.int64)
+        out_exps = np.asarray(nh_exp).reshape((1,) * x.rank)
+        t = hw.result_type(x.shape, out_exps, container_width(bits), hw.layout_of(x))
+        new = nh.LutOp.create(operands=[x.value], result_types=[t],
+                              properties={"table": int_array(table.tolist())})
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, out_exps, bits))
+
+
+class RequantFakeQuant(HwPattern):
+    """``fake_quant(v)`` of a lowered value → ``nh.requant`` (or nothing, when the identity)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        if op.result in hw.values:
+            return
+        bits, mode, _, nh_exp = fake_quant_params(op)
+        name = op.result.name_hint or op.input.name_hint
+        hv = hw.get(op, op.input)
+        hw.set(op.result, hw.requant(op, hv, bits, nh_exp, mode, name))
