@@ -23,11 +23,14 @@ from nanoir.dialects.traits import (
     FloatOnly,
     LookupTable,
     SlidingWindow,
+    TransposedWindow,
     WholeExtent,
     axis_rows,
+    depth_to_space_rows,
     pad_rows,
     reshape_rows,
     scale_rows,
+    space_to_depth_rows,
     transpose_rows,
 )
 from nanoir.runtime.numerics import kernels
@@ -37,9 +40,12 @@ from nanoir.runtime.numerics.shapes import (
     broadcast_shapes,
     infer_concat_shape,
     infer_conv_shape,
+    infer_conv_transpose_shape,
+    infer_depth_to_space_shape,
     infer_linear_shape,
     infer_matmul_shape,
     infer_pool_shape,
+    infer_space_to_depth_shape,
     shape_str,
     shapes_compatible,
 )
@@ -506,6 +512,82 @@ class ConvOp(IRDLOperation):
             raise VerifyException(
                 f"nf.conv: bias shape {shape_str(tensor_shape(self.bias))} does not match the "
                 f"{w[0]} output channels"
+            )
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class ConvTransposeOp(IRDLOperation):
+    """N-d grouped transposed convolution (PyTorch ``conv_transpose1d/2d``, ONNX
+    ``ConvTranspose``), weight ``[C, O/g, *K]`` (input channels first), optional bias ``[O]``.
+
+    ``y[n, o, i*s + t*d - pad_begin] += x[n, c, i] * w[c, o mod O/g, t]`` (c in o's group);
+    length ``(L-1)*s - pad_begin - pad_end + d*(k-1) + output_padding + 1``.
+
+    ```mlir
+    %y = nf.conv_transpose %x, %w {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<?x8x4x4xf32>, tensor<8x4x4x4xf32>) -> tensor<?x4x8x8xf32>
+    ```
+    """
+
+    name = "nf.conv_transpose"
+    input = operand_def(FloatTensor)
+    weight = operand_def(FloatTensor)
+    bias = opt_operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    dilations = opt_prop_def(DenseArrayBase[I64])
+    output_padding = opt_prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure(), TransposedWindow("weight"))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        input: SSAValue,
+        weight: SSAValue,
+        bias: SSAValue | None = None,
+        *,
+        strides: Sequence[int] | None = None,
+        pads: Sequence[int] | None = None,
+        dilations: Sequence[int] | None = None,
+        output_padding: Sequence[int] | None = None,
+        groups: int = 1,
+    ):
+        shape = infer_conv_transpose_shape(
+            tensor_shape(input), tensor_shape(weight), strides=strides, pads=pads,
+            dilations=dilations, output_padding=output_padding, groups=groups,
+        )
+        in_t = input.type
+        assert isinstance(in_t, TensorType)
+        props: dict[str, Attribute] = {"groups": IntegerAttr(groups, i64)}
+        for key, val in (("strides", strides), ("pads", pads), ("dilations", dilations),
+                         ("output_padding", output_padding)):
+            if val is not None:
+                props[key] = int_array(val)
+        super().__init__(
+            operands=[input, weight, bias],
+            result_types=[TensorType(in_t.get_element_type(), shape)],
+            properties=props,
+        )
+
+    def verify_(self) -> None:
+        operands = [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
+        check_same_element_type(self, [*operands, self.result])
+        shape = shape_guard(
+            self, infer_conv_transpose_shape, tensor_shape(self.input),
+            tensor_shape(self.weight), strides=array_values(self.strides),
+            pads=array_values(self.pads), dilations=array_values(self.dilations),
+            output_padding=array_values(self.output_padding), groups=self.groups.value.data,
+        )
+        if self.bias is not None and tensor_shape(self.bias) != (shape[1],):
+            raise VerifyException(
+                f"nf.conv_transpose: bias shape {shape_str(tensor_shape(self.bias))} does not "
+                f"match the {shape[1]} output channels"
             )
         check_result_shape(self, shape, self.result)
 
@@ -1124,6 +1206,75 @@ class UpsampleNearestOp(IRDLOperation):
             )
 
 
+class BlockMode:
+    """Channel order of DepthToSpace/SpaceToDepth (ONNX's ``mode``): ``CRD`` (column, row,
+    depth: channel ``c * r**n + offset``, PyTorch's pixel_shuffle/unshuffle) or ``DCR``
+    (``offset * C + c``, ONNX's default)."""
+
+    CRD = "CRD"
+    DCR = "DCR"
+    ALL = (CRD, DCR)
+
+
+class _BlockOp(IRDLOperation):
+    """Shared by depth_to_space and space_to_depth: ``block`` r and ``mode``."""
+
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    block = prop_def(IntegerAttr[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr(BlockMode.CRD))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+    INFER: ClassVar = staticmethod(infer_depth_to_space_shape)
+
+    def __init__(self, input: SSAValue, block: int, mode: str = BlockMode.CRD):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = type(self).INFER(t.get_shape(), block)
+        super().__init__(
+            operands=[input], result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"block": IntegerAttr(block, i64), "mode": StringAttr(mode)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        if self.mode.data not in BlockMode.ALL:
+            raise VerifyException(f"{self.name}: mode {self.mode.data!r} is not CRD or DCR")
+        shape = shape_guard(self, type(self).INFER, tensor_shape(self.input),
+                            self.block.value.data)
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class DepthToSpaceOp(_BlockOp):
+    """``[N, C*r**n, *S] -> [N, C, *(S*r)]``: ONNX ``DepthToSpace`` in any rank; mode ``CRD``
+    is PyTorch's ``pixel_shuffle``.
+
+    ```mlir
+    %y = nf.depth_to_space %x {block = 2 : i64} : tensor<?x16x4x4xf32> -> tensor<?x4x8x8xf32>
+    ```
+    """
+
+    name = "nf.depth_to_space"
+    traits = traits_def(Pure(), DataMovement(depth_to_space_rows))
+    INFER: ClassVar = staticmethod(infer_depth_to_space_shape)
+
+
+@irdl_op_definition
+class SpaceToDepthOp(_BlockOp):
+    """``[N, C, *(S*r)] -> [N, C*r**n, *S]``, the inverse of depth_to_space in the same mode;
+    ``CRD`` is PyTorch's ``pixel_unshuffle``, ``DCR`` ONNX's ``SpaceToDepth``.
+
+    ```mlir
+    %y = nf.space_to_depth %x {block = 2 : i64} : tensor<?x4x8x8xf32> -> tensor<?x16x4x4xf32>
+    ```
+    """
+
+    name = "nf.space_to_depth"
+    traits = traits_def(Pure(), DataMovement(space_to_depth_rows))
+    INFER: ClassVar = staticmethod(infer_space_to_depth_shape)
+
+
 @irdl_op_definition
 class CustomOp(IRDLOperation):
     """An op nanoir has no semantics for, kept losslessly (e.g. an unknown NanoEngine node
@@ -1163,6 +1314,7 @@ NF = Dialect(
         MulOp,
         DivOp,
         ConvOp,
+        ConvTransposeOp,
         LinearOp,
         MatmulOp,
         BatchNormOp,
@@ -1175,6 +1327,8 @@ NF = Dialect(
         TransposeOp,
         PadOp,
         UpsampleNearestOp,
+        DepthToSpaceOp,
+        SpaceToDepthOp,
     ],
     [],
 )

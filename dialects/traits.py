@@ -25,8 +25,10 @@ cache *needs* to fire, rows it *drops* after firing, rows each result *emits* pe
 zero rows of padding), or ``None`` when the op needs the whole extent of its inputs along
 that dim at once. ``emit`` may exceed 1: a nearest upsample by ``r`` needs 1 row, drops 1
 and emits ``r`` rows per firing; a transposed conv of stride ``s`` (a zero-inserting upsample
-by ``s``, then a conv) would need the input rows one window of ``s`` output rows reads,
-drop 1 and emit ``s``. The planner and the executor multiply a firing's windows by ``emit``
+by ``s``, then a conv) needs the input rows one window of ``s`` output rows reads, drops 1
+and emits ``s`` (:class:`TransposedWindow` says which rows and when that holds); DepthToSpace
+(PixelShuffle) by ``r`` emits ``r`` rows per row, SpaceToDepth needs and drops ``r`` and
+emits 1. The planner and the executor multiply a firing's windows by ``emit``
 (the rows a result gains). The stream planner (``nanoir.lowering.analysis``) adds what holds
 for every op: a node whose values all lack the dim moves whole units; all of a node's
 caches step together.
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from nanoir.runtime.numerics.kernels import nearest_indices
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -62,15 +65,18 @@ __all__ = [
     "RowStep",
     "SlidingWindow",
     "StreamingRule",
+    "TransposedWindow",
     "Window",
     "WholeExtent",
 ]
 
-Adjust = Literal["none", "window", "pad", "output_size", "result_rows"]
+Adjust = Literal["none", "window", "pad", "output_size", "result_rows", "transposed"]
 """How the streaming executor adapts an op to a window of rows: ``window`` sets a conv/pool's
 ``pads`` along the dim to the zero rows inside the window, ``pad`` does so for ``nf.pad``,
 ``output_size`` sets an adaptive pool's size along the dim to the windows fired,
-``result_rows`` sets the result type's extent along the dim to the rows produced."""
+``result_rows`` sets the result type's extent along the dim to the rows produced,
+``transposed`` runs a transposed conv on the window (zero rows made real, no pads along the
+dim) and keeps the ``emit`` rows per firing that the window owns (:class:`TransposedWindow`)."""
 
 
 def _shape(value: SSAValue | Attribute) -> tuple[int, ...]:
@@ -236,6 +242,41 @@ class WholeExtent(StreamingRule):
         return RowStep(size // out, size // out, adjust="output_size")
 
 
+@dataclass(frozen=True)
+class TransposedWindow(SlidingWindow):
+    """A transposed conv (``[N, C, *spatial]``, weight ``[C, O/g, *K]``): input row ``i``
+    adds into output rows ``i*s + t*d - pad_begin``, so each firing *emits* ``s`` rows.
+
+    Along a dim with stride ``s``, dilation ``d``, kernel ``k`` (``F = d*(k-1)``), pads
+    ``pb``/``pe`` and ``output_padding`` ``op``: firing ``j`` emits output rows
+    ``[j*s, j*s + s)``, which read input rows ``j - floor((F - pb)/s)`` to
+    ``j + ceil(pb/s)``: it needs ``floor((F - pb)/s) + ceil(pb/s) + 1`` rows, the first
+    ``floor((F - pb)/s)`` of them zero rows before the input (warm-up), drops 1 and emits
+    ``s``. The output has ``L*s + E - s`` rows with ``E = F + 1 + op - pb - pe``; so the rule
+    holds when ``s`` divides ``E`` (then ``E/s - 1 + ceil(pb/s)`` zero rows end the input),
+    as for the usual ``k = 2s, p = s/2`` or ``k = s`` upsampling convs and every stride-1 one;
+    otherwise (or with ``pb > F``) the op takes the whole extent along the dim.
+    """
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        data = op.operands[0]
+        if tuple(runtime) != (data,):
+            return None
+        if not _has_dim(data, dim):
+            return ROW
+        w = self.geometry(op)
+        i, n = dim - 2, len(w.kernel)
+        s, pb, pe = w.strides[i], w.pads[i], w.pads[n + i]
+        outpad = (_ints(op.properties.get("output_padding")) or (0,) * n)[i]
+        span = w.field(i) - 1
+        e = span + 1 + outpad - pb - pe
+        if pb > span or e % s or e // s - 1 + -(-pb // s) < 0:
+            return None
+        warm = (span - pb) // s
+        return RowStep(warm + -(-pb // s) + 1, 1, s, warm, e // s - 1 + -(-pb // s),
+                       adjust="transposed")
+
+
 RowsAlong = Callable[[Operation, int, Collection[SSAValue]], "RowStep | None"]
 
 
@@ -303,7 +344,25 @@ def scale_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowSte
     x, y = _shape(op.operands[0]), _shape(op.results[0])
     if x[dim] == DYNAMIC_INDEX or y[dim] % x[dim]:
         return None
-    return RowStep(emit=y[dim] // x[dim], adjust="result_rows")
+    r = y[dim] // x[dim]
+    # Row j reads row j // r, as every window of rows does (torch's float32 product does not
+    # for a few large r: then the op takes the whole extent).
+    if (nearest_indices(x[dim], y[dim]) != np.arange(y[dim]) // r).any():
+        return None
+    return RowStep(emit=r, adjust="result_rows")
+
+
+def depth_to_space_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """DepthToSpace (PixelShuffle) by ``r``: each input row emits ``r`` rows along every
+    spatial dim."""
+    return RowStep(emit=op.properties["block"].value.data,  # type: ignore[attr-defined]
+                   adjust="result_rows") if dim >= 2 else None
+
+
+def space_to_depth_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """SpaceToDepth (PixelUnshuffle) by ``r``: ``r`` rows make one output row."""
+    r = op.properties["block"].value.data  # type: ignore[attr-defined]
+    return RowStep(r, r, 1, adjust="result_rows") if dim >= 2 else None
 
 
 @dataclass(frozen=True)

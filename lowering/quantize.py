@@ -233,6 +233,8 @@ class Target:
     """This tensor's rounding, if imported exponents say (else the config's)."""
     rule_name: str = ""
     """The name rules match (``name`` before it was made unique)."""
+    weight_axis: int = 0
+    """A weight's output-channel axis: 0 (conv, linear), 1 (conv_transpose's ``[C, O/g, *K]``)."""
 
     @property
     def channel_axis(self) -> int | None:
@@ -241,7 +243,7 @@ class Target:
             return None
         if self.kind == "act":
             return 1 if rank >= 2 else None
-        return 0
+        return self.weight_axis if self.kind == "weight" else 0
 
 
 def _shape(value: SSAValue) -> tuple[int, ...]:
@@ -271,11 +273,21 @@ def _already_quantized(value: SSAValue) -> bool:
     return any(isinstance(use.operation, FakeQuantOp) for use in value.uses)
 
 
+WEIGHTED = (nf.ConvOp, nf.ConvTransposeOp, nf.LinearOp)
+"""Ops whose operand 1 is a weight and operand 2 a bias."""
+
+
+def _weight_axis(value: SSAValue) -> int:
+    """A weight's output-channel axis: 1 when a conv_transpose reads it, else 0."""
+    return 1 if any(isinstance(u.operation, nf.ConvTransposeOp) and u.index == 1
+                    for u in value.uses) else 0
+
+
 def _constant_kind(value: SSAValue) -> str | None:
     """weight, bias, const (another named constant) or None (leave float)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
     for use in value.uses:
-        if isinstance(use.operation, nf.ConvOp | nf.LinearOp):
+        if isinstance(use.operation, WEIGHTED):
             if use.index == 1:
                 return "weight"
             if use.index == 2:
@@ -313,7 +325,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         if kind == "const":
             per_channel = False
         targets.append(Target(value, rule_kind if kind != "const" else "const", unique, bits,
-                              per_channel, rule_name=name))
+                              per_channel, rule_name=name,
+                              weight_axis=_weight_axis(value) if kind == "weight" else 0))
 
     block = func.body.block
     for arg in block.args:
@@ -552,15 +565,18 @@ def _source_fake_quant(value: SSAValue) -> FakeQuantOp | None:
     return None
 
 
-def _accumulator_cap(op: nf.ConvOp | nf.LinearOp) -> np.ndarray | None:
+def _accumulator_cap(op: nf.ConvOp | nf.ConvTransposeOp | nf.LinearOp) -> np.ndarray | None:
     """Per output channel ``exp(x) + exp(w)`` in code exponents, if both are quantized."""
     fx, fw = _source_fake_quant(op.input), _source_fake_quant(op.weight)
     if fx is None or fw is None:
         return None
-    groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
+    groups = op.groups.value.data if isinstance(op, nf.ConvOp | nf.ConvTransposeOp) else 1
+    w_exps = dense_to_numpy(fw.exp).astype(np.int64)
+    out_c = _shape(op.result)[1] if isinstance(op, nf.ConvTransposeOp) else _shape(op.weight)[0]
+    if isinstance(op, nf.ConvTransposeOp) and w_exps.size > 1:
+        w_exps = np.tile(w_exps.reshape(-1), groups)  # [O/g] along axis 1, the same per group
     return accumulator_cap(fx.bits.value.data, dense_to_numpy(fx.exp).astype(np.int64),
-                           fw.bits.value.data, dense_to_numpy(fw.exp).astype(np.int64),
-                           _shape(op.weight)[0], groups)
+                           fw.bits.value.data, w_exps, out_c, groups)
 
 
 def accumulator_cap(
@@ -691,7 +707,7 @@ def quantize_function(
             t.exps = tensor_exps(_constant_array(t.value), t.bits, t.channel_axis,
                                  config.calibrator, config.rounding).reshape(_exp_shape(t))
         users = [u.operation for u in t.value.uses
-                 if isinstance(u.operation, nf.ConvOp | nf.LinearOp) and u.index == 2]
+                 if isinstance(u.operation, WEIGHTED) and u.index == 2]
         for user in users:
             cap = _accumulator_cap(user)
             if cap is not None and t.bits > 1:

@@ -91,6 +91,17 @@ def conv(op: nf.ConvOp, dtype: np.dtype[Any]) -> Kernel:
     )
 
 
+@impl(nf.ConvTransposeOp)
+def conv_transpose(op: nf.ConvTransposeOp, dtype: np.dtype[Any]) -> Kernel:
+    strides, pads = array_values(op.strides), array_values(op.pads)
+    dilations, groups = array_values(op.dilations), op.groups.value.data
+    output_padding = array_values(op.output_padding)
+    return lambda x, w, b=None: (
+        kernels.conv_transpose(x, w, b, strides=strides, pads=pads, dilations=dilations,
+                               output_padding=output_padding, groups=groups),
+    )
+
+
 @impl(nf.LinearOp)
 def linear(op: nf.LinearOp, dtype: np.dtype[Any]) -> Kernel:
     return lambda x, w, b=None: (kernels.linear(x, w, b),)
@@ -188,3 +199,15 @@ def pad(op: nf.PadOp, dtype: np.dtype[Any]) -> Kernel:
 def upsample_nearest(op: nf.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
     size = _target_shape(op.result)[2:]
     return lambda x: (kernels.upsample_nearest(x, size=size),)
+
+
+@impl(nf.DepthToSpaceOp)
+def depth_to_space(op: nf.DepthToSpaceOp, dtype: np.dtype[Any]) -> Kernel:
+    block, mode = op.block.value.data, op.mode.data
+    return lambda x: (kernels.depth_to_space(x, block, mode),)
+
+
+@impl(nf.SpaceToDepthOp)
+def space_to_depth(op: nf.SpaceToDepthOp, dtype: np.dtype[Any]) -> Kernel:
+    block, mode = op.block.value.data, op.mode.data
+    return lambda x: (kernels.space_to_depth(x, block, mode),)

@@ -493,7 +493,7 @@ def _dropout(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
 def _conv(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """conv1d/conv2d (``padding`` a list or ``'same'``/``'valid'``) and ``convolution``."""
     if a.get("transposed"):
-        raise _Unsupported("transposed convolution")
+        return _conv_transpose(imp, node, a)
     x, w = imp.tensor(a["input"]), imp.tensor(a["weight"])
     bias = imp.optional_tensor(a["bias"])
     n = imp.rank(x) - 2
@@ -512,6 +512,20 @@ def _conv(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     op = nf.ConvOp(
         x, w, bias, strides=_unless(strides, 1), pads=_unless([*begins, *ends], 0),
         dilations=_unless(dilations, 1), groups=int(a["groups"]),
+    )
+    return imp.emit(op).result
+
+
+def _conv_transpose(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """conv_transpose1d/2d and ``convolution(transposed=True)``: torch's symmetric
+    ``padding`` becomes ONNX-style begins and ends; the weight stays ``[C, O/g, *K]``."""
+    x, w = imp.tensor(a["input"]), imp.tensor(a["weight"])
+    n = imp.rank(x) - 2
+    pads = _ints(a["padding"], n)
+    op = nf.ConvTransposeOp(
+        x, w, imp.optional_tensor(a["bias"]), strides=_unless(_ints(a["stride"], n), 1),
+        pads=_unless([*pads, *pads], 0), dilations=_unless(_ints(a["dilation"], n), 1),
+        output_padding=_unless(_ints(a["output_padding"], n), 0), groups=int(a["groups"]),
     )
     return imp.emit(op).result
 
@@ -796,7 +810,7 @@ def _upsample_nearest(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value
         raise _Unsupported("nearest upsampling of dynamic spatial dims")
     scales = a.get("scale_factors")
     if scales is None:
-        scales = [a.get(k) for k in ("scales", "scales_h", "scales_w") if k in a]
+        scales = [a.get(k) for k in ("scales", "scales_d", "scales_h", "scales_w") if k in a]
     for i, (length, out) in enumerate(zip(in_spatial, out_spatial)):
         scale = scales[i] if scales and i < len(scales) else None
         if scale is None:
@@ -811,6 +825,28 @@ def _upsample_nearest(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value
     return imp.emit(nf.UpsampleNearestOp(x, out_spatial)).result
 
 
+def _pixel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """pixel_shuffle is DepthToSpace in CRD mode; pixel_unshuffle its inverse."""
+    x = imp.tensor(a["self"])
+    if "upscale_factor" in a:
+        return imp.emit(nf.DepthToSpaceOp(x, int(a["upscale_factor"]))).result
+    return imp.emit(nf.SpaceToDepthOp(x, int(a["downscale_factor"]))).result
+
+
+def _channel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """channel_shuffle(g) as torch defines it: view ``[N, g, C/g, *S]``, swap dims 1 and 2,
+    view back (a decomposition: a channel permutation, data movement at every level)."""
+    x = imp.tensor(a["self"])
+    shape = nf.tensor_shape(x)
+    g = int(a["groups"])
+    if shape[1] == DYNAMIC_INDEX or g <= 0 or shape[1] % g:
+        raise _Unsupported(f"channel_shuffle of {shape[1]} channels into {g} groups")
+    split = imp.emit(nf.ReshapeOp(x, (shape[0], g, shape[1] // g, *shape[2:]))).result
+    perm = [0, 2, 1, *range(3, len(shape) + 1)]
+    swapped = imp.emit(nf.TransposeOp(split, perm)).result
+    return imp.emit(nf.ReshapeOp(swapped, shape)).result
+
+
 ATEN_HANDLERS: dict[str, Handler] = {
     # convolution and dense layers
     "aten.conv1d.default": _conv,
@@ -818,6 +854,8 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.conv2d.default": _conv,
     "aten.conv2d.padding": _conv,
     "aten.convolution.default": _conv,
+    "aten.conv_transpose1d.default": _conv_transpose,
+    "aten.conv_transpose2d.input": _conv_transpose,
     "aten.linear.default": _linear,
     "aten.matmul.default": _matmul,
     "aten.mm.default": _matmul,
@@ -882,6 +920,12 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.upsample_nearest2d.vec": _upsample_nearest,
     "aten.upsample_nearest1d.default": _upsample_nearest,
     "aten.upsample_nearest2d.default": _upsample_nearest,
+    "aten.upsample_nearest3d.vec": _upsample_nearest,
+    "aten.upsample_nearest3d.default": _upsample_nearest,
+    "aten.pixel_shuffle.default": _pixel_shuffle,
+    "aten.pixel_unshuffle.default": _pixel_shuffle,
+    "aten.channel_shuffle.default": _channel_shuffle,
+    "aten.native_channel_shuffle.default": _channel_shuffle,
     # no-ops at inference
     "aten.dropout.default": _dropout,
     "aten.clone.default": _identity,

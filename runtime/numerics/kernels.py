@@ -38,7 +38,11 @@ from typing import Literal
 import numpy as np
 
 # One definition of the output-size formulas, shared with the IR's shape inference.
-from nanoir.runtime.numerics.shapes import conv_output_size, pool_output_size
+from nanoir.runtime.numerics.shapes import (
+    conv_output_size,
+    conv_transpose_output_size,
+    pool_output_size,
+)
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
@@ -52,18 +56,22 @@ __all__ = [
     "concat",
     "conv",
     "conv_output_size",
+    "conv_transpose",
+    "depth_to_space",
     "hardsigmoid",
     "hardswish",
     "leaky_relu",
     "linear",
     "matmul",
     "max_pool",
+    "nearest_indices",
     "pad",
     "pool_output_size",
     "prelu",
     "relu",
     "reshape",
     "sigmoid",
+    "space_to_depth",
     "split",
     "tanh",
     "transpose",
@@ -254,6 +262,106 @@ def conv(
     if b is not None:
         y += b.astype(dtype, copy=False).reshape(out_channels, *(1,) * n)
     return y
+
+
+def conv_transpose(
+    x: Array,
+    w: Array,
+    b: Array | None = None,
+    *,
+    strides: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    output_padding: Sequence[int] | None = None,
+    groups: int = 1,
+) -> Array:
+    """N-d grouped transposed convolution: ``[N, C, *S] * [C, O/g, *K] -> [N, O, *S']``.
+
+    Mirrors ``torch.nn.functional.conv_transpose1d/2d`` and ONNX
+    [ConvTranspose](https://onnx.ai/onnx/operators/onnx__ConvTranspose.html) (asymmetric
+    ``pads``): ``y[n, o, i*s + t*d - pad_begin] += x[n, c, i] * w[c, o', t]``. Computed as a
+    stride-1 :func:`conv` of the input with ``s - 1`` zeros inserted between rows, padded by
+    ``d*(k-1) - pad`` (cropped where that is negative; ``output_padding`` more at the end),
+    with the weight flipped and its channel axes swapped per group. Integer arrays stay exact.
+    """
+    n = x.ndim - 2
+    if n < 1 or w.ndim != x.ndim:
+        raise ValueError(f"conv_transpose needs input [N, C, *S] and weight [C, O/g, *K], got "
+                         f"{x.shape} and {w.shape}")
+    channels = x.shape[1]
+    w_in, w_out = w.shape[:2]
+    kernel = w.shape[2:]
+    if groups < 1 or channels != w_in or w_in % groups:
+        raise ValueError(f"conv_transpose with groups={groups}: input has {channels} channels, "
+                         f"weight {tuple(w.shape)}")
+    strides_t = _spatial_params("strides", strides, n, 1)
+    dil_t = _spatial_params("dilations", dilations, n, 1)
+    outpad = _spatial_params("output_padding", output_padding, n, 0)
+    begins, ends = _pads(pads, n)
+    out = tuple(
+        conv_transpose_output_size(x.shape[2 + i], kernel=kernel[i], stride=strides_t[i],
+                                   pad_begin=begins[i], pad_end=ends[i], dilation=dil_t[i],
+                                   output_padding=outpad[i])
+        for i in range(n)
+    )
+    # Zero insertion: row i of x lands on row i * s.
+    up = np.zeros((*x.shape[:2], *((L - 1) * s + 1 for L, s in zip(x.shape[2:], strides_t))),
+                  dtype=x.dtype)
+    up[(Ellipsis, *(slice(None, None, s) for s in strides_t))] = x
+    # Full padding d*(k-1) minus the transposed conv's pads; negative = crop.
+    lo = [d * (k - 1) - p for d, k, p in zip(dil_t, kernel, begins)]
+    hi = [d * (k - 1) - p + op for d, k, p, op in zip(dil_t, kernel, ends, outpad)]
+    up = _pad_spatial(up, [max(v, 0) for v in lo], [max(v, 0) for v in hi], 0)
+    crop = tuple(slice(max(-a, 0), up.shape[2 + i] - max(-b, 0))
+                 for i, (a, b) in enumerate(zip(lo, hi)))
+    up = up[(Ellipsis, *crop)]
+    # [C, O/g, *K] -> [O, C/g, *K], flipped along K.
+    wg = w.reshape(groups, w_in // groups, w_out, *kernel)
+    wg = np.swapaxes(wg, 1, 2).reshape(groups * w_out, w_in // groups, *kernel)
+    wg = np.ascontiguousarray(wg[(Ellipsis, *(slice(None, None, -1),) * n)])
+    y = conv(up, wg, b, dilations=dil_t, groups=groups)
+    assert y.shape[2:] == out, (y.shape, out)
+    return y
+
+
+def depth_to_space(x: Array, block: int, mode: str = "CRD") -> Array:
+    """``[N, C * r**n, *S] -> [N, C, *(S * r)]``: ONNX
+    [DepthToSpace](https://onnx.ai/onnx/operators/onnx__DepthToSpace.html) in any rank.
+    ``CRD`` (``torch.pixel_shuffle``): input channel ``c * r**n + offset``; ``DCR``:
+    ``offset * C + c`` (the offset is the block position, row-major)."""
+    n = x.ndim - 2
+    batch, channels, *spatial = x.shape
+    c = channels // block**n
+    if mode == "CRD":
+        y = x.reshape(batch, c, *(block,) * n, *spatial)
+        offsets, base = list(range(2, 2 + n)), 1
+    elif mode == "DCR":
+        y = x.reshape(batch, *(block,) * n, c, *spatial)
+        offsets, base = list(range(1, 1 + n)), 1 + n
+    else:
+        raise ValueError(f"depth_to_space mode must be CRD or DCR, got {mode!r}")
+    sp = list(range(2 + n, 2 + 2 * n))
+    perm = [0, base] + [a for pair in zip(sp, offsets) for a in pair]
+    return y.transpose(perm).reshape(batch, c, *(s * block for s in spatial))
+
+
+def space_to_depth(x: Array, block: int, mode: str = "CRD") -> Array:
+    """The inverse of :func:`depth_to_space` in the same mode: ``CRD`` is
+    ``torch.pixel_unshuffle``, ``DCR`` is ONNX
+    [SpaceToDepth](https://onnx.ai/onnx/operators/onnx__SpaceToDepth.html)."""
+    n = x.ndim - 2
+    batch, c, *spatial = x.shape
+    small = [s // block for s in spatial]
+    y = x.reshape(batch, c, *(v for s in small for v in (s, block)))
+    sp = [2 + 2 * i for i in range(n)]
+    offsets = [3 + 2 * i for i in range(n)]
+    if mode == "CRD":
+        perm = [0, 1, *offsets, *sp]
+    elif mode == "DCR":
+        perm = [0, *offsets, 1, *sp]
+    else:
+        raise ValueError(f"space_to_depth mode must be CRD or DCR, got {mode!r}")
+    return y.transpose(perm).reshape(batch, c * block**n, *small)
 
 
 def linear(x: Array, w: Array, b: Array | None = None) -> Array:
@@ -603,14 +711,26 @@ def upsample_nearest(
             s = scales if isinstance(scales, (int, float)) else scales[i]
             o = upsample_output_size(length, scale=s)
             ratio = np.float32(1.0 / s)
-        if o == length:
-            src = np.arange(o)
-        elif o == 2 * length:
-            src = np.arange(o) // 2
-        else:
-            src = np.floor(np.arange(o, dtype=np.float32) * ratio).astype(np.int64)
-        y = np.take(y, np.minimum(src, length - 1), axis=2 + i)
+        y = np.take(y, nearest_indices(length, o, ratio), axis=2 + i)
     return y
+
+
+def nearest_indices(length: int, out: int, ratio: np.float32 | None = None) -> NDArray[np.int64]:
+    """The input index each of ``out`` outputs of :func:`upsample_nearest` reads along a dim of
+    ``length`` (``ratio``: float32 ``1 / scale``, default ``length / out``).
+
+    For ``out = r * length`` this is ``j // r`` for every ``r`` below 41 and for most others;
+    torch's float32 product picks ``j // r - 1`` at a few ``j`` for ``r`` = 41, 47, 55, ... (the
+    streaming rule of upsampling checks this before it emits ``r`` rows per row).
+    """
+    if ratio is None:
+        ratio = np.float32(length) / np.float32(out)
+    if out == length:
+        return np.arange(out)
+    if out == 2 * length:
+        return np.arange(out) // 2
+    src = np.floor(np.arange(out, dtype=np.float32) * ratio).astype(np.int64)
+    return np.minimum(src, length - 1)
 
 
 def concat(xs: Sequence[Array], axis: int) -> Array:

@@ -189,6 +189,93 @@ def infer_conv_shape(
     return (input_shape[0], out_c, *spatial)
 
 
+def conv_transpose_output_size(
+    size: int, *, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
+    output_padding: int = 0,
+) -> int:
+    """Output length of a transposed convolution along one dim (PyTorch ``ConvTranspose``,
+    ONNX ``ConvTranspose`` without ``output_shape``):
+    ``(L - 1) * s - pad_begin - pad_end + d * (k - 1) + output_padding + 1``."""
+    if size == DYNAMIC_INDEX:
+        return DYNAMIC_INDEX
+    if output_padding < 0 or output_padding >= max(stride, dilation):
+        raise ShapeError(
+            f"output_padding {output_padding} must be >= 0 and smaller than the stride "
+            f"{stride} or the dilation {dilation}"
+        )
+    out = (size - 1) * stride - pad_begin - pad_end + dilation * (kernel - 1) + output_padding + 1
+    if out <= 0:
+        raise ShapeError(
+            f"transposed window of length {size} with pads ({pad_begin}, {pad_end}) leaves no output"
+        )
+    return out
+
+
+def infer_conv_transpose_shape(
+    input_shape: Sequence[int],
+    weight_shape: Sequence[int],
+    *,
+    strides: Sequence[int] | None = None,
+    pads: Sequence[int] | None = None,
+    dilations: Sequence[int] | None = None,
+    output_padding: Sequence[int] | None = None,
+    groups: int = 1,
+) -> tuple[int, ...]:
+    """Result shape of an N-d grouped transposed convolution: input ``[N, C, *S]``, weight
+    ``[C, O/g, *K]`` (PyTorch's ConvTranspose layout: input channels first)."""
+    rank = len(input_shape)
+    if rank < 3 or rank > 5:
+        raise ShapeError(f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}")
+    if len(weight_shape) != rank:
+        raise ShapeError(f"weight rank {len(weight_shape)} does not match input rank {rank}")
+    n = rank - 2
+    kernel, strides_t, pads_t, dil = window_params(n, weight_shape[2:], strides, pads, dilations)
+    outpad = _spatial("output_padding", output_padding, n, 0)
+    if groups <= 0:
+        raise ShapeError(f"groups must be positive, got {groups}")
+    w_in, w_out = weight_shape[0], weight_shape[1]
+    if w_in % groups:
+        raise ShapeError(f"weight input channels {w_in} are not divisible by groups {groups}")
+    in_c = input_shape[1]
+    if in_c != DYNAMIC_INDEX and in_c != w_in:
+        raise ShapeError(f"input has {in_c} channels but the weight expects {w_in}")
+    spatial = tuple(
+        conv_transpose_output_size(
+            input_shape[2 + i], kernel=kernel[i], stride=strides_t[i], pad_begin=pads_t[i],
+            pad_end=pads_t[n + i], dilation=dil[i], output_padding=outpad[i],
+        )
+        for i in range(n)
+    )
+    return (input_shape[0], w_out * groups, *spatial)
+
+
+def infer_depth_to_space_shape(input_shape: Sequence[int], block: int) -> tuple[int, ...]:
+    """``[N, C * r**n, *S] -> [N, C, *(S * r)]`` (PixelShuffle, ONNX DepthToSpace)."""
+    rank = len(input_shape)
+    if rank < 3 or block <= 0:
+        raise ShapeError(f"depth_to_space needs [N, C, spatial...] and a positive block, got "
+                         f"rank {rank}, block {block}")
+    c, factor = input_shape[1], block ** (rank - 2)
+    if c != DYNAMIC_INDEX and c % factor:
+        raise ShapeError(f"channels {c} are not divisible by block**{rank - 2} = {factor}")
+    return (input_shape[0], DYNAMIC_INDEX if c == DYNAMIC_INDEX else c // factor,
+            *(DYNAMIC_INDEX if d == DYNAMIC_INDEX else d * block for d in input_shape[2:]))
+
+
+def infer_space_to_depth_shape(input_shape: Sequence[int], block: int) -> tuple[int, ...]:
+    """``[N, C, *(S * r)] -> [N, C * r**n, *S]`` (PixelUnshuffle, ONNX SpaceToDepth)."""
+    rank = len(input_shape)
+    if rank < 3 or block <= 0:
+        raise ShapeError(f"space_to_depth needs [N, C, spatial...] and a positive block, got "
+                         f"rank {rank}, block {block}")
+    if any(d != DYNAMIC_INDEX and d % block for d in input_shape[2:]):
+        raise ShapeError(f"spatial sizes {shape_str(input_shape[2:])} are not divisible by the "
+                         f"block {block}")
+    c = input_shape[1]
+    return (input_shape[0], DYNAMIC_INDEX if c == DYNAMIC_INDEX else c * block ** (rank - 2),
+            *(DYNAMIC_INDEX if d == DYNAMIC_INDEX else d // block for d in input_shape[2:]))
+
+
 def infer_pool_shape(
     input_shape: Sequence[int],
     kernel: Sequence[int],

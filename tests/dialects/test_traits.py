@@ -89,7 +89,7 @@ def test_a_lookup_table_is_the_interpreters_kernel(op: Operation) -> None:
 def test_data_movement_is_what_quantize_leaves_unquantized() -> None:
     moving = {o.name for o in NF.operations if o.has_trait(DataMovement)}
     assert moving == {"nf.reshape", "nf.transpose", "nf.split", "nf.concat", "nf.pad",
-                      "nf.upsample_nearest"}
+                      "nf.upsample_nearest", "nf.depth_to_space", "nf.space_to_depth"}
     assert {o.name for o in NH.operations if o.has_trait(DataMovement)} == {
         "nh.reshape", "nh.concat"}
 
@@ -99,7 +99,7 @@ def test_the_other_facts() -> None:
         return {o.name for o in ALL_OPS if o.has_trait(trait)}
 
     assert named(SlidingWindow) == {"nf.conv", "nh.conv", "nf.max_pool", "nh.max_pool",
-                                    "nf.avg_pool", "nh.avg_pool"}
+                                    "nf.avg_pool", "nh.avg_pool", "nf.conv_transpose"}
     assert named(Contraction) == {"nf.linear", "nh.linear", "nf.matmul", "nh.matmul"}
     assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu"}
     assert named(WholeExtent) == {"nf.adaptive_avg_pool"}
