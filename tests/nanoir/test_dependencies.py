@@ -99,3 +99,18 @@ def test_an_undeclared_import_is_caught(tmp_path: Path) -> None:
     assert modules == {"rich", "sklearn"}
     dists = {_normal(d) for d in md.packages_distributions().get("sklearn", ["sklearn"])}
     assert not dists & core.union(*(extras[e] for e in _documented_extras(bad)))
+
+
+def test_every_package_is_listed_for_setuptools() -> None:
+    """A subpackage missing from ``[tool.setuptools] packages`` works in an editable install
+    but is left out of a wheel: every folder with an ``__init__.py`` must be listed."""
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    found = {
+        ".".join((package, *init.parent.relative_to(ROOT / folder).parts))
+        for package, folder in config["package-dir"].items()
+        for init in (ROOT / folder).rglob("__init__.py")
+    }
+    assert found - listed == set(), f"packages missing from pyproject.toml: {found - listed}"
+    assert listed - found == set(), f"listed packages with no folder: {listed - found}"
