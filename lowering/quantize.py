@@ -26,8 +26,6 @@ stays exact.
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,510 +34,64 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.dialects.traits import DataMovement
-from nanoir.runtime.arrays import load_arrays
-from nanoir.runtime.interpreter import compile_function, default_builders, find_function
+from nanoir.lowering.quantize_calibrate import (
+    calibrate,
+    exp_shape,
+    load_calibration,
+    load_exponents,
+    mse_candidates,
+    progress_bar,
+    tensor_exps,
+)
+from nanoir.lowering.quantize_rules import (
+    ALLOWED_BITS,
+    DEFAULT_LR,
+    LEARNERS,
+    QuantConfig,
+    QuantizeError,
+    QuantRule,
+    parse_rounding,
+)
+from nanoir.lowering.quantize_targets import (
+    WEIGHTED,
+    Target,
+    _shape,
+    find_targets,
+    value_name,
+)
+from nanoir.runtime.interpreter import find_function
 from nanoir.runtime.numerics import quant
-from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerType, ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
-from xdsl.utils.exceptions import DiagnosticException
 
-from nanoir.errors import Error
-
-ALLOWED_BITS = (1, 2, 4, 8, 16)
-
-LEARNERS = ("ema", "lsq")
-"""Exponent learners for quantization-aware training (``nanoir.qat``); ``quantize`` ignores
-them. ``ema``: NanoEngine's moving average of the absolute maximum, rate ``lr``; ``lsq``: a
-learned continuous exponent (``learned`` is an alias), learning rate ``lr``."""
-
-DEFAULT_LR = {"ema": 0.1, "lsq": 0.01}
-"""The rate ``lr`` of each learner when neither a rule nor the options give one."""
-
-
-class QuantizeError(DiagnosticException, Error):
-    """The program or the options cannot be quantized as asked."""
-
-
-# --------------------------------------------------------------------------------------------
-# Configuration
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuantRule:
-    """Tensors whose name matches ``pattern`` (``re.search``) get these settings.
-
-    ``kind`` limits the rule to ``weight``, ``bias`` or ``act`` tensors. Text form (for
-    pipelines): ``[kind@]REGEX=SPEC`` with SPEC ``skip`` or ``/``-separated parts, each at
-    most once and in any order: ``BITS``, ``pc`` (per channel) or ``pt`` (per tensor), and a
-    QAT exponent learner ``ema`` or ``lsq`` (alias ``learned``) with an optional rate
-    ``:LR``: ``weight@layer1\\..*=4/pc``, ``fc=skip``, ``fc\\.weight=1/pt/lsq:0.05``,
-    ``act@.*=ema:0.2``. Unset parts take the options' defaults; ``quantize`` ignores the
-    learner (it matters to :mod:`nanoir.qat` only).
-    """
-
-    pattern: str
-    bits: int | None = None
-    per_channel: bool | None = None
-    skip: bool = False
-    kind: str | None = None
-    learner: str | None = None
-    """``ema`` or ``lsq`` (see :data:`LEARNERS`); None takes the options' default."""
-    lr: float | None = None
-    """The learner's rate; None takes the options' (or the learner's) default."""
-
-    def __post_init__(self) -> None:
-        try:
-            re.compile(self.pattern)
-        except re.error as e:
-            raise QuantizeError(
-                f"quantize: rule pattern {self.pattern!r} is not a regex: {e}") from None
-        if self.bits is not None and self.bits not in ALLOWED_BITS:
-            raise QuantizeError(f"quantize: rule {self.pattern!r} asks for {self.bits} bits; "
-                                f"allowed: {', '.join(map(str, ALLOWED_BITS))}")
-        if self.kind not in (None, "weight", "bias", "act"):
-            raise QuantizeError(f"quantize: rule kind {self.kind!r} is not weight, bias or act")
-        if self.learner is not None:
-            object.__setattr__(self, "learner", _learner(self.learner))
-        if self.lr is not None and not (0 < self.lr and self.lr == self.lr):
-            raise QuantizeError(f"quantize: rule {self.pattern!r} has rate {self.lr}; it must "
-                                "be positive")
-
-    @staticmethod
-    def parse(text: str) -> QuantRule:
-        kind = None
-        if "@" in text.split("=", 1)[0]:
-            kind, text = text.split("@", 1)
-        pattern, sep, spec = text.rpartition("=")
-        if not sep or not pattern:
-            raise QuantizeError(f"quantize: rule {text!r} must look like REGEX=BITS[/pc|/pt] "
-                                "or REGEX=skip")
-        if spec == "skip":
-            return QuantRule(pattern, skip=True, kind=kind)
-        bits: int | None = None
-        per_channel: bool | None = None
-        learner: str | None = None
-        lr: float | None = None
-        bad = QuantizeError(f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt and "
-                            "a learner (ema or lsq, optionally :LR), separated by /")
-        for part in spec.split("/"):
-            name, colon, rate = part.partition(":")
-            if part.isdigit() and bits is None:
-                bits = int(part)
-            elif part in ("pc", "pt") and per_channel is None:
-                per_channel = part == "pc"
-            elif name in (*LEARNERS, "learned") and learner is None:
-                learner = name
-                if colon:
-                    try:
-                        lr = float(rate)
-                    except ValueError:
-                        raise bad from None
-            else:
-                raise bad
-        return QuantRule(pattern, bits=bits, per_channel=per_channel, kind=kind,
-                         learner=learner, lr=lr)
-
-    def matches(self, name: str, kind: str) -> bool:
-        return (self.kind is None or self.kind == kind) and re.search(self.pattern, name) is not None
-
-
-@dataclass(frozen=True)
-class QuantConfig:
-    """Defaults per kind of tensor, rules, calibrator and rounding."""
-
-    weight_bits: int = 8
-    bias_bits: int = 8
-    act_bits: int = 8
-    weight_per_channel: bool = True
-    act_per_channel: bool = False
-    rules: tuple[QuantRule, ...] = ()
-    calibrator: str = "absmax"
-    """``absmax`` (NanoEngine's rule) or ``mse`` (the power of two with least squared error)."""
-    rounding: RoundingMode = RoundingMode.TRUNC
-    learner: str = "ema"
-    """The QAT exponent learner of tensors no rule names one for (``ema`` or ``lsq``)."""
-    lr: float | None = None
-    """Its rate (None: :data:`DEFAULT_LR` of the learner)."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "learner", _learner(self.learner))
-        for label, bits in (("weight", self.weight_bits), ("bias", self.bias_bits),
-                            ("act", self.act_bits)):
-            if bits not in ALLOWED_BITS:
-                raise QuantizeError(f"quantize: {label}_bits = {bits}; allowed: "
-                                    f"{', '.join(map(str, ALLOWED_BITS))}")
-        if self.calibrator not in ("absmax", "mse"):
-            raise QuantizeError(f"quantize: calibrator {self.calibrator!r} is not absmax or mse")
-
-    def resolve(self, name: str, kind: str) -> tuple[int, bool] | None:
-        """(bits, per_channel) for a tensor, or None to leave it float."""
-        bits = {"weight": self.weight_bits, "bias": self.bias_bits, "act": self.act_bits}[kind]
-        per_channel = {"weight": self.weight_per_channel, "bias": self.weight_per_channel,
-                       "act": self.act_per_channel}[kind]
-        for rule in self.rules:
-            if rule.matches(name, kind):
-                if rule.skip:
-                    return None
-                return (rule.bits or bits,
-                        per_channel if rule.per_channel is None else rule.per_channel)
-        return bits, per_channel
-
-    def resolve_learner(self, name: str, kind: str) -> tuple[str, float]:
-        """(learner, lr) of a tensor for QAT: from the first matching rule, else the defaults."""
-        learner, lr = self.learner, self.lr
-        for rule in self.rules:
-            if rule.matches(name, kind):
-                if rule.learner is not None:
-                    learner, lr = rule.learner, rule.lr if rule.lr is not None else (
-                        lr if rule.learner == self.learner else None)
-                elif rule.lr is not None:
-                    lr = rule.lr
-                break
-        return learner, DEFAULT_LR[learner] if lr is None else lr
-
-
-def _learner(name: str) -> str:
-    if name == "learned":
-        return "lsq"
-    if name not in LEARNERS:
-        raise QuantizeError(f"quantize: learner {name!r} is not one of ema, lsq (learned)")
-    return name
-
-
-# --------------------------------------------------------------------------------------------
-# What to quantize
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    """One tensor to fake-quantize."""
-
-    value: SSAValue
-    kind: str
-    name: str
-    bits: int
-    per_channel: bool
-    exps: np.ndarray | None = None
-    """Exponents shaped to broadcast against the value (without the batch dim)."""
-    rounding: RoundingMode | None = None
-    """This tensor's rounding, if imported exponents say (else the config's)."""
-    rule_name: str = ""
-    """The name rules match (``name`` before it was made unique)."""
-    weight_axis: int = 0
-    """A weight's output-channel axis: 0 (conv, linear), 1 (conv_transpose's ``[C, O/g, *K]``)."""
-
-    @property
-    def channel_axis(self) -> int | None:
-        rank = len(_shape(self.value))
-        if not self.per_channel or rank == 0:
-            return None
-        if self.kind == "act":
-            return 1 if rank >= 2 else None
-        return self.weight_axis if self.kind == "weight" else 0
-
-
-def _shape(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return t.get_shape()
-
-
-def value_name(value: SSAValue, index: dict[SSAValue, int]) -> str:
-    """The name rules match against: a constant's ``name``, else the SSA name hint."""
-    if isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp):
-        if value.op.sym_name is not None:
-            return value.op.sym_name.data
-    if value.name_hint:
-        return value.name_hint
-    return f"%{index.setdefault(value, len(index))}"
-
-
-def _is_float_tensor(value: SSAValue) -> bool:
-    t = value.type
-    return isinstance(t, TensorType) and not isinstance(t.get_element_type(), IntegerType)
-
-
-def _already_quantized(value: SSAValue) -> bool:
-    if isinstance(value, OpResult) and isinstance(value.op, FakeQuantOp):
-        return True
-    return any(isinstance(use.operation, FakeQuantOp) for use in value.uses)
-
-
-WEIGHTED = (nf.ConvOp, nf.ConvTransposeOp, nf.LinearOp)
-"""Ops whose operand 1 is a weight and operand 2 a bias."""
-
-
-def _weight_axis(value: SSAValue) -> int:
-    """A weight's output-channel axis: 1 when a conv_transpose reads it, else 0."""
-    return 1 if any(isinstance(u.operation, nf.ConvTransposeOp) and u.index == 1
-                    for u in value.uses) else 0
-
-
-def _constant_kind(value: SSAValue) -> str | None:
-    """weight, bias, const (another named constant) or None (leave float)."""
-    assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
-    for use in value.uses:
-        if isinstance(use.operation, WEIGHTED):
-            if use.index == 1:
-                return "weight"
-            if use.index == 2:
-                return "bias"
-    if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
-        return None  # a Python scalar such as ``x + 2``
-    return "const"
-
-
-def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
-    """The tensors of ``func`` to quantize, in program order.
-
-    Rules match a tensor's name (:func:`value_name`); ``Target.name`` is that name made unique
-    in program order as the IR printer does (``relu``, ``relu_1``, ...), so imported
-    exponents name every tensor unambiguously.
-    """
-    names: dict[SSAValue, int] = {}
-    used: set[str] = set()
-    targets: list[Target] = []
-
-    def add(value: SSAValue, kind: str) -> None:
-        if not _is_float_tensor(value) or _already_quantized(value):
-            return
-        name = unique = value_name(value, names)
-        i = 0
-        while unique in used:
-            i += 1
-            unique = f"{name}_{i}"
-        used.add(unique)
-        rule_kind = "act" if kind == "const" else kind
-        resolved = config.resolve(name, rule_kind)
-        if resolved is None:
-            return
-        bits, per_channel = resolved
-        if kind == "const":
-            per_channel = False
-        targets.append(Target(value, rule_kind if kind != "const" else "const", unique, bits,
-                              per_channel, rule_name=name,
-                              weight_axis=_weight_axis(value) if kind == "weight" else 0))
-
-    block = func.body.block
-    for arg in block.args:
-        add(arg, "act")
-    for op in block.ops:
-        if isinstance(op, nf.ConstantOp):
-            kind = _constant_kind(op.result)
-            if kind is not None:
-                add(op.result, kind)
-        elif op.name.startswith("nf.") and not op.has_trait(DataMovement):
-            # (data movement keeps its inputs' grid: no fake-quant after it)
-            for r in op.results:
-                add(r, "act")
-    return targets
-
-
-# --------------------------------------------------------------------------------------------
-# Exponents
-# --------------------------------------------------------------------------------------------
-
-
-def _exp_shape(target: Target) -> tuple[int, ...]:
-    shape = _shape(target.value)
-    axis = target.channel_axis
-    if axis is None:
-        return (1,)
-    out = [1] * len(shape)
-    out[axis] = shape[axis]
-    return tuple(out[1:]) if target.kind == "act" else tuple(out)
-
-
-def tensor_exps(
-    x: np.ndarray, bits: int, axis: int | None, calibrator: str, mode: RoundingMode
-) -> np.ndarray:
-    """Exponents of one tensor from its values (reduced dims kept as 1)."""
-    absmax = quant.channel_absmax(x, axis)
-    if calibrator != "mse":
-        return quant.exp_from_absmax(absmax, bits)
-    mean_abs = _channel_mean_abs(x, axis)
-    candidates = mse_candidates(absmax.reshape(-1), mean_abs.reshape(-1), bits)
-    shape = [1] * x.ndim
-    if axis is not None:
-        shape[axis] = -1
-    errors = np.stack([_reduce((quant.fake_quant(x, bits, k.reshape(shape), mode) - x) ** 2,
-                               axis) for k in candidates])
-    return _least_error(candidates, errors).reshape(absmax.shape)
-
-
-def _channel_mean_abs(x: np.ndarray, axis: int | None) -> np.ndarray:
-    axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
-    return np.mean(np.abs(x), axis=axes, keepdims=axis is not None).reshape(-1)
-
-
-def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.ndarray:
-    """Exponents the ``mse`` calibrator tries, per channel: ``[candidates, channels]``, the
-    preferred one (kept on ties) first.
-
-    b > 1: from the absmax rule's ``k0`` (nothing saturates) up to ``k0 + min(b + 1, 8)``;
-    coarser steps than ``k0`` never lower the error, and finer ones trade saturation for
-    resolution (the least error of a 4-bit weight is typically 1-2 steps finer, of an 8-bit
-    activation up to ~4). b = 1: ``sign * 2**k`` has squared error ``sum (|x| - 2**k)**2``,
-    least at ``2**k = mean |x|``, so the best power of two is one of the two around
-    ``mean |x|`` (tried first, then one more on each side): ``max |x|`` (the absmax rule) can
-    be several octaves away for wide, heavy-tailed channels, outside a fixed window.
-    """
-    if bits == 1:
-        k0 = quant.exp_from_absmax(mean_abs, 1).astype(np.int64)
-        offsets: tuple[int, ...] = (0, 1, -1, 2)
-    else:
-        k0 = quant.exp_from_absmax(absmax, bits).astype(np.int64)
-        offsets = tuple(range(min(bits + 1, 8) + 1))
-    return np.clip(np.stack([k0 + d for d in offsets]), *quant.CALIB_EXP_RANGE)
-
-
-def _least_error(candidates: np.ndarray, errors: np.ndarray) -> np.ndarray:
-    """Per channel, the candidate with the least error; the earliest one on ties."""
-    best = candidates[0].copy()
-    best_err = errors[0].copy()
-    for k, err in zip(candidates[1:], errors[1:]):
-        better = err < best_err
-        best = np.where(better, k, best)
-        best_err = np.where(better, err, best_err)
-    return best
-
-
-@dataclass
-class _Stats:
-    """Running statistics of one activation over the calibration batches."""
-
-    absmax: np.ndarray | None = None
-    abs_sum: np.ndarray | None = None
-    count: int = 0
-    sse: np.ndarray | None = None
-    candidates: np.ndarray | None = None
-
-
-def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
-    axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
-    return np.sum(x, axis=axes, keepdims=axis is not None).reshape(-1)
-
-
-def _as_batches(
-    calibration: Iterable[Any], num_inputs: int
-) -> Iterable[tuple[np.ndarray, ...]]:
-    for index, batch in enumerate(calibration):
-        items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
-        if len(items) < num_inputs:
-            raise QuantizeError(
-                f"quantize: a calibration batch has {len(items)} arrays; the program takes "
-                f"{num_inputs} inputs"
-            )
-        arrays = []
-        for item in items[:num_inputs]:
-            if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
-                item = item.detach().cpu().numpy()
-            arrays.append(np.asarray(item, dtype=np.float64))
-        _check_finite(arrays, f"calibration batch {index}")
-        yield tuple(arrays)
-
-
-def calibrate(
-    func: FuncOp,
-    targets: Sequence[Target],
-    calibration: Iterable[Any],
-    config: QuantConfig,
-    *,
-    progress: bool | None = None,
-) -> None:
-    """Run the float program on the calibration batches and set each activation's ``exps``."""
-    acts = {t.value: t for t in targets if t.kind == "act"}
-    if not acts:
-        return
-    plan = compile_function(func, default_builders(), np.dtype(np.float64))
-    stats = {v: _Stats() for v in acts}
-    batches = list(_as_batches(calibration, len(func.body.block.args)))
-    if not batches:
-        raise QuantizeError("quantize: the calibration data is empty")
-    passes = 2 if config.calibrator == "mse" else 1
-
-    def observe_absmax(value: SSAValue, x: np.ndarray) -> None:
-        t = acts[value]
-        m = quant.channel_absmax(x, t.channel_axis).reshape(-1)
-        s = stats[value]
-        s.absmax = m if s.absmax is None else np.maximum(s.absmax, m)
-        if t.bits == 1:  # the 1-bit mse start is mean |x|
-            a = _reduce(np.abs(x), t.channel_axis)
-            s.abs_sum = a if s.abs_sum is None else s.abs_sum + a
-            s.count += x.size // a.size
-
-    def observe_sse(value: SSAValue, x: np.ndarray) -> None:
-        t, s = acts[value], stats[value]
-        assert s.candidates is not None and s.sse is not None
-        axis = t.channel_axis
-        shape = [1] * x.ndim
-        if axis is not None:
-            shape[axis] = -1
-        for i, k in enumerate(s.candidates):
-            err = quant.fake_quant(x, t.bits, k.reshape(shape), config.rounding) - x
-            s.sse[i] += _reduce(err * err, axis)
-
-    with _progress(progress, len(batches) * passes) as advance:
-        for phase in range(passes):
-            observe_value = observe_absmax if phase == 0 else observe_sse
-
-            def observe(op: Operation, results: tuple[Any, ...]) -> None:
-                for r, x in zip(op.results, results):
-                    if r in acts:
-                        observe_value(r, x)
-
-            for batch in batches:
-                for arg, x in zip(func.body.block.args, batch):
-                    if arg in acts:
-                        observe_value(arg, x)
-                plan(*batch, observe=observe)
-                advance()
-            if phase == 0 and passes == 2:
-                for v, s in stats.items():
-                    assert s.absmax is not None
-                    mean_abs = (s.abs_sum / max(s.count, 1) if s.abs_sum is not None
-                                else s.absmax)
-                    s.candidates = mse_candidates(s.absmax, mean_abs, acts[v].bits)
-                    s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
-    for v, t in acts.items():
-        s = stats[v]
-        assert s.absmax is not None
-        if s.sse is not None and s.candidates is not None:
-            k = _least_error(s.candidates, s.sse)
-        else:
-            k = quant.exp_from_absmax(s.absmax, t.bits)
-        t.exps = np.asarray(k, dtype=np.int64).reshape(_exp_shape(t))
-
-
-class _progress:
-    """A rich progress bar on a terminal for calibration runs that take more than a moment."""
-
-    def __init__(self, enabled: bool | None, total: int):
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self.total = total
-        self.bar: Any = None
-
-    def __enter__(self) -> Any:
-        if not self.enabled or self.total < 2:
-            return lambda: None
-        from rich.progress import Progress
-
-        self.bar = Progress(transient=True)
-        self.bar.start()
-        task = self.bar.add_task("calibrating", total=self.total)
-        return lambda: self.bar.advance(task)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+__all__ = [
+    "ALLOWED_BITS",
+    "DEFAULT_LR",
+    "LEARNERS",
+    "QuantConfig",
+    "QuantRule",
+    "QuantizeError",
+    "QuantizePass",
+    "Target",
+    "accumulator_cap",
+    "calibrate",
+    "exp_shape",
+    "find_targets",
+    "load_calibration",
+    "load_exponents",
+    "mse_candidates",
+    "nh_exps",
+    "parse_rounding",
+    "progress_bar",
+    "quantize",
+    "quantize_function",
+    "tensor_exps",
+    "value_name",
+]
 
 
 def _constant_array(value: SSAValue) -> np.ndarray:
@@ -645,7 +197,7 @@ def _import_record(t: Target, record: Any) -> np.ndarray:
                                 f"{', '.join(map(str, ALLOWED_BITS))}")
         t.bits = int(record["bits"])
     if record.get("rounding") is not None:
-        t.rounding = _rounding(record["rounding"])
+        t.rounding = parse_rounding(record["rounding"])
     k = np.asarray(record["exp"], dtype=np.int64).reshape(-1)
     if "axis" in record:
         t.per_channel = record["axis"] is not None
@@ -674,7 +226,7 @@ def quantize_function(
             k = _import_record(t, record)
             if not (isinstance(record, Mapping) and "axis" in record):
                 t.per_channel = k.size > 1
-            shape = _exp_shape(t)
+            shape = exp_shape(t)
             if t.channel_axis is None and k.size > 1 or k.size != int(np.prod(shape)):
                 raise QuantizeError(f"quantize: {k.size} exponents given for {t.name}, which "
                                     f"has {int(np.prod(shape))} channels")
@@ -686,7 +238,7 @@ def quantize_function(
         if t.exps is None and t.kind in ("weight", "const"):
             x = _constant_array(t.value)
             t.exps = tensor_exps(x, t.bits, t.channel_axis, config.calibrator,
-                                 config.rounding).reshape(_exp_shape(t))
+                                 config.rounding).reshape(exp_shape(t))
     missing = [t for t in targets if t.exps is None and t.kind == "act"]
     if missing:
         if calibration is None:
@@ -705,7 +257,7 @@ def quantize_function(
             continue
         if t.exps is None:
             t.exps = tensor_exps(_constant_array(t.value), t.bits, t.channel_axis,
-                                 config.calibrator, config.rounding).reshape(_exp_shape(t))
+                                 config.calibrator, config.rounding).reshape(exp_shape(t))
         users = [u.operation for u in t.value.uses
                  if isinstance(u.operation, WEIGHTED) and u.index == 2]
         for user in users:
@@ -737,74 +289,13 @@ def quantize(
         rules = tuple(r if isinstance(r, QuantRule) else QuantRule.parse(r)
                       for r in options.pop("rules", ()))
         if "rounding" in options:
-            options["rounding"] = _rounding(options["rounding"])
+            options["rounding"] = parse_rounding(options["rounding"])
         config = QuantConfig(rules=rules, **options)
     elif options:
         raise QuantizeError("quantize: pass either config= or keyword options, not both")
     func = find_function(module, function)
     return quantize_function(func, calibration, config, exponents, progress=progress)
 
-
-def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]:
-    """Batches from a ``.npy`` (one input) or ``.npz`` (one array per input, in file order).
-
-    A file that cannot be read, is not a NumPy file, is truncated, or holds NaN or infinity is
-    a ``QuantizeError`` naming the file (and the batch with the bad value).
-    """
-    try:
-        arrays = load_arrays(path)
-    except Error as e:
-        raise QuantizeError(f"quantize: calibration data: {e}") from None
-    n = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
-    if n == 0 or any(a.ndim == 0 or a.shape[0] != n for a in arrays):
-        raise QuantizeError(f"quantize: calibration arrays in {path!r} need one common, "
-                            "non-empty leading (batch) dim")
-    batches = [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
-    for b, batch in enumerate(batches):
-        _check_finite(batch, f"calibration data {path!r}, batch {b} (rows {b * batch_size}.."
-                             f"{b * batch_size + len(batch[0]) - 1})")
-    return batches
-
-
-def _check_finite(arrays: Sequence[np.ndarray], where: str) -> None:
-    """A ``QuantizeError`` at ``where`` if an array holds NaN or +-infinity (no exponent fits)."""
-    for k, a in enumerate(arrays):
-        if a.dtype.kind == "f" and not np.isfinite(a).all():
-            what = "NaN" if np.isnan(a).any() else "infinity"
-            input_ = f", input {k}" if len(arrays) > 1 else ""
-            raise QuantizeError(f"quantize: {where}{input_} holds {what}; calibration data "
-                                "must be finite")
-
-
-def _rounding(value: str | RoundingMode) -> RoundingMode:
-    try:
-        return RoundingMode(value)
-    except ValueError:
-        raise QuantizeError(f"quantize: rounding {value!r} is not one of "
-                            + ", ".join(m.value for m in RoundingMode)) from None
-
-
-def load_exponents(path: str) -> dict[str, Any]:
-    """Imported exponents from a JSON object of tensor name to an int, a list of ints, or a
-    record ``{"exp": ..., "bits": ..., "rounding": ..., "axis": ...}`` (see ``Exponents``)."""
-    import json
-
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise QuantizeError(f"quantize: cannot read exponents {path!r}: {e}") from None
-
-    def ints(v: Any) -> bool:
-        return isinstance(v, int) or (isinstance(v, list) and all(isinstance(i, int) for i in v))
-
-    ok = isinstance(data, dict) and all(
-        ints(v) or (isinstance(v, dict) and ints(v.get("exp"))) for v in data.values()
-    )
-    if not ok:
-        raise QuantizeError(f"quantize: {path!r} must map tensor names to an int, a list "
-                            "of ints, or a record {\"exp\": ..., \"bits\": ..., ...}")
-    return data
 
 
 @dataclass(frozen=True)
@@ -841,7 +332,7 @@ class QuantizePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.batch_size <= 0:
             raise QuantizeError(f"quantize: batch_size must be positive, got {self.batch_size}")
-        rounding = _rounding(self.rounding)
+        rounding = parse_rounding(self.rounding)
         config = QuantConfig(
             weight_bits=self.weight_bits, bias_bits=self.bias_bits, act_bits=self.act_bits,
             weight_per_channel=self.weight_per_channel, act_per_channel=self.act_per_channel,

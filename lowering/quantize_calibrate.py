@@ -1,0 +1,279 @@
+"""Where quantize's exponents come from: a weight's own values, calibration batches run through
+the float program (NanoEngine's absmax rule or the least squared error power of two), or an
+imported JSON of QAT exponents; and the checked loading of calibration and exponent files.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from nanoir.lowering.quantize_rules import (
+    QuantConfig,
+    QuantizeError,
+)
+from nanoir.lowering.quantize_targets import (
+    Target,
+    _shape,
+)
+from nanoir.runtime.arrays import load_arrays
+from nanoir.runtime.interpreter import compile_function, default_builders
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, SSAValue
+
+from nanoir.errors import Error
+
+
+def exp_shape(target: Target) -> tuple[int, ...]:
+    shape = _shape(target.value)
+    axis = target.channel_axis
+    if axis is None:
+        return (1,)
+    out = [1] * len(shape)
+    out[axis] = shape[axis]
+    return tuple(out[1:]) if target.kind == "act" else tuple(out)
+
+
+def tensor_exps(
+    x: np.ndarray, bits: int, axis: int | None, calibrator: str, mode: RoundingMode
+) -> np.ndarray:
+    """Exponents of one tensor from its values (reduced dims kept as 1)."""
+    absmax = quant.channel_absmax(x, axis)
+    if calibrator != "mse":
+        return quant.exp_from_absmax(absmax, bits)
+    mean_abs = _channel_mean_abs(x, axis)
+    candidates = mse_candidates(absmax.reshape(-1), mean_abs.reshape(-1), bits)
+    shape = [1] * x.ndim
+    if axis is not None:
+        shape[axis] = -1
+    errors = np.stack([_reduce((quant.fake_quant(x, bits, k.reshape(shape), mode) - x) ** 2,
+                               axis) for k in candidates])
+    return _least_error(candidates, errors).reshape(absmax.shape)
+
+
+def _channel_mean_abs(x: np.ndarray, axis: int | None) -> np.ndarray:
+    axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
+    return np.mean(np.abs(x), axis=axes, keepdims=axis is not None).reshape(-1)
+
+
+def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.ndarray:
+    """Exponents the ``mse`` calibrator tries, per channel: ``[candidates, channels]``, the
+    preferred one (kept on ties) first.
+
+    b > 1: from the absmax rule's ``k0`` (nothing saturates) up to ``k0 + min(b + 1, 8)``;
+    coarser steps than ``k0`` never lower the error, and finer ones trade saturation for
+    resolution (the least error of a 4-bit weight is typically 1-2 steps finer, of an 8-bit
+    activation up to ~4). b = 1: ``sign * 2**k`` has squared error ``sum (|x| - 2**k)**2``,
+    least at ``2**k = mean |x|``, so the best power of two is one of the two around
+    ``mean |x|`` (tried first, then one more on each side): ``max |x|`` (the absmax rule) can
+    be several octaves away for wide, heavy-tailed channels, outside a fixed window.
+    """
+    if bits == 1:
+        k0 = quant.exp_from_absmax(mean_abs, 1).astype(np.int64)
+        offsets: tuple[int, ...] = (0, 1, -1, 2)
+    else:
+        k0 = quant.exp_from_absmax(absmax, bits).astype(np.int64)
+        offsets = tuple(range(min(bits + 1, 8) + 1))
+    return np.clip(np.stack([k0 + d for d in offsets]), *quant.CALIB_EXP_RANGE)
+
+
+def _least_error(candidates: np.ndarray, errors: np.ndarray) -> np.ndarray:
+    """Per channel, the candidate with the least error; the earliest one on ties."""
+    best = candidates[0].copy()
+    best_err = errors[0].copy()
+    for k, err in zip(candidates[1:], errors[1:]):
+        better = err < best_err
+        best = np.where(better, k, best)
+        best_err = np.where(better, err, best_err)
+    return best
+
+
+@dataclass
+class _Stats:
+    """Running statistics of one activation over the calibration batches."""
+
+    absmax: np.ndarray | None = None
+    abs_sum: np.ndarray | None = None
+    count: int = 0
+    sse: np.ndarray | None = None
+    candidates: np.ndarray | None = None
+
+
+def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
+    axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
+    return np.sum(x, axis=axes, keepdims=axis is not None).reshape(-1)
+
+
+def _as_batches(
+    calibration: Iterable[Any], num_inputs: int
+) -> Iterable[tuple[np.ndarray, ...]]:
+    for index, batch in enumerate(calibration):
+        items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
+        if len(items) < num_inputs:
+            raise QuantizeError(
+                f"quantize: a calibration batch has {len(items)} arrays; the program takes "
+                f"{num_inputs} inputs"
+            )
+        arrays = []
+        for item in items[:num_inputs]:
+            if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
+                item = item.detach().cpu().numpy()
+            arrays.append(np.asarray(item, dtype=np.float64))
+        _check_finite(arrays, f"calibration batch {index}")
+        yield tuple(arrays)
+
+
+def calibrate(
+    func: FuncOp,
+    targets: Sequence[Target],
+    calibration: Iterable[Any],
+    config: QuantConfig,
+    *,
+    progress: bool | None = None,
+) -> None:
+    """Run the float program on the calibration batches and set each activation's ``exps``."""
+    acts = {t.value: t for t in targets if t.kind == "act"}
+    if not acts:
+        return
+    plan = compile_function(func, default_builders(), np.dtype(np.float64))
+    stats = {v: _Stats() for v in acts}
+    batches = list(_as_batches(calibration, len(func.body.block.args)))
+    if not batches:
+        raise QuantizeError("quantize: the calibration data is empty")
+    passes = 2 if config.calibrator == "mse" else 1
+
+    def observe_absmax(value: SSAValue, x: np.ndarray) -> None:
+        t = acts[value]
+        m = quant.channel_absmax(x, t.channel_axis).reshape(-1)
+        s = stats[value]
+        s.absmax = m if s.absmax is None else np.maximum(s.absmax, m)
+        if t.bits == 1:  # the 1-bit mse start is mean |x|
+            a = _reduce(np.abs(x), t.channel_axis)
+            s.abs_sum = a if s.abs_sum is None else s.abs_sum + a
+            s.count += x.size // a.size
+
+    def observe_sse(value: SSAValue, x: np.ndarray) -> None:
+        t, s = acts[value], stats[value]
+        assert s.candidates is not None and s.sse is not None
+        axis = t.channel_axis
+        shape = [1] * x.ndim
+        if axis is not None:
+            shape[axis] = -1
+        for i, k in enumerate(s.candidates):
+            err = quant.fake_quant(x, t.bits, k.reshape(shape), config.rounding) - x
+            s.sse[i] += _reduce(err * err, axis)
+
+    with progress_bar(progress, len(batches) * passes) as advance:
+        for phase in range(passes):
+            observe_value = observe_absmax if phase == 0 else observe_sse
+
+            def observe(op: Operation, results: tuple[Any, ...]) -> None:
+                for r, x in zip(op.results, results):
+                    if r in acts:
+                        observe_value(r, x)
+
+            for batch in batches:
+                for arg, x in zip(func.body.block.args, batch):
+                    if arg in acts:
+                        observe_value(arg, x)
+                plan(*batch, observe=observe)
+                advance()
+            if phase == 0 and passes == 2:
+                for v, s in stats.items():
+                    assert s.absmax is not None
+                    mean_abs = (s.abs_sum / max(s.count, 1) if s.abs_sum is not None
+                                else s.absmax)
+                    s.candidates = mse_candidates(s.absmax, mean_abs, acts[v].bits)
+                    s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
+    for v, t in acts.items():
+        s = stats[v]
+        assert s.absmax is not None
+        if s.sse is not None and s.candidates is not None:
+            k = _least_error(s.candidates, s.sse)
+        else:
+            k = quant.exp_from_absmax(s.absmax, t.bits)
+        t.exps = np.asarray(k, dtype=np.int64).reshape(exp_shape(t))
+
+
+class progress_bar:
+    """A rich progress bar on a terminal for calibration runs that take more than a moment."""
+
+    def __init__(self, enabled: bool | None, total: int):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.total = total
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled or self.total < 2:
+            return lambda: None
+        from rich.progress import Progress
+
+        self.bar = Progress(transient=True)
+        self.bar.start()
+        task = self.bar.add_task("calibrating", total=self.total)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+
+def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]:
+    """Batches from a ``.npy`` (one input) or ``.npz`` (one array per input, in file order).
+
+    A file that cannot be read, is not a NumPy file, is truncated, or holds NaN or infinity is
+    a ``QuantizeError`` naming the file (and the batch with the bad value).
+    """
+    try:
+        arrays = load_arrays(path)
+    except Error as e:
+        raise QuantizeError(f"quantize: calibration data: {e}") from None
+    n = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
+    if n == 0 or any(a.ndim == 0 or a.shape[0] != n for a in arrays):
+        raise QuantizeError(f"quantize: calibration arrays in {path!r} need one common, "
+                            "non-empty leading (batch) dim")
+    batches = [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
+    for b, batch in enumerate(batches):
+        _check_finite(batch, f"calibration data {path!r}, batch {b} (rows {b * batch_size}.."
+                             f"{b * batch_size + len(batch[0]) - 1})")
+    return batches
+
+
+def _check_finite(arrays: Sequence[np.ndarray], where: str) -> None:
+    """A ``QuantizeError`` at ``where`` if an array holds NaN or +-infinity (no exponent fits)."""
+    for k, a in enumerate(arrays):
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            what = "NaN" if np.isnan(a).any() else "infinity"
+            input_ = f", input {k}" if len(arrays) > 1 else ""
+            raise QuantizeError(f"quantize: {where}{input_} holds {what}; calibration data "
+                                "must be finite")
+
+
+
+def load_exponents(path: str) -> dict[str, Any]:
+    """Imported exponents from a JSON object of tensor name to an int, a list of ints, or a
+    record ``{"exp": ..., "bits": ..., "rounding": ..., "axis": ...}`` (see ``Exponents``)."""
+    import json
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise QuantizeError(f"quantize: cannot read exponents {path!r}: {e}") from None
+
+    def ints(v: Any) -> bool:
+        return isinstance(v, int) or (isinstance(v, list) and all(isinstance(i, int) for i in v))
+
+    ok = isinstance(data, dict) and all(
+        ints(v) or (isinstance(v, dict) and ints(v.get("exp"))) for v in data.values()
+    )
+    if not ok:
+        raise QuantizeError(f"quantize: {path!r} must map tensor names to an int, a list "
+                            "of ints, or a record {\"exp\": ..., \"bits\": ..., ...}")
+    return data

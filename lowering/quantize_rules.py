@@ -1,0 +1,186 @@
+"""quantize's options: the rule grammar (``[kind@]REGEX=BITS[/pc|/pt][:learner[@lr]]`` or
+``=skip``), per-kind defaults, rounding modes and exponent learners, as one frozen config.
+
+The quantize pass, ``nanoir.qat`` and the CLI all read options through :class:`QuantConfig`,
+so a rule means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nanoir.runtime.numerics.quant import RoundingMode
+from xdsl.utils.exceptions import DiagnosticException
+
+from nanoir.errors import Error
+
+ALLOWED_BITS = (1, 2, 4, 8, 16)
+
+LEARNERS = ("ema", "lsq")
+"""Exponent learners for quantization-aware training (``nanoir.qat``); ``quantize`` ignores
+them. ``ema``: NanoEngine's moving average of the absolute maximum, rate ``lr``; ``lsq``: a
+learned continuous exponent (``learned`` is an alias), learning rate ``lr``."""
+
+DEFAULT_LR = {"ema": 0.1, "lsq": 0.01}
+"""The rate ``lr`` of each learner when neither a rule nor the options give one."""
+
+
+class QuantizeError(DiagnosticException, Error):
+    """The program or the options cannot be quantized as asked."""
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantRule:
+    """Tensors whose name matches ``pattern`` (``re.search``) get these settings.
+
+    ``kind`` limits the rule to ``weight``, ``bias`` or ``act`` tensors. Text form (for
+    pipelines): ``[kind@]REGEX=SPEC`` with SPEC ``skip`` or ``/``-separated parts, each at
+    most once and in any order: ``BITS``, ``pc`` (per channel) or ``pt`` (per tensor), and a
+    QAT exponent learner ``ema`` or ``lsq`` (alias ``learned``) with an optional rate
+    ``:LR``: ``weight@layer1\\..*=4/pc``, ``fc=skip``, ``fc\\.weight=1/pt/lsq:0.05``,
+    ``act@.*=ema:0.2``. Unset parts take the options' defaults; ``quantize`` ignores the
+    learner (it matters to :mod:`nanoir.qat` only).
+    """
+
+    pattern: str
+    bits: int | None = None
+    per_channel: bool | None = None
+    skip: bool = False
+    kind: str | None = None
+    learner: str | None = None
+    """``ema`` or ``lsq`` (see :data:`LEARNERS`); None takes the options' default."""
+    lr: float | None = None
+    """The learner's rate; None takes the options' (or the learner's) default."""
+
+    def __post_init__(self) -> None:
+        try:
+            re.compile(self.pattern)
+        except re.error as e:
+            raise QuantizeError(
+                f"quantize: rule pattern {self.pattern!r} is not a regex: {e}") from None
+        if self.bits is not None and self.bits not in ALLOWED_BITS:
+            raise QuantizeError(f"quantize: rule {self.pattern!r} asks for {self.bits} bits; "
+                                f"allowed: {', '.join(map(str, ALLOWED_BITS))}")
+        if self.kind not in (None, "weight", "bias", "act"):
+            raise QuantizeError(f"quantize: rule kind {self.kind!r} is not weight, bias or act")
+        if self.learner is not None:
+            object.__setattr__(self, "learner", _learner(self.learner))
+        if self.lr is not None and not (0 < self.lr and self.lr == self.lr):
+            raise QuantizeError(f"quantize: rule {self.pattern!r} has rate {self.lr}; it must "
+                                "be positive")
+
+    @staticmethod
+    def parse(text: str) -> QuantRule:
+        kind = None
+        if "@" in text.split("=", 1)[0]:
+            kind, text = text.split("@", 1)
+        pattern, sep, spec = text.rpartition("=")
+        if not sep or not pattern:
+            raise QuantizeError(f"quantize: rule {text!r} must look like REGEX=BITS[/pc|/pt] "
+                                "or REGEX=skip")
+        if spec == "skip":
+            return QuantRule(pattern, skip=True, kind=kind)
+        bits: int | None = None
+        per_channel: bool | None = None
+        learner: str | None = None
+        lr: float | None = None
+        bad = QuantizeError(f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt and "
+                            "a learner (ema or lsq, optionally :LR), separated by /")
+        for part in spec.split("/"):
+            name, colon, rate = part.partition(":")
+            if part.isdigit() and bits is None:
+                bits = int(part)
+            elif part in ("pc", "pt") and per_channel is None:
+                per_channel = part == "pc"
+            elif name in (*LEARNERS, "learned") and learner is None:
+                learner = name
+                if colon:
+                    try:
+                        lr = float(rate)
+                    except ValueError:
+                        raise bad from None
+            else:
+                raise bad
+        return QuantRule(pattern, bits=bits, per_channel=per_channel, kind=kind,
+                         learner=learner, lr=lr)
+
+    def matches(self, name: str, kind: str) -> bool:
+        return (self.kind is None or self.kind == kind) and re.search(self.pattern, name) is not None
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Defaults per kind of tensor, rules, calibrator and rounding."""
+
+    weight_bits: int = 8
+    bias_bits: int = 8
+    act_bits: int = 8
+    weight_per_channel: bool = True
+    act_per_channel: bool = False
+    rules: tuple[QuantRule, ...] = ()
+    calibrator: str = "absmax"
+    """``absmax`` (NanoEngine's rule) or ``mse`` (the power of two with least squared error)."""
+    rounding: RoundingMode = RoundingMode.TRUNC
+    learner: str = "ema"
+    """The QAT exponent learner of tensors no rule names one for (``ema`` or ``lsq``)."""
+    lr: float | None = None
+    """Its rate (None: :data:`DEFAULT_LR` of the learner)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "learner", _learner(self.learner))
+        for label, bits in (("weight", self.weight_bits), ("bias", self.bias_bits),
+                            ("act", self.act_bits)):
+            if bits not in ALLOWED_BITS:
+                raise QuantizeError(f"quantize: {label}_bits = {bits}; allowed: "
+                                    f"{', '.join(map(str, ALLOWED_BITS))}")
+        if self.calibrator not in ("absmax", "mse"):
+            raise QuantizeError(f"quantize: calibrator {self.calibrator!r} is not absmax or mse")
+
+    def resolve(self, name: str, kind: str) -> tuple[int, bool] | None:
+        """(bits, per_channel) for a tensor, or None to leave it float."""
+        bits = {"weight": self.weight_bits, "bias": self.bias_bits, "act": self.act_bits}[kind]
+        per_channel = {"weight": self.weight_per_channel, "bias": self.weight_per_channel,
+                       "act": self.act_per_channel}[kind]
+        for rule in self.rules:
+            if rule.matches(name, kind):
+                if rule.skip:
+                    return None
+                return (rule.bits or bits,
+                        per_channel if rule.per_channel is None else rule.per_channel)
+        return bits, per_channel
+
+    def resolve_learner(self, name: str, kind: str) -> tuple[str, float]:
+        """(learner, lr) of a tensor for QAT: from the first matching rule, else the defaults."""
+        learner, lr = self.learner, self.lr
+        for rule in self.rules:
+            if rule.matches(name, kind):
+                if rule.learner is not None:
+                    learner, lr = rule.learner, rule.lr if rule.lr is not None else (
+                        lr if rule.learner == self.learner else None)
+                elif rule.lr is not None:
+                    lr = rule.lr
+                break
+        return learner, DEFAULT_LR[learner] if lr is None else lr
+
+
+def _learner(name: str) -> str:
+    if name == "learned":
+        return "lsq"
+    if name not in LEARNERS:
+        raise QuantizeError(f"quantize: learner {name!r} is not one of ema, lsq (learned)")
+    return name
+
+
+
+def parse_rounding(value: str | RoundingMode) -> RoundingMode:
+    try:
+        return RoundingMode(value)
+    except ValueError:
+        raise QuantizeError(f"quantize: rounding {value!r} is not one of "
+                            + ", ".join(m.value for m in RoundingMode)) from None

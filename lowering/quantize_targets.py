@@ -1,0 +1,145 @@
+"""Where quantize puts fake-quants: every float input, weight, bias, named constant and
+computing op's result, not after data movement (the ``DataMovement`` trait), each with the bits,
+per-channel choice and rule name its :class:`QuantConfig` gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from nanoir.dialects import nf
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import DataMovement
+from nanoir.lowering.quantize_rules import (
+    QuantConfig,
+)
+from nanoir.runtime.numerics.quant import RoundingMode
+from xdsl.dialects.builtin import IntegerType, TensorType
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import OpResult, SSAValue
+
+
+@dataclass
+class Target:
+    """One tensor to fake-quantize."""
+
+    value: SSAValue
+    kind: str
+    name: str
+    bits: int
+    per_channel: bool
+    exps: np.ndarray | None = None
+    """Exponents shaped to broadcast against the value (without the batch dim)."""
+    rounding: RoundingMode | None = None
+    """This tensor's rounding, if imported exponents say (else the config's)."""
+    rule_name: str = ""
+    """The name rules match (``name`` before it was made unique)."""
+    weight_axis: int = 0
+    """A weight's output-channel axis: 0 (conv, linear), 1 (conv_transpose's ``[C, O/g, *K]``)."""
+
+    @property
+    def channel_axis(self) -> int | None:
+        rank = len(_shape(self.value))
+        if not self.per_channel or rank == 0:
+            return None
+        if self.kind == "act":
+            return 1 if rank >= 2 else None
+        return self.weight_axis if self.kind == "weight" else 0
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    t = value.type
+    assert isinstance(t, TensorType)
+    return t.get_shape()
+
+
+def value_name(value: SSAValue, index: dict[SSAValue, int]) -> str:
+    """The name rules match against: a constant's ``name``, else the SSA name hint."""
+    if isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp):
+        if value.op.sym_name is not None:
+            return value.op.sym_name.data
+    if value.name_hint:
+        return value.name_hint
+    return f"%{index.setdefault(value, len(index))}"
+
+
+def _is_float_tensor(value: SSAValue) -> bool:
+    t = value.type
+    return isinstance(t, TensorType) and not isinstance(t.get_element_type(), IntegerType)
+
+
+def _already_quantized(value: SSAValue) -> bool:
+    if isinstance(value, OpResult) and isinstance(value.op, FakeQuantOp):
+        return True
+    return any(isinstance(use.operation, FakeQuantOp) for use in value.uses)
+
+
+WEIGHTED = (nf.ConvOp, nf.ConvTransposeOp, nf.LinearOp)
+"""Ops whose operand 1 is a weight and operand 2 a bias."""
+
+
+def _weight_axis(value: SSAValue) -> int:
+    """A weight's output-channel axis: 1 when a conv_transpose reads it, else 0."""
+    return 1 if any(isinstance(u.operation, nf.ConvTransposeOp) and u.index == 1
+                    for u in value.uses) else 0
+
+
+def _constant_kind(value: SSAValue) -> str | None:
+    """weight, bias, const (another named constant) or None (leave float)."""
+    assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
+    for use in value.uses:
+        if isinstance(use.operation, WEIGHTED):
+            if use.index == 1:
+                return "weight"
+            if use.index == 2:
+                return "bias"
+    if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
+        return None  # a Python scalar such as ``x + 2``
+    return "const"
+
+
+def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
+    """The tensors of ``func`` to quantize, in program order.
+
+    Rules match a tensor's name (:func:`value_name`); ``Target.name`` is that name made unique
+    in program order as the IR printer does (``relu``, ``relu_1``, ...), so imported
+    exponents name every tensor unambiguously.
+    """
+    names: dict[SSAValue, int] = {}
+    used: set[str] = set()
+    targets: list[Target] = []
+
+    def add(value: SSAValue, kind: str) -> None:
+        if not _is_float_tensor(value) or _already_quantized(value):
+            return
+        name = unique = value_name(value, names)
+        i = 0
+        while unique in used:
+            i += 1
+            unique = f"{name}_{i}"
+        used.add(unique)
+        rule_kind = "act" if kind == "const" else kind
+        resolved = config.resolve(name, rule_kind)
+        if resolved is None:
+            return
+        bits, per_channel = resolved
+        if kind == "const":
+            per_channel = False
+        targets.append(Target(value, rule_kind if kind != "const" else "const", unique, bits,
+                              per_channel, rule_name=name,
+                              weight_axis=_weight_axis(value) if kind == "weight" else 0))
+
+    block = func.body.block
+    for arg in block.args:
+        add(arg, "act")
+    for op in block.ops:
+        if isinstance(op, nf.ConstantOp):
+            kind = _constant_kind(op.result)
+            if kind is not None:
+                add(op.result, kind)
+        elif op.name.startswith("nf.") and not op.has_trait(DataMovement):
+            # (data movement keeps its inputs' grid: no fake-quant after it)
+            for r in op.results:
+                add(r, "act")
+    return targets
