@@ -34,12 +34,16 @@ from nanoir.dialects.nf import (
 )
 from nanoir.dialects.nq import MAX_ABS_EXP, MAX_BITS, RoundingMode, RoundingModeAttr
 from nanoir.dialects.traits import (
+    ChannelWise,
     Contraction,
     DataMovement,
     Elementwise,
     SlidingWindow,
     axis_rows,
+    pad_rows,
     reshape_rows,
+    scale_rows,
+    transpose_rows,
 )
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
@@ -80,6 +84,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
@@ -1066,6 +1071,192 @@ class ReshapeOp(IRDLOperation):
             )
 
 
+@irdl_op_definition
+class PReluOp(IRDLOperation):
+    """``y = x > 0 ? x << shift : x * slope`` on codes: ``slope`` is a constant ``[C]`` or
+    ``[1]`` of codes at exponent ``shift`` (>= 0), so both sides land on ``exp(x) + shift``.
+
+    ```mlir
+    %y = nh.prelu %x, %a {shift = 2 : i64} : (tensor<?x4x8x8xi8, #nh.fixed<5, BCMD>>,
+        tensor<4xi4, #nh.fixed<2, C>>) -> tensor<?x4x8x8xi16, #nh.fixed<7, BCMD>>
+    ```
+    """
+
+    name = "nh.prelu"
+    input = operand_def(TensorType)
+    slope = operand_def(TensorType)
+    result = result_def(TensorType)
+    shift = prop_def(IntegerAttr[I64])
+    traits = traits_def(Pure(), ChannelWise())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input `,` $slope attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        _, fx = check_nh_value(self, self.input, "input")
+        _, fs = check_nh_value(self, self.slope, "slope")
+        _, fy = check_nh_value(self, self.result, "result")
+        shift = self.shift.value.data
+        if shift < 0:
+            raise VerifyException(f"nh.prelu: shift {shift} must be >= 0")
+        s = tensor_shape(self.slope)
+        if len(s) != 1:
+            raise VerifyException(f"nh.prelu: slope must be 1-D ([C] or [1]), got {shape_str(s)}")
+        check_exps_equal(self, "the slope's exponent is the shift", fs.exp_array(1),
+                         np.array([shift]))
+        x = tensor_shape(self.input)
+        check_result_shape(self, x, self.result)
+        check_exps_equal(self, "the result's exponent is the input's plus the shift",
+                         fx.exp_array(len(x)) + shift, fy.exp_array(len(x)))
+
+
+def _check_moved(op: IRDLOperation, x: SSAValue, y: SSAValue, move: np.ndarray | None = None) -> None:
+    """Data movement keeps the element width, and the exponents (``move``: as they move)."""
+    wx, fx = check_nh_value(op, x, "input")
+    wy, fy = check_nh_value(op, y, "result")
+    if wx != wy:
+        raise VerifyException(f"{op.name}: element width changes from i{wx} to i{wy}")
+    rank = len(tensor_shape(y))
+    want = fx.exp_array(len(tensor_shape(x))) if move is None else move
+    check_exps_equal(op, "data movement keeps the exponents", want, fy.exp_array(rank))
+
+
+@irdl_op_definition
+class TransposeOp(IRDLOperation):
+    """Permute dims (``result.shape[i] = input.shape[perm[i]]``), codes and exponents moved.
+
+    ```mlir
+    %y = nh.transpose %x {perm = array<i64: 0, 1, 3, 2>}
+        : tensor<?x4x6x8xi8, #nh.fixed<5, BCMD>> -> tensor<?x4x8x6xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.transpose"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    perm = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), DataMovement(transpose_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x = tensor_shape(self.input)
+        perm = list(array_values(self.perm) or ())
+        if sorted(perm) != list(range(len(x))):
+            raise VerifyException(f"nh.transpose: perm {perm} is not a permutation of the "
+                                  f"{len(x)} dims")
+        check_result_shape(self, [x[p] for p in perm], self.result)
+        check_nh_value(self, self.input, "input")
+        moved = np.transpose(fixed_of(self.input).exp_array(len(x)), perm)
+        _check_moved(self, self.input, self.result, moved)
+
+
+@irdl_op_definition
+class PadOp(IRDLOperation):
+    """Pad every dim by ``pads`` (all begins, then all ends; negative crops) with ``mode``:
+    ``constant`` (the code ``value``), ``reflect`` or ``edge``; exponents unchanged.
+
+    ```mlir
+    %y = nh.pad %x {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>, mode = "constant", value = 0 : i64}
+        : tensor<?x4x6x6xi8, #nh.fixed<5, BCMD>> -> tensor<?x4x8x8xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.pad"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    pads = prop_def(DenseArrayBase[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr("constant"))
+    value = prop_def(IntegerAttr[I64], default_value=IntegerAttr(0, i64))
+    traits = traits_def(Pure(), DataMovement(pad_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x = tensor_shape(self.input)
+        pads = list(array_values(self.pads) or ())
+        n = len(x)
+        if len(pads) != 2 * n:
+            raise VerifyException(f"nh.pad: pads has {len(pads)} entries, expected {2 * n} "
+                                  f"for {shape_str(x)}")
+        if self.mode.data not in ("constant", "reflect", "edge"):
+            raise VerifyException(f"nh.pad: unknown mode {self.mode.data!r}")
+        check_result_shape(self, [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i]
+                                  for i, d in enumerate(x)], self.result)
+        wy, _ = check_nh_value(self, self.result, "result")
+        lo, hi = code_range(wy)
+        if self.mode.data == "constant" and not lo <= self.value.value.data <= hi:
+            raise VerifyException(f"nh.pad: value {self.value.value.data} is not an i{wy} code")
+        _check_moved(self, self.input, self.result)
+
+
+@irdl_op_definition
+class SplitOp(IRDLOperation):
+    """Split along ``axis`` into pieces of ``sizes``; per-channel exponents split with them.
+
+    ```mlir
+    %a, %b = nh.split %x {axis = 1 : i64, sizes = array<i64: 3, 1>}
+        : (tensor<?x4x6xi8, #nh.fixed<5, BCM>>)
+        -> (tensor<?x3x6xi8, #nh.fixed<5, BCM>>, tensor<?x1x6xi8, #nh.fixed<5, BCM>>)
+    ```
+    """
+
+    name = "nh.split"
+    input = operand_def(TensorType)
+    results_ = var_result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    sizes = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), DataMovement(axis_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        x = tensor_shape(self.input)
+        axis = self.axis.value.data
+        if not -len(x) <= axis < len(x):
+            raise VerifyException(f"nh.split: axis {axis} is out of range for {shape_str(x)}")
+        axis %= len(x)
+        sizes = list(array_values(self.sizes) or ())
+        if len(sizes) != len(self.results_):
+            raise VerifyException(f"nh.split: {len(sizes)} sizes for {len(self.results_)} "
+                                  "results")
+        if x[axis] != DYNAMIC_INDEX and sum(sizes) != x[axis]:
+            raise VerifyException(f"nh.split: sizes {sizes} do not add up to {x[axis]}")
+        check_nh_value(self, self.input, "input")
+        e = fixed_of(self.input).exp_array(len(x))
+        start = 0
+        for size, r in zip(sizes, self.results_):
+            check_result_shape(self, [size if i == axis else d for i, d in enumerate(x)], r)
+            piece = e if e.shape[axis] == 1 else np.take(e, range(start, start + size), axis)
+            _check_moved(self, self.input, r, piece)
+            start += size
+
+
+@irdl_op_definition
+class UpsampleNearestOp(IRDLOperation):
+    """Nearest-neighbour resize of the spatial dims to the result's sizes, as
+    ``nf.upsample_nearest`` picks the pixels; codes and exponents unchanged.
+
+    ```mlir
+    %y = nh.upsample_nearest %x : tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>
+        -> tensor<?x4x6x6xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.upsample_nearest"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), DataMovement(scale_rows))
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        if len(x) < 3 or len(x) != len(y) or list(x[:2]) != list(y[:2]) or any(
+                d == DYNAMIC_INDEX or d <= 0 for d in y[2:]):
+            raise VerifyException(f"nh.upsample_nearest: {shape_str(x)} -> {shape_str(y)} must "
+                                  "keep batch, channels and rank, with static spatial sizes")
+        _check_moved(self, self.input, self.result)
+
+
 NH = Dialect(
     "nh",
     [
@@ -1084,6 +1275,11 @@ NH = Dialect(
         AvgPoolOp,
         ConcatOp,
         ReshapeOp,
+        PReluOp,
+        TransposeOp,
+        PadOp,
+        SplitOp,
+        UpsampleNearestOp,
     ],
     [FixedAttr],
 )

@@ -12,7 +12,11 @@ exponent per tensor or per channel, and each pattern computes the same rational 
   worst case checked against i32;
 - arithmetic (``hw/elementwise.py``): add / sub aligned by left shifts, mul adds exponents,
   relu and clamp on codes;
-- data movement (``hw/data_movement.py``): max pool, concat and reshape move codes.
+- per-channel parameters (``hw/channel_wise.py``): PReLU as a per-channel multiply on the
+  negative side; a batch norm read by a fake-quant as a per-channel integer affine checked
+  against the nq kernel on every input code;
+- data movement (``hw/data_movement.py``): max pool, concat, reshape, transpose, pad, split and
+  nearest upsampling move codes.
 
 Anything else is reported by name with the reason (``LowerToHwError``). The function's inputs
 become the codes of their first fake-quant (recorded in the argument attributes
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nanoir.lowering.hw.channel_wise import FuseBatchNormFakeQuant, LowerBatchNorm, LowerPRelu
 from nanoir.lowering.hw.contraction import LowerConv, LowerLinear, LowerMatmul
 from nanoir.lowering.hw.core import (
     HwLowering,
@@ -40,7 +45,15 @@ from nanoir.lowering.hw.core import (
     LowerToHwError,
     ReportUnlowered,
 )
-from nanoir.lowering.hw.data_movement import LowerConcat, LowerMaxPool, LowerReshape
+from nanoir.lowering.hw.data_movement import (
+    LowerConcat,
+    LowerMaxPool,
+    LowerPad,
+    LowerReshape,
+    LowerSplit,
+    LowerTranspose,
+    LowerUpsampleNearest,
+)
 from nanoir.lowering.hw.elementwise import (
     LowerAddSub,
     LowerClamp,
@@ -86,6 +99,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     QuantizeInput,
     FuseAvgPoolFakeQuant,
     FuseLookupTableFakeQuant,
+    FuseBatchNormFakeQuant,
     RequantFakeQuant,
     LowerConv,
     LowerLinear,
@@ -95,9 +109,15 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerDiv,
     LowerRelu,
     LowerClamp,
+    LowerPRelu,
+    LowerBatchNorm,
     LowerMaxPool,
     LowerConcat,
     LowerReshape,
+    LowerTranspose,
+    LowerPad,
+    LowerSplit,
+    LowerUpsampleNearest,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

@@ -5,7 +5,8 @@ made only of ops that lower exactly to nh: quantized convs (grouped, depthwise, 
 dilated, padded, 1-D or 2-D) with optional biases, linear layers, relu, clamp, max and average
 pools, adds and products of branches, concat, reshape, elementwise float ops behind a
 fake-quant (lookup tables), with 1/2/4/8-bit codes, per-tensor and per-channel exponents of
-both signs and every rounding mode. Test code imports it from here (never from ``tests``); it
+both signs and every rounding mode; with ``kinds=ALL_KINDS`` also PReLU, lone batch norms,
+transpose, pad, split and nearest upsampling. Test code imports it from here (never from ``tests``); it
 needs hypothesis, from the ``test`` extra.
 
 ``examples(n)`` is the example count of a property test that pins its own: ``n`` under the
@@ -119,8 +120,17 @@ class ProgramBuilder:
             st.integers(-1, 4)))
 
 
-def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6) -> tuple[ModuleOp, tuple[int, ...]]:
-    """A random exact-lowerable nq program and its input shape (batch dim dynamic)."""
+BASE_KINDS = ("conv", "conv", "relu", "maxpool", "avgpool", "add", "mul", "concat", "lut",
+              "clamp")
+"""The op kinds every consumer of the generator handles (lowering, streaming, ``.ne``, QAT)."""
+ALL_KINDS = BASE_KINDS + ("prelu", "batch_norm", "transpose", "pad", "split", "upsample")
+"""Every nf op with an integer lowering; the hw lowering's property test draws from these."""
+
+
+def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
+                      kinds: tuple[str, ...] = BASE_KINDS) -> tuple[ModuleOp, tuple[int, ...]]:
+    """A random exact-lowerable nq program made of ``kinds`` and its input shape (batch dim
+    dynamic)."""
     spatial = draw(st.sampled_from((1, 2)))
     channels = draw(st.integers(1, 4))
     sizes = tuple(draw(st.integers(3, 9)) for _ in range(spatial))
@@ -133,8 +143,7 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6) -> tuple[Mod
     for i in range(draw(st.integers(1, max_ops))):
         v = draw(st.sampled_from(values))
         shape = _shape(v)
-        kind = draw(st.sampled_from(("conv", "conv", "relu", "maxpool", "avgpool", "add",
-                                     "mul", "concat", "lut", "clamp")))
+        kind = draw(st.sampled_from(kinds))
         if kind == "conv":
             cin = shape[1]
             groups = draw(st.sampled_from([g for g in (1, 2, cin) if cin % g == 0]))
@@ -197,6 +206,51 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6) -> tuple[Mod
             f = draw(st.sampled_from((nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp)))
             y = b.add(f(src)).results[0]
             values.append(b.fake_quant(y, bits=8, base=6))
+        elif kind == "prelu":
+            n = shape[1] if draw(st.booleans()) else 1
+            slope = b.constant(b.rng.uniform(-0.5, 1.5, n), f"prelu{i}.weight")
+            slope = b.fake_quant(slope, bits=draw(st.sampled_from((4, 8))), exp=draw(
+                st.integers(1, 5)))
+            values.append(b.act(b.add(nf.PReluOp(v, slope)).results[0]))
+        elif kind == "batch_norm":
+            # A BN fold-bn cannot fold (its input is quantized), parameters quantized as
+            # quantize does (named constants), or left float.
+            c = shape[1]
+            params = [b.rng.uniform(0.5, 2.0, c), b.rng.standard_normal(c) * 0.5,
+                      b.rng.standard_normal(c) * 0.5, b.rng.uniform(0.1, 2.0, c)]
+            names = ("weight", "bias", "running_mean", "running_var")
+            ops = [b.constant(p, f"bn{i}.{n}") for p, n in zip(params, names)]
+            if draw(st.booleans()):
+                ops = [b.fake_quant(o, bits=8, exp=4) for o in ops]
+            y = b.add(nf.BatchNormOp(v, *ops, epsilon=draw(st.sampled_from((1e-5, 1e-3)))))
+            values.append(b.act(y.results[0]))
+        elif kind == "transpose":
+            rank = len(shape)
+            perm = [0, 1, 3, 2] if rank == 4 else [0, 2, 1]
+            values.append(b.add(nf.TransposeOp(v, perm)).results[0])
+        elif kind == "pad":
+            rank = len(shape)
+            mode = draw(st.sampled_from(("constant", "reflect", "edge")))
+            pads = [0] * (2 * rank)
+            for d in range(2, rank):
+                top = 1 if mode == "reflect" and shape[d] < 3 else 2
+                pads[d], pads[rank + d] = draw(st.integers(0, top)), draw(st.integers(0, top))
+            if mode == "constant" and draw(st.booleans()):
+                pads[1] = 1  # the channel dim too
+            value = draw(st.sampled_from((0.0, 0.5, -1.0, 0.25))) if mode == "constant" else 0.0
+            values.append(b.add(nf.PadOp(v, pads, mode, value)).results[0])
+        elif kind == "split":
+            axis = 1 if shape[1] >= 2 and draw(st.booleans()) else len(shape) - 1
+            if shape[axis] < 2:
+                continue
+            first = draw(st.integers(1, shape[axis] - 1))
+            parts = b.add(nf.SplitOp(v, axis, [first, shape[axis] - first])).results
+            values.extend(parts)
+        elif kind == "upsample":
+            if max(shape[2:]) > 9:
+                continue
+            size = [d * draw(st.integers(1, 2)) + draw(st.integers(0, 1)) for d in shape[2:]]
+            values.append(b.add(nf.UpsampleNearestOp(v, size)).results[0])
     out = values[-1]
     if draw(st.booleans()):
         shape = _shape(out)

@@ -380,8 +380,10 @@ class HwPattern(RewritePattern):
 
 def fused_into_fake_quant(op: Operation) -> bool:
     """Whether ``op`` is lowered by the fake-quant(s) reading it: an average pool (one exact
-    division) or a float-only elementwise op (a lookup table), read by fake-quants only."""
-    fused = isinstance(op, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp) or op.has_trait(LookupTable)
+    division), a batch norm (a checked integer affine) or a float-only elementwise op (a
+    lookup table), read by fake-quants only."""
+    fused = isinstance(op, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp | nf.BatchNormOp) or \
+        op.has_trait(LookupTable)
     return bool(fused and op.results and op.results[0].uses and all(
         isinstance(u.operation, FakeQuantOp) for u in op.results[0].uses))
 

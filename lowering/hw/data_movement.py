@@ -1,15 +1,20 @@
 """lower-to-hw patterns for ops that move codes and keep their exponents: max pool, concat,
-reshape.
+reshape, transpose, pad, split, nearest upsampling.
 
 A max pool picks codes (one exponent per channel, unchanged); concat joins codes (along the
 channel dim per-channel exponents concatenate, otherwise every part is first aligned to the
 finest exponent by exact left shifts); reshape keeps codes in order (per-channel exponents
-stay when the channels stay in dim 1, else they are aligned first).
+stay when the channels stay in dim 1, else they are aligned first). Transpose, pad, split and
+upsample move codes the way their nf op moves values (the same NumPy kernels); exponents move
+with them, and are first aligned to one where they could not (channels leaving dim 1, a
+padded channel dim, a non-zero pad value, which becomes a code at the value's exponent).
 
     %p = nf.max_pool %xq {kernel = [2, 2]}   ─▶   %p = nh.max_pool %xq {kernel = [2, 2]} : i8 <[5, 4]>
     %c = nf.concat %aq, %bq {axis = 1}       ─▶   %c = nh.concat %aq, %bq {axis = 1} : i8 <[5, 4, 3]>
     %r = nf.reshape %c : -> tensor<?x48xf32> ─▶   %c2 = nh.requant %c {shift = [0, -1, -2]} : i16 <5>
                                                   %r = nh.reshape %c2 : tensor<?x48xi16, <5, "BC">>
+    %a, %b = nf.split %xq {axis = 1, sizes = [3, 1]} ─▶ %a, %b = nh.split %xq {axis = 1, sizes = [3, 1]}
+    %p = nf.pad %xq {pads = [0, 0, 1, 1], value = 0.5} ─▶ %p = nh.pad %xq {pads = [0, 0, 1, 1], value = 16} : i8 <5>
 """
 
 from __future__ import annotations
@@ -17,10 +22,20 @@ from __future__ import annotations
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import runtime_layout
+from nanoir.dialects.nf import PadMode, array_values
 from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
-from nanoir.lowering.hw.core import HwPattern, HwValue
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+    bits_of_codes,
+    container_width,
+    dyadic_exponent,
+    expand,
+)
 
 
 class LowerMaxPool(HwPattern):
@@ -95,3 +110,105 @@ class LowerReshape(HwPattern):
         new = nh.ReshapeOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits, None))
+
+
+def per_tensor(hw: HwLowering, op: Operation, a: HwValue) -> HwValue:
+    """``a`` on one exponent (its finest), by exact left shifts, if it has several."""
+    if a.exps.size == 1:
+        return a
+    return hw.shift_to(op, a, np.array(a.exps.max()).reshape((1,) * a.rank))
+
+
+class LowerTranspose(HwPattern):
+    """``nf.transpose`` → ``nh.transpose``; per-channel exponents must stay on dim 1 (else
+    they are aligned to one first)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.TransposeOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        perm = list(array_values(op.perm) or ())
+        moved = np.transpose(expand(a.exps, a.rank), perm)
+        if [i for i, d in enumerate(moved.shape) if d > 1] not in ([], [1]) or (
+                a.exps.size > 1 and hw.layout_of(a).find("C") != 1):
+            a = per_tensor(hw, op, a)
+            moved = np.transpose(expand(a.exps, a.rank), perm)
+        t = hw.result_type(nf.tensor_shape(op.result), moved, hw.declared(a))
+        new = nh.TransposeOp.create(operands=[a.value], result_types=[t],
+                                    properties={"perm": op.perm})
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, moved, a.bits))
+
+
+class LowerPad(HwPattern):
+    """``nf.pad`` → ``nh.pad``; a constant pad value becomes a code (on a grid fine enough,
+    in a container wide enough); padding the channel dim needs one exponent."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.PadOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        pads = list(array_values(op.pads) or ())
+        mode, value = op.mode.data, op.value.value.data
+        axis = hw.layout_of(a).find("C")
+        constant = mode == PadMode.CONSTANT
+        if a.exps.size > 1 and (constant and value != 0 or pads[axis] or pads[a.rank + axis]):
+            a = per_tensor(hw, op, a)
+        code, bits = 0, a.bits
+        if constant:
+            needed = dyadic_exponent(np.array([value]))
+            if needed is None:
+                raise hw.fail(op, f"pads with {value}, which is not a dyadic rational")
+            if needed > int(a.exps.max()):
+                a = hw.shift_to(op, a, np.array(needed).reshape((1,) * a.rank))
+            code = int(np.ldexp(value, int(a.exps.max()))) if value != 0 else 0
+            bits = max(a.bits, bits_of_codes(np.array([code])))
+            if bits > 32:
+                raise hw.fail(op, f"pads with {value}, a {bits}-bit code, more than i32")
+            if container_width(bits) > hw.declared(a):
+                a = hw.widen(a, container_width(bits))
+        t = hw.result_type(nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a))
+        new = nh.PadOp.create(operands=[a.value], result_types=[t], properties={
+            "pads": op.pads, "mode": op.mode, "value": IntegerAttr(code, i64)})
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, a.exps, bits))
+
+
+class LowerSplit(HwPattern):
+    """``nf.split`` → ``nh.split``; per-channel exponents split along with the channels."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.SplitOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        axis = op.axis.value.data % a.rank
+        sizes = list(array_values(op.sizes) or ())
+        full = expand(a.exps, a.rank)
+        pieces, start = [], 0
+        for size in sizes:
+            pieces.append(full if full.shape[axis] == 1 else
+                          np.take(full, range(start, start + size), axis))
+            start += size
+        layout = hw.layout_of(a)
+        types = [hw.result_type(nf.tensor_shape(r), e, hw.declared(a), layout)
+                 for r, e in zip(op.results, pieces)]
+        new = nh.SplitOp.create(operands=[a.value], result_types=types,
+                                properties={"axis": IntegerAttr(axis, i64), "sizes": op.sizes})
+        hw.emit(new)
+        for old, res, e in zip(op.results, new.results, pieces):
+            if old.name_hint:
+                res.name_hint = old.name_hint
+            hw.set(old, HwValue(res, e, a.bits))
+
+
+class LowerUpsampleNearest(HwPattern):
+    """``nf.upsample_nearest`` → ``nh.upsample_nearest``: the same pixels, codes unchanged."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.UpsampleNearestOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        t = hw.result_type(nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a))
+        new = nh.UpsampleNearestOp.create(operands=[a.value], result_types=[t])
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, a.exps, a.bits))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from nanoir.dialects import nf, nh
 from xdsl.dialects.builtin import IntegerAttr, i64
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 from nanoir.lowering.hw.core import (
@@ -30,6 +30,25 @@ from nanoir.lowering.hw.core import (
 )
 
 
+def exact_sum(hw: HwLowering, op: Operation, a: HwValue, b: HwValue,
+              cls: type[nh.AddOp] | type[nh.SubOp]) -> HwValue:
+    """``a + b`` (or ``a - b``) on the finer exponent of the two: exact, one bit of growth."""
+    out_shape = nf.tensor_shape(op.results[0])
+    rank = len(out_shape)
+    target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
+    a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
+    bits = max(a2.bits, b2.bits, 2) + 1
+    width = min(max(hw.declared(a2), hw.declared(b2), 2) + 1, 32)
+    layout = hw.runtime_layout_for(out_shape, a2, b2)
+    try:
+        t = hw.result_type(out_shape, target, container_width(width), layout)
+    except ValueError as e:
+        raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
+    new = cls.create(operands=[a2.value, b2.value], result_types=[t])
+    hw.emit(new, op.results[0].name_hint)
+    return HwValue(new.result, target, bits)
+
+
 class LowerAddSub(HwPattern):
     """Exact sum: both operands shifted left onto the finer exponent, one bit of growth."""
 
@@ -37,26 +56,13 @@ class LowerAddSub(HwPattern):
     def match_and_rewrite(self, op: nf.AddOp | nf.SubOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
         a, b = hw.get(op, op.lhs), hw.get(op, op.rhs)
-        out_shape = nf.tensor_shape(op.result)
-        rank = len(out_shape)
-        target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
-        a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
-        bits = max(a2.bits, b2.bits, 2) + 1
-        width = min(max(hw.declared(a2), hw.declared(b2), 2) + 1, 32)
-        layout = hw.runtime_layout_for(out_shape, a2, b2)
-        try:
-            t = hw.result_type(out_shape, target, container_width(width), layout)
-        except ValueError as e:
-            raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
         cls = nh.AddOp if isinstance(op, nf.AddOp) else nh.SubOp
-        new = cls.create(operands=[a2.value, b2.value], result_types=[t])
-        hw.emit(new, op.result.name_hint)
-        hw.set(op.result, HwValue(new.result, target, bits))
+        hw.set(op.result, exact_sum(hw, op, a, b, cls))
 
 
-def product(hw: HwLowering, op: nf.MulOp | nf.DivOp, a: HwValue, b: HwValue) -> None:
+def product(hw: HwLowering, op: Operation, a: HwValue, b: HwValue) -> HwValue:
     """Exact product of codes; exponents add."""
-    out_shape = nf.tensor_shape(op.result)
+    out_shape = nf.tensor_shape(op.results[0])
     rank = len(out_shape)
     exps = expand(a.exps, rank) + expand(b.exps, rank)
     bits = (1 if a.bits == 1 else a.bits) + (1 if b.bits == 1 else b.bits)
@@ -71,8 +77,8 @@ def product(hw: HwLowering, op: nf.MulOp | nf.DivOp, a: HwValue, b: HwValue) -> 
     except ValueError as e:
         raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
     new = nh.MulOp.create(operands=[a.value, b.value], result_types=[t])
-    hw.emit(new, op.result.name_hint)
-    hw.set(op.result, HwValue(new.result, exps, bits))
+    hw.emit(new, op.results[0].name_hint)
+    return HwValue(new.result, exps, bits)
 
 
 class LowerMul(HwPattern):
@@ -81,7 +87,7 @@ class LowerMul(HwPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.MulOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
-        product(hw, op, hw.get(op, op.lhs), hw.get(op, op.rhs))
+        hw.set(op.result, product(hw, op, hw.get(op, op.lhs), hw.get(op, op.rhs)))
 
 
 class LowerDiv(HwPattern):
@@ -101,7 +107,7 @@ class LowerDiv(HwPattern):
                               "whose reciprocal is not a dyadic rational")
         a = hw.get(op, op.lhs)
         b = hw.float_constant(op, inverse)
-        product(hw, op, a, b)
+        hw.set(op.result, product(hw, op, a, b))
 
 
 class LowerRelu(HwPattern):

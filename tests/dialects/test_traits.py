@@ -91,7 +91,7 @@ def test_data_movement_is_what_quantize_leaves_unquantized() -> None:
     assert moving == {"nf.reshape", "nf.transpose", "nf.split", "nf.concat", "nf.pad",
                       "nf.upsample_nearest", "nf.depth_to_space", "nf.space_to_depth"}
     assert {o.name for o in NH.operations if o.has_trait(DataMovement)} == {
-        "nh.reshape", "nh.concat"}
+        "nh.reshape", "nh.concat", "nh.transpose", "nh.pad", "nh.split", "nh.upsample_nearest"}
 
 
 def test_the_other_facts() -> None:
@@ -101,7 +101,7 @@ def test_the_other_facts() -> None:
     assert named(SlidingWindow) == {"nf.conv", "nh.conv", "nf.max_pool", "nh.max_pool",
                                     "nf.avg_pool", "nh.avg_pool", "nf.conv_transpose"}
     assert named(Contraction) == {"nf.linear", "nh.linear", "nf.matmul", "nh.matmul"}
-    assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu"}
+    assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu", "nh.prelu"}
     assert named(WholeExtent) == {"nf.adaptive_avg_pool"}
     assert {"nf.relu", "nf.add", "nf.div", "nq.fake_quant", "nh.requant", "nh.lut",
             "nh.add"} <= named(Elementwise)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
 from nanoir.runtime.interpreter import run
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
-from nanoir.testing_programs import examples, random_nq_program
+from nanoir.testing_programs import ALL_KINDS, BASE_KINDS, examples, random_nq_program
 
 
 def check_exact(nq_module: ModuleOp, inputs: list[np.ndarray]) -> ModuleOp:
@@ -41,6 +41,39 @@ def test_random_programs_lower_exactly(data: st.DataObject, batch: int) -> None:
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
     x = rng.standard_normal((batch, *shape[1:])) * data.draw(st.sampled_from((0.5, 2.0, 20.0)))
     check_exact(module, [x])
+
+
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), batch=st.sampled_from((1, 3)))
+def test_random_programs_of_every_op_lower_exactly(data: st.DataObject, batch: int) -> None:
+    module, shape = random_nq_program(data.draw, kinds=ALL_KINDS)
+    module.verify()
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    x = rng.standard_normal((batch, *shape[1:])) * data.draw(st.sampled_from((0.5, 2.0, 20.0)))
+    check_exact(module, [x])
+
+
+NEW_KINDS = {"prelu": "nf.prelu", "batch_norm": "nf.batch_norm", "transpose": "nf.transpose",
+             "pad": "nf.pad", "split": "nf.split", "upsample": "nf.upsample_nearest"}
+
+
+def test_every_kind_is_generated() -> None:
+    assert set(ALL_KINDS) == set(BASE_KINDS) | set(NEW_KINDS)
+
+
+@pytest.mark.parametrize("kind", sorted(NEW_KINDS))
+@settings(max_examples=examples(15), suppress_health_check=[HealthCheck.too_slow,
+                                                            HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_each_new_op_lowers_exactly(kind: str, data: st.DataObject) -> None:
+    """Programs of one new op kind (plus the fake-quants it needs): the op is there and the
+    nh program computes the nq program's numbers."""
+    module, shape = random_nq_program(data.draw, max_ops=3, kinds=(kind,))
+    assume(any(op.name == NEW_KINDS[kind] for op in module.walk()))
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    x = rng.standard_normal((2, *shape[1:])) * data.draw(st.sampled_from((0.5, 2.0, 20.0)))
+    hw = check_exact(module, [x])
+    assert not any(op.name.startswith(("nf.", "nq.")) for op in hw.walk())
 
 
 def test_constructed_overflow_is_caught() -> None:
@@ -260,3 +293,25 @@ def test_bias_on_a_finer_grid_bounds_the_shifted_sums(op: str, n: int) -> None:
     extreme = np.where(flat > 0, 127.0, -128.0).reshape((1, *w.shape[1:]))
     hw = check_exact(module, [np.concatenate([extreme, -extreme - 1])])
     assert any(o.name == "nh.add" for o in hw.walk())  # the bias was added after the shift
+
+
+def test_batch_norm_without_a_fake_quant_is_named() -> None:
+    text = """\
+func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
+  %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<4> : tensor<1xi8>} : tensor<?x2x3xf32>
+  %g = nf.constant "bn.weight" dense<[1.0, 3.0]> : tensor<2xf32>
+  %b = nf.constant "bn.bias" dense<0.5> : tensor<2xf32>
+  %m = nf.constant "bn.running_mean" dense<0.0> : tensor<2xf32>
+  %v = nf.constant "bn.running_var" dense<2.0> : tensor<2xf32>
+  %y = nf.batch_norm %xq, %g, %b, %m, %v : (tensor<?x2x3xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<?x2x3xf32>
+  %r = nf.relu %y : tensor<?x2x3xf32>
+  func.return %r : tensor<?x2x3xf32>
+}
+"""
+    with pytest.raises(LowerToHwError, match=r"'nf.batch_norm' \(%y\) has no integer lowering "
+                                             r"unless only fake-quants read it"):
+        lower_to_hw(nanoir.parse(text))
+    fused = text.replace("%r = nf.relu %y : tensor<?x2x3xf32>", "%r = nq.fake_quant %y {bits = "
+                         "8 : i64, exp = dense<5> : tensor<1xi8>} : tensor<?x2x3xf32>")
+    hw = check_exact(nanoir.parse(fused), [np.linspace(-9, 9, 12).reshape(2, 2, 3)])
+    assert [op.name for op in hw.walk()].count("nh.requant") == 1
