@@ -57,7 +57,7 @@ from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import kernels, quant
-from nanoir.runtime.numerics.quant import RoundingMode, div_round, requant_codes
+from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
 from numpy.typing import DTypeLike, NDArray
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType

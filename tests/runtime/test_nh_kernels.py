@@ -29,14 +29,12 @@ from nanoir.runtime.interpreter import ExecutionError, compile_module
 from nanoir.runtime.nh import (
     F32_EXACT,
     dequantize_outputs,
-    div_round,
     exact_matmul,
     output_exponents,
     plan_exact_matmul,
-    requant_codes,
 )
 from nanoir.runtime.numerics import kernels, quant
-from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.quant import RoundingMode, div_round, requant_codes
 from nanoir.runtime.numerics.shapes import infer_conv_shape, infer_pool_shape
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
