@@ -1,20 +1,30 @@
 """Facts about a whole ``func.func`` program that every layer above the dialects asks:
 which function of a module to use (:func:`find_function`), which level it is at
 (:func:`level_of`: ``nf``, ``nq`` or ``nh``), and NanoEngine's layout of a runtime tensor of a
-given rank (:func:`runtime_layout`, BCMD: Batch, Channel, M = the streamed dim, D = the rest).
+given rank (:func:`runtime_layout`, BCMD: Batch, Channel, M = the streamed dim, D = the rest),
+and how diagnostics name an op (:func:`describe`).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from nanoir.dialects import nf
 from nanoir.dialects.nh import FixedAttr
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation
 
 from nanoir.errors import Error
 
-__all__ = ["FunctionNotFoundError", "Level", "find_function", "level_of", "runtime_layout"]
+__all__ = [
+    "FunctionNotFoundError",
+    "Level",
+    "describe",
+    "find_function",
+    "level_of",
+    "runtime_layout",
+]
 
 Level = Literal["nf", "nq", "nh"]
 
@@ -69,3 +79,11 @@ def runtime_layout(rank: int) -> str:
     if rank < 0:
         raise ValueError(f"a tensor of rank {rank}")
     return "BCMD"[:rank] + "D" * max(0, rank - 4)
+
+
+def describe(op: Operation) -> str:
+    """``'nf.conv' (%c)``: an op and its first result's name, for diagnostics."""
+    hint = op.results[0].name_hint if op.results and op.results[0].name_hint else None
+    if isinstance(op, nf.CustomOp):
+        return f"'{op.name}' (op_type {op.op_type.data})" + (f" (%{hint})" if hint else "")
+    return f"'{op.name}'" + (f" (%{hint})" if hint else "")

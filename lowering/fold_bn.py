@@ -31,13 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from nanoir.dialects import nf
+from nanoir.dialects.dense import constant_array, numpy_to_dense
 from numpy.typing import NDArray
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     ModuleOp,
-    TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -106,28 +104,10 @@ def fold_batch_norm(
 # Constants <-> NumPy
 # --------------------------------------------------------------------------------------------
 
-_NUMPY_DTYPES = {"f16": "<f2", "f32": "<f4", "f64": "<f8"}
-
-
-def _numpy_dtype(element_type: Attribute) -> str:
-    return _NUMPY_DTYPES[element_type.name.removeprefix("builtin.")]  # type: ignore[attr-defined]
-
-
-def _constant_array(value: SSAValue | None) -> NDArray[np.floating] | None:
-    """The data of an ``nf.constant`` result (read-only view), or None if not a constant."""
-    if value is None or not isinstance(value.owner, nf.ConstantOp):
-        return None
-    attr = value.owner.value
-    dtype = _numpy_dtype(attr.get_element_type())
-    return np.frombuffer(attr.data.data, dtype=dtype).reshape(attr.get_shape())
-
-
 def _make_constant(
     array: NDArray[np.floating], element_type: Attribute, name: str | None, hint: str | None
 ) -> nf.ConstantOp:
-    data = np.asarray(array, dtype=_numpy_dtype(element_type))
-    attr = DenseIntOrFPElementsAttr(TensorType(element_type, data.shape), BytesAttr(data.tobytes()))
-    op = nf.ConstantOp(attr, name=name)
+    op = nf.ConstantOp(numpy_to_dense(array, element_type), name=name)
     op.result.name_hint = hint
     return op
 
@@ -162,9 +142,9 @@ def _erase_if_unused(rewriter: PatternRewriter, values: list[SSAValue | None]) -
 
 def _fold(bn: nf.BatchNormOp, layer: nf.ConvOp | nf.LinearOp, rewriter: PatternRewriter) -> None:
     """Shared rewrite: new weight and bias constants, a new layer in place of the bn."""
-    weight = _constant_array(layer.weight)
-    bias = _constant_array(layer.bias)
-    params = [_constant_array(v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
+    weight = constant_array(layer.weight)
+    bias = constant_array(layer.bias)
+    params = [constant_array(v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
     if weight is None or (layer.bias is not None and bias is None):
         return
     if any(p is None for p in params):

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nf
-from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.lowering.quantize_calibrate import (
     calibrate,
@@ -95,8 +95,9 @@ __all__ = [
 
 
 def _constant_array(value: SSAValue) -> np.ndarray:
-    assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
-    return dense_to_numpy(value.op.value).astype(np.float64)
+    data = constant_array(value)
+    assert data is not None, "a quantized constant is an nf.constant"
+    return data.astype(np.float64)
 
 
 def nh_exps(bits: int, exps: np.ndarray) -> np.ndarray:

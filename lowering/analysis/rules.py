@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from nanoir.dialects import nf
+from nanoir.dialects.functions import describe
 from nanoir.dialects.traits import Adjust, StreamingRule
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Operation, SSAValue
@@ -41,14 +41,6 @@ __all__ = ["StreamPlanError", "StreamRule", "describe", "has_dim", "shape_of", "
 
 class StreamPlanError(DiagnosticException, Error):
     """The program cannot be streamed as asked; the message names the op or dim and why."""
-
-
-def describe(op: Operation) -> str:
-    """``'nf.conv' (%c)``: an op and its first result's name, for diagnostics."""
-    hint = op.results[0].name_hint if op.results and op.results[0].name_hint else None
-    if isinstance(op, nf.CustomOp):
-        return f"'{op.name}' (op_type {op.op_type.data})" + (f" (%{hint})" if hint else "")
-    return f"'{op.name}'" + (f" (%{hint})" if hint else "")
 
 
 @dataclass(frozen=True)

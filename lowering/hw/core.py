@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import dense_to_numpy
-from nanoir.dialects.functions import runtime_layout
+from nanoir.dialects.functions import describe, runtime_layout
 from nanoir.dialects.nf import int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
 from nanoir.dialects.traits import LookupTable
@@ -51,12 +51,6 @@ WIDTHS = (2, 4, 8, 16, 32)
 
 class LowerToHwError(DiagnosticException, Error):
     """The program has no exact integer form; the message names the op and the reason."""
-
-
-def describe(op: Operation) -> str:
-    """``'nf.conv' (%c)``: an op and its first result's name, for diagnostics."""
-    name = op.results[0].name_hint if op.results and op.results[0].name_hint else None
-    return f"'{op.name}'" + (f" (%{name})" if name else "")
 
 
 def expand(a: np.ndarray, rank: int) -> np.ndarray:

@@ -41,8 +41,6 @@ import torch
 from torch import fx
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -55,6 +53,7 @@ from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from nanoir.dialects import nf
+from nanoir.dialects.dense import numpy_to_dense
 from nanoir.frontend.errors import FrontendError
 from nanoir.runtime.numerics.shapes import ShapeError
 
@@ -84,20 +83,6 @@ def _element_type(dtype: torch.dtype) -> Attribute:
     if dtype not in _FLOAT_TYPES:
         raise _Unsupported(f"tensors of dtype {dtype} (nf holds float16/32/64 only)")
     return _FLOAT_TYPES[dtype][0]()
-
-
-def _numpy_dtype(element_type: Attribute) -> str:
-    for make, np_dtype in _FLOAT_TYPES.values():
-        if element_type == make():
-            return np_dtype
-    raise AssertionError(f"not a float element type: {element_type}")
-
-
-def _dense(array: np.ndarray, element_type: Attribute) -> DenseIntOrFPElementsAttr:
-    """A ``dense<...>`` attribute holding ``array`` converted to ``element_type``."""
-    # np.asarray keeps rank 0 (np.ascontiguousarray would make it [1]); tobytes is C order.
-    data = np.asarray(array, dtype=_numpy_dtype(element_type))
-    return DenseIntOrFPElementsAttr(TensorType(element_type, data.shape), BytesAttr(data.tobytes()))
 
 
 def name_hint(path: str) -> str:
@@ -234,12 +219,12 @@ class _Importer:
         return None if arg is None else self.tensor(arg)
 
     def scalar(self, value: float, element_type: Attribute) -> SSAValue:
-        op = nf.ConstantOp(_dense(np.array(value), element_type))
+        op = nf.ConstantOp(numpy_to_dense(np.array(value), element_type))
         self.constant_ops.append(op)
         return op.result
 
     def fill(self, value: float, shape: Sequence[int], element_type: Attribute) -> SSAValue:
-        op = nf.ConstantOp(_dense(np.full(tuple(shape), value), element_type))
+        op = nf.ConstantOp(numpy_to_dense(np.full(tuple(shape), value), element_type))
         self.constant_ops.append(op)
         return op.result
 
@@ -253,7 +238,7 @@ class _Importer:
             raise _Unsupported(f"constant '{const.name}' has dtype {dtype}")
         if elt not in const.ops:
             array = const.tensor.detach().cpu().numpy()
-            op = nf.ConstantOp(_dense(array, elt), name=const.name)
+            op = nf.ConstantOp(numpy_to_dense(array, elt), name=const.name)
             op.result.name_hint = name_hint(const.name)
             self.constant_ops.append(op)
             const.ops[elt] = op.result
