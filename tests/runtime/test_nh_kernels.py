@@ -46,6 +46,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     IntegerType,
     ModuleOp,
+    StringAttr,
     TensorType,
     i64,
 )
@@ -848,6 +849,87 @@ def test_reshape_flattens_with_a_dynamic_batch() -> None:
         nh.ReshapeOp.create(operands=a, result_types=[fixed_type(4, (D, 12), -2, "BC")])])
     (got,) = run(module, x)
     assert np.array_equal(got, x.reshape(3, 12))
+
+
+@given(st.sampled_from(WIDTHS), st.booleans(), st.integers(-5, 8), st.integers(0, 2**32 - 1))
+def test_transpose_moves_codes_and_channel_exponents(width: int, per_channel: bool, exp: int,
+                                                     seed: int) -> None:
+    x = codes(np.random.default_rng(seed), width, (2, 3, 4, 5))
+    e: int | list[int] = [exp, exp + 1, exp - 1] if per_channel else exp
+    module = program([fixed_type(width, (D, 3, 4, 5), e, "BCMD")], lambda a: [
+        nh.TransposeOp.create(operands=a, result_types=[fixed_type(width, (D, 3, 5, 4), e, "BCMD")],
+                              properties={"perm": ints([0, 1, 3, 2])})])
+    (got,) = run(module, x)
+    ex = exp_array(e, 4, 1)
+    assert np.array_equal(real(got, ex), kernels.transpose(real(x, ex), [0, 1, 3, 2]))
+
+
+@given(st.sampled_from([2, 4, 8]), st.sampled_from(["constant", "reflect", "edge"]),
+       st.lists(st.integers(-1, 2), min_size=2, max_size=2), st.integers(-2, 1),
+       st.integers(0, 2**32 - 1))
+def test_pad_is_the_float_pad_of_the_codes(width: int, mode: str, pads: list[int], value: int,
+                                           seed: int) -> None:
+    x = codes(np.random.default_rng(seed), width, (2, 3, 4))
+    all_pads = [0, 0, pads[0], 0, 0, pads[1]]
+    t_out = fixed_type(width, (D, 3, 4 + sum(pads)), 3, "BCM")
+    module = program([fixed_type(width, (D, 3, 4), 3, "BCM")], lambda a: [
+        nh.PadOp.create(operands=a, result_types=[t_out], properties={
+            "pads": ints(all_pads), "mode": StringAttr(mode),
+            "value": IntegerAttr(value, i64)})])
+    (got,) = run(module, x)
+    want = kernels.pad(real(x, 3), all_pads, mode, value * 2.0**-3)
+    assert np.array_equal(real(got, 3), want)
+
+
+def test_pad_value_must_be_a_code() -> None:
+    with pytest.raises(Exception, match=r"nh.pad: value 200 is not an i8 code"):
+        program([fixed_type(8, (D, 3), 0, "BC")], lambda a: [nh.PadOp.create(
+            operands=a, result_types=[fixed_type(8, (D, 5), 0, "BC")],
+            properties={"pads": ints([0, 1, 0, 1]), "value": IntegerAttr(200, i64)})])
+
+
+@given(st.sampled_from(WIDTHS), st.integers(1, 3), st.integers(0, 2**32 - 1))
+def test_split_splits_codes_and_per_channel_exponents(width: int, first: int, seed: int) -> None:
+    x = codes(np.random.default_rng(seed), width, (2, 4, 3))
+    exps = [1, 2, 3, 4]
+    block = Block(arg_types=[fixed_type(width, (D, 4, 3), exps, "BCM")])
+    types = [fixed_type(width, (D, first, 3), exps[:first] if first > 1 else exps[0], "BCM"),
+             fixed_type(width, (D, 4 - first, 3), exps[first:] if first < 3 else exps[3], "BCM")]
+    split = nh.SplitOp.create(operands=[block.args[0]], result_types=types, properties={
+        "axis": IntegerAttr(1, i64), "sizes": ints([first, 4 - first])})
+    block.add_ops([split, ReturnOp(*split.results)])
+    module = ModuleOp([FuncOp("main", FunctionType.from_lists([block.args[0].type], types),
+                              Region(block))])
+    module.verify()
+    a, b = run(module, x)
+    assert np.array_equal(a, x[:, :first]) and np.array_equal(b, x[:, first:])
+
+
+@given(st.sampled_from(WIDTHS), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1))
+def test_upsample_nearest_picks_the_float_kernels_pixels(width: int, h: int, w: int,
+                                                         seed: int) -> None:
+    x = codes(np.random.default_rng(seed), width, (2, 2, 3, 4))
+    module = program([fixed_type(width, (D, 2, 3, 4), [0, 1], "BCMD")], lambda a: [
+        nh.UpsampleNearestOp.create(operands=a,
+                                    result_types=[fixed_type(width, (D, 2, h, w), [0, 1], "BCMD")])])
+    (got,) = run(module, x)
+    ex = exp_array([0, 1], 4, 1)
+    assert np.array_equal(real(got, ex), kernels.upsample_nearest(real(x, ex), size=[h, w]))
+
+
+@given(st.sampled_from([2, 4, 8]), st.booleans(), st.integers(0, 3), st.integers(0, 2**32 - 1))
+def test_prelu_is_exact(width: int, per_channel: bool, shift: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = codes(rng, width, (2, 3, 4))
+    slope = codes(rng, 4, (3,) if per_channel else (1,))
+    t_out = fixed_type(16, (D, 3, 4), 2 + shift, "BCM")
+    module = program([fixed_type(width, (D, 3, 4), 2, "BCM")], lambda a: [
+        c := constant(slope, 4, shift, "C"),
+        nh.PReluOp.create(operands=[a[0], c.result], result_types=[t_out],
+                          properties={"shift": IntegerAttr(shift, i64)})])
+    (got,) = run(module, x)
+    want = kernels.prelu(real(x, 2), real(slope, shift))
+    assert np.array_equal(real(got, 2 + shift), want)
 
 
 # --------------------------------------------------------------------------------------------
