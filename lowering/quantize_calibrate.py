@@ -65,10 +65,10 @@ def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.nd
     """Exponents the ``mse`` calibrator tries, per channel: ``[candidates, channels]``, the
     preferred one (kept on ties) first.
 
-    b > 1: from the absmax rule's ``k0`` (nothing saturates) up to ``k0 + min(b + 1, 8)``;
-    coarser steps than ``k0`` never lower the error, and finer ones trade saturation for
-    resolution (the least error of a 4-bit weight is typically 1-2 steps finer, of an 8-bit
-    activation up to ~4). b = 1: ``sign * 2**k`` has squared error ``sum (|x| - 2**k)**2``,
+    b > 1: from the absmax rule's ``k0`` up to ``k0 + min(b + 1, 8)``, then ``k0 - 1``:
+    finer steps trade saturation for resolution (the least error of a 4-bit weight is
+    typically 1-2 steps finer, of an 8-bit activation up to ~4), and one coarser step helps
+    only a positive maximum that would saturate at ``2**(b-1) - 1`` codes. b = 1: ``sign * 2**k`` has squared error ``sum (|x| - 2**k)**2``,
     least at ``2**k = mean |x|``, so the best power of two is one of the two around
     ``mean |x|`` (tried first, then one more on each side): ``max |x|`` (the absmax rule) can
     be several octaves away for wide, heavy-tailed channels, outside a fixed window.
@@ -78,7 +78,7 @@ def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.nd
         offsets: tuple[int, ...] = (0, 1, -1, 2)
     else:
         k0 = quant.exp_from_absmax(absmax, bits).astype(np.int64)
-        offsets = tuple(range(min(bits + 1, 8) + 1))
+        offsets = (*range(min(bits + 1, 8) + 1), -1)
     return np.clip(np.stack([k0 + d for d in offsets]), *quant.CALIB_EXP_RANGE)
 
 

@@ -586,7 +586,7 @@ class QATModule(nn.Module):
 
         def add_quantizer(t: qz.Target) -> str:
             key = _key(t.name, taken_q)
-            shape = qz._exp_shape(t)  # noqa: SLF001
+            shape = qz.exp_shape(t)  # noqa: SLF001
             vshape = [d for d in _shape(t.value)]
             if t.kind == "act":
                 vshape = vshape[1:]
@@ -745,7 +745,7 @@ def _config(options: dict[str, Any]) -> qz.QuantConfig:
     rules = tuple(r if isinstance(r, qz.QuantRule) else qz.QuantRule.parse(r)
                   for r in options.pop("rules", ()))
     if "rounding" in options:
-        options["rounding"] = qz._rounding(options["rounding"])  # noqa: SLF001
+        options["rounding"] = qz.parse_rounding(options["rounding"])  # noqa: SLF001
     try:
         return qz.QuantConfig(rules=rules, **options)
     except TypeError as e:
@@ -870,20 +870,23 @@ def convert(qat: QATModule) -> ModuleOp:
 
 def train(qat: QATModule, data: Iterable[Any], *, epochs: int, lr: float = 1e-3,
           loss_fn: Callable[..., torch.Tensor] | None = None,
-          optimizer: torch.optim.Optimizer | None = None,
+          optimizer: torch.optim.Optimizer | None = None, cosine: bool = False,
           progress: bool | None = None) -> list[float]:
     """Fine-tune ``qat`` on ``(inputs, target)`` batches (``data`` is iterated once per
     epoch: a shuffling DataLoader reshuffles) with Adam over :meth:`QATModule.param_groups`
-    and cross entropy unless given; returns the mean loss per epoch. A progress bar shows on
-    a terminal (``progress=None``) or when asked."""
+    and cross entropy unless given; with ``cosine`` every group's rate decays to 0 along a
+    half cosine over the run. Returns the mean loss per epoch. A progress bar shows on a
+    terminal (``progress=None``) or when asked."""
     loss_fn = loss_fn or F.cross_entropy
     optimizer = optimizer or torch.optim.Adam(qat.param_groups(lr), lr=lr)
     batches = data if isinstance(data, Sequence) else None
     total = epochs * len(batches) if batches is not None else (
         epochs * len(data) if hasattr(data, "__len__") else 0)  # type: ignore[arg-type]
     losses: list[float] = []
+    schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(total, 1))
+                if cosine else None)
     qat.train()
-    with qz._progress(progress, total) as advance:  # noqa: SLF001
+    with qz.progress_bar(progress, total) as advance:  # noqa: SLF001
         for _ in range(epochs):
             running, count = 0.0, 0
             for batch in data:
@@ -892,6 +895,8 @@ def train(qat: QATModule, data: Iterable[Any], *, epochs: int, lr: float = 1e-3,
                 loss = loss_fn(qat(*xs), torch.as_tensor(y))
                 loss.backward()
                 optimizer.step()
+                if schedule is not None:
+                    schedule.step()
                 running, count = running + float(loss.detach()), count + 1
                 advance()
             losses.append(running / max(count, 1))

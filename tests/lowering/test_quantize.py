@@ -199,3 +199,50 @@ def test_pass_from_the_command_line(tmp_path) -> None:  # noqa: ANN001
     bad = subprocess.run([exe, str(src), "-p", "quantize"], capture_output=True, text=True)
     assert bad.returncode == 1 and "need calibration data" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _exhaustive(x: np.ndarray, bits: int, axis: int | None, mode: str) -> np.ndarray:
+    """Per channel, the exponent in -40..40 with the least squared error (lowest on ties)."""
+    axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
+    errs = np.stack([np.sum((quant.fake_quant(x, bits, k, mode) - x) ** 2, axis=axes)
+                     for k in range(-40, 41)])
+    return np.argmin(errs, axis=0).reshape(-1) - 40
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("mode", ["trunc", "half_even"])
+def test_mse_weights_find_the_least_error_exponent(bits: int, mode: str) -> None:
+    from nanoir.lowering.quantize import tensor_exps
+
+    rng = np.random.default_rng(bits)
+    # Wide, heavy-tailed channels: max |w| is many octaves above mean |w| (the 1-bit optimum),
+    # and one channel is nearly all zeros.
+    w = rng.standard_t(1.5, size=(6, 512)) * np.array([[1e-3], [0.05], [1], [30], [0.2], [1]])
+    w[5, 1:] = 0.0
+    k = tensor_exps(w, bits, 0, "mse", quant.RoundingMode(mode)).reshape(-1)
+    best = _exhaustive(w, bits, 0, mode)
+    err = lambda e: np.sum((quant.fake_quant(w, bits, e.reshape(-1, 1), mode) - w) ** 2,  # noqa: E731
+                           axis=1)
+    assert np.allclose(err(k), err(best), rtol=0, atol=0), (k, best)
+
+
+def test_mse_one_bit_activations_start_at_mean_abs() -> None:
+    # One outlier puts max |x| 8 octaves above mean |x|: the least-error 1-bit magnitude is
+    # near mean |x| (2**-5), outside a +-3 window around the absmax rule's exponent (3).
+    m = net()
+    data = [np.full((4, 2, 6, 6), 0.01) for _ in range(2)]
+    data[0][0, 0, 0, 0] = 8.0
+    quantize(m, data, calibrator="mse", rules=("act@^x$=1",))
+    k = int(exps(fake_quants(m)["x"])[0])
+    x = np.concatenate(data)
+    assert k == int(_exhaustive(x, 1, None, "trunc")[0]) == -5
+
+
+def test_per_tensor_bias_under_per_channel_caps() -> None:
+    # A per-tensor bias of a layer whose accumulator exponents differ per channel takes the
+    # smallest cap (this crashed before).
+    m = net()
+    quantize(m, batches(), weight_per_channel=False, rules=("weight@conv=8/pc",))
+    fq = fake_quants(m)
+    cap = int(exps(fq["x"])[0]) + exps(fq["conv.weight"]).reshape(-1)
+    assert exps(fq["conv.bias"]).size == 1 and int(exps(fq["conv.bias"])[0]) <= cap.min()
