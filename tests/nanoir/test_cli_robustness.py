@@ -515,6 +515,15 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT back to its default. A shell starts background jobs (as CI may run
+    this suite) with SIGINT ignored, children inherit that, and Python then installs no
+    KeyboardInterrupt handler, so the signal under test would never arrive."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("cli", ["opt", "run"])
 @pytest.mark.parametrize(("sig", "code", "line"), [("SIGTERM", 143, "terminated"),
                                                    ("SIGINT", 130, "interrupted")])
@@ -529,7 +538,7 @@ def test_signal_while_writing(cli: str, sig: str, code: int, line: str, tmp_path
     script = tmp_path / "signal_script.py"
     script.write_text(SIGNAL_SCRIPT)
     proc = subprocess.run([sys.executable, str(script), sig, cli, *argv], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, preexec_fn=_default_sigint)
     assert proc.returncode == code, proc.stderr
     assert proc.stderr == f"nanoir-{cli}: {line}\n"
     assert out.read_bytes() == OLD and stat.S_IMODE(out.stat().st_mode) == OLD_MODE
@@ -548,7 +557,8 @@ def test_signal_while_reading(sig: str, code: int, line: str, tmp_path: Path) ->
     exe = shutil.which("nanoir-opt", path=str(Path(sys.executable).parent))
     assert exe
     proc = subprocess.Popen([exe, str(fifo), "-o", str(tmp_path / "out.mlir")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
     writer = None
     try:
         # A non-blocking open for writing succeeds once the program has the FIFO open for
