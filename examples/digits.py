@@ -4,7 +4,10 @@ scikit-learn's handwritten digits (8x8 images, shipped inside scikit-learn: noth
 downloaded) train a small CNN in torch with a fixed seed; nanoir imports it, folds batch
 norm, quantizes it (8-bit, and a mixed 4-bit/1-bit weight configuration), lowers it to
 integer nh ops, plans streaming along the image rows, exports the NanoEngine `.ne` text, and
-runs the integer program whole and streamed on the held-out split.
+runs the integer program whole and streamed on the held-out split. Two more configurations
+are fine-tuned with quantization-aware training (`nanoir.qat`: calibrate from PTQ, 15 epochs,
+convert): the 4/1-bit one, and 1-bit weights everywhere but the first conv; their nh
+programs must give exactly the QAT model's outputs.
 
     python examples/digits.py            # prints one table; exits non-zero if a check fails
 """
@@ -109,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--qat-epochs", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("digits_out"),
                         help="where to write the .mlir and .ne files")
     args = parser.parse_args(argv)
@@ -136,19 +140,45 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(Row("nf (float32)", accuracy(nf_logits, y_test)))
     calibration = [x_train[i:i + 128] for i in range(0, 512, 128)]
 
+    four_one = {"calibrator": "mse",
+                "rules": (QuantRule(r"^conv\d\.weight$", bits=4, kind="weight"),
+                          QuantRule(r"^fc\.weight$", bits=1, kind="weight"))}
+    one_bit = {"calibrator": "mse",
+               "rules": (QuantRule(r"^conv1\.weight$", bits=4, kind="weight"),
+                         QuantRule(r"^(conv[23]|fc)\.weight$", bits=1, kind="weight"))}
     configs = {
         "8-bit": {},
         # 4-bit conv weights, a 1-bit classifier; MSE-optimal exponents matter at these widths.
-        "4/1-bit": {"calibrator": "mse",
-                    "rules": (QuantRule(r"^conv\d\.weight$", bits=4, kind="weight"),
-                              QuantRule(r"^fc\.weight$", bits=1, kind="weight"))},
+        "4/1-bit": four_one,
+        # QAT: (options, optimizer rate, cosine decay); NanoEngine's EMA exponents for 4/1,
+        # learned (LSQ) exponents for the 1-bit weights.
+        "4/1-bit QAT": ({**four_one, "learner": "ema"}, 1e-3, False),
+        "1-bit QAT": ({**one_bit, "learner": "lsq"}, 6e-3, True),
     }
     failures: list[str] = []
     compile_s = time.perf_counter() - t0
+    qat_s = 0.0
     for label, options in configs.items():
         t0 = time.perf_counter()
-        q = float_module.clone()
-        nanoir.quantize(q, calibration, **options)
+        qat_model = None
+        if isinstance(options, tuple):
+            options, rate, cosine = options
+            t1 = time.perf_counter()
+            qat_model = nanoir.qat.prepare(model, (torch.from_numpy(x_train[:2]),), **options)
+            nanoir.qat.calibrate(qat_model, calibration)
+            data = torch.utils.data.TensorDataset(torch.from_numpy(x_train),
+                                                  torch.from_numpy(y_train))
+            loader = torch.utils.data.DataLoader(
+                data, batch_size=64, shuffle=True,
+                generator=torch.Generator().manual_seed(args.seed))
+            nanoir.qat.train(qat_model, loader, epochs=args.qat_epochs, lr=rate, cosine=cosine)
+            q = nanoir.qat.convert(qat_model)
+            seconds = time.perf_counter() - t1
+            qat_s += seconds
+            t0 += seconds  # QAT time is reported apart from the compile time
+        else:
+            q = float_module.clone()
+            nanoir.quantize(q, calibration, **options)
         (nq_logits,) = nanoir.run(q, x_test)
         hw = nanoir.lower_to_hw(q.clone())
         hw.verify()
@@ -161,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         same = np.array_equal(hw_logits, nq_logits)
         same_streamed = np.array_equal(streamed, hw_logits)
         largest = max(plan.caches.values(), key=lambda c: _elements(c.shape))
+        if qat_model is not None:
+            qat_logits = nanoir.qat.evaluate(qat_model, x_test)  # float64, eval mode
+            same_qat = np.array_equal(qat_logits, hw_logits)
+            rows.append(Row(f"torch {label}", accuracy(qat_logits, y_test),
+                            f"{args.qat_epochs} epochs in {seconds:.1f} s; nh "
+                            f"{'identical' if same_qat else 'DIFFERS'}"))
+            if not same_qat:
+                failures.append(f"{label}: nh outputs differ from the QAT model's")
         rows.append(Row(f"nq {label}", accuracy(nq_logits, y_test)))
         rows.append(Row(f"nh {label}", accuracy(hw_logits, y_test),
                         f"{'identical to nq' if same else 'DIFFERS from nq'}; "
@@ -184,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'level'.ljust(width)}  accuracy  notes")
     for r in rows:
         print(f"{r.level.ljust(width)}  {100 * r.accuracy:7.2f}%  {r.note}")
-    print(f"compile time (import, fold-bn, quantize, lower, stream-plan; both configs): "
-          f"{compile_s:.2f} s; programs written to {args.out}/")
+    print(f"compile time (import, fold-bn, quantize, lower, stream-plan; all configs): "
+          f"{compile_s:.2f} s; QAT (prepare, calibrate, train, convert): {qat_s:.1f} s; "
+          f"programs written to {args.out}/")
     for f in failures:
         print(f"CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failures else 0
