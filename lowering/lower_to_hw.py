@@ -130,8 +130,9 @@ def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
     old_args = list(block.args)
     nq_ops = [op for op in block.ops if not isinstance(op, ReturnOp)]
     patterns = [cls(hw) for cls in PATTERNS] + [ReportUnlowered(hw)]
-    walker = PatternRewriteWalker(GreedyRewritePatternApplier(patterns, dce_enabled=False),
-                                  apply_recursively=False)
+    walker = PatternRewriteWalker(
+        GreedyRewritePatternApplier(patterns, dce_enabled=False), apply_recursively=False
+    )
     try:
         walker.rewrite_region(func.body)
     except LowerToHwError as e:
@@ -141,9 +142,11 @@ def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
         raise
     missing = [a for a in old_args if a not in hw.input_index]
     if missing:
-        raise LowerToHwError("lower-to-hw: function input "
-                             f"%{missing[0].name_hint or missing[0].index} is never "
-                             "fake-quantized; hw inputs are codes")
+        raise LowerToHwError(
+            "lower-to-hw: function input "
+            f"%{missing[0].name_hint or missing[0].index} is never "
+            "fake-quantized; hw inputs are codes"
+        )
     order = sorted(old_args, key=lambda a: hw.input_index[a])
     if [a.index for a in order] != list(range(len(old_args))):
         raise LowerToHwError("lower-to-hw: function inputs are quantized out of order")
@@ -155,10 +158,10 @@ def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
         block.erase_arg(arg)
     ret = block.last_op
     assert isinstance(ret, ReturnOp)
-    ftype = FunctionType.from_lists([a.type for a in block.args],
-                                    [r.type for r in ret.arguments])
-    new = FuncOp(func.sym_name.data, ftype, func.detach_region(func.body),
-                 arg_attrs=ArrayAttr(hw.arg_attrs))
+    ftype = FunctionType.from_lists([a.type for a in block.args], [r.type for r in ret.arguments])
+    new = FuncOp(
+        func.sym_name.data, ftype, func.detach_region(func.body), arg_attrs=ArrayAttr(hw.arg_attrs)
+    )
     # Constants that were only stepping stones (a bias before its alignment) go away.
     region_dce(new.body)
     return new

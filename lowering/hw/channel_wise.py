@@ -27,25 +27,26 @@ from __future__ import annotations
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.runtime.numerics import kernels, quant
-from xdsl.dialects.builtin import IntegerAttr, i64
-from xdsl.ir import Operation, OpResult, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
-
-from nanoir.lowering.hw.core import (
+from nanoir.lowering.hw.codes import (
     ACC_LIMIT,
-    HwLowering,
-    HwPattern,
-    HwValue,
     bits_of_bound,
     bits_of_codes,
     container_width,
     expand,
     float_constant_of,
+)
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
     fused_into_fake_quant,
 )
 from nanoir.lowering.hw.elementwise import exact_sum, product
 from nanoir.lowering.hw.fake_quant import fake_quant_params
+from nanoir.runtime.numerics import kernels, quant
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Operation, OpResult, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 EXHAUSTIVE_WIDTH = 16
 """Widest input whose every code the batch-norm search checks (65536 codes per channel)."""
@@ -74,8 +75,11 @@ class LowerPRelu(HwPattern):
             t = hw.result_type(x.shape, exps, container_width(bits), hw.layout_of(x))
         except ValueError as e:
             raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
-        new = nh.PReluOp.create(operands=[x.value, slope.value], result_types=[t],
-                                properties={"shift": IntegerAttr(shift, i64)})
+        new = nh.PReluOp.create(
+            operands=[x.value, slope.value],
+            result_types=[t],
+            properties={"shift": IntegerAttr(shift, i64)},
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, bits))
 
@@ -92,19 +96,30 @@ def constant_reals(hw: HwLowering, op: Operation, value: SSAValue) -> np.ndarray
     return np.ldexp(hv.codes.astype(np.float64), -np.broadcast_to(hv.exps, hv.codes.shape))
 
 
-def affine_search(x_codes: np.ndarray, want: np.ndarray, a: float, b: float, x_exp: int,
-                  out_exp: int, bits: int, mode: quant.RoundingMode,
-                  x_bits: int) -> tuple[int, int, int] | None:
+def affine_search(
+    x_codes: np.ndarray,
+    want: np.ndarray,
+    a: float,
+    b: float,
+    x_exp: int,
+    out_exp: int,
+    bits: int,
+    mode: quant.RoundingMode,
+    x_bits: int,
+) -> tuple[int, int, int] | None:
     """``(e, M, N)``: the coarsest ``e`` with ``requant(c * M + N, x_exp + e - out_exp) ==
     want`` for every code ``c`` (``M = round(a 2**e)``, ``N = round(b 2**(x_exp + e))``),
     within i32; None if there is none."""
     for e in range(-32, 63):
         m = round(a * 2.0**e)
-        n = round(b * 2.0**(x_exp + e))
+        n = round(b * 2.0 ** (x_exp + e))
         acc = x_codes.astype(np.int64) * m + n
         # |M| and |N| only grow with e: past the first that does not fit, none does.
-        if x_bits + bits_of_codes(np.array([m])) + 1 > 32 or abs(n) > ACC_LIMIT or \
-                np.abs(acc).max(initial=0) > ACC_LIMIT:
+        if (
+            x_bits + bits_of_codes(np.array([m])) + 1 > 32
+            or abs(n) > ACC_LIMIT
+            or np.abs(acc).max(initial=0) > ACC_LIMIT
+        ):
             return None
         if np.array_equal(quant.requant(acc, x_exp + e - out_exp, bits, mode), want):
             return e, m, n
@@ -125,12 +140,16 @@ class FuseBatchNormFakeQuant(HwPattern):
         x = hw.get(bn, bn.input)
         width = hw.declared(x)
         if width > EXHAUSTIVE_WIDTH:
-            raise hw.fail(bn, f"has an i{width} input; its integer affine is checked on every "
-                              f"input code, at most i{EXHAUSTIVE_WIDTH}")
+            raise hw.fail(
+                bn,
+                f"has an i{width} input; its integer affine is checked on every "
+                f"input code, at most i{EXHAUSTIVE_WIDTH}",
+            )
         params = [constant_reals(hw, bn, v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
         channels = x.shape[1]
-        codes = np.array([-1, 1]) if width == 1 else np.arange(quant.qmin(width),
-                                                               quant.qmax(width) + 1)
+        codes = (
+            np.array([-1, 1]) if width == 1 else np.arange(quant.qmin(width), quant.qmax(width) + 1)
+        )
         x_exps = np.broadcast_to(x.exps.reshape(-1), (channels,)).astype(np.int64)
         out_exps = np.broadcast_to(nh_exp.reshape(-1), (channels,)).astype(np.int64)
         # What the nq program computes for every code of every channel, with its own kernel.
@@ -139,23 +158,38 @@ class FuseBatchNormFakeQuant(HwPattern):
         k = fake_quant_params(op)[2]
         k_c = np.broadcast_to(k.reshape(-1), (channels,)).reshape(1, channels, 1)
         want = quant.quantize_to_int(y, bits, k_c, mode).astype(np.int64)
-        a = np.broadcast_to(params[0] / np.sqrt(params[3] + bn.epsilon.value.data),
-                            (channels,))
+        a = np.broadcast_to(params[0] / np.sqrt(params[3] + bn.epsilon.value.data), (channels,))
         b = np.broadcast_to(params[1] - params[2] * a, (channels,))
         found = []
         for c in range(channels):
-            hit = affine_search(codes, want[0, c], float(a[c]), float(b[c]), int(x_exps[c]),
-                                int(out_exps[c]), bits, mode, x.bits)
+            hit = affine_search(
+                codes,
+                want[0, c],
+                float(a[c]),
+                float(b[c]),
+                int(x_exps[c]),
+                int(out_exps[c]),
+                bits,
+                mode,
+                x.bits,
+            )
             if hit is None:
-                raise hw.fail(bn, f"has no integer affine within i32 that reproduces the "
-                                  f"float64 rounding of its fake-quant on channel {c}")
+                raise hw.fail(
+                    bn,
+                    f"has no integer affine within i32 that reproduces the "
+                    f"float64 rounding of its fake-quant on channel {c}",
+                )
             found.append(hit)
         shape = (1, channels) + (1,) * (x.rank - 2)
         e = np.array([f[0] for f in found]).reshape(shape)
         m = hw.make_constant(np.array([f[1] for f in found]).reshape(shape), e, "const", None)
         acc = product(hw, bn, x, m)
-        n = hw.make_constant(np.array([f[2] for f in found]).reshape(shape),
-                             expand(x.exps, x.rank) + e, "const", None)
+        n = hw.make_constant(
+            np.array([f[2] for f in found]).reshape(shape),
+            expand(x.exps, x.rank) + e,
+            "const",
+            None,
+        )
         acc = exact_sum(hw, bn, acc, n, nh.AddOp)
         hw.set(op.result, hw.requant(op, acc, bits, nh_exp, mode, op.result.name_hint))
 
@@ -167,6 +201,9 @@ class LowerBatchNorm(HwPattern):
     def match_and_rewrite(self, op: nf.BatchNormOp, rewriter: PatternRewriter) -> None:
         if fused_into_fake_quant(op):
             return  # lowered with the fake-quant that reads it
-        raise self.hw.fail(op, "has no integer lowering unless only fake-quants read it (its "
-                               "scale 1/sqrt(var + eps) is not dyadic): quantize its result, "
-                               "or fold it into a conv (fold-bn)")
+        raise self.hw.fail(
+            op,
+            "has no integer lowering unless only fake-quants read it (its "
+            "scale 1/sqrt(var + eps) is not dyadic): quantize its result, "
+            "or fold it into a conv (fold-bn)",
+        )

@@ -19,29 +19,37 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nq import FakeQuantOp
-from xdsl.dialects.builtin import IntegerType, TensorType
-from xdsl.ir import Attribute, Operation, OpResult, SSAValue
-from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
-
-from nanoir.lowering.hw.core import (
+from nanoir.lowering.hw.codes import (
     ACC_LIMIT,
-    HwLowering,
-    HwPattern,
-    HwValue,
     bits_of_bound,
     dense_int,
     fixed,
 )
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+)
+from xdsl.dialects.builtin import IntegerType, TensorType
+from xdsl.ir import Attribute, Operation, OpResult, SSAValue
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 
-def accumulate(hw: HwLowering, op: Operation, x: HwValue, w: HwValue, bias: SSAValue | None,
-               out_c: int, channel_axis: int, rank: int,
-               bound_terms: np.ndarray) -> tuple[np.ndarray, SSAValue | None, np.ndarray]:
+def accumulate(
+    hw: HwLowering,
+    op: Operation,
+    x: HwValue,
+    w: HwValue,
+    bias: SSAValue | None,
+    out_c: int,
+    channel_axis: int,
+    rank: int,
+    bound_terms: np.ndarray,
+) -> tuple[np.ndarray, SSAValue | None, np.ndarray]:
     """Accumulator exponents per output channel, the aligned i32 bias, and the bound."""
     if w.codes is None:
         raise hw.fail(op, "has a runtime weight; only constant weights lower to hw")
-    w_exps = np.broadcast_to(w.exps.reshape(-1), (out_c,)) if w.exps.size in (1, out_c) \
-        else None
+    w_exps = np.broadcast_to(w.exps.reshape(-1), (out_c,)) if w.exps.size in (1, out_c) else None
     if w_exps is None:
         raise hw.fail(op, "has weight exponents that are not per output channel")
     x_flat = x.exps.reshape(-1)
@@ -51,8 +59,11 @@ def accumulate(hw: HwLowering, op: Operation, x: HwValue, w: HwValue, bias: SSAV
         groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
         per_group = x_flat.reshape(groups, -1)
         if (per_group != per_group[:, :1]).any():
-            raise hw.fail(op, "sums input channels with different exponents; "
-                              "requantize its input to one exponent")
+            raise hw.fail(
+                op,
+                "sums input channels with different exponents; "
+                "requantize its input to one exponent",
+            )
         x_per_out = np.repeat(per_group[:, 0], out_c // groups)
     acc_exps = (x_per_out + w_exps).astype(np.int64)
     bound = bound_terms.astype(object) * x.max_abs
@@ -71,8 +82,11 @@ def accumulate(hw: HwLowering, op: Operation, x: HwValue, w: HwValue, bias: SSAV
             aligned = bound * scale + np.abs(b.codes.reshape(-1)).astype(object)
             worst = max((int(v) for v in aligned), default=0)
             if worst > ACC_LIMIT and not hw.allow_overflow:
-                raise hw.fail(op, f"may overflow i32 once aligned to its bias: worst case "
-                                  f"|acc| = {worst} > {ACC_LIMIT}")
+                raise hw.fail(
+                    op,
+                    f"may overflow i32 once aligned to its bias: worst case "
+                    f"|acc| = {worst} > {ACC_LIMIT}",
+                )
             shape = [1] * rank
             shape[channel_axis] = out_c
             hw.late_bias = b
@@ -87,23 +101,28 @@ def accumulate(hw: HwLowering, op: Operation, x: HwValue, w: HwValue, bias: SSAV
         name = None
         if isinstance(bias, OpResult) and isinstance(bias.op, FakeQuantOp):
             src = bias.op.input
-            if isinstance(src, OpResult) and isinstance(src.op, nf.ConstantOp) and \
-                    src.op.sym_name is not None:
+            if (
+                isinstance(src, OpResult)
+                and isinstance(src.op, nf.ConstantOp)
+                and src.op.sym_name is not None
+            ):
                 name = src.op.sym_name.data
         const = nh.ConstantOp(dense_int(codes), t, name=name)
         hw.emit(const)
         bias_value = const.result
     worst = max((int(v) for v in bound), default=0)
     if worst > ACC_LIMIT and not hw.allow_overflow:
-        raise hw.fail(op, f"may overflow its i32 accumulator: worst case |acc| = {worst} "
-                          f"> {ACC_LIMIT} (input codes up to {x.max_abs})")
+        raise hw.fail(
+            op,
+            f"may overflow its i32 accumulator: worst case |acc| = {worst} "
+            f"> {ACC_LIMIT} (input codes up to {x.max_abs})",
+        )
     shape = [1] * rank
     shape[channel_axis] = out_c
     return acc_exps.reshape(shape), bias_value, np.asarray(bound)
 
 
-def add_late_bias(hw: HwLowering, op: nf.ConvOp | nf.LinearOp, acc: HwValue,
-                  axis: int) -> HwValue:
+def add_late_bias(hw: HwLowering, op: nf.ConvOp | nf.LinearOp, acc: HwValue, axis: int) -> HwValue:
     """``acc << s + bias`` when the bias is finer than the products (exact, checked)."""
     b, hw.late_bias = hw.late_bias, None
     if b is None:
@@ -140,18 +159,23 @@ class LowerConv(HwPattern):
                 x = hw.shift_to(op, x, target.reshape(x.exps.shape))
         out_shape = nf.tensor_shape(op.result)
         out_c = out_shape[1]
-        terms = np.abs(w.codes).reshape(out_c, -1).sum(axis=1) if w.codes is not None else \
-            np.zeros(out_c)
-        acc_exps, bias, bound = accumulate(hw, op, x, w, op.bias, out_c, 1, len(out_shape),
-                                           terms)
+        terms = (
+            np.abs(w.codes).reshape(out_c, -1).sum(axis=1)
+            if w.codes is not None
+            else np.zeros(out_c)
+        )
+        acc_exps, bias, bound = accumulate(hw, op, x, w, op.bias, out_c, 1, len(out_shape), terms)
         hw.acc_bits = bits_of_bound(bound)
         t = hw.result_type(out_shape, acc_exps, 32)
         props: dict[str, Attribute] = {"groups": op.groups}
         for key in ("strides", "pads", "dilations"):
             if getattr(op, key) is not None:
                 props[key] = getattr(op, key)
-        new = nh.ConvOp.create(operands=[x.value, w.value] + ([bias] if bias else []),
-                               result_types=[t], properties=props)
+        new = nh.ConvOp.create(
+            operands=[x.value, w.value] + ([bias] if bias else []),
+            result_types=[t],
+            properties=props,
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, add_late_bias(hw, op, HwValue(new.result, acc_exps, hw.acc_bits), 1))
 
@@ -176,11 +200,13 @@ class LowerLinear(HwPattern):
         t = hw.result_type(out_shape, acc_exps, 32, layout)
         if hw.layout_of(x) != layout and x.rank == rank:
             x = hw.relayout(op, x, layout)
-        new = nh.LinearOp.create(operands=[x.value, w.value] + ([bias] if bias else []),
-                                 result_types=[t])
+        new = nh.LinearOp.create(
+            operands=[x.value, w.value] + ([bias] if bias else []), result_types=[t]
+        )
         hw.emit(new, op.result.name_hint)
-        hw.set(op.result, add_late_bias(hw, op, HwValue(new.result, acc_exps, hw.acc_bits),
-                                        rank - 1))
+        hw.set(
+            op.result, add_late_bias(hw, op, HwValue(new.result, acc_exps, hw.acc_bits), rank - 1)
+        )
 
 
 class LowerMatmul(HwPattern):

@@ -24,16 +24,23 @@ from dataclasses import dataclass
 
 import numpy as np
 from nanoir.dialects import nf, nh
-from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.functions import describe, runtime_layout
 from nanoir.dialects.nf import int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
 from nanoir.dialects.traits import LookupTable
+from nanoir.lowering.hw.codes import (
+    bits_of_codes,
+    constant_layout,
+    container_width,
+    dense_int,
+    dyadic_exponent,
+    expand,
+    fixed,
+    float_constant_of,
+)
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     DictionaryAttr,
     IntegerType,
     TensorType,
@@ -45,95 +52,9 @@ from xdsl.utils.exceptions import DiagnosticException
 
 from nanoir.errors import Error
 
-ACC_LIMIT = 2**31 - 1
-WIDTHS = (2, 4, 8, 16, 32)
-
 
 class LowerToHwError(DiagnosticException, Error):
     """The program has no exact integer form; the message names the op and the reason."""
-
-
-def expand(a: np.ndarray, rank: int) -> np.ndarray:
-    """Prepend unit dims up to ``rank`` (NumPy's right-aligned broadcasting, made explicit)."""
-    a = np.asarray(a)
-    return a.reshape((1,) * (rank - a.ndim) + a.shape) if a.ndim < rank else a
-
-
-def container_width(bits: int) -> int:
-    """The narrowest nh element width holding ``bits``-bit signed codes."""
-    if bits <= 1:
-        return 1
-    for w in WIDTHS:
-        if bits <= w:
-            return w
-    raise ValueError(f"{bits} bits do not fit i32")
-
-
-def constant_layout(rank: int, role: str) -> str:
-    """Layout of a constant: weights ``CC`` + ``D``s, vectors ``C``, others ``C`` + ``D``s."""
-    if role == "weight":
-        return "CC" + "D" * (rank - 2)
-    return "C" + "D" * (rank - 1)
-
-
-def fixed(exps: np.ndarray, rank: int, layout: str) -> nh.FixedAttr:
-    """The ``#nh.fixed`` encoding of exponents shaped for a tensor of ``rank`` dims."""
-    flat = exps.reshape(-1)
-    if flat.size == 0 or (flat == flat[0]).all():
-        return nh.FixedAttr(int(flat[0]) if flat.size else 0, layout)
-    axis = layout.find("C")
-    full = exps.reshape((1,) * (rank - exps.ndim) + exps.shape)
-    varying = [i for i, d in enumerate(full.shape) if d > 1]
-    if varying != [axis]:
-        raise ValueError(f"exponents vary along dims {varying}, not only the channel dim {axis} "
-                         f"of layout {layout}")
-    return nh.FixedAttr([int(e) for e in full.reshape(-1)], layout)
-
-
-def dense_int(codes: np.ndarray) -> DenseIntOrFPElementsAttr:
-    """Integer codes as a dense attribute of the narrowest of i8/i16/i32 holding them."""
-    storage = 8 if codes.size == 0 or (codes.min() >= -128 and codes.max() <= 127) else (
-        16 if codes.min() >= -(2**15) and codes.max() < 2**15 else 32)
-    dtype = {8: "<i1", 16: "<i2", 32: "<i4"}[storage]
-    a = np.ascontiguousarray(codes, dtype=dtype)
-    return DenseIntOrFPElementsAttr(TensorType(IntegerType(storage), a.shape),
-                                    BytesAttr(a.tobytes()))
-
-
-def bits_of_codes(codes: np.ndarray) -> int:
-    """Signed bits the given codes need (2 for the binary ±1 codes)."""
-    if codes.size == 0:
-        return 2
-    lo, hi = int(codes.min()), int(codes.max())
-    if set(np.unique(codes).tolist()) <= {-1, 1} and lo < 0 < hi:
-        return 2
-    need = max(hi.bit_length(), (-lo - 1).bit_length() if lo < 0 else 0) + 1
-    return max(need, 2)
-
-
-def bits_of_bound(bound: np.ndarray) -> int:
-    """Signed bits needed for values of magnitude at most ``max(bound)``."""
-    worst = max((int(v) for v in np.asarray(bound).reshape(-1)), default=0)
-    return max(worst.bit_length() + 1, 2)
-
-
-def dyadic_exponent(values: np.ndarray, limit: int = 60) -> int | None:
-    """The smallest ``k`` in ``[-limit, limit]`` making every ``v * 2**k`` an integer, if any."""
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    if not np.isfinite(v).all():
-        return None
-    for k in range(-limit, limit + 1):
-        scaled = np.ldexp(v, k)
-        if np.array_equal(scaled, np.round(scaled)) and np.abs(scaled).max(initial=0) < 2**31:
-            return k
-    return None
-
-
-def float_constant_of(value: SSAValue) -> np.ndarray | None:
-    """The data of an ``nf.constant`` result in float64, or None for any other value."""
-    if isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp):
-        return dense_to_numpy(value.op.value).astype(np.float64)
-    return None
 
 
 @dataclass
@@ -209,22 +130,34 @@ class HwLowering:
         if data is not None:
             return self.float_constant(op, data)
         src = value.op.name if isinstance(value, OpResult) else "a function argument"
-        raise self.fail(op, f"reads a float value from {src} that is not quantized; insert "
-                            "nq.fake_quant (or run quantize) before lowering to hw")
+        raise self.fail(
+            op,
+            f"reads a float value from {src} that is not quantized; insert "
+            "nq.fake_quant (or run quantize) before lowering to hw",
+        )
 
     def float_constant(self, op: Operation, data: np.ndarray) -> HwValue:
         """An unquantized float constant used at the exponent where it is exact (``x + 2``)."""
         k = dyadic_exponent(data)
         if k is None:
-            raise self.fail(op, f"uses a float constant {data.reshape(-1)[:4].tolist()} that "
-                                "is not a dyadic rational; quantize it first")
+            raise self.fail(
+                op,
+                f"uses a float constant {data.reshape(-1)[:4].tolist()} that "
+                "is not a dyadic rational; quantize it first",
+            )
         codes = np.ldexp(data, k).astype(np.int64)
         if codes.ndim == 0:
             codes = codes.reshape(1)
         return self.make_constant(codes, np.array(k).reshape((1,) * codes.ndim), "const", None)
 
-    def make_constant(self, codes: np.ndarray, exps: np.ndarray, role: str,
-                      name: str | None, bits: int | None = None) -> HwValue:
+    def make_constant(
+        self,
+        codes: np.ndarray,
+        exps: np.ndarray,
+        role: str,
+        name: str | None,
+        bits: int | None = None,
+    ) -> HwValue:
         bits = bits_of_codes(codes) if bits is None else bits
         width = container_width(bits)
         exps_full = expand(np.asarray(exps, dtype=np.int64), codes.ndim)
@@ -238,8 +171,9 @@ class HwLowering:
         self.emit(op, name.replace(".", "_") if name else None)
         return HwValue(op.result, exps_full, bits, codes)
 
-    def result_type(self, shape: Sequence[int], exps: np.ndarray, width: int,
-                    layout: str | None = None) -> TensorType:
+    def result_type(
+        self, shape: Sequence[int], exps: np.ndarray, width: int, layout: str | None = None
+    ) -> TensorType:
         layout = layout or runtime_layout(len(shape))
         return TensorType(IntegerType(width), shape, fixed(exps, len(shape), layout))
 
@@ -269,8 +203,9 @@ class HwLowering:
         """Move ``hv`` onto finer exponents by an exact left shift (i32 result)."""
         rank = max(hv.rank, exps.ndim)
         current = expand(hv.exps, rank)
-        target = np.broadcast_to(expand(exps, rank), np.broadcast_shapes(
-            current.shape, expand(exps, rank).shape))
+        target = np.broadcast_to(
+            expand(exps, rank), np.broadcast_shapes(current.shape, expand(exps, rank).shape)
+        )
         shift = target - current
         if (shift == 0).all():
             return hv
@@ -288,8 +223,9 @@ class HwLowering:
         width = max(container_width(bits), self.declared(hv))
         t = self.result_type(hv.shape, target, width, layout)
         shifts = self.shift_list(op, -shift, layout, rank)
-        req = nh.RequantOp.create(operands=[hv.value], result_types=[t],
-                                  properties={"shift": int_array(shifts)})
+        req = nh.RequantOp.create(
+            operands=[hv.value], result_types=[t], properties={"shift": int_array(shifts)}
+        )
         self.emit(req, hv.value.name_hint)
         return HwValue(req.result, np.asarray(target).copy(), bits)
 
@@ -304,12 +240,22 @@ class HwLowering:
             raise self.fail(op, "needs shifts that vary along a non-channel dim")
         return [int(s) for s in full.reshape(-1)]
 
-    def requant(self, op: Operation, hv: HwValue, bits: int, nh_exp: np.ndarray,
-                mode: RoundingMode, name: str | None) -> HwValue:
+    def requant(
+        self,
+        op: Operation,
+        hv: HwValue,
+        bits: int,
+        nh_exp: np.ndarray,
+        mode: RoundingMode,
+        name: str | None,
+    ) -> HwValue:
         """``hv`` requantized to ``bits`` at ``nh_exp``, as a fake-quant of its value does."""
         rank = hv.rank
-        out_exps = nh_exp.reshape((1,) * (rank - nh_exp.ndim) + nh_exp.shape) if (
-            nh_exp.ndim <= rank) else nh_exp
+        out_exps = (
+            nh_exp.reshape((1,) * (rank - nh_exp.ndim) + nh_exp.shape)
+            if (nh_exp.ndim <= rank)
+            else nh_exp
+        )
         if (hv.exps == out_exps).all() and hv.bits <= bits and hv.bits != 1 and bits != 1:
             # Already on this grid and within range: the fake-quant is the identity. The value
             # still takes the fake-quant's exponents: per-channel exponents that are all equal
@@ -330,9 +276,12 @@ class HwLowering:
             raise self.fail(op, f"has exponents the hw level cannot carry: {e}") from None
         shift = hv.exps - out_exps
         req = nh.RequantOp.create(
-            operands=[hv.value], result_types=[t],
-            properties={"shift": int_array(self.shift_list(op, shift, layout, rank)),
-                        "rounding": RoundingModeAttr(mode)},
+            operands=[hv.value],
+            result_types=[t],
+            properties={
+                "shift": int_array(self.shift_list(op, shift, layout, rank)),
+                "rounding": RoundingModeAttr(mode),
+            },
         )
         self.emit(req, name)
         return HwValue(req.result, out_exps, bits)
@@ -342,8 +291,9 @@ class HwLowering:
         if self.declared(hv) == width:
             return hv
         t = self.result_type(hv.shape, hv.exps, width, self.layout_of(hv))
-        req = nh.RequantOp.create(operands=[hv.value], result_types=[t],
-                                  properties={"shift": int_array([0])})
+        req = nh.RequantOp.create(
+            operands=[hv.value], result_types=[t], properties={"shift": int_array([0])}
+        )
         self.emit(req, hv.value.name_hint)
         return HwValue(req.result, hv.exps, hv.bits)
 
@@ -376,10 +326,15 @@ def fused_into_fake_quant(op: Operation) -> bool:
     """Whether ``op`` is lowered by the fake-quant(s) reading it: an average pool (one exact
     division), a batch norm (a checked integer affine) or a float-only elementwise op (a
     lookup table), read by fake-quants only."""
-    fused = isinstance(op, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp | nf.BatchNormOp) or \
-        op.has_trait(LookupTable)
-    return bool(fused and op.results and op.results[0].uses and all(
-        isinstance(u.operation, FakeQuantOp) for u in op.results[0].uses))
+    fused = isinstance(op, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp | nf.BatchNormOp) or op.has_trait(
+        LookupTable
+    )
+    return bool(
+        fused
+        and op.results
+        and op.results[0].uses
+        and all(isinstance(u.operation, FakeQuantOp) for u in op.results[0].uses)
+    )
 
 
 class ReportUnlowered(RewritePattern):
@@ -391,6 +346,12 @@ class ReportUnlowered(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if fused_into_fake_quant(op):
             return  # lowered together with the fake-quant that reads it
-        raise self.hw.fail(op, "has no integer lowering"
-                           + (" (it is float-only: quantize its result with a fake-quant "
-                              "to get a lookup table)" if op.has_trait(LookupTable) else ""))
+        raise self.hw.fail(
+            op,
+            "has no integer lowering"
+            + (
+                " (it is float-only: quantize its result with a fake-quant to get a lookup table)"
+                if op.has_trait(LookupTable)
+                else ""
+            ),
+        )

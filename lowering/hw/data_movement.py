@@ -23,19 +23,20 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import PadMode, array_values
-from xdsl.dialects.builtin import IntegerAttr, i64
-from xdsl.ir import Operation
-from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
-
-from nanoir.lowering.hw.core import (
-    HwLowering,
-    HwPattern,
-    HwValue,
+from nanoir.lowering.hw.codes import (
     bits_of_codes,
     container_width,
     dyadic_exponent,
     expand,
 )
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+)
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Operation
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 
 class LowerMaxPool(HwPattern):
@@ -65,9 +66,13 @@ class LowerConcat(HwPattern):
         layout = layouts.pop() if len(layouts) == 1 else runtime_layout(rank)
         per_channel_axis = layout.find("C") == axis and any(p.exps.size > 1 for p in parts)
         if per_channel_axis:
-            full = [np.broadcast_to(p.exps.reshape((1,) * (rank - p.exps.ndim) + p.exps.shape),
-                                    [1] * axis + [p.shape[axis]] + [1] * (rank - axis - 1))
-                    for p in parts]
+            full = [
+                np.broadcast_to(
+                    p.exps.reshape((1,) * (rank - p.exps.ndim) + p.exps.shape),
+                    [1] * axis + [p.shape[axis]] + [1] * (rank - axis - 1),
+                )
+                for p in parts
+            ]
             exps = np.concatenate(full, axis=axis)
         else:
             target = parts[0].exps.reshape(-1).max()
@@ -82,8 +87,11 @@ class LowerConcat(HwPattern):
         t = hw.result_type(nf.tensor_shape(op.result), exps, width, layout)
         if len({hw.declared(p) for p in parts}) > 1:
             parts = [hw.widen(p, width) for p in parts]
-        new = nh.ConcatOp.create(operands=[p.value for p in parts], result_types=[t],
-                                 properties={"axis": IntegerAttr(axis, i64)})
+        new = nh.ConcatOp.create(
+            operands=[p.value for p in parts],
+            result_types=[t],
+            properties={"axis": IntegerAttr(axis, i64)},
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, bits))
 
@@ -104,8 +112,11 @@ class LowerReshape(HwPattern):
                 exps = a.exps
         else:
             exps = a.exps
-        exps = exps.reshape((1,) * len(out_shape)) if exps.size == 1 else exps.reshape(
-            (1, -1) + (1,) * (len(out_shape) - 2))
+        exps = (
+            exps.reshape((1,) * len(out_shape))
+            if exps.size == 1
+            else exps.reshape((1, -1) + (1,) * (len(out_shape) - 2))
+        )
         t = hw.result_type(out_shape, exps, hw.declared(a))
         new = nh.ReshapeOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
@@ -130,12 +141,14 @@ class LowerTranspose(HwPattern):
         perm = list(array_values(op.perm) or ())
         moved = np.transpose(expand(a.exps, a.rank), perm)
         if [i for i, d in enumerate(moved.shape) if d > 1] not in ([], [1]) or (
-                a.exps.size > 1 and hw.layout_of(a).find("C") != 1):
+            a.exps.size > 1 and hw.layout_of(a).find("C") != 1
+        ):
             a = per_tensor(hw, op, a)
             moved = np.transpose(expand(a.exps, a.rank), perm)
         t = hw.result_type(nf.tensor_shape(op.result), moved, hw.declared(a))
-        new = nh.TransposeOp.create(operands=[a.value], result_types=[t],
-                                    properties={"perm": op.perm})
+        new = nh.TransposeOp.create(
+            operands=[a.value], result_types=[t], properties={"perm": op.perm}
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, moved, a.bits))
 
@@ -168,8 +181,11 @@ class LowerPad(HwPattern):
             if container_width(bits) > hw.declared(a):
                 a = hw.widen(a, container_width(bits))
         t = hw.result_type(nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a))
-        new = nh.PadOp.create(operands=[a.value], result_types=[t], properties={
-            "pads": op.pads, "mode": op.mode, "value": IntegerAttr(code, i64)})
+        new = nh.PadOp.create(
+            operands=[a.value],
+            result_types=[t],
+            properties={"pads": op.pads, "mode": op.mode, "value": IntegerAttr(code, i64)},
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, a.exps, bits))
 
@@ -186,14 +202,20 @@ class LowerSplit(HwPattern):
         full = expand(a.exps, a.rank)
         pieces, start = [], 0
         for size in sizes:
-            pieces.append(full if full.shape[axis] == 1 else
-                          np.take(full, range(start, start + size), axis))
+            pieces.append(
+                full if full.shape[axis] == 1 else np.take(full, range(start, start + size), axis)
+            )
             start += size
         layout = hw.layout_of(a)
-        types = [hw.result_type(nf.tensor_shape(r), e, hw.declared(a), layout)
-                 for r, e in zip(op.results, pieces)]
-        new = nh.SplitOp.create(operands=[a.value], result_types=types,
-                                properties={"axis": IntegerAttr(axis, i64), "sizes": op.sizes})
+        types = [
+            hw.result_type(nf.tensor_shape(r), e, hw.declared(a), layout)
+            for r, e in zip(op.results, pieces)
+        ]
+        new = nh.SplitOp.create(
+            operands=[a.value],
+            result_types=types,
+            properties={"axis": IntegerAttr(axis, i64), "sizes": op.sizes},
+        )
         hw.emit(new)
         for old, res, e in zip(op.results, new.results, pieces):
             if old.name_hint:

@@ -15,23 +15,25 @@ from __future__ import annotations
 
 import numpy as np
 from nanoir.dialects import nf, nh
-from xdsl.dialects.builtin import IntegerAttr, i64
-from xdsl.ir import Attribute, Operation
-from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
-
-from nanoir.lowering.hw.core import (
-    HwLowering,
-    HwPattern,
-    HwValue,
+from nanoir.lowering.hw.codes import (
     container_width,
     dyadic_exponent,
     expand,
     float_constant_of,
 )
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+)
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.ir import Attribute, Operation
+from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 
-def exact_sum(hw: HwLowering, op: Operation, a: HwValue, b: HwValue,
-              cls: type[nh.AddOp] | type[nh.SubOp]) -> HwValue:
+def exact_sum(
+    hw: HwLowering, op: Operation, a: HwValue, b: HwValue, cls: type[nh.AddOp] | type[nh.SubOp]
+) -> HwValue:
     """``a + b`` (or ``a - b``) on the finer exponent of the two: exact, one bit of growth."""
     out_shape = nf.tensor_shape(op.results[0])
     rank = len(out_shape)
@@ -98,13 +100,20 @@ class LowerDiv(HwPattern):
         hw = self.begin(op, rewriter)
         divisor = float_constant_of(op.rhs)
         if divisor is None:
-            raise hw.fail(op, "divides by a runtime value; only division by a constant "
-                              "with a dyadic reciprocal (a power of two) lowers to hw")
+            raise hw.fail(
+                op,
+                "divides by a runtime value; only division by a constant "
+                "with a dyadic reciprocal (a power of two) lowers to hw",
+            )
         inverse = 1.0 / divisor
         if dyadic_exponent(inverse) is None or not np.array_equal(
-                divisor * inverse, np.ones_like(inverse)):
-            raise hw.fail(op, f"divides by {divisor.reshape(-1)[:4].tolist()}, "
-                              "whose reciprocal is not a dyadic rational")
+            divisor * inverse, np.ones_like(inverse)
+        ):
+            raise hw.fail(
+                op,
+                f"divides by {divisor.reshape(-1)[:4].tolist()}, "
+                "whose reciprocal is not a dyadic rational",
+            )
         a = hw.get(op, op.lhs)
         b = hw.float_constant(op, inverse)
         hw.set(op.result, product(hw, op, a, b))
@@ -140,7 +149,6 @@ class LowerClamp(HwPattern):
         for key, bound in (("min", op.min), ("max", op.max)):
             if bound is not None:
                 props[key] = IntegerAttr(int(np.ldexp(bound.value.data, common)), i64)
-        new = nh.ClampOp.create(operands=[a.value], result_types=[a.value.type],
-                                properties=props)
+        new = nh.ClampOp.create(operands=[a.value], result_types=[a.value.type], properties=props)
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, a.exps, a.bits))

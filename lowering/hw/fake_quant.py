@@ -31,21 +31,22 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
 from nanoir.dialects.traits import LookupTable
+from nanoir.lowering.hw.codes import (
+    container_width,
+    expand,
+    float_constant_of,
+)
+from nanoir.lowering.hw.core import (
+    HwLowering,
+    HwPattern,
+    HwValue,
+)
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, i64
 from xdsl.ir import Attribute, BlockArgument, Operation, OpResult
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
-
-from nanoir.lowering.hw.core import (
-    HwLowering,
-    HwPattern,
-    HwValue,
-    container_width,
-    expand,
-    float_constant_of,
-)
 
 
 def fake_quant_params(op: FakeQuantOp) -> tuple[int, RoundingMode, np.ndarray, np.ndarray]:
@@ -69,16 +70,18 @@ class LowerConstant(HwPattern):
         self.begin(op, rewriter)
 
 
-def reduce_constant_exps(hw: HwLowering, op: Operation, exps: np.ndarray,
-                         rank: int) -> np.ndarray:
+def reduce_constant_exps(hw: HwLowering, op: Operation, exps: np.ndarray, rank: int) -> np.ndarray:
     """Exponents of a constant, one per channel (dim 0) or one in all."""
     flat = exps.reshape(-1)
     if flat.size == 0 or (flat == flat[0]).all():
         return np.array(int(flat[0]) if flat.size else 0).reshape((1,) * max(rank, 1))
     per_channel = exps.reshape(exps.shape[0], -1)
     if (per_channel != per_channel[:, :1]).any():
-        raise hw.fail(op, "has exponents that vary along more than the first dim; the hw "
-                          "level supports per-tensor or per-channel exponents")
+        raise hw.fail(
+            op,
+            "has exponents that vary along more than the first dim; the hw "
+            "level supports per-tensor or per-channel exponents",
+        )
     return per_channel[:, 0].reshape((exps.shape[0],) + (1,) * (rank - 1))
 
 
@@ -93,11 +96,17 @@ class FoldConstantFakeQuant(HwPattern):
         hw = self.begin(op, rewriter)
         bits, mode, k, nh_exp = fake_quant_params(op)
         codes = quant.quantize_to_int(data, bits, k, mode).astype(np.int64)
-        exps = reduce_constant_exps(hw, op, np.broadcast_to(expand(nh_exp, data.ndim),
-                                                            codes.shape), codes.ndim)
-        role = "weight" if any(
-            isinstance(u.operation, nf.ConvOp | nf.LinearOp) and u.index == 1
-            for u in op.result.uses) else "const"
+        exps = reduce_constant_exps(
+            hw, op, np.broadcast_to(expand(nh_exp, data.ndim), codes.shape), codes.ndim
+        )
+        role = (
+            "weight"
+            if any(
+                isinstance(u.operation, nf.ConvOp | nf.LinearOp) and u.index == 1
+                for u in op.result.uses
+            )
+            else "const"
+        )
         if codes.ndim == 0:
             codes, exps = codes.reshape(1), exps.reshape(1)
         src = op.input
@@ -112,15 +121,19 @@ class QuantizeInput(HwPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
         arg = op.input
-        if not isinstance(arg, BlockArgument) or arg in self.hw.values or \
-                op.result in self.hw.values:
+        if (
+            not isinstance(arg, BlockArgument)
+            or arg in self.hw.values
+            or op.result in self.hw.values
+        ):
             return
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
         others = [u.operation for u in arg.uses if u.operation is not op]
         if others:
-            raise hw.fail(others[0], "reads a function input before its fake-quant; hw "
-                                     "inputs are codes")
+            raise hw.fail(
+                others[0], "reads a function input before its fake-quant; hw inputs are codes"
+            )
         t = arg.type
         assert isinstance(t, TensorType)
         shape = t.get_shape()
@@ -134,11 +147,15 @@ class QuantizeInput(HwPattern):
         if arg.name_hint:
             new_arg.name_hint = arg.name_hint
         hw.new_args.append(new_arg)
-        hw.arg_attrs.append(DictionaryAttr({
-            "nq.bits": IntegerAttr(bits, i64),
-            "nq.exp": op.exp,
-            "nq.rounding": RoundingModeAttr(mode),
-        }))
+        hw.arg_attrs.append(
+            DictionaryAttr(
+                {
+                    "nq.bits": IntegerAttr(bits, i64),
+                    "nq.exp": op.exp,
+                    "nq.rounding": RoundingModeAttr(mode),
+                }
+            )
+        )
         hw.input_index[arg] = len(hw.new_args) - 1
         hw.set(op.result, HwValue(new_arg, exps, bits))
 
@@ -149,14 +166,20 @@ class FuseAvgPoolFakeQuant(HwPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
         pool = producer_of(op)
-        if not isinstance(pool, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp) or \
-                op.input in self.hw.values or op.result in self.hw.values:
+        if (
+            not isinstance(pool, nf.AvgPoolOp | nf.AdaptiveAvgPoolOp)
+            or op.input in self.hw.values
+            or op.result in self.hw.values
+        ):
             return
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
         if mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR):
-            raise hw.fail(pool, f"is rounded with {mode.value} by its fake-quant; only trunc "
-                                "and floor make average pooling exact on integers")
+            raise hw.fail(
+                pool,
+                f"is rounded with {mode.value} by its fake-quant; only trunc "
+                "and floor make average pooling exact on integers",
+            )
         if bits == 1:
             raise hw.fail(op, "quantizes an average to 1 bit; not supported on hw")
         x = hw.get(pool, pool.input)
@@ -166,8 +189,9 @@ class FuseAvgPoolFakeQuant(HwPattern):
             out = array_values(pool.output_size) or ()
             spatial = in_shape[2:]
             if any(s == DYNAMIC_INDEX or s % o for s, o in zip(spatial, out)):
-                raise hw.fail(pool, "has windows of different sizes (input not divisible by "
-                                    "the output size)")
+                raise hw.fail(
+                    pool, "has windows of different sizes (input not divisible by the output size)"
+                )
             kernel = [s // o for s, o in zip(spatial, out)]
             props = {"kernel": int_array(kernel), "strides": int_array(kernel)}
         else:
@@ -177,8 +201,7 @@ class FuseAvgPoolFakeQuant(HwPattern):
         if (finer != x.exps).any():
             # A finer output grid: shift the codes left first, so one division remains.
             x = hw.shift_to(pool, x, finer)
-        t = hw.result_type(nf.tensor_shape(pool.result), x.exps, hw.declared(x),
-                           hw.layout_of(x))
+        t = hw.result_type(nf.tensor_shape(pool.result), x.exps, hw.declared(x), hw.layout_of(x))
         props["rounding"] = RoundingModeAttr(mode)
         new = nh.AvgPoolOp.create(operands=[x.value], result_types=[t], properties=props)
         hw.emit(new, pool.result.name_hint)
@@ -192,22 +215,31 @@ class FuseLookupTableFakeQuant(HwPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
         producer = producer_of(op)
-        if producer is None or not producer.has_trait(LookupTable) or \
-                op.input in self.hw.values or op.result in self.hw.values:
+        if (
+            producer is None
+            or not producer.has_trait(LookupTable)
+            or op.input in self.hw.values
+            or op.result in self.hw.values
+        ):
             return
         hw = self.begin(op, rewriter)
         bits, mode, k, nh_exp = fake_quant_params(op)
         x = hw.get(producer, producer.operands[0])
         width = hw.declared(x)  # the table covers every code the input's type can hold
         if width > 8:
-            raise hw.fail(producer, f"has no integer form and its i{width} input is too "
-                                    "wide for a lookup table (at most i8)")
+            raise hw.fail(
+                producer,
+                f"has no integer form and its i{width} input is too "
+                "wide for a lookup table (at most i8)",
+            )
         if x.exps.size != 1 or nh_exp.size != 1:
             raise hw.fail(producer, "needs per-tensor exponents for a lookup table")
         others = [u for u in producer.results[0].uses if u.operation is not op]
         if others:
-            raise hw.fail(producer, "is used other than by one fake-quant; its float result "
-                                    "has no integer form")
+            raise hw.fail(
+                producer,
+                "is used other than by one fake-quant; its float result has no integer form",
+            )
         lo, hi = (-1, 1) if width == 1 else (quant.qmin(width), quant.qmax(width))
         codes = np.array([-1, 1]) if width == 1 else np.arange(lo, hi + 1)
         e_in = int(x.exps.reshape(-1)[0])
@@ -218,8 +250,9 @@ class FuseLookupTableFakeQuant(HwPattern):
         table = quant.quantize_to_int(values, bits, k.reshape(-1)[:1], mode).astype(np.int64)
         out_exps = np.asarray(nh_exp).reshape((1,) * x.rank)
         t = hw.result_type(x.shape, out_exps, container_width(bits), hw.layout_of(x))
-        new = nh.LutOp.create(operands=[x.value], result_types=[t],
-                              properties={"table": int_array(table.tolist())})
+        new = nh.LutOp.create(
+            operands=[x.value], result_types=[t], properties={"table": int_array(table.tolist())}
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, out_exps, bits))
 
