@@ -213,8 +213,9 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
                 st.integers(1, 5)))
             values.append(b.act(b.add(nf.PReluOp(v, slope)).results[0]))
         elif kind == "batch_norm":
-            # A BN fold-bn cannot fold (its input is quantized), parameters quantized as
-            # quantize does (named constants), or left float.
+            # A BN fold-bn cannot fold (a quantizer between it and its producer), parameters
+            # quantized as quantize does (named constants), or left float.
+            v = b.act(v)
             c = shape[1]
             params = [b.rng.uniform(0.5, 2.0, c), b.rng.standard_normal(c) * 0.5,
                       b.rng.standard_normal(c) * 0.5, b.rng.uniform(0.1, 2.0, c)]

@@ -12,8 +12,10 @@ PReLU and batch norm.
   at most ``2**w`` codes per channel: the pattern computes ``q`` for every code with the nq
   kernel, then looks per channel for the integer affine ``requant(c * M + N, s)`` (``M ≈ A
   2**e``, ``N ≈ B 2**(exp(x) + e)``, the fake-quant's rounding) that gives exactly those codes
-  for every input code, with ``|c * M + N|`` within i32, trying ``e`` from coarse to fine. If
-  no ``e`` works, the lowering says so. The result is ``nh.mul``, ``nh.add``, ``nh.requant``.
+  for every input code (every code of the input's bits), with ``|c * M + N|`` within i32,
+  trying ``e`` from coarse to fine. If no ``e`` works (a wide input leaves ``M`` too few
+  bits, or the float64 rounding of a value next to a rounding boundary cannot be matched),
+  the lowering says so. The result is ``nh.mul``, ``nh.add``, ``nh.requant``.
 - ``LowerBatchNorm``: a BN not read only by fake-quants keeps a float result: diagnostic.
 
     %y = nf.prelu %xq, %aq                   ─▶   %y = nh.prelu %xq, %a {shift = 2 : i64} : i16 <7>
@@ -138,12 +140,13 @@ class FuseBatchNormFakeQuant(HwPattern):
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
         x = hw.get(bn, bn.input)
-        width = hw.declared(x)
+        # Every code the input can hold: its bits (what the accumulator bounds rely on too).
+        width = x.bits
         if width > EXHAUSTIVE_WIDTH:
             raise hw.fail(
                 bn,
-                f"has an i{width} input; its integer affine is checked on every "
-                f"input code, at most i{EXHAUSTIVE_WIDTH}",
+                f"has {width}-bit input codes; its integer affine is checked on every "
+                f"input code, at most {EXHAUSTIVE_WIDTH} bits",
             )
         params = [constant_reals(hw, bn, v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
         channels = x.shape[1]
