@@ -412,3 +412,27 @@ func.func @input_not_nh(%x: tensor<?x4xf32> {nq.bits = 8 : i64, nq.exp = dense<3
   func.return %x : tensor<?x4xf32>
 }
 // CHECK: error: func.func: argument 0 of @input_not_nh: its type has element type f32; the nh level holds only integers
+
+// -----
+
+func.func @prelu_slope_not_at_the_shift(%x: tensor<?x2xi8, #nh.fixed<5, BC>>, %a: tensor<2xi4, #nh.fixed<3, C>>) -> tensor<?x2xi16, #nh.fixed<7, BC>> {
+  %y = nh.prelu %x, %a {shift = 2 : i64} : (tensor<?x2xi8, #nh.fixed<5, BC>>, tensor<2xi4, #nh.fixed<3, C>>) -> tensor<?x2xi16, #nh.fixed<7, BC>>
+  func.return %y : tensor<?x2xi16, #nh.fixed<7, BC>>
+}
+// CHECK: nh.prelu: the slope's exponent is the shift: exponents 3 and 2 differ
+
+// -----
+
+func.func @transpose_changes_exponent(%x: tensor<?x2x3xi8, #nh.fixed<5, BCM>>) -> tensor<?x3x2xi8, #nh.fixed<4, BCM>> {
+  %y = nh.transpose %x {perm = array<i64: 0, 2, 1>} : tensor<?x2x3xi8, #nh.fixed<5, BCM>> -> tensor<?x3x2xi8, #nh.fixed<4, BCM>>
+  func.return %y : tensor<?x3x2xi8, #nh.fixed<4, BCM>>
+}
+// CHECK: nh.transpose: data movement keeps the exponents: exponents 5 and 4 differ
+
+// -----
+
+func.func @split_sizes_do_not_add_up(%x: tensor<?x4xi8, #nh.fixed<5, BC>>) -> tensor<?x1xi8, #nh.fixed<5, BC>> {
+  %a, %b = nh.split %x {axis = 1 : i64, sizes = array<i64: 1, 2>} : (tensor<?x4xi8, #nh.fixed<5, BC>>) -> (tensor<?x1xi8, #nh.fixed<5, BC>>, tensor<?x2xi8, #nh.fixed<5, BC>>)
+  func.return %a : tensor<?x1xi8, #nh.fixed<5, BC>>
+}
+// CHECK: nh.split: sizes [1, 2] do not add up to 4

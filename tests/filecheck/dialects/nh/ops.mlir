@@ -75,3 +75,25 @@ func.func @pools_and_layout(%x: tensor<?x4x7x7xi8, #nh.fixed<4, BCMD>>, %y: tens
   %5 = nh.lut %y {table = array<i64: -128, -127, -126, -125, -124, -123, -122, -121, -120, -119, -118, -117, -116, -115, -114, -113, -112, -111, -110, -109, -108, -107, -106, -105, -104, -103, -102, -101, -100, -99, -98, -97, -96, -95, -94, -93, -92, -91, -90, -89, -88, -87, -86, -85, -84, -83, -82, -81, -80, -79, -78, -77, -76, -75, -74, -73, -72, -71, -70, -69, -68, -67, -66, -65, -64, -63, -62, -61, -60, -59, -58, -57, -56, -55, -54, -53, -52, -51, -50, -49, -48, -47, -46, -45, -44, -43, -42, -41, -40, -39, -38, -37, -36, -35, -34, -33, -32, -31, -30, -29, -28, -27, -26, -25, -24, -23, -22, -21, -20, -19, -18, -17, -16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127>} : tensor<?x2x7x7xi8, #nh.fixed<4, BCMD>> -> tensor<?x2x7x7xi8, #nh.fixed<7, BCMD>>
   func.return %0 : tensor<?x4x4x4xi8, #nh.fixed<4, BCMD>>
 }
+
+// -----
+
+// The ops that every nf op lowers to: prelu, and data movement that keeps exponents.
+
+// CHECK-LABEL: func.func @prelu_and_data_movement
+func.func @prelu_and_data_movement(%x: tensor<?x2x3x4xi8, #nh.fixed<[5, 6], BCMD>>) -> (tensor<?x2x4x3xi16, #nh.fixed<[7, 8], BCMD>>, tensor<?x1x5x4xi8, #nh.fixed<5, BCMD>>, tensor<?x1x6x8xi8, #nh.fixed<6, BCMD>>) {
+  // CHECK-NEXT: %a = nh.constant dense<[1, -2]> : tensor<2xi8> -> tensor<2xi4, #nh.fixed<2, C>>
+  %a = nh.constant dense<[1, -2]> : tensor<2xi8> -> tensor<2xi4, #nh.fixed<2, C>>
+  // CHECK-NEXT: %p = nh.prelu %x, %a {shift = 2 : i64} : (tensor<?x2x3x4xi8, #nh.fixed<[5, 6], BCMD>>, tensor<2xi4, #nh.fixed<2, C>>) -> tensor<?x2x3x4xi16, #nh.fixed<[7, 8], BCMD>>
+  // GENERIC: "nh.prelu"(%x, %a) <{shift = 2 : i64}>
+  %p = nh.prelu %x, %a {shift = 2 : i64} : (tensor<?x2x3x4xi8, #nh.fixed<[5, 6], BCMD>>, tensor<2xi4, #nh.fixed<2, C>>) -> tensor<?x2x3x4xi16, #nh.fixed<[7, 8], BCMD>>
+  // CHECK-NEXT: %t = nh.transpose %p {perm = array<i64: 0, 1, 3, 2>} : tensor<?x2x3x4xi16, #nh.fixed<[7, 8], BCMD>> -> tensor<?x2x4x3xi16, #nh.fixed<[7, 8], BCMD>>
+  %t = nh.transpose %p {perm = array<i64: 0, 1, 3, 2>} : tensor<?x2x3x4xi16, #nh.fixed<[7, 8], BCMD>> -> tensor<?x2x4x3xi16, #nh.fixed<[7, 8], BCMD>>
+  // CHECK-NEXT: %s0, %s1 = nh.split %x {axis = 1 : i64, sizes = array<i64: 1, 1>} : (tensor<?x2x3x4xi8, #nh.fixed<[5, 6], BCMD>>) -> (tensor<?x1x3x4xi8, #nh.fixed<5, BCMD>>, tensor<?x1x3x4xi8, #nh.fixed<6, BCMD>>)
+  %s0, %s1 = nh.split %x {axis = 1 : i64, sizes = array<i64: 1, 1>} : (tensor<?x2x3x4xi8, #nh.fixed<[5, 6], BCMD>>) -> (tensor<?x1x3x4xi8, #nh.fixed<5, BCMD>>, tensor<?x1x3x4xi8, #nh.fixed<6, BCMD>>)
+  // CHECK-NEXT: %pd = nh.pad %s0 {pads = array<i64: 0, 0, 1, 0, 0, 0, 1, 0>, mode = "edge"} : tensor<?x1x3x4xi8, #nh.fixed<5, BCMD>> -> tensor<?x1x5x4xi8, #nh.fixed<5, BCMD>>
+  %pd = nh.pad %s0 {pads = array<i64: 0, 0, 1, 0, 0, 0, 1, 0>, mode = "edge"} : tensor<?x1x3x4xi8, #nh.fixed<5, BCMD>> -> tensor<?x1x5x4xi8, #nh.fixed<5, BCMD>>
+  // CHECK-NEXT: %u = nh.upsample_nearest %s1 : tensor<?x1x3x4xi8, #nh.fixed<6, BCMD>> -> tensor<?x1x6x8xi8, #nh.fixed<6, BCMD>>
+  %u = nh.upsample_nearest %s1 : tensor<?x1x3x4xi8, #nh.fixed<6, BCMD>> -> tensor<?x1x6x8xi8, #nh.fixed<6, BCMD>>
+  func.return %t, %pd, %u : tensor<?x2x4x3xi16, #nh.fixed<[7, 8], BCMD>>, tensor<?x1x5x4xi8, #nh.fixed<5, BCMD>>, tensor<?x1x6x8xi8, #nh.fixed<6, BCMD>>
+}
