@@ -71,7 +71,10 @@ class LowerPRelu(HwPattern):
         bits = bits_of_bound(np.array([bound]))
         if bits > 32:
             raise hw.fail(op, f"needs {bits}-bit results, more than i32")
-        slope = hw.make_constant(codes, np.array([shift]), "const", None)
+        if (slope_exps == shift).all() and a.codes.ndim == 1:
+            slope = a  # already codes at the shift: the quantized constant, with its name
+        else:
+            slope = hw.make_constant(codes, np.array([shift]), "const", None)
         exps = expand(x.exps, x.rank) + shift
         try:
             t = hw.result_type(x.shape, exps, container_width(bits), hw.layout_of(x))

@@ -159,11 +159,12 @@ func.func @batch_norm_fake_quant(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
 
 // -----
 
-// LowerPRelu: the slope [0.25, -0.5] is the codes [1, -2] at exponent 2; the positive side
-// is shifted left by 2 so that both sides are codes at 5 + 2.
+// LowerPRelu: the slope [0.25, -0.5] is the codes [1, -2] at exponent 2 (its fake-quant's
+// constant, used as it is); the positive side is shifted left by 2 so that both sides are
+// codes at 5 + 2.
 
 // CHECK-LABEL: func.func @prelu
-// CHECK:       %[[A:.*]] = nh.constant dense<[1, -2]> : tensor<2xi8> -> tensor<2xi2, #nh.fixed<2, C>>
+// CHECK:       %[[A:.*]] = nh.constant "prelu.weight" dense<[1, -2]> : tensor<2xi8> -> tensor<2xi8, #nh.fixed<2, C>>
 // CHECK-NEXT:  %[[P:.*]] = nh.prelu %x, %[[A]] {shift = 2 : i64} {{.*}} -> tensor<?x2x3xi16, #nh.fixed<7, BCM>>
 
 func.func @prelu(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
