@@ -41,6 +41,7 @@ import numpy as np
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nh import FixedAttr
+from nanoir.dialects.traits import TransposedWindow
 from nanoir.lowering.analysis.cursor import Firing, NodeCursor
 from nanoir.lowering.analysis.graph import StreamNode, build_graph
 from nanoir.lowering.analysis.rules import has_dim
@@ -194,7 +195,7 @@ class _NodeRun:
         if rule.adjust == "none":
             return self.whole_kernel
         key = (zeros_begin, zeros_end,
-               windows if rule.adjust in ("output_size", "result_rows") else 0)
+               windows if rule.adjust in ("output_size", "result_rows", "transposed") else 0)
         kernel = self.kernels.get(key)
         if kernel is None:
             kernel = self.kernels[key] = self._build(*key)
@@ -221,12 +222,59 @@ class _NodeRun:
             props["output_size"] = int_array(size)
         elif rule.adjust == "result_rows":
             types = [_with_dim(t, dim, windows * g) for t, g in zip(types, rule.gains)]
+        elif rule.adjust == "transposed":
+            return self._build_transposed(zeros_begin, zeros_end, windows)
         variant = type(op).create(operands=list(op.operands), result_types=types,
                                   properties=props, attributes=dict(op.attributes))
         try:
             return default_builders()[type(op)](variant, self.dtype)
         finally:
             variant.drop_all_references()  # a stand-in: it must not count as a use
+
+    def _build_transposed(self, zeros_begin: int, zeros_end: int, windows: int) -> Kernel:
+        """A transposed conv on ``windows`` firings (``TransposedWindow``): the window's zero
+        rows made real (and enough zero rows after it to cover its ``output_padding``
+        rows), the op run with no pads along the dim, and the ``windows * s`` rows it owns
+        kept: they start ``pad_begin_rows * s + pads_begin`` rows into the window's output."""
+        op, dim, rule = self.node.op, self.dim, self.node.rule
+        trait = op.get_trait(TransposedWindow)
+        assert trait is not None
+        geo = trait.geometry(op)
+        i, n = dim - 2, len(geo.kernel)
+        s, span = geo.strides[i], geo.field(i) - 1
+        offset = rule.pad_begin * s + geo.pads[i]
+        rows = windows + rule.fields[0] - 1
+        keep = windows * s
+        extra = max(0, -(-(offset + keep - ((rows - 1) * s + span + 1)) // s))
+        full = (rows + extra - 1) * s + span + 1
+        props = dict(op.properties)
+        pads = list(geo.pads)
+        pads[i] = pads[n + i] = 0
+        props["pads"] = int_array(pads)
+        outpad = list(array_values(props.get("output_padding")) or (0,) * n)  # type: ignore[arg-type]
+        outpad[i] = 0
+        props["output_padding"] = int_array(outpad)
+        types = [_with_dim(r.type, dim, full) for r in op.results]
+        variant = type(op).create(operands=list(op.operands), result_types=types,
+                                  properties=props, attributes=dict(op.attributes))
+        try:
+            inner = default_builders()[type(op)](variant, self.dtype)
+        finally:
+            variant.drop_all_references()
+        after = zeros_end + extra
+
+        def run(x: np.ndarray, *rest: Any) -> tuple[Any, ...]:
+            def zeros(count: int) -> np.ndarray:
+                shape = list(x.shape)
+                shape[dim] = count
+                return np.zeros(shape, dtype=x.dtype)
+
+            z = np.concatenate([zeros(zeros_begin), x, zeros(after)], axis=dim) \
+                if zeros_begin or after else x
+            (y,) = inner(z, *rest)
+            return (np.take(y, range(offset, offset + keep), axis=dim),)
+
+        return run
 
     # -- one step -----------------------------------------------------------------------------
     def step(self, produced: list[Chunks | None], ended: list[bool]) -> None:

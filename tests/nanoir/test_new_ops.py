@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
 from torch import nn
@@ -49,6 +49,8 @@ def conv_transpose_case(draw):  # noqa: ANN001, ANN201
     padding = [draw(st.integers(0, d * (k - 1))) for k, d in zip(kernel, dilation)]
     outpad = [draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation)]
     size = [draw(st.integers(1, 7)) for _ in range(n)]
+    assume(all((L - 1) * s - 2 * p + d * (k - 1) + o + 1 > 0
+               for L, s, p, d, k, o in zip(size, stride, padding, dilation, kernel, outpad)))
     bias = draw(st.booleans())
     cls = nn.ConvTranspose1d if n == 1 else nn.ConvTranspose2d
     model = cls(cin, cout, kernel, stride=stride, padding=padding, output_padding=outpad,
