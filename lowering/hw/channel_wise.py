@@ -26,6 +26,8 @@ PReLU and batch norm.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nq import FakeQuantOp
@@ -113,12 +115,15 @@ def affine_search(
     x_bits: int,
 ) -> tuple[int, int, int] | None:
     """``(e, M, N)``: the coarsest ``e`` with ``requant(c * M + N, x_exp + e - out_exp) ==
-    want`` for every code ``c`` (``M = round(a 2**e)``, ``N = round(b 2**(x_exp + e))``),
-    within i32; None if there is none."""
+    want`` for every code ``c`` (``M ~ a 2**e``, ``N ~ b 2**(x_exp + e)``), within i32; None
+    if there is none. ``M`` and ``N`` are the nearest integers, or, when only a few codes
+    disagree (values next to a rounding boundary, where the float64 rounding of the nq
+    kernel decides), their neighbours."""
+    c = x_codes.astype(np.int64)
     for e in range(-32, 63):
-        m = round(a * 2.0**e)
-        n = round(b * 2.0 ** (x_exp + e))
-        acc = x_codes.astype(np.int64) * m + n
+        m0, n0 = a * 2.0**e, b * 2.0 ** (x_exp + e)
+        m, n = round(m0), round(n0)
+        acc = c * m + n
         # |M| and |N| only grow with e: past the first that does not fit, none does.
         if (
             x_bits + bits_of_codes(np.array([m])) + 1 > 32
@@ -126,8 +131,19 @@ def affine_search(
             or np.abs(acc).max(initial=0) > ACC_LIMIT
         ):
             return None
-        if np.array_equal(quant.requant(acc, x_exp + e - out_exp, bits, mode), want):
+        shift = x_exp + e - out_exp
+        wrong = np.count_nonzero(quant.requant(acc, shift, bits, mode) != want)
+        if wrong == 0:
             return e, m, n
+        if wrong > 4:
+            continue
+        for mm in sorted({math.floor(m0), math.ceil(m0)}, key=lambda v: abs(v - m0)):
+            for nn in sorted(range(n - 2, n + 3), key=lambda v: abs(v - n0)):
+                acc = c * mm + nn
+                if np.abs(acc).max(initial=0) <= ACC_LIMIT and np.array_equal(
+                    quant.requant(acc, shift, bits, mode), want
+                ):
+                    return e, mm, nn
     return None
 
 
