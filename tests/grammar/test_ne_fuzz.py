@@ -34,6 +34,8 @@ from nanoir.grammar.ne_printer import print_nanoengine
 from xdsl.dialects.builtin import ModuleOp
 
 from nanoir.testing_programs import examples
+from nanoir.testing_text import join_tokens
+from nanoir.testing_text import tokens_and_gaps as split_tokens
 
 SMALL = (Path(__file__).parent / "inputs" / "small.ne").read_text()
 SMALL_HW = (Path(__file__).parent / "inputs" / "small_hw.ne").read_text()
@@ -90,18 +92,7 @@ MAX_SECONDS = 10.0
 
 
 def tokens_and_gaps(text: str) -> tuple[list[str], list[str]]:
-    """Tokens of `text`, and the whitespace before each token (plus the tail)."""
-    tokens, gaps, last = [], [], 0
-    for m in _TOKEN.finditer(text):
-        gaps.append(text[last : m.start()])
-        tokens.append(m.group(0))
-        last = m.end()
-    gaps.append(text[last:])
-    return tokens, gaps
-
-
-def join(tokens: list[str], gaps: list[str]) -> str:
-    return "".join(g + t for g, t in zip(gaps, tokens)) + gaps[-1]
+    return split_tokens(text, _TOKEN)
 
 
 @st.composite
@@ -142,11 +133,11 @@ def mutants(draw: st.DrawFn, sources: list[str]) -> str:
                     tok = tok[:at]
                 tokens[k] = tok
         else:  # junk
-            text = join(tokens, gaps)
+            text = join_tokens(tokens, gaps)
             at = draw(st.integers(0, len(text)))
             text = text[:at] + "".join(draw(st.lists(JUNK, min_size=1, max_size=3))) + text[at:]
             continue
-        text = join(tokens, gaps)
+        text = join_tokens(tokens, gaps)
     return text
 
 
@@ -194,7 +185,7 @@ def test_every_prefix_of_a_program() -> None:
 def test_every_single_token_deletion() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for i in range(len(tokens)):
-        assert_parses_or_reports(join(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :]))
+        assert_parses_or_reports(join_tokens(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :]))
 
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:

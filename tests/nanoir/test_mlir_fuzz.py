@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
+from nanoir.testing_text import join_tokens
+from nanoir.testing_text import tokens_and_gaps as split_tokens
 
 FILECHECK = Path(__file__).parent.parent / "filecheck"
 MAX_SECONDS = 10.0
@@ -88,18 +90,7 @@ JUNK = ["\"", "\\", "{", "}", "[", "]", "<", ">", "(", ")", ",", ":", "=", "%", 
 
 
 def tokens_and_gaps(text: str) -> tuple[list[str], list[str]]:
-    """Tokens of ``text``, and the text before each token (plus the tail)."""
-    tokens, gaps, last = [], [], 0
-    for m in _TOKEN.finditer(text):
-        gaps.append(text[last : m.start()])
-        tokens.append(m.group(0))
-        last = m.end()
-    gaps.append(text[last:])
-    return tokens, gaps
-
-
-def join(tokens: list[str], gaps: list[str]) -> str:
-    return "".join(g + t for g, t in zip(gaps, tokens)) + gaps[-1]
+    return split_tokens(text, _TOKEN)
 
 
 def nest(depth: int) -> str:
@@ -152,7 +143,7 @@ def mutants(draw: st.DrawFn, sources: list[str]) -> str | bytes:
                 tokens[i] += "builtin.module {\n" * depth + "}\n" * depth
         elif kind == "junk":
             tokens[i] = draw(st.sampled_from(JUNK)) + tokens[i]
-        text = join(tokens, gaps)
+        text = join_tokens(tokens, gaps)
         if kind in ("bytes", "flip"):
             raw = text.encode("utf-8")
             at = draw(st.integers(0, len(raw)))
@@ -228,13 +219,13 @@ def test_pipeline_programs_read_back() -> None:
 def test_truncation_at_every_token() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for i in range(len(tokens) + 1):
-        assert_parses_or_reports(join(tokens[:i], gaps[: i + 1][:-1] + [""]) if i else "")
+        assert_parses_or_reports(join_tokens(tokens[:i], gaps[: i + 1][:-1] + [""]) if i else "")
 
 
 def test_every_single_token_deletion() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for i in range(len(tokens)):
-        assert_parses_or_reports(join(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :]))
+        assert_parses_or_reports(join_tokens(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :]))
 
 
 def test_every_number_blown_up() -> None:
@@ -242,7 +233,7 @@ def test_every_number_blown_up() -> None:
     numbers = [k for k, t in enumerate(tokens) if _NUMBER.match(t)]
     for k in numbers:
         for big in ("99999999999999999999", "100000000000", "1e309"):
-            assert_parses_or_reports(join(tokens[:k] + [big] + tokens[k + 1 :], gaps))
+            assert_parses_or_reports(join_tokens(tokens[:k] + [big] + tokens[k + 1 :], gaps))
 
 
 def test_a_bad_byte_on_every_line() -> None:
@@ -264,5 +255,5 @@ def test_deep_nesting_everywhere() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for k in range(0, len(tokens), 7):
         for depth in (65, 5000):
-            assert_parses_or_reports(join(tokens[:k] + [tokens[k] + nest(depth)] + tokens[k + 1 :],
+            assert_parses_or_reports(join_tokens(tokens[:k] + [tokens[k] + nest(depth)] + tokens[k + 1 :],
                                           gaps))
