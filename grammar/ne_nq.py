@@ -27,6 +27,11 @@ and/or a `writer` function next to its row.
     Transpose            nf.transpose
     MatMul               nf.matmul
     PRelu                nf.prelu                 1-D slope only
+    ConvTranspose        nf.conv_transpose        output_padding; no output_shape/auto_pad
+    DepthToSpace         nf.depth_to_space        blocksize; mode DCR (ONNX default) or CRD
+    SpaceToDepth         nf.space_to_depth        blocksize; mode=CRD written for torch's
+                                                  pixel_unshuffle (ONNX's is DCR only)
+    Resize               nf.upsample_nearest      mode=nearest, asymmetric, floor; axes+sizes
     (Identity, and any other op type: see ne_import_nq)
 
 Written attributes are in alphabetical order with defaults spelled out, as the reference
@@ -229,6 +234,87 @@ def _conv_attrs(op: nf.ConvOp) -> Attrs:
         ("pads", _window(array_values(op.pads), 2 * n, 0)),
         ("strides", _window(array_values(op.strides), n, 1)),
     )
+
+
+def _conv_transpose(n: NodeSpec) -> Operation:
+    n.allow("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads",
+            "strides")
+    n.one_output()
+    if n.name_attr("auto_pad", "NOTSET") != "NOTSET":
+        raise Unsupported("auto_pad other than NOTSET")
+    values = n.values(2, 3)
+    kernel = n.ints("kernel_shape")
+    weight = _shape(values[1])
+    if kernel is not None and not shapes_compatible(kernel, weight[2:]):
+        raise NodeProblem(
+            f"kernel_shape {list(kernel)} of ConvTranspose node '{n.name}' contradicts its weight of shape {shape_str(weight)}",
+            attr="kernel_shape",
+        )
+    return nf.ConvTransposeOp(
+        values[0], values[1], values[2] if len(values) == 3 else None,
+        strides=n.ints("strides"), pads=n.ints("pads"), dilations=n.ints("dilations"),
+        output_padding=n.ints("output_padding"), groups=n.int("group", 1),
+    )
+
+
+def _conv_transpose_attrs(op: nf.ConvTransposeOp) -> Attrs:
+    kernel = _static(op, nf.tensor_shape(op.weight)[2:], "kernel")
+    n = len(kernel)
+    return (
+        ("dilations", _window(array_values(op.dilations), n, 1)),
+        ("group", op.groups.value.data),
+        ("kernel_shape", kernel),
+        ("output_padding", _window(array_values(op.output_padding), n, 0)),
+        ("pads", _window(array_values(op.pads), 2 * n, 0)),
+        ("strides", _window(array_values(op.strides), n, 1)),
+    )
+
+
+def _block(cls: type[nf.DepthToSpaceOp] | type[nf.SpaceToDepthOp]) -> Converter:
+    def convert(n: NodeSpec) -> Operation:
+        n.allow("blocksize", "mode")
+        n.one_output()
+        mode = n.name_attr("mode", nf.BlockMode.DCR)
+        if mode not in nf.BlockMode.ALL:
+            raise NodeProblem(f"mode of {n.op_type} node '{n.name}' must be DCR or CRD", attr="mode")
+        (x,) = n.values(1, 1)
+        return cls(x, n.int("blocksize"), mode)
+
+    return convert
+
+
+def _block_attrs(op: nf.DepthToSpaceOp | nf.SpaceToDepthOp) -> Attrs:
+    attrs: list[tuple[str, AttrValue]] = [("blocksize", op.block.value.data)]
+    if isinstance(op, nf.DepthToSpaceOp) or op.mode.data != nf.BlockMode.DCR:
+        attrs.append(("mode", op.mode.data))
+    return tuple(attrs)
+
+
+_RESIZE_NEAREST = (("coordinate_transformation_mode", "asymmetric"), ("mode", "nearest"),
+                   ("nearest_mode", "floor"))
+
+
+def _resize(n: NodeSpec) -> Operation:
+    n.allow("axes", "sizes", *(k for k, _ in _RESIZE_NEAREST))
+    n.one_output()
+    if len(n.inputs) != 1:
+        raise Unsupported("Resize with roi/scales/sizes inputs (nanoir writes axes and sizes as attributes)")
+    for key, value in _RESIZE_NEAREST:
+        if n.name_attr(key, value) != value:
+            raise Unsupported(f"Resize other than nearest/asymmetric/floor ({key})")
+    (x,) = n.values(1, 1)
+    rank = _rank(x)
+    axes = n.ints("axes") or tuple(range(2, rank))
+    sizes = n.ints("sizes")
+    if sizes is None or len(sizes) != len(axes) or sorted(axes) != list(range(2, rank)):
+        raise Unsupported("Resize needs sizes for exactly the spatial axes")
+    return nf.UpsampleNearestOp(x, [sizes[list(axes).index(a)] for a in range(2, rank)])
+
+
+def _resize_attrs(op: nf.UpsampleNearestOp) -> Attrs:
+    shape = nf.tensor_shape(op.result)
+    return (("axes", tuple(range(2, len(shape)))), _RESIZE_NEAREST[0], _RESIZE_NEAREST[1],
+            _RESIZE_NEAREST[2], ("sizes", tuple(shape[2:])))
 
 
 def _gemm(n: NodeSpec) -> Operation:
@@ -468,6 +554,10 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Transpose", nf.TransposeOp, attrs=(AttrMap("perm", "perm", "ints"),), converter=_transpose),
     NqOp("MatMul", nf.MatmulOp, inputs=(2, 2)),
     NqOp("PRelu", nf.PReluOp, inputs=(2, 2), check=_prelu_check),
+    NqOp("ConvTranspose", nf.ConvTransposeOp, padded=True, converter=_conv_transpose, writer=_conv_transpose_attrs),  # type: ignore[arg-type]
+    NqOp("DepthToSpace", nf.DepthToSpaceOp, converter=_block(nf.DepthToSpaceOp), writer=_block_attrs),  # type: ignore[arg-type]
+    NqOp("SpaceToDepth", nf.SpaceToDepthOp, converter=_block(nf.SpaceToDepthOp), writer=_block_attrs),  # type: ignore[arg-type]
+    NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
 

@@ -91,7 +91,7 @@ def test_sample_survives_mlir_text() -> None:
 # ---------------------------------------------------------------------------------------
 
 FLOAT_SPELLINGS = ["0.01", "1e-05", "9.999999747378752e-06", "0.2", ".5", "1.", "2E-1", "-0.0", "1e+2", "0.125"]
-UNKNOWN_OPS = ["Gather", "Resize", "Slice", "Unsqueeze", "Split", "MyOp", "Softmax"]
+UNKNOWN_OPS = ["Gather", "TopK", "Slice", "Unsqueeze", "Split", "MyOp", "Softmax"]
 INT_DTYPES = ["int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t"]
 
 
