@@ -40,11 +40,14 @@ from nanoir.dialects.traits import (
     Elementwise,
     SlidingWindow,
     axis_rows,
+    depth_to_space_rows,
     pad_rows,
     reshape_rows,
     scale_rows,
+    space_to_depth_rows,
     transpose_rows,
 )
+from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
@@ -1257,6 +1260,66 @@ class UpsampleNearestOp(IRDLOperation):
         _check_moved(self, self.input, self.result)
 
 
+def block_moved_exps(to_space: bool, exps: np.ndarray, block: int, mode: str) -> np.ndarray | None:
+    """The exponents (``[1, C, 1...]`` or all ones) after depth_to_space (``to_space``) or
+    space_to_depth, moved by the same kernel as the codes; None where one result channel
+    would mix input channels of different exponents."""
+    if exps.size == 1:
+        return exps
+    rank = exps.ndim
+    if not to_space:
+        spread = np.broadcast_to(exps, (*exps.shape[:2], *(block,) * (rank - 2)))
+        return kernels.space_to_depth(np.ascontiguousarray(spread), block, mode)
+    moved = kernels.depth_to_space(exps, block, mode)
+    first = moved[(Ellipsis, *(slice(0, 1),) * (rank - 2))]
+    return first if (moved == first).all() else None
+
+
+class _BlockOp(IRDLOperation):
+    """nh.depth_to_space / nh.space_to_depth: the nf op's codes moved; per-channel
+    exponents move with their channels (:func:`block_moved_exps`)."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    block = prop_def(IntegerAttr[I64])
+    mode = prop_def(StringAttr, default_value=StringAttr("CRD"))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        if self.mode.data not in ("CRD", "DCR"):
+            raise VerifyException(f"{self.name}: mode {self.mode.data!r} is not CRD or DCR")
+        rank = len(tensor_shape(self.input))
+        moved = block_moved_exps(isinstance(self, DepthToSpaceOp),
+                                 fixed_of(self.input).exp_array(rank), self.block.value.data,
+                                 self.mode.data)
+        if moved is None:
+            raise VerifyException(f"{self.name}: merges channels of different exponents")
+        _check_moved(self, self.input, self.result, moved)
+
+
+@irdl_op_definition
+class DepthToSpaceOp(_BlockOp):
+    """``nf.depth_to_space`` on codes (ONNX DepthToSpace; CRD = PixelShuffle).
+
+    ```mlir
+    %y = nh.depth_to_space %x {block = 2 : i64} : tensor<?x8x3x3xi8, #nh.fixed<5, BCMD>>
+        -> tensor<?x2x6x6xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.depth_to_space"
+    traits = traits_def(Pure(), DataMovement(depth_to_space_rows))
+
+
+@irdl_op_definition
+class SpaceToDepthOp(_BlockOp):
+    """``nf.space_to_depth`` on codes (ONNX SpaceToDepth = DCR; CRD = PixelUnshuffle)."""
+
+    name = "nh.space_to_depth"
+    traits = traits_def(Pure(), DataMovement(space_to_depth_rows))
+
+
 NH = Dialect(
     "nh",
     [
@@ -1280,6 +1343,8 @@ NH = Dialect(
         PadOp,
         SplitOp,
         UpsampleNearestOp,
+        DepthToSpaceOp,
+        SpaceToDepthOp,
     ],
     [FixedAttr],
 )

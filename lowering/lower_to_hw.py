@@ -46,6 +46,7 @@ from nanoir.lowering.hw.core import (
     ReportUnlowered,
 )
 from nanoir.lowering.hw.data_movement import (
+    LowerBlock,
     LowerConcat,
     LowerMaxPool,
     LowerPad,
@@ -118,6 +119,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerPad,
     LowerSplit,
     LowerUpsampleNearest,
+    LowerBlock,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

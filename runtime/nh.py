@@ -746,6 +746,18 @@ def upsample_nearest(op: nh.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
     return lambda x: (kernels.upsample_nearest(x, size=size),)
 
 
+@impl(nh.DepthToSpaceOp)
+def depth_to_space(op: nh.DepthToSpaceOp, dtype: np.dtype[Any]) -> Kernel:
+    block, mode = op.block.value.data, op.mode.data
+    return lambda x: (kernels.depth_to_space(x, block, mode),)
+
+
+@impl(nh.SpaceToDepthOp)
+def space_to_depth(op: nh.SpaceToDepthOp, dtype: np.dtype[Any]) -> Kernel:
+    block, mode = op.block.value.data, op.mode.data
+    return lambda x: (kernels.space_to_depth(x, block, mode),)
+
+
 # --------------------------------------------------------------------------------------------
 # Real values of nh results
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import PadMode, array_values
+from nanoir.dialects.nh import block_moved_exps
 from nanoir.lowering.hw.codes import (
     bits_of_codes,
     container_width,
@@ -234,3 +235,37 @@ class LowerUpsampleNearest(HwPattern):
         new = nh.UpsampleNearestOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, a.exps, a.bits))
+
+
+class LowerBlock(HwPattern):
+    """``nf.depth_to_space`` / ``nf.space_to_depth`` → their nh ops: codes moved as the nf
+    op moves values; a per-channel exponent is first aligned to the finest one (exact)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.DepthToSpaceOp | nf.SpaceToDepthOp,
+                          rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        to_space = isinstance(op, nf.DepthToSpaceOp)
+        block, mode = op.block.value.data, op.mode.data
+        exps = block_moved_exps(to_space, expand(a.exps, a.rank), block, mode)
+        if exps is None:
+            # One result channel gathers channels of different exponents: align each such
+            # group to its finest exponent first (exact left shifts).
+            shape = expand(a.exps, a.rank).shape
+            e = a.exps.reshape(-1)
+            m = block ** (a.rank - 2)
+            if mode == "CRD":
+                target = np.repeat(e.reshape(-1, m).max(axis=1), m)
+            else:
+                target = np.tile(e.reshape(m, -1).max(axis=0), m)
+            a = hw.shift_to(op, a, target.reshape(shape))
+            exps = block_moved_exps(to_space, expand(a.exps, a.rank), block, mode)
+            assert exps is not None
+        t = hw.result_type(nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a))
+        cls = nh.DepthToSpaceOp if to_space else nh.SpaceToDepthOp
+        new = cls.create(operands=[a.value], result_types=[t],
+                         properties={"block": op.block, "mode": op.mode})
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, exps, a.bits))
+

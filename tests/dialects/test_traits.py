@@ -91,7 +91,8 @@ def test_data_movement_is_what_quantize_leaves_unquantized() -> None:
     assert moving == {"nf.reshape", "nf.transpose", "nf.split", "nf.concat", "nf.pad",
                       "nf.upsample_nearest", "nf.depth_to_space", "nf.space_to_depth"}
     assert {o.name for o in NH.operations if o.has_trait(DataMovement)} == {
-        "nh.reshape", "nh.concat", "nh.transpose", "nh.pad", "nh.split", "nh.upsample_nearest"}
+        "nh.reshape", "nh.concat", "nh.transpose", "nh.pad", "nh.split", "nh.upsample_nearest",
+        "nh.depth_to_space", "nh.space_to_depth"}
 
 
 def test_the_other_facts() -> None:
