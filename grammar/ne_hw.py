@@ -191,6 +191,16 @@ HW_OPS: tuple[HwOp, ...] = (
     ),
     HwOp(nh.ConcatOp, "Concat", props=(AttrMap("axis", "axis", "int"),)),
     HwOp(nh.ReshapeOp, "Reshape", const_input="shape"),
+    HwOp(nh.DepthToSpaceOp, "DepthToSpace", props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name"))),
+    HwOp(nh.SpaceToDepthOp, "SpaceToDepth", props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name"))),
+    HwOp(
+        nh.UpsampleNearestOp, "Resize",
+        derived=(
+            ("axes", lambda op: tuple(range(2, len(tensor_shape(op.results[0]))))),
+            ("coordinate_transformation_mode", lambda op: "asymmetric"), ("mode", lambda op: "nearest"),
+            ("nearest_mode", lambda op: "floor"), ("sizes", lambda op: tuple(tensor_shape(op.results[0])[2:])),
+        ),
+    ),
 )
 """Every nh op except `nh.constant` (written as `Unpack`, see the module docstring)."""
 

@@ -220,12 +220,19 @@ def _float_attr(value: AttrValue) -> Attribute:
     raise ValueError("must be a number")
 
 
+def _name_attr(value: AttrValue) -> Attribute:
+    if not isinstance(value, str):
+        raise ValueError("must be a name")
+    return StringAttr(value)
+
+
 _PROP_KINDS: dict[str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrValue], Attribute]]] = {
     "ints": (lambda a: array_values(a) or (), _ints_attr),  # type: ignore[arg-type]
     "int": (lambda a: int(a.value.data), _int_attr),  # type: ignore[attr-defined]
     "flag": (lambda a: int(bool(a.value.data)), _flag_attr),  # type: ignore[attr-defined]
     "rounding": (lambda a: a.data.value, _rounding_attr),  # type: ignore[attr-defined]
     "float": (lambda a: Float.from_value(a.value.data), _float_attr),  # type: ignore[attr-defined]
+    "name": (lambda a: a.data, _name_attr),  # type: ignore[attr-defined]
 }
 """Property kind -> (property -> attribute value, attribute value -> property)."""
 
