@@ -72,7 +72,9 @@ def worker(impl: str, repeat: int, depthwise_variants: bool) -> dict[str, float]
             torch.set_num_threads(1)
             xt, wt = torch.from_numpy(x), torch.from_numpy(w)
             with torch.no_grad():
-                results[name] = best_ms(lambda: F.conv2d(xt, wt, stride=s, padding=p, groups=g), repeat)
+                results[name] = best_ms(
+                    lambda: F.conv2d(xt, wt, stride=s, padding=p, groups=g), repeat
+                )
         else:
             from nanoir.runtime.numerics.kernels import conv
 
@@ -85,7 +87,9 @@ def worker(impl: str, repeat: int, depthwise_variants: bool) -> dict[str, float]
     return results
 
 
-def _depthwise_mac(x: NDArray[np.float32], w: NDArray[np.float32], s: int, p: int) -> NDArray[np.float32]:
+def _depthwise_mac(
+    x: NDArray[np.float32], w: NDArray[np.float32], s: int, p: int
+) -> NDArray[np.float32]:
     """Depthwise conv as one multiply-accumulate per kernel tap (the alternative not taken)."""
     k = w.shape[-1]
     xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
@@ -100,7 +104,9 @@ def _depthwise_mac(x: NDArray[np.float32], w: NDArray[np.float32], s: int, p: in
     return y
 
 
-def _depthwise_einsum(x: NDArray[np.float32], w: NDArray[np.float32], s: int, p: int) -> NDArray[np.float32]:
+def _depthwise_einsum(
+    x: NDArray[np.float32], w: NDArray[np.float32], s: int, p: int
+) -> NDArray[np.float32]:
     """Depthwise conv as einsum over a sliding window view (the other alternative not taken)."""
     k = w.shape[-1]
     xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
@@ -135,10 +141,14 @@ def main() -> None:
         for variant in ("mac", "einsum"):
             key = f"{name} [{variant}]"
             if key in timings["numpy"]:
-                print(f"| {name} ({variant}, not used) | {timings['numpy'][key]:.2f} | | {timings['numpy'][key] / t:.2f} |")
+                print(
+                    f"| {name} ({variant}, not used) | {timings['numpy'][key]:.2f} | | {timings['numpy'][key] / t:.2f} |"
+                )
     total_n = sum(c * timings["numpy"][layer[0]] for c, layer in zip(COUNTS, LAYERS))
     total_t = sum(c * timings["torch"][layer[0]] for c, layer in zip(COUNTS, LAYERS))
-    print(f"| ResNet-18 convs, weighted by count | {total_n:.1f} | {total_t:.1f} | {total_n / total_t:.2f} |")
+    print(
+        f"| ResNet-18 convs, weighted by count | {total_n:.1f} | {total_t:.1f} | {total_n / total_t:.2f} |"
+    )
 
 
 if __name__ == "__main__":

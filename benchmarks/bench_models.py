@@ -54,6 +54,7 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
     torch.set_num_threads(1)
     model, x = _input(name)
     if impl == "torch":
+
         def call() -> object:
             with torch.no_grad():
                 return model(x)
@@ -81,6 +82,7 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
 
         def call() -> object:
             return plan(xn)
+
     call()
     times = []
     for _ in range(repeat):
@@ -99,8 +101,12 @@ def main() -> int:
     if args.worker:
         print(json.dumps(worker(*args.worker, args.repeat)))
         return 0
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
     rows = []
     for name in MODELS:
         impls = ["torch", "nf"] + (["nh"] if name == "ResNet18" or args.nh_all else [])
@@ -108,7 +114,10 @@ def main() -> int:
         for impl in impls:
             out = subprocess.run(
                 [sys.executable, __file__, "--worker", name, impl, "--repeat", str(args.repeat)],
-                capture_output=True, text=True, env=env, check=True,
+                capture_output=True,
+                text=True,
+                env=env,
+                check=True,
             )
             ms[impl] = json.loads(out.stdout.strip().splitlines()[-1])["ms"]
         rows.append((name, ms))
@@ -116,8 +125,9 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|")
     for name, ms in rows:
         nh = f"{ms['nh']:.2f} | {ms['nh'] / ms['torch']:.2f}" if "nh" in ms else "— | —"
-        print(f"| {name} | {ms['torch']:.2f} | {ms['nf']:.2f} | {ms['nf'] / ms['torch']:.2f} "
-              f"| {nh} |")
+        print(
+            f"| {name} | {ms['torch']:.2f} | {ms['nf']:.2f} | {ms['nf'] / ms['torch']:.2f} | {nh} |"
+        )
     return 0
 
 

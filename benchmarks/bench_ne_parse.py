@@ -92,8 +92,12 @@ def build_program(scale: float, seed: int = 0) -> Program:
         exp_shape = (cout,) + (1,) * (len(shape) - 1)
         consts.append(ConstTensor.from_numpy(exponent, np.full(exp_shape, 6, dtype=np.int8)))
         qweight = f"Q_{name}_weight"
-        statics.append(InitTensor(f"{qweight}_o0", "Any", "CCDD"[: len(shape)] if k else "CC", shape))
-        init_nodes.append(InitNode(qweight, "Q", (("bit_len", 8),), (weight, exponent), (f"{qweight}_o0",)))
+        statics.append(
+            InitTensor(f"{qweight}_o0", "Any", "CCDD"[: len(shape)] if k else "CC", shape)
+        )
+        init_nodes.append(
+            InitNode(qweight, "Q", (("bit_len", 8),), (weight, exponent), (f"{qweight}_o0",))
+        )
         init_calls.append(qweight)
         if k:
             pad = k // 2
@@ -110,7 +114,9 @@ def build_program(scale: float, seed: int = 0) -> Program:
             for param in params:
                 consts.append(ConstTensor.from_numpy(param, floats(cout), "little_float_32"))
             bn_attrs = (("epsilon", Float("1e-05")), ("momentum", Float("0.9")))
-            act = runtime_node(f"BatchNormalization_{bn}", "BatchNormalization", bn_attrs, [act, *params], cout)
+            act = runtime_node(
+                f"BatchNormalization_{bn}", "BatchNormalization", bn_attrs, [act, *params], cout
+            )
             act = runtime_node(f"Relu_{bn}", "Relu", (), [act], cout)
         else:
             bias = f"{name}_bias"
@@ -154,8 +160,12 @@ def peak_growth(f: Callable[[], object]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply output channels (and data) by this")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (best is kept)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiply output channels (and data) by this"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="timed runs per measurement (best is kept)"
+    )
     args = parser.parse_args()
 
     program = build_program(args.scale)
@@ -212,12 +222,16 @@ def main() -> None:
     print("| step | time (s) | vs. same-run baseline | target | peak memory growth |")
     print("|---|---|---|---|---|")
     print(f"| `bytes.fromhex` (all blobs) | {real_fromhex:.3f} | 1.00x | | |")
-    print(f"| `import_nanoengine` (text to IR) | {t_import:.3f} | {t_import / real_fromhex:.2f}x "
-          f"| < 4x | {mem_import / 1e6:.0f} MB = {mem_import / (real_mb * 1e6):.2f}x file "
-          "(target < 3x) |")
+    print(
+        f"| `import_nanoengine` (text to IR) | {t_import:.3f} | {t_import / real_fromhex:.2f}x "
+        f"| < 4x | {mem_import / 1e6:.0f} MB = {mem_import / (real_mb * 1e6):.2f}x file "
+        "(target < 3x) |"
+    )
     print(f"| `bytes.hex` (all blobs) | {real_hex:.3f} | 1.00x | | |")
-    print(f"| `export_nanoengine` (IR to text) | {t_export:.3f} | {t_export / real_hex:.2f}x "
-          "| < 2x | |")
+    print(
+        f"| `export_nanoengine` (IR to text) | {t_export:.3f} | {t_export / real_hex:.2f}x "
+        "| < 2x | |"
+    )
 
 
 def real_resnet18(repeat: int) -> tuple[float, float, int, float, float, float]:

@@ -98,16 +98,20 @@ def nh_program(x: Any, w: Any, b: Any, s: int, p: int, requant: bool) -> Any:
     conv = nh.ConvOp.create(
         operands=[block.args[0], wc.result, bc.result],
         result_types=[nh.fixed_type(32, [1, cout, out, out], acc_exps, "BCMD")],
-        properties={"strides": DenseArrayBase.from_list(i64, [s, s]),
-                    "pads": DenseArrayBase.from_list(i64, [p] * 4)},
+        properties={
+            "strides": DenseArrayBase.from_list(i64, [s, s]),
+            "pads": DenseArrayBase.from_list(i64, [p] * 4),
+        },
     )
     ops: list[Any] = [wc, bc, conv]
     if requant:
-        ops.append(nh.RequantOp.create(
-            operands=[conv.result],
-            result_types=[nh.fixed_type(8, [1, cout, out, out], 4, "BCMD")],
-            properties={"shift": DenseArrayBase.from_list(i64, [e - 4 for e in acc_exps])},
-        ))
+        ops.append(
+            nh.RequantOp.create(
+                operands=[conv.result],
+                result_types=[nh.fixed_type(8, [1, cout, out, out], 4, "BCMD")],
+                properties={"shift": DenseArrayBase.from_list(i64, [e - 4 for e in acc_exps])},
+            )
+        )
     block.add_ops([*ops, ReturnOp(ops[-1].results[0])])
     ftype = FunctionType.from_lists([block.args[0].type], [ops[-1].results[0].type])
     module = ModuleOp([FuncOp("main", ftype, Region(block))])
@@ -140,8 +144,9 @@ def worker(impl: str, repeat: int) -> dict[str, float]:
         import torch.nn.functional as F
 
         (got,) = plan(x)
-        want = F.conv2d(*(torch.from_numpy(a.astype(np.float64)) for a in (x, w, b)),
-                        stride=s, padding=p).numpy()
+        want = F.conv2d(
+            *(torch.from_numpy(a.astype(np.float64)) for a in (x, w, b)), stride=s, padding=p
+        ).numpy()
         if not np.array_equal(got, want):
             raise SystemExit(f"{name}: nh.conv differs from the float64 reference")
     return results
@@ -164,7 +169,9 @@ def main() -> None:
         timings[impl] = json.loads(out)
 
     nh_t, torch_t = timings["nh"], timings["torch"]
-    print("| layer | nh conv ms | nh conv+requant ms | torch fp32 ms | ratio conv | ratio conv+requant |")
+    print(
+        "| layer | nh conv ms | nh conv+requant ms | torch fp32 ms | ratio conv | ratio conv+requant |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name, *_ in LAYERS:
         n, r, t = nh_t[name], nh_t[name + " [requant]"], torch_t[name]
@@ -173,8 +180,10 @@ def main() -> None:
         key: sum(c * table[layer[0] + suffix] for c, layer in zip(COUNTS, LAYERS))
         for key, table, suffix in (("n", nh_t, ""), ("r", nh_t, " [requant]"), ("t", torch_t, ""))
     }
-    print(f"| ResNet-18 convs, weighted by count | {total['n']:.1f} | {total['r']:.1f} | "
-          f"{total['t']:.1f} | {total['n'] / total['t']:.2f} | {total['r'] / total['t']:.2f} |")
+    print(
+        f"| ResNet-18 convs, weighted by count | {total['n']:.1f} | {total['r']:.1f} | "
+        f"{total['t']:.1f} | {total['n'] / total['t']:.2f} | {total['r'] / total['t']:.2f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -90,8 +90,11 @@ def main() -> None:
                     args.repeat,
                 )
                 n = -(-49 // step) + 1  # the steps with rows, and finish()
-                print(f"| {level} | {batch} | {step} | {n} | {whole:.2f} | {streamed:.2f} | "
-                      f"{streamed / n:.3f} | {streamed / whole:.2f} |", flush=True)
+                print(
+                    f"| {level} | {batch} | {step} | {n} | {whole:.2f} | {streamed:.2f} | "
+                    f"{streamed / n:.3f} | {streamed / whole:.2f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

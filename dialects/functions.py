@@ -59,8 +59,10 @@ def level_of(func: FuncOp) -> Level:
     names = [op.name for op in func.walk()]
     if any(n.startswith("nh.") for n in names):
         return "nh"
-    if any(isinstance(t, TensorType) and isinstance(t.encoding, FixedAttr)
-           for t in func.function_type.inputs.data):
+    if any(
+        isinstance(t, TensorType) and isinstance(t.encoding, FixedAttr)
+        for t in func.function_type.inputs.data
+    ):
         return "nh"
     if func.arg_attrs is not None and any("nq.bits" in d.data for d in func.arg_attrs.data):
         return "nh"

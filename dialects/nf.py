@@ -187,7 +187,9 @@ def parse_named_constant(
     pos = parser.pos
     value = parser.parse_attribute()
     if not isinstance(value, DenseIntOrFPElementsAttr):
-        parser.raise_error("expected a dense<...> literal", at_position=pos, end_position=parser.pos)
+        parser.raise_error(
+            "expected a dense<...> literal", at_position=pos, end_position=parser.pos
+        )
     attrs = parser.parse_optional_attr_dict()
     return value, constant_props(value, name), attrs
 
@@ -354,9 +356,7 @@ class BinaryFloatOp(IRDLOperation):
 
     def verify_(self) -> None:
         check_same_element_type(self, [self.lhs, self.rhs, self.result])
-        shape = shape_guard(
-            self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs)
-        )
+        shape = shape_guard(self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs))
         check_result_shape(self, shape, self.result)
 
 
@@ -484,8 +484,12 @@ class ConvOp(IRDLOperation):
         groups: int = 1,
     ):
         shape = infer_conv_shape(
-            tensor_shape(input), tensor_shape(weight), strides=strides, pads=pads,
-            dilations=dilations, groups=groups,
+            tensor_shape(input),
+            tensor_shape(weight),
+            strides=strides,
+            pads=pads,
+            dilations=dilations,
+            groups=groups,
         )
         in_t = input.type
         assert isinstance(in_t, TensorType)
@@ -504,9 +508,14 @@ class ConvOp(IRDLOperation):
         check_same_element_type(self, [*operands, self.result])
         w = tensor_shape(self.weight)
         shape = shape_guard(
-            self, infer_conv_shape, tensor_shape(self.input), w,
-            strides=array_values(self.strides), pads=array_values(self.pads),
-            dilations=array_values(self.dilations), groups=self.groups.value.data,
+            self,
+            infer_conv_shape,
+            tensor_shape(self.input),
+            w,
+            strides=array_values(self.strides),
+            pads=array_values(self.pads),
+            dilations=array_values(self.dilations),
+            groups=self.groups.value.data,
         )
         if self.bias is not None and tensor_shape(self.bias) != (w[0],):
             raise VerifyException(
@@ -559,14 +568,23 @@ class ConvTransposeOp(IRDLOperation):
         groups: int = 1,
     ):
         shape = infer_conv_transpose_shape(
-            tensor_shape(input), tensor_shape(weight), strides=strides, pads=pads,
-            dilations=dilations, output_padding=output_padding, groups=groups,
+            tensor_shape(input),
+            tensor_shape(weight),
+            strides=strides,
+            pads=pads,
+            dilations=dilations,
+            output_padding=output_padding,
+            groups=groups,
         )
         in_t = input.type
         assert isinstance(in_t, TensorType)
         props: dict[str, Attribute] = {"groups": IntegerAttr(groups, i64)}
-        for key, val in (("strides", strides), ("pads", pads), ("dilations", dilations),
-                         ("output_padding", output_padding)):
+        for key, val in (
+            ("strides", strides),
+            ("pads", pads),
+            ("dilations", dilations),
+            ("output_padding", output_padding),
+        ):
             if val is not None:
                 props[key] = int_array(val)
         super().__init__(
@@ -579,10 +597,15 @@ class ConvTransposeOp(IRDLOperation):
         operands = [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
         check_same_element_type(self, [*operands, self.result])
         shape = shape_guard(
-            self, infer_conv_transpose_shape, tensor_shape(self.input),
-            tensor_shape(self.weight), strides=array_values(self.strides),
-            pads=array_values(self.pads), dilations=array_values(self.dilations),
-            output_padding=array_values(self.output_padding), groups=self.groups.value.data,
+            self,
+            infer_conv_transpose_shape,
+            tensor_shape(self.input),
+            tensor_shape(self.weight),
+            strides=array_values(self.strides),
+            pads=array_values(self.pads),
+            dilations=array_values(self.dilations),
+            output_padding=array_values(self.output_padding),
+            groups=self.groups.value.data,
         )
         if self.bias is not None and tensor_shape(self.bias) != (shape[1],):
             raise VerifyException(
@@ -713,8 +736,12 @@ class BatchNormOp(IRDLOperation):
         if len(x) < 2:
             raise VerifyException(f"nf.batch_norm: input must have rank >= 2, got {shape_str(x)}")
         channels = x[1]
-        for label, v in (("scale", self.scale), ("bias", self.bias), ("mean", self.mean),
-                         ("var", self.var)):
+        for label, v in (
+            ("scale", self.scale),
+            ("bias", self.bias),
+            ("mean", self.mean),
+            ("var", self.var),
+        ):
             s = tensor_shape(v)
             if len(s) != 1 or (channels != DYNAMIC_INDEX and s[0] != channels):
                 raise VerifyException(
@@ -749,9 +776,14 @@ class PoolOp(IRDLOperation):
     def verify_(self) -> None:
         check_same_element_type(self, [self.input, self.result])
         shape = shape_guard(
-            self, infer_pool_shape, tensor_shape(self.input), array_values(self.kernel) or (),
-            strides=array_values(self.strides), pads=array_values(self.pads),
-            dilations=self.dilation_values(), ceil_mode=bool(self.ceil_mode.value.data),
+            self,
+            infer_pool_shape,
+            tensor_shape(self.input),
+            array_values(self.kernel) or (),
+            strides=array_values(self.strides),
+            pads=array_values(self.pads),
+            dilations=self.dilation_values(),
+            ceil_mode=bool(self.ceil_mode.value.data),
         )
         check_result_shape(self, shape, self.result)
 
@@ -797,7 +829,11 @@ class MaxPoolOp(PoolOp):
         ceil_mode: bool = False,
     ):
         shape = infer_pool_shape(
-            tensor_shape(input), kernel, strides=strides, pads=pads, dilations=dilations,
+            tensor_shape(input),
+            kernel,
+            strides=strides,
+            pads=pads,
+            dilations=dilations,
             ceil_mode=ceil_mode,
         )
         props = _pool_props(kernel, strides, pads, ceil_mode)
@@ -806,7 +842,8 @@ class MaxPoolOp(PoolOp):
         in_t = input.type
         assert isinstance(in_t, TensorType)
         super().__init__(
-            operands=[input], result_types=[TensorType(in_t.get_element_type(), shape)],
+            operands=[input],
+            result_types=[TensorType(in_t.get_element_type(), shape)],
             properties=props,
         )
 
@@ -850,7 +887,8 @@ class AvgPoolOp(PoolOp):
         in_t = input.type
         assert isinstance(in_t, TensorType)
         super().__init__(
-            operands=[input], result_types=[TensorType(in_t.get_element_type(), shape)],
+            operands=[input],
+            result_types=[TensorType(in_t.get_element_type(), shape)],
             properties=props,
         )
 
@@ -887,7 +925,8 @@ class AdaptiveAvgPoolOp(IRDLOperation):
         assert isinstance(in_t, TensorType)
         shape = (*in_t.get_shape()[:2], *output_size)
         super().__init__(
-            operands=[input], result_types=[TensorType(in_t.get_element_type(), shape)],
+            operands=[input],
+            result_types=[TensorType(in_t.get_element_type(), shape)],
             properties={"output_size": int_array(output_size)},
         )
 
@@ -901,7 +940,9 @@ class AdaptiveAvgPoolOp(IRDLOperation):
                 f"dim of {shape_str(x)}"
             )
         if any(s <= 0 for s in size):
-            raise VerifyException(f"nf.adaptive_avg_pool: output_size {list(size)} must be positive")
+            raise VerifyException(
+                f"nf.adaptive_avg_pool: output_size {list(size)} must be positive"
+            )
         check_result_shape(self, (*x[:2], *size), self.result)
 
 
@@ -933,14 +974,17 @@ class ConcatOp(IRDLOperation):
         t = inputs[0].type
         assert isinstance(t, TensorType)
         super().__init__(
-            operands=[list(inputs)], result_types=[TensorType(t.get_element_type(), shape)],
+            operands=[list(inputs)],
+            result_types=[TensorType(t.get_element_type(), shape)],
             properties={"axis": IntegerAttr(axis, i64)},
         )
 
     def verify_(self) -> None:
         check_same_element_type(self, [*self.inputs, self.result])
         shape = shape_guard(
-            self, infer_concat_shape, [tensor_shape(v) for v in self.inputs],
+            self,
+            infer_concat_shape,
+            [tensor_shape(v) for v in self.inputs],
             self.axis.value.data,
         )
         check_result_shape(self, shape, self.result)
@@ -975,7 +1019,8 @@ class SplitOp(IRDLOperation):
             shape[axis_n] = s
             types.append(TensorType(t.get_element_type(), shape))
         super().__init__(
-            operands=[input], result_types=[types],
+            operands=[input],
+            result_types=[types],
             properties={"axis": IntegerAttr(axis, i64), "sizes": int_array(sizes)},
         )
 
@@ -988,9 +1033,7 @@ class SplitOp(IRDLOperation):
         axis %= len(x)
         sizes = array_values(self.sizes) or ()
         if len(sizes) != len(self.results_):
-            raise VerifyException(
-                f"nf.split: {len(sizes)} sizes for {len(self.results_)} results"
-            )
+            raise VerifyException(f"nf.split: {len(sizes)} sizes for {len(self.results_)} results")
         if any(s < 0 for s in sizes):
             raise VerifyException(f"nf.split: sizes {list(sizes)} must be non-negative")
         if x[axis] != DYNAMIC_INDEX and sum(sizes) != x[axis]:
@@ -1080,7 +1123,8 @@ class TransposeOp(IRDLOperation):
         assert isinstance(t, TensorType)
         shape = [t.get_shape()[p] for p in perm]
         super().__init__(
-            operands=[input], result_types=[TensorType(t.get_element_type(), shape)],
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
             properties={"perm": int_array(perm)},
         )
 
@@ -1125,7 +1169,10 @@ class PadOp(IRDLOperation):
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(
-        self, input: SSAValue, pads: Sequence[int], mode: str = PadMode.CONSTANT,
+        self,
+        input: SSAValue,
+        pads: Sequence[int],
+        mode: str = PadMode.CONSTANT,
         value: float = 0.0,
     ):
         t = input.type
@@ -1134,9 +1181,11 @@ class PadOp(IRDLOperation):
         n = len(x)
         shape = [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)]
         super().__init__(
-            operands=[input], result_types=[TensorType(t.get_element_type(), shape)],
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
             properties={
-                "pads": int_array(pads), "mode": StringAttr(mode),
+                "pads": int_array(pads),
+                "mode": StringAttr(mode),
                 "value": FloatAttr(float(value), Float64Type()),
             },
         )
@@ -1156,9 +1205,7 @@ class PadOp(IRDLOperation):
             )
         if self.mode.data != PadMode.CONSTANT and any(p < 0 for p in pads):
             raise VerifyException(f"nf.pad: negative pads {list(pads)} need mode constant")
-        shape = [
-            d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)
-        ]
+        shape = [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)]
         if any(d != DYNAMIC_INDEX and d < 0 for d in shape):
             raise VerifyException(f"nf.pad: pads {list(pads)} remove more than {shape_str(x)} has")
         check_result_shape(self, shape, self.result)
@@ -1232,7 +1279,8 @@ class _BlockOp(IRDLOperation):
         assert isinstance(t, TensorType)
         shape = type(self).INFER(t.get_shape(), block)
         super().__init__(
-            operands=[input], result_types=[TensorType(t.get_element_type(), shape)],
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
             properties={"block": IntegerAttr(block, i64), "mode": StringAttr(mode)},
         )
 
@@ -1240,8 +1288,7 @@ class _BlockOp(IRDLOperation):
         check_same_element_type(self, [self.input, self.result])
         if self.mode.data not in BlockMode.ALL:
             raise VerifyException(f"{self.name}: mode {self.mode.data!r} is not CRD or DCR")
-        shape = shape_guard(self, type(self).INFER, tensor_shape(self.input),
-                            self.block.value.data)
+        shape = shape_guard(self, type(self).INFER, tensor_shape(self.input), self.block.value.data)
         check_result_shape(self, shape, self.result)
 
 

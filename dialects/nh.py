@@ -123,7 +123,8 @@ class FixedAttr(ParametrizedAttribute):
         per_channel = not isinstance(exp, int)
         exps = [exp] if isinstance(exp, int) else list(exp)
         super().__init__(
-            ArrayAttr(IntAttr(int(e)) for e in exps), BoolAttr.from_bool(per_channel),
+            ArrayAttr(IntAttr(int(e)) for e in exps),
+            BoolAttr.from_bool(per_channel),
             StringAttr(layout),
         )
 
@@ -140,8 +141,10 @@ class FixedAttr(ParametrizedAttribute):
     def exp_error(exp: int) -> str | None:
         """Why ``exp`` cannot be an exponent, or None."""
         if not EXP_MIN <= exp <= EXP_MAX:
-            return (f"exponent {exp} is outside {EXP_MIN}..{EXP_MAX} (NanoEngine stores "
-                    "exponents as int8)")
+            return (
+                f"exponent {exp} is outside {EXP_MIN}..{EXP_MAX} (NanoEngine stores "
+                "exponents as int8)"
+            )
         return None
 
     def verify(self) -> None:
@@ -186,7 +189,8 @@ class FixedAttr(ParametrizedAttribute):
             if error:
                 parser.raise_error(error, at_position=start, end_position=parser.pos)
         return (
-            ArrayAttr(IntAttr(e) for e in exps), BoolAttr.from_bool(per_channel),
+            ArrayAttr(IntAttr(e) for e in exps),
+            BoolAttr.from_bool(per_channel),
             StringAttr(layout),
         )
 
@@ -243,8 +247,9 @@ class FixedAttr(ParametrizedAttribute):
         yield from range(total)
 
 
-def fixed_type(element_width: int, shape: Sequence[int], exp: int | Sequence[int],
-               layout: str) -> TensorType:
+def fixed_type(
+    element_width: int, shape: Sequence[int], exp: int | Sequence[int], layout: str
+) -> TensorType:
     """``tensor<shape x i<width>, #nh.fixed<exp, layout>>``."""
     return TensorType(IntegerType(element_width), shape, FixedAttr(exp, layout))
 
@@ -288,8 +293,7 @@ def check_nh_type(where: str, t: Attribute, label: str) -> tuple[int, FixedAttr]
         )
     if width not in WIDTHS:
         raise VerifyException(
-            f"{where}: {label} is i{width}; nh allows "
-            + ", ".join(f"i{w}" for w in WIDTHS)
+            f"{where}: {label} is i{width}; nh allows " + ", ".join(f"i{w}" for w in WIDTHS)
         )
     enc = t.encoding
     if not isinstance(enc, FixedAttr):
@@ -351,9 +355,7 @@ def verify_hw_function(func: Operation) -> None:
                 f"input needs all of {', '.join(QUANTIZED_INPUT_ATTRS)}"
             )
         bits_attr, exp, rounding = (d.data[k] for k in QUANTIZED_INPUT_ATTRS)
-        if not isinstance(bits_attr, IntegerAttr) or not isinstance(
-            bits_attr.type, IntegerType
-        ):
+        if not isinstance(bits_attr, IntegerAttr) or not isinstance(bits_attr.type, IntegerType):
             raise VerifyException(f"{what}: nq.bits must be an integer, got {bits_attr}")
         bits = bits_attr.value.data
         if not 1 <= bits <= MAX_BITS:
@@ -367,8 +369,7 @@ def verify_hw_function(func: Operation) -> None:
         exp_elt = exp_type.get_element_type() if isinstance(exp_type, TensorType) else None
         if not isinstance(exp_elt, IntegerType) or exp_elt.width.data not in (8, 16, 32, 64):
             raise VerifyException(
-                f"{what}: nq.exp must be a dense tensor of i8, i16, i32 or i64 exponents, "
-                f"got {exp}"
+                f"{what}: nq.exp must be a dense tensor of i8, i16, i32 or i64 exponents, got {exp}"
             )
         assert isinstance(exp, DenseIntOrFPElementsAttr) and isinstance(exp_type, TensorType)
         width, fixed = check_nh_type(what, inputs[i], "its type")
@@ -378,8 +379,10 @@ def verify_hw_function(func: Operation) -> None:
             )
         k = np.frombuffer(exp.data.data, dtype=_EXP_DTYPES[exp_elt.width.data]).astype(np.int64)
         if k.size != math.prod(exp_type.get_shape()):
-            raise VerifyException(f"{what}: nq.exp holds {k.size} values for the shape "
-                                  f"{shape_str(exp_type.get_shape())}")
+            raise VerifyException(
+                f"{what}: nq.exp holds {k.size} values for the shape "
+                f"{shape_str(exp_type.get_shape())}"
+            )
         bad = k[np.abs(k) > MAX_ABS_EXP]
         if bad.size:
             raise VerifyException(
@@ -467,8 +470,9 @@ class ConstantOp(IRDLOperation):
     result = result_def(TensorType)
     traits = traits_def(Pure(), ConstantLike())
 
-    def __init__(self, value: DenseIntOrFPElementsAttr, result_type: TensorType,
-                 name: str | None = None):
+    def __init__(
+        self, value: DenseIntOrFPElementsAttr, result_type: TensorType, name: str | None = None
+    ):
         props: dict[str, Attribute] = {"value": value}
         if name is not None:
             props["name"] = StringAttr(name)
@@ -548,22 +552,35 @@ def _conv_like_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) ->
     return in_per_out + w_exps
 
 
-def _check_accumulator(op: IRDLOperation, expected: np.ndarray, result: SSAValue,
-                       bias: SSAValue | None, channel_axis: int) -> None:
+def _check_accumulator(
+    op: IRDLOperation,
+    expected: np.ndarray,
+    result: SSAValue,
+    bias: SSAValue | None,
+    channel_axis: int,
+) -> None:
     width, fr = check_nh_value(op, result, "result")
     if width != ACC_WIDTH:
         raise VerifyException(f"{op.name}: result must be an i32 accumulator, got i{width}")
     rank = len(tensor_shape(result))
     shape = [1] * rank
     shape[channel_axis] = len(expected)
-    check_exps_equal(op, "result exponent must be input + weight exponent",
-                     expected.reshape(shape), fr.exp_array())
+    check_exps_equal(
+        op,
+        "result exponent must be input + weight exponent",
+        expected.reshape(shape),
+        fr.exp_array(),
+    )
     if bias is not None:
         bw, fb = check_nh_value(op, bias, "bias")
         if bw != ACC_WIDTH:
             raise VerifyException(f"{op.name}: bias must be i32 (aligned to the accumulator)")
-        check_exps_equal(op, "bias must be aligned to the accumulator exponent",
-                         np.asarray(fb.exp_list), expected)
+        check_exps_equal(
+            op,
+            "bias must be aligned to the accumulator exponent",
+            np.asarray(fb.exp_list),
+            expected,
+        )
 
 
 @irdl_op_definition
@@ -599,9 +616,14 @@ class ConvOp(IRDLOperation):
         check_nh_value(self, self.weight, "weight")
         groups = self.groups.value.data
         shape = shape_guard(
-            self, infer_conv_shape, tensor_shape(self.input), tensor_shape(self.weight),
-            strides=array_values(self.strides), pads=array_values(self.pads),
-            dilations=array_values(self.dilations), groups=groups,
+            self,
+            infer_conv_shape,
+            tensor_shape(self.input),
+            tensor_shape(self.weight),
+            strides=array_values(self.strides),
+            pads=array_values(self.pads),
+            dilations=array_values(self.dilations),
+            groups=groups,
         )
         check_result_shape(self, shape, self.result)
         expected = _conv_like_exps(self, self.input, self.weight, groups)
@@ -640,8 +662,12 @@ class LinearOp(IRDLOperation):
                 "nh.linear: input features are summed together, so the input needs one "
                 f"exponent, got {fx.exp_list}"
             )
-        fr = fixed_of(self.result) if isinstance(self.result.type, TensorType) and isinstance(
-            self.result.type.encoding, FixedAttr) else None
+        fr = (
+            fixed_of(self.result)
+            if isinstance(self.result.type, TensorType)
+            and isinstance(self.result.type.encoding, FixedAttr)
+            else None
+        )
         if fr is not None and fr.is_per_channel and fr.channel_axis != len(shape) - 1:
             raise VerifyException(
                 "nh.linear: per-channel result exponents must run along the last dim "
@@ -701,9 +727,7 @@ class AlignedBinaryOp(IRDLOperation):
         wa, _ = check_nh_value(self, self.lhs, "lhs")
         wb, _ = check_nh_value(self, self.rhs, "rhs")
         check_nh_value(self, self.result, "result")
-        shape = shape_guard(
-            self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs)
-        )
+        shape = shape_guard(self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs))
         check_result_shape(self, shape, self.result)
         ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
         check_exps_equal(self, "operands must be aligned to one exponent", ea, eb)
@@ -758,9 +782,7 @@ class MulOp(IRDLOperation):
         wa, _ = check_nh_value(self, self.lhs, "lhs")
         wb, _ = check_nh_value(self, self.rhs, "rhs")
         check_nh_value(self, self.result, "result")
-        shape = shape_guard(
-            self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs)
-        )
+        shape = shape_guard(self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs))
         check_result_shape(self, shape, self.result)
         ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
         check_exps_equal(self, "result exponent must be lhs + rhs exponent", ea + eb, er)
@@ -808,9 +830,7 @@ class RequantOp(IRDLOperation):
             assert axis is not None
             channels = len((fx if fx.is_per_channel else fy).exp_list)
             if len(shifts) not in (1, channels):
-                raise VerifyException(
-                    f"nh.requant: {len(shifts)} shifts for {channels} channels"
-                )
+                raise VerifyException(f"nh.requant: {len(shifts)} shifts for {channels} channels")
             shape = [1] * rank
             shape[axis] = len(shifts)
             shifts = shifts.reshape(shape)
@@ -819,8 +839,10 @@ class RequantOp(IRDLOperation):
                 f"nh.requant: per-tensor exponents take one shift, got {len(shifts)}"
             )
         check_exps_equal(
-            self, "shift must equal input exponent - result exponent",
-            fx.exp_array(rank) - fy.exp_array(rank), shifts,
+            self,
+            "shift must equal input exponent - result exponent",
+            fx.exp_array(rank) - fy.exp_array(rank),
+            shifts,
         )
 
 
@@ -910,8 +932,10 @@ class ClampOp(SameTypeOp):
 
     def verify_(self) -> None:
         super().verify_()
-        if self.min is not None and self.max is not None and (
-            self.min.value.data > self.max.value.data
+        if (
+            self.min is not None
+            and self.max is not None
+            and (self.min.value.data > self.max.value.data)
         ):
             raise VerifyException(
                 f"nh.clamp: min {self.min.value.data} is greater than max {self.max.value.data}"
@@ -974,18 +998,23 @@ class AvgPoolOp(IRDLOperation):
         _pool_verify(self, None, same_width=True)
         if self.divisor_override is not None and self.divisor_override.value.data <= 0:
             raise VerifyException(
-                f"nh.avg_pool: divisor_override {self.divisor_override.value.data} must be "
-                "positive"
+                f"nh.avg_pool: divisor_override {self.divisor_override.value.data} must be positive"
             )
 
 
-def _pool_verify(op: MaxPoolOp | AvgPoolOp, dilations: tuple[int, ...] | None,
-                 same_width: bool) -> None:
+def _pool_verify(
+    op: MaxPoolOp | AvgPoolOp, dilations: tuple[int, ...] | None, same_width: bool
+) -> None:
     wx, fx = check_nh_value(op, op.input, "input")
     wy, fy = check_nh_value(op, op.result, "result")
     shape = shape_guard(
-        op, infer_pool_shape, tensor_shape(op.input), array_values(op.kernel) or (),
-        strides=array_values(op.strides), pads=array_values(op.pads), dilations=dilations,
+        op,
+        infer_pool_shape,
+        tensor_shape(op.input),
+        array_values(op.kernel) or (),
+        strides=array_values(op.strides),
+        pads=array_values(op.pads),
+        dilations=dilations,
         ceil_mode=bool(op.ceil_mode.value.data),
     )
     check_result_shape(op, shape, op.result)
@@ -1017,27 +1046,32 @@ class ConcatOp(IRDLOperation):
         widths = [check_nh_value(self, v, f"input {i}")[0] for i, v in enumerate(self.inputs)]
         wy, fy = check_nh_value(self, self.result, "result")
         axis = self.axis.value.data
-        shape = shape_guard(
-            self, infer_concat_shape, [tensor_shape(v) for v in self.inputs], axis
-        )
+        shape = shape_guard(self, infer_concat_shape, [tensor_shape(v) for v in self.inputs], axis)
         check_result_shape(self, shape, self.result)
         if wy < max(widths):
-            raise VerifyException(f"nh.concat: result i{wy} is narrower than an input i{max(widths)}")
+            raise VerifyException(
+                f"nh.concat: result i{wy} is narrower than an input i{max(widths)}"
+            )
         axis %= len(shape)
         exps = [fixed_of(v).exp_array() for v in self.inputs]
         rank = len(shape)
         if fy.channel_axis == axis and fy.is_per_channel:
             # Joining along the channel axis: the result's exponents are the inputs', in order.
-            full = np.concatenate([
-                np.broadcast_to(e, [1] * axis + [tensor_shape(v)[axis]] + [1] * (rank - axis - 1))
-                for e, v in zip(exps, self.inputs)
-            ], axis=axis)
-            check_exps_equal(self, "result exponents must be the inputs' concatenated",
-                             full, fy.exp_array())
+            full = np.concatenate(
+                [
+                    np.broadcast_to(
+                        e, [1] * axis + [tensor_shape(v)[axis]] + [1] * (rank - axis - 1)
+                    )
+                    for e, v in zip(exps, self.inputs)
+                ],
+                axis=axis,
+            )
+            check_exps_equal(
+                self, "result exponents must be the inputs' concatenated", full, fy.exp_array()
+            )
             return
         for i, e in enumerate(exps):
-            check_exps_equal(self, f"input {i} must share the result exponent", e,
-                             fy.exp_array())
+            check_exps_equal(self, f"input {i} must share the result exponent", e, fy.exp_array())
 
 
 @irdl_op_definition
@@ -1062,9 +1096,7 @@ class ReshapeOp(IRDLOperation):
         if wx != wy:
             raise VerifyException(f"nh.reshape: element width changes from i{wx} to i{wy}")
         x, y = tensor_shape(self.input), tensor_shape(self.result)
-        if DYNAMIC_INDEX not in x and DYNAMIC_INDEX not in y and int(np.prod(x)) != int(
-            np.prod(y)
-        ):
+        if DYNAMIC_INDEX not in x and DYNAMIC_INDEX not in y and int(np.prod(x)) != int(np.prod(y)):
             raise VerifyException(
                 f"nh.reshape: {shape_str(x)} and {shape_str(y)} have different element counts"
             )
@@ -1104,15 +1136,22 @@ class PReluOp(IRDLOperation):
         s = tensor_shape(self.slope)
         if len(s) != 1:
             raise VerifyException(f"nh.prelu: slope must be 1-D ([C] or [1]), got {shape_str(s)}")
-        check_exps_equal(self, "the slope's exponent is the shift", fs.exp_array(1),
-                         np.array([shift]))
+        check_exps_equal(
+            self, "the slope's exponent is the shift", fs.exp_array(1), np.array([shift])
+        )
         x = tensor_shape(self.input)
         check_result_shape(self, x, self.result)
-        check_exps_equal(self, "the result's exponent is the input's plus the shift",
-                         fx.exp_array(len(x)) + shift, fy.exp_array(len(x)))
+        check_exps_equal(
+            self,
+            "the result's exponent is the input's plus the shift",
+            fx.exp_array(len(x)) + shift,
+            fy.exp_array(len(x)),
+        )
 
 
-def _check_moved(op: IRDLOperation, x: SSAValue, y: SSAValue, move: np.ndarray | None = None) -> None:
+def _check_moved(
+    op: IRDLOperation, x: SSAValue, y: SSAValue, move: np.ndarray | None = None
+) -> None:
     """Data movement keeps the element width, and the exponents (``move``: as they move)."""
     wx, fx = check_nh_value(op, x, "input")
     wy, fy = check_nh_value(op, y, "result")
@@ -1145,8 +1184,9 @@ class TransposeOp(IRDLOperation):
         x = tensor_shape(self.input)
         perm = list(array_values(self.perm) or ())
         if sorted(perm) != list(range(len(x))):
-            raise VerifyException(f"nh.transpose: perm {perm} is not a permutation of the "
-                                  f"{len(x)} dims")
+            raise VerifyException(
+                f"nh.transpose: perm {perm} is not a permutation of the {len(x)} dims"
+            )
         check_result_shape(self, [x[p] for p in perm], self.result)
         check_nh_value(self, self.input, "input")
         moved = np.transpose(fixed_of(self.input).exp_array(len(x)), perm)
@@ -1179,12 +1219,16 @@ class PadOp(IRDLOperation):
         pads = list(array_values(self.pads) or ())
         n = len(x)
         if len(pads) != 2 * n:
-            raise VerifyException(f"nh.pad: pads has {len(pads)} entries, expected {2 * n} "
-                                  f"for {shape_str(x)}")
+            raise VerifyException(
+                f"nh.pad: pads has {len(pads)} entries, expected {2 * n} for {shape_str(x)}"
+            )
         if self.mode.data not in ("constant", "reflect", "edge"):
             raise VerifyException(f"nh.pad: unknown mode {self.mode.data!r}")
-        check_result_shape(self, [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i]
-                                  for i, d in enumerate(x)], self.result)
+        check_result_shape(
+            self,
+            [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)],
+            self.result,
+        )
         wy, _ = check_nh_value(self, self.result, "result")
         lo, hi = code_range(wy)
         if self.mode.data == "constant" and not lo <= self.value.value.data <= hi:
@@ -1220,8 +1264,7 @@ class SplitOp(IRDLOperation):
         axis %= len(x)
         sizes = list(array_values(self.sizes) or ())
         if len(sizes) != len(self.results_):
-            raise VerifyException(f"nh.split: {len(sizes)} sizes for {len(self.results_)} "
-                                  "results")
+            raise VerifyException(f"nh.split: {len(sizes)} sizes for {len(self.results_)} results")
         if x[axis] != DYNAMIC_INDEX and sum(sizes) != x[axis]:
             raise VerifyException(f"nh.split: sizes {sizes} do not add up to {x[axis]}")
         check_nh_value(self, self.input, "input")
@@ -1253,10 +1296,16 @@ class UpsampleNearestOp(IRDLOperation):
 
     def verify_(self) -> None:
         x, y = tensor_shape(self.input), tensor_shape(self.result)
-        if len(x) < 3 or len(x) != len(y) or list(x[:2]) != list(y[:2]) or any(
-                d == DYNAMIC_INDEX or d <= 0 for d in y[2:]):
-            raise VerifyException(f"nh.upsample_nearest: {shape_str(x)} -> {shape_str(y)} must "
-                                  "keep batch, channels and rank, with static spatial sizes")
+        if (
+            len(x) < 3
+            or len(x) != len(y)
+            or list(x[:2]) != list(y[:2])
+            or any(d == DYNAMIC_INDEX or d <= 0 for d in y[2:])
+        ):
+            raise VerifyException(
+                f"nh.upsample_nearest: {shape_str(x)} -> {shape_str(y)} must "
+                "keep batch, channels and rank, with static spatial sizes"
+            )
         _check_moved(self, self.input, self.result)
 
 
@@ -1290,9 +1339,12 @@ class _BlockOp(IRDLOperation):
         if self.mode.data not in ("CRD", "DCR"):
             raise VerifyException(f"{self.name}: mode {self.mode.data!r} is not CRD or DCR")
         rank = len(tensor_shape(self.input))
-        moved = block_moved_exps(isinstance(self, DepthToSpaceOp),
-                                 fixed_of(self.input).exp_array(rank), self.block.value.data,
-                                 self.mode.data)
+        moved = block_moved_exps(
+            isinstance(self, DepthToSpaceOp),
+            fixed_of(self.input).exp_array(rank),
+            self.block.value.data,
+            self.mode.data,
+        )
         if moved is None:
             raise VerifyException(f"{self.name}: merges channels of different exponents")
         _check_moved(self, self.input, self.result, moved)

@@ -135,9 +135,7 @@ class FakeQuantOp(IRDLOperation):
         if not isinstance(exp_type, TensorType) or not isinstance(
             exp_type.get_element_type(), IntegerType
         ):
-            raise VerifyException(
-                f"nq.fake_quant: exp must be an integer tensor, got {exp_type}"
-            )
+            raise VerifyException(f"nq.fake_quant: exp must be an integer tensor, got {exp_type}")
         if exp_type.get_element_type().width.data not in (8, 16, 32, 64):
             # Exponents are read as whole bytes (the runtime and the lowering view the data
             # as int8..int64; an i1 "1" would even be stored as -1).
@@ -162,8 +160,9 @@ class FakeQuantOp(IRDLOperation):
             )
 
 
-def exp_attr(values: list[int] | int, shape: list[int] | None = None,
-             element: IntegerType | None = None) -> DenseIntOrFPElementsAttr:
+def exp_attr(
+    values: list[int] | int, shape: list[int] | None = None, element: IntegerType | None = None
+) -> DenseIntOrFPElementsAttr:
     """Build an ``exp`` attribute: ``exp_attr(7)`` is ``dense<7> : tensor<1xi8>``."""
     flat = [values] if isinstance(values, int) else list(values)
     shape = [len(flat)] if shape is None else shape

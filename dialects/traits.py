@@ -192,8 +192,12 @@ class SlidingWindow(StreamingRule):
         else:
             kernel = _ints(op.properties.get("kernel")) or ()
         k, s, p, d = window_params(
-            len(kernel), kernel, _ints(op.properties.get("strides")),
-            _ints(op.properties.get("pads")), _ints(op.properties.get("dilations")))
+            len(kernel),
+            kernel,
+            _ints(op.properties.get("strides")),
+            _ints(op.properties.get("pads")),
+            _ints(op.properties.get("dilations")),
+        )
         ceil = op.properties.get("ceil_mode")
         return Window(k, s, p, d, bool(ceil is not None and ceil.value.data))  # type: ignore[attr-defined]
 
@@ -205,8 +209,7 @@ class SlidingWindow(StreamingRule):
             return ROW
         w = self.geometry(op)
         i, n = dim - 2, len(w.kernel)
-        return RowStep(w.field(i), w.strides[i], 1, w.pads[i], w.pads[n + i], w.ceil_mode,
-                       "window")
+        return RowStep(w.field(i), w.strides[i], 1, w.pads[i], w.pads[n + i], w.ceil_mode, "window")
 
 
 @dataclass(frozen=True)
@@ -273,8 +276,9 @@ class TransposedWindow(SlidingWindow):
         if pb > span or e % s or e // s - 1 + -(-pb // s) < 0:
             return None
         warm = (span - pb) // s
-        return RowStep(warm + -(-pb // s) + 1, 1, s, warm, e // s - 1 + -(-pb // s),
-                       adjust="transposed")
+        return RowStep(
+            warm + -(-pb // s) + 1, 1, s, warm, e // s - 1 + -(-pb // s), adjust="transposed"
+        )
 
 
 RowsAlong = Callable[[Operation, int, Collection[SSAValue]], "RowStep | None"]
@@ -355,8 +359,14 @@ def scale_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowSte
 def depth_to_space_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
     """DepthToSpace (PixelShuffle) by ``r``: each input row emits ``r`` rows along every
     spatial dim."""
-    return RowStep(emit=op.properties["block"].value.data,  # type: ignore[attr-defined]
-                   adjust="result_rows") if dim >= 2 else None
+    return (
+        RowStep(
+            emit=op.properties["block"].value.data,  # type: ignore[attr-defined]
+            adjust="result_rows",
+        )
+        if dim >= 2
+        else None
+    )
 
 
 def space_to_depth_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:

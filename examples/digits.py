@@ -113,8 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--qat-epochs", type=int, default=15)
-    parser.add_argument("--out", type=Path, default=Path("digits_out"),
-                        help="where to write the .mlir and .ne files")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("digits_out"),
+        help="where to write the .mlir and .ne files",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -138,14 +142,22 @@ def main(argv: list[str] | None = None) -> int:
     FoldBnPass().apply(nanoir.make_context(), float_module)
     (nf_logits,) = nanoir.run(float_module, x_test)
     rows.append(Row("nf (float32)", accuracy(nf_logits, y_test)))
-    calibration = [x_train[i:i + 128] for i in range(0, 512, 128)]
+    calibration = [x_train[i : i + 128] for i in range(0, 512, 128)]
 
-    four_one = {"calibrator": "mse",
-                "rules": (QuantRule(r"^conv\d\.weight$", bits=4, kind="weight"),
-                          QuantRule(r"^fc\.weight$", bits=1, kind="weight"))}
-    one_bit = {"calibrator": "mse",
-               "rules": (QuantRule(r"^conv1\.weight$", bits=4, kind="weight"),
-                         QuantRule(r"^(conv[23]|fc)\.weight$", bits=1, kind="weight"))}
+    four_one = {
+        "calibrator": "mse",
+        "rules": (
+            QuantRule(r"^conv\d\.weight$", bits=4, kind="weight"),
+            QuantRule(r"^fc\.weight$", bits=1, kind="weight"),
+        ),
+    }
+    one_bit = {
+        "calibrator": "mse",
+        "rules": (
+            QuantRule(r"^conv1\.weight$", bits=4, kind="weight"),
+            QuantRule(r"^(conv[23]|fc)\.weight$", bits=1, kind="weight"),
+        ),
+    }
     configs = {
         "8-bit": {},
         # 4-bit conv weights, a 1-bit classifier; MSE-optimal exponents matter at these widths.
@@ -166,11 +178,15 @@ def main(argv: list[str] | None = None) -> int:
             t1 = time.perf_counter()
             qat_model = nanoir.qat.prepare(model, (torch.from_numpy(x_train[:2]),), **options)
             nanoir.qat.calibrate(qat_model, calibration)
-            data = torch.utils.data.TensorDataset(torch.from_numpy(x_train),
-                                                  torch.from_numpy(y_train))
+            data = torch.utils.data.TensorDataset(
+                torch.from_numpy(x_train), torch.from_numpy(y_train)
+            )
             loader = torch.utils.data.DataLoader(
-                data, batch_size=64, shuffle=True,
-                generator=torch.Generator().manual_seed(args.seed))
+                data,
+                batch_size=64,
+                shuffle=True,
+                generator=torch.Generator().manual_seed(args.seed),
+            )
             nanoir.qat.train(qat_model, loader, epochs=args.qat_epochs, lr=rate, cosine=cosine)
             q = nanoir.qat.convert(qat_model)
             seconds = time.perf_counter() - t1
@@ -194,19 +210,34 @@ def main(argv: list[str] | None = None) -> int:
         if qat_model is not None:
             qat_logits = nanoir.qat.evaluate(qat_model, x_test)  # float64, eval mode
             same_qat = np.array_equal(qat_logits, hw_logits)
-            rows.append(Row(f"torch {label}", accuracy(qat_logits, y_test),
-                            f"{args.qat_epochs} epochs in {seconds:.1f} s; nh "
-                            f"{'identical' if same_qat else 'DIFFERS'}"))
+            rows.append(
+                Row(
+                    f"torch {label}",
+                    accuracy(qat_logits, y_test),
+                    f"{args.qat_epochs} epochs in {seconds:.1f} s; nh "
+                    f"{'identical' if same_qat else 'DIFFERS'}",
+                )
+            )
             if not same_qat:
                 failures.append(f"{label}: nh outputs differ from the QAT model's")
         rows.append(Row(f"nq {label}", accuracy(nq_logits, y_test)))
-        rows.append(Row(f"nh {label}", accuracy(hw_logits, y_test),
-                        f"{'identical to nq' if same else 'DIFFERS from nq'}; "
-                        f"weights {weight_bytes(hw)} B packed"))
-        rows.append(Row(f"nh {label} streamed", accuracy(streamed, y_test),
-                        f"{'identical to whole' if same_streamed else 'DIFFERS from whole'}; "
-                        f"largest cache {largest.tensor_name} {list(largest.shape)} "
-                        f"({_elements(largest.shape)} values)"))
+        rows.append(
+            Row(
+                f"nh {label}",
+                accuracy(hw_logits, y_test),
+                f"{'identical to nq' if same else 'DIFFERS from nq'}; "
+                f"weights {weight_bytes(hw)} B packed",
+            )
+        )
+        rows.append(
+            Row(
+                f"nh {label} streamed",
+                accuracy(streamed, y_test),
+                f"{'identical to whole' if same_streamed else 'DIFFERS from whole'}; "
+                f"largest cache {largest.tensor_name} {list(largest.shape)} "
+                f"({_elements(largest.shape)} values)",
+            )
+        )
         if not same:
             failures.append(f"{label}: nh outputs differ from nq")
         if not same_streamed:
@@ -222,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'level'.ljust(width)}  accuracy  notes")
     for r in rows:
         print(f"{r.level.ljust(width)}  {100 * r.accuracy:7.2f}%  {r.note}")
-    print(f"compile time (import, fold-bn, quantize, lower, stream-plan; all configs): "
-          f"{compile_s:.2f} s; QAT (prepare, calibrate, train, convert): {qat_s:.1f} s; "
-          f"programs written to {args.out}/")
+    print(
+        f"compile time (import, fold-bn, quantize, lower, stream-plan; all configs): "
+        f"{compile_s:.2f} s; QAT (prepare, calibrate, train, convert): {qat_s:.1f} s; "
+        f"programs written to {args.out}/"
+    )
     for f in failures:
         print(f"CHECK FAILED: {f}", file=sys.stderr)
     return 1 if failures else 0

@@ -255,7 +255,15 @@ NodeDecl = Union[InitNode, RuntimeNode]
 Declaration = Union[TensorDecl, NodeDecl]
 Item = Union[Comment, Declaration, Function]
 
-DECLARATION_TYPES = (ConstTensor, WordTensor, InitTensor, RuntimeTensor, MemTensor, InitNode, RuntimeNode)
+DECLARATION_TYPES = (
+    ConstTensor,
+    WordTensor,
+    InitTensor,
+    RuntimeTensor,
+    MemTensor,
+    InitNode,
+    RuntimeNode,
+)
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,9 @@ def _shape_problems(
     bad = [d for d in shape if d < lowest]
     if bad:
         allowed = "-1 (the batch) or more" if lowest == -1 else "0 or more"
-        found.append(f"shape {list(shape)} of '{decl.name}' has dimension {bad[0]}; dimensions must be {allowed}")
+        found.append(
+            f"shape {list(shape)} of '{decl.name}' has dimension {bad[0]}; dimensions must be {allowed}"
+        )
     layout: str | None = getattr(decl, "layout", None)
     if layout is not None and len(layout) != len(shape):
         found.append(
@@ -101,14 +103,24 @@ def find_problems(program: Program) -> list[Problem]:
     for index, item in enumerate(items):
         if isinstance(item, Function):
             if item.name not in _FUNCTION_KINDS:
-                report(index, item.loc, f"unknown function '{item.name}'; expected 'init' or 'runtime'")
+                report(
+                    index, item.loc, f"unknown function '{item.name}'; expected 'init' or 'runtime'"
+                )
             elif item.name in functions:
-                report(index, item.loc, f"duplicate 'func {item.name}'{_first_at(functions[item.name].loc)}")
+                report(
+                    index,
+                    item.loc,
+                    f"duplicate 'func {item.name}'{_first_at(functions[item.name].loc)}",
+                )
             else:
                 functions[item.name] = item
         elif isinstance(item, DECLARATION_TYPES):
             if item.name in table:
-                report(index, item.loc, f"duplicate declaration of '{item.name}'{_first_at(table[item.name].loc)}")
+                report(
+                    index,
+                    item.loc,
+                    f"duplicate declaration of '{item.name}'{_first_at(table[item.name].loc)}",
+                )
             else:
                 table[item.name] = item
 
@@ -121,7 +133,11 @@ def find_problems(program: Program) -> list[Problem]:
                 report(index, item.loc, message)
             if item.dtype not in DTYPES:
                 known = ", ".join(DTYPES)
-                report(index, item.loc, f"unknown dtype '{item.dtype}' of '{item.name}'; expected one of {known}")
+                report(
+                    index,
+                    item.loc,
+                    f"unknown dtype '{item.dtype}' of '{item.name}'; expected one of {known}",
+                )
             elif not shape_issues:
                 message = _data_problem(item.name, item.dtype, item.shape, item.data)
                 if message:
@@ -150,10 +166,16 @@ def find_problems(program: Program) -> list[Problem]:
                 if target is None:
                     report(index, loc, f"func {item.name} calls undeclared node '{call}'")
                 elif not isinstance(target, (InitNode, RuntimeNode)):
-                    report(index, loc, f"func {item.name} calls '{call}', which is {kind_name(target)}, not a node")
+                    report(
+                        index,
+                        loc,
+                        f"func {item.name} calls '{call}', which is {kind_name(target)}, not a node",
+                    )
                 elif not isinstance(target, wanted_type):
                     report(
-                        index, loc, f"func {item.name} calls '{call}', which is {kind_name(target)}; expected {wanted}"
+                        index,
+                        loc,
+                        f"func {item.name} calls '{call}', which is {kind_name(target)}; expected {wanted}",
                     )
 
     for name in ("init", "runtime"):
@@ -174,14 +196,24 @@ def _node_problems(
     seen_attrs: set[str] = set()
     for i, (key, _) in enumerate(node.attrs):
         if key in seen_attrs:
-            report(index, _at(node.attr_locs, i, node.loc), f"duplicate attribute '{key}' in node '{node.name}'")
+            report(
+                index,
+                _at(node.attr_locs, i, node.loc),
+                f"duplicate attribute '{key}' in node '{node.name}'",
+            )
         seen_attrs.add(key)
 
     # (field, names, their positions, the declaration kinds allowed there, those kinds in words)
     lists: list[tuple[str, tuple[str, ...], tuple[Loc, ...], tuple[type, ...], str]]
     if isinstance(node, InitNode):
         lists = [
-            ("in_s", node.in_s, node.in_locs, (ConstTensor, WordTensor, InitTensor), "a constant or init tensor"),
+            (
+                "in_s",
+                node.in_s,
+                node.in_locs,
+                (ConstTensor, WordTensor, InitTensor),
+                "a constant or init tensor",
+            ),
             ("out_s", node.out_s, node.out_locs, (InitTensor,), "an init tensor"),
         ]
     else:
@@ -255,7 +287,9 @@ def check_each_node_called_once(
         for i, call in enumerate(func.calls):
             if call in seen:
                 loc = func.call_locs[i] if i < len(func.call_locs) else func.loc
-                raise error(f"node '{call}' is called more than once; nanoir runs each node once", loc)
+                raise error(
+                    f"node '{call}' is called more than once; nanoir runs each node once", loc
+                )
             seen.add(call)
     for node in nodes.values():
         if node.name not in seen:

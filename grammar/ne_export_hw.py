@@ -106,7 +106,9 @@ class _HwExporter:
         self.const_names: dict[Operation, str] = {}
         ret = self.block.last_op
         if not isinstance(ret, ReturnOp):
-            raise ExportError(f"nanoengine export: @{func.sym_name.data} does not end with func.return")
+            raise ExportError(
+                f"nanoengine export: @{func.sym_name.data} does not end with func.return"
+            )
         self.returned: list[SSAValue] = list(ret.arguments)
         self.ret = ret
         self.direct: dict[SSAValue, int] = {}
@@ -118,7 +120,9 @@ class _HwExporter:
     def claim_constant_names(self) -> None:
         """Named constants get their names first, so generated names step around them; a
         name already taken (`a.b` after `a_b`) becomes `a_b_1` once every free one is claimed."""
-        named = [op for op in self.block.ops if isinstance(op, nh.ConstantOp) and op.sym_name is not None]
+        named = [
+            op for op in self.block.ops if isinstance(op, nh.ConstantOp) and op.sym_name is not None
+        ]
         clashes: list[nh.ConstantOp] = []
         for op in named:
             base = sanitize_name(op.sym_name.data)  # type: ignore[union-attr]
@@ -181,12 +185,19 @@ class _HwExporter:
         self.consts.append(exp_const)
         node = self.ids.numbered("Q")
         self.declare(arg, self.ids.fresh(f"{node}_o0"), init=False, what=what)
-        attrs_out: list[tuple[str, AttrValue]] = [("bit_len", bits.value.data), ("exp", exp_value(fixed))]
+        attrs_out: list[tuple[str, AttrValue]] = [
+            ("bit_len", bits.value.data),
+            ("exp", exp_value(fixed)),
+        ]
         rounding = attrs.get("nq.rounding")
         if isinstance(rounding, RoundingModeAttr) and rounding.data != RoundingMode.TRUNC:
             attrs_out.append(("rounding", rounding.data.value))
         in_s = (source, exp_const.name)
-        self.nodes.append(RuntimeNode(node, "Q", _sorted(attrs_out), in_s, self.caches(node, in_s[:1]), (self.names[arg],)))
+        self.nodes.append(
+            RuntimeNode(
+                node, "Q", _sorted(attrs_out), in_s, self.caches(node, in_s[:1]), (self.names[arg],)
+            )
+        )
 
     # -- ops ------------------------------------------------------------------------------
     def constant(self, op: nh.ConstantOp) -> None:
@@ -207,8 +218,12 @@ class _HwExporter:
             attrs.append(("storage", storage))
         node = self.ids.numbered("Unpack")
         self.init_values.add(op.result)
-        self.declare(op.result, self.ids.fresh(f"{node}_o0"), init=True, what=f"nh.constant '{name}'")
-        self.nodes.append(InitNode(node, "Unpack", _sorted(attrs), (name,), (self.names[op.result],)))
+        self.declare(
+            op.result, self.ids.fresh(f"{node}_o0"), init=True, what=f"nh.constant '{name}'"
+        )
+        self.nodes.append(
+            InitNode(node, "Unpack", _sorted(attrs), (name,), (self.names[op.result],))
+        )
 
     def node(self, op: Operation) -> None:
         spec = BY_CLASS.get(type(op))
@@ -218,7 +233,9 @@ class _HwExporter:
                 "(the hw level writes nh ops only)"
             )
         if len(op.results) != 1:
-            raise ExportError(f"nanoengine export: '{op.name}' has {len(op.results)} results; nodes here have one")
+            raise ExportError(
+                f"nanoengine export: '{op.name}' has {len(op.results)} results; nodes here have one"
+            )
         result = op.results[0]
         _, _, _, fixed = _nh_type(result, f"the result of '{op.name}'")
         attrs: list[tuple[str, AttrValue]] = [("exp", exp_value(fixed))]
@@ -245,7 +262,9 @@ class _HwExporter:
             self.nodes.append(InitNode(name, spec.op_type, _sorted(attrs), tuple(in_s), out_s))
         else:
             mem_s = self.caches(name, in_s)
-            self.nodes.append(RuntimeNode(name, spec.op_type, _sorted(attrs), tuple(in_s), mem_s, out_s))
+            self.nodes.append(
+                RuntimeNode(name, spec.op_type, _sorted(attrs), tuple(in_s), mem_s, out_s)
+            )
 
     def shape_constant(self, result: SSAValue) -> str:
         """Reshape's int64_t shape input: the result shape, -1 for a dynamic dim."""
@@ -278,7 +297,11 @@ class _HwExporter:
         # through an Identity node, so that "unread tensors are outputs" finds it.
         for index, value in enumerate(self.returned):
             only_returned = value.uses.get_length() == 1
-            if only_returned and not isinstance(value, BlockArgument) and not isinstance(value.owner, nh.ConstantOp):
+            if (
+                only_returned
+                and not isinstance(value, BlockArgument)
+                and not isinstance(value.owner, nh.ConstantOp)
+            ):
                 self.direct[value] = index
         self.claim_constant_names()
         arg_attrs = self.func.arg_attrs.data if self.func.arg_attrs else ()
@@ -295,10 +318,16 @@ class _HwExporter:
                 self.node(op)
         # The Q nodes build no op, so they may go anywhere: just before the first runtime
         # node, which keeps a program whose constants come first in the reference layout.
-        first = next((i for i, n in enumerate(self.nodes) if isinstance(n, RuntimeNode)), len(self.nodes))
+        first = next(
+            (i for i, n in enumerate(self.nodes) if isinstance(n, RuntimeNode)), len(self.nodes)
+        )
         self.nodes[first:first] = quantizers
         for index, value in enumerate(self.returned):
-            if value in self.direct and self.direct[value] == index and value not in self.init_values:
+            if (
+                value in self.direct
+                and self.direct[value] == index
+                and value not in self.init_values
+            ):
                 self.outputs[index] = self.names[value]
             else:
                 self.identity(value, index)

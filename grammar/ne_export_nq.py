@@ -172,7 +172,15 @@ class _Exporter:
 
     def _recorded_identity(
         self, index: int
-    ) -> tuple[str, tuple[str, str, tuple[int, ...], str] | None, list[tuple[str, str, tuple[int, ...], str]], str] | None:
+    ) -> (
+        tuple[
+            str,
+            tuple[str, str, tuple[int, ...], str] | None,
+            list[tuple[str, str, tuple[int, ...], str]],
+            str,
+        ]
+        | None
+    ):
         """(node, out entry, mem entries, the node called before it) of the Identity node the
         imported file gave result `index` by (`ne.identity`, see ne_import_nq)."""
         res_attrs = self.func.res_attrs.data if self.func.res_attrs else ()
@@ -243,7 +251,9 @@ class _Exporter:
         if isinstance(owner, nf.ConstantOp) and value not in self.names:
             name = self.const_name()
             self.names[value] = name
-            self.declare_const(self._float_const(owner, name, NE_HEX_UPPER in owner.attributes), numbered=True)
+            self.declare_const(
+                self._float_const(owner, name, NE_HEX_UPPER in owner.attributes), numbered=True
+            )
 
     def recorded_const(self, name: str) -> ConstTensor | WordTensor | None:
         decl = self.recorded_decls.get(name)
@@ -288,7 +298,9 @@ class _Exporter:
                 inputs.append(value)
         return inputs
 
-    def _plain_inputs(self, op: Operation, consts: dict[int, ConstTensor | WordTensor]) -> list[NodeInput]:
+    def _plain_inputs(
+        self, op: Operation, consts: dict[int, ConstTensor | WordTensor]
+    ) -> list[NodeInput]:
         return [*op.operands, *(consts[k] for k in sorted(consts))]
 
     def _shape_const(self, op: nf.ReshapeOp) -> ConstTensor:
@@ -321,16 +333,22 @@ class _Exporter:
             raise failure
         return regenerated
 
-    def _means_the_same(self, op: Operation, op_type: str, attrs: Attrs, inputs: list[NodeInput]) -> bool:
+    def _means_the_same(
+        self, op: Operation, op_type: str, attrs: Attrs, inputs: list[NodeInput]
+    ) -> bool:
         """Whether importing `attrs` with these inputs builds an op equal to this one: same
         class and result types, and the same canonical attributes (defaults filled in)."""
-        spec = NodeSpec(_str_attr(op, NE_NODE) or op.name, op_type, attrs, tuple(inputs), len(op.results))
+        spec = NodeSpec(
+            _str_attr(op, NE_NODE) or op.name, op_type, attrs, tuple(inputs), len(op.results)
+        )
         try:
             rebuilt = convert_known(spec)
         except (Unsupported, NodeProblem, KeyError):
             return False
         try:
-            if type(rebuilt) is not type(op) or [r.type for r in rebuilt.results] != [r.type for r in op.results]:
+            if type(rebuilt) is not type(op) or [r.type for r in rebuilt.results] != [
+                r.type for r in op.results
+            ]:
                 return False
             try:
                 return default_attrs(rebuilt, op_type) == default_attrs(op, op_type)
@@ -355,7 +373,9 @@ class _Exporter:
         op_type = _op_type(op)
         init = self.is_init(op)
         inputs = self.node_inputs(op)
-        name = self.ids.claim(_str_attr(op, NE_NODE), lambda: self.ids.numbered(sanitize_name(op_type)))
+        name = self.ids.claim(
+            _str_attr(op, NE_NODE), lambda: self.ids.numbered(sanitize_name(op_type))
+        )
         attrs = self.node_attrs(op, op_type, inputs)
         self.reference.update(zip(op.results, self.reference_types(op, op_type, attrs, inputs)))
         out_names = self.outputs(op, name, init, returned)
@@ -376,7 +396,9 @@ class _Exporter:
         types = [r.type for r in op.results]
         if isinstance(op, nf.CustomOp):
             return list(types)
-        spec = NodeSpec(_str_attr(op, NE_NODE) or op.name, op_type, attrs, tuple(inputs), len(op.results))
+        spec = NodeSpec(
+            _str_attr(op, NE_NODE) or op.name, op_type, attrs, tuple(inputs), len(op.results)
+        )
         reference = [self.reference.get(v, v.type) for v in inputs if isinstance(v, SSAValue)]
         found = reference_result_types(spec, types, reference)
         return list(found) if found is not None else [None] * len(types)
@@ -386,10 +408,14 @@ class _Exporter:
             return self.declare_const(value, numbered=False)
         name = self.names.get(value)
         if name is None:
-            raise ExportError(f"nanoengine export: {user.name} reads a value defined outside @main's body")
+            raise ExportError(
+                f"nanoengine export: {user.name} reads a value defined outside @main's body"
+            )
         return name
 
-    def outputs(self, op: Operation, node: str, init: bool, returned: dict[SSAValue, int]) -> tuple[str, ...]:
+    def outputs(
+        self, op: Operation, node: str, init: bool, returned: dict[SSAValue, int]
+    ) -> tuple[str, ...]:
         recorded = _entries(op, NE_OUT_S)
         if recorded is not None and len(recorded) != len(op.results):
             recorded = None
@@ -410,7 +436,11 @@ class _Exporter:
         return tuple(names)
 
     def tensor_decl(
-        self, value: SSAValue, name: str, entry: tuple[str, str, tuple[int, ...], str] | None, init: bool
+        self,
+        value: SSAValue,
+        name: str,
+        entry: tuple[str, str, tuple[int, ...], str] | None,
+        init: bool,
     ) -> InitTensor | RuntimeTensor:
         t = value.type
         if not isinstance(t, TensorType):
@@ -418,7 +448,9 @@ class _Exporter:
         dtype = entry[3] if entry else "Any"
         if init:
             if DYNAMIC_INDEX in t.get_shape():
-                raise ExportError(f"nanoengine export: init tensor '{name}' has the dynamic shape {shape_str(t.get_shape())}")
+                raise ExportError(
+                    f"nanoengine export: init tensor '{name}' has the dynamic shape {shape_str(t.get_shape())}"
+                )
             shape = tuple(t.get_shape())
             if entry and entry[2] == shape:
                 return InitTensor(name, dtype, entry[1], shape)
@@ -426,20 +458,25 @@ class _Exporter:
         planned = self.plan.tensor_shape(value) if self.plan is not None else None
         if planned is not None:
             shape = tuple(int(d) for d in planned)
-            layout = entry[1] if entry and len(entry[1]) == len(shape) else runtime_layout(len(shape))
+            layout = (
+                entry[1] if entry and len(entry[1]) == len(shape) else runtime_layout(len(shape))
+            )
             return RuntimeTensor(name, dtype, layout, shape)
         if entry and self._recorded_shape_fits(value, entry):
             return RuntimeTensor(name, dtype, entry[1], entry[2])
         shape = tuple(int(d) for d in self.default_plan.tensor_shape(value) or ())
         return RuntimeTensor(name, dtype, runtime_layout(len(shape)), shape)
 
-    def _recorded_shape_fits(self, value: SSAValue, entry: tuple[str, str, tuple[int, ...], str]) -> bool:
+    def _recorded_shape_fits(
+        self, value: SSAValue, entry: tuple[str, str, tuple[int, ...], str]
+    ) -> bool:
         """Whether a recorded runtime shape still describes `value`: its type's, or the one
         NanoEngine-PyTorch declares for it (ignoring padding; see ne_reference)."""
         declared = streamed_type(entry[2], entry[1]).get_shape()
         reference = self.reference.get(value, value.type)
         return any(
-            isinstance(t, TensorType) and shapes_compatible(declared, t.get_shape()) for t in (value.type, reference)
+            isinstance(t, TensorType) and shapes_compatible(declared, t.get_shape())
+            for t in (value.type, reference)
         )
 
     def caches(self, op: Operation, node: str, inputs: list[NodeInput]) -> tuple[str, ...]:
@@ -458,14 +495,21 @@ class _Exporter:
         names = []
         for i, v in enumerate(runtime_inputs):
             entry = recorded[i] if recorded and len(recorded) == len(runtime_inputs) else None
-            name = self.ids.claim(entry[0] if entry else None, lambda v=v: self.ids.fresh(f"{node}_{self.names[v]}"))
+            name = self.ids.claim(
+                entry[0] if entry else None, lambda v=v: self.ids.fresh(f"{node}_{self.names[v]}")
+            )
             cached = self.tensors.get(self.names[v])
             assert isinstance(cached, RuntimeTensor)
             shape = tuple(cached.shape)
             if self.plan is not None:
                 planned = self.plan.cache_shape(op, v, shape)
                 shape = tuple(int(d) for d in planned) if planned is not None else shape
-            self.tensors[name] = MemTensor(name, "Any", cached.layout if len(cached.layout) == len(shape) else runtime_layout(len(shape)), shape)
+            self.tensors[name] = MemTensor(
+                name,
+                "Any",
+                cached.layout if len(cached.layout) == len(shape) else runtime_layout(len(shape)),
+                shape,
+            )
             names.append(name)
         return tuple(names)
 
@@ -501,20 +545,34 @@ class _Exporter:
 
     def identity(self, value: SSAValue, index: int) -> str:
         """An Identity node giving result `index` a tensor of its own; returns its name."""
-        node_name, out_entry, mem_entries, after = self._recorded_identity(index) or (None, None, [], "")
+        node_name, out_entry, mem_entries, after = self._recorded_identity(index) or (
+            None,
+            None,
+            [],
+            "",
+        )
         source = self.names[value]
         name = self.ids.claim(node_name, lambda: self.ids.numbered("Identity"))
         out = self.ids.claim(
-            out_entry[0] if out_entry else None, lambda: self.ids.fresh("output" if index == 0 else f"output_{index}")
+            out_entry[0] if out_entry else None,
+            lambda: self.ids.fresh("output" if index == 0 else f"output_{index}"),
         )
         self.tensors[out] = self.tensor_decl(value, out, out_entry, init=False)
-        if mem_entries and len(mem_entries) == 1 and self.plan is None and self._recorded_mems_fit(mem_entries):
+        if (
+            mem_entries
+            and len(mem_entries) == 1
+            and self.plan is None
+            and self._recorded_mems_fit(mem_entries)
+        ):
             mem_name, layout, shape, dtype = mem_entries[0]
             self.tensors.setdefault(mem_name, MemTensor(mem_name, dtype, layout, shape))
         else:
             cached = self.tensors[source]
             assert isinstance(cached, RuntimeTensor)
-            mem_name = self.ids.claim(mem_entries[0][0] if mem_entries else None, lambda: self.ids.fresh(f"{name}_{source}"))
+            mem_name = self.ids.claim(
+                mem_entries[0][0] if mem_entries else None,
+                lambda: self.ids.fresh(f"{name}_{source}"),
+            )
             self.tensors[mem_name] = MemTensor(mem_name, "Any", cached.layout, cached.shape)
         node = RuntimeNode(name, "Identity", (), (source,), (mem_name,), (out,))
         # Called where the file called it (after node `after`), if that is after the source.
@@ -533,8 +591,15 @@ class _Exporter:
         results, returned = self._results()
         arg_attrs = self.func.arg_attrs.data if self.func.arg_attrs else ()
         for i, arg in enumerate(block.args):
-            entry = entry_fields(arg_attrs[i].data.get(NE_TENSOR, DictionaryAttr({}))) if i < len(arg_attrs) else None
-            name = self.ids.claim(entry[0] if entry else None, lambda i=i: self.ids.fresh("input" if i == 0 else f"input_{i}"))
+            entry = (
+                entry_fields(arg_attrs[i].data.get(NE_TENSOR, DictionaryAttr({})))
+                if i < len(arg_attrs)
+                else None
+            )
+            name = self.ids.claim(
+                entry[0] if entry else None,
+                lambda i=i: self.ids.fresh("input" if i == 0 else f"input_{i}"),
+            )
             self.names[arg] = name
             self.tensors[name] = self.tensor_decl(arg, name, entry, init=False)
         for op in block.ops:

@@ -130,7 +130,6 @@ UNNAMED_CONSTANT = re.compile(r"Constant_n[0-9]+_o0")
 """Data constants named like this hold an unnamed `nh.constant` (the exporter's numbering)."""
 
 
-
 # ---------------------------------------------------------------------------------------
 # The op table
 # ---------------------------------------------------------------------------------------
@@ -154,20 +153,31 @@ _WINDOW = (AttrMap("pads", "pads", "ints"), AttrMap("strides", "strides", "ints"
 
 HW_OPS: tuple[HwOp, ...] = (
     HwOp(
-        nh.ConvOp, "Conv",
-        props=(AttrMap("dilations", "dilations", "ints"), AttrMap("group", "groups", "int"), *_WINDOW),
+        nh.ConvOp,
+        "Conv",
+        props=(
+            AttrMap("dilations", "dilations", "ints"),
+            AttrMap("group", "groups", "int"),
+            *_WINDOW,
+        ),
         derived=(("kernel_shape", lambda op: tensor_shape(op.operands[1])[2:]),),
     ),
     HwOp(
-        nh.LinearOp, "Gemm",
-        derived=(("alpha", lambda op: Float("1.0")), ("beta", lambda op: Float("1.0")), ("transB", lambda op: 1)),
+        nh.LinearOp,
+        "Gemm",
+        derived=(
+            ("alpha", lambda op: Float("1.0")),
+            ("beta", lambda op: Float("1.0")),
+            ("transB", lambda op: 1),
+        ),
     ),
     HwOp(nh.MatmulOp, "MatMul"),
     HwOp(nh.AddOp, "Add"),
     HwOp(nh.SubOp, "Sub"),
     HwOp(nh.MulOp, "Mul"),
     HwOp(
-        nh.RequantOp, "Requant",
+        nh.RequantOp,
+        "Requant",
         props=(AttrMap("rounding", "rounding", "rounding"), AttrMap("shift", "shift", "ints")),
         derived=(("bit_len", lambda op: nh.width_of(op.results[0])),),
     ),
@@ -175,30 +185,48 @@ HW_OPS: tuple[HwOp, ...] = (
     HwOp(nh.ReluOp, "Relu"),
     HwOp(nh.ClampOp, "Clip", props=(AttrMap("max", "max", "int"), AttrMap("min", "min", "int"))),
     HwOp(
-        nh.MaxPoolOp, "MaxPool",
+        nh.MaxPoolOp,
+        "MaxPool",
         props=(
-            AttrMap("ceil_mode", "ceil_mode", "flag"), AttrMap("dilations", "dilations", "ints"),
-            AttrMap("kernel_shape", "kernel", "ints"), *_WINDOW,
+            AttrMap("ceil_mode", "ceil_mode", "flag"),
+            AttrMap("dilations", "dilations", "ints"),
+            AttrMap("kernel_shape", "kernel", "ints"),
+            *_WINDOW,
         ),
     ),
     HwOp(
-        nh.AvgPoolOp, "AveragePool",
+        nh.AvgPoolOp,
+        "AveragePool",
         props=(
-            AttrMap("ceil_mode", "ceil_mode", "flag"), AttrMap("count_include_pad", "count_include_pad", "flag"),
-            AttrMap("divisor_override", "divisor_override", "int"), AttrMap("kernel_shape", "kernel", "ints"),
-            AttrMap("rounding", "rounding", "rounding"), *_WINDOW,
+            AttrMap("ceil_mode", "ceil_mode", "flag"),
+            AttrMap("count_include_pad", "count_include_pad", "flag"),
+            AttrMap("divisor_override", "divisor_override", "int"),
+            AttrMap("kernel_shape", "kernel", "ints"),
+            AttrMap("rounding", "rounding", "rounding"),
+            *_WINDOW,
         ),
     ),
     HwOp(nh.ConcatOp, "Concat", props=(AttrMap("axis", "axis", "int"),)),
     HwOp(nh.ReshapeOp, "Reshape", const_input="shape"),
-    HwOp(nh.DepthToSpaceOp, "DepthToSpace", props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name"))),
-    HwOp(nh.SpaceToDepthOp, "SpaceToDepth", props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name"))),
     HwOp(
-        nh.UpsampleNearestOp, "Resize",
+        nh.DepthToSpaceOp,
+        "DepthToSpace",
+        props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name")),
+    ),
+    HwOp(
+        nh.SpaceToDepthOp,
+        "SpaceToDepth",
+        props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name")),
+    ),
+    HwOp(
+        nh.UpsampleNearestOp,
+        "Resize",
         derived=(
             ("axes", lambda op: tuple(range(2, len(tensor_shape(op.results[0]))))),
-            ("coordinate_transformation_mode", lambda op: "asymmetric"), ("mode", lambda op: "nearest"),
-            ("nearest_mode", lambda op: "floor"), ("sizes", lambda op: tuple(tensor_shape(op.results[0])[2:])),
+            ("coordinate_transformation_mode", lambda op: "asymmetric"),
+            ("mode", lambda op: "nearest"),
+            ("nearest_mode", lambda op: "floor"),
+            ("sizes", lambda op: tuple(tensor_shape(op.results[0])[2:])),
         ),
     ),
 )
@@ -206,8 +234,6 @@ HW_OPS: tuple[HwOp, ...] = (
 
 BY_CLASS: dict[type[Operation], HwOp] = {spec.cls: spec for spec in HW_OPS}
 BY_OP_TYPE: dict[str, HwOp] = {spec.op_type: spec for spec in HW_OPS}
-
-
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,7 +279,9 @@ _STORAGE_DTYPES = {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}
 def default_storage(codes: np.ndarray) -> int:
     """The narrowest of i8/i16/i32/i64 that holds `codes` (lower-to-hw stores constants so)."""
     for bits in (8, 16, 32):
-        if codes.size == 0 or (int(codes.min()) >= -(2 ** (bits - 1)) and int(codes.max()) < 2 ** (bits - 1)):
+        if codes.size == 0 or (
+            int(codes.min()) >= -(2 ** (bits - 1)) and int(codes.max()) < 2 ** (bits - 1)
+        ):
             return bits
     return 64
 
@@ -264,7 +292,9 @@ def dense_codes(codes: np.ndarray, storage: int) -> DenseIntOrFPElementsAttr:
     if codes.size and (int(codes.min()) < lo or int(codes.max()) > hi):
         raise ValueError(f"the codes do not fit i{storage} storage")
     a = np.ascontiguousarray(codes, dtype=_STORAGE_DTYPES[storage])
-    return DenseIntOrFPElementsAttr(TensorType(IntegerType(storage), a.shape), BytesAttr(a.tobytes()))
+    return DenseIntOrFPElementsAttr(
+        TensorType(IntegerType(storage), a.shape), BytesAttr(a.tobytes())
+    )
 
 
 def storage_width(value: DenseIntOrFPElementsAttr) -> int:

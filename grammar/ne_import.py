@@ -32,7 +32,9 @@ __all__ = [
 ]
 
 
-def import_program(program: Program, filename: str = "<string>", source: str | None = None) -> ModuleOp:
+def import_program(
+    program: Program, filename: str = "<string>", source: str | None = None
+) -> ModuleOp:
     """The IR of a parsed `.ne` program (checked first); `NanoEngineSemanticError` on problems.
 
     `source`, the text the program came from, lets errors show the offending line.

@@ -93,7 +93,11 @@ def _check_exponents(node: Node, exps: Sequence[int], attr: str | None) -> None:
     must fit int8; NodeProblem located at the attribute or the constant otherwise."""
     bad = next((e for e in exps if not EXP_MIN <= e <= EXP_MAX), None)
     if bad is not None:
-        what = f"exp of node '{node.name}'" if attr else f"the exponent constant of Q node '{node.name}'"
+        what = (
+            f"exp of node '{node.name}'"
+            if attr
+            else f"the exponent constant of Q node '{node.name}'"
+        )
         raise NodeProblem(
             f"{what} must be from {EXP_MIN} to {EXP_MAX} (NanoEngine stores exponents as int8), found {bad}",
             attr=attr,
@@ -107,7 +111,9 @@ class _HwImporter:
         self.filename = filename
         self.source = source
         self.decls = {d.name: d for d in program.declarations}
-        self.nodes: dict[str, Node] = {d.name: d for d in program.declarations if isinstance(d, (InitNode, RuntimeNode))}
+        self.nodes: dict[str, Node] = {
+            d.name: d for d in program.declarations if isinstance(d, (InitNode, RuntimeNode))
+        }
         self.producer: dict[str, Node] = {o: n for n in self.nodes.values() for o in n.out_s}
         self.values: dict[str, SSAValue] = {}
         self.block = Block()
@@ -126,7 +132,8 @@ class _HwImporter:
         order = self._op_order()
         read = {name for n in self.nodes.values() for name in n.in_s}
         inputs = [
-            d for d in self.program.declarations
+            d
+            for d in self.program.declarations
             if isinstance(d, RuntimeTensor) and d.name in read and d.name not in self.producer
         ]
         quantizers = self._quantizers(inputs)
@@ -145,13 +152,18 @@ class _HwImporter:
             if node.op_type != "Q":
                 self._node(node)
         outputs = [
-            d for d in self.program.declarations
-            if isinstance(d, RuntimeTensor) and d.name in self.producer and d.name not in read
+            d
+            for d in self.program.declarations
+            if isinstance(d, RuntimeTensor)
+            and d.name in self.producer
+            and d.name not in read
             and self.producer[d.name].op_type != "Q"
         ]
         results = [self.values[d.name] for d in outputs]
         self.block.add_op(ReturnOp(*results))
-        ftype = FunctionType.from_lists([a.type for a in self.block.args], [r.type for r in results])
+        ftype = FunctionType.from_lists(
+            [a.type for a in self.block.args], [r.type for r in results]
+        )
         func = FuncOp("main", ftype, Region(self.block), arg_attrs=ArrayAttr(arg_attrs))
         module = ModuleOp([func])
         module.verify()  # every op was verified as it was built: a failure here is a bug
@@ -160,11 +172,18 @@ class _HwImporter:
     def _check_dtypes(self) -> None:
         """Every node output of a hw program is an integer tensor of an nh width."""
         example = next(
-            d for d in self.program.declarations
-            if isinstance(d, (InitTensor, RuntimeTensor)) and d.name in self.producer and d.dtype in WIDTH_OF_DTYPE
+            d
+            for d in self.program.declarations
+            if isinstance(d, (InitTensor, RuntimeTensor))
+            and d.name in self.producer
+            and d.dtype in WIDTH_OF_DTYPE
         )
         for decl in self.program.declarations:
-            if isinstance(decl, (InitTensor, RuntimeTensor)) and decl.name in self.producer and decl.dtype not in WIDTH_OF_DTYPE:
+            if (
+                isinstance(decl, (InitTensor, RuntimeTensor))
+                and decl.name in self.producer
+                and decl.dtype not in WIDTH_OF_DTYPE
+            ):
                 raise self.error(
                     f"'{decl.name}' is declared Tensor<{decl.dtype}>, but this is a hw-level program (e.g. "
                     f"'{example.name}' is Tensor<{example.dtype}>): node outputs must be one of "
@@ -195,7 +214,9 @@ class _HwImporter:
             node = self.nodes[calls["runtime"].popleft()]
             for tensor in node.in_s:
                 producer = self.producer.get(tensor)
-                while isinstance(producer, InitNode) and producer.name not in done and calls["init"]:
+                while (
+                    isinstance(producer, InitNode) and producer.name not in done and calls["init"]
+                ):
                     next_init()
             order.append(node)
         while calls["init"]:
@@ -218,8 +239,11 @@ class _HwImporter:
                         loc,
                     )
                 if tensor in found:
-                    raise self.error(f"program input '{tensor}' is quantized by '{found[tensor].name}' and '{node.name}'; "
-                                     "one Q node per input", loc)
+                    raise self.error(
+                        f"program input '{tensor}' is quantized by '{found[tensor].name}' and '{node.name}'; "
+                        "one Q node per input",
+                        loc,
+                    )
                 found[tensor] = node
         for node in self.nodes.values():
             if node.op_type == "Q" and (not node.in_s or node.in_s[0] not in names):
@@ -236,7 +260,8 @@ class _HwImporter:
         for key, _ in node.attrs:
             if key not in names:
                 raise NodeProblem(
-                    f"attribute '{key}' is not one nanoir knows for {node.op_type} at the hw level", attr=key
+                    f"attribute '{key}' is not one nanoir knows for {node.op_type} at the hw level",
+                    attr=key,
                 )
         return dict(node.attrs)
 
@@ -249,7 +274,9 @@ class _HwImporter:
     def _declared_type(self, node: Node, attrs: dict[str, AttrValue]) -> TensorType:
         """The nh type of the node's output: its declaration plus the node's `exp`."""
         if len(node.out_s) != 1:
-            raise NodeProblem(f"{node.op_type} node '{node.name}' has {len(node.out_s)} outputs; hw nodes have one")
+            raise NodeProblem(
+                f"{node.op_type} node '{node.name}' has {len(node.out_s)} outputs; hw nodes have one"
+            )
         decl = self.decls[node.out_s[0]]
         assert isinstance(decl, (InitTensor, RuntimeTensor))  # check_program
         try:
@@ -275,12 +302,17 @@ class _HwImporter:
                 "(calls must follow the dataflow)",
                 input=index,
             )
-        raise NodeProblem(f"node '{node.name}' reads '{name}', which is not a computed tensor here", input=index)
+        raise NodeProblem(
+            f"node '{node.name}' reads '{name}', which is not a computed tensor here", input=index
+        )
 
     def _const(self, node: Node, index: int) -> ConstTensor:
         decl = self.decls.get(node.in_s[index])
         if not isinstance(decl, ConstTensor):
-            raise NodeProblem(f"input {index} of {node.op_type} node '{node.name}' must be a constant", input=index)
+            raise NodeProblem(
+                f"input {index} of {node.op_type} node '{node.name}' must be a constant",
+                input=index,
+            )
         return decl
 
     # -- nodes ----------------------------------------------------------------------------
@@ -288,10 +320,14 @@ class _HwImporter:
         """The argument a Q node stands for: its type and its quantization attributes."""
         attrs = self._allow(q, "bit_len", "exp", "rounding")
         if len(q.in_s) != 2:
-            raise NodeProblem(f"Q node '{q.name}' takes 2 inputs (data, exponent), got {len(q.in_s)}")
+            raise NodeProblem(
+                f"Q node '{q.name}' takes 2 inputs (data, exponent), got {len(q.in_s)}"
+            )
         exp = self._const(q, 1)
         if exp.dtype not in ("int8_t", "int16_t", "int32_t", "int64_t"):
-            raise NodeProblem(f"the exponent of Q node '{q.name}' must be a signed integer constant", input=1)
+            raise NodeProblem(
+                f"the exponent of Q node '{q.name}' must be a signed integer constant", input=1
+            )
         # The values only, not to_numpy(): NumPy refuses some empty shapes (0 x 2^62 x ...).
         values = np.frombuffer(exp.data, dtype=numpy_dtype(exp.dtype))
         outside = np.flatnonzero((values < EXP_MIN) | (values > EXP_MAX))
@@ -299,8 +335,10 @@ class _HwImporter:
             _check_exponents(q, [int(values[outside[0]])], None)
         bits = self._required(q, attrs, "bit_len")
         if not isinstance(bits, int) or not 1 <= bits <= MAX_BITS:
-            raise NodeProblem(f"bit_len of Q node '{q.name}' must be an integer from 1 to {MAX_BITS}, found {bits}",
-                              attr="bit_len")
+            raise NodeProblem(
+                f"bit_len of Q node '{q.name}' must be an integer from 1 to {MAX_BITS}, found {bits}",
+                attr="bit_len",
+            )
         try:
             rounding = decode_prop("rounding", attrs.get("rounding", RoundingMode.TRUNC.value))
         except ValueError as e:
@@ -310,7 +348,11 @@ class _HwImporter:
             raise NodeProblem(f"Q node '{q.name}' changes the shape of '{source.name}'")
         assert isinstance(rounding, RoundingModeAttr)
         return arg_type, DictionaryAttr(
-            {"nq.bits": IntegerAttr(bits, i64), "nq.exp": dense_from_const(exp), "nq.rounding": rounding}
+            {
+                "nq.bits": IntegerAttr(bits, i64),
+                "nq.exp": dense_from_const(exp),
+                "nq.rounding": rounding,
+            }
         )
 
     def _node(self, node: Node) -> None:
@@ -331,7 +373,9 @@ class _HwImporter:
             op.verify()
         except VerifyException as e:
             op.erase(safe_erase=False)
-            raise NodeProblem(f"{node.op_type} node '{node.name}': {e.args[0] if e.args else e}") from None
+            raise NodeProblem(
+                f"{node.op_type} node '{node.name}': {e.args[0] if e.args else e}"
+            ) from None
         self.block.add_op(op)
         return op.results[0]
 
@@ -341,7 +385,9 @@ class _HwImporter:
             raise NodeProblem(f"Unpack node '{node.name}' must be an init node")
         attrs = self._allow(node, "bit_len", "exp", "name", "storage")
         if len(node.in_s) != 1:
-            raise NodeProblem(f"Unpack node '{node.name}' takes 1 input (the data), got {len(node.in_s)}")
+            raise NodeProblem(
+                f"Unpack node '{node.name}' takes 1 input (the data), got {len(node.in_s)}"
+            )
         data = self._const(node, 0)
         result_type = self._declared_type(node, attrs)
         width = WIDTH_OF_DTYPE[self.decls[node.out_s[0]].dtype]  # type: ignore[union-attr]
@@ -356,7 +402,9 @@ class _HwImporter:
             raise NodeProblem(f"data of Unpack node '{node.name}': {e}", input=0) from None
         storage = attrs.get("storage", default_storage(codes))
         if storage not in (8, 16, 32, 64):
-            raise NodeProblem(f"storage of Unpack node '{node.name}' must be 8, 16, 32 or 64", attr="storage")
+            raise NodeProblem(
+                f"storage of Unpack node '{node.name}' must be 8, 16, 32 or 64", attr="storage"
+            )
         try:
             value = dense_codes(codes, storage)  # type: ignore[arg-type]  # checked above
         except ValueError as e:
@@ -379,7 +427,9 @@ class _HwImporter:
         source, out = self.decls[node.in_s[0]], self.decls[node.out_s[0]]
         same = (source.dtype, source.layout, source.shape) == (out.dtype, out.layout, out.shape)  # type: ignore[union-attr]
         if not same:
-            raise NodeProblem(f"Identity node '{node.name}' declares '{out.name}' unlike its input '{source.name}'")
+            raise NodeProblem(
+                f"Identity node '{node.name}' declares '{out.name}' unlike its input '{source.name}'"
+            )
         return value
 
     def _op(self, node: Node) -> SSAValue:
@@ -398,7 +448,9 @@ class _HwImporter:
                 try:
                     properties[m.prop] = decode_prop(m.kind, attrs[attr])
                 except ValueError as e:
-                    raise NodeProblem(f"attribute '{attr}' of node '{node.name}' {e}", attr=attr) from None
+                    raise NodeProblem(
+                        f"attribute '{attr}' of node '{node.name}' {e}", attr=attr
+                    ) from None
         result_type = self._declared_type(node, attrs)
         count = len(node.in_s) - (1 if spec.const_input == "shape" else 0)
         operands = [self._value(node, i) for i in range(count)]
@@ -410,22 +462,32 @@ class _HwImporter:
             want = derive(op)
             got = self._required(node, attrs, attr)
             if not same_value(want, got):
-                raise NodeProblem(f"attribute '{attr}' of node '{node.name}' must be {want}, not {got}", attr=attr)
+                raise NodeProblem(
+                    f"attribute '{attr}' of node '{node.name}' must be {want}, not {got}", attr=attr
+                )
         return value
 
     def _check_shape_input(self, node: Node, index: int, result_type: TensorType) -> None:
         """Reshape's shape constant must spell the declared output shape (-1 = dynamic)."""
         if index < 1:
-            raise NodeProblem(f"Reshape node '{node.name}' takes 2 inputs (data, shape), got {len(node.in_s)}")
+            raise NodeProblem(
+                f"Reshape node '{node.name}' takes 2 inputs (data, shape), got {len(node.in_s)}"
+            )
         const = self._const(node, index)
         wanted = [-1 if d == DYNAMIC_INDEX else d for d in result_type.get_shape()]
-        if not const.dtype.startswith("int") or len(const.shape) != 1 or [int(v) for v in const.to_numpy()] != wanted:
+        if (
+            not const.dtype.startswith("int")
+            or len(const.shape) != 1
+            or [int(v) for v in const.to_numpy()] != wanted
+        ):
             raise NodeProblem(
                 f"the shape input of Reshape node '{node.name}' must be an integer constant holding {wanted}",
                 input=index,
             )
 
 
-def import_hw_program(program: Program, filename: str = "<string>", source: str | None = None) -> ModuleOp:
+def import_hw_program(
+    program: Program, filename: str = "<string>", source: str | None = None
+) -> ModuleOp:
     """The nh IR of a checked hw-level program; `NanoEngineSemanticError` on problems."""
     return _HwImporter(program, filename, source).run()

@@ -159,7 +159,11 @@ __all__ = ["import_nq_program"]
 
 
 def _float_types_differ(values: Sequence[NodeInput]) -> bool:
-    elts = {v.type.get_element_type() for v in values if isinstance(v, SSAValue) and isinstance(v.type, TensorType)}
+    elts = {
+        v.type.get_element_type()
+        for v in values
+        if isinstance(v, SSAValue) and isinstance(v.type, TensorType)
+    }
     return len(elts) > 1
 
 
@@ -189,7 +193,9 @@ class _Importer:
         }
         self.values: dict[str, SSAValue] = {}
         self.block = Block()
-        self.used_consts: set[str] = set()  # int/word constants that some node reads as a non-exponent
+        self.used_consts: set[str] = (
+            set()
+        )  # int/word constants that some node reads as a non-exponent
         self.exp_consts: set[str] = set()
         self.read: set[str] = set()
         self.produced: dict[str, str] = {}
@@ -207,10 +213,16 @@ class _Importer:
         return NanoEngineSemanticError(message, self.filename, line, column, self.source)
 
     def warn(
-        self, message: str, loc: Loc | None, cls: type[NanoEngineImportWarning] = NanoEngineImportWarning, stacklevel: int = 4
+        self,
+        message: str,
+        loc: Loc | None,
+        cls: type[NanoEngineImportWarning] = NanoEngineImportWarning,
+        stacklevel: int = 4,
     ) -> None:
         line, column = (loc.line, loc.column) if loc is not None else (1, 1)
-        warnings.warn(cls(f"{self.filename}:{line}:{column}: warning: {message}"), stacklevel=stacklevel)
+        warnings.warn(
+            cls(f"{self.filename}:{line}:{column}: warning: {message}"), stacklevel=stacklevel
+        )
 
     # -- the whole program ----------------------------------------------------------------
     def run(self) -> ModuleOp:
@@ -249,7 +261,10 @@ class _Importer:
             (arg_types, [r.type for r in results]),
             Region(self.block),
             arg_attrs=ArrayAttr(
-                [DictionaryAttr({NE_TENSOR: tensor_entry(d.name, d.layout, d.shape, d.dtype)}) for d in inputs]
+                [
+                    DictionaryAttr({NE_TENSOR: tensor_entry(d.name, d.layout, d.shape, d.dtype)})
+                    for d in inputs
+                ]
             )
             if inputs
             else None,
@@ -312,8 +327,11 @@ class _Importer:
     def _call_order(self) -> list[InitNode | RuntimeNode]:
         """Nodes in execution order: init calls, then runtime calls; each exactly once."""
         check_each_node_called_once(self.program, self.nodes, self.error)
-        return [self.nodes[call] for name in ("init", "runtime")
-                for call in self.program.function(name).calls]  # type: ignore[union-attr]
+        return [
+            self.nodes[call]
+            for name in ("init", "runtime")
+            for call in self.program.function(name).calls
+        ]  # type: ignore[union-attr]
 
     def _constants(self) -> None:
         self.constant_ops: list[Operation] = []
@@ -328,7 +346,9 @@ class _Importer:
 
     def _orphans(self, inputs: list[RuntimeTensor]) -> dict[str, Attribute]:
         """Declarations no op carries, for `ne.decls` (see the module docstring)."""
-        carried_mems = {m for node in self.nodes.values() if isinstance(node, RuntimeNode) for m in node.mem_s}
+        carried_mems = {
+            m for node in self.nodes.values() if isinstance(node, RuntimeNode) for m in node.mem_s
+        }
         out: dict[str, Attribute] = {}
         for decl in self.program.declarations:
             if isinstance(decl, ConstTensor) and not is_float_dtype(decl.dtype):
@@ -338,7 +358,11 @@ class _Importer:
                 out[decl.name] = words_entry(decl)
             elif isinstance(decl, InitTensor) and decl.name not in self.produced:
                 out[decl.name] = orphan_entry("init", decl)
-            elif isinstance(decl, RuntimeTensor) and decl.name not in self.produced and decl.name not in self.read:
+            elif (
+                isinstance(decl, RuntimeTensor)
+                and decl.name not in self.produced
+                and decl.name not in self.read
+            ):
                 out[decl.name] = orphan_entry("runtime", decl)
             elif isinstance(decl, MemTensor) and decl.name not in carried_mems:
                 out[decl.name] = orphan_entry("mem", decl)
@@ -361,7 +385,9 @@ class _Importer:
                     loc,
                 )
             else:
-                raise self.error(f"node '{node.name}' reads '{name}', which no init node computes", loc)
+                raise self.error(
+                    f"node '{node.name}' reads '{name}', which no init node computes", loc
+                )
         return tuple(inputs)
 
     def _node(self, node: InitNode | RuntimeNode) -> None:
@@ -376,7 +402,9 @@ class _Importer:
             reference: list[Attribute] | None = types  # typed from the declarations
         else:
             values = [v for v in inputs if isinstance(v, SSAValue)]
-            reference = reference_result_types(spec, types, [self.reference.get(v, v.type) for v in values])
+            reference = reference_result_types(
+                spec, types, [self.reference.get(v, v.type) for v in values]
+            )
         self._check_outputs(node, op, reference)
         for i, result in enumerate(op.results):
             self.reference[result] = reference[i] if reference is not None else None
@@ -420,12 +448,16 @@ class _Importer:
             properties={"op_type": StringAttr(node.op_type), "attrs": encode_attrs(node.attrs)},
         )
 
-    def _check_outputs(self, node: InitNode | RuntimeNode, op: Operation, reference: Sequence[Attribute] | None) -> None:
+    def _check_outputs(
+        self, node: InitNode | RuntimeNode, op: Operation, reference: Sequence[Attribute] | None
+    ) -> None:
         """The declared outputs must agree with the inferred types on every static dim, or
         be NanoEngine-PyTorch's padding-ignoring shapes (`reference`, see PADDED_OP_TYPES)."""
         try:
             for i, result in enumerate(op.results[: len(node.out_s)]):
-                self._check_output(node, i, result.type, reference[i] if reference is not None else None)
+                self._check_output(
+                    node, i, result.type, reference[i] if reference is not None else None
+                )
         except NanoEngineSemanticError:
             op.erase(safe_erase=False)
             raise
@@ -437,7 +469,9 @@ class _Importer:
         decl = self.decls[out]
         assert isinstance(decl, (InitTensor, RuntimeTensor))
         declared = (
-            TensorType(f32, decl.shape) if isinstance(decl, InitTensor) else streamed_type(decl.shape, decl.layout)
+            TensorType(f32, decl.shape)
+            if isinstance(decl, InitTensor)
+            else streamed_type(decl.shape, decl.layout)
         )
         assert isinstance(inferred, TensorType)
         if shapes_compatible(inferred.get_shape(), declared.get_shape()):
@@ -463,13 +497,21 @@ class _Importer:
         or an input; a result given by one is recorded as `ne.identity` in the function's
         result attributes, so it is written back the same way.)"""
         if node.attrs:
-            raise self.error(f"Identity node '{node.name}' takes no attributes", node.attr_locs[0] if node.attr_locs else node.loc)
+            raise self.error(
+                f"Identity node '{node.name}' takes no attributes",
+                node.attr_locs[0] if node.attr_locs else node.loc,
+            )
         if len(inputs) != 1 or len(node.out_s) != 1:
-            raise self.error(f"Identity node '{node.name}' takes 1 input and has 1 output", node.loc)
+            raise self.error(
+                f"Identity node '{node.name}' takes 1 input and has 1 output", node.loc
+            )
         (value,) = inputs
         if not isinstance(value, SSAValue):
             loc = node.in_locs[0] if node.in_locs else node.loc
-            raise self.error(f"Identity node '{node.name}' reads the {kind_of_const(value)} '{value.name}'; expected a float tensor", loc)
+            raise self.error(
+                f"Identity node '{node.name}' reads the {kind_of_const(value)} '{value.name}'; expected a float tensor",
+                loc,
+            )
         self._check_output(node, 0, value.type, self.reference.get(value, value.type))
         self.values[node.out_s[0]] = value
         if isinstance(node, RuntimeNode):
@@ -520,6 +562,8 @@ class _Importer:
             attrs[NE_MEM_S] = ArrayAttr(mems)
 
 
-def import_nq_program(program: Program, filename: str = "<string>", source: str | None = None) -> ModuleOp:
+def import_nq_program(
+    program: Program, filename: str = "<string>", source: str | None = None
+) -> ModuleOp:
     """The nf/nq IR of a checked nq-level program; `NanoEngineSemanticError` on problems."""
     return _Importer(program, filename, source).run()

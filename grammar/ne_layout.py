@@ -49,7 +49,9 @@ def calls(nodes: Iterable[InitNode | RuntimeNode]) -> dict[str, Function]:
     return {"init": Function("init", init), "runtime": Function("runtime", runtime)}
 
 
-def reference_layout(decls: Iterable[Declaration], functions: Mapping[str, Function], node_runs: bool = False) -> list[Item]:
+def reference_layout(
+    decls: Iterable[Declaration], functions: Mapping[str, Function], node_runs: bool = False
+) -> list[Item]:
     """One commented section per kind (in the given order within a kind), then the calls.
 
     With `node_runs` the nodes keep their order instead: a new `// init node` or
@@ -79,7 +81,12 @@ def reference_layout(decls: Iterable[Declaration], functions: Mapping[str, Funct
             runs.append((False, []))
         for init, run in runs:
             items += [Comment(" init node" if init else " runtime_node"), *run]
-    items += [Comment(" call init node"), functions["init"], Comment(" call runtime node"), functions["runtime"]]
+    items += [
+        Comment(" call init node"),
+        functions["init"],
+        Comment(" call runtime node"),
+        functions["runtime"],
+    ]
     return items
 
 

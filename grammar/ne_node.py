@@ -25,7 +25,15 @@ from nanoir.grammar.ne_ast import (
 from nanoir.grammar.ne_schema import encode_prop
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["AttrMap", "Unsupported", "NodeProblem", "NodeInput", "NodeSpec", "Converter", "kind_of_const"]
+__all__ = [
+    "AttrMap",
+    "Unsupported",
+    "NodeProblem",
+    "NodeInput",
+    "NodeSpec",
+    "Converter",
+    "kind_of_const",
+]
 
 
 class Unsupported(Exception):
@@ -87,15 +95,21 @@ class NodeSpec:
         if value is None:
             raise NodeProblem(f"{self.op_type} node '{self.name}' needs attribute '{key}'")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be an integer", attr=key)
+            raise NodeProblem(
+                f"attribute '{key}' of node '{self.name}' must be an integer", attr=key
+            )
         return value
 
     def ints(self, key: str) -> tuple[int, ...] | None:
         value = self._attrs.get(key)
         if value is None:
             return None
-        if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a list of integers", attr=key)
+        if not isinstance(value, tuple) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise NodeProblem(
+                f"attribute '{key}' of node '{self.name}' must be a list of integers", attr=key
+            )
         return tuple(int(v) for v in value)  # type: ignore[arg-type]  # checked above
 
     def float(self, key: str, default: float | None = None) -> float:
@@ -119,7 +133,9 @@ class NodeSpec:
     def flag(self, key: str, default: int) -> bool:
         value = self.int(key, default)
         if value not in (0, 1):
-            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be 0 or 1, got {value}", attr=key)
+            raise NodeProblem(
+                f"attribute '{key}' of node '{self.name}' must be 0 or 1, got {value}", attr=key
+            )
         return bool(value)
 
     # -- inputs and outputs ----------------------------------------------------------------
@@ -128,18 +144,24 @@ class NodeSpec:
         high = low if high is None else high
         n = len(self.inputs)
         if n < low or (high >= 0 and n > high):
-            wanted = str(low) if low == high else f"at least {low}" if high < 0 else f"{low} to {high}"
+            wanted = (
+                str(low) if low == high else f"at least {low}" if high < 0 else f"{low} to {high}"
+            )
             raise NodeProblem(f"{self.op_type} node '{self.name}' takes {wanted} inputs, got {n}")
         out: list[SSAValue] = []
         for i, value in enumerate(self.inputs):
             if not isinstance(value, SSAValue):
-                raise Unsupported(f"input {i} '{value.name}' is a {kind_of_const(value)}, not a float tensor")
+                raise Unsupported(
+                    f"input {i} '{value.name}' is a {kind_of_const(value)}, not a float tensor"
+                )
             out.append(value)
         return out
 
     def one_output(self) -> None:
         if self.num_outputs != 1:
-            raise Unsupported(f"{self.op_type} node '{self.name}' has {self.num_outputs} outputs; nanoir maps 1")
+            raise Unsupported(
+                f"{self.op_type} node '{self.name}' has {self.num_outputs} outputs; nanoir maps 1"
+            )
 
 
 def kind_of_const(value: ConstTensor | WordTensor) -> str:
@@ -173,7 +195,9 @@ class AttrMap:
             return n.flag(self.name, int(self.default or 0))
         if self.kind == "ints":
             return n.ints(self.name)
-        raise AssertionError(f"AttrMap {self.name!r}: nq rows read int, float, flag or ints, not {self.kind!r}")
+        raise AssertionError(
+            f"AttrMap {self.name!r}: nq rows read int, float, flag or ints, not {self.kind!r}"
+        )
 
     def write(self, op: Operation) -> tuple[str, AttrValue]:
         return self.name, encode_prop(self.kind, getattr(op, self.prop))

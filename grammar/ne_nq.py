@@ -100,7 +100,11 @@ class Fixed:
     why: str
 
     def check(self, n: NodeSpec) -> None:
-        got = n.name_attr(self.name, self.value) if isinstance(self.value, str) else n.int(self.name, self.value)
+        got = (
+            n.name_attr(self.name, self.value)
+            if isinstance(self.value, str)
+            else n.int(self.name, self.value)
+        )
         if got != self.value:
             raise Unsupported(self.why)
 
@@ -170,15 +174,22 @@ def _q(n: NodeSpec) -> Operation:
         raise NodeProblem(f"Q node '{n.name}' takes 2 inputs (data, exponent), got {len(n.inputs)}")
     data, exp = n.inputs
     if not isinstance(data, SSAValue):
-        raise NodeProblem(f"Q node '{n.name}' quantizes '{data.name}', a {kind_of_const(data)}; expected a float tensor", input=0)
+        raise NodeProblem(
+            f"Q node '{n.name}' quantizes '{data.name}', a {kind_of_const(data)}; expected a float tensor",
+            input=0,
+        )
     if isinstance(exp, SSAValue) or not isinstance(exp, ConstTensor) or is_float_dtype(exp.dtype):
-        raise NodeProblem(f"Q node '{n.name}' needs an integer exponent constant as input 1", input=1)
+        raise NodeProblem(
+            f"Q node '{n.name}' needs an integer exponent constant as input 1", input=1
+        )
     bits = n.int("bit_len")
     try:
         rounding = RoundingMode(n.name_attr("rounding", RoundingMode.TRUNC.value))
     except ValueError:
         known = ", ".join(m.value for m in RoundingMode)
-        raise NodeProblem(f"rounding of Q node '{n.name}' must be one of {known}", attr="rounding") from None
+        raise NodeProblem(
+            f"rounding of Q node '{n.name}' must be one of {known}", attr="rounding"
+        ) from None
     return FakeQuantOp(data, bits, dense_from_const(exp), rounding)
 
 
@@ -237,8 +248,7 @@ def _conv_attrs(op: nf.ConvOp) -> Attrs:
 
 
 def _conv_transpose(n: NodeSpec) -> Operation:
-    n.allow("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads",
-            "strides")
+    n.allow("auto_pad", "dilations", "group", "kernel_shape", "output_padding", "pads", "strides")
     n.one_output()
     if n.name_attr("auto_pad", "NOTSET") != "NOTSET":
         raise Unsupported("auto_pad other than NOTSET")
@@ -251,9 +261,14 @@ def _conv_transpose(n: NodeSpec) -> Operation:
             attr="kernel_shape",
         )
     return nf.ConvTransposeOp(
-        values[0], values[1], values[2] if len(values) == 3 else None,
-        strides=n.ints("strides"), pads=n.ints("pads"), dilations=n.ints("dilations"),
-        output_padding=n.ints("output_padding"), groups=n.int("group", 1),
+        values[0],
+        values[1],
+        values[2] if len(values) == 3 else None,
+        strides=n.ints("strides"),
+        pads=n.ints("pads"),
+        dilations=n.ints("dilations"),
+        output_padding=n.ints("output_padding"),
+        groups=n.int("group", 1),
     )
 
 
@@ -276,7 +291,9 @@ def _block(cls: type[nf.DepthToSpaceOp] | type[nf.SpaceToDepthOp]) -> Converter:
         n.one_output()
         mode = n.name_attr("mode", nf.BlockMode.DCR)
         if mode not in nf.BlockMode.ALL:
-            raise NodeProblem(f"mode of {n.op_type} node '{n.name}' must be DCR or CRD", attr="mode")
+            raise NodeProblem(
+                f"mode of {n.op_type} node '{n.name}' must be DCR or CRD", attr="mode"
+            )
         (x,) = n.values(1, 1)
         return cls(x, n.int("blocksize"), mode)
 
@@ -290,15 +307,20 @@ def _block_attrs(op: nf.DepthToSpaceOp | nf.SpaceToDepthOp) -> Attrs:
     return tuple(attrs)
 
 
-_RESIZE_NEAREST = (("coordinate_transformation_mode", "asymmetric"), ("mode", "nearest"),
-                   ("nearest_mode", "floor"))
+_RESIZE_NEAREST = (
+    ("coordinate_transformation_mode", "asymmetric"),
+    ("mode", "nearest"),
+    ("nearest_mode", "floor"),
+)
 
 
 def _resize(n: NodeSpec) -> Operation:
     n.allow("axes", "sizes", *(k for k, _ in _RESIZE_NEAREST))
     n.one_output()
     if len(n.inputs) != 1:
-        raise Unsupported("Resize with roi/scales/sizes inputs (nanoir writes axes and sizes as attributes)")
+        raise Unsupported(
+            "Resize with roi/scales/sizes inputs (nanoir writes axes and sizes as attributes)"
+        )
     for key, value in _RESIZE_NEAREST:
         if n.name_attr(key, value) != value:
             raise Unsupported(f"Resize other than nearest/asymmetric/floor ({key})")
@@ -313,8 +335,13 @@ def _resize(n: NodeSpec) -> Operation:
 
 def _resize_attrs(op: nf.UpsampleNearestOp) -> Attrs:
     shape = nf.tensor_shape(op.result)
-    return (("axes", tuple(range(2, len(shape)))), _RESIZE_NEAREST[0], _RESIZE_NEAREST[1],
-            _RESIZE_NEAREST[2], ("sizes", tuple(shape[2:])))
+    return (
+        ("axes", tuple(range(2, len(shape)))),
+        _RESIZE_NEAREST[0],
+        _RESIZE_NEAREST[1],
+        _RESIZE_NEAREST[2],
+        ("sizes", tuple(shape[2:])),
+    )
 
 
 def _gemm(n: NodeSpec) -> Operation:
@@ -362,14 +389,21 @@ def _pool_window(n: NodeSpec) -> tuple[tuple[int, ...], bool]:
 
 
 def _max_pool(n: NodeSpec) -> Operation:
-    n.allow("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides")
+    n.allow(
+        "auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "storage_order", "strides"
+    )
     n.one_output()
     if n.int("storage_order", 0) != 0:
         raise Unsupported("storage_order=1 (it only matters for the Indices output)")
     kernel, ceil_mode = _pool_window(n)
     x = n.values(1)[0]
     return nf.MaxPoolOp(
-        x, kernel, strides=n.ints("strides"), pads=n.ints("pads"), dilations=n.ints("dilations"), ceil_mode=ceil_mode
+        x,
+        kernel,
+        strides=n.ints("strides"),
+        pads=n.ints("pads"),
+        dilations=n.ints("dilations"),
+        ceil_mode=ceil_mode,
     )
 
 
@@ -394,7 +428,9 @@ def _pool_attrs(op: nf.MaxPoolOp | nf.AvgPoolOp) -> Attrs:
     attrs: list[tuple[str, AttrValue]] = [("ceil_mode", int(bool(op.ceil_mode.value.data)))]
     if isinstance(op, nf.AvgPoolOp):
         if op.divisor_override is not None:
-            raise ExportError("nanoengine export: nf.avg_pool with divisor_override has no AveragePool form")
+            raise ExportError(
+                "nanoengine export: nf.avg_pool with divisor_override has no AveragePool form"
+            )
         attrs.append(("count_include_pad", int(bool(op.count_include_pad.value.data))))
     else:
         attrs.append(("dilations", _window(array_values(op.dilations), n, 1)))
@@ -411,7 +447,9 @@ def _global_avg_pool(n: NodeSpec) -> Operation:
     n.one_output()
     x = n.values(1)[0]
     if _rank(x) < 3:
-        raise NodeProblem(f"GlobalAveragePool node '{n.name}' needs an input of rank 3 or more", input=0)
+        raise NodeProblem(
+            f"GlobalAveragePool node '{n.name}' needs an input of rank 3 or more", input=0
+        )
     return nf.AdaptiveAvgPoolOp(x, [1] * (_rank(x) - 2))
 
 
@@ -434,7 +472,9 @@ def _reshape(n: NodeSpec) -> Operation:
     n.allow("allowzero")
     n.one_output()
     if len(n.inputs) != 2:
-        raise NodeProblem(f"Reshape node '{n.name}' takes 2 inputs (data, shape), got {len(n.inputs)}")
+        raise NodeProblem(
+            f"Reshape node '{n.name}' takes 2 inputs (data, shape), got {len(n.inputs)}"
+        )
     x, shape_const = n.inputs
     if not isinstance(x, SSAValue):
         raise Unsupported(f"input 0 '{x.name}' is a {kind_of_const(x)}, not a float tensor")
@@ -446,13 +486,18 @@ def _reshape(n: NodeSpec) -> Operation:
     wanted = [int(v) for v in shape_const.to_numpy()]
     src = _shape(x)
     if wanted.count(-1) > 1:
-        raise NodeProblem(f"the shape {wanted} of Reshape node '{n.name}' has more than one -1", input=1)
+        raise NodeProblem(
+            f"the shape {wanted} of Reshape node '{n.name}' has more than one -1", input=1
+        )
     dims: list[int] = []
     copied: set[int] = set()
     for i, d in enumerate(wanted):
         if d == 0 and not allowzero:
             if i >= len(src):
-                raise NodeProblem(f"shape {wanted} of Reshape node '{n.name}' copies dim {i}, which the input lacks", input=1)
+                raise NodeProblem(
+                    f"shape {wanted} of Reshape node '{n.name}' copies dim {i}, which the input lacks",
+                    input=1,
+                )
             dims.append(src[i])
             copied.add(i)
         elif d < -1:
@@ -467,7 +512,9 @@ def _reshape(n: NodeSpec) -> Operation:
             dims[dims.index(-1)] = DYNAMIC_INDEX
         else:
             if prod(left) % prod(right):
-                raise NodeProblem(f"Reshape node '{n.name}' cannot view {shape_str(src)} as {wanted}", input=1)
+                raise NodeProblem(
+                    f"Reshape node '{n.name}' cannot view {shape_str(src)} as {wanted}", input=1
+                )
             dims[dims.index(-1)] = prod(left) // prod(right)
     return _dims_to_type(x, dims)
 
@@ -479,7 +526,10 @@ def _flatten(n: NodeSpec) -> Operation:
     src = _shape(x)
     axis = n.int("axis", 1)
     if not -len(src) <= axis <= len(src):
-        raise NodeProblem(f"axis {axis} of Flatten node '{n.name}' is out of range for {shape_str(src)}", attr="axis")
+        raise NodeProblem(
+            f"axis {axis} of Flatten node '{n.name}' is out of range for {shape_str(src)}",
+            attr="axis",
+        )
     return _dims_to_type(x, flatten_dims(src, axis % (len(src) + 1) if axis < 0 else axis))
 
 
@@ -497,7 +547,9 @@ def _flatten_attrs(op: nf.ReshapeOp) -> Attrs:
     for axis in range(len(src) + 1):
         if tuple(flatten_dims(src, axis)) == tuple(dst):
             return (("axis", axis),)
-    raise ExportError(f"nanoengine export: nf.reshape {shape_str(src)} -> {shape_str(dst)} is no Flatten")
+    raise ExportError(
+        f"nanoengine export: nf.reshape {shape_str(src)} -> {shape_str(dst)} is no Flatten"
+    )
 
 
 def _transpose(n: NodeSpec) -> Operation:
@@ -507,13 +559,18 @@ def _transpose(n: NodeSpec) -> Operation:
     perm = n.ints("perm")
     perm = tuple(reversed(range(_rank(x)))) if perm is None else perm
     if sorted(perm) != list(range(_rank(x))):
-        raise NodeProblem(f"perm {list(perm)} of Transpose node '{n.name}' does not permute {_rank(x)} dims", attr="perm")
+        raise NodeProblem(
+            f"perm {list(perm)} of Transpose node '{n.name}' does not permute {_rank(x)} dims",
+            attr="perm",
+        )
     return nf.TransposeOp(x, perm)
 
 
 def _batch_norm_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> None:
     if args[0] < 0:  # type: ignore[operator]  # epsilon, a float
-        raise NodeProblem(f"epsilon of BatchNormalization node '{n.name}' is negative", attr="epsilon")
+        raise NodeProblem(
+            f"epsilon of BatchNormalization node '{n.name}' is negative", attr="epsilon"
+        )
 
 
 def _prelu_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> None:
@@ -528,8 +585,12 @@ def _prelu_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> Non
 NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Q", FakeQuantOp, const_input="exp", converter=_q, writer=_fake_quant_attrs),  # type: ignore[arg-type]
     NqOp("Conv", nf.ConvOp, padded=True, converter=_conv, writer=_conv_attrs),  # type: ignore[arg-type]
-    NqOp("Gemm", nf.LinearOp, converter=_gemm,
-         constants=(("alpha", Float("1.0")), ("beta", Float("1.0")), ("transB", 1))),
+    NqOp(
+        "Gemm",
+        nf.LinearOp,
+        converter=_gemm,
+        constants=(("alpha", Float("1.0")), ("beta", Float("1.0")), ("transB", 1)),
+    ),
     NqOp("Add", nf.AddOp, inputs=(2, 2), join=True),
     NqOp("Sub", nf.SubOp, inputs=(2, 2), join=True),
     NqOp("Mul", nf.MulOp, inputs=(2, 2), join=True),
@@ -541,22 +602,52 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Clip", nf.ClampOp, converter=_clip, writer=_clamp_attrs),  # type: ignore[arg-type]
     NqOp("MaxPool", nf.MaxPoolOp, padded=True, converter=_max_pool, writer=_pool_attrs),  # type: ignore[arg-type]
     NqOp("AveragePool", nf.AvgPoolOp, padded=True, converter=_avg_pool, writer=_pool_attrs),  # type: ignore[arg-type]
-    NqOp("GlobalAveragePool", nf.AdaptiveAvgPoolOp, converter=_global_avg_pool, writer=_global_pool_attrs),  # type: ignore[arg-type]
-    NqOp("Concat", nf.ConcatOp, inputs=(1, -1), attrs=(AttrMap("axis", "axis", "int"),), variadic=True, join=True),
+    NqOp(
+        "GlobalAveragePool",
+        nf.AdaptiveAvgPoolOp,
+        converter=_global_avg_pool,
+        writer=_global_pool_attrs,
+    ),  # type: ignore[arg-type]
+    NqOp(
+        "Concat",
+        nf.ConcatOp,
+        inputs=(1, -1),
+        attrs=(AttrMap("axis", "axis", "int"),),
+        variadic=True,
+        join=True,
+    ),
     NqOp("Reshape", nf.ReshapeOp, const_input="shape", converter=_reshape),
     NqOp("Flatten", nf.ReshapeOp, converter=_flatten, writer=_flatten_attrs),  # type: ignore[arg-type]
     NqOp(
-        "BatchNormalization", nf.BatchNormOp, inputs=(5, 5),
+        "BatchNormalization",
+        nf.BatchNormOp,
+        inputs=(5, 5),
         attrs=(AttrMap("epsilon", "epsilon", "float", 1e-5),),
-        fixed=(Fixed("training_mode", 0, "training_mode=1 or spatial=0"), Fixed("spatial", 1, "training_mode=1 or spatial=0")),
-        ignored=("momentum",), check=_batch_norm_check,
+        fixed=(
+            Fixed("training_mode", 0, "training_mode=1 or spatial=0"),
+            Fixed("spatial", 1, "training_mode=1 or spatial=0"),
+        ),
+        ignored=("momentum",),
+        check=_batch_norm_check,
     ),
-    NqOp("Transpose", nf.TransposeOp, attrs=(AttrMap("perm", "perm", "ints"),), converter=_transpose),
+    NqOp(
+        "Transpose", nf.TransposeOp, attrs=(AttrMap("perm", "perm", "ints"),), converter=_transpose
+    ),
     NqOp("MatMul", nf.MatmulOp, inputs=(2, 2)),
     NqOp("PRelu", nf.PReluOp, inputs=(2, 2), check=_prelu_check),
-    NqOp("ConvTranspose", nf.ConvTransposeOp, padded=True, converter=_conv_transpose, writer=_conv_transpose_attrs),  # type: ignore[arg-type]
-    NqOp("DepthToSpace", nf.DepthToSpaceOp, converter=_block(nf.DepthToSpaceOp), writer=_block_attrs),  # type: ignore[arg-type]
-    NqOp("SpaceToDepth", nf.SpaceToDepthOp, converter=_block(nf.SpaceToDepthOp), writer=_block_attrs),  # type: ignore[arg-type]
+    NqOp(
+        "ConvTranspose",
+        nf.ConvTransposeOp,
+        padded=True,
+        converter=_conv_transpose,
+        writer=_conv_transpose_attrs,
+    ),  # type: ignore[arg-type]
+    NqOp(
+        "DepthToSpace", nf.DepthToSpaceOp, converter=_block(nf.DepthToSpaceOp), writer=_block_attrs
+    ),  # type: ignore[arg-type]
+    NqOp(
+        "SpaceToDepth", nf.SpaceToDepthOp, converter=_block(nf.SpaceToDepthOp), writer=_block_attrs
+    ),  # type: ignore[arg-type]
     NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
@@ -597,5 +688,7 @@ def convert_known(spec: NodeSpec) -> Operation:
         op.verify()
     except VerifyException as e:
         op.erase(safe_erase=False)
-        raise NodeProblem(f"{spec.op_type} node '{spec.name}': {e.args[0] if e.args else e}") from None
+        raise NodeProblem(
+            f"{spec.op_type} node '{spec.name}': {e.args[0] if e.args else e}"
+        ) from None
     return op

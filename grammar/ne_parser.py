@@ -64,7 +64,13 @@ from nanoir.grammar.ne_errors import (
     syntax_error_from_lark,
 )
 
-__all__ = ["parse_nanoengine", "parse_nanoengine_file", "decode_nanoengine", "INT64_MIN", "INT64_MAX"]
+__all__ = [
+    "parse_nanoengine",
+    "parse_nanoengine_file",
+    "decode_nanoengine",
+    "INT64_MIN",
+    "INT64_MAX",
+]
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -83,7 +89,15 @@ _BLOB_TAIL = re.compile(r"\}[ \t]*;[ \t\r]*(?:\n|\Z)")
 MAX_LIST_DEPTH = 64
 _FIRST_HEX_LETTER = re.compile(r"[a-fA-F]")
 # What a bug in this module could raise (UnicodeError is a ValueError); reported, not leaked.
-_BUG_ERRORS = (ValueError, LookupError, TypeError, AttributeError, ArithmeticError, AssertionError, RecursionError)
+_BUG_ERRORS = (
+    ValueError,
+    LookupError,
+    TypeError,
+    AttributeError,
+    ArithmeticError,
+    AssertionError,
+    RecursionError,
+)
 
 
 class _LocatedError(Exception):
@@ -125,7 +139,11 @@ def _dimension(token: Token) -> int:
     value = _int64(token)
     if value is None:
         # Below -1 within int64 is the checker's to report (with the shape and its kind).
-        wanted = "a dimension of -1 or more" if token.startswith("-") else f"a dimension of at most {INT64_MAX}"
+        wanted = (
+            "a dimension of -1 or more"
+            if token.startswith("-")
+            else f"a dimension of at most {INT64_MAX}"
+        )
         raise _LocatedError(f"expected {wanted}, found {_shown_literal(token)}", token)
     return value
 
@@ -134,12 +152,15 @@ def _attribute_int(token: Token) -> int:
     value = _int64(token)
     if value is None:
         raise _LocatedError(
-            f"expected an integer from {INT64_MIN} to {INT64_MAX} (int64), found {_shown_literal(token)}", token
+            f"expected an integer from {INT64_MIN} to {INT64_MAX} (int64), found {_shown_literal(token)}",
+            token,
         )
     return value
 
 
-def _hex_is_upper(digits: str, start: int = 0, end: int | None = None, default: bool = False) -> bool:
+def _hex_is_upper(
+    digits: str, start: int = 0, end: int | None = None, default: bool = False
+) -> bool:
     # The first letter decides: the reference prints all-lowercase (`bytes.hex`) or
     # all-uppercase (`:02X`) hex, and scanning 100 MB for mixed case would cost a pass.
     # Without letters the case is invisible; `default` is then the reference's choice.
@@ -298,7 +319,9 @@ class _ToAst(Transformer[Token, Any]):
 
     def attribute(self, key: Token, value: AttrValue) -> tuple[Token, AttrValue]:
         if _nested_deeper_than(value, MAX_LIST_DEPTH):
-            raise _LocatedError(f"attribute '{key}' has lists nested deeper than {MAX_LIST_DEPTH}", key)
+            raise _LocatedError(
+                f"attribute '{key}' has lists nested deeper than {MAX_LIST_DEPTH}", key
+            )
         return key, value
 
     def attrs(self, *attributes: tuple[Token, AttrValue]) -> tuple[tuple[Token, AttrValue], ...]:
@@ -317,11 +340,17 @@ class _ToAst(Transformer[Token, Any]):
         return names
 
     # -- declarations --------------------------------------------------------------------
-    def const_tensor(self, name: Token, dtype: Token, shape: tuple[int, ...], hex_token: Token) -> ConstTensor:
+    def const_tensor(
+        self, name: Token, dtype: Token, shape: tuple[int, ...], hex_token: Token
+    ) -> ConstTensor:
         data, upper = _decode_hex(hex_token)
-        return ConstTensor(str(name), str(dtype), shape, data, upper, loc=_loc(name), data_loc=_loc(hex_token))
+        return ConstTensor(
+            str(name), str(dtype), shape, data, upper, loc=_loc(name), data_loc=_loc(hex_token)
+        )
 
-    def word_tensor(self, name: Token, type_name: Token, layout: str, shape: tuple[int, ...], words: _Words) -> WordTensor:
+    def word_tensor(
+        self, name: Token, type_name: Token, layout: str, shape: tuple[int, ...], words: _Words
+    ) -> WordTensor:
         return WordTensor(
             str(name),
             str(type_name),
@@ -340,7 +369,9 @@ class _ToAst(Transformer[Token, Any]):
         cls = RuntimeTensor if layout.startswith("B") else InitTensor
         return cls(str(name), str(dtype), layout, shape, loc=_loc(name))
 
-    def mem_tensor(self, name: Token, type_name: Token, layout: str, shape: tuple[int, ...]) -> MemTensor:
+    def mem_tensor(
+        self, name: Token, type_name: Token, layout: str, shape: tuple[int, ...]
+    ) -> MemTensor:
         return MemTensor(str(name), str(type_name), layout, shape, loc=_loc(name))
 
     def init_node(
@@ -521,12 +552,16 @@ def parse_nanoengine(text: str, filename: str = "<string>", check: bool = True) 
         raise NanoEngineSyntaxError(err.message, filename, err.line, err.column, text) from None
     except _BUG_ERRORS as err:
         # Only a bug gets here; still report it in the one-line format, never as a traceback.
-        raise NanoEngineInternalError(f"internal parser error: {type(err).__name__}: {err}", filename, 1, 1) from err
+        raise NanoEngineInternalError(
+            f"internal parser error: {type(err).__name__}: {err}", filename, 1, 1
+        ) from err
     if check:
         try:
             check_program(program, filename, text)
         except _BUG_ERRORS as err:
-            raise NanoEngineInternalError(f"internal checker error: {type(err).__name__}: {err}", filename, 1, 1) from err
+            raise NanoEngineInternalError(
+                f"internal checker error: {type(err).__name__}: {err}", filename, 1, 1
+            ) from err
     return program
 
 
@@ -544,7 +579,11 @@ def decode_nanoengine(raw: bytes, filename: str = "<string>") -> str:
         line = before.count("\n") + 1
         column = len(before) - (before.rfind("\n") + 1) + 1
         raise NanoEngineSyntaxError(
-            f"expected UTF-8 text, found invalid byte 0x{raw[err.start]:02x}", filename, line, column, shown
+            f"expected UTF-8 text, found invalid byte 0x{raw[err.start]:02x}",
+            filename,
+            line,
+            column,
+            shown,
         ) from None
 
 

@@ -46,7 +46,9 @@ __all__ = ["print_nanoengine", "BOM_ENTRY", "comment_entry", "comment_from_entry
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LAYOUT = re.compile(r"[A-Za-z]*")
-_FLOAT = re.compile(r"-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)")
+_FLOAT = re.compile(
+    r"-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)"
+)
 
 
 def _name(name: str) -> str:
@@ -105,26 +107,34 @@ def _hex(data: bytes, upper: bool) -> str:
 def _words(data: bytes, upper: bool) -> str:
     if len(data) % 4:
         raise ValueError(f"word data must be a multiple of 4 bytes, got {len(data)}")
-    return "[" + ", ".join("0x" + _hex(data[i : i + 4], upper) for i in range(0, len(data), 4)) + "]"
+    return (
+        "[" + ", ".join("0x" + _hex(data[i : i + 4], upper) for i in range(0, len(data), 4)) + "]"
+    )
 
 
 def _item(item: Item, out: list[str]) -> None:
     """Append the text of one item (with its line break) to `out`."""
     if isinstance(item, ConstTensor):
         # Three pieces instead of one f-string: the hex can be 100 MB, copy it only once.
-        out.append(f"let {_name(item.name)}: Tensor<{_name(item.dtype)}> = {{shape={_ints(item.shape)}, data=0x")
+        out.append(
+            f"let {_name(item.name)}: Tensor<{_name(item.dtype)}> = {{shape={_ints(item.shape)}, data=0x"
+        )
         out.append(_hex(item.data, item.hex_upper))
         out.append("} ;\n")
     elif isinstance(item, InitTensor):
         if item.layout.startswith("B"):  # it would read back as a runtime tensor
-            raise ValueError(f"init tensor {item.name!r} has layout {item.layout!r}; a B... layout means a runtime tensor")
+            raise ValueError(
+                f"init tensor {item.name!r} has layout {item.layout!r}; a B... layout means a runtime tensor"
+            )
         out.append(
             f"let {_name(item.name)}: Tensor<{_name(item.dtype)}>  = "
             f"{{shape:{_layout(item.layout)}={_ints(item.shape)}}};\n"
         )
     elif isinstance(item, RuntimeTensor):
         if not item.layout.startswith("B"):  # it would read back as an init tensor
-            raise ValueError(f"runtime tensor {item.name!r} has layout {item.layout!r}; it must start with B (batch)")
+            raise ValueError(
+                f"runtime tensor {item.name!r} has layout {item.layout!r}; it must start with B (batch)"
+            )
         out.append(
             f"let {_name(item.name)}: Tensor<{_name(item.dtype)}> = "
             f"{{shape:{_layout(item.layout)}={_ints(item.shape)}}};\n"
@@ -206,7 +216,11 @@ def print_nanoengine(program: Program) -> str:
             if "\n" in item.text or "\r" in item.text:
                 raise ValueError(f"comment text {item.text!r} spans lines")
             if item.blank_lines is not None:
-                if isinstance(item.blank_lines, bool) or not isinstance(item.blank_lines, int) or item.blank_lines < 0:
+                if (
+                    isinstance(item.blank_lines, bool)
+                    or not isinstance(item.blank_lines, int)
+                    or item.blank_lines < 0
+                ):
                     raise ValueError(f"comment {item.text!r} has {item.blank_lines!r} blank lines")
                 out.append("\n" * item.blank_lines)
             else:

@@ -52,7 +52,9 @@ def reference_result_types(
         (k, tuple(0 for _ in v)) if k == "pads" and isinstance(v, tuple) and row.padded else (k, v)
         for k, v in spec.attrs
     )
-    found = _types_of(NodeSpec(spec.name, spec.op_type, attrs, spec.inputs, spec.num_outputs), reference)  # type: ignore[arg-type]
+    found = _types_of(
+        NodeSpec(spec.name, spec.op_type, attrs, spec.inputs, spec.num_outputs), reference
+    )  # type: ignore[arg-type]
     if found is None and row.join:
         found = _types_of(spec, _shortest_joined(spec, reference))  # type: ignore[arg-type]
     return found
@@ -84,5 +86,6 @@ def _shortest_joined(spec: NodeSpec, types: Sequence[Attribute]) -> list[Attribu
                 if len(s) == rank and s[d] not in (1, DYNAMIC_INDEX):
                     s[d] = min(sizes)
     return [
-        TensorType(t.get_element_type(), s) if isinstance(t, TensorType) else t for t, s in zip(types, shapes)
+        TensorType(t.get_element_type(), s) if isinstance(t, TensorType) else t
+        for t, s in zip(types, shapes)
     ]

@@ -68,15 +68,58 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
 __all__ = [
-    "NE_ITEMS", "NE_DECLS", "NE_TENSOR", "NE_NODE", "NE_INIT", "NE_OUT_S", "NE_MEM_S", "NE_ATTR",
-    "NE_OP_TYPE", "NE_CONST_IN", "NE_EXP_NAME", "NE_HEX_UPPER", "NE_EXP_HEX_UPPER", "NE_IDENTITY",
-    "Attrs", "element_type", "dtype_of", "is_float_dtype", "HW_DTYPES", "WIDTH_OF_DTYPE",
-    "encode_value", "decode_value", "encode_attrs", "decode_attrs", "encode_prop", "decode_prop",
-    "same_value", "EXP_MIN", "EXP_MAX", "exp_value", "exp_from_value", "name_value", "name_from_value",
-    "tensor_entry", "entry_fields", "dense_from_const", "const_from_dense", "const_entry", "words_entry",
-    "orphan_entry", "decl_from_entry", "streamed_type", "runtime_layout", "init_layout",
-    "NAME", "sanitize_name", "set_hint", "Names", "is_hw_program", "main_function",
-    "StreamPlan", "UnitStepPlan",
+    "NE_ITEMS",
+    "NE_DECLS",
+    "NE_TENSOR",
+    "NE_NODE",
+    "NE_INIT",
+    "NE_OUT_S",
+    "NE_MEM_S",
+    "NE_ATTR",
+    "NE_OP_TYPE",
+    "NE_CONST_IN",
+    "NE_EXP_NAME",
+    "NE_HEX_UPPER",
+    "NE_EXP_HEX_UPPER",
+    "NE_IDENTITY",
+    "Attrs",
+    "element_type",
+    "dtype_of",
+    "is_float_dtype",
+    "HW_DTYPES",
+    "WIDTH_OF_DTYPE",
+    "encode_value",
+    "decode_value",
+    "encode_attrs",
+    "decode_attrs",
+    "encode_prop",
+    "decode_prop",
+    "same_value",
+    "EXP_MIN",
+    "EXP_MAX",
+    "exp_value",
+    "exp_from_value",
+    "name_value",
+    "name_from_value",
+    "tensor_entry",
+    "entry_fields",
+    "dense_from_const",
+    "const_from_dense",
+    "const_entry",
+    "words_entry",
+    "orphan_entry",
+    "decl_from_entry",
+    "streamed_type",
+    "runtime_layout",
+    "init_layout",
+    "NAME",
+    "sanitize_name",
+    "set_hint",
+    "Names",
+    "is_hw_program",
+    "main_function",
+    "StreamPlan",
+    "UnitStepPlan",
 ]
 
 # ---------------------------------------------------------------------------------------
@@ -139,7 +182,14 @@ def is_float_dtype(dtype: str) -> bool:
     return dtype.startswith("little_float_")
 
 
-HW_DTYPES: dict[int, str] = {1: "int1_t", 2: "int2_t", 4: "int4_t", 8: "int8_t", 16: "int16_t", 32: "int32_t"}
+HW_DTYPES: dict[int, str] = {
+    1: "int1_t",
+    2: "int2_t",
+    4: "int4_t",
+    8: "int8_t",
+    16: "int16_t",
+    32: "int32_t",
+}
 """nh element width -> dtype of a computed tensor's declaration."""
 WIDTH_OF_DTYPE: dict[str, int] = {name: width for width, name in HW_DTYPES.items()}
 
@@ -147,7 +197,9 @@ WIDTH_OF_DTYPE: dict[str, int] = {name: width for width, name in HW_DTYPES.items
 # Attribute values: as written, and as op properties
 # ---------------------------------------------------------------------------------------
 
-_FLOAT_SPELLING = re.compile(r"-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)")
+_FLOAT_SPELLING = re.compile(
+    r"-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)"
+)
 
 
 def encode_value(value: AttrValue) -> Attribute:
@@ -226,7 +278,9 @@ def _name_attr(value: AttrValue) -> Attribute:
     return StringAttr(value)
 
 
-_PROP_KINDS: dict[str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrValue], Attribute]]] = {
+_PROP_KINDS: dict[
+    str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrValue], Attribute]]
+] = {
     "ints": (lambda a: array_values(a) or (), _ints_attr),  # type: ignore[arg-type]
     "int": (lambda a: int(a.value.data), _int_attr),  # type: ignore[attr-defined]
     "flag": (lambda a: int(bool(a.value.data)), _flag_attr),  # type: ignore[attr-defined]
@@ -271,7 +325,9 @@ def exp_from_value(value: AttrValue) -> int | list[int]:
         return value
     if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
         return [int(v) for v in value]  # type: ignore[arg-type]  # checked above
-    raise ValueError("must be an integer (per tensor) or a non-empty list of integers (per channel)")
+    raise ValueError(
+        "must be an integer (per tensor) or a non-empty list of integers (per channel)"
+    )
 
 
 _PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -302,8 +358,10 @@ def name_from_value(value: AttrValue) -> str:
             return bytes(raw).decode("utf-8")  # type: ignore[arg-type]  # checked above
         except UnicodeDecodeError:
             raise ValueError("is not valid UTF-8") from None
-    if isinstance(value, tuple) and value and all(
-        isinstance(p, str) or (isinstance(p, int) and p >= 0) for p in value
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(isinstance(p, str) or (isinstance(p, int) and p >= 0) for p in value)
     ):
         return ".".join(str(p) for p in value)
     raise ValueError("must be a list of names and numbers, or [[UTF-8 bytes]]")
@@ -313,7 +371,10 @@ def name_from_value(value: AttrValue) -> str:
 # Declared tensors and constants as attributes
 # ---------------------------------------------------------------------------------------
 
-def tensor_entry(name: str, layout: str, shape: Sequence[int], dtype: str = "Any") -> DictionaryAttr:
+
+def tensor_entry(
+    name: str, layout: str, shape: Sequence[int], dtype: str = "Any"
+) -> DictionaryAttr:
     """`{name, layout, shape[, dtype]}`: one declared tensor (dtype only when not Any)."""
     entry: dict[str, Attribute] = {
         "name": StringAttr(name),
@@ -348,16 +409,22 @@ def entry_fields(entry: Attribute) -> Entry | None:
 
 def dense_from_const(const: ConstTensor) -> DenseIntOrFPElementsAttr:
     """The constant's exact bytes as a dense attribute of its own element type and shape."""
-    return DenseIntOrFPElementsAttr(TensorType(element_type(const.dtype), const.shape), BytesAttr(const.data))
+    return DenseIntOrFPElementsAttr(
+        TensorType(element_type(const.dtype), const.shape), BytesAttr(const.data)
+    )
 
 
-def const_from_dense(name: str, value: DenseIntOrFPElementsAttr, hex_upper: bool = False) -> ConstTensor:
+def const_from_dense(
+    name: str, value: DenseIntOrFPElementsAttr, hex_upper: bool = False
+) -> ConstTensor:
     """The `.ne` constant holding a dense attribute's exact bytes; ValueError for other types."""
     t = value.get_type()
     assert isinstance(t, TensorType)
     dtype = dtype_of(t.get_element_type())
     if dtype is None:
-        raise ValueError(f"constant '{name}' has element type {t.get_element_type()}, which .ne cannot hold")
+        raise ValueError(
+            f"constant '{name}' has element type {t.get_element_type()}, which .ne cannot hold"
+        )
     return ConstTensor(name, dtype, tuple(t.get_shape()), value.data.data, hex_upper)
 
 
@@ -403,7 +470,12 @@ def decl_from_entry(name: str, entry: Attribute) -> Declaration | None:
     if kind == "const" and isinstance(d.get("value"), DenseIntOrFPElementsAttr):
         return const_from_dense(name, d["value"], bool(upper))  # type: ignore[arg-type]
     if kind == "words":
-        data, shape, layout, type_name = d.get("data"), d.get("shape"), d.get("layout"), d.get("type")
+        data, shape, layout, type_name = (
+            d.get("data"),
+            d.get("shape"),
+            d.get("layout"),
+            d.get("type"),
+        )
         if (
             isinstance(data, DenseIntOrFPElementsAttr)
             and isinstance(shape, DenseArrayBase)
@@ -411,9 +483,18 @@ def decl_from_entry(name: str, entry: Attribute) -> Declaration | None:
             and isinstance(type_name, StringAttr)
         ):
             dims = tuple(int(v) for v in shape.get_values())
-            return WordTensor(name, type_name.data, layout.data, dims, data.data.data, True if upper is None else upper)
+            return WordTensor(
+                name,
+                type_name.data,
+                layout.data,
+                dims,
+                data.data.data,
+                True if upper is None else upper,
+            )
         return None
-    fields = entry_fields(DictionaryAttr({"name": StringAttr(name), **{k: v for k, v in d.items() if k != "kind"}}))
+    fields = entry_fields(
+        DictionaryAttr({"name": StringAttr(name), **{k: v for k, v in d.items() if k != "kind"}})
+    )
     if fields is None:
         return None
     _, layout, shape, dtype = fields
@@ -429,7 +510,8 @@ def decl_from_entry(name: str, entry: Attribute) -> Declaration | None:
 def streamed_type(shape: Sequence[int], layout: str, elt: Attribute = f32) -> TensorType:
     """The IR type of a declared runtime tensor: B and M dims (and -1) become `?`."""
     dims = [
-        DYNAMIC_INDEX if d == -1 or (i < len(layout) and layout[i] in "BM") else d for i, d in enumerate(shape)
+        DYNAMIC_INDEX if d == -1 or (i < len(layout) and layout[i] in "BM") else d
+        for i, d in enumerate(shape)
     ]
     return TensorType(elt, dims)
 
@@ -514,9 +596,13 @@ class Names:
 
 def is_hw_program(program: Program) -> bool:
     """Whether `program` is at the hw level: some node output is an integer tensor."""
-    outputs = {o for d in program.declarations if isinstance(d, (InitNode, RuntimeNode)) for o in d.out_s}
+    outputs = {
+        o for d in program.declarations if isinstance(d, (InitNode, RuntimeNode)) for o in d.out_s
+    }
     return any(
-        isinstance(d, (InitTensor, RuntimeTensor)) and d.name in outputs and d.dtype in WIDTH_OF_DTYPE
+        isinstance(d, (InitTensor, RuntimeTensor))
+        and d.name in outputs
+        and d.dtype in WIDTH_OF_DTYPE
         for d in program.declarations
     )
 
@@ -533,7 +619,9 @@ def main_function(module: ModuleOp) -> FuncOp:
         raise ExportError(f"nanoengine export: @{func.sym_name.data} must have exactly one block")
     for op in func.body.block.ops:
         if op.regions and not isinstance(op, ReturnOp):
-            raise ExportError(f"nanoengine export: '{op.name}' has regions; NanoEngine programs are flat")
+            raise ExportError(
+                f"nanoengine export: '{op.name}' has regions; NanoEngine programs are flat"
+            )
     return func
 
 
@@ -547,7 +635,9 @@ class StreamPlan(Protocol):
 
     def tensor_shape(self, value: SSAValue) -> Sequence[int] | None: ...
 
-    def cache_shape(self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]) -> Sequence[int] | None: ...
+    def cache_shape(
+        self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]
+    ) -> Sequence[int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -574,5 +664,7 @@ class UnitStepPlan:
             )
         return dims
 
-    def cache_shape(self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]) -> Sequence[int] | None:
+    def cache_shape(
+        self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]
+    ) -> Sequence[int] | None:
         return tensor_shape

@@ -65,8 +65,11 @@ Float64Array = NDArray[np.float64]
 
 
 def batch_norm_affine(
-    scale: NDArray[np.floating], bias: NDArray[np.floating], mean: NDArray[np.floating],
-    var: NDArray[np.floating], eps: float,
+    scale: NDArray[np.floating],
+    bias: NDArray[np.floating],
+    mean: NDArray[np.floating],
+    var: NDArray[np.floating],
+    eps: float,
 ) -> tuple[Float64Array, Float64Array]:
     """``(A, B)`` with ``bn(x) = A * x + B`` per channel, in float64.
 
@@ -81,9 +84,13 @@ def batch_norm_affine(
 
 
 def fold_batch_norm(
-    weight: NDArray[np.floating], bias: NDArray[np.floating] | None,
-    scale: NDArray[np.floating], bn_bias: NDArray[np.floating], mean: NDArray[np.floating],
-    var: NDArray[np.floating], eps: float,
+    weight: NDArray[np.floating],
+    bias: NDArray[np.floating] | None,
+    scale: NDArray[np.floating],
+    bn_bias: NDArray[np.floating],
+    mean: NDArray[np.floating],
+    var: NDArray[np.floating],
+    eps: float,
 ) -> tuple[Float64Array, Float64Array]:
     """Weight and bias of ``bn(layer(x))`` for a conv (``[O, C/g, *K]``) or linear (``[O, I]``)
     weight: ``w' = w · A`` along the output channel (dim 0), ``b' = (b or 0) · A + B``.
@@ -103,6 +110,7 @@ def fold_batch_norm(
 # --------------------------------------------------------------------------------------------
 # Constants <-> NumPy
 # --------------------------------------------------------------------------------------------
+
 
 def _make_constant(
     array: NDArray[np.floating], element_type: Attribute, name: str | None, hint: str | None
@@ -151,7 +159,13 @@ def _fold(bn: nf.BatchNormOp, layer: nf.ConvOp | nf.LinearOp, rewriter: PatternR
         return
     scale, bn_bias, mean, var = params
     new_w, new_b = fold_batch_norm(
-        weight, bias, scale, bn_bias, mean, var, bn.epsilon.value.data  # type: ignore[arg-type]
+        weight,
+        bias,
+        scale,
+        bn_bias,
+        mean,
+        var,
+        bn.epsilon.value.data,  # type: ignore[arg-type]
     )
     element_type = layer.weight.type.get_element_type()  # type: ignore[attr-defined]
     w_name = _constant_name(layer.weight)
@@ -164,9 +178,13 @@ def _fold(bn: nf.BatchNormOp, layer: nf.ConvOp | nf.LinearOp, rewriter: PatternR
     b_const = _make_constant(new_b, element_type, b_name, b_hint)
     if isinstance(layer, nf.ConvOp):
         new_layer = nf.ConvOp(
-            layer.input, w_const.result, b_const.result,
-            strides=nf.array_values(layer.strides), pads=nf.array_values(layer.pads),
-            dilations=nf.array_values(layer.dilations), groups=layer.groups.value.data,
+            layer.input,
+            w_const.result,
+            b_const.result,
+            strides=nf.array_values(layer.strides),
+            pads=nf.array_values(layer.pads),
+            dilations=nf.array_values(layer.dilations),
+            groups=layer.groups.value.data,
         )
     else:
         new_layer = nf.LinearOp(layer.input, w_const.result, b_const.result)

@@ -128,8 +128,14 @@ def _accumulator_cap(op: nf.ConvOp | nf.ConvTransposeOp | nf.LinearOp) -> np.nda
     out_c = _shape(op.result)[1] if isinstance(op, nf.ConvTransposeOp) else _shape(op.weight)[0]
     if isinstance(op, nf.ConvTransposeOp) and w_exps.size > 1:
         w_exps = np.tile(w_exps.reshape(-1), groups)  # [O/g] along axis 1, the same per group
-    return accumulator_cap(fx.bits.value.data, dense_to_numpy(fx.exp).astype(np.int64),
-                           fw.bits.value.data, w_exps, out_c, groups)
+    return accumulator_cap(
+        fx.bits.value.data,
+        dense_to_numpy(fx.exp).astype(np.int64),
+        fw.bits.value.data,
+        w_exps,
+        out_c,
+        groups,
+    )
 
 
 def accumulator_cap(
@@ -158,8 +164,12 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
     assert target.exps is not None
     value = target.value
     exps = np.clip(target.exps, *quant.CALIB_EXP_RANGE).astype(np.int64)
-    fq = FakeQuantOp(value, target.bits, exp_attr(exps.reshape(-1).tolist(), list(exps.shape)),
-                     target.rounding or config.rounding)
+    fq = FakeQuantOp(
+        value,
+        target.bits,
+        exp_attr(exps.reshape(-1).tolist(), list(exps.shape)),
+        target.rounding or config.rounding,
+    )
     if isinstance(value, BlockArgument):
         block = value.block
         assert isinstance(block, Block)
@@ -190,12 +200,16 @@ def _import_record(t: Target, record: Any) -> np.ndarray:
         return np.asarray(record, dtype=np.int64).reshape(-1)
     unknown = set(record) - {"exp", "bits", "rounding", "axis"}
     if "exp" not in record or unknown:
-        raise QuantizeError(f"quantize: the exponents of {t.name} need an \"exp\" entry and "
-                            "may have bits, rounding and axis; got " + ", ".join(sorted(record)))
+        raise QuantizeError(
+            f'quantize: the exponents of {t.name} need an "exp" entry and '
+            "may have bits, rounding and axis; got " + ", ".join(sorted(record))
+        )
     if record.get("bits") is not None:
         if record["bits"] not in ALLOWED_BITS:
-            raise QuantizeError(f"quantize: {t.name} asks for {record['bits']} bits; allowed: "
-                                f"{', '.join(map(str, ALLOWED_BITS))}")
+            raise QuantizeError(
+                f"quantize: {t.name} asks for {record['bits']} bits; allowed: "
+                f"{', '.join(map(str, ALLOWED_BITS))}"
+            )
         t.bits = int(record["bits"])
     if record.get("rounding") is not None:
         t.rounding = parse_rounding(record["rounding"])
@@ -203,8 +217,10 @@ def _import_record(t: Target, record: Any) -> np.ndarray:
     if "axis" in record:
         t.per_channel = record["axis"] is not None
         if t.per_channel and record["axis"] != t.channel_axis:
-            raise QuantizeError(f"quantize: {t.name} is per channel along axis "
-                                f"{t.channel_axis}, not {record['axis']}")
+            raise QuantizeError(
+                f"quantize: {t.name} is per channel along axis "
+                f"{t.channel_axis}, not {record['axis']}"
+            )
     return k
 
 
@@ -229,17 +245,21 @@ def quantize_function(
                 t.per_channel = k.size > 1
             shape = exp_shape(t)
             if t.channel_axis is None and k.size > 1 or k.size != int(np.prod(shape)):
-                raise QuantizeError(f"quantize: {k.size} exponents given for {t.name}, which "
-                                    f"has {int(np.prod(shape))} channels")
+                raise QuantizeError(
+                    f"quantize: {k.size} exponents given for {t.name}, which "
+                    f"has {int(np.prod(shape))} channels"
+                )
             t.exps = k.reshape(shape)
     if exponents:
-        raise QuantizeError("quantize: exponents given for unknown tensors: "
-                            + ", ".join(sorted(exponents)))
+        raise QuantizeError(
+            "quantize: exponents given for unknown tensors: " + ", ".join(sorted(exponents))
+        )
     for t in targets:
         if t.exps is None and t.kind in ("weight", "const"):
             x = _constant_array(t.value)
-            t.exps = tensor_exps(x, t.bits, t.channel_axis, config.calibrator,
-                                 config.rounding).reshape(exp_shape(t))
+            t.exps = tensor_exps(
+                x, t.bits, t.channel_axis, config.calibrator, config.rounding
+            ).reshape(exp_shape(t))
     missing = [t for t in targets if t.exps is None and t.kind == "act"]
     if missing:
         if calibration is None:
@@ -257,10 +277,12 @@ def quantize_function(
         if t.kind != "bias":
             continue
         if t.exps is None:
-            t.exps = tensor_exps(_constant_array(t.value), t.bits, t.channel_axis,
-                                 config.calibrator, config.rounding).reshape(exp_shape(t))
-        users = [u.operation for u in t.value.uses
-                 if isinstance(u.operation, WEIGHTED) and u.index == 2]
+            t.exps = tensor_exps(
+                _constant_array(t.value), t.bits, t.channel_axis, config.calibrator, config.rounding
+            ).reshape(exp_shape(t))
+        users = [
+            u.operation for u in t.value.uses if isinstance(u.operation, WEIGHTED) and u.index == 2
+        ]
         for user in users:
             cap = _accumulator_cap(user)
             if cap is not None and t.bits > 1:
@@ -287,8 +309,9 @@ def quantize(
     ``(inputs, labels)`` pairs from a DataLoader); ``options`` are :class:`QuantConfig` fields.
     """
     if config is None:
-        rules = tuple(r if isinstance(r, QuantRule) else QuantRule.parse(r)
-                      for r in options.pop("rules", ()))
+        rules = tuple(
+            r if isinstance(r, QuantRule) else QuantRule.parse(r) for r in options.pop("rules", ())
+        )
         if "rounding" in options:
             options["rounding"] = parse_rounding(options["rounding"])
         config = QuantConfig(rules=rules, **options)
@@ -296,7 +319,6 @@ def quantize(
         raise QuantizeError("quantize: pass either config= or keyword options, not both")
     func = find_function(module, function)
     return quantize_function(func, calibration, config, exponents, progress=progress)
-
 
 
 @dataclass(frozen=True)
@@ -335,16 +357,24 @@ class QuantizePass(ModulePass):
             raise QuantizeError(f"quantize: batch_size must be positive, got {self.batch_size}")
         rounding = parse_rounding(self.rounding)
         config = QuantConfig(
-            weight_bits=self.weight_bits, bias_bits=self.bias_bits, act_bits=self.act_bits,
-            weight_per_channel=self.weight_per_channel, act_per_channel=self.act_per_channel,
-            rules=tuple(QuantRule.parse(r) for r in self.rules), calibrator=self.calibrator,
+            weight_bits=self.weight_bits,
+            bias_bits=self.bias_bits,
+            act_bits=self.act_bits,
+            weight_per_channel=self.weight_per_channel,
+            act_per_channel=self.act_per_channel,
+            rules=tuple(QuantRule.parse(r) for r in self.rules),
+            calibrator=self.calibrator,
             rounding=rounding,
         )
-        batches = (None if self.calibration is None
-                   else load_calibration(self.calibration, self.batch_size))
+        batches = (
+            None
+            if self.calibration is None
+            else load_calibration(self.calibration, self.batch_size)
+        )
         imported = None if self.exponents is None else load_exponents(self.exponents)
-        quantize(op, batches, config=config, exponents=imported, function=self.function,
-                 progress=False)
+        quantize(
+            op, batches, config=config, exponents=imported, function=self.function, progress=False
+        )
 
 
 __all__ = ["QuantConfig", "QuantRule", "QuantizePass", "QuantizeError", "Target", "quantize"]

@@ -51,8 +51,12 @@ def tensor_exps(
     shape = [1] * x.ndim
     if axis is not None:
         shape[axis] = -1
-    errors = np.stack([_reduce((quant.fake_quant(x, bits, k.reshape(shape), mode) - x) ** 2,
-                               axis) for k in candidates])
+    errors = np.stack(
+        [
+            _reduce((quant.fake_quant(x, bits, k.reshape(shape), mode) - x) ** 2, axis)
+            for k in candidates
+        ]
+    )
     return _least_error(candidates, errors).reshape(absmax.shape)
 
 
@@ -109,9 +113,7 @@ def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
     return np.sum(x, axis=axes, keepdims=axis is not None).reshape(-1)
 
 
-def _as_batches(
-    calibration: Iterable[Any], num_inputs: int
-) -> Iterable[tuple[np.ndarray, ...]]:
+def _as_batches(calibration: Iterable[Any], num_inputs: int) -> Iterable[tuple[np.ndarray, ...]]:
     for index, batch in enumerate(calibration):
         items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
         if len(items) < num_inputs:
@@ -186,8 +188,7 @@ def calibrate(
             if phase == 0 and passes == 2:
                 for v, s in stats.items():
                     assert s.absmax is not None
-                    mean_abs = (s.abs_sum / max(s.count, 1) if s.abs_sum is not None
-                                else s.absmax)
+                    mean_abs = s.abs_sum / max(s.count, 1) if s.abs_sum is not None else s.absmax
                     s.candidates = mse_candidates(s.absmax, mean_abs, acts[v].bits)
                     s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
     for v, t in acts.items():
@@ -223,7 +224,6 @@ class progress_bar:
             self.bar.stop()
 
 
-
 def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]:
     """Batches from a ``.npy`` (one input) or ``.npz`` (one array per input, in file order).
 
@@ -236,12 +236,17 @@ def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]
         raise QuantizeError(f"quantize: calibration data: {e}") from None
     n = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
     if n == 0 or any(a.ndim == 0 or a.shape[0] != n for a in arrays):
-        raise QuantizeError(f"quantize: calibration arrays in {path!r} need one common, "
-                            "non-empty leading (batch) dim")
-    batches = [tuple(a[i:i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
+        raise QuantizeError(
+            f"quantize: calibration arrays in {path!r} need one common, "
+            "non-empty leading (batch) dim"
+        )
+    batches = [tuple(a[i : i + batch_size] for a in arrays) for i in range(0, n, batch_size)]
     for b, batch in enumerate(batches):
-        _check_finite(batch, f"calibration data {path!r}, batch {b} (rows {b * batch_size}.."
-                             f"{b * batch_size + len(batch[0]) - 1})")
+        _check_finite(
+            batch,
+            f"calibration data {path!r}, batch {b} (rows {b * batch_size}.."
+            f"{b * batch_size + len(batch[0]) - 1})",
+        )
     return batches
 
 
@@ -251,9 +256,9 @@ def _check_finite(arrays: Sequence[np.ndarray], where: str) -> None:
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             what = "NaN" if np.isnan(a).any() else "infinity"
             input_ = f", input {k}" if len(arrays) > 1 else ""
-            raise QuantizeError(f"quantize: {where}{input_} holds {what}; calibration data "
-                                "must be finite")
-
+            raise QuantizeError(
+                f"quantize: {where}{input_} holds {what}; calibration data must be finite"
+            )
 
 
 def load_exponents(path: str) -> dict[str, Any]:
@@ -274,6 +279,8 @@ def load_exponents(path: str) -> dict[str, Any]:
         ints(v) or (isinstance(v, dict) and ints(v.get("exp"))) for v in data.values()
     )
     if not ok:
-        raise QuantizeError(f"quantize: {path!r} must map tensor names to an int, a list "
-                            "of ints, or a record {\"exp\": ..., \"bits\": ..., ...}")
+        raise QuantizeError(
+            f"quantize: {path!r} must map tensor names to an int, a list "
+            'of ints, or a record {"exp": ..., "bits": ..., ...}'
+        )
     return data

@@ -63,17 +63,21 @@ class QuantRule:
             re.compile(self.pattern)
         except re.error as e:
             raise QuantizeError(
-                f"quantize: rule pattern {self.pattern!r} is not a regex: {e}") from None
+                f"quantize: rule pattern {self.pattern!r} is not a regex: {e}"
+            ) from None
         if self.bits is not None and self.bits not in ALLOWED_BITS:
-            raise QuantizeError(f"quantize: rule {self.pattern!r} asks for {self.bits} bits; "
-                                f"allowed: {', '.join(map(str, ALLOWED_BITS))}")
+            raise QuantizeError(
+                f"quantize: rule {self.pattern!r} asks for {self.bits} bits; "
+                f"allowed: {', '.join(map(str, ALLOWED_BITS))}"
+            )
         if self.kind not in (None, "weight", "bias", "act"):
             raise QuantizeError(f"quantize: rule kind {self.kind!r} is not weight, bias or act")
         if self.learner is not None:
             object.__setattr__(self, "learner", _learner(self.learner))
         if self.lr is not None and not (0 < self.lr and self.lr == self.lr):
-            raise QuantizeError(f"quantize: rule {self.pattern!r} has rate {self.lr}; it must "
-                                "be positive")
+            raise QuantizeError(
+                f"quantize: rule {self.pattern!r} has rate {self.lr}; it must be positive"
+            )
 
     @staticmethod
     def parse(text: str) -> QuantRule:
@@ -82,16 +86,19 @@ class QuantRule:
             kind, text = text.split("@", 1)
         pattern, sep, spec = text.rpartition("=")
         if not sep or not pattern:
-            raise QuantizeError(f"quantize: rule {text!r} must look like REGEX=BITS[/pc|/pt] "
-                                "or REGEX=skip")
+            raise QuantizeError(
+                f"quantize: rule {text!r} must look like REGEX=BITS[/pc|/pt] or REGEX=skip"
+            )
         if spec == "skip":
             return QuantRule(pattern, skip=True, kind=kind)
         bits: int | None = None
         per_channel: bool | None = None
         learner: str | None = None
         lr: float | None = None
-        bad = QuantizeError(f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt and "
-                            "a learner (ema or lsq, optionally :LR), separated by /")
+        bad = QuantizeError(
+            f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt and "
+            "a learner (ema or lsq, optionally :LR), separated by /"
+        )
         for part in spec.split("/"):
             name, colon, rate = part.partition(":")
             if part.isdigit() and bits is None:
@@ -107,11 +114,14 @@ class QuantRule:
                         raise bad from None
             else:
                 raise bad
-        return QuantRule(pattern, bits=bits, per_channel=per_channel, kind=kind,
-                         learner=learner, lr=lr)
+        return QuantRule(
+            pattern, bits=bits, per_channel=per_channel, kind=kind, learner=learner, lr=lr
+        )
 
     def matches(self, name: str, kind: str) -> bool:
-        return (self.kind is None or self.kind == kind) and re.search(self.pattern, name) is not None
+        return (self.kind is None or self.kind == kind) and re.search(
+            self.pattern, name
+        ) is not None
 
 
 @dataclass(frozen=True)
@@ -134,25 +144,34 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "learner", _learner(self.learner))
-        for label, bits in (("weight", self.weight_bits), ("bias", self.bias_bits),
-                            ("act", self.act_bits)):
+        for label, bits in (
+            ("weight", self.weight_bits),
+            ("bias", self.bias_bits),
+            ("act", self.act_bits),
+        ):
             if bits not in ALLOWED_BITS:
-                raise QuantizeError(f"quantize: {label}_bits = {bits}; allowed: "
-                                    f"{', '.join(map(str, ALLOWED_BITS))}")
+                raise QuantizeError(
+                    f"quantize: {label}_bits = {bits}; allowed: {', '.join(map(str, ALLOWED_BITS))}"
+                )
         if self.calibrator not in ("absmax", "mse"):
             raise QuantizeError(f"quantize: calibrator {self.calibrator!r} is not absmax or mse")
 
     def resolve(self, name: str, kind: str) -> tuple[int, bool] | None:
         """(bits, per_channel) for a tensor, or None to leave it float."""
         bits = {"weight": self.weight_bits, "bias": self.bias_bits, "act": self.act_bits}[kind]
-        per_channel = {"weight": self.weight_per_channel, "bias": self.weight_per_channel,
-                       "act": self.act_per_channel}[kind]
+        per_channel = {
+            "weight": self.weight_per_channel,
+            "bias": self.weight_per_channel,
+            "act": self.act_per_channel,
+        }[kind]
         for rule in self.rules:
             if rule.matches(name, kind):
                 if rule.skip:
                     return None
-                return (rule.bits or bits,
-                        per_channel if rule.per_channel is None else rule.per_channel)
+                return (
+                    rule.bits or bits,
+                    per_channel if rule.per_channel is None else rule.per_channel,
+                )
         return bits, per_channel
 
     def resolve_learner(self, name: str, kind: str) -> tuple[str, float]:
@@ -161,8 +180,12 @@ class QuantConfig:
         for rule in self.rules:
             if rule.matches(name, kind):
                 if rule.learner is not None:
-                    learner, lr = rule.learner, rule.lr if rule.lr is not None else (
-                        lr if rule.learner == self.learner else None)
+                    learner, lr = (
+                        rule.learner,
+                        rule.lr
+                        if rule.lr is not None
+                        else (lr if rule.learner == self.learner else None),
+                    )
                 elif rule.lr is not None:
                     lr = rule.lr
                 break
@@ -177,10 +200,11 @@ def _learner(name: str) -> str:
     return name
 
 
-
 def parse_rounding(value: str | RoundingMode) -> RoundingMode:
     try:
         return RoundingMode(value)
     except ValueError:
-        raise QuantizeError(f"quantize: rounding {value!r} is not one of "
-                            + ", ".join(m.value for m in RoundingMode)) from None
+        raise QuantizeError(
+            f"quantize: rounding {value!r} is not one of "
+            + ", ".join(m.value for m in RoundingMode)
+        ) from None

@@ -81,8 +81,11 @@ WEIGHTED = (nf.ConvOp, nf.ConvTransposeOp, nf.LinearOp)
 
 def _weight_axis(value: SSAValue) -> int:
     """A weight's output-channel axis: 1 when a conv_transpose reads it, else 0."""
-    return 1 if any(isinstance(u.operation, nf.ConvTransposeOp) and u.index == 1
-                    for u in value.uses) else 0
+    return (
+        1
+        if any(isinstance(u.operation, nf.ConvTransposeOp) and u.index == 1 for u in value.uses)
+        else 0
+    )
 
 
 def _constant_kind(value: SSAValue) -> str | None:
@@ -126,9 +129,17 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         bits, per_channel = resolved
         if kind == "const":
             per_channel = False
-        targets.append(Target(value, rule_kind if kind != "const" else "const", unique, bits,
-                              per_channel, rule_name=name,
-                              weight_axis=_weight_axis(value) if kind == "weight" else 0))
+        targets.append(
+            Target(
+                value,
+                rule_kind if kind != "const" else "const",
+                unique,
+                bits,
+                per_channel,
+                rule_name=name,
+                weight_axis=_weight_axis(value) if kind == "weight" else 0,
+            )
+        )
 
     block = func.body.block
     for arg in block.args:

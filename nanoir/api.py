@@ -47,8 +47,9 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:
-        raise FileAccessError(f"cannot read {os.fspath(path)}: {_reason(e)}", path,
-                              e.errno) from None
+        raise FileAccessError(
+            f"cannot read {os.fspath(path)}: {_reason(e)}", path, e.errno
+        ) from None
 
 
 def decode_text(data: bytes, name: str) -> str:
@@ -66,9 +67,10 @@ def decode_text(data: bytes, name: str) -> str:
 
         # The source line (bad bytes shown as U+FFFD) and a caret under the first bad byte.
         shown = print_span(Span(e.start, e.end, Input(data, name)), "").splitlines()[1:3]
-        raise FileFormatError(f"{name}:{line}:{column}: invalid UTF-8 byte "
-                              f"0x{data[e.start]:02x}: not a text file\n"
-                              + "\n".join(shown)) from None
+        raise FileFormatError(
+            f"{name}:{line}:{column}: invalid UTF-8 byte "
+            f"0x{data[e.start]:02x}: not a text file\n" + "\n".join(shown)
+        ) from None
 
 
 def _program_format(path: Path) -> str:
@@ -114,6 +116,7 @@ def save(module: ModuleOp, path: str | Path) -> None:
         check_output_path(path)
         text = str(module) + "\n"
     else:
-        raise FileFormatError(f"cannot tell the format of {str(path)!r}: use a .ne or .mlir "
-                              "file name")
+        raise FileFormatError(
+            f"cannot tell the format of {str(path)!r}: use a .ne or .mlir file name"
+        )
     write_atomically(path, text)

@@ -195,7 +195,7 @@ class LinearTimeLexer(MLIRLexer):
             if self.input.at(stop) == "\\":
                 raise MlirSyntaxError(
                     Span(stop, min(stop + 2, self.input.get_end_of_line(stop)), self.input),
-                    "error: invalid escape in string literal (allowed: \\n \\t \\\\ \\\" and "
+                    'error: invalid escape in string literal (allowed: \\n \\t \\\\ \\" and '
                     "two hex digits)",
                 )
             raise MlirSyntaxError(
@@ -283,8 +283,9 @@ class LocatingParser(Parser):
         except ParseError as e:
             if e.msg == "Could not parse entire input!":
                 found = self._current_token
-                what = "the end of the file" if found.kind == MLIRTokenKind.EOF else (
-                    repr(found.text))
+                what = (
+                    "the end of the file" if found.kind == MLIRTokenKind.EOF else (repr(found.text))
+                )
                 e = MlirSyntaxError(e.span, f"error: expected an operation, found {what}")
             raise as_syntax_error(e) from None
         except RecursionError:
@@ -308,8 +309,9 @@ class LocatingParser(Parser):
             # wrong element type) escapes xDSL's parser without a location.
             reason = e.args[0] if e.args else e
             raise MlirSyntaxError(
-                start, f"error: {self._op_name(start)} has an operand or result of the wrong "
-                       f"type: {reason}"
+                start,
+                f"error: {self._op_name(start)} has an operand or result of the wrong "
+                f"type: {reason}",
             ) from None
         except _UNLOCATED as e:
             raise MlirSyntaxError(
@@ -384,7 +386,11 @@ class LocatingParser(Parser):
         while after < len(content) and content[after] in " \t\r\n":
             after += 1
         if self._current_token.kind != MLIRTokenKind.LESS or content[after : after + 1] in (
-            '"', "[", ">", "(", ""
+            '"',
+            "[",
+            ">",
+            "(",
+            "",
         ):
             return super().parse_dense_int_or_fp_elements_attr(None)
         splat_type = self._splat_type()
@@ -490,7 +496,6 @@ def check_dominance(block: Block) -> tuple[Operation, SSAValue] | None:
 def _verify_op(op: Operation) -> None:
     op.verify(verify_nested_ops=False)
     if op.name == "func.func":
-
         verify_hw_function(op)
 
 
@@ -519,7 +524,9 @@ def verify_located(
             if bad:
                 op, value = bad
                 raise _located(
-                    f"uses %{value.name_hint or '?'} before it is defined", op, spans,
+                    f"uses %{value.name_hint or '?'} before it is defined",
+                    op,
+                    spans,
                     line_offset,
                 )
 

@@ -103,13 +103,14 @@ def check_output_path(path: str | os.PathLike[str]) -> None:
     parent = os.path.dirname(target) or "."
     if not os.path.exists(parent):
         raise FileAccessError(
-            f"cannot write {name}: directory {os.path.dirname(name) or parent} does not exist",
-            name)
+            f"cannot write {name}: directory {os.path.dirname(name) or parent} does not exist", name
+        )
     if not os.path.isdir(parent):
         raise FileAccessError(f"cannot write {name}: {parent} is not a directory", name)
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise FileAccessError(f"cannot write {name}: no permission to create files in "
-                              f"{parent}", name)
+        raise FileAccessError(
+            f"cannot write {name}: no permission to create files in {parent}", name
+        )
 
 
 @contextlib.contextmanager
@@ -177,8 +178,9 @@ def write_atomically(path: str | os.PathLike[str], contents: Contents) -> None:
     try:
         try:
             with _signals_held():
-                fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(target)}.",
-                                           suffix=".tmp")
+                fd, tmp = tempfile.mkstemp(
+                    dir=directory, prefix=f".{os.path.basename(target)}.", suffix=".tmp"
+                )
             with os.fdopen(fd, "wb") as f:
                 _write_contents(f, contents)
                 if st is not None:

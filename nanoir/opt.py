@@ -54,7 +54,10 @@ class NanoirOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_targets(self) -> None:
-        self.available_targets = {"mlir": lambda: MLIRTarget, "nanoengine": lambda: NanoEngineTarget}
+        self.available_targets = {
+            "mlir": lambda: MLIRTarget,
+            "nanoengine": lambda: NanoEngineTarget,
+        }
 
     def register_all_frontends(self) -> None:
         def parse_mlir(stream: IO[bytes]) -> ModuleOp:
@@ -67,8 +70,8 @@ class NanoirOptMain(xDSLOptMain):
 
         self.available_frontends["mlir"] = parse_mlir
         # NanoEngine text, by the `.ne` extension or `-f nanoengine` / `--input-format=nanoengine`.
-        self.available_frontends["ne"] = self.available_frontends["nanoengine"] = (
-            lambda stream: read_nanoengine(stream, self.get_input_name())
+        self.available_frontends["ne"] = self.available_frontends["nanoengine"] = lambda stream: (
+            read_nanoengine(stream, self.get_input_name())
         )
 
     def get_input_stream(self) -> tuple[IO[bytes], str]:
@@ -77,8 +80,9 @@ class NanoirOptMain(xDSLOptMain):
         path = self.args.input_file
         if path is None:
             if sys.stdin is None:  # started with stdin closed
-                raise FileAccessError("cannot read stdin: it is closed (give an input file)",
-                                      "<stdin>")
+                raise FileAccessError(
+                    "cannot read stdin: it is closed (give an input file)", "<stdin>"
+                )
             return sys.stdin.buffer, "mlir"
         extension = os.path.splitext(path)[1].replace(".", "")
         if not self.args.frontend and extension not in self.available_frontends:
@@ -90,8 +94,7 @@ class NanoirOptMain(xDSLOptMain):
         try:
             return open(path, "rb"), extension
         except OSError as e:
-            raise FileAccessError(f"cannot read {path}: {e.strerror or e}", path,
-                                  e.errno) from None
+            raise FileAccessError(f"cannot read {path}: {e.strerror or e}", path, e.errno) from None
 
     chunk_offset = 0
     """Line offset of the chunk being parsed (``--split-input-file``)."""
@@ -111,17 +114,22 @@ class NanoirOptMain(xDSLOptMain):
             for name in self.available_passes
         )
         arg_parser.add_argument(
-            "--emit", dest="target", metavar="TARGET",
+            "--emit",
+            dest="target",
+            metavar="TARGET",
             help="output format, same as -t (mlir, nanoengine)",
         )
         arg_parser.add_argument(
-            "--input-format", dest="frontend", choices=list(self.available_frontends),
+            "--input-format",
+            dest="frontend",
+            choices=list(self.available_frontends),
             help="input format, same as -f (default: from the file extension)",
         )
         arg_parser.add_argument(
-            "--lower-to-hw", action="store_true",
+            "--lower-to-hw",
+            action="store_true",
             help="lower the quantized program to integer nh ops after the -p passes "
-                 "(same as appending ',lower-to-hw' to -p)",
+            "(same as appending ',lower-to-hw' to -p)",
         )
 
     def setup_pipeline(self) -> None:

@@ -120,8 +120,10 @@ class QATError(ValueError, Error):
 
 
 _POW2_LIMIT = 64
-_POW2 = {dt: torch.tensor([2.0**i for i in range(-_POW2_LIMIT, _POW2_LIMIT + 1)], dtype=dt)
-         for dt in (torch.float32, torch.float64)}
+_POW2 = {
+    dt: torch.tensor([2.0**i for i in range(-_POW2_LIMIT, _POW2_LIMIT + 1)], dtype=dt)
+    for dt in (torch.float32, torch.float64)
+}
 """Exact powers of two ``2**-64 .. 2**64`` (Python floats), looked up by exponent."""
 
 
@@ -178,8 +180,15 @@ class _FakeQuant(torch.autograd.Function):
     """Exact fake-quant forward; STE with clamp mask for ``x``; LSQ gradient for ``k``."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, k: torch.Tensor, bits: int, mode: RoundingMode,
-                clip_1bit: torch.Tensor | None, grad_scale: float) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        bits: int,
+        mode: RoundingMode,
+        clip_1bit: torch.Tensor | None,
+        grad_scale: float,
+    ) -> torch.Tensor:
         q, inside = fake_quant_value(x, bits, k, mode)
         if bits == 1:
             bound = 1.0 if clip_1bit is None else clip_1bit.to(x.dtype)
@@ -221,26 +230,37 @@ class Quantizer(nn.Module):
     ``[C, 1, 1, 1]`` for a conv weight, ``[C, 1, 1]`` for a per-channel activation).
     """
 
-    def __init__(self, name: str, kind: str, bits: int, exp_shape: Sequence[int],
-                 axis: int | None, rounding: RoundingMode, learner: str, lr: float,
-                 per_channel_elements: int):
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        bits: int,
+        exp_shape: Sequence[int],
+        axis: int | None,
+        rounding: RoundingMode,
+        learner: str,
+        lr: float,
+        per_channel_elements: int,
+    ):
         super().__init__()
         self.name, self.kind, self.bits = name, kind, bits
         self.exp_shape, self.axis = tuple(exp_shape), axis
         self.rounding, self.learner, self.lr = rounding, learner, lr
         self.n = max(per_channel_elements, 1)
         if learner == "ema":
-            init = 2.0 ** (bits - 1) if bits > 1 else self.n ** -0.5
+            init = 2.0 ** (bits - 1) if bits > 1 else self.n**-0.5
             self.register_buffer("scale", torch.full(self.exp_shape, init, dtype=torch.float64))
         else:
-            init_k = float(bits - 1) if bits > 1 else math.floor(math.log2(self.n ** -0.5))
+            init_k = float(bits - 1) if bits > 1 else math.floor(math.log2(self.n**-0.5))
             self.exponent = nn.Parameter(torch.full(self.exp_shape, init_k, dtype=torch.float32))
         self.last_k: torch.Tensor | None = None
         """The integer exponents of the latest forward (what a bias cap reads)."""
 
     def extra_repr(self) -> str:
-        return (f"{self.name!r}, {self.kind}, bits={self.bits}, shape={list(self.exp_shape)}, "
-                f"{self.rounding}, {self.learner}, lr={self.lr}")
+        return (
+            f"{self.name!r}, {self.kind}, bits={self.bits}, shape={list(self.exp_shape)}, "
+            f"{self.rounding}, {self.learner}, lr={self.lr}"
+        )
 
     # -- exponents -------------------------------------------------------------------------
 
@@ -355,19 +375,27 @@ def _window_geometry(op: Any, x: torch.Tensor, dilations: Any) -> Any:
     """kernel, strides, dilations, begins, ends (with ceil overhang), out: nanoir's geometry."""
     kernel, strides, pads, dil = qz_window(op, dilations)
     dummy = np.empty((1, 1, *x.shape[2:]), dtype=np.float32)
-    return kernels._pool_geometry(dummy, kernel, strides, pads, dil,  # noqa: SLF001
-                                  bool(op.ceil_mode.value.data))
+    return kernels._pool_geometry(
+        dummy,
+        kernel,
+        strides,
+        pads,
+        dil,  # noqa: SLF001
+        bool(op.ceil_mode.value.data),
+    )
 
 
 def qz_window(op: Any, dilations: Any) -> Any:
 
     kernel = array_values(op.kernel) or ()
-    return window_params(len(kernel), kernel, array_values(op.strides), array_values(op.pads),
-                         dilations)
+    return window_params(
+        len(kernel), kernel, array_values(op.strides), array_values(op.pads), dilations
+    )
 
 
-def _torch_pad_spatial(x: torch.Tensor, begins: Sequence[int], ends: Sequence[int],
-                       value: float) -> torch.Tensor:
+def _torch_pad_spatial(
+    x: torch.Tensor, begins: Sequence[int], ends: Sequence[int], value: float
+) -> torch.Tensor:
     if not any(begins) and not any(ends):
         return x
     pads: list[int] = []
@@ -407,14 +435,23 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
         alpha = op.alpha.value.data
         return lambda x: (torch.where(x > 0, x, x * alpha),)
     if isinstance(op, nf.PReluOp):
+
         def prelu(x: torch.Tensor, slope: torch.Tensor) -> tuple[torch.Tensor]:
             channels = x.shape[1] if x.dim() >= 2 else 1
-            s = slope.reshape(()) if slope.numel() == 1 else slope.reshape(
-                (channels,) + (1,) * (x.dim() - 2))
+            s = (
+                slope.reshape(())
+                if slope.numel() == 1
+                else slope.reshape((channels,) + (1,) * (x.dim() - 2))
+            )
             return (torch.where(x > 0, x, x * s),)
+
         return prelu
-    for cls, fn in ((nf.AddOp, torch.add), (nf.SubOp, torch.sub), (nf.MulOp, torch.mul),
-                    (nf.DivOp, torch.div)):
+    for cls, fn in (
+        (nf.AddOp, torch.add),
+        (nf.SubOp, torch.sub),
+        (nf.MulOp, torch.mul),
+        (nf.DivOp, torch.div),
+    ):
         if isinstance(op, cls):
             return (lambda f: lambda a, b: (f(a, b),))(fn)
     if isinstance(op, nf.ConvOp):
@@ -434,6 +471,7 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
                 return (conv(x, w, b, strides, begins, dilations, groups),)
             x = _torch_pad_spatial(x, begins, ends, 0.0)
             return (conv(x, w, b, strides, 0, dilations, groups),)
+
         return run_conv
     if isinstance(op, nf.LinearOp):
         return lambda x, w, b=None: (F.linear(x, w, b),)
@@ -447,6 +485,7 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
             shift = bias - mean * a
             spread = (x.shape[1],) + (1,) * (x.dim() - 2)
             return (x * a.reshape(spread) + shift.reshape(spread),)
+
         return bn
     if isinstance(op, nf.MaxPoolOp):
         dil_attr = array_values(op.dilations)
@@ -456,6 +495,7 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
             xp = _torch_pad_spatial(x, begins, ends, -math.inf)
             y = _POOL["max"][len(kernel)](xp, kernel, strides, 0, dil)
             return (_crop(y, out),)
+
         return max_pool
     if isinstance(op, nf.AvgPoolOp):
         include_pad = bool(op.count_include_pad.value.data)
@@ -467,8 +507,18 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
             xp = _torch_pad_spatial(x, begins, ends, 0.0)
             n = len(kernel)
             # The window sums (exact on a quantized grid), then nanoir's divisors.
-            total = _crop(_POOL["avg"][n](xp, kernel, strides, 0, False, True,
-                                          **({"divisor_override": 1} if n > 1 else {})), out)
+            total = _crop(
+                _POOL["avg"][n](
+                    xp,
+                    kernel,
+                    strides,
+                    0,
+                    False,
+                    True,
+                    **({"divisor_override": 1} if n > 1 else {}),
+                ),
+                out,
+            )
             if n == 1:
                 total = total * kernel[0]
             if divisor is not None:
@@ -476,10 +526,20 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
             ends_declared = declared[n:] if declared else [0] * n
             d = np.ones((), dtype=np.int64)
             for i in range(n):
-                d = np.multiply.outer(d, kernels._avg_divisor_1d(  # noqa: SLF001
-                    x.shape[2 + i], kernel[i], strides[i], begins[i], ends_declared[i], out[i],
-                    include_pad))
+                d = np.multiply.outer(
+                    d,
+                    kernels._avg_divisor_1d(  # noqa: SLF001
+                        x.shape[2 + i],
+                        kernel[i],
+                        strides[i],
+                        begins[i],
+                        ends_declared[i],
+                        out[i],
+                        include_pad,
+                    ),
+                )
             return (total / torch.from_numpy(d.astype(np.float64)).to(x.dtype),)
+
         return avg_pool
     if isinstance(op, nf.AdaptiveAvgPoolOp):
         size = array_values(op.output_size) or ()
@@ -492,11 +552,14 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
                 axis, length = 2 + i, x.shape[2 + i]
                 o = length if o is None else o
                 ranges = kernels.adaptive_pool_ranges(length, o)
-                y = torch.cat([y.narrow(axis, a, b - a).sum(axis, keepdim=True)
-                               for a, b in ranges], axis)
+                y = torch.cat(
+                    [y.narrow(axis, a, b - a).sum(axis, keepdim=True) for a, b in ranges], axis
+                )
                 count = count * np.array([b - a for a, b in ranges]).reshape(
-                    (o,) + (1,) * (n - 1 - i))
+                    (o,) + (1,) * (n - 1 - i)
+                )
             return (y / torch.from_numpy(np.asarray(count, dtype=np.float64)).to(x.dtype),)
+
         return adaptive
     if isinstance(op, nf.ConcatOp):
         axis = op.axis.value.data
@@ -537,6 +600,7 @@ def _gather_step(op: Any) -> Step:
             raise QATError(f"nanoir.qat: {op.name} along the batch dim has no torch forward")
         idx = torch.from_numpy(src.reshape(1, -1)).expand(x.shape[0], -1)
         return (torch.gather(x.flatten(1), 1, idx).reshape((x.shape[0], *src.shape[1:])),)
+
     return gather
 
 
@@ -577,10 +641,10 @@ class QATModule(nn.Module):
 
         self._arg_slots = [slot_of(a) for a in func.body.block.args]
         self._steps: list[tuple[str, Any, list[int], list[int]]] = []
-        self._quant_of: dict[int, str] = {}     # slot -> quantizer key (non-bias)
-        self._bias_of: dict[int, str] = {}      # bias slot -> quantizer key
+        self._quant_of: dict[int, str] = {}  # slot -> quantizer key (non-bias)
+        self._bias_of: dict[int, str] = {}  # bias slot -> quantizer key
         self._bias_users: dict[str, list[tuple[int, int, int, int]]] = {}
-        source: dict[int, str] = {}             # slot -> quantizer key it comes from
+        source: dict[int, str] = {}  # slot -> quantizer key it comes from
         self._result_slots: list[int] = []
         self._nbuf = 0
 
@@ -592,10 +656,20 @@ class QATModule(nn.Module):
                 vshape = vshape[1:]
             total = int(np.prod([max(d, 1) for d in vshape])) if vshape else 1
             channels = int(np.prod(shape))
-            learner, lr = config.resolve_learner(t.rule_name or t.name,
-                                                 "act" if t.kind == "const" else t.kind)
-            self.quantizers[key] = Quantizer(t.name, t.kind, t.bits, shape, t.channel_axis,
-                                             config.rounding, learner, lr, total // channels)
+            learner, lr = config.resolve_learner(
+                t.rule_name or t.name, "act" if t.kind == "const" else t.kind
+            )
+            self.quantizers[key] = Quantizer(
+                t.name,
+                t.kind,
+                t.bits,
+                shape,
+                t.channel_axis,
+                config.rounding,
+                learner,
+                lr,
+                total // channels,
+            )
             return key
 
         for arg in func.body.block.args:
@@ -621,8 +695,9 @@ class QATModule(nn.Module):
                 else:
                     name = f"const{self._nbuf}"
                     self._nbuf += 1
-                    self.register_buffer(name, torch.from_numpy(
-                        np.array(dense_to_numpy(op.value), dtype=np.float64)))
+                    self.register_buffer(
+                        name, torch.from_numpy(np.array(dense_to_numpy(op.value), dtype=np.float64))
+                    )
                     self._steps.append(("buffer", name, [], outs))
                 if t is not None:
                     key = add_quantizer(t)
@@ -641,8 +716,7 @@ class QATModule(nn.Module):
                 bkey = self._bias_of.get(args[2])
                 if bkey is not None:
                     groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
-                    self._bias_users[bkey].append(
-                        (args[0], args[1], _shape(op.weight)[0], groups))
+                    self._bias_users[bkey].append((args[0], args[1], _shape(op.weight)[0], groups))
             for r, o in zip(op.results, outs):
                 if r in self.targets:
                     key = add_quantizer(self.targets[r])
@@ -687,17 +761,23 @@ class QATModule(nn.Module):
             qx, qw = self.quantizers[kx_key], self.quantizers[kw_key]
             if qx.last_k is None or qw.last_k is None:
                 continue
-            c = qz.accumulator_cap(qx.bits, qx.last_k.cpu().numpy().astype(np.int64),
-                                   qw.bits, qw.last_k.cpu().numpy().astype(np.int64),
-                                   out_c, groups)
+            c = qz.accumulator_cap(
+                qx.bits,
+                qx.last_k.cpu().numpy().astype(np.int64),
+                qw.bits,
+                qw.last_k.cpu().numpy().astype(np.int64),
+                out_c,
+                groups,
+            )
             if c is not None:
                 cap = c if cap is None else np.minimum(cap, c)
         return None if cap is None else torch.from_numpy(np.asarray(cap, dtype=np.float64))
 
     def forward(self, *inputs: Any) -> Any:
         if len(inputs) != len(self._arg_slots):
-            raise QATError(f"nanoir.qat: the program takes {len(self._arg_slots)} inputs, "
-                           f"got {len(inputs)}")
+            raise QATError(
+                f"nanoir.qat: the program takes {len(self._arg_slots)} inputs, got {len(inputs)}"
+            )
         xs = [torch.as_tensor(x) for x in inputs]
         dtype = next((x.dtype for x in xs if x.is_floating_point()), torch.float32)
         slots: dict[int, Any] = {}
@@ -742,8 +822,10 @@ class QATModule(nn.Module):
 
 def _config(options: dict[str, Any]) -> qz.QuantConfig:
     options = dict(options)
-    rules = tuple(r if isinstance(r, qz.QuantRule) else qz.QuantRule.parse(r)
-                  for r in options.pop("rules", ()))
+    rules = tuple(
+        r if isinstance(r, qz.QuantRule) else qz.QuantRule.parse(r)
+        for r in options.pop("rules", ())
+    )
     if "rounding" in options:
         options["rounding"] = qz.parse_rounding(options["rounding"])  # noqa: SLF001
     try:
@@ -752,8 +834,13 @@ def _config(options: dict[str, Any]) -> qz.QuantConfig:
         raise QATError(f"nanoir.qat: {e}") from None
 
 
-def prepare(model: Any, example_inputs: Sequence[Any], *, function: str | None = None,
-            **quantize_options: Any) -> QATModule:
+def prepare(
+    model: Any,
+    example_inputs: Sequence[Any],
+    *,
+    function: str | None = None,
+    **quantize_options: Any,
+) -> QATModule:
     """A trainable :class:`QATModule` for ``model`` (a ``torch.nn.Module``, or an nf
     ``ModuleOp``) with the fake-quants ``quantize(**quantize_options)`` would insert.
 
@@ -784,7 +871,6 @@ def prepare(model: Any, example_inputs: Sequence[Any], *, function: str | None =
 def float_program(qat: QATModule) -> ModuleOp:
     """The folded nf program with the module's current constants written in."""
 
-
     module = qat.nf_module.clone()
     func = find_function(module, qat.function)
     for op in func.walk():
@@ -795,14 +881,21 @@ def float_program(qat: QATModule) -> ModuleOp:
             value = qat.params[key].detach().cpu().to(torch.float32).numpy()
             t = op.value.get_type()
             if tuple(value.shape) != tuple(t.get_shape()) or "f32" not in str(t):
-                raise QATError(f"nanoir.qat: {op.sym_name.data} is {t}; the module holds "
-                               f"float32 {list(value.shape)}")
+                raise QATError(
+                    f"nanoir.qat: {op.sym_name.data} is {t}; the module holds "
+                    f"float32 {list(value.shape)}"
+                )
             op.value = DenseIntOrFPElementsAttr(t, BytesAttr(value.astype("<f4").tobytes()))
     return module
 
 
-def calibrate(qat: QATModule, batches: Iterable[Any], *, calibrator: str | None = None,
-              progress: bool | None = None) -> QATModule:
+def calibrate(
+    qat: QATModule,
+    batches: Iterable[Any],
+    *,
+    calibrator: str | None = None,
+    progress: bool | None = None,
+) -> QATModule:
     """Start every exponent from nanoir's calibrators (``absmax``, NanoEngine's rule, or
     ``mse``; default the one given to :func:`prepare`) on ``batches`` (NumPy arrays, torch
     tensors, or ``(inputs, labels)`` pairs), run through the float program with the current
@@ -812,8 +905,9 @@ def calibrate(qat: QATModule, batches: Iterable[Any], *, calibrator: str | None 
     if calibrator is not None:
         config = qz.QuantConfig(**{**config.__dict__, "calibrator": calibrator})
     module = float_program(qat)
-    targets = qz.quantize_function(find_function(module, qat.function), batches, config,
-                                   progress=progress)
+    targets = qz.quantize_function(
+        find_function(module, qat.function), batches, config, progress=progress
+    )
     for t in targets:
         assert t.exps is not None
         qat.quantizer(t.name).set_exponents(np.asarray(t.exps).reshape(-1))
@@ -833,8 +927,12 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
         cap = caps.get(key)
         if cap is not None:
             k = np.minimum(k, cap.min() if k.size == 1 else cap)
-        out[q.name] = {"exp": [int(v) for v in k], "bits": q.bits, "rounding": str(q.rounding),
-                       "axis": q.axis}
+        out[q.name] = {
+            "exp": [int(v) for v in k],
+            "bits": q.bits,
+            "rounding": str(q.rounding),
+            "axis": q.axis,
+        }
     qat.train(was_training)
     return out
 
@@ -843,8 +941,15 @@ def _bias_caps(qat: QATModule) -> dict[str, np.ndarray | None]:
     """Bias caps from the current (eval) exponents, without running the module."""
     for q in qat.quantizers.values():
         q.last_k = q.exponents().detach()
-    return {key: (None if (c := qat._cap(key, [])) is None else  # noqa: SLF001
-                  c.numpy().astype(np.int64)) for key in qat._bias_users}  # noqa: SLF001
+    return {
+        key: (
+            None
+            if (c := qat._cap(key, [])) is None
+            # noqa: SLF001
+            else c.numpy().astype(np.int64)
+        )
+        for key in qat._bias_users
+    }  # noqa: SLF001
 
 
 def save_exponents(qat: QATModule, path: str | Path) -> None:
@@ -858,8 +963,9 @@ def convert(qat: QATModule) -> ModuleOp:
     inputs bit for bit, and it lowers to nh as any quantized program does."""
 
     module = float_program(qat)
-    qz.quantize_function(find_function(module, qat.function), None, qat.config,
-                         export_exponents(qat))
+    qz.quantize_function(
+        find_function(module, qat.function), None, qat.config, export_exponents(qat)
+    )
     return module
 
 
@@ -868,10 +974,17 @@ def convert(qat: QATModule) -> ModuleOp:
 # --------------------------------------------------------------------------------------------
 
 
-def train(qat: QATModule, data: Iterable[Any], *, epochs: int, lr: float = 1e-3,
-          loss_fn: Callable[..., torch.Tensor] | None = None,
-          optimizer: torch.optim.Optimizer | None = None, cosine: bool = False,
-          progress: bool | None = None) -> list[float]:
+def train(
+    qat: QATModule,
+    data: Iterable[Any],
+    *,
+    epochs: int,
+    lr: float = 1e-3,
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    cosine: bool = False,
+    progress: bool | None = None,
+) -> list[float]:
     """Fine-tune ``qat`` on ``(inputs, target)`` batches (``data`` is iterated once per
     epoch: a shuffling DataLoader reshuffles) with Adam over :meth:`QATModule.param_groups`
     and cross entropy unless given; with ``cosine`` every group's rate decays to 0 along a
@@ -880,11 +993,15 @@ def train(qat: QATModule, data: Iterable[Any], *, epochs: int, lr: float = 1e-3,
     loss_fn = loss_fn or F.cross_entropy
     optimizer = optimizer or torch.optim.Adam(qat.param_groups(lr), lr=lr)
     batches = data if isinstance(data, Sequence) else None
-    total = epochs * len(batches) if batches is not None else (
-        epochs * len(data) if hasattr(data, "__len__") else 0)  # type: ignore[arg-type]
+    total = (
+        epochs * len(batches)
+        if batches is not None
+        else (epochs * len(data) if hasattr(data, "__len__") else 0)
+    )  # type: ignore[arg-type]
     losses: list[float] = []
-    schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(total, 1))
-                if cosine else None)
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(total, 1)) if cosine else None
+    )
     qat.train()
     with qz.progress_bar(progress, total) as advance:  # noqa: SLF001
         for _ in range(epochs):
@@ -915,4 +1032,3 @@ def evaluate(qat: QATModule, *inputs: Any, dtype: torch.dtype = torch.float64) -
     if isinstance(out, tuple):
         return tuple(o.numpy() for o in out)
     return out.numpy()
-

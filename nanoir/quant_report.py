@@ -93,14 +93,23 @@ class QuantReport:
     def __str__(self) -> str:
         header = ("tensor", "kind", "bits", "exp", "saturated", "SQNR dB", "vs float dB")
         lines = [header] + [
-            (r.name, r.kind, str(r.bits), r.exp_text, f"{100 * r.saturation:.2f}%",
-             f"{r.sqnr:.1f}", f"{r.sqnr_vs_float:.1f}")
+            (
+                r.name,
+                r.kind,
+                str(r.bits),
+                r.exp_text,
+                f"{100 * r.saturation:.2f}%",
+                f"{r.sqnr:.1f}",
+                f"{r.sqnr_vs_float:.1f}",
+            )
             for r in self.rows
         ]
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         text = [
-            "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
-                      for i, (cell, w) in enumerate(zip(line, widths)))
+            "  ".join(
+                cell.ljust(w) if i < 2 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(line, widths))
+            )
             for line in lines
         ]
         text.insert(1, "  ".join("-" * w for w in widths))
@@ -121,7 +130,9 @@ def _name(op: FakeQuantOp, index: int) -> tuple[str, str]:
     return src.name_hint or f"%{index}", "act"
 
 
-def float_twin(module: ModuleOp, function: str | None = None) -> tuple[ModuleOp, dict[FakeQuantOp, SSAValue]]:
+def float_twin(
+    module: ModuleOp, function: str | None = None
+) -> tuple[ModuleOp, dict[FakeQuantOp, SSAValue]]:
     """A copy of ``module`` without fake-quants, and where each fake-quant's input went."""
     twin = module.clone()
     func = find_function(module, function)
@@ -143,9 +154,7 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-def report(
-    module: ModuleOp, data: Iterable[Any], *, function: str | None = None
-) -> QuantReport:
+def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None) -> QuantReport:
     """Measure every fake-quant of a quantized program on ``data`` (an iterable of batches,
     each an array or a tuple of arrays, one per input)."""
     func = find_function(module, function)
@@ -166,7 +175,8 @@ def report(
         inputs = tuple(_to_numpy(x) for x in items[: len(func.body.block.args)])
         # Values waiting for the fake-quant that reads them (freed as soon as it ran).
         pending: dict[SSAValue, np.ndarray] = {
-            arg: x for arg, x in zip(func.body.block.args, inputs)
+            arg: x
+            for arg, x in zip(func.body.block.args, inputs)
             if any(isinstance(u.operation, FakeQuantOp) for u in arg.uses)
         }
         quantized: dict[FakeQuantOp, tuple[np.ndarray, np.ndarray]] = {}
@@ -179,7 +189,8 @@ def report(
                     pending[r] = value
 
         floats: dict[FakeQuantOp, np.ndarray] = {
-            twin_values[arg]: x for arg, x in zip(twin_func.body.block.args, inputs)
+            twin_values[arg]: x
+            for arg, x in zip(twin_func.body.block.args, inputs)
             if arg in twin_values
         }
 
@@ -214,12 +225,16 @@ def report(
     for i, op in enumerate(fqs):
         name, kind = _name(op, i)
         a = accs[op]
-        result.rows.append(ReportRow(
-            name=name, kind=kind, bits=op.bits.value.data,
-            exps=exps[op].reshape(-1).tolist(),
-            saturation=a.saturated / a.count if a.count else 0.0,
-            sqnr=sqnr_db(a.signal, a.noise),
-            sqnr_vs_float=sqnr_db(a.float_signal, a.float_noise),
-        ))
+        result.rows.append(
+            ReportRow(
+                name=name,
+                kind=kind,
+                bits=op.bits.value.data,
+                exps=exps[op].reshape(-1).tolist(),
+                saturation=a.saturated / a.count if a.count else 0.0,
+                sqnr=sqnr_db(a.signal, a.noise),
+                sqnr_vs_float=sqnr_db(a.float_signal, a.float_noise),
+            )
+        )
     result.output_sqnr = [sqnr_db(s, n) for s, n in zip(out_signal, out_noise)]
     return result

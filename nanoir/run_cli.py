@@ -39,29 +39,63 @@ from nanoir.runtime.interpreter import find_function, run
 def _arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanoir-run", description="Run a nanoir program with NumPy.")
     p.add_argument("program", help="a .mlir program")
-    p.add_argument("-i", "--input", action="append", default=[], metavar="NPY",
-                   help="an input array (.npy), once per function argument, in order")
-    p.add_argument("-o", "--output", action="append", default=[], metavar="PATH",
-                   help="where to save the outputs: one .npy per output, or a single .npz "
-                        "(by suffix, any case; a special file such as /dev/stdout gets .npy)")
+    p.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="NPY",
+        help="an input array (.npy), once per function argument, in order",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="where to save the outputs: one .npy per output, or a single .npz "
+        "(by suffix, any case; a special file such as /dev/stdout gets .npy)",
+    )
     p.add_argument("-f", "--function", help="the function to run (default: the only one, or @main)")
-    p.add_argument("--dtype", choices=["float32", "float64"],
-                   help="override the float type the program runs in")
-    p.add_argument("--report", action="store_true",
-                   help="for a quantized program: print the per-layer quantization report "
-                        "(bits, exponents, saturation, SQNR) measured on the inputs")
-    p.add_argument("--stream", action="store_true",
-                   help="run step by step along the streamed dim, --step rows of each input at "
-                        "a time, with the stream-plan's caches (same outputs)")
-    p.add_argument("--step", type=int, default=1, metavar="ROWS",
-                   help="rows per step for --stream (default 1)")
-    p.add_argument("--mem-dim", type=int, default=2, metavar="DIM",
-                   help="the streamed dim for --stream, 0 .. the inputs' rank - 1 (default 2)")
-    p.add_argument("--raw", action="store_true",
-                   help="for integer (nh) programs: output the codes, not their real values "
-                        "(float inputs are quantized as the program's inputs say either way)")
-    p.add_argument("--batch-size", type=int, default=32,
-                   help="batch size for --report (the inputs are split along dim 0)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        help="override the float type the program runs in",
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="for a quantized program: print the per-layer quantization report "
+        "(bits, exponents, saturation, SQNR) measured on the inputs",
+    )
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="run step by step along the streamed dim, --step rows of each input at "
+        "a time, with the stream-plan's caches (same outputs)",
+    )
+    p.add_argument(
+        "--step", type=int, default=1, metavar="ROWS", help="rows per step for --stream (default 1)"
+    )
+    p.add_argument(
+        "--mem-dim",
+        type=int,
+        default=2,
+        metavar="DIM",
+        help="the streamed dim for --stream, 0 .. the inputs' rank - 1 (default 2)",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="for integer (nh) programs: output the codes, not their real values "
+        "(float inputs are quantized as the program's inputs say either way)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        help="batch size for --report (the inputs are split along dim 0)",
+    )
     return p
 
 
@@ -85,9 +119,11 @@ def _check_outputs(paths: Sequence[str]) -> list[tuple[str, bool]]:
         suffix = Path(path).suffix.lower()
         special = writes_through(path)
         if suffix not in OUTPUT_SUFFIXES and not special:
-            raise UsageError(f"-o {path}: outputs are saved as .npy (one array) or .npz (every "
-                             "output in one archive); name the file with one of those "
-                             "suffixes")
+            raise UsageError(
+                f"-o {path}: outputs are saved as .npy (one array) or .npz (every "
+                "output in one archive); name the file with one of those "
+                "suffixes"
+            )
         check_output_path(path)
         key = path if special else os.path.realpath(path)
         if key in seen:
@@ -97,22 +133,26 @@ def _check_outputs(paths: Sequence[str]) -> list[tuple[str, bool]]:
     if len(outs) > 1:
         for path, npz in outs:
             if npz:
-                raise UsageError(f"-o {path}: a .npz holds every output; give it as the only -o "
-                                 "(or one .npy per output)")
+                raise UsageError(
+                    f"-o {path}: a .npz holds every output; give it as the only -o "
+                    "(or one .npy per output)"
+                )
     return outs
 
 
 def _check_stream_options(func: FuncOp, mem_dim: int, step: int) -> None:
     if step < 1:
         raise UsageError(f"--step must be at least 1, got {step}")
-    ranks = [len(t.get_shape()) for t in func.function_type.inputs.data
-             if isinstance(t, TensorType)]
+    ranks = [
+        len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
+    ]
     rank = max(ranks, default=0)
     if not 0 <= mem_dim < rank:
         raise UsageError(
             f"--mem-dim {mem_dim} is not a dim of @{func.sym_name.data}'s inputs: they have at "
             f"most {rank} dims, so the streamed dim is one of 0..{rank - 1}"
-            if rank else f"--stream: @{func.sym_name.data} has no tensor inputs to stream"
+            if rank
+            else f"--stream: @{func.sym_name.data} has no tensor inputs to stream"
         )
 
 
@@ -135,14 +175,17 @@ def _main(argv: Sequence[str] | None) -> int:
             _check_stream_options(func, args.mem_dim, args.step)
         params = len(func.function_type.inputs.data)
         if len(args.input) != params:
-            raise UsageError(f"@{func.sym_name.data} takes {params} inputs, got "
-                             f"{len(args.input)} (give --input once per input, in order)")
+            raise UsageError(
+                f"@{func.sym_name.data} takes {params} inputs, got "
+                f"{len(args.input)} (give --input once per input, in order)"
+            )
         results = len(func.function_type.outputs.data)
         if len(outs) > 1 or (outs and not outs[0][1]):
             if len(outs) != results:
                 raise UsageError(
                     f"the program has {results} outputs but {len(outs)} -o paths were given "
-                    "(give one per output, or a single .npz)")
+                    "(give one per output, or a single .npz)"
+                )
         inputs = [load_array(path) for path in args.input]
         if args.report:
             # lazy: the report's modules load only for --report
@@ -150,17 +193,23 @@ def _main(argv: Sequence[str] | None) -> int:
 
             n = inputs[0].shape[0] if inputs and inputs[0].ndim else 0
             step = args.batch_size
-            batches = [tuple(x[i:i + step] for x in inputs) for i in range(0, n, step)]
+            batches = [tuple(x[i : i + step] for x in inputs) for i in range(0, n, step)]
             print(report(module, batches, function=args.function))
             return 0
         if args.stream:
             from nanoir.runtime.stream import stream  # lazy: loads only for --stream
 
-            outputs = stream(module, inputs, mem_dim=args.mem_dim, step=args.step,
-                             function=args.function, dtype=args.dtype, raw=args.raw)
+            outputs = stream(
+                module,
+                inputs,
+                mem_dim=args.mem_dim,
+                step=args.step,
+                function=args.function,
+                dtype=args.dtype,
+                raw=args.raw,
+            )
         else:
-            outputs = run(module, *inputs, function=args.function, dtype=args.dtype,
-                          raw=args.raw)
+            outputs = run(module, *inputs, function=args.function, dtype=args.dtype, raw=args.raw)
 
         if not outs:
             for i, y in enumerate(outputs):

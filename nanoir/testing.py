@@ -288,8 +288,9 @@ def import_folded(name: str, batch: int = 2) -> tuple[ModuleOp, tuple[int, ...]]
     the batch dim)``. ResNet-18 is imported at 32x32 to keep tests quick."""
     torch.manual_seed(0)
     model = make_test_model(name)
-    example = torch.randn(batch, 3, 32, 32) if name == "ResNet18" else (
-        model.make_example_input(batch))  # type: ignore[operator]
+    example = (
+        torch.randn(batch, 3, 32, 32) if name == "ResNet18" else (model.make_example_input(batch))
+    )  # type: ignore[operator]
     module = from_torch(model, (example,))
     FoldBnPass().apply(make_context(), module)
     return module, tuple(example.shape[1:])

@@ -77,17 +77,26 @@ class ProgramBuilder:
         attr = DenseIntOrFPElementsAttr(TensorType(f32, a.shape), BytesAttr(a.tobytes()))
         return self.add(nf.ConstantOp(attr, name=name)).results[0]
 
-    def fake_quant(self, v: SSAValue, *, bits: int | None = None, per_channel_axis: int | None
-                   = None, exp: int | None = None, mode: RoundingMode | None = None,
-                   base: int = 3, per_channel: bool | None = None) -> SSAValue:
+    def fake_quant(
+        self,
+        v: SSAValue,
+        *,
+        bits: int | None = None,
+        per_channel_axis: int | None = None,
+        exp: int | None = None,
+        mode: RoundingMode | None = None,
+        base: int = 3,
+        per_channel: bool | None = None,
+    ) -> SSAValue:
         """A fake-quant of ``v``; with ``per_channel_axis``, per channel when ``per_channel``
         (drawn when None). Per-channel exponents are all ``exp`` when it is given."""
         draw = self.draw
         bits = draw(st.sampled_from(BITS)) if bits is None else bits
         mode = draw(st.sampled_from(MODES)) if mode is None else mode
         shape = _shape(v)
-        if per_channel_axis is not None and (draw(st.booleans()) if per_channel is None
-                                             else per_channel):
+        if per_channel_axis is not None and (
+            draw(st.booleans()) if per_channel is None else per_channel
+        ):
             c = shape[per_channel_axis]
             exps = [base + draw(st.integers(-2, 2)) if exp is None else exp for _ in range(c)]
             if per_channel_axis == 0:
@@ -116,19 +125,18 @@ class ProgramBuilder:
     def act(self, v: SSAValue) -> SSAValue:
         """A fake-quant of an activation: 2/4/8 bits, per tensor or per channel."""
         bits = self.draw(st.sampled_from((2, 4, 8)))
-        return self.fake_quant(v, bits=bits, per_channel_axis=1, base=self.draw(
-            st.integers(-1, 4)))
+        return self.fake_quant(v, bits=bits, per_channel_axis=1, base=self.draw(st.integers(-1, 4)))
 
 
-BASE_KINDS = ("conv", "conv", "relu", "maxpool", "avgpool", "add", "mul", "concat", "lut",
-              "clamp")
+BASE_KINDS = ("conv", "conv", "relu", "maxpool", "avgpool", "add", "mul", "concat", "lut", "clamp")
 """The op kinds every consumer of the generator handles (lowering, streaming, ``.ne``, QAT)."""
 ALL_KINDS = BASE_KINDS + ("prelu", "batch_norm", "transpose", "pad", "split", "upsample")
 """Every nf op with an integer lowering; the hw lowering's property test draws from these."""
 
 
-def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
-                      kinds: tuple[str, ...] = BASE_KINDS) -> tuple[ModuleOp, tuple[int, ...]]:
+def random_nq_program(
+    draw: Callable[[Any], Any], max_ops: int = 6, kinds: tuple[str, ...] = BASE_KINDS
+) -> tuple[ModuleOp, tuple[int, ...]]:
     """A random exact-lowerable nq program made of ``kinds`` and its input shape (batch dim
     dynamic)."""
     spatial = draw(st.sampled_from((1, 2)))
@@ -137,8 +145,9 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
     in_shape = (DYNAMIC_INDEX, channels, *sizes)
     block = Block(arg_types=[TensorType(f32, in_shape)])
     b = ProgramBuilder(draw, spatial)
-    x = b.fake_quant(block.args[0], bits=draw(st.sampled_from((2, 4, 8))),
-                     exp=draw(st.integers(-1, 5)))
+    x = b.fake_quant(
+        block.args[0], bits=draw(st.sampled_from((2, 4, 8))), exp=draw(st.integers(-1, 5))
+    )
     values = [x]
     for i in range(draw(st.integers(1, max_ops))):
         v = draw(st.sampled_from(values))
@@ -152,14 +161,17 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
             strides = [draw(st.integers(1, 2)) for _ in range(spatial)]
             dil = [draw(st.integers(1, 2)) for _ in range(spatial)]
             pads = [draw(st.integers(0, 1)) for _ in range(2 * spatial)]
-            fits = all(shape[2 + j] + pads[j] + pads[spatial + j] >= dil[j] * (k[j] - 1) + 1
-                       for j in range(spatial))
+            fits = all(
+                shape[2 + j] + pads[j] + pads[spatial + j] >= dil[j] * (k[j] - 1) + 1
+                for j in range(spatial)
+            )
             if not fits:
                 continue
             w = b.weight((cout, cin // groups, *k), f"conv{i}.weight")
             bias = b.bias(cout, f"conv{i}.bias") if draw(st.booleans()) else None
-            y = b.add(nf.ConvOp(v, w, bias, strides=strides, pads=pads, dilations=dil,
-                                groups=groups)).results[0]
+            y = b.add(
+                nf.ConvOp(v, w, bias, strides=strides, pads=pads, dilations=dil, groups=groups)
+            ).results[0]
             values.append(b.act(y))
         elif kind == "relu":
             values.append(b.add(nf.ReluOp(v)).results[0])
@@ -169,16 +181,33 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
         elif kind == "maxpool":
             if min(shape[2:]) < 2:
                 continue
-            values.append(b.add(nf.MaxPoolOp(v, [2] * spatial, strides=[2] * spatial,
-                                             ceil_mode=draw(st.booleans()))).results[0])
+            values.append(
+                b.add(
+                    nf.MaxPoolOp(
+                        v, [2] * spatial, strides=[2] * spatial, ceil_mode=draw(st.booleans())
+                    )
+                ).results[0]
+            )
         elif kind == "avgpool":
             if min(shape[2:]) < 3:
                 continue
-            p = b.add(nf.AvgPoolOp(v, [3] * spatial, strides=[1] * spatial,
-                                   pads=[1] * (2 * spatial),
-                                   count_include_pad=draw(st.booleans()))).results[0]
-            values.append(b.fake_quant(p, bits=8, mode=draw(st.sampled_from(
-                (RoundingMode.TRUNC, RoundingMode.FLOOR))), base=draw(st.integers(0, 5))))
+            p = b.add(
+                nf.AvgPoolOp(
+                    v,
+                    [3] * spatial,
+                    strides=[1] * spatial,
+                    pads=[1] * (2 * spatial),
+                    count_include_pad=draw(st.booleans()),
+                )
+            ).results[0]
+            values.append(
+                b.fake_quant(
+                    p,
+                    bits=8,
+                    mode=draw(st.sampled_from((RoundingMode.TRUNC, RoundingMode.FLOOR))),
+                    base=draw(st.integers(0, 5)),
+                )
+            )
         elif kind == "add":
             same = [u for u in values if _shape(u) == shape]
             other = draw(st.sampled_from(same))
@@ -197,9 +226,13 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
                 # that exponent (an identity when no narrower): the table's input must still
                 # count as per-tensor.
                 k = 3 + draw(st.integers(-2, 2))
-                v = b.fake_quant(v, bits=draw(st.sampled_from([n for n in (2, 4, 8)
-                                                               if n <= bits])),
-                                 per_channel_axis=1, per_channel=True, exp=k)
+                v = b.fake_quant(
+                    v,
+                    bits=draw(st.sampled_from([n for n in (2, 4, 8) if n <= bits])),
+                    per_channel_axis=1,
+                    per_channel=True,
+                    exp=k,
+                )
                 src = b.fake_quant(v, bits=bits, exp=k)
             else:
                 src = b.fake_quant(v, bits=bits, base=3)
@@ -209,16 +242,21 @@ def random_nq_program(draw: Callable[[Any], Any], max_ops: int = 6,
         elif kind == "prelu":
             n = shape[1] if draw(st.booleans()) else 1
             slope = b.constant(b.rng.uniform(-0.5, 1.5, n), f"prelu{i}.weight")
-            slope = b.fake_quant(slope, bits=draw(st.sampled_from((4, 8))), exp=draw(
-                st.integers(1, 5)))
+            slope = b.fake_quant(
+                slope, bits=draw(st.sampled_from((4, 8))), exp=draw(st.integers(1, 5))
+            )
             values.append(b.act(b.add(nf.PReluOp(v, slope)).results[0]))
         elif kind == "batch_norm":
             # A BN fold-bn cannot fold (a quantizer between it and its producer), parameters
             # quantized as quantize does (named constants), or left float.
             v = b.act(v)
             c = shape[1]
-            params = [b.rng.uniform(0.5, 2.0, c), b.rng.standard_normal(c) * 0.5,
-                      b.rng.standard_normal(c) * 0.5, b.rng.uniform(0.1, 2.0, c)]
+            params = [
+                b.rng.uniform(0.5, 2.0, c),
+                b.rng.standard_normal(c) * 0.5,
+                b.rng.standard_normal(c) * 0.5,
+                b.rng.uniform(0.1, 2.0, c),
+            ]
             names = ("weight", "bias", "running_mean", "running_var")
             ops = [b.constant(p, f"bn{i}.{n}") for p, n in zip(params, names)]
             if draw(st.booleans()):

@@ -47,16 +47,18 @@ def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
         elif version == (2, 0):
             shape, fortran_order, dtype = npy.read_array_header_2_0(stream)
         else:
-            raise FileFormatError(f"{name}: .npy format version {version} is not read here "
-                                  "(only 1.0 and 2.0, which hold numeric arrays)")
+            raise FileFormatError(
+                f"{name}: .npy format version {version} is not read here "
+                "(only 1.0 and 2.0, which hold numeric arrays)"
+            )
     except FileFormatError:
         raise
     except Exception as e:  # ValueError, EOFError, tokenize.TokenError, zlib.error ...
-        raise FileFormatError(f"{name}: not a valid .npy file ({type(e).__name__}: {e})"
-                              ) from None
+        raise FileFormatError(f"{name}: not a valid .npy file ({type(e).__name__}: {e})") from None
     if dtype.hasobject or dtype.kind not in "biuf":
-        raise FileFormatError(f"{name}: holds {dtype} values; nanoir reads numeric arrays "
-                              "(bool, int, uint or float)")
+        raise FileFormatError(
+            f"{name}: holds {dtype} values; nanoir reads numeric arrays (bool, int, uint or float)"
+        )
     needed = math.prod(shape) * dtype.itemsize
     held = size - stream.tell()
     if needed > held:
@@ -68,8 +70,10 @@ def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
     try:
         return npy.read_array(stream, allow_pickle=False)
     except MemoryError:
-        raise FileFormatError(f"{name}: a {'x'.join(map(str, shape))} {dtype} array "
-                              f"({_size(needed)}) does not fit in memory") from None
+        raise FileFormatError(
+            f"{name}: a {'x'.join(map(str, shape))} {dtype} array "
+            f"({_size(needed)}) does not fit in memory"
+        ) from None
     except (ValueError, EOFError, OSError) as e:
         raise FileFormatError(f"{name}: cannot read the array: {e}") from None
 
@@ -105,12 +109,12 @@ def load_arrays(path: str | os.PathLike[str], *, archive: bool = True) -> list[n
             raise FileFormatError(f"{name}: the file is empty (0 bytes), not a .npy array")
         if head.startswith(_ZIP_MAGIC):
             if not archive:
-                raise FileFormatError(f"{name}: is a .npz archive; one .npy array is expected "
-                                      "here")
+                raise FileFormatError(f"{name}: is a .npz archive; one .npy array is expected here")
             return _read_npz(stream, name)
         if head != _NPY_MAGIC:
-            raise FileFormatError(f"{name}: not a .npy file (it does not start with NumPy's "
-                                  "magic bytes)")
+            raise FileFormatError(
+                f"{name}: not a .npy file (it does not start with NumPy's magic bytes)"
+            )
         return [_read_npy(stream, size, name)]
 
 

@@ -63,8 +63,7 @@ class Plan:
         """Run on ``inputs``; ``observe(op, results)`` sees every runtime op's results."""
         if len(inputs) != len(self.arg_slots):
             raise ExecutionError(
-                f"@{self.func.sym_name.data} takes {len(self.arg_slots)} inputs, "
-                f"got {len(inputs)}"
+                f"@{self.func.sym_name.data} takes {len(self.arg_slots)} inputs, got {len(inputs)}"
             )
         slots: list[Any] = [None] * self.num_slots
         for slot, value in self.constants.items():
@@ -80,8 +79,7 @@ class Plan:
             except Exception as e:  # a kernel failed: say which op, on what shapes
                 shapes = ", ".join(str(getattr(slots[a], "shape", "?")) for a in step.args)
                 raise ExecutionError(
-                    f"{step.op.name} failed on inputs of shapes ({shapes}): "
-                    f"{type(e).__name__}: {e}"
+                    f"{step.op.name} failed on inputs of shapes ({shapes}): {type(e).__name__}: {e}"
                 ) from e
             for slot, value in zip(step.outs, results):
                 slots[slot] = value
@@ -106,9 +104,7 @@ def check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
             e != DYNAMIC_INDEX and e != a for e, a in zip(expected, array.shape)
         ):
             shape = "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in expected)
-            raise ExecutionError(
-                f"input {index} has shape {tuple(array.shape)}, expected {shape}"
-            )
+            raise ExecutionError(f"input {index} has shape {tuple(array.shape)}, expected {shape}")
         if not np.issubdtype(array.dtype, np.number):
             raise ExecutionError(f"input {index} has non-numeric dtype {array.dtype}")
         if _is_nh_type(t):

@@ -97,8 +97,16 @@ def conv_transpose(op: nf.ConvTransposeOp, dtype: np.dtype[Any]) -> Kernel:
     dilations, groups = array_values(op.dilations), op.groups.value.data
     output_padding = array_values(op.output_padding)
     return lambda x, w, b=None: (
-        kernels.conv_transpose(x, w, b, strides=strides, pads=pads, dilations=dilations,
-                               output_padding=output_padding, groups=groups),
+        kernels.conv_transpose(
+            x,
+            w,
+            b,
+            strides=strides,
+            pads=pads,
+            dilations=dilations,
+            output_padding=output_padding,
+            groups=groups,
+        ),
     )
 
 
@@ -115,9 +123,7 @@ def matmul(op: nf.MatmulOp, dtype: np.dtype[Any]) -> Kernel:
 @impl(nf.BatchNormOp)
 def batch_norm(op: nf.BatchNormOp, dtype: np.dtype[Any]) -> Kernel:
     eps = op.epsilon.value.data
-    return lambda x, scale, bias, mean, var: (
-        kernels.batch_norm(x, scale, bias, mean, var, eps),
-    )
+    return lambda x, scale, bias, mean, var: (kernels.batch_norm(x, scale, bias, mean, var, eps),)
 
 
 def _window(
@@ -125,8 +131,9 @@ def _window(
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """Kernel, strides, pads and dilations of a pool with the dialect's defaults filled in."""
     kernel = array_values(op.kernel) or ()
-    return window_params(len(kernel), kernel, array_values(op.strides), array_values(op.pads),
-                         dilations)
+    return window_params(
+        len(kernel), kernel, array_values(op.strides), array_values(op.pads), dilations
+    )
 
 
 @impl(nf.MaxPoolOp)
@@ -136,8 +143,9 @@ def max_pool(op: nf.MaxPoolOp, dtype: np.dtype[Any]) -> Kernel:
     kernel, strides, pads, dilations = _window(op, array_values(op.dilations))
     ceil_mode = bool(op.ceil_mode.value.data)
     return lambda x: (
-        kernels.max_pool(x, kernel=kernel, strides=strides, pads=pads, dilations=dilations,
-                         ceil_mode=ceil_mode),
+        kernels.max_pool(
+            x, kernel=kernel, strides=strides, pads=pads, dilations=dilations, ceil_mode=ceil_mode
+        ),
     )
 
 
@@ -148,8 +156,15 @@ def avg_pool(op: nf.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
     include_pad = bool(op.count_include_pad.value.data)
     divisor = None if op.divisor_override is None else op.divisor_override.value.data
     return lambda x: (
-        kernels.avg_pool(x, kernel=kernel, strides=strides, pads=pads, ceil_mode=ceil_mode,
-                         count_include_pad=include_pad, divisor_override=divisor),
+        kernels.avg_pool(
+            x,
+            kernel=kernel,
+            strides=strides,
+            pads=pads,
+            ceil_mode=ceil_mode,
+            count_include_pad=include_pad,
+            divisor_override=divisor,
+        ),
     )
 
 

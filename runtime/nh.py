@@ -192,8 +192,9 @@ def _chunked_matmul(a: NDArray[Any], b: NDArray[Any], plan: MatmulPlan) -> NDArr
     return acc
 
 
-def exact_matmul(a: IntArray, b: IntArray, a_bound: int | None = None,
-                 b_bound: int | None = None) -> NDArray[np.int64]:
+def exact_matmul(
+    a: IntArray, b: IntArray, a_bound: int | None = None, b_bound: int | None = None
+) -> NDArray[np.int64]:
     """``np.matmul(a, b)`` of integer arrays, exactly, through BLAS; the result is int64.
 
     The bounds default to the actual ``max |a|`` and ``max |b|``. The nh product kernels use
@@ -208,8 +209,7 @@ def exact_matmul(a: IntArray, b: IntArray, a_bound: int | None = None,
     a2 = a.reshape(1, -1) if a.ndim == 1 else a
     b2 = b.reshape(-1, 1) if b.ndim == 1 else b
     plan = plan_exact_matmul(a2.shape[-1], a_bound, b_bound)
-    y = _chunked_matmul(_as_operand(a2, plan.float_dtype), _as_operand(b2, plan.float_dtype),
-                        plan)
+    y = _chunked_matmul(_as_operand(a2, plan.float_dtype), _as_operand(b2, plan.float_dtype), plan)
     if a.ndim == 1:
         y = y[..., 0, :]
     if b.ndim == 1:
@@ -317,8 +317,9 @@ def constant(op: nh.ConstantOp, dtype: np.dtype[Any]) -> Kernel:
     return lambda: (codes,)
 
 
-def _padded(x: IntArray, begins: Sequence[int], ends: Sequence[int], dtype: DTypeLike,
-            fill: Any) -> NDArray[Any]:
+def _padded(
+    x: IntArray, begins: Sequence[int], ends: Sequence[int], dtype: DTypeLike, fill: Any
+) -> NDArray[Any]:
     """``x`` converted to ``dtype`` and padded over its trailing dims with ``fill``."""
     n = len(begins)
     if not any(begins) and not any(ends):
@@ -331,15 +332,26 @@ def _padded(x: IntArray, begins: Sequence[int], ends: Sequence[int], dtype: DTyp
 
 
 def _tap_views(
-    xp: NDArray[Any], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+    xp: NDArray[Any],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
     out: Sequence[int],
 ) -> Iterator[tuple[tuple[int, ...], NDArray[Any]]]:
     """Yield ``(tap, view)`` per kernel position: ``view[..., o] = xp[..., o * s + tap * d]``."""
     for tap in itertools.product(*(range(k) for k in kernel)):
-        yield tap, xp[(Ellipsis, *(
-            slice(t * d, t * d + s * (o - 1) + 1, s)
-            for t, d, s, o in zip(tap, dilations, strides, out)
-        ))]
+        yield (
+            tap,
+            xp[
+                (
+                    Ellipsis,
+                    *(
+                        slice(t * d, t * d + s * (o - 1) + 1, s)
+                        for t, d, s, o in zip(tap, dilations, strides, out)
+                    ),
+                )
+            ],
+        )
 
 
 @impl(nh.ConvOp)
@@ -349,7 +361,10 @@ def conv(op: nh.ConvOp, dtype: np.dtype[Any]) -> Kernel:
     kernel_shape = op.weight.type.get_shape()[2:]  # type: ignore[union-attr]
     n = len(kernel_shape)
     kernel_t, strides, pads, dilations = window_params(
-        n, kernel_shape, array_values(op.strides), array_values(op.pads),
+        n,
+        kernel_shape,
+        array_values(op.strides),
+        array_values(op.pads),
         array_values(op.dilations),
     )
     begins, ends = pads[:n], pads[n:]
@@ -362,7 +377,8 @@ def conv(op: nh.ConvOp, dtype: np.dtype[Any]) -> Kernel:
         out_channels, group_channels = w.shape[:2]
         out = tuple(
             (x.shape[2 + i] + begins[i] + ends[i] - dilations[i] * (kernel_t[i] - 1) - 1)
-            // strides[i] + 1
+            // strides[i]
+            + 1
             for i in range(n)
         )
         positions = math.prod(out)
@@ -420,8 +436,11 @@ def matmul(op: nh.MatmulOp, dtype: np.dtype[Any]) -> Kernel:
         plan = plan_exact_matmul(a.shape[-1], lin.bound(a), rin.bound(b))
         a2 = a.reshape(1, -1) if a.ndim == 1 else a
         b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-        acc = _chunked_matmul(lin.floats(a2, plan.float_dtype, tuple(a2.shape)),
-                              rin.floats(b2, plan.float_dtype, tuple(b2.shape)), plan)
+        acc = _chunked_matmul(
+            lin.floats(a2, plan.float_dtype, tuple(a2.shape)),
+            rin.floats(b2, plan.float_dtype, tuple(b2.shape)),
+            plan,
+        )
         if a.ndim == 1:
             acc = acc[..., 0, :]
         if b.ndim == 1:
@@ -445,8 +464,10 @@ def _static_range(op: Operation, fn: Callable[[int, int], int]) -> tuple[int, in
     return min(corners), max(corners)
 
 
-def _elementwise(fn: Callable[[NDArray[np.int64], IntArray], NDArray[np.int64]],
-                 scalar: Callable[[int, int], int]) -> Builder:
+def _elementwise(
+    fn: Callable[[NDArray[np.int64], IntArray], NDArray[np.int64]],
+    scalar: Callable[[int, int], int],
+) -> Builder:
     def build(op: Operation, dtype: np.dtype[Any]) -> Kernel:
         width = width_of(op.results[0])
         lo, hi = code_range(width)
@@ -572,8 +593,9 @@ PoolGeometry = tuple[
 ]
 
 
-def _pool_geometry(op: nh.MaxPoolOp | nh.AvgPoolOp,
-                   dilations: Sequence[int] | None) -> PoolGeometry:
+def _pool_geometry(
+    op: nh.MaxPoolOp | nh.AvgPoolOp, dilations: Sequence[int] | None
+) -> PoolGeometry:
     """Kernel, strides, pad begins, pad ends, dilations and ceil_mode, defaults filled in."""
     kernel = array_values(op.kernel) or ()
     n = len(kernel)
@@ -583,8 +605,9 @@ def _pool_geometry(op: nh.MaxPoolOp | nh.AvgPoolOp,
     return kernel_t, strides, pads[:n], pads[n:], dil, bool(op.ceil_mode.value.data)
 
 
-def _window_counts(size: int, kernel: int, stride: int, begin: int, end: int, dilation: int,
-                   out: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _window_counts(
+    size: int, kernel: int, stride: int, begin: int, end: int, dilation: int, out: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Per output position along one dim: how many taps fall in the input ``[0, size)``, and
     how many in the padded input ``[-begin, size + end)`` (a ceil_mode window may hang past
     the right padding)."""
@@ -594,15 +617,28 @@ def _window_counts(size: int, kernel: int, stride: int, begin: int, end: int, di
     return inside.astype(np.int64), padded.astype(np.int64)
 
 
-def _pool_setup(x: IntArray, kernel: Sequence[int], strides: Sequence[int],
-                begins: Sequence[int], ends: Sequence[int], dil: Sequence[int],
-                ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _pool_setup(
+    x: IntArray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    begins: Sequence[int],
+    ends: Sequence[int],
+    dil: Sequence[int],
+    ceil_mode: bool,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Output sizes, and right pads extended to reach every (ceil_mode) window's last tap."""
     n = len(kernel)
     size = x.shape[2:]
     out = tuple(
-        pool_output_size(size[i], kernel=kernel[i], stride=strides[i], pad_begin=begins[i],
-                         pad_end=ends[i], dilation=dil[i], ceil_mode=ceil_mode)
+        pool_output_size(
+            size[i],
+            kernel=kernel[i],
+            stride=strides[i],
+            pad_begin=begins[i],
+            pad_end=ends[i],
+            dilation=dil[i],
+            ceil_mode=ceil_mode,
+        )
         for i in range(n)
     )
     reach = tuple(
@@ -620,8 +656,9 @@ def max_pool(op: nh.MaxPoolOp, dtype: np.dtype[Any]) -> Kernel:
     def run(x: IntArray) -> tuple[Any, ...]:
         out, reach = _pool_setup(x, kernel, strides, begins, ends, dil, ceil_mode)
         for i in range(len(kernel)):
-            inside, _ = _window_counts(x.shape[2 + i], kernel[i], strides[i], begins[i],
-                                       ends[i], dil[i], out[i])
+            inside, _ = _window_counts(
+                x.shape[2 + i], kernel[i], strides[i], begins[i], ends[i], dil[i], out[i]
+            )
             if (inside == 0).any():
                 # Only padding under this window: the padding value would win.
                 raise ExecutionError(
@@ -666,8 +703,9 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
         else:
             divisor = np.ones((), dtype=np.int64)
             for i in range(len(kernel)):
-                inside, padded = _window_counts(x.shape[2 + i], kernel[i], strides[i],
-                                                begins[i], ends[i], dil[i], out[i])
+                inside, padded = _window_counts(
+                    x.shape[2 + i], kernel[i], strides[i], begins[i], ends[i], dil[i], out[i]
+                )
                 divisor = np.multiply.outer(divisor, padded if include_pad else inside)
             if divisor.size and int(divisor.min()) == 0:
                 raise ExecutionError(
@@ -796,8 +834,9 @@ def dequantize_outputs(func: FuncOp, outputs: Sequence[Any]) -> list[Any]:
     if len(types) != len(outputs):
         raise ValueError(f"@{func.sym_name.data} has {len(types)} results, got {len(outputs)}")
     return [
-        dequantize(np.asarray(v), t) if isinstance(t, TensorType)
-        and isinstance(t.encoding, FixedAttr) else v
+        dequantize(np.asarray(v), t)
+        if isinstance(t, TensorType) and isinstance(t.encoding, FixedAttr)
+        else v
         for t, v in zip(types, outputs)
     ]
 

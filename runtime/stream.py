@@ -140,8 +140,10 @@ class _Cache:
             return parts[0]
         if not parts:
             if self.empty is None:
-                raise ExecutionError("a window of padding only, before any row arrived, of a "
-                                     "tensor with a dynamic dim: cannot shape it")
+                raise ExecutionError(
+                    "a window of padding only, before any row arrived, of a "
+                    "tensor with a dynamic dim: cannot shape it"
+                )
             return self.empty
         return np.concatenate(parts, axis=self.axis)
 
@@ -160,8 +162,15 @@ class _Cache:
 class _NodeRun:
     """One node of the stream: its cursor, caches and window kernels; values are slots."""
 
-    def __init__(self, node: StreamNode, dim: int, dtype: np.dtype[Any], slot: dict[SSAValue, int],
-                 constants: dict[SSAValue, Any], whole_kernel: Kernel):
+    def __init__(
+        self,
+        node: StreamNode,
+        dim: int,
+        dtype: np.dtype[Any],
+        slot: dict[SSAValue, int],
+        constants: dict[SSAValue, Any],
+        whole_kernel: Kernel,
+    ):
         self.node, self.dim, self.dtype = node, dim, dtype
         self.inputs = [slot[v] for v in node.inputs]
         self.outputs = [slot[r] for r in node.op.results]
@@ -176,16 +185,20 @@ class _NodeRun:
         self.pads_first = rule.pad_begin >= min(rule.fields)
         """Windows of zero rows only can fire before any row arrives."""
         self.pointwise = (
-            len(node.inputs) == 1 and rule.fields == (1,) and rule.strides == (1,)
-            and not rule.pad_begin and not rule.pad_end and not rule.whole
-            and all(g == 1 for g in rule.gains) and rule.adjust in ("none", "result_rows")
+            len(node.inputs) == 1
+            and rule.fields == (1,)
+            and rule.strides == (1,)
+            and not rule.pad_begin
+            and not rule.pad_end
+            and not rule.whole
+            and all(g == 1 for g in rule.gains)
+            and rule.adjust in ("none", "result_rows")
         )
         self.reset()
 
     def reset(self) -> None:
         self.cursor = NodeCursor(self.node.rule)
-        self.caches = [_Cache(self.dim if has_dim(v, self.dim) else None)
-                       for v in self.node.inputs]
+        self.caches = [_Cache(self.dim if has_dim(v, self.dim) else None) for v in self.node.inputs]
         self.peaks = [0] * len(self.node.inputs)
 
     # -- kernels ------------------------------------------------------------------------------
@@ -194,8 +207,11 @@ class _NodeRun:
         rule = self.node.rule
         if rule.adjust == "none":
             return self.whole_kernel
-        key = (zeros_begin, zeros_end,
-               windows if rule.adjust in ("output_size", "result_rows", "transposed") else 0)
+        key = (
+            zeros_begin,
+            zeros_end,
+            windows if rule.adjust in ("output_size", "result_rows", "transposed") else 0,
+        )
         kernel = self.kernels.get(key)
         if kernel is None:
             kernel = self.kernels[key] = self._build(*key)
@@ -224,8 +240,12 @@ class _NodeRun:
             types = [_with_dim(t, dim, windows * g) for t, g in zip(types, rule.gains)]
         elif rule.adjust == "transposed":
             return self._build_transposed(zeros_begin, zeros_end, windows)
-        variant = type(op).create(operands=list(op.operands), result_types=types,
-                                  properties=props, attributes=dict(op.attributes))
+        variant = type(op).create(
+            operands=list(op.operands),
+            result_types=types,
+            properties=props,
+            attributes=dict(op.attributes),
+        )
         try:
             return default_builders()[type(op)](variant, self.dtype)
         finally:
@@ -255,8 +275,12 @@ class _NodeRun:
         outpad[i] = 0
         props["output_padding"] = int_array(outpad)
         types = [_with_dim(r.type, dim, full) for r in op.results]
-        variant = type(op).create(operands=list(op.operands), result_types=types,
-                                  properties=props, attributes=dict(op.attributes))
+        variant = type(op).create(
+            operands=list(op.operands),
+            result_types=types,
+            properties=props,
+            attributes=dict(op.attributes),
+        )
         try:
             inner = default_builders()[type(op)](variant, self.dtype)
         finally:
@@ -269,8 +293,11 @@ class _NodeRun:
                 shape[dim] = count
                 return np.zeros(shape, dtype=x.dtype)
 
-            z = np.concatenate([zeros(zeros_begin), x, zeros(after)], axis=dim) \
-                if zeros_begin or after else x
+            z = (
+                np.concatenate([zeros(zeros_begin), x, zeros(after)], axis=dim)
+                if zeros_begin or after
+                else x
+            )
             (y,) = inner(z, *rest)
             return (np.take(y, range(offset, offset + keep), axis=dim),)
 
@@ -292,8 +319,9 @@ class _NodeRun:
             for s in self.outputs:
                 ended[s] = True
 
-    def _step_pointwise(self, chunks: Chunks, inputs_ended: bool,
-                        produced: list[Chunks | None]) -> None:
+    def _step_pointwise(
+        self, chunks: Chunks, inputs_ended: bool, produced: list[Chunks | None]
+    ) -> None:
         """A one-row node with one input holds nothing between steps: it fires on exactly the
         rows that arrived, so they go to the kernel as they are."""
         rows = sum(self.caches[0].rows_of(a) for a in chunks)
@@ -306,8 +334,9 @@ class _NodeRun:
         x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks, axis=self.dim)
         self._emit(self.kernel(0, 0, rows), [x], firing, produced)
 
-    def _step_windows(self, arrivals: list[Chunks | None], inputs_ended: bool,
-                      produced: list[Chunks | None]) -> None:
+    def _step_windows(
+        self, arrivals: list[Chunks | None], inputs_ended: bool, produced: list[Chunks | None]
+    ) -> None:
         cursor = self.cursor
         arrived = []
         for i, chunks in enumerate(arrivals):
@@ -328,8 +357,9 @@ class _NodeRun:
         for i, cache in enumerate(self.caches):
             cache.drop_before(cursor.first_needed(i))
 
-    def _emit(self, kernel: Kernel, windows: Chunks, firing: Firing,
-              produced: list[Chunks | None]) -> None:
+    def _emit(
+        self, kernel: Kernel, windows: Chunks, firing: Firing, produced: list[Chunks | None]
+    ) -> None:
         """Run ``kernel`` on the windows (and the constants); add its rows to ``produced``."""
         args = [windows[i] if i >= 0 else value for i, value in self.args]
         op = self.node.op
@@ -343,8 +373,9 @@ class _NodeRun:
                 f"{op.name} failed on a streamed window of shapes ({shapes}): "
                 f"{type(e).__name__}: {e}"
             ) from e
-        for slot, r, streamed, gain in zip(self.outputs, results, self.streamed_results,
-                                           self.node.rule.gains):
+        for slot, r, streamed, gain in zip(
+            self.outputs, results, self.streamed_results, self.node.rule.gains
+        ):
             expected = firing.count * gain
             got = r.shape[self.dim] if streamed else 1
             if got != expected:
@@ -368,8 +399,15 @@ class StreamRunner:
     ``reset()`` starts a new one with the same compiled kernels.
     """
 
-    def __init__(self, module: ModuleOp | FuncOp, *, mem_dim: int = 2,
-                 function: str | None = None, dtype: Any = None, raw: bool = False):
+    def __init__(
+        self,
+        module: ModuleOp | FuncOp,
+        *,
+        mem_dim: int = 2,
+        function: str | None = None,
+        dtype: Any = None,
+        raw: bool = False,
+    ):
         func = find_function(module, function)
         self.graph = build_graph(func, mem_dim)  # first: it names ops that cannot stream
         self.plan = compile_module(func, dtype=dtype)
@@ -377,17 +415,21 @@ class StreamRunner:
         self.integer = level_of(func) == "nh"
         self.raw = raw
         self.dim = mem_dim
-        self.constants = {v: self.plan.constants[s] for v, s in self.plan.slot_of.items()
-                          if s in self.plan.constants}
+        self.constants = {
+            v: self.plan.constants[s]
+            for v, s in self.plan.slot_of.items()
+            if s in self.plan.constants
+        }
         values = [*self.graph.inputs, *(r for n in self.graph.nodes for r in n.op.results)]
         self.slot = {v: i for i, v in enumerate(values)}
         self.values = values
         self.streamed = [has_dim(v, mem_dim) for v in values]
         kernels = {step.op: step.kernel for step in self.plan.steps}
-        self.runs = [_NodeRun(n, mem_dim, self.plan.dtype, self.slot, self.constants,
-                              kernels[n.op]) for n in self.graph.nodes]
-        self.results: list[SSAValue] = list(
-            self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
+        self.runs = [
+            _NodeRun(n, mem_dim, self.plan.dtype, self.slot, self.constants, kernels[n.op])
+            for n in self.graph.nodes
+        ]
+        self.results: list[SSAValue] = list(self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
         self._arg_types = [self._chunk_type(a.type) for a in self.graph.inputs]
         self.reset()
 
@@ -404,8 +446,12 @@ class StreamRunner:
     @property
     def cache_peaks(self) -> dict[tuple[Operation, SSAValue], int]:
         """Most real rows each cache held (keyed like ``BufferPlan.caches``)."""
-        return {(r.node.op, v): peak for r in self.runs
-                for v, peak in zip(r.node.inputs, r.peaks) if has_dim(v, self.dim)}
+        return {
+            (r.node.op, v): peak
+            for r in self.runs
+            for v, peak in zip(r.node.inputs, r.peaks)
+            if has_dim(v, self.dim)
+        }
 
     @property
     def tensor_peaks(self) -> dict[SSAValue, int]:
@@ -439,14 +485,16 @@ class StreamRunner:
         """Feed the next rows of every input; return the output rows now computable."""
         if len(rows) != len(self.graph.inputs):
             raise ExecutionError(
-                f"@{self.func.sym_name.data} takes {len(self.graph.inputs)} inputs, "
-                f"got {len(rows)}"
+                f"@{self.func.sym_name.data} takes {len(self.graph.inputs)} inputs, got {len(rows)}"
             )
         if self.integer:
-            rows = tuple(None if r is None else q
-                         for r, q in zip(rows, quantize_inputs(self.func, rows)))
-        checked = [None if r is None else check_input(i, r, self._arg_types[i], self.plan.dtype)
-                   for i, r in enumerate(rows)]
+            rows = tuple(
+                None if r is None else q for r, q in zip(rows, quantize_inputs(self.func, rows))
+            )
+        checked = [
+            None if r is None else check_input(i, r, self._arg_types[i], self.plan.dtype)
+            for i, r in enumerate(rows)
+        ]
         return self._push_checked(checked)
 
     def _push_checked(self, rows: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
@@ -486,12 +534,15 @@ class StreamRunner:
             if chunks:
                 n = sum(c.shape[self.dim] for c in chunks) if self.streamed[s] else len(chunks)
                 self._peaks[s] = max(self._peaks[s], n)
-        outs = [self._join(v, produced[self.slot[v]]) if v in self.slot else None
-                for v in self.results]
+        outs = [
+            self._join(v, produced[self.slot[v]]) if v in self.slot else None for v in self.results
+        ]
         if not self.integer or self.raw:
             return outs
-        return [y if y is None or not _is_nh(v) else dequantize(y, v.type)  # type: ignore[arg-type]
-                for v, y in zip(self.results, outs)]
+        return [
+            y if y is None or not _is_nh(v) else dequantize(y, v.type)  # type: ignore[arg-type]
+            for v, y in zip(self.results, outs)
+        ]
 
     def _join(self, value: SSAValue, chunks: Chunks | None) -> np.ndarray | None:
         if not chunks:
@@ -501,9 +552,17 @@ class StreamRunner:
         return np.concatenate(chunks, axis=self.dim)
 
 
-def stream(module: ModuleOp | FuncOp, inputs: Sequence[Any], *, mem_dim: int = 2,
-           step: int = 1, function: str | None = None, dtype: Any = None, raw: bool = False,
-           runner: StreamRunner | None = None) -> list[Any]:
+def stream(
+    module: ModuleOp | FuncOp,
+    inputs: Sequence[Any],
+    *,
+    mem_dim: int = 2,
+    step: int = 1,
+    function: str | None = None,
+    dtype: Any = None,
+    raw: bool = False,
+    runner: StreamRunner | None = None,
+) -> list[Any]:
     """Run ``module`` on whole ``inputs``, ``step`` rows at a time along ``mem_dim``; the
     outputs equal ``run(module, *inputs, raw=raw)``'s.
 
@@ -523,8 +582,10 @@ def stream(module: ModuleOp | FuncOp, inputs: Sequence[Any], *, mem_dim: int = 2
         )
     if runner.integer:
         inputs = quantize_inputs(func, inputs)
-    arrays = [check_input(i, x, t, runner.plan.dtype)
-              for i, (x, t) in enumerate(zip(inputs, func.function_type.inputs.data))]
+    arrays = [
+        check_input(i, x, t, runner.plan.dtype)
+        for i, (x, t) in enumerate(zip(inputs, func.function_type.inputs.data))
+    ]
     streamed = runner.streamed[: len(arrays)]
     length = max([a.shape[dim] for a, s in zip(arrays, streamed) if s] or [1])
     collected: list[Chunks] = [[] for _ in runner.results]

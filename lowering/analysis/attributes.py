@@ -31,8 +31,16 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
-__all__ = ["MEM_ATTR", "OUT_ATTR", "PLAN_ATTR", "SHAPE_ATTR", "WARMUP_ATTR", "StreamShapes",
-           "stream_shapes", "write_attributes"]
+__all__ = [
+    "MEM_ATTR",
+    "OUT_ATTR",
+    "PLAN_ATTR",
+    "SHAPE_ATTR",
+    "WARMUP_ATTR",
+    "StreamShapes",
+    "stream_shapes",
+    "write_attributes",
+]
 
 PLAN_ATTR = "stream.plan"
 SHAPE_ATTR = "stream.shape"
@@ -49,11 +57,13 @@ def write_attributes(plan: BufferPlan) -> None:
     """Record the plan's shapes on the IR (formats in the module docstring)."""
     func = plan.func
     flat = [x for pair in plan.steps for x in pair]
-    func.attributes[PLAN_ATTR] = DictionaryAttr({
-        "mem_dim": IntegerAttr(plan.mem_dim, i64), "steps": int_array(flat)})
+    func.attributes[PLAN_ATTR] = DictionaryAttr(
+        {"mem_dim": IntegerAttr(plan.mem_dim, i64), "steps": int_array(flat)}
+    )
     block = func.body.block
-    arg_attrs = list(func.arg_attrs.data) if func.arg_attrs else [
-        DictionaryAttr({}) for _ in block.args]
+    arg_attrs = (
+        list(func.arg_attrs.data) if func.arg_attrs else [DictionaryAttr({}) for _ in block.args]
+    )
     for i, arg in enumerate(block.args):
         t = plan.tensors.get(arg)
         if t is not None:
@@ -64,7 +74,8 @@ def write_attributes(plan: BufferPlan) -> None:
         by_node.setdefault(op, []).append(_shape_attr(c.shape))
     for op, mems in by_node.items():
         op.attributes[OUT_ATTR] = ArrayAttr(
-            [_shape_attr(plan.tensors[r].shape) for r in op.results])
+            [_shape_attr(plan.tensors[r].shape) for r in op.results]
+        )
         op.attributes[MEM_ATTR] = ArrayAttr(mems)
         if op in plan.warmup:
             op.attributes[WARMUP_ATTR] = int_array(plan.warmup[op])
@@ -83,8 +94,9 @@ class StreamShapes:
     def tensor_shape(self, value: SSAValue) -> tuple[int, ...] | None:
         return self.tensors.get(value)
 
-    def cache_shape(self, node: Operation, value: SSAValue,
-                    tensor_shape: Sequence[int]) -> tuple[int, ...] | None:
+    def cache_shape(
+        self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]
+    ) -> tuple[int, ...] | None:
         return self.caches.get((node, value))
 
 

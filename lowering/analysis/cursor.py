@@ -117,8 +117,12 @@ class NodeCursor:
         else:
             hi = (firing.first + firing.count - 1) * r.strides[i] + r.fields[i] - r.pad_begin
         received = self.received[i]
-        return (max(lo, 0), min(hi, received), max(0, -lo),
-                min(self.fed_end, max(0, hi - received)))
+        return (
+            max(lo, 0),
+            min(hi, received),
+            max(0, -lo),
+            min(self.fed_end, max(0, hi - received)),
+        )
 
     def first_needed(self, i: int) -> int:
         """The first real row of input ``i`` any later window reads."""

@@ -37,8 +37,6 @@ class StreamGraph:
     results: tuple[SSAValue, ...]
 
 
-
-
 def build_graph(func: FuncOp, dim: int) -> StreamGraph:
     """The nodes of ``func`` with their rules along ``dim``; ops without one are an error."""
     block = func.body.block

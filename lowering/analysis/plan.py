@@ -31,8 +31,15 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
-__all__ = ["BufferPlan", "CacheBuffer", "TensorBuffer", "find_plan_function", "parse_steps",
-           "plan_function", "stream_plan"]
+__all__ = [
+    "BufferPlan",
+    "CacheBuffer",
+    "TensorBuffer",
+    "find_plan_function",
+    "parse_steps",
+    "plan_function",
+    "stream_plan",
+]
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,9 @@ class BufferPlan:
         t = self.tensors.get(value)
         return None if t is None else t.shape
 
-    def cache_shape(self, node: Operation, value: SSAValue,
-                    tensor_shape: Sequence[int]) -> tuple[int, ...] | None:
+    def cache_shape(
+        self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]
+    ) -> tuple[int, ...] | None:
         c = self.caches.get((node, value))
         return None if c is None else c.shape
 
@@ -109,16 +117,22 @@ class BufferPlan:
         lines += _table(header, rows)
         lines += ["", "--- 2. node input caches (Node Input Caches) ---"]
         header = ["Node Name", "Tensor Name"] + [
-            h for d in dims for h in (f"Max Len D{d}", f"Sum Len D{d}")]
-        rows = [[c.node_name, c.tensor_name] + _row_numbers(c.rows, dims)
-                for c in self.caches.values()]
+            h for d in dims for h in (f"Max Len D{d}", f"Sum Len D{d}")
+        ]
+        rows = [
+            [c.node_name, c.tensor_name] + _row_numbers(c.rows, dims) for c in self.caches.values()
+        ]
         lines += _table(header, rows)
         if self.warmup:
             lines += ["", f"--- 3. zero rows along dim {self.mem_dim} (causal warm-up) ---"]
             rows = [[self.node_names[op], str(b), str(e)] for op, (b, e) in self.warmup.items()]
             lines += _table(["Node Name", "Begin", "End"], rows)
-        lines += ["", "first row of every result after step " + ", ".join(
-            f"{self.first_row_step[d]} (dim {d})" for d in dims), ""]
+        lines += [
+            "",
+            "first row of every result after step "
+            + ", ".join(f"{self.first_row_step[d]} (dim {d})" for d in dims),
+            "",
+        ]
         return "\n".join(lines)
 
 
@@ -164,8 +178,9 @@ class _Names:
         for i, arg in enumerate(func.body.block.args):
             recorded = None
             if i < len(arg_attrs):
-                recorded = _attr_name(ArrayAttr([arg_attrs[i].data.get("ne.tensor",
-                                                                    DictionaryAttr({}))]), 0)
+                recorded = _attr_name(
+                    ArrayAttr([arg_attrs[i].data.get("ne.tensor", DictionaryAttr({}))]), 0
+                )
             self.tensor[arg] = recorded or arg.name_hint or ("input" if i == 0 else f"input_{i}")
         for op in func.body.block.ops:
             for i, r in enumerate(op.results):
@@ -187,8 +202,9 @@ class _Names:
 # --------------------------------------------------------------------------------------------
 
 
-def parse_steps(steps: str | Sequence[tuple[int, int]] | None,
-                mem_dim: int) -> tuple[tuple[int, int], ...]:
+def parse_steps(
+    steps: str | Sequence[tuple[int, int]] | None, mem_dim: int
+) -> tuple[tuple[int, int], ...]:
     """``"2:1,3:5"`` (or ``[(2, 1), (3, 5)]``) as checked ``(dim, step)`` pairs; the streamed
     dim comes first, with step 1 unless given."""
     if mem_dim < 2:
@@ -211,8 +227,10 @@ def parse_steps(steps: str | Sequence[tuple[int, int]] | None,
     pairs.sort(key=lambda p: (p[0] != mem_dim, p[0]))
     for d, s in pairs:
         if d < 2:
-            raise StreamPlanError(f"stream-plan: dim {d} cannot be analysed (batch and channels "
-                                  "are never split; use a spatial dim >= 2)")
+            raise StreamPlanError(
+                f"stream-plan: dim {d} cannot be analysed (batch and channels "
+                "are never split; use a spatial dim >= 2)"
+            )
         if s < 1:
             raise StreamPlanError(f"stream-plan: the step along dim {d} must be >= 1, got {s}")
     if len({d for d, _ in pairs}) != len(pairs):
@@ -228,8 +246,9 @@ def find_plan_function(module: ModuleOp | FuncOp, function: str | None) -> FuncO
         raise StreamPlanError(f"stream-plan: {e}") from None
 
 
-def plan_function(func: FuncOp, mem_dim: int = 2,
-                  steps: str | Sequence[tuple[int, int]] | None = None) -> BufferPlan:
+def plan_function(
+    func: FuncOp, mem_dim: int = 2, steps: str | Sequence[tuple[int, int]] | None = None
+) -> BufferPlan:
     """Analyse one function (see :func:`stream_plan`)."""
     pairs = parse_steps(steps, mem_dim)
     names = _Names(func)
@@ -247,18 +266,33 @@ def plan_function(func: FuncOp, mem_dim: int = 2,
     for n in graph.nodes:
         for v in n.inputs:
             rows = {d: c.caches[(n.op, v)] for d, c in per_dim.items() if (n.op, v) in c.caches}
-            caches[(n.op, v)] = CacheBuffer(n.op, names.node[n.op], v, names.tensor[v], rows,
-                                            _export_shape(v, rows, mem_dim))
-    warmup = {n.op: (n.rule.pad_begin, n.rule.pad_end) for n in graph.nodes
-              if n.rule.pad_begin or n.rule.pad_end}
-    return BufferPlan(func, mem_dim, pairs, tensors, caches, warmup,
-                      {d: c.done_step for d, c in per_dim.items()},
-                      {n.op: names.node[n.op] for n in graph.nodes})
+            caches[(n.op, v)] = CacheBuffer(
+                n.op, names.node[n.op], v, names.tensor[v], rows, _export_shape(v, rows, mem_dim)
+            )
+    warmup = {
+        n.op: (n.rule.pad_begin, n.rule.pad_end)
+        for n in graph.nodes
+        if n.rule.pad_begin or n.rule.pad_end
+    }
+    return BufferPlan(
+        func,
+        mem_dim,
+        pairs,
+        tensors,
+        caches,
+        warmup,
+        {d: c.done_step for d, c in per_dim.items()},
+        {n.op: names.node[n.op] for n in graph.nodes},
+    )
 
 
-def stream_plan(module: ModuleOp | FuncOp, *, mem_dim: int = 2,
-                steps: str | Sequence[tuple[int, int]] | None = None,
-                function: str | None = None) -> BufferPlan:
+def stream_plan(
+    module: ModuleOp | FuncOp,
+    *,
+    mem_dim: int = 2,
+    steps: str | Sequence[tuple[int, int]] | None = None,
+    function: str | None = None,
+) -> BufferPlan:
     """The buffer plan of a program streamed along ``mem_dim``:
     ``nanoir.stream_plan(module, mem_dim=2, steps=[(2, 1), (3, 5)])``.
 

@@ -122,5 +122,12 @@ def stream_rule(op: Operation, dim: int, inputs: tuple[SSAValue, ...]) -> Stream
     if step is None:
         return _whole_rule(op, dim, inputs)
     n = len(inputs)
-    return StreamRule((step.need,) * n, (step.drop,) * n, (step.emit,) * len(op.results),
-                      step.pad_begin, step.pad_end, step.ceil_mode, step.adjust)
+    return StreamRule(
+        (step.need,) * n,
+        (step.drop,) * n,
+        (step.emit,) * len(op.results),
+        step.pad_begin,
+        step.pad_end,
+        step.ceil_mode,
+        step.adjust,
+    )

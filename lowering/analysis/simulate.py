@@ -41,8 +41,14 @@ from nanoir.lowering.analysis.rules import StreamPlanError, describe, has_dim, s
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["MAX_STEPS", "DimCounts", "Rows", "simulate_one_step", "simulate_streamed",
-           "value_label"]
+__all__ = [
+    "MAX_STEPS",
+    "DimCounts",
+    "Rows",
+    "simulate_one_step",
+    "simulate_streamed",
+    "value_label",
+]
 
 MAX_STEPS = 10_000
 """Steps of an unbounded stream simulated before the planner gives up: a stream whose
@@ -57,8 +63,13 @@ def value_label(value: SSAValue) -> str:
 class _Simulation:
     """Row counts of a stream along one dim; see the module docstring for the rules."""
 
-    def __init__(self, graph: StreamGraph, step: int, lengths: dict[SSAValue, int | None],
-                 end_with_last_rows: bool):
+    def __init__(
+        self,
+        graph: StreamGraph,
+        step: int,
+        lengths: dict[SSAValue, int | None],
+        end_with_last_rows: bool,
+    ):
         self.graph = graph
         self.step_len = step
         self.lengths = dict(lengths)
@@ -101,8 +112,9 @@ class _Simulation:
             if cursor.ended:
                 continue
             arrived = [produced.get(v, 0) for v in node.inputs]
-            fired = sum(f.count for f in cursor.advance(
-                arrived, all(v in self.ended for v in node.inputs)))
+            fired = sum(
+                f.count for f in cursor.advance(arrived, all(v in self.ended for v in node.inputs))
+            )
             for result, gain in zip(node.op.results, node.rule.gains):
                 produced[result] = fired * gain
             if cursor.ended:
@@ -117,7 +129,8 @@ class _Simulation:
 
     def all_ended(self) -> bool:
         return all(c.ended for c in self.cursors.values()) and all(
-            a in self.ended for a in self.graph.inputs)
+            a in self.ended for a in self.graph.inputs
+        )
 
     def state(self) -> tuple[object, ...]:
         return tuple(c.state() for c in self.cursors.values())
@@ -155,7 +168,9 @@ def _records(graph: StreamGraph, peaks: _Simulation, at_done: _Simulation) -> Di
     }
     caches = {
         (n.op, v): Rows(peaks.cursors[n.op].peak[i], at_done.cursors[n.op].entered(i))
-        for n in graph.nodes for i, v in enumerate(n.inputs) if has_dim(v, dim)
+        for n in graph.nodes
+        for i, v in enumerate(n.inputs)
+        if has_dim(v, dim)
     }
     return DimCounts(tensors, caches, at_done.steps)
 

@@ -242,8 +242,9 @@ class LowerBlock(HwPattern):
     op moves values; a per-channel exponent is first aligned to the finest one (exact)."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: nf.DepthToSpaceOp | nf.SpaceToDepthOp,
-                          rewriter: PatternRewriter) -> None:
+    def match_and_rewrite(
+        self, op: nf.DepthToSpaceOp | nf.SpaceToDepthOp, rewriter: PatternRewriter
+    ) -> None:
         hw = self.begin(op, rewriter)
         a = hw.get(op, op.input)
         to_space = isinstance(op, nf.DepthToSpaceOp)
@@ -264,8 +265,8 @@ class LowerBlock(HwPattern):
             assert exps is not None
         t = hw.result_type(nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a))
         cls = nh.DepthToSpaceOp if to_space else nh.SpaceToDepthOp
-        new = cls.create(operands=[a.value], result_types=[t],
-                         properties={"block": op.block, "mode": op.mode})
+        new = cls.create(
+            operands=[a.value], result_types=[t], properties={"block": op.block, "mode": op.mode}
+        )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits))
-

@@ -318,8 +318,10 @@ class _Importer:
         if not node.users:  # e.g. bn.num_batches_tracked
             return
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
-            source = self.program.state_dict if spec.target in self.program.state_dict else (
-                self.program.constants
+            source = (
+                self.program.state_dict
+                if spec.target in self.program.state_dict
+                else (self.program.constants)
             )
             value = source[spec.target]
         elif spec.kind == InputKind.CONSTANT_TENSOR:
@@ -358,8 +360,12 @@ class _Importer:
         hint = name_hint(path or node.name)
         values = result if isinstance(result, list) else [result]
         for value in values:
-            if isinstance(value, SSAValue) and not value.name_hint and isinstance(
-                    value, OpResult) and not isinstance(value.op, nf.ConstantOp):
+            if (
+                isinstance(value, SSAValue)
+                and not value.name_hint
+                and isinstance(value, OpResult)
+                and not isinstance(value.op, nf.ConstantOp)
+            ):
                 value.name_hint = hint
 
     def _getitem(self, node: fx.Node) -> Value:
@@ -417,7 +423,8 @@ def _is_shape_arithmetic(node: fx.Node) -> bool:
     if str(node.target) in _SHAPE_OPS:
         return True
     if node.target is not operator.getitem and getattr(node.target, "__module__", None) in (
-        "_operator", "operator"
+        "_operator",
+        "operator",
     ):
         return not isinstance(node.meta.get("val"), torch.Tensor)
     return False
@@ -495,8 +502,13 @@ def _conv(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     else:
         begins = ends = _ints(padding, n)
     op = nf.ConvOp(
-        x, w, bias, strides=_unless(strides, 1), pads=_unless([*begins, *ends], 0),
-        dilations=_unless(dilations, 1), groups=int(a["groups"]),
+        x,
+        w,
+        bias,
+        strides=_unless(strides, 1),
+        pads=_unless([*begins, *ends], 0),
+        dilations=_unless(dilations, 1),
+        groups=int(a["groups"]),
     )
     return imp.emit(op).result
 
@@ -508,9 +520,14 @@ def _conv_transpose(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     n = imp.rank(x) - 2
     pads = _ints(a["padding"], n)
     op = nf.ConvTransposeOp(
-        x, w, imp.optional_tensor(a["bias"]), strides=_unless(_ints(a["stride"], n), 1),
-        pads=_unless([*pads, *pads], 0), dilations=_unless(_ints(a["dilation"], n), 1),
-        output_padding=_unless(_ints(a["output_padding"], n), 0), groups=int(a["groups"]),
+        x,
+        w,
+        imp.optional_tensor(a["bias"]),
+        strides=_unless(_ints(a["stride"], n), 1),
+        pads=_unless([*pads, *pads], 0),
+        dilations=_unless(_ints(a["dilation"], n), 1),
+        output_padding=_unless(_ints(a["output_padding"], n), 0),
+        groups=int(a["groups"]),
     )
     return imp.emit(op).result
 
@@ -526,9 +543,7 @@ def _matmul(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.MatmulOp(lhs, rhs)).result
 
 
-def _batch_norm_op(
-    imp: _Importer, node: fx.Node, a: dict[str, Any], eps: float
-) -> SSAValue:
+def _batch_norm_op(imp: _Importer, node: fx.Node, a: dict[str, Any], eps: float) -> SSAValue:
     x = imp.tensor(a["input"])
     if a["running_mean"] is None or a["running_var"] is None:
         raise _Unsupported("batch norm without running statistics (training mode)")
@@ -553,7 +568,11 @@ def _batch_norm_no_training(imp: _Importer, node: fx.Node, a: dict[str, Any]) ->
 
 
 _BINARY: dict[str, type[nf.BinaryFloatOp]] = {
-    "add": nf.AddOp, "sub": nf.SubOp, "mul": nf.MulOp, "div": nf.DivOp, "rsub": nf.SubOp,
+    "add": nf.AddOp,
+    "sub": nf.SubOp,
+    "mul": nf.MulOp,
+    "div": nf.DivOp,
+    "rsub": nf.SubOp,
 }
 
 
@@ -621,8 +640,12 @@ def _max_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     strides = _ints(a["stride"], n) if a["stride"] else kernel
     pads = _ints(a["padding"], n)
     op = nf.MaxPoolOp(
-        x, kernel, strides=_unless(strides, 1), pads=_unless(pads * 2, 0),
-        dilations=_unless(_ints(a["dilation"], n), 1), ceil_mode=bool(a["ceil_mode"]),
+        x,
+        kernel,
+        strides=_unless(strides, 1),
+        pads=_unless(pads * 2, 0),
+        dilations=_unless(_ints(a["dilation"], n), 1),
+        ceil_mode=bool(a["ceil_mode"]),
     )
     return imp.emit(op).result
 
@@ -638,8 +661,12 @@ def _avg_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     kernel = _ints(a["kernel_size"], n)
     strides = _ints(a["stride"], n) if a["stride"] else kernel
     op = nf.AvgPoolOp(
-        x, kernel, strides=_unless(strides, 1), pads=_unless(_ints(a["padding"], n) * 2, 0),
-        ceil_mode=bool(a["ceil_mode"]), count_include_pad=bool(a["count_include_pad"]),
+        x,
+        kernel,
+        strides=_unless(strides, 1),
+        pads=_unless(_ints(a["padding"], n) * 2, 0),
+        ceil_mode=bool(a["ceil_mode"]),
+        count_include_pad=bool(a["count_include_pad"]),
         divisor_override=a.get("divisor_override"),
     )
     return imp.emit(op).result
@@ -757,8 +784,11 @@ def _t(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.TransposeOp(x, [1, 0])).result
 
 
-_PAD_MODES = {"constant": nf.PadMode.CONSTANT, "reflect": nf.PadMode.REFLECT,
-              "replicate": nf.PadMode.EDGE}
+_PAD_MODES = {
+    "constant": nf.PadMode.CONSTANT,
+    "reflect": nf.PadMode.REFLECT,
+    "replicate": nf.PadMode.EDGE,
+}
 
 
 def _pad(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
@@ -953,8 +983,7 @@ def export(
     if dynamic_batch:
         batch = torch.export.Dim("batch")
         inputs = tuple(
-            torch.cat([t, t]) if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == 1
-            else t
+            torch.cat([t, t]) if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == 1 else t
             for t in inputs
         )
         dynamic_shapes = tuple(

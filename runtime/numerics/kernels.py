@@ -132,15 +132,15 @@ def _pads(pads: Sequence[int] | None, n: int) -> tuple[tuple[int, ...], tuple[in
     if pads is None:
         return (0,) * n, (0,) * n
     if len(pads) != 2 * n:
-        raise ValueError(f"pads has {len(pads)} entries, expected {2 * n} (all begins, then all ends)")
+        raise ValueError(
+            f"pads has {len(pads)} entries, expected {2 * n} (all begins, then all ends)"
+        )
     if any(p < 0 for p in pads):
         raise ValueError(f"pads must be non-negative, got {list(pads)}")
     return tuple(int(p) for p in pads[:n]), tuple(int(p) for p in pads[n:])
 
 
-def _pad_spatial(
-    x: Array, begins: Sequence[int], ends: Sequence[int], value: float | int
-) -> Array:
+def _pad_spatial(x: Array, begins: Sequence[int], ends: Sequence[int], value: float | int) -> Array:
     """Pad the trailing ``len(begins)`` dims with a constant (a copy only when needed)."""
     if not any(begins) and not any(ends):
         return x
@@ -186,8 +186,13 @@ def _window_view(
     spans = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilations))
     view = sliding_window_view(xp, spans, axis=tuple(range(xp.ndim - n, xp.ndim)))
     # view[..., *start, *offset]: keep the starts o * s and the offsets tap * d.
-    view = view[(Ellipsis, *(slice(0, s * (o - 1) + 1, s) for s, o in zip(strides, out)),
-                 *(slice(None, None, d) for d in dilations))]
+    view = view[
+        (
+            Ellipsis,
+            *(slice(0, s * (o - 1) + 1, s) for s, o in zip(strides, out)),
+            *(slice(None, None, d) for d in dilations),
+        )
+    ]
     lead = tuple(range(xp.ndim - n))
     return view.transpose(*lead, *range(xp.ndim, xp.ndim + n), *range(xp.ndim - n, xp.ndim))
 
@@ -222,7 +227,9 @@ def conv(
     """
     n = x.ndim - 2
     if n < 1 or w.ndim != x.ndim:
-        raise ValueError(f"conv needs input [N, C, *S] and weight [O, C/g, *K], got {x.shape} and {w.shape}")
+        raise ValueError(
+            f"conv needs input [N, C, *S] and weight [O, C/g, *K], got {x.shape} and {w.shape}"
+        )
     batch, channels = x.shape[:2]
     out_channels, group_channels = w.shape[:2]
     kernel = w.shape[2:]
@@ -235,8 +242,14 @@ def conv(
     dil_t = _spatial_params("dilations", dilations, n, 1)
     begins, ends = _pads(pads, n)
     out = tuple(
-        conv_output_size(x.shape[2 + i], kernel=kernel[i], stride=strides_t[i],
-                         pad_begin=begins[i], pad_end=ends[i], dilation=dil_t[i])
+        conv_output_size(
+            x.shape[2 + i],
+            kernel=kernel[i],
+            stride=strides_t[i],
+            pad_begin=begins[i],
+            pad_end=ends[i],
+            dilation=dil_t[i],
+        )
         for i in range(n)
     )
     dtype = np.result_type(x, w) if b is None else np.result_type(x, w, b)
@@ -286,34 +299,46 @@ def conv_transpose(
     """
     n = x.ndim - 2
     if n < 1 or w.ndim != x.ndim:
-        raise ValueError(f"conv_transpose needs input [N, C, *S] and weight [C, O/g, *K], got "
-                         f"{x.shape} and {w.shape}")
+        raise ValueError(
+            f"conv_transpose needs input [N, C, *S] and weight [C, O/g, *K], got "
+            f"{x.shape} and {w.shape}"
+        )
     channels = x.shape[1]
     w_in, w_out = w.shape[:2]
     kernel = w.shape[2:]
     if groups < 1 or channels != w_in or w_in % groups:
-        raise ValueError(f"conv_transpose with groups={groups}: input has {channels} channels, "
-                         f"weight {tuple(w.shape)}")
+        raise ValueError(
+            f"conv_transpose with groups={groups}: input has {channels} channels, "
+            f"weight {tuple(w.shape)}"
+        )
     strides_t = _spatial_params("strides", strides, n, 1)
     dil_t = _spatial_params("dilations", dilations, n, 1)
     outpad = _spatial_params("output_padding", output_padding, n, 0)
     begins, ends = _pads(pads, n)
     out = tuple(
-        conv_transpose_output_size(x.shape[2 + i], kernel=kernel[i], stride=strides_t[i],
-                                   pad_begin=begins[i], pad_end=ends[i], dilation=dil_t[i],
-                                   output_padding=outpad[i])
+        conv_transpose_output_size(
+            x.shape[2 + i],
+            kernel=kernel[i],
+            stride=strides_t[i],
+            pad_begin=begins[i],
+            pad_end=ends[i],
+            dilation=dil_t[i],
+            output_padding=outpad[i],
+        )
         for i in range(n)
     )
     # Zero insertion: row i of x lands on row i * s.
-    up = np.zeros((*x.shape[:2], *((L - 1) * s + 1 for L, s in zip(x.shape[2:], strides_t))),
-                  dtype=x.dtype)
+    up = np.zeros(
+        (*x.shape[:2], *((L - 1) * s + 1 for L, s in zip(x.shape[2:], strides_t))), dtype=x.dtype
+    )
     up[(Ellipsis, *(slice(None, None, s) for s in strides_t))] = x
     # Full padding d*(k-1) minus the transposed conv's pads; negative = crop.
     lo = [d * (k - 1) - p for d, k, p in zip(dil_t, kernel, begins)]
     hi = [d * (k - 1) - p + op for d, k, p, op in zip(dil_t, kernel, ends, outpad)]
     up = _pad_spatial(up, [max(v, 0) for v in lo], [max(v, 0) for v in hi], 0)
-    crop = tuple(slice(max(-a, 0), up.shape[2 + i] - max(-b, 0))
-                 for i, (a, b) in enumerate(zip(lo, hi)))
+    crop = tuple(
+        slice(max(-a, 0), up.shape[2 + i] - max(-b, 0)) for i, (a, b) in enumerate(zip(lo, hi))
+    )
     up = up[(Ellipsis, *crop)]
     # [C, O/g, *K] -> [O, C/g, *K], flipped along K.
     wg = w.reshape(groups, w_in // groups, w_out, *kernel)
@@ -385,9 +410,7 @@ def matmul(a: Array, b: Array) -> Array:
     return np.asarray(np.matmul(a, b))
 
 
-def batch_norm(
-    x: Array, scale: Array, bias: Array, mean: Array, var: Array, eps: float
-) -> Array:
+def batch_norm(x: Array, scale: Array, bias: Array, mean: Array, var: Array, eps: float) -> Array:
     """Inference batch norm over channel dim 1: ``y = x * A + B``.
 
     ``A = scale / sqrt(var + eps)`` and ``B = bias - mean * A``, the affine form that BN folding
@@ -441,7 +464,9 @@ def prelu(x: Array, slope: Array) -> Array:
     elif slope.size == channels:
         slope = slope.reshape((channels,) + (1,) * (x.ndim - 2))
     else:
-        raise ValueError(f"prelu slope has {slope.size} values for {channels} channels of shape {x.shape}")
+        raise ValueError(
+            f"prelu slope has {slope.size} values for {channels} channels of shape {x.shape}"
+        )
     return np.where(x > 0, x, x * slope.astype(x.dtype))
 
 
@@ -479,7 +504,14 @@ def _pool_geometry(
     pads: Sequence[int] | None,
     dilations: Sequence[int] | None,
     ceil_mode: bool,
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+) -> tuple[
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+]:
     """Check the window attributes; return kernel, strides, dilations, begins, ends, out.
 
     ``ends`` includes the extra right padding that ``ceil_mode`` windows hang over.
@@ -492,9 +524,15 @@ def _pool_geometry(
     dil_t = _spatial_params("dilations", dilations, n, 1)
     begins, ends = _pads(pads, n)
     out = tuple(
-        pool_output_size(x.shape[2 + i], kernel=kernel_t[i], stride=strides_t[i],
-                         pad_begin=begins[i], pad_end=ends[i], dilation=dil_t[i],
-                         ceil_mode=ceil_mode)
+        pool_output_size(
+            x.shape[2 + i],
+            kernel=kernel_t[i],
+            stride=strides_t[i],
+            pad_begin=begins[i],
+            pad_end=ends[i],
+            dilation=dil_t[i],
+            ceil_mode=ceil_mode,
+        )
         for i in range(n)
     )
     reach = tuple(
@@ -581,8 +619,15 @@ def avg_pool(
     _, declared_ends = _pads(pads, n)
     divisor = np.ones((), dtype=np.int64)
     for i in range(n):
-        d = _avg_divisor_1d(x.shape[2 + i], kernel_t[i], strides_t[i], begins[i],
-                            declared_ends[i], out[i], count_include_pad)
+        d = _avg_divisor_1d(
+            x.shape[2 + i],
+            kernel_t[i],
+            strides_t[i],
+            begins[i],
+            declared_ends[i],
+            out[i],
+            count_include_pad,
+        )
         divisor = np.multiply.outer(divisor, d)
     # A window wholly in the padding (only with pads over half the kernel, which torch
     # forbids) averages nothing: 0 / 0 = NaN, without a warning.
@@ -645,8 +690,14 @@ def adaptive_max_pool(x: Array, output_size: int | Sequence[int | None]) -> Arra
 # Data movement
 # --------------------------------------------------------------------------------------------
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "edge": "edge",
-              "circular": "wrap", "wrap": "wrap"}
+_PAD_MODES = {
+    "constant": "constant",
+    "reflect": "reflect",
+    "replicate": "edge",
+    "edge": "edge",
+    "circular": "wrap",
+    "wrap": "wrap",
+}
 
 
 def pad(x: Array, pads: Sequence[int], mode: str = "constant", value: float = 0.0) -> Array:
@@ -659,11 +710,15 @@ def pad(x: Array, pads: Sequence[int], mode: str = "constant", value: float = 0.
     """
     r = x.ndim
     if len(pads) != 2 * r:
-        raise ValueError(f"pads has {len(pads)} entries, expected {2 * r} (all begins, then all ends over every dim)")
+        raise ValueError(
+            f"pads has {len(pads)} entries, expected {2 * r} (all begins, then all ends over every dim)"
+        )
     if mode not in _PAD_MODES:
         raise ValueError(f"unknown pad mode {mode!r}; expected one of {sorted(_PAD_MODES)}")
     begins, ends = pads[:r], pads[r:]
-    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends)))
+    crop = tuple(
+        slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends))
+    )
     x = x[crop]
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
     if not any(b or e for b, e in widths):
@@ -747,7 +802,9 @@ def split(x: Array, sizes: int | Sequence[int], axis: int) -> list[Array]:
             raise ValueError(f"split size must be positive, got {sizes}")
         sizes = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
     if sum(sizes) != length:
-        raise ValueError(f"split sizes {list(sizes)} do not add up to length {length} of axis {axis}")
+        raise ValueError(
+            f"split sizes {list(sizes)} do not add up to length {length} of axis {axis}"
+        )
     return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
 
 

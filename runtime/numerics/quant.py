@@ -201,7 +201,9 @@ def code_dtype(bits: int) -> np.dtype[Any]:
 # Float side: the nq semantics.
 
 
-def round_to_int(x: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC) -> NDArray[np.float64]:
+def round_to_int(
+    x: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC
+) -> NDArray[np.float64]:
     """Round a float64 array to integer-valued floats by `mode`, exactly (no intermediate rounding).
 
     ±inf and NaN pass through unchanged. A result of zero may be `-0.0` (from a negative input).
@@ -496,12 +498,14 @@ def requant_codes(
     smin, smax = (int(s.min()), int(s.max())) if s.size else (0, 0)
     lo, hi = qmin(b), qmax(b)
     narrow = a.dtype.kind == "i" and a.dtype.itemsize <= 4
-    if not narrow and (a.dtype.kind != "i" or a.size and (
-        int(a.min()) < -(2**31) or int(a.max()) > 2**31
-    )):
+    if not narrow and (
+        a.dtype.kind != "i" or a.size and (int(a.min()) < -(2**31) or int(a.max()) > 2**31)
+    ):
         return requant(a, s, b, mode)
-    int32_modes = m is RoundingMode.FLOOR or m is RoundingMode.TRUNC or (
-        m is RoundingMode.HALF_UP and smin >= 2
+    int32_modes = (
+        m is RoundingMode.FLOOR
+        or m is RoundingMode.TRUNC
+        or (m is RoundingMode.HALF_UP and smin >= 2)
     )
     if narrow and int32_modes and 0 <= smin and smax <= 30:
         x = a.astype(np.int32, copy=False)

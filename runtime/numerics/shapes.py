@@ -82,7 +82,11 @@ def pool_output_size(
         return DYNAMIC_INDEX
     if not ceil_mode:
         return conv_output_size(
-            size, kernel=kernel, stride=stride, pad_begin=pad_begin, pad_end=pad_end,
+            size,
+            kernel=kernel,
+            stride=stride,
+            pad_begin=pad_begin,
+            pad_end=pad_end,
             dilation=dilation,
         )
     span = dilation * (kernel - 1) + 1
@@ -163,7 +167,9 @@ def infer_conv_shape(
     """Result shape of an N-d grouped convolution: input ``[N, C, *S]``, weight ``[O, C/g, *K]``."""
     rank = len(input_shape)
     if rank < 3 or rank > 5:
-        raise ShapeError(f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}")
+        raise ShapeError(
+            f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}"
+        )
     if len(weight_shape) != rank:
         raise ShapeError(f"weight rank {len(weight_shape)} does not match input rank {rank}")
     n = rank - 2
@@ -181,8 +187,12 @@ def infer_conv_shape(
         )
     spatial = tuple(
         conv_output_size(
-            input_shape[2 + i], kernel=kernel[i], stride=strides_t[i], pad_begin=pads_t[i],
-            pad_end=pads_t[n + i], dilation=dil[i],
+            input_shape[2 + i],
+            kernel=kernel[i],
+            stride=strides_t[i],
+            pad_begin=pads_t[i],
+            pad_end=pads_t[n + i],
+            dilation=dil[i],
         )
         for i in range(n)
     )
@@ -190,7 +200,13 @@ def infer_conv_shape(
 
 
 def conv_transpose_output_size(
-    size: int, *, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int,
+    size: int,
+    *,
+    kernel: int,
+    stride: int,
+    pad_begin: int,
+    pad_end: int,
+    dilation: int,
     output_padding: int = 0,
 ) -> int:
     """Output length of a transposed convolution along one dim (PyTorch ``ConvTranspose``,
@@ -225,7 +241,9 @@ def infer_conv_transpose_shape(
     ``[C, O/g, *K]`` (PyTorch's ConvTranspose layout: input channels first)."""
     rank = len(input_shape)
     if rank < 3 or rank > 5:
-        raise ShapeError(f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}")
+        raise ShapeError(
+            f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}"
+        )
     if len(weight_shape) != rank:
         raise ShapeError(f"weight rank {len(weight_shape)} does not match input rank {rank}")
     n = rank - 2
@@ -241,8 +259,13 @@ def infer_conv_transpose_shape(
         raise ShapeError(f"input has {in_c} channels but the weight expects {w_in}")
     spatial = tuple(
         conv_transpose_output_size(
-            input_shape[2 + i], kernel=kernel[i], stride=strides_t[i], pad_begin=pads_t[i],
-            pad_end=pads_t[n + i], dilation=dil[i], output_padding=outpad[i],
+            input_shape[2 + i],
+            kernel=kernel[i],
+            stride=strides_t[i],
+            pad_begin=pads_t[i],
+            pad_end=pads_t[n + i],
+            dilation=dil[i],
+            output_padding=outpad[i],
         )
         for i in range(n)
     )
@@ -253,27 +276,38 @@ def infer_depth_to_space_shape(input_shape: Sequence[int], block: int) -> tuple[
     """``[N, C * r**n, *S] -> [N, C, *(S * r)]`` (PixelShuffle, ONNX DepthToSpace)."""
     rank = len(input_shape)
     if rank < 3 or block <= 0:
-        raise ShapeError(f"depth_to_space needs [N, C, spatial...] and a positive block, got "
-                         f"rank {rank}, block {block}")
+        raise ShapeError(
+            f"depth_to_space needs [N, C, spatial...] and a positive block, got "
+            f"rank {rank}, block {block}"
+        )
     c, factor = input_shape[1], block ** (rank - 2)
     if c != DYNAMIC_INDEX and c % factor:
         raise ShapeError(f"channels {c} are not divisible by block**{rank - 2} = {factor}")
-    return (input_shape[0], DYNAMIC_INDEX if c == DYNAMIC_INDEX else c // factor,
-            *(DYNAMIC_INDEX if d == DYNAMIC_INDEX else d * block for d in input_shape[2:]))
+    return (
+        input_shape[0],
+        DYNAMIC_INDEX if c == DYNAMIC_INDEX else c // factor,
+        *(DYNAMIC_INDEX if d == DYNAMIC_INDEX else d * block for d in input_shape[2:]),
+    )
 
 
 def infer_space_to_depth_shape(input_shape: Sequence[int], block: int) -> tuple[int, ...]:
     """``[N, C, *(S * r)] -> [N, C * r**n, *S]`` (PixelUnshuffle, ONNX SpaceToDepth)."""
     rank = len(input_shape)
     if rank < 3 or block <= 0:
-        raise ShapeError(f"space_to_depth needs [N, C, spatial...] and a positive block, got "
-                         f"rank {rank}, block {block}")
+        raise ShapeError(
+            f"space_to_depth needs [N, C, spatial...] and a positive block, got "
+            f"rank {rank}, block {block}"
+        )
     if any(d != DYNAMIC_INDEX and d % block for d in input_shape[2:]):
-        raise ShapeError(f"spatial sizes {shape_str(input_shape[2:])} are not divisible by the "
-                         f"block {block}")
+        raise ShapeError(
+            f"spatial sizes {shape_str(input_shape[2:])} are not divisible by the block {block}"
+        )
     c = input_shape[1]
-    return (input_shape[0], DYNAMIC_INDEX if c == DYNAMIC_INDEX else c * block ** (rank - 2),
-            *(DYNAMIC_INDEX if d == DYNAMIC_INDEX else d // block for d in input_shape[2:]))
+    return (
+        input_shape[0],
+        DYNAMIC_INDEX if c == DYNAMIC_INDEX else c * block ** (rank - 2),
+        *(DYNAMIC_INDEX if d == DYNAMIC_INDEX else d // block for d in input_shape[2:]),
+    )
 
 
 def infer_pool_shape(
@@ -288,7 +322,9 @@ def infer_pool_shape(
     """Result shape of an N-d max/avg pool over ``[N, C, *S]``."""
     rank = len(input_shape)
     if rank < 3 or rank > 5:
-        raise ShapeError(f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}")
+        raise ShapeError(
+            f"input must be [N, C, spatial...] with 1 to 3 spatial dims, got rank {rank}"
+        )
     n = rank - 2
     kernel_t, strides_t, pads_t, dil = window_params(n, kernel, strides, pads, dilations)
     for i in range(n):
@@ -298,8 +334,13 @@ def infer_pool_shape(
             )
     spatial = tuple(
         pool_output_size(
-            input_shape[2 + i], kernel=kernel_t[i], stride=strides_t[i], pad_begin=pads_t[i],
-            pad_end=pads_t[n + i], dilation=dil[i], ceil_mode=ceil_mode,
+            input_shape[2 + i],
+            kernel=kernel_t[i],
+            stride=strides_t[i],
+            pad_begin=pads_t[i],
+            pad_end=pads_t[n + i],
+            dilation=dil[i],
+            ceil_mode=ceil_mode,
         )
         for i in range(n)
     )
@@ -349,7 +390,9 @@ def infer_concat_shape(shapes: Sequence[Sequence[int]], axis: int) -> tuple[int,
     out = list(shapes[0])
     for s in shapes[1:]:
         if len(s) != rank:
-            raise ShapeError(f"inputs have different ranks: {shape_str(shapes[0])} and {shape_str(s)}")
+            raise ShapeError(
+                f"inputs have different ranks: {shape_str(shapes[0])} and {shape_str(s)}"
+            )
         for i in range(rank):
             if i == axis:
                 continue

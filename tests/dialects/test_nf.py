@@ -125,9 +125,16 @@ def test_data_movement() -> None:
 
 def test_unary_and_activations_keep_type() -> None:
     x = arg(D, 16)
-    for op in (nf.ReluOp(x), nf.SigmoidOp(x), nf.TanhOp(x), nf.HardSigmoidOp(x),
-               nf.HardSwishOp(x), nf.ClampOp(x, 0.0, 6.0), nf.LeakyReluOp(x, 0.1),
-               nf.PReluOp(x, arg(16))):
+    for op in (
+        nf.ReluOp(x),
+        nf.SigmoidOp(x),
+        nf.TanhOp(x),
+        nf.HardSigmoidOp(x),
+        nf.HardSwishOp(x),
+        nf.ClampOp(x, 0.0, 6.0),
+        nf.LeakyReluOp(x, 0.1),
+        nf.PReluOp(x, arg(16)),
+    ):
         op.verify()
         assert op.results[0].type == x.type
     with pytest.raises(VerifyException, match="nf.clamp: min 6.0 is greater than max 0.0"):

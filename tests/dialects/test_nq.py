@@ -43,7 +43,11 @@ def test_rounding_mode_is_kept() -> None:
     [
         (0, exp_attr(1), r"bits = 0 is outside the supported 1\.\.16"),
         (17, exp_attr(1), r"bits = 17 is outside"),
-        (8, exp_attr([1, 2, 3], [3, 1, 1]), r"exp of shape 3x1x1 does not broadcast against the input \?x16x5x5"),
+        (
+            8,
+            exp_attr([1, 2, 3], [3, 1, 1]),
+            r"exp of shape 3x1x1 does not broadcast against the input \?x16x5x5",
+        ),
         (8, exp_attr(61), r"exponent 61 is outside -60\.\.60"),
     ],
 )

@@ -75,9 +75,17 @@ def test_the_lookup_tables() -> None:
     assert {o.name for o in ALL_OPS if o.has_trait(FloatOnly)} == lut
 
 
-@pytest.mark.parametrize("op", [nf.SigmoidOp(arg(4)), nf.TanhOp(arg(4)),
-                                nf.HardSigmoidOp(arg(4)), nf.HardSwishOp(arg(4)),
-                                nf.LeakyReluOp(arg(4), 0.125)], ids=lambda o: o.name)
+@pytest.mark.parametrize(
+    "op",
+    [
+        nf.SigmoidOp(arg(4)),
+        nf.TanhOp(arg(4)),
+        nf.HardSigmoidOp(arg(4)),
+        nf.HardSwishOp(arg(4)),
+        nf.LeakyReluOp(arg(4), 0.125),
+    ],
+    ids=lambda o: o.name,
+)
 def test_a_lookup_table_is_the_interpreters_kernel(op: Operation) -> None:
     x = np.linspace(-6, 6, 97)
     lut = op.get_trait(LookupTable)
@@ -88,24 +96,53 @@ def test_a_lookup_table_is_the_interpreters_kernel(op: Operation) -> None:
 
 def test_data_movement_is_what_quantize_leaves_unquantized() -> None:
     moving = {o.name for o in NF.operations if o.has_trait(DataMovement)}
-    assert moving == {"nf.reshape", "nf.transpose", "nf.split", "nf.concat", "nf.pad",
-                      "nf.upsample_nearest", "nf.depth_to_space", "nf.space_to_depth"}
+    assert moving == {
+        "nf.reshape",
+        "nf.transpose",
+        "nf.split",
+        "nf.concat",
+        "nf.pad",
+        "nf.upsample_nearest",
+        "nf.depth_to_space",
+        "nf.space_to_depth",
+    }
     assert {o.name for o in NH.operations if o.has_trait(DataMovement)} == {
-        "nh.reshape", "nh.concat", "nh.transpose", "nh.pad", "nh.split", "nh.upsample_nearest",
-        "nh.depth_to_space", "nh.space_to_depth"}
+        "nh.reshape",
+        "nh.concat",
+        "nh.transpose",
+        "nh.pad",
+        "nh.split",
+        "nh.upsample_nearest",
+        "nh.depth_to_space",
+        "nh.space_to_depth",
+    }
 
 
 def test_the_other_facts() -> None:
     def named(trait: type) -> set[str]:
         return {o.name for o in ALL_OPS if o.has_trait(trait)}
 
-    assert named(SlidingWindow) == {"nf.conv", "nh.conv", "nf.max_pool", "nh.max_pool",
-                                    "nf.avg_pool", "nh.avg_pool", "nf.conv_transpose"}
+    assert named(SlidingWindow) == {
+        "nf.conv",
+        "nh.conv",
+        "nf.max_pool",
+        "nh.max_pool",
+        "nf.avg_pool",
+        "nh.avg_pool",
+        "nf.conv_transpose",
+    }
     assert named(Contraction) == {"nf.linear", "nh.linear", "nf.matmul", "nh.matmul"}
     assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu", "nh.prelu"}
     assert named(WholeExtent) == {"nf.adaptive_avg_pool"}
-    assert {"nf.relu", "nf.add", "nf.div", "nq.fake_quant", "nh.requant", "nh.lut",
-            "nh.add"} <= named(Elementwise)
+    assert {
+        "nf.relu",
+        "nf.add",
+        "nf.div",
+        "nq.fake_quant",
+        "nh.requant",
+        "nh.lut",
+        "nh.add",
+    } <= named(Elementwise)
 
 
 def test_sliding_window_geometry() -> None:

@@ -49,25 +49,88 @@ def test_valid_base_program_parses() -> None:
 
 
 SYNTAX_CASES: list[tuple[str, str, str]] = [
-    ("missing ';' before next let", mark("data=0x07} ;\nlet", "data=0x07}\n" + MARK + "let"), "expected ';', found 'let'"),
-    ("missing ';' at end of input", VALID[: VALID.rindex(";")] + MARK, "expected ';', found end of input"),
+    (
+        "missing ';' before next let",
+        mark("data=0x07} ;\nlet", "data=0x07}\n" + MARK + "let"),
+        "expected ';', found 'let'",
+    ),
+    (
+        "missing ';' at end of input",
+        VALID[: VALID.rindex(";")] + MARK,
+        "expected ';', found end of input",
+    ),
     ("stray character", VALID + MARK + "@", "expected 'func' or 'let', found '@'"),
-    ("keyword glued to a name", mark("let x:", MARK + "letx:"), "expected 'func', 'let' or end of input, found 'letx'"),
-    ("missing mem_s in runtime node", mark("    mem_s=[m],\n    out_s", "    " + MARK + "out_s"), "expected 'mem_s', found 'out_s'"),
-    ("missing attribute value", mark("bit_len=8", "bit_len=" + MARK), "expected '[', a float, a name or an integer, found ']'"),
-    ("number glued to letters", mark("bit_len=8", "bit_len=" + MARK + "8x"), "expected '[', a float, a name or an integer, found '8x'"),
-    ("odd number of hex digits", mark("data=0x0102", "data=" + MARK + "0x010"), "hex data has an odd number of digits (3)"),
-    ("non-hex digit", mark("data=0x0102", "data=" + MARK + "0x01zz"), "expected hex data (0x...), found '0x01zz'"),
-    ("name in a shape", mark("shape=[2]", "shape=[" + MARK + "two]"), "expected ']' or an integer, found 'two'"),
-    ("digit in a layout", mark("shape:C=[2]", "shape:" + MARK + "C1=[2]"), "expected '=' or a layout (such as BCMD), found 'C1'"),
-    ("non-ASCII digit", mark("shape=[1]", "shape=[" + MARK + "\u0663]"), "expected ']' or an integer, found '\u0663'"),
-    ("missing '{' of a node", mark("let rn: Node = {", "let rn: Node = " + MARK + "op_type"), "expected '{', found 'op_type'"),
-    ("unknown declaration kind", mark("let m: mem Tensor", "let m: " + MARK + "memory Tensor"), "expected 'Node', 'Tensor', 'init' or 'mem', found 'memory'"),
-    ("call without do", mark("    qn.do();", "    qn." + MARK + "run();"), "expected 'do', found 'run'"),
-    ("truncated inside hex data", "let w: Tensor<int8_t> = {shape=[2], data=0x01" + MARK, "expected '}', found end of input"),
+    (
+        "keyword glued to a name",
+        mark("let x:", MARK + "letx:"),
+        "expected 'func', 'let' or end of input, found 'letx'",
+    ),
+    (
+        "missing mem_s in runtime node",
+        mark("    mem_s=[m],\n    out_s", "    " + MARK + "out_s"),
+        "expected 'mem_s', found 'out_s'",
+    ),
+    (
+        "missing attribute value",
+        mark("bit_len=8", "bit_len=" + MARK),
+        "expected '[', a float, a name or an integer, found ']'",
+    ),
+    (
+        "number glued to letters",
+        mark("bit_len=8", "bit_len=" + MARK + "8x"),
+        "expected '[', a float, a name or an integer, found '8x'",
+    ),
+    (
+        "odd number of hex digits",
+        mark("data=0x0102", "data=" + MARK + "0x010"),
+        "hex data has an odd number of digits (3)",
+    ),
+    (
+        "non-hex digit",
+        mark("data=0x0102", "data=" + MARK + "0x01zz"),
+        "expected hex data (0x...), found '0x01zz'",
+    ),
+    (
+        "name in a shape",
+        mark("shape=[2]", "shape=[" + MARK + "two]"),
+        "expected ']' or an integer, found 'two'",
+    ),
+    (
+        "digit in a layout",
+        mark("shape:C=[2]", "shape:" + MARK + "C1=[2]"),
+        "expected '=' or a layout (such as BCMD), found 'C1'",
+    ),
+    (
+        "non-ASCII digit",
+        mark("shape=[1]", "shape=[" + MARK + "\u0663]"),
+        "expected ']' or an integer, found '\u0663'",
+    ),
+    (
+        "missing '{' of a node",
+        mark("let rn: Node = {", "let rn: Node = " + MARK + "op_type"),
+        "expected '{', found 'op_type'",
+    ),
+    (
+        "unknown declaration kind",
+        mark("let m: mem Tensor", "let m: " + MARK + "memory Tensor"),
+        "expected 'Node', 'Tensor', 'init' or 'mem', found 'memory'",
+    ),
+    (
+        "call without do",
+        mark("    qn.do();", "    qn." + MARK + "run();"),
+        "expected 'do', found 'run'",
+    ),
+    (
+        "truncated inside hex data",
+        "let w: Tensor<int8_t> = {shape=[2], data=0x01" + MARK,
+        "expected '}', found end of input",
+    ),
     (
         "word of the wrong width",
-        "let s: Tensor = {type=Any, shape:NC=[1, 2], data=[0x0A0B0C0D, " + MARK + "0x0A0B]};\n" + FUNCS,
+        "let s: Tensor = {type=Any, shape:NC=[1, 2], data=[0x0A0B0C0D, "
+        + MARK
+        + "0x0A0B]};\n"
+        + FUNCS,
         "a data word has 8 hex digits, found 4",
     ),
     (
@@ -78,7 +141,9 @@ SYNTAX_CASES: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("marked, message", [c[1:] for c in SYNTAX_CASES], ids=[c[0] for c in SYNTAX_CASES])
+@pytest.mark.parametrize(
+    "marked, message", [c[1:] for c in SYNTAX_CASES], ids=[c[0] for c in SYNTAX_CASES]
+)
 def test_syntax_errors(marked: str, message: str) -> None:
     text, line, column = located(marked)
     with pytest.raises(NanoEngineSyntaxError) as info:
@@ -91,44 +156,128 @@ def test_syntax_errors(marked: str, message: str) -> None:
 SEMANTIC_CASES: list[tuple[str, str, str]] = [
     (
         "duplicate declaration",
-        mark("let y: Tensor<Any>", "let " + MARK + "w: Tensor<Any>").replace("out_s=[y]", "out_s=[w]"),
+        mark("let y: Tensor<Any>", "let " + MARK + "w: Tensor<Any>").replace(
+            "out_s=[y]", "out_s=[w]"
+        ),
         "duplicate declaration of 'w' (first declared at line 1)",
     ),
-    ("undefined input", mark("in_s=[x, q]", "in_s=[x, " + MARK + "nope]"), "undefined name 'nope' in in_s of node 'rn'"),
-    ("undefined cache", mark("mem_s=[m]", "mem_s=[" + MARK + "mm]"), "undefined name 'mm' in mem_s of node 'rn'"),
-    ("output never declared", mark("out_s=[q]", "out_s=[" + MARK + "q2]"), "undefined name 'q2' in out_s of node 'qn'"),
-    ("data longer than the shape", mark("data=0x07}", "data=" + MARK + "0x0707}"), "data of 'e' has 2 bytes, but shape [1] of int8_t needs 1"),
-    ("data of a scalar", mark("{shape=[1], data=0x07}", "{shape=[], data=" + MARK + "0x}"), "data of 'e' has 0 bytes, but shape [] of int8_t needs 1"),
+    (
+        "undefined input",
+        mark("in_s=[x, q]", "in_s=[x, " + MARK + "nope]"),
+        "undefined name 'nope' in in_s of node 'rn'",
+    ),
+    (
+        "undefined cache",
+        mark("mem_s=[m]", "mem_s=[" + MARK + "mm]"),
+        "undefined name 'mm' in mem_s of node 'rn'",
+    ),
+    (
+        "output never declared",
+        mark("out_s=[q]", "out_s=[" + MARK + "q2]"),
+        "undefined name 'q2' in out_s of node 'qn'",
+    ),
+    (
+        "data longer than the shape",
+        mark("data=0x07}", "data=" + MARK + "0x0707}"),
+        "data of 'e' has 2 bytes, but shape [1] of int8_t needs 1",
+    ),
+    (
+        "data of a scalar",
+        mark("{shape=[1], data=0x07}", "{shape=[], data=" + MARK + "0x}"),
+        "data of 'e' has 0 bytes, but shape [] of int8_t needs 1",
+    ),
     (
         "unknown dtype",
         mark("let e: Tensor<int8_t>", "let " + MARK + "e: Tensor<int4_t>"),
         "unknown dtype 'int4_t' of 'e'; expected one of little_float_16, little_float_32, little_float_64, "
         "int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t",
     ),
-    ("call of an undeclared node", mark("    qn.do();", "    " + MARK + "ghost.do();"), "func init calls undeclared node 'ghost'"),
-    ("call of a tensor", mark("    rn.do();", "    " + MARK + "x.do();"), "func runtime calls 'x', which is a runtime tensor, not a node"),
-    ("init calls a runtime node", mark("    qn.do();", "    " + MARK + "rn.do();"), "func init calls 'rn', which is a runtime node; expected an init node"),
-    ("missing func runtime", VALID[: VALID.index("func runtime")] + MARK, "missing 'func runtime(){...}'"),
-    ("unknown function", mark("func runtime(){", "func " + MARK + "main(){"), "unknown function 'main'; expected 'init' or 'runtime'"),
-    ("duplicate function", VALID + "func " + MARK + "init(){\n}\n", "duplicate 'func init' (first declared at line 20)"),
-    ("layout of the wrong length", mark("let x: Tensor<Any> = {shape:BCMD", "let " + MARK + "x: Tensor<Any> = {shape:BCM"), "layout 'BCM' of 'x' has 3 letters but shape [-1, 2, 1, 3] has 4 dimensions"),
+    (
+        "call of an undeclared node",
+        mark("    qn.do();", "    " + MARK + "ghost.do();"),
+        "func init calls undeclared node 'ghost'",
+    ),
+    (
+        "call of a tensor",
+        mark("    rn.do();", "    " + MARK + "x.do();"),
+        "func runtime calls 'x', which is a runtime tensor, not a node",
+    ),
+    (
+        "init calls a runtime node",
+        mark("    qn.do();", "    " + MARK + "rn.do();"),
+        "func init calls 'rn', which is a runtime node; expected an init node",
+    ),
+    (
+        "missing func runtime",
+        VALID[: VALID.index("func runtime")] + MARK,
+        "missing 'func runtime(){...}'",
+    ),
+    (
+        "unknown function",
+        mark("func runtime(){", "func " + MARK + "main(){"),
+        "unknown function 'main'; expected 'init' or 'runtime'",
+    ),
+    (
+        "duplicate function",
+        VALID + "func " + MARK + "init(){\n}\n",
+        "duplicate 'func init' (first declared at line 20)",
+    ),
+    (
+        "layout of the wrong length",
+        mark("let x: Tensor<Any> = {shape:BCMD", "let " + MARK + "x: Tensor<Any> = {shape:BCM"),
+        "layout 'BCM' of 'x' has 3 letters but shape [-1, 2, 1, 3] has 4 dimensions",
+    ),
     (
         "negative dimension of a constant",
-        mark("let w: Tensor<int8_t> = {shape=[2], data=0x0102}", "let " + MARK + "w: Tensor<int8_t> = {shape=[-2], data=0x0102}"),
+        mark(
+            "let w: Tensor<int8_t> = {shape=[2], data=0x0102}",
+            "let " + MARK + "w: Tensor<int8_t> = {shape=[-2], data=0x0102}",
+        ),
         "shape [-2] of 'w' has dimension -2; dimensions must be 0 or more",
     ),
     (
         "runtime dimension below -1",
-        mark("let y: Tensor<Any> = {shape:BCMD=[-1, 2, 1, 3]}", "let " + MARK + "y: Tensor<Any> = {shape:BCMD=[-1, -2, 1, 3]}"),
+        mark(
+            "let y: Tensor<Any> = {shape:BCMD=[-1, 2, 1, 3]}",
+            "let " + MARK + "y: Tensor<Any> = {shape:BCMD=[-1, -2, 1, 3]}",
+        ),
         "shape [-1, -2, 1, 3] of 'y' has dimension -2; dimensions must be -1 (the batch) or more",
     ),
-    ("tensor produced twice", mark("out_s=[y]", "out_s=[y, " + MARK + "y]"), "'y' is already an output of node 'rn'"),
-    ("cache used as input", mark("in_s=[x, q]", "in_s=[x, " + MARK + "m]"), "'m' in in_s of node 'rn' is a mem tensor; expected a constant, init or runtime tensor"),
-    ("init node reads a runtime tensor", mark("in_s=[w, e]", "in_s=[w, " + MARK + "x]"), "'x' in in_s of node 'qn' is a runtime tensor; expected a constant or init tensor"),
-    ("runtime node writes an init tensor", mark("out_s=[y]", "out_s=[" + MARK + "q]"), "'q' in out_s of node 'rn' is an init tensor; expected a runtime tensor"),
-    ("tensor in mem_s", mark("mem_s=[m]", "mem_s=[" + MARK + "x]"), "'x' in mem_s of node 'rn' is a runtime tensor; expected a mem tensor"),
-    ("node used as a tensor", mark("in_s=[x, q]", "in_s=[x, " + MARK + "qn]"), "'qn' in in_s of node 'rn' is an init node; expected a constant, init or runtime tensor"),
-    ("duplicate attribute", mark("attr=[bit_len=8]", "attr=[bit_len=8, " + MARK + "bit_len=4]"), "duplicate attribute 'bit_len' in node 'qn'"),
+    (
+        "tensor produced twice",
+        mark("out_s=[y]", "out_s=[y, " + MARK + "y]"),
+        "'y' is already an output of node 'rn'",
+    ),
+    (
+        "cache used as input",
+        mark("in_s=[x, q]", "in_s=[x, " + MARK + "m]"),
+        "'m' in in_s of node 'rn' is a mem tensor; expected a constant, init or runtime tensor",
+    ),
+    (
+        "init node reads a runtime tensor",
+        mark("in_s=[w, e]", "in_s=[w, " + MARK + "x]"),
+        "'x' in in_s of node 'qn' is a runtime tensor; expected a constant or init tensor",
+    ),
+    (
+        "runtime node writes an init tensor",
+        mark("out_s=[y]", "out_s=[" + MARK + "q]"),
+        "'q' in out_s of node 'rn' is an init tensor; expected a runtime tensor",
+    ),
+    (
+        "tensor in mem_s",
+        mark("mem_s=[m]", "mem_s=[" + MARK + "x]"),
+        "'x' in mem_s of node 'rn' is a runtime tensor; expected a mem tensor",
+    ),
+    (
+        "node used as a tensor",
+        mark("in_s=[x, q]", "in_s=[x, " + MARK + "qn]"),
+        "'qn' in in_s of node 'rn' is an init node; expected a constant, init or runtime tensor",
+    ),
+    (
+        "duplicate attribute",
+        mark("attr=[bit_len=8]", "attr=[bit_len=8, " + MARK + "bit_len=4]"),
+        "duplicate attribute 'bit_len' in node 'qn'",
+    ),
     (
         "word data of a typed word tensor",
         "let s: Tensor = {type=int32_t, shape:NC=[1, 2], data=[" + MARK + "0x0A0B0C0D]};\n" + FUNCS,
@@ -137,7 +286,9 @@ SEMANTIC_CASES: list[tuple[str, str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("marked, message", [c[1:] for c in SEMANTIC_CASES], ids=[c[0] for c in SEMANTIC_CASES])
+@pytest.mark.parametrize(
+    "marked, message", [c[1:] for c in SEMANTIC_CASES], ids=[c[0] for c in SEMANTIC_CASES]
+)
 def test_semantic_errors(marked: str, message: str) -> None:
     text, line, column = located(marked)
     with pytest.raises(NanoEngineSemanticError) as info:
@@ -163,7 +314,9 @@ def test_the_first_problem_in_file_order_is_reported() -> None:
 
 
 def test_message_shows_the_line_and_a_caret() -> None:
-    text, line, column = located(mark("let y: Tensor<Any> = {", "let y: Tensor<Any> = " + MARK + "[{"))
+    text, line, column = located(
+        mark("let y: Tensor<Any> = {", "let y: Tensor<Any> = " + MARK + "[{")
+    )
     with pytest.raises(NanoEngineError) as info:
         parse_nanoengine(text, "model.ne")
     lines = str(info.value).split("\n")
@@ -186,7 +339,9 @@ def test_caret_keeps_tabs() -> None:
 
 def test_long_lines_are_shown_as_a_window() -> None:
     digits = "ab" * 3000
-    text, line, column = located("let w: Tensor<int8_t> = {shape=[2], data=" + MARK + "0x" + digits + "} ;\n" + FUNCS)
+    text, line, column = located(
+        "let w: Tensor<int8_t> = {shape=[2], data=" + MARK + "0x" + digits + "} ;\n" + FUNCS
+    )
     with pytest.raises(NanoEngineSemanticError) as info:
         parse_nanoengine(text)
     assert (info.value.line, info.value.column) == (line, column)
@@ -198,11 +353,23 @@ def test_long_lines_are_shown_as_a_window() -> None:
 def test_errors_after_a_lifted_blob_point_at_the_real_text(monkeypatch: pytest.MonkeyPatch) -> None:
     digits = np.random.default_rng(2).integers(0, 256, 40000, dtype=np.uint8).tobytes().hex()
     big = f"let big: Tensor<uint8_t> = {{shape=[40000], data=0x{digits}}} ;\n"
-    assert ne_parser._lift_blobs(big)[1], "the blob must take the shortcut for this test to mean anything"
+    assert ne_parser._lift_blobs(big)[1], (
+        "the blob must take the shortcut for this test to mean anything"
+    )
     cases = [
-        (big + "let z: Tensor<int8_t> = {shape=[1], data=0x07} " + MARK + "let", NanoEngineSyntaxError),
-        (big.replace("shape=[40000]", "shape=[39999]").replace("data=0x", "data=" + MARK + "0x") + FUNCS, NanoEngineSemanticError),
-        (big + "let " + MARK + "big: Tensor<Any>  = {shape:C=[1]};\n" + FUNCS, NanoEngineSemanticError),
+        (
+            big + "let z: Tensor<int8_t> = {shape=[1], data=0x07} " + MARK + "let",
+            NanoEngineSyntaxError,
+        ),
+        (
+            big.replace("shape=[40000]", "shape=[39999]").replace("data=0x", "data=" + MARK + "0x")
+            + FUNCS,
+            NanoEngineSemanticError,
+        ),
+        (
+            big + "let " + MARK + "big: Tensor<Any>  = {shape:C=[1]};\n" + FUNCS,
+            NanoEngineSemanticError,
+        ),
     ]
     for marked, kind in cases:
         text, line, column = located(marked)
@@ -230,11 +397,21 @@ def test_empty_input_lacks_both_functions() -> None:
 
 
 def test_check_program_on_a_tree_built_by_hand() -> None:
-    program = Program((ConstTensor("a", "int8_t", (2,), b"\x01"), InitTensor("a", "Any", "C", (1,)), Function("init", ()), Function("runtime", ())))
+    program = Program(
+        (
+            ConstTensor("a", "int8_t", (2,), b"\x01"),
+            InitTensor("a", "Any", "C", (1,)),
+            Function("init", ()),
+            Function("runtime", ()),
+        )
+    )
     with pytest.raises(NanoEngineSemanticError) as info:
         check_program(program, "built")
     # No positions: the location falls back to 1:1, the message still names the problem.
-    assert str(info.value) == "built:1:1: error: data of 'a' has 1 bytes, but shape [2] of int8_t needs 2"
+    assert (
+        str(info.value)
+        == "built:1:1: error: data of 'a' has 1 bytes, but shape [2] of int8_t needs 2"
+    )
 
 
 def test_non_text_input_is_a_type_error() -> None:

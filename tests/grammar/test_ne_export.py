@@ -90,9 +90,29 @@ def test_sample_survives_mlir_text() -> None:
 # Hypothesis: importable programs
 # ---------------------------------------------------------------------------------------
 
-FLOAT_SPELLINGS = ["0.01", "1e-05", "9.999999747378752e-06", "0.2", ".5", "1.", "2E-1", "-0.0", "1e+2", "0.125"]
+FLOAT_SPELLINGS = [
+    "0.01",
+    "1e-05",
+    "9.999999747378752e-06",
+    "0.2",
+    ".5",
+    "1.",
+    "2E-1",
+    "-0.0",
+    "1e+2",
+    "0.125",
+]
 UNKNOWN_OPS = ["Gather", "TopK", "Slice", "Unsqueeze", "Split", "MyOp", "Softmax"]
-INT_DTYPES = ["int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t"]
+INT_DTYPES = [
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+]
 
 
 class _Gen:
@@ -131,13 +151,19 @@ class _Gen:
         self.consts.append(const)
         return const
 
-    def int_const(self, shape: tuple[int, ...], dtype: str | None = None, values: Sequence[int] | None = None) -> ConstTensor:
+    def int_const(
+        self, shape: tuple[int, ...], dtype: str | None = None, values: Sequence[int] | None = None
+    ) -> ConstTensor:
         dtype = dtype or self.draw(st.sampled_from(INT_DTYPES))
         n = int(np.prod(shape)) if shape else 1
         if values is None:
-            data = self.draw(st.binary(min_size=n * dtype_size(dtype), max_size=n * dtype_size(dtype)))
+            data = self.draw(
+                st.binary(min_size=n * dtype_size(dtype), max_size=n * dtype_size(dtype))
+            )
         else:
-            data = np.asarray(values, dtype=np.dtype({"int8_t": "i1", "int64_t": "<i8"}[dtype])).tobytes()
+            data = np.asarray(
+                values, dtype=np.dtype({"int8_t": "i1", "int64_t": "<i8"}[dtype])
+            ).tobytes()
         const = ConstTensor(self.name("Constant"), dtype, shape, data, self.hex_upper())
         self.consts.append(const)
         return const
@@ -158,25 +184,59 @@ class _Gen:
         if not self.draw(st.booleans()):
             return const.name
         exp_shape = self.draw(st.sampled_from([(1,), const.shape])) if const.shape else ()
-        exp = self.int_const(exp_shape, "int8_t", self.draw(st.lists(st.integers(-6, 8), min_size=int(np.prod(exp_shape)), max_size=int(np.prod(exp_shape)))))
+        exp = self.int_const(
+            exp_shape,
+            "int8_t",
+            self.draw(
+                st.lists(
+                    st.integers(-6, 8),
+                    min_size=int(np.prod(exp_shape)),
+                    max_size=int(np.prod(exp_shape)),
+                )
+            ),
+        )
         layouts = ["C" * len(const.shape), ("C" + "D" * len(const.shape))[: len(const.shape)]]
         out = InitTensor(self.name("q"), "Any", self.draw(st.sampled_from(layouts)), const.shape)
         self.init_tensors.append(out)
         attrs = (("bit_len", self.draw(st.sampled_from([1, 2, 4, 8]))),)
-        self.init_nodes.append(InitNode(self.name("Q"), "Q", attrs, (const.name, exp.name), (out.name,)))
+        self.init_nodes.append(
+            InitNode(self.name("Q"), "Q", attrs, (const.name, exp.name), (out.name,))
+        )
         return out.name
 
-    def node(self, op_type: str, attrs: Sequence[tuple[str, AttrValue]], ins: Sequence[str], outs: Sequence[RuntimeTensor]) -> None:
+    def node(
+        self,
+        op_type: str,
+        attrs: Sequence[tuple[str, AttrValue]],
+        ins: Sequence[str],
+        outs: Sequence[RuntimeTensor],
+    ) -> None:
         n_mem = self.draw(st.integers(0, 2))
         mems: list[str] = []
         for _ in range(n_mem):
-            shape = (-1, self.draw(st.integers(1, 4)), self.draw(st.integers(1, 4)), self.draw(st.integers(1, 6)))
+            shape = (
+                -1,
+                self.draw(st.integers(1, 4)),
+                self.draw(st.integers(1, 4)),
+                self.draw(st.integers(1, 6)),
+            )
             mem = MemTensor(self.name("mem"), "Any", "BCMD", shape)
             self.mems.append(mem)
             mems.append(mem.name)
-        self.runtime_nodes.append(RuntimeNode(self.name(op_type), op_type, tuple(attrs), tuple(ins), tuple(mems), tuple(o.name for o in outs)))
+        self.runtime_nodes.append(
+            RuntimeNode(
+                self.name(op_type),
+                op_type,
+                tuple(attrs),
+                tuple(ins),
+                tuple(mems),
+                tuple(o.name for o in outs),
+            )
+        )
 
-    def shuffled_attrs(self, attrs: list[tuple[str, AttrValue]], optional: set[str]) -> list[tuple[str, AttrValue]]:
+    def shuffled_attrs(
+        self, attrs: list[tuple[str, AttrValue]], optional: set[str]
+    ) -> list[tuple[str, AttrValue]]:
         """Drop some optional attributes and maybe reorder: the IR must keep the spelling."""
         kept = [(k, v) for k, v in attrs if k not in optional or self.draw(st.booleans())]
         if self.draw(st.booleans()):
@@ -189,21 +249,49 @@ scalar_attr: st.SearchStrategy[AttrValue] = st.one_of(
     st.sampled_from(FLOAT_SPELLINGS).map(Float),
     st.sampled_from(["nearest", "NOTSET", "linear", "axis_name"]),
 )
-attr_value: st.SearchStrategy[AttrValue] = st.recursive(scalar_attr, lambda inner: st.lists(inner, max_size=3).map(tuple), max_leaves=5)
+attr_value: st.SearchStrategy[AttrValue] = st.recursive(
+    scalar_attr, lambda inner: st.lists(inner, max_size=3).map(tuple), max_leaves=5
+)
 
 
-def _step(g: _Gen, x: RuntimeTensor, dims: tuple[int, ...], pool: list[tuple[RuntimeTensor, tuple[int, ...]]]) -> tuple[RuntimeTensor, tuple[int, ...]]:
+def _step(
+    g: _Gen,
+    x: RuntimeTensor,
+    dims: tuple[int, ...],
+    pool: list[tuple[RuntimeTensor, tuple[int, ...]]],
+) -> tuple[RuntimeTensor, tuple[int, ...]]:
     """Add one node reading `x` (IR shape `dims`); returns its output and the output's shape."""
     draw = g.draw
     if len(dims) == 2:
         kind = draw(st.sampled_from(["Gemm", "unary", "Q", "unknown"]))
     else:
-        kind = draw(st.sampled_from(["Q", "unary", "LeakyRelu", "Clip", "binary", "Conv", "pool", "Concat", "BatchNormalization", "unknown", "Flatten", "Reshape"]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "Q",
+                    "unary",
+                    "LeakyRelu",
+                    "Clip",
+                    "binary",
+                    "Conv",
+                    "pool",
+                    "Concat",
+                    "BatchNormalization",
+                    "unknown",
+                    "Flatten",
+                    "Reshape",
+                ]
+            )
+        )
     B = M = -1
     if kind == "Q":
-        exp_shape = draw(st.sampled_from([(1,), ()] + ([(dims[1], 1, 1)] if len(dims) == 4 else [])))
+        exp_shape = draw(
+            st.sampled_from([(1,), ()] + ([(dims[1], 1, 1)] if len(dims) == 4 else []))
+        )
         k = int(np.prod(exp_shape)) if exp_shape else 1
-        exp = g.int_const(exp_shape, "int8_t", draw(st.lists(st.integers(-8, 8), min_size=k, max_size=k)))
+        exp = g.int_const(
+            exp_shape, "int8_t", draw(st.lists(st.integers(-8, 8), min_size=k, max_size=k))
+        )
         attrs: list[tuple[str, AttrValue]] = [("bit_len", draw(st.sampled_from([1, 2, 4, 8, 16])))]
         if draw(st.integers(0, 4)) == 0:
             attrs.append(("rounding", draw(st.sampled_from(["half_even", "floor", "trunc"]))))
@@ -216,12 +304,26 @@ def _step(g: _Gen, x: RuntimeTensor, dims: tuple[int, ...], pool: list[tuple[Run
         return out, dims
     if kind == "LeakyRelu":
         out = g.runtime_tensor(dims)
-        g.node("LeakyRelu", g.shuffled_attrs([("alpha", Float(draw(st.sampled_from(FLOAT_SPELLINGS[:6]))))], {"alpha"}), [x.name], [out])
+        g.node(
+            "LeakyRelu",
+            g.shuffled_attrs(
+                [("alpha", Float(draw(st.sampled_from(FLOAT_SPELLINGS[:6]))))], {"alpha"}
+            ),
+            [x.name],
+            [out],
+        )
         return out, dims
     if kind == "Clip":
         out = g.runtime_tensor(dims)
-        lo, hi = sorted(draw(st.lists(st.sampled_from([-1.5, 0.0, 0.5, 6.0]), min_size=2, max_size=2)))
-        g.node("Clip", g.shuffled_attrs([("max", Float(repr(hi))), ("min", Float(repr(lo)))], {"max", "min"}), [x.name], [out])
+        lo, hi = sorted(
+            draw(st.lists(st.sampled_from([-1.5, 0.0, 0.5, 6.0]), min_size=2, max_size=2))
+        )
+        g.node(
+            "Clip",
+            g.shuffled_attrs([("max", Float(repr(hi))), ("min", Float(repr(lo)))], {"max", "min"}),
+            [x.name],
+            [out],
+        )
         return out, dims
     if kind == "binary":
         op_type = draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
@@ -255,7 +357,9 @@ def _step(g: _Gen, x: RuntimeTensor, dims: tuple[int, ...], pool: list[tuple[Run
             ("pads", tuple(pads)),
             ("strides", (stride, stride)),
         ]
-        optional = {"dilations", "kernel_shape", "pads", "strides"} | ({"group"} if group == 1 else set())
+        optional = {"dilations", "kernel_shape", "pads", "strides"} | (
+            {"group"} if group == 1 else set()
+        )
         attrs = g.shuffled_attrs(attrs, optional) if draw(st.booleans()) else attrs
         given = dict(attrs)
         s = given.get("strides", (1, 1))[1]  # type: ignore[index]
@@ -293,7 +397,9 @@ def _step(g: _Gen, x: RuntimeTensor, dims: tuple[int, ...], pool: list[tuple[Run
     if kind == "BatchNormalization":
         C = dims[1]
         params = [g.float_const((C,), "bn").name for _ in range(4)]
-        attrs = [("epsilon", Float(draw(st.sampled_from(["1e-05", "9.999999747378752e-06", "0.001"]))))]
+        attrs = [
+            ("epsilon", Float(draw(st.sampled_from(["1e-05", "9.999999747378752e-06", "0.001"]))))
+        ]
         if draw(st.booleans()):
             attrs.append(("momentum", Float("0.9")))
         out = g.runtime_tensor(dims)
@@ -315,7 +421,11 @@ def _step(g: _Gen, x: RuntimeTensor, dims: tuple[int, ...], pool: list[tuple[Run
         N = draw(st.integers(1, 4))
         w = g.maybe_quantized(g.float_const((N, F)))
         ins = [x.name, w] + ([g.float_const((N,), "b").name] if draw(st.booleans()) else [])
-        attrs = [("alpha", Float("1.0")), ("beta", Float("1.0")), ("transB", draw(st.sampled_from([1, 1, 0])))]
+        attrs = [
+            ("alpha", Float("1.0")),
+            ("beta", Float("1.0")),
+            ("transB", draw(st.sampled_from([1, 1, 0]))),
+        ]
         out_dims = (B, N) if dict(attrs)["transB"] == 1 else (B, draw(st.integers(1, 3)))
         out = g.runtime_tensor(out_dims)
         g.node("Gemm", g.shuffled_attrs(attrs, {"alpha", "beta"}), ins, [out])
@@ -331,12 +441,22 @@ def _step(g: _Gen, x: RuntimeTensor, dims: tuple[int, ...], pool: list[tuple[Run
             ins.append(g.float_const(draw(st.sampled_from([(), (3,)])), "f").name)
         else:
             ins.append(draw(st.sampled_from(pool))[0].name)
-    keys = draw(st.lists(st.sampled_from(["axis", "mode", "scales", "alpha", "x", "axes"]), unique=True, max_size=4))
+    keys = draw(
+        st.lists(
+            st.sampled_from(["axis", "mode", "scales", "alpha", "x", "axes"]),
+            unique=True,
+            max_size=4,
+        )
+    )
     attrs = [(k, draw(attr_value)) for k in keys]
     outs = []
     out_dims = dims
     for _ in range(draw(st.integers(1, 2))):
-        out_dims = (B, draw(st.integers(1, 4)), M, draw(st.integers(1, 5))) if len(dims) == 4 else (B, draw(st.integers(1, 5)))
+        out_dims = (
+            (B, draw(st.integers(1, 4)), M, draw(st.integers(1, 5)))
+            if len(dims) == 4
+            else (B, draw(st.integers(1, 5)))
+        )
         outs.append(g.runtime_tensor(out_dims))
     g.node(op_type, attrs, ins, outs)
     return outs[-1], out_dims
@@ -355,7 +475,16 @@ def importable_programs(draw: st.DrawFn) -> Program:
         pool.append((x, dims))
     # Declarations nobody uses are kept too.
     if draw(st.booleans()):
-        g.extra.append(WordTensor(g.name("scale"), "Any", "NC", (1, 2), draw(st.binary(min_size=8, max_size=8)), g.hex_upper()))
+        g.extra.append(
+            WordTensor(
+                g.name("scale"),
+                "Any",
+                "NC",
+                (1, 2),
+                draw(st.binary(min_size=8, max_size=8)),
+                g.hex_upper(),
+            )
+        )
     if draw(st.booleans()):
         g.int_const((draw(st.integers(0, 3)),))
     if draw(st.booleans()):
@@ -365,7 +494,10 @@ def importable_programs(draw: st.DrawFn) -> Program:
     if draw(st.booleans()):
         g.float_const((2,), "orphan")
 
-    functions = [Function("init", tuple(n.name for n in g.init_nodes)), Function("runtime", tuple(n.name for n in g.runtime_nodes))]
+    functions = [
+        Function("init", tuple(n.name for n in g.init_nodes)),
+        Function("runtime", tuple(n.name for n in g.runtime_nodes)),
+    ]
     sections: list[tuple[str, Sequence[Item]]] = [
         (" init const tensor", g.consts),
         (" init static tensor", g.init_tensors),
@@ -380,7 +512,12 @@ def importable_programs(draw: st.DrawFn) -> Program:
             items.append(Comment(title))
             items.extend(decls)
         items += g.extra
-        items += [Comment(" call init node"), functions[0], Comment(" call runtime node"), functions[1]]
+        items += [
+            Comment(" call init node"),
+            functions[0],
+            Comment(" call runtime node"),
+            functions[1],
+        ]
     else:  # any order, a few comments anywhere
         decls = [d for _, ds in sections for d in ds] + g.extra
         items = list(draw(st.permutations(decls)))
@@ -420,11 +557,16 @@ def test_float_bit_patterns_survive() -> None:
     # Not sent through MLIR text: see test_xdsl_short_dense_float_printing.
 
 
-@pytest.mark.xfail(reason="xDSL 0.74 prints these floats lossily in a short dense<[...]>", strict=True)
+@pytest.mark.xfail(
+    reason="xDSL 0.74 prints these floats lossily in a short dense<[...]>", strict=True
+)
 @pytest.mark.parametrize(
     "words",
     [
-        ["0000803f", "0000c07f"],  # 1.0, NaN: printed 0x7FC00000, read back as the integer 2143289344
+        [
+            "0000803f",
+            "0000c07f",
+        ],  # 1.0, NaN: printed 0x7FC00000, read back as the integer 2143289344
         ["80c87dcd", "0000803f"],  # -265868800.0: 9 digits and no '.', printed as a hex integer too
         ["00000000", "00000080"],  # 0.0, -0.0: compare equal, so printed as the splat dense<0.0>
     ],
@@ -481,7 +623,11 @@ def test_quantized_program_exports_and_runs_bit_identically() -> None:
     assert consts[:5] == ["conv_weight", "conv_bias", "offset", "fc_weight", "fc_bias"]
     assert all(re.fullmatch(r"Constant_n\d+_o0", n) for n in consts[5:])
     n_fake_quants = sum(isinstance(op, FakeQuantOp) for op in module.walk())
-    q_nodes = [n for n in program.declarations if isinstance(n, (InitNode, RuntimeNode)) and n.op_type == "Q"]
+    q_nodes = [
+        n
+        for n in program.declarations
+        if isinstance(n, (InitNode, RuntimeNode)) and n.op_type == "Q"
+    ]
     assert [n.name for n in q_nodes if isinstance(n, RuntimeNode)][0] == "Q_n1"
     assert sorted(int(n.name[3:]) for n in q_nodes) == list(range(1, n_fake_quants + 1))
     assert all(isinstance(n, InitNode) for n in q_nodes if n.in_s[0] in consts)
@@ -489,7 +635,16 @@ def test_quantized_program_exports_and_runs_bit_identically() -> None:
     assert inputs == [RuntimeTensor("input", "Any", "BCMD", (-1, 2, 1, 6))]
     runtime_nodes = [n for n in program.declarations if isinstance(n, RuntimeNode)]
     assert runtime_nodes[-1].out_s == ("output",)
-    assert {n.op_type for n in runtime_nodes} == {"Q", "Conv", "Add", "Mul", "Relu", "MaxPool", "Reshape", "Gemm"}
+    assert {n.op_type for n in runtime_nodes} == {
+        "Q",
+        "Conv",
+        "Add",
+        "Mul",
+        "Relu",
+        "MaxPool",
+        "Reshape",
+        "Gemm",
+    }
     # One cache per runtime input, shaped like what it caches.
     declared = {d.name: d for d in program.declarations}
     for node in runtime_nodes:
@@ -624,7 +779,10 @@ def test_attribute_spelling_is_kept_while_it_holds() -> None:
     assert "strides=[1, 1], group=1" in export_nanoengine(module)  # still means the same
     conv.properties["strides"] = int_array([1, 2])
     text = export_nanoengine(module)
-    assert "attr=[dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 2]]" in text
+    assert (
+        "attr=[dilations=[1, 1], group=1, kernel_shape=[1, 1], pads=[0, 0, 0, 0], strides=[1, 2]]"
+        in text
+    )
 
 
 def test_ops_added_by_a_pass_get_fresh_names() -> None:
@@ -655,7 +813,9 @@ def test_stream_plan_hook_sets_declared_shapes() -> None:
             shape = nf.tensor_shape(value)
             return [-1, shape[1], 7, shape[3]] if len(shape) == 4 else None
 
-        def cache_shape(self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]) -> Sequence[int] | None:
+        def cache_shape(
+            self, node: Operation, value: SSAValue, tensor_shape: Sequence[int]
+        ) -> Sequence[int] | None:
             return [*tensor_shape[:2], 9, *tensor_shape[3:]] if len(tensor_shape) == 4 else None
 
     program = export_program(module, Plan())
@@ -678,7 +838,13 @@ func.func @main(%x: tensor<?x4xf32>) -> tensor<?x2xf32> {
     program = parse_nanoengine(export_nanoengine(module))
     node = program.lookup("TopK_n1")
     assert isinstance(node, RuntimeNode)
-    assert node.attrs == (("axis", -1), ("k", 2), ("mode", "largest"), ("scale", Float("1.5")), ("list", (1, Float("0.25"))))
+    assert node.attrs == (
+        ("axis", -1),
+        ("k", 2),
+        ("mode", "largest"),
+        ("scale", Float("1.5")),
+        ("list", (1, Float("0.25"))),
+    )
 
 
 def test_results_keep_their_order() -> None:
@@ -736,7 +902,9 @@ def test_results_that_are_also_read_go_through_identity_nodes() -> None:
     module = nanoir.parse(SHARED_RESULTS)
     text = export_nanoengine(module)
     program = parse_nanoengine(text)
-    identities = [d for d in program.declarations if isinstance(d, RuntimeNode) and d.op_type == "Identity"]
+    identities = [
+        d for d in program.declarations if isinstance(d, RuntimeNode) and d.op_type == "Identity"
+    ]
     assert [(d.in_s, d.out_s) for d in identities] == [
         (("Relu_n1_o0",), ("output",)),
         (("Sigmoid_n1_o0",), ("output_1",)),
@@ -820,14 +988,22 @@ def test_identity_nodes_of_a_file_keep_their_names_and_place() -> None:
     "node, message",
     [
         ("attr=[axis=1],\n    in_s=[Q_n1_o0]", "Identity node 'copy' takes no attributes"),
-        ("attr=[],\n    in_s=[Q_n1_o0, Q_n1_o0]", "Identity node 'copy' takes 1 input and has 1 output"),
-        ("attr=[],\n    in_s=[Constant_n1_o0]", "Identity node 'copy' reads the int8_t constant 'Constant_n1_o0'"),
+        (
+            "attr=[],\n    in_s=[Q_n1_o0, Q_n1_o0]",
+            "Identity node 'copy' takes 1 input and has 1 output",
+        ),
+        (
+            "attr=[],\n    in_s=[Constant_n1_o0]",
+            "Identity node 'copy' reads the int8_t constant 'Constant_n1_o0'",
+        ),
     ],
 )
 def test_bad_identity_nodes_are_errors(node: str, message: str) -> None:
     from nanoir.grammar.ne_errors import NanoEngineSemanticError
 
-    text = IDENTITY_FILE.replace("attr=[],\n    in_s=[Q_n1_o0],\n    mem_s=[copy_mem]", node + ",\n    mem_s=[copy_mem]")
+    text = IDENTITY_FILE.replace(
+        "attr=[],\n    in_s=[Q_n1_o0],\n    mem_s=[copy_mem]", node + ",\n    mem_s=[copy_mem]"
+    )
     assert text != IDENTITY_FILE
     with pytest.raises(NanoEngineSemanticError, match=re.escape(message)):
         import_nanoengine(text, "id.ne")

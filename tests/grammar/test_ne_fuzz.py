@@ -86,7 +86,10 @@ BIG = (
 CORPUS = [SMALL, VARIED, BIG]
 
 _TOKEN = re.compile(r"//[^\n]*|0x[0-9A-Fa-f]*|-?[0-9.][0-9.eE+-]*|[A-Za-z_][A-Za-z0-9_]*|\S")
-JUNK = st.sampled_from(list("@#$%^&*!?~`'\"\\|<>{}[](),;:=.-+/\t\n\r\x00\x7f") + ["\u0663", "\u00e9", "\ud800", "0x", "//", "é", "\ufeff"])
+JUNK = st.sampled_from(
+    list("@#$%^&*!?~`'\"\\|<>{}[](),;:=.-+/\t\n\r\x00\x7f")
+    + ["\u0663", "\u00e9", "\ud800", "0x", "//", "é", "\ufeff"]
+)
 MAX_SECONDS = 10.0
 """A hang bound per case, not a speed test: cases take milliseconds, a hang never ends."""
 
@@ -100,7 +103,9 @@ def mutants(draw: st.DrawFn, sources: list[str]) -> str:
     text = draw(st.sampled_from(sources))
     for _ in range(draw(st.integers(1, 3))):
         tokens, gaps = tokens_and_gaps(text)
-        kind = draw(st.sampled_from(["truncate", "delete", "duplicate", "swap", "replace", "hex", "junk"]))
+        kind = draw(
+            st.sampled_from(["truncate", "delete", "duplicate", "swap", "replace", "hex", "junk"])
+        )
         if not tokens or kind == "truncate":
             text = text[: draw(st.integers(0, len(text)))]
             continue
@@ -172,7 +177,10 @@ def test_mutated_large_blobs(text: str) -> None:
 
 
 @settings(max_examples=examples(300))
-@given(st.text(max_size=80) | st.lists(st.sampled_from(_TOKEN.findall(VARIED)) | JUNK, max_size=40).map(" ".join))
+@given(
+    st.text(max_size=80)
+    | st.lists(st.sampled_from(_TOKEN.findall(VARIED)) | JUNK, max_size=40).map(" ".join)
+)
 def test_random_text(text: str) -> None:
     assert_parses_or_reports(text)
 
@@ -185,7 +193,9 @@ def test_every_prefix_of_a_program() -> None:
 def test_every_single_token_deletion() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for i in range(len(tokens)):
-        assert_parses_or_reports(join_tokens(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :]))
+        assert_parses_or_reports(
+            join_tokens(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :])
+        )
 
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:
@@ -202,8 +212,27 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
 
 _INT = re.compile(r"(?<![0-9A-Za-z_.x])-?[0-9]+(?![0-9A-Za-z_.])")
 _EDGES = [
-    2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**30, -(10**30),
-    2**31, 2**32, 127, 128, -128, -129, 255, 256, 0, -1, -2, 16, 17,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+    2**64,
+    -(2**63),
+    -(2**63) - 1,
+    10**30,
+    -(10**30),
+    2**31,
+    2**32,
+    127,
+    128,
+    -128,
+    -129,
+    255,
+    256,
+    0,
+    -1,
+    -2,
+    16,
+    17,
 ]
 HOSTILE_INTS = st.one_of(
     st.sampled_from(_EDGES).map(str),
@@ -213,7 +242,9 @@ HOSTILE_INTS = st.one_of(
     st.integers(4290, 4400).map(lambda n: "-" + "1" * n),
     st.integers(4290, 4400).map(lambda n: "0" * n + "7"),  # long, but a small value
 )
-BAD_BYTES = st.sampled_from([b"\x80", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc0\xaf", b"\xe2\x82"])
+BAD_BYTES = st.sampled_from(
+    [b"\x80", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc0\xaf", b"\xe2\x82"]
+)
 
 
 @st.composite
@@ -234,7 +265,9 @@ def byte_mutants(draw: st.DrawFn, sources: list[str]) -> bytes:
     """`sources` as UTF-8 with a byte order mark, bad bytes, or a cut multi-byte character."""
     raw = draw(st.sampled_from(sources)).encode()
     if draw(st.booleans()):
-        raw = "\u00e9\u20ac\U0001f600".encode().join(raw.split(b"//", 1))  # multi-byte text in a comment
+        raw = "\u00e9\u20ac\U0001f600".encode().join(
+            raw.split(b"//", 1)
+        )  # multi-byte text in a comment
     kinds = draw(st.lists(st.sampled_from(["bom", "bad", "cut"]), min_size=1, max_size=3))
     for kind in kinds:
         at = draw(st.integers(0, len(raw)))

@@ -48,7 +48,11 @@ INT64_RANGE = f"from {INT64_MIN} to {INT64_MAX} (int64)"
 
 def located(marked: str) -> tuple[str, int, int]:
     at = marked.index(MARK)
-    return marked.replace(MARK, ""), marked.count("\n", 0, at) + 1, at - (marked.rfind("\n", 0, at) + 1) + 1
+    return (
+        marked.replace(MARK, ""),
+        marked.count("\n", 0, at) + 1,
+        at - (marked.rfind("\n", 0, at) + 1) + 1,
+    )
 
 
 def mark(old: str, new_marked: str, base: str) -> str:
@@ -56,13 +60,17 @@ def mark(old: str, new_marked: str, base: str) -> str:
     return base.replace(old, new_marked)
 
 
-def expect(marked: str, message: str, kind: type[NanoEngineError] = NanoEngineSyntaxError, hw: bool = False) -> None:
+def expect(
+    marked: str, message: str, kind: type[NanoEngineError] = NanoEngineSyntaxError, hw: bool = False
+) -> None:
     """Parsing (and for hw-level text, importing) fails with `message` at the marker."""
     text, line, column = located(marked)
     with pytest.raises(kind) as info:
         (import_nanoengine if hw else parse_nanoengine)(text, "bad.ne")
     err = info.value
-    assert (err.filename, err.line, err.column, err.message) == ("bad.ne", line, column, message), str(err)
+    assert (err.filename, err.line, err.column, err.message) == ("bad.ne", line, column, message), (
+        str(err)
+    )
     # One message, then the source line and a caret under the column.
     head, shown, caret = str(err).split("\n")
     assert head == f"bad.ne:{line}:{column}: error: {message}"
@@ -70,7 +78,9 @@ def expect(marked: str, message: str, kind: type[NanoEngineError] = NanoEngineSy
     if len(source_line) <= 100:
         assert shown == source_line and caret == " " * (column - 1) + "^"
     else:  # a window of the line, the caret still under the character at the column
-        assert shown[len(caret) - 1 :].startswith(source_line[column - 1 : column + 9].rstrip(".")[:5])
+        assert shown[len(caret) - 1 :].startswith(
+            source_line[column - 1 : column + 9].rstrip(".")[:5]
+        )
 
 
 def found(value: int) -> str:
@@ -92,8 +102,14 @@ TOO_BIG = [2**63, 2**64 - 1, 2**64, 10**30]
 
 @pytest.mark.parametrize("value", TOO_BIG + [-(2**63) - 1, -(10**30)])
 def test_attribute_integers_fit_int64(value: int) -> None:
-    expect(mark("bit_len=8", "bit_len=" + MARK + str(value), SMALL), f"expected an integer {INT64_RANGE}, found {found(value)}")
-    expect(mark("[4, 3, 4]", f"[4, {MARK}{value}, 4]", SMALL_HW), f"expected an integer {INT64_RANGE}, found {found(value)}")
+    expect(
+        mark("bit_len=8", "bit_len=" + MARK + str(value), SMALL),
+        f"expected an integer {INT64_RANGE}, found {found(value)}",
+    )
+    expect(
+        mark("[4, 3, 4]", f"[4, {MARK}{value}, 4]", SMALL_HW),
+        f"expected an integer {INT64_RANGE}, found {found(value)}",
+    )
 
 
 def test_int64_bounds_themselves_are_read() -> None:
@@ -106,27 +122,41 @@ def test_int64_bounds_themselves_are_read() -> None:
 
 @pytest.mark.parametrize("value", TOO_BIG)
 def test_dimensions_fit_int64(value: int) -> None:
-    expect(mark("shape:C=[2]", f"shape:C=[{MARK}{value}]", SMALL), f"expected a dimension of at most {INT64_MAX}, found {found(value)}")
+    expect(
+        mark("shape:C=[2]", f"shape:C=[{MARK}{value}]", SMALL),
+        f"expected a dimension of at most {INT64_MAX}, found {found(value)}",
+    )
     expect(
         mark("shape=[2], data=0x0102", f"shape=[{MARK}{value}], data=0x0102", SMALL),
         f"expected a dimension of at most {INT64_MAX}, found {found(value)}",
     )
     # The old failure: 2^63 read back as -2^63 after an export.
     expect(
-        mark("Conv_n1_o0: Tensor<int32_t> = {shape:BCMD=[-1, 3, 4, 6]}",
-             f"Conv_n1_o0: Tensor<int32_t> = {{shape:BCMD=[-1, 3, 4, {MARK}{value}]}}", SMALL_HW),
+        mark(
+            "Conv_n1_o0: Tensor<int32_t> = {shape:BCMD=[-1, 3, 4, 6]}",
+            f"Conv_n1_o0: Tensor<int32_t> = {{shape:BCMD=[-1, 3, 4, {MARK}{value}]}}",
+            SMALL_HW,
+        ),
         f"expected a dimension of at most {INT64_MAX}, found {found(value)}",
     )
 
 
 def test_dimensions_below_int64_and_below_minus_one() -> None:
     expect(
-        mark("shape:BCMD=[-1, 2, 1, 3]};\nlet y", f"shape:BCMD=[{MARK}-{2**63 + 1}, 2, 1, 3]}};\nlet y", SMALL),
+        mark(
+            "shape:BCMD=[-1, 2, 1, 3]};\nlet y",
+            f"shape:BCMD=[{MARK}-{2**63 + 1}, 2, 1, 3]}};\nlet y",
+            SMALL,
+        ),
         f"expected a dimension of -1 or more, found -{2**63 + 1}",
     )
     # Within int64, the checker reports the dimension with the shape (as before).
     expect(
-        mark("let x: Tensor<Any> = {shape:BCMD=[-1, 2, 1, 3]}", f"let {MARK}x: Tensor<Any> = {{shape:BCMD=[-2, 2, 1, 3]}}", SMALL),
+        mark(
+            "let x: Tensor<Any> = {shape:BCMD=[-1, 2, 1, 3]}",
+            f"let {MARK}x: Tensor<Any> = {{shape:BCMD=[-2, 2, 1, 3]}}",
+            SMALL,
+        ),
         "shape [-2, 2, 1, 3] of 'x' has dimension -2; dimensions must be -1 (the batch) or more",
         NanoEngineSemanticError,
     )
@@ -135,12 +165,18 @@ def test_dimensions_below_int64_and_below_minus_one() -> None:
 @pytest.mark.parametrize("digits", [4301, 5000, 100_000])
 def test_very_long_literals_are_out_of_range_not_internal_errors(digits: int) -> None:
     long = "9" * digits
-    expect(mark("bit_len=8", "bit_len=" + MARK + long, SMALL),
-           f"expected an integer {INT64_RANGE}, found an integer of {digits} digits")
-    expect(mark("bit_len=8", "bit_len=" + MARK + "-" + long, SMALL),
-           f"expected an integer {INT64_RANGE}, found an integer of {digits} digits")
-    expect(mark("shape:C=[2]", f"shape:C=[{MARK}{long}]", SMALL),
-           f"expected a dimension of at most {INT64_MAX}, found an integer of {digits} digits")
+    expect(
+        mark("bit_len=8", "bit_len=" + MARK + long, SMALL),
+        f"expected an integer {INT64_RANGE}, found an integer of {digits} digits",
+    )
+    expect(
+        mark("bit_len=8", "bit_len=" + MARK + "-" + long, SMALL),
+        f"expected an integer {INT64_RANGE}, found an integer of {digits} digits",
+    )
+    expect(
+        mark("shape:C=[2]", f"shape:C=[{MARK}{long}]", SMALL),
+        f"expected a dimension of at most {INT64_MAX}, found an integer of {digits} digits",
+    )
     # Leading zeros do not make a value long.
     program = parse_nanoengine(SMALL.replace("bit_len=8", "bit_len=" + "0" * digits + "8"))
     assert program.lookup("qn").attr_dict()["bit_len"] == 8  # type: ignore[union-attr]
@@ -151,8 +187,17 @@ def test_element_counts_fit_int64() -> None:
     message = f"expected a shape of at most {INT64_MAX} elements (not counting 0 and -1 dimensions), found more at this dimension"
     expect(mark("shape:C=[2]}", f"shape:CC=[{half}, {MARK}2]}}", SMALL), message)
     # An empty tensor too: NumPy cannot shape one with 2^64 elements per slice.
-    expect(mark("shape=[2], data=0x0102", f"shape=[0, {half}, {MARK}4], data=0x0102", SMALL), message)
-    expect(mark("shape:BCMD=[-1, 2, 1, 3]};\nlet y", f"shape:BCMD=[-1, {half}, 1, {MARK}2]}};\nlet y", SMALL), message)
+    expect(
+        mark("shape=[2], data=0x0102", f"shape=[0, {half}, {MARK}4], data=0x0102", SMALL), message
+    )
+    expect(
+        mark(
+            "shape:BCMD=[-1, 2, 1, 3]};\nlet y",
+            f"shape:BCMD=[-1, {half}, 1, {MARK}2]}};\nlet y",
+            SMALL,
+        ),
+        message,
+    )
     assert parse_nanoengine(SMALL.replace("shape:C=[2]", f"shape:CC=[{half}, 1]"), check=False)
 
 
@@ -169,7 +214,9 @@ def test_printer_refuses_integers_the_parser_would_refuse() -> None:
     node = program.lookup("qn")
     for bad in (2**63, -(2**63) - 1):
         with pytest.raises(ValueError, match="does not fit int64"):
-            print_nanoengine(type(program)((*program.items, type(node)("k", "Q", (("a", bad),), (), ()))))  # type: ignore[arg-type, call-arg]
+            print_nanoengine(
+                type(program)((*program.items, type(node)("k", "Q", (("a", bad),), (), ())))
+            )  # type: ignore[arg-type, call-arg]
 
 
 # ---------------------------------------------------------------------------------------
@@ -204,9 +251,14 @@ def test_hw_exponent_beyond_int64_is_a_located_syntax_error() -> None:
 
 
 def test_hw_q_exponent_constant_fits_int8() -> None:
-    marked = mark("in_s=[input, Constant_n1_o0]", f"in_s=[input, {MARK}Constant_n1_o0]",
-                  SMALL_HW.replace("let Constant_n1_o0: Tensor<int8_t> = {shape=[1], data=0x05} ;",
-                                   "let Constant_n1_o0: Tensor<int16_t> = {shape=[1], data=0x2c01} ;"))
+    marked = mark(
+        "in_s=[input, Constant_n1_o0]",
+        f"in_s=[input, {MARK}Constant_n1_o0]",
+        SMALL_HW.replace(
+            "let Constant_n1_o0: Tensor<int8_t> = {shape=[1], data=0x05} ;",
+            "let Constant_n1_o0: Tensor<int16_t> = {shape=[1], data=0x2c01} ;",
+        ),
+    )
     expect(
         marked,
         "the exponent constant of Q node 'Q_n1' must be from -128 to 127 (NanoEngine stores exponents as int8), found 300",
@@ -248,7 +300,9 @@ def test_byte_order_mark_is_accepted_and_kept() -> None:
     sample = "\ufeff" + SAMPLE.read_text()
     assert export_nanoengine(import_nanoengine(sample)) == sample
     # Columns on line 1 count from after the mark, as editors show them.
-    bad, line, column = located("\ufefflet w: Tensor<int8_t> = {shape=[2], data=0x0102} " + MARK + "}")
+    bad, line, column = located(
+        "\ufefflet w: Tensor<int8_t> = {shape=[2], data=0x0102} " + MARK + "}"
+    )
     with pytest.raises(NanoEngineSyntaxError) as info:
         parse_nanoengine(bad)
     assert (info.value.line, info.value.column) == (1, column - 1)
@@ -282,7 +336,9 @@ let q: Tensor<Any>  = {shape:C=[2]};
 
 
 def test_comments_keep_their_blank_lines() -> None:
-    text = "\n// after a blank first line\n" + SMALL.replace(SMALL[: SMALL.index("let x")], COMMENTED)
+    text = "\n// after a blank first line\n" + SMALL.replace(
+        SMALL[: SMALL.index("let x")], COMMENTED
+    )
     assert print_nanoengine(parse_nanoengine(text)) == text
 
 
@@ -311,10 +367,16 @@ def test_comment_spacing_survives_the_ir() -> None:
         (b"\xed\xa0\x80", 1, 1, "\ufffd\ufffd\ufffd"),  # an encoded surrogate
     ],
 )
-def test_bad_utf8_is_located_with_a_caret(tmp_path: Path, raw: bytes, line: int, column: int, shown: str) -> None:
+def test_bad_utf8_is_located_with_a_caret(
+    tmp_path: Path, raw: bytes, line: int, column: int, shown: str
+) -> None:
     path = tmp_path / "bad.ne"
     path.write_bytes(raw)
-    for load in (parse_nanoengine_file, nanoir.load, lambda p: import_nanoengine_bytes(p.read_bytes(), str(p))):
+    for load in (
+        parse_nanoengine_file,
+        nanoir.load,
+        lambda p: import_nanoengine_bytes(p.read_bytes(), str(p)),
+    ):
         with pytest.raises(NanoEngineSyntaxError) as info:
             load(path)
         err = info.value
@@ -338,12 +400,16 @@ def test_bad_utf8_in_a_huge_line_shows_a_window() -> None:
 
 BAD_FILES = {
     "wrapping_shift.ne": SMALL_HW.replace("shift=[4, 3, 4]", f"shift=[{2**64 - 1}, 3, 4]").encode(),
-    "huge_exp.ne": SMALL_HW.replace("exp=4, rounding", "exp=99999999999999999999, rounding").encode(),
+    "huge_exp.ne": SMALL_HW.replace(
+        "exp=4, rounding", "exp=99999999999999999999, rounding"
+    ).encode(),
     "int8_exp.ne": SMALL_HW.replace("exp=4, rounding", "exp=300, rounding").encode(),
     "huge_dim.ne": SMALL.replace("shape:C=[2]", f"shape:C=[{2**64}]").encode(),
     "long_literal.ne": SMALL.replace("bit_len=8", "bit_len=" + "7" * 5000).encode(),
     "bad_utf8.ne": b"// caf\xc3\xa9 \xff\n" + SMALL.encode(),
-    "many_elements.ne": SMALL.replace("shape=[1], data=0x07", f"shape=[{2**40}, {2**40}], data=0x07").encode(),
+    "many_elements.ne": SMALL.replace(
+        "shape=[1], data=0x07", f"shape=[{2**40}, {2**40}], data=0x07"
+    ).encode(),
 }
 
 

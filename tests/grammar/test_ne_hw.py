@@ -104,19 +104,23 @@ func.func @main(%x: {X} {ARG}) -> {X} {{
 def test_packing_is_nanoengines() -> None:
     # 4-bit fields most significant first, two's complement: 1, -1 | -8, 7 = 0x1f 0x87.
     four = with_constant(
-        '%w = nh.constant "w" dense<[[1, -1], [-8, 7]]> : tensor<2x2xi8> -> tensor<2x2xi4, #nh.fixed<2, CC>>')
+        '%w = nh.constant "w" dense<[[1, -1], [-8, 7]]> : tensor<2x2xi8> -> tensor<2x2xi4, #nh.fixed<2, CC>>'
+    )
     assert "let w: Tensor<uint8_t> = {shape=[2], data=0x1f87} ;" in round_trip(four)[0]
     # 1-bit: -1 is bit 1, +1 bit 0, padded with zeros: 0 1 0 0 1 000 = 0x48.
     one = with_constant(
-        '%w = nh.constant "w" dense<[1, -1, 1, 1, -1]> : tensor<5xi8> -> tensor<5xi1, #nh.fixed<0, C>>')
+        '%w = nh.constant "w" dense<[1, -1, 1, 1, -1]> : tensor<5xi8> -> tensor<5xi1, #nh.fixed<0, C>>'
+    )
     assert "let w: Tensor<uint8_t> = {shape=[1], data=0x48} ;" in round_trip(one)[0]
     # 2-bit: 1, -2, -1, 0 = 01 10 11 00.
     two = with_constant(
-        '%w = nh.constant "w" dense<[1, -2, -1, 0]> : tensor<4xi8> -> tensor<4xi2, #nh.fixed<0, C>>')
+        '%w = nh.constant "w" dense<[1, -2, -1, 0]> : tensor<4xi8> -> tensor<4xi2, #nh.fixed<0, C>>'
+    )
     assert "let w: Tensor<uint8_t> = {shape=[1], data=0x6c} ;" in round_trip(two)[0]
     # An i32 bias is int32_t data, whatever the IR stores it in.
     bias = with_constant(
-        '%b = nh.constant "b" dense<[1, -2]> : tensor<2xi8> -> tensor<2xi32, #nh.fixed<[9, 8], C>>')
+        '%b = nh.constant "b" dense<[1, -2]> : tensor<2xi8> -> tensor<2xi32, #nh.fixed<[9, 8], C>>'
+    )
     text = round_trip(bias)[0]
     assert "let b: Tensor<int32_t> = {shape=[2], data=0x01000000feffffff} ;" in text
     assert "attr=[bit_len=32, exp=[9, 8]]" in text
@@ -137,7 +141,11 @@ def test_codes_of_every_width_round_trip(width: int, data: st.DataObject) -> Non
     storage = data.draw(st.sampled_from([s for s in (8, 16, 32, 64) if s >= needed]))
     layout = "C" + "D" * (len(shape) - 1)
     per_channel = data.draw(st.booleans())
-    exp = str([int(e) for e in rng.integers(-4, 9, shape[0])]) if per_channel else str(int(rng.integers(-4, 9)))
+    exp = (
+        str([int(e) for e in rng.integers(-4, 9, shape[0])])
+        if per_channel
+        else str(int(rng.integers(-4, 9)))
+    )
     dims = "x".join(map(str, shape))
     values = np.array2string(codes, separator=", ", threshold=10**6).replace("\n", "")
     module = with_constant(
@@ -152,20 +160,39 @@ def test_codes_of_every_width_round_trip(width: int, data: st.DataObject) -> Non
         assert const.data == quant.pack_bits(codes, width)
     else:
         assert const.dtype == f"int{width}_t" and const.shape == shape
-    narrowest = next(b for b in (8, 16, 32, 64) if np.iinfo(f"int{b}").min <= codes.min() and codes.max() <= np.iinfo(f"int{b}").max)
+    narrowest = next(
+        b
+        for b in (8, 16, 32, 64)
+        if np.iinfo(f"int{b}").min <= codes.min() and codes.max() <= np.iinfo(f"int{b}").max
+    )
     assert (("storage", storage) in node.attrs) == (storage != narrowest)
     (constant,) = [op for op in back.walk() if isinstance(op, nh.ConstantOp)]
     assert np.array_equal(constant.codes(), codes)
 
 
 def test_names_come_back() -> None:
-    names = ["conv1.weight", "layers.0.weight", "a-b", "fc_weight", "Constant_n1_o0", "x.01", "fc.weight"]
-    constants = "\n  ".join(
-        f'%c{i} = nh.constant "{name}" dense<{i}> : tensor<1xi8> -> tensor<1xi8, #nh.fixed<0, C>>'
-        for i, name in enumerate(names)
-    ) + '\n  %u = nh.constant dense<5> : tensor<1xi8> -> tensor<1xi8, #nh.fixed<0, C>>'
+    names = [
+        "conv1.weight",
+        "layers.0.weight",
+        "a-b",
+        "fc_weight",
+        "Constant_n1_o0",
+        "x.01",
+        "fc.weight",
+    ]
+    constants = (
+        "\n  ".join(
+            f'%c{i} = nh.constant "{name}" dense<{i}> : tensor<1xi8> -> tensor<1xi8, #nh.fixed<0, C>>'
+            for i, name in enumerate(names)
+        )
+        + "\n  %u = nh.constant dense<5> : tensor<1xi8> -> tensor<1xi8, #nh.fixed<0, C>>"
+    )
     text, back = round_trip(with_constant(constants))
-    got = [op.sym_name.data if op.sym_name else None for op in back.walk() if isinstance(op, nh.ConstantOp)]
+    got = [
+        op.sym_name.data if op.sym_name else None
+        for op in back.walk()
+        if isinstance(op, nh.ConstantOp)
+    ]
     assert got == [*names, None]
     # Readable where it can be: the name becomes the data constant's, the parts an attribute.
     assert "let conv1_weight: Tensor<int8_t>" in text and "name=[conv1, weight]" in text
@@ -174,7 +201,9 @@ def test_names_come_back() -> None:
     assert "let fc_weight_1: Tensor<int8_t>" in text  # "fc.weight" comes second
 
 
-@pytest.mark.parametrize("name", ["conv1.weight", "layers.0.weight", "a-b", "x.01", "", "é.1", "a..b"])
+@pytest.mark.parametrize(
+    "name", ["conv1.weight", "layers.0.weight", "a-b", "x.01", "", "é.1", "a..b"]
+)
 def test_name_values_invert(name: str) -> None:
     assert name_from_value(name_value(name)) == name
 
@@ -219,7 +248,11 @@ def test_test_models_round_trip(name: str, config: str) -> None:
     FoldBnPass().apply(nanoir.make_context(), module)
     rng = np.random.default_rng(1)
     shape = tuple(example.shape[1:])
-    options = {} if config == "8-bit" else {"weight_bits": 4, "rules": ("weight@(fc|classifier|linear)=1",)}
+    options = (
+        {}
+        if config == "8-bit"
+        else {"weight_bits": 4, "rules": ("weight@(fc|classifier|linear)=1",)}
+    )
     quantize(module, [rng.standard_normal((4, *shape)) for _ in range(2)], **options)
     hw = lower_to_hw(module)
     text, back = round_trip(hw)
@@ -232,7 +265,9 @@ def test_test_models_round_trip(name: str, config: str) -> None:
         out = parse_nanoengine(text).lookup(node.out_s[0])
         count = math.prod(out.shape)  # type: ignore[union-attr]
         size = math.ceil(count * bits / 8) if bits < 8 else count * bits // 8
-        assert len(data.data) == size, f"{data.name}: {count} {bits}-bit codes in {len(data.data)} bytes"
+        assert len(data.data) == size, (
+            f"{data.name}: {count} {bits}-bit codes in {len(data.data)} bytes"
+        )
     assert widths >= ({1, 4} if config == "4/1-bit" else {8})
 
 
@@ -246,7 +281,8 @@ def test_sample_round_trips_at_the_hw_level() -> None:
 
 def test_save_and_load(tmp_path: Path) -> None:
     hw = with_constant(
-        '%w = nh.constant "w" dense<[1, -1, 1]> : tensor<3xi8> -> tensor<3xi1, #nh.fixed<2, C>>')
+        '%w = nh.constant "w" dense<[1, -1, 1]> : tensor<3xi8> -> tensor<3xi1, #nh.fixed<2, C>>'
+    )
     nanoir.save(hw, tmp_path / "model_hw.ne")
     assert canonical(nanoir.load(tmp_path / "model_hw.ne")) == canonical(hw)
 
@@ -269,7 +305,9 @@ def test_results_in_any_order_also_read_or_repeated() -> None:
     hw = nanoir.parse(OUTPUTS)
     text, back = round_trip(hw)
     program = parse_nanoengine(text)
-    identities = [d for d in program.declarations if isinstance(d, RuntimeNode) and d.op_type == "Identity"]
+    identities = [
+        d for d in program.declarations if isinstance(d, RuntimeNode) and d.op_type == "Identity"
+    ]
     # %a is read by %b, %b is returned twice, %x is an argument: four Identity nodes.
     assert len(identities) == 4
     x = np.arange(8, dtype=np.int8).reshape(2, 4) - 4
@@ -291,14 +329,21 @@ func.func @main(%x: {X} {ARG}) -> tensor<?x4xi16, #nh.fixed<3, BC>> {{
     # The reference layout, every init node first, reads back with the constant on top.
     program = parse_nanoengine(text)
     headers = (Comment(" init node"), Comment(" runtime_node"))
-    rest = [i for i in program.items if not isinstance(i, (InitNode, RuntimeNode)) and i not in headers]
+    rest = [
+        i for i in program.items if not isinstance(i, (InitNode, RuntimeNode)) and i not in headers
+    ]
     cut = rest.index(Comment(" call init node"))
     inits = [d for d in program.declarations if isinstance(d, InitNode)]
     runtimes = [d for d in program.declarations if isinstance(d, RuntimeNode)]
     grouped = Program((*rest[:cut], headers[0], *inits, headers[1], *runtimes, *rest[cut:]))
     module = import_nanoengine(print_nanoengine(grouped))
     func = next(op for op in module.walk() if op.name == "func.func")
-    assert [op.name for op in func.regions[0].block.ops] == ["nh.constant", "nh.relu", "nh.add", "func.return"]
+    assert [op.name for op in func.regions[0].block.ops] == [
+        "nh.constant",
+        "nh.relu",
+        "nh.add",
+        "func.return",
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,20 +371,42 @@ def small_text() -> str:
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ("shape=[3], data=0x4e3481", "shape=[2], data=0x4e34",
-         r"hw.ne:\d+:\d+: error: data of Unpack node 'Unpack_n1': 6 packed 4-bit codes are Tensor<uint8_t> of shape \[3\]"),
+        (
+            "shape=[3], data=0x4e3481",
+            "shape=[2], data=0x4e34",
+            r"hw.ne:\d+:\d+: error: data of Unpack node 'Unpack_n1': 6 packed 4-bit codes are Tensor<uint8_t> of shape \[3\]",
+        ),
         ("op_type=Relu", "op_type=Gelu", r"op type 'Gelu' of node 'Relu_n1' has no nh op"),
-        ("Requant_n1_o0: Tensor<int8_t>", "Requant_n1_o0: Tensor<Any>",
-         r"'Requant_n1_o0' is declared Tensor<Any>, but this is a hw-level program"),
-        ("attr=[exp=[8, 7, 8], group=1", "attr=[exp=[8, 7, 7], group=1",
-         r"Conv node 'Conv_n1': nh.conv: result exponent must be input \+ weight exponent"),
-        ("kernel_shape=[1, 1]", "kernel_shape=[3, 3]",
-         r"attribute 'kernel_shape' of node 'Conv_n1' must be \(1, 1\), not \(3, 3\)"),
-        ("attr=[bit_len=4, exp=[3, 2, 3]", "attr=[bit_len=8, exp=[3, 2, 3]",
-         r"bit_len of Unpack node 'Unpack_n1' must be the width of its output"),
-        ("rounding=trunc, shift", "rounding=nearest, shift",
-         r"attribute 'rounding' of node 'Requant_n1' must be one of trunc"),
-        ("attr=[exp=4]", "attr=[exp=4, alpha=2]", r"attribute 'alpha' is not one nanoir knows for Relu"),
+        (
+            "Requant_n1_o0: Tensor<int8_t>",
+            "Requant_n1_o0: Tensor<Any>",
+            r"'Requant_n1_o0' is declared Tensor<Any>, but this is a hw-level program",
+        ),
+        (
+            "attr=[exp=[8, 7, 8], group=1",
+            "attr=[exp=[8, 7, 7], group=1",
+            r"Conv node 'Conv_n1': nh.conv: result exponent must be input \+ weight exponent",
+        ),
+        (
+            "kernel_shape=[1, 1]",
+            "kernel_shape=[3, 3]",
+            r"attribute 'kernel_shape' of node 'Conv_n1' must be \(1, 1\), not \(3, 3\)",
+        ),
+        (
+            "attr=[bit_len=4, exp=[3, 2, 3]",
+            "attr=[bit_len=8, exp=[3, 2, 3]",
+            r"bit_len of Unpack node 'Unpack_n1' must be the width of its output",
+        ),
+        (
+            "rounding=trunc, shift",
+            "rounding=nearest, shift",
+            r"attribute 'rounding' of node 'Requant_n1' must be one of trunc",
+        ),
+        (
+            "attr=[exp=4]",
+            "attr=[exp=4, alpha=2]",
+            r"attribute 'alpha' is not one nanoir knows for Relu",
+        ),
     ],
 )
 def test_bad_files_are_located(small_text: str, old: str, new: str, message: str) -> None:
@@ -375,5 +442,7 @@ func.func @main(%x: {X} {ARG}) -> ({X}, tensor<4xi8, #nh.fixed<0, C>>) {{
         'func.func @f() { %c = nf.constant "c" dense<1.0> : tensor<1xf32>\n func.return }'
     ).body.block.first_op.body.block.first_op.clone()  # type: ignore[union-attr]
     block.insert_op_before(stray, block.first_op)  # type: ignore[arg-type]
-    with pytest.raises(ExportError, match="'nf.constant' has no NanoEngine op type in an nh program"):
+    with pytest.raises(
+        ExportError, match="'nf.constant' has no NanoEngine op type in an nh program"
+    ):
         export_nanoengine(mixed)

@@ -54,7 +54,12 @@ def ops(module: ModuleOp, cls: type[Operation] | None = None) -> list[Operation]
 
 
 def node_op(module: ModuleOp, node: str) -> Operation:
-    found = [op for op in module.walk() if isinstance(op.attributes.get("ne.node"), StringAttr) and op.attributes["ne.node"].data == node]  # type: ignore[union-attr]
+    found = [
+        op
+        for op in module.walk()
+        if isinstance(op.attributes.get("ne.node"), StringAttr)
+        and op.attributes["ne.node"].data == node
+    ]  # type: ignore[union-attr]
     assert len(found) == 1
     return found[0]
 
@@ -81,7 +86,13 @@ def sample(sample_text: str) -> ModuleOp:
 
 
 def test_sample_constants_hold_the_exact_bytes(sample_text: str, sample: ModuleOp) -> None:
-    floats = dict(re.findall(r"^let (\w+): Tensor<little_float_32> = \{shape=\[[0-9, ]*\], data=0x([0-9a-f]*)\} ;$", sample_text, re.M))
+    floats = dict(
+        re.findall(
+            r"^let (\w+): Tensor<little_float_32> = \{shape=\[[0-9, ]*\], data=0x([0-9a-f]*)\} ;$",
+            sample_text,
+            re.M,
+        )
+    )
     constants = {op.sym_name.data: op for op in ops(sample, nf.ConstantOp)}  # type: ignore[attr-defined]
     assert set(constants) == set(floats)
     for name, hex_data in floats.items():
@@ -92,9 +103,18 @@ def test_sample_constants_hold_the_exact_bytes(sample_text: str, sample: ModuleO
 
 def test_sample_q_nodes_are_fake_quants(sample_text: str, sample: ModuleOp) -> None:
     blocks = re.findall(
-        r"^let (\w+): (init )?Node = \{\n    op_type=Q,\n    attr=\[bit_len=(\d+)\],\n    in_s=\[(\w+), (\w+)\],", sample_text, re.M
+        r"^let (\w+): (init )?Node = \{\n    op_type=Q,\n    attr=\[bit_len=(\d+)\],\n    in_s=\[(\w+), (\w+)\],",
+        sample_text,
+        re.M,
     )
-    ints = {n: (s, h) for n, s, h in re.findall(r"^let (\w+): Tensor<int8_t> = \{shape=\[([0-9, ]*)\], data=0x([0-9a-f]*)\} ;$", sample_text, re.M)}
+    ints = {
+        n: (s, h)
+        for n, s, h in re.findall(
+            r"^let (\w+): Tensor<int8_t> = \{shape=\[([0-9, ]*)\], data=0x([0-9a-f]*)\} ;$",
+            sample_text,
+            re.M,
+        )
+    }
     assert len(blocks) == len(ops(sample, FakeQuantOp)) == 14
     for name, init, bits, data, exp_name in blocks:
         op = node_op(sample, name)
@@ -154,13 +174,22 @@ def f32(values: list[float] | np.ndarray, shape: tuple[int, ...]) -> str:
     return f"{{shape=[{', '.join(map(str, shape))}], data=0x{data.tobytes().hex()}}} ;"
 
 
-def one_node(op_type: str, attrs: str, ins: list[str], decls: str, x: str = "[-1, 2, 1, 6]", y: str = "[-1, 3, 1, 5]", layout: str = "BCMD") -> str:
+def one_node(
+    op_type: str,
+    attrs: str,
+    ins: list[str],
+    decls: str,
+    x: str = "[-1, 2, 1, 6]",
+    y: str = "[-1, 3, 1, 5]",
+    layout: str = "BCMD",
+) -> str:
     """A program of inputs `x`, declarations `decls` and one runtime node `n` writing `y`."""
     y_layout = layout[: y.count(",") + 1]
     return (
         f"let x: Tensor<Any> = {{shape:{layout}={x}}};\n{decls}"
         f"let y: Tensor<Any> = {{shape:{y_layout}={y}}};\n"
-        f"let n: Node = {{\n    op_type={op_type},\n    attr=[{attrs}],\n    in_s=[{', '.join(ins)}],\n    mem_s=[],\n    out_s=[y]\n}};\n" + FUNCS
+        f"let n: Node = {{\n    op_type={op_type},\n    attr=[{attrs}],\n    in_s=[{', '.join(ins)}],\n    mem_s=[],\n    out_s=[y]\n}};\n"
+        + FUNCS
     )
 
 
@@ -172,7 +201,12 @@ B = "let b: Tensor<little_float_32> = " + f32([0.5, -1, 2], (3,)) + "\n"
     "text, cls, check",
     [
         (
-            one_node("Conv", "dilations=[1, 1], group=1, kernel_shape=[1, 2], pads=[0, 0, 0, 0], strides=[1, 1]", ["x", "w", "b"], W + B),
+            one_node(
+                "Conv",
+                "dilations=[1, 1], group=1, kernel_shape=[1, 2], pads=[0, 0, 0, 0], strides=[1, 1]",
+                ["x", "w", "b"],
+                W + B,
+            ),
             nf.ConvOp,
             lambda op: array_values(op.strides) == (1, 1) and op.bias is not None,
         ),
@@ -182,43 +216,125 @@ B = "let b: Tensor<little_float_32> = " + f32([0.5, -1, 2], (3,)) + "\n"
             lambda op: array_values(op.pads) == (1, 0, 2, 1) and op.dilations is None,
         ),
         (
-            one_node("Gemm", "alpha=1.0, beta=1.0, transB=1", ["x", "w2"], "let w2: Tensor<little_float_32> = " + f32(np.ones(6), (3, 2)) + "\n", "[-1, 2]", "[-1, 3]", "BC"),
+            one_node(
+                "Gemm",
+                "alpha=1.0, beta=1.0, transB=1",
+                ["x", "w2"],
+                "let w2: Tensor<little_float_32> = " + f32(np.ones(6), (3, 2)) + "\n",
+                "[-1, 2]",
+                "[-1, 3]",
+                "BC",
+            ),
             nf.LinearOp,
             lambda op: op.bias is None,
         ),
         (one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]"), nf.ReluOp, lambda op: True),
         (one_node("Sigmoid", "", ["x"], "", y="[-1, 2, 4, 6]"), nf.SigmoidOp, lambda op: True),
         (one_node("Tanh", "", ["x"], "", y="[-1, 2, 1, 6]"), nf.TanhOp, lambda op: True),
-        (one_node("LeakyRelu", "alpha=0.25", ["x"], "", y="[-1, 2, 1, 6]"), nf.LeakyReluOp, lambda op: op.alpha.value.data == 0.25),
-        (one_node("LeakyRelu", "", ["x"], "", y="[-1, 2, 1, 6]"), nf.LeakyReluOp, lambda op: op.alpha.value.data == 0.01),
-        (one_node("Clip", "min=0.0, max=6.0", ["x"], "", y="[-1, 2, 1, 6]"), nf.ClampOp, lambda op: (op.min.value.data, op.max.value.data) == (0.0, 6.0)),
-        (one_node("Sub", "", ["x", "x"], "", y="[-1, 2, 1, 6]"), nf.SubOp, lambda op: True),
-        (one_node("Div", "", ["x", "s"], "let s: Tensor<little_float_32> = " + f32([4.0], ()) + "\n", y="[-1, 2, 1, 6]"), nf.DivOp, lambda op: shape(op.rhs) == ()),
         (
-            one_node("MaxPool", "ceil_mode=0, kernel_shape=[2, 2], pads=[0, 0, 0, 0], strides=[2, 2]", ["x"], "", y="[-1, 2, 1, 3]"),
+            one_node("LeakyRelu", "alpha=0.25", ["x"], "", y="[-1, 2, 1, 6]"),
+            nf.LeakyReluOp,
+            lambda op: op.alpha.value.data == 0.25,
+        ),
+        (
+            one_node("LeakyRelu", "", ["x"], "", y="[-1, 2, 1, 6]"),
+            nf.LeakyReluOp,
+            lambda op: op.alpha.value.data == 0.01,
+        ),
+        (
+            one_node("Clip", "min=0.0, max=6.0", ["x"], "", y="[-1, 2, 1, 6]"),
+            nf.ClampOp,
+            lambda op: (op.min.value.data, op.max.value.data) == (0.0, 6.0),
+        ),
+        (one_node("Sub", "", ["x", "x"], "", y="[-1, 2, 1, 6]"), nf.SubOp, lambda op: True),
+        (
+            one_node(
+                "Div",
+                "",
+                ["x", "s"],
+                "let s: Tensor<little_float_32> = " + f32([4.0], ()) + "\n",
+                y="[-1, 2, 1, 6]",
+            ),
+            nf.DivOp,
+            lambda op: shape(op.rhs) == (),
+        ),
+        (
+            one_node(
+                "MaxPool",
+                "ceil_mode=0, kernel_shape=[2, 2], pads=[0, 0, 0, 0], strides=[2, 2]",
+                ["x"],
+                "",
+                y="[-1, 2, 1, 3]",
+            ),
             nf.MaxPoolOp,
             lambda op: array_values(op.kernel) == (2, 2) and array_values(op.strides) == (2, 2),
         ),
         (
-            one_node("AveragePool", "kernel_shape=[1, 3], pads=[0, 1, 0, 1]", ["x"], "", y="[-1, 2, 1, 6]"),
+            one_node(
+                "AveragePool",
+                "kernel_shape=[1, 3], pads=[0, 1, 0, 1]",
+                ["x"],
+                "",
+                y="[-1, 2, 1, 6]",
+            ),
             nf.AvgPoolOp,
             lambda op: op.count_include_pad.value.data == 0,  # ONNX's default, not torch's
         ),
-        (one_node("GlobalAveragePool", "", ["x"], "", y="[-1, 2, 1, 1]"), nf.AdaptiveAvgPoolOp, lambda op: array_values(op.output_size) == (1, 1)),
-        (one_node("Concat", "axis=1", ["x", "x"], "", y="[-1, 4, 1, 6]"), nf.ConcatOp, lambda op: op.axis.value.data == 1),
         (
-            one_node("BatchNormalization", "epsilon=1e-05, momentum=0.9", ["x", "g", "g", "g", "g"], "let g: Tensor<little_float_32> = " + f32([1, 2], (2,)) + "\n", y="[-1, 2, 1, 6]"),
+            one_node("GlobalAveragePool", "", ["x"], "", y="[-1, 2, 1, 1]"),
+            nf.AdaptiveAvgPoolOp,
+            lambda op: array_values(op.output_size) == (1, 1),
+        ),
+        (
+            one_node("Concat", "axis=1", ["x", "x"], "", y="[-1, 4, 1, 6]"),
+            nf.ConcatOp,
+            lambda op: op.axis.value.data == 1,
+        ),
+        (
+            one_node(
+                "BatchNormalization",
+                "epsilon=1e-05, momentum=0.9",
+                ["x", "g", "g", "g", "g"],
+                "let g: Tensor<little_float_32> = " + f32([1, 2], (2,)) + "\n",
+                y="[-1, 2, 1, 6]",
+            ),
             nf.BatchNormOp,
             lambda op: op.epsilon.value.data == 1e-05,
         ),
         (
-            one_node("Reshape", "", ["x", "s"], "let s: Tensor<int64_t> = {shape=[2], data=0x0000000000000000ffffffffffffffff} ;\n", "[-1, 2, 6]", "[-1, 12]", "BCD"),
+            one_node(
+                "Reshape",
+                "",
+                ["x", "s"],
+                "let s: Tensor<int64_t> = {shape=[2], data=0x0000000000000000ffffffffffffffff} ;\n",
+                "[-1, 2, 6]",
+                "[-1, 12]",
+                "BCD",
+            ),
             nf.ReshapeOp,
             lambda op: shape(op.result) == (D, 12),  # 0 copies the batch, -1 is inferred
         ),
-        (one_node("Flatten", "axis=1", ["x"], "", "[-1, 2, 6]", "[-1, 12]", "BCD"), nf.ReshapeOp, lambda op: op.attributes["ne.op_type"] == StringAttr("Flatten")),
-        (one_node("Transpose", "perm=[0, 2, 1]", ["x"], "", "[-1, 2, 6]", "[-1, 6, 2]", "BCD"), nf.TransposeOp, lambda op: shape(op.result) == (D, 6, 2)),
-        (one_node("PRelu", "", ["x", "a"], "let a: Tensor<little_float_32> = " + f32([0.1, 0.2], (2,)) + "\n", y="[-1, 2, 1, 6]"), nf.PReluOp, lambda op: True),
+        (
+            one_node("Flatten", "axis=1", ["x"], "", "[-1, 2, 6]", "[-1, 12]", "BCD"),
+            nf.ReshapeOp,
+            lambda op: op.attributes["ne.op_type"] == StringAttr("Flatten"),
+        ),
+        (
+            one_node("Transpose", "perm=[0, 2, 1]", ["x"], "", "[-1, 2, 6]", "[-1, 6, 2]", "BCD"),
+            nf.TransposeOp,
+            lambda op: shape(op.result) == (D, 6, 2),
+        ),
+        (
+            one_node(
+                "PRelu",
+                "",
+                ["x", "a"],
+                "let a: Tensor<little_float_32> = " + f32([0.1, 0.2], (2,)) + "\n",
+                y="[-1, 2, 1, 6]",
+            ),
+            nf.PReluOp,
+            lambda op: True,
+        ),
     ],
 )
 def test_known_op_types(text: str, cls: type[Operation], check: object) -> None:
@@ -275,11 +391,16 @@ def test_unknown_op_types_are_kept_with_a_warning() -> None:
         "let s: Tensor<little_float_32> = {shape=[], data=0x0000803f} ;\n",
         y="[-1, 3, 1, 2]",
     )
-    with pytest.warns(NanoEngineImportWarning, match=r"<string>:\d+:\d+: warning: op type 'Gather' of node 'n'"):
+    with pytest.warns(
+        NanoEngineImportWarning, match=r"<string>:\d+:\d+: warning: op type 'Gather' of node 'n'"
+    ):
         module = import_nanoengine(text)
     op = node_op(module, "n")
     assert isinstance(op, nf.CustomOp) and op.op_type.data == "Gather"
-    assert [v.owner.sym_name.data if isinstance(v.owner, nf.ConstantOp) else v.name_hint for v in op.inputs] == ["x", "s", "x"]  # type: ignore[union-attr]
+    assert [
+        v.owner.sym_name.data if isinstance(v.owner, nf.ConstantOp) else v.name_hint
+        for v in op.inputs
+    ] == ["x", "s", "x"]  # type: ignore[union-attr]
     attrs = op.attrs.data
     assert attrs["big"] == IntegerAttr(-(2**63), 64)  # the int64 limit of the format
     assert attrs["f"] == StringAttr("1e-05") and attrs["mode"] == StringAttr("nearest")
@@ -296,22 +417,48 @@ def test_unknown_op_types_are_kept_with_a_warning() -> None:
 @pytest.mark.parametrize(
     "op_type, attrs, ins, extra, why",
     [
-        ("Gemm", "alpha=1.0, beta=1.0, transB=0", ["x", "w"], "let w: Tensor<little_float_32> = " + f32(np.ones(6), (2, 3)) + "\n", "transB"),
-        ("Gemm", "alpha=0.5, transB=1", ["x", "w"], "let w: Tensor<little_float_32> = " + f32(np.ones(6), (3, 2)) + "\n", "alpha"),
-        ("Clip", "", ["x", "lo", "lo"], "let lo: Tensor<little_float_32> = " + f32([0.0], ()) + "\n", "inputs"),
+        (
+            "Gemm",
+            "alpha=1.0, beta=1.0, transB=0",
+            ["x", "w"],
+            "let w: Tensor<little_float_32> = " + f32(np.ones(6), (2, 3)) + "\n",
+            "transB",
+        ),
+        (
+            "Gemm",
+            "alpha=0.5, transB=1",
+            ["x", "w"],
+            "let w: Tensor<little_float_32> = " + f32(np.ones(6), (3, 2)) + "\n",
+            "alpha",
+        ),
+        (
+            "Clip",
+            "",
+            ["x", "lo", "lo"],
+            "let lo: Tensor<little_float_32> = " + f32([0.0], ()) + "\n",
+            "inputs",
+        ),
         ("Relu", "inplace=1", ["x"], "", "inplace"),
     ],
 )
-def test_variants_nf_cannot_express_become_custom(op_type: str, attrs: str, ins: list[str], extra: str, why: str) -> None:
+def test_variants_nf_cannot_express_become_custom(
+    op_type: str, attrs: str, ins: list[str], extra: str, why: str
+) -> None:
     text = one_node(op_type, attrs, ins, extra, "[-1, 2]", "[-1, 3]", "BC")
-    with pytest.warns(NanoEngineImportWarning, match=f"{op_type} node 'n' is kept as nf.custom: .*{why}"):
+    with pytest.warns(
+        NanoEngineImportWarning, match=f"{op_type} node 'n' is kept as nf.custom: .*{why}"
+    ):
         module = import_nanoengine(text)
     assert isinstance(node_op(module, "n"), nf.CustomOp)
     assert export_nanoengine(module) == text
 
 
 def test_names_are_kept_even_where_ssa_hints_cannot_hold_them() -> None:
-    text = one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]").replace("let y:", "let y_12:").replace("out_s=[y]", "out_s=[y_12]")
+    text = (
+        one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]")
+        .replace("let y:", "let y_12:")
+        .replace("out_s=[y]", "out_s=[y_12]")
+    )
     module = import_nanoengine(text)
     op = node_op(module, "n")
     assert op.results[0].name_hint in ("y", None)  # xDSL drops the _12
@@ -362,31 +509,84 @@ Q_PROGRAM = (
     "let e: Tensor<int8_t> = {shape=[1], data=0x07} ;\n"
     "let f: Tensor<little_float_32> = {shape=[1], data=0x0000803f} ;\n"
     "let y: Tensor<Any> = {shape:BCMD=[-1, 2, 1, 6]};\n"
-    "let n: Node = {\n    op_type=Q,\n    attr=[bit_len=8],\n    in_s=[x, e],\n    mem_s=[],\n    out_s=[y]\n};\n" + FUNCS
+    "let n: Node = {\n    op_type=Q,\n    attr=[bit_len=8],\n    in_s=[x, e],\n    mem_s=[],\n    out_s=[y]\n};\n"
+    + FUNCS
 )
 
 
 @pytest.mark.parametrize(
     "marked, message",
     [
-        (one_node("Conv", "§kernel_shape=[3, 3]", ["x", "w"], W), "kernel_shape [3, 3] of Conv node 'n' contradicts its weight of shape 3x2x1x2"),
-        (Q_PROGRAM.replace("in_s=[x, e]", "in_s=[x, §f]"), "Q node 'n' needs an integer exponent constant as input 1"),
-        (Q_PROGRAM.replace("in_s=[x, e]", "in_s=[x, §x]"), "Q node 'n' needs an integer exponent constant as input 1"),
-        (Q_PROGRAM.replace("let n: Node", "let §n: Node").replace("bit_len=8", "bits=8"), "Q node 'n' is kept"),
-        (Q_PROGRAM.replace("let n: Node", "let §n: Node").replace("in_s=[x, e]", "in_s=[x]"), "Q node 'n' takes 2 inputs (data, exponent), got 1"),
-        (Q_PROGRAM.replace("§", "").replace("bit_len=8", "§bit_len=x"), "attribute 'bit_len' of node 'n' must be an integer"),
-        (Q_PROGRAM.replace("let n: Node", "let §n: Node").replace("bit_len=8", "bit_len=0"), "bits = 0 is outside"),
-        (one_node("Conv", "", ["x", "w"], W.replace("[3, 2, 1, 2]", "[2, 3, 1, 2]")).replace("let n:", "let §n:"), "input has 2 channels but weight expects 3"),
-        (one_node("Conv", "", ["x"], "").replace("let n:", "let §n:"), "Conv node 'n' takes 2 to 3 inputs, got 1"),
-        (one_node("Relu", "", ["x"], "", y="[-1, 3, 1, 6]").replace("out_s=[y]", "out_s=[§y]"), "'y' is declared [-1, 3, 1, 6] (?x3x?x6 in the IR), but Relu node 'n' computes ?x2x?x6"),
-        (one_node("Add", "", ["x", "y"], "", y="[-1, 2, 1, 6]").replace("in_s=[x, y]", "in_s=[x, §y]"), "node 'n' reads 'y' before node 'n' computes it"),
-        (one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]").replace("    n.do();\n", "    n.do();\n    §n.do();\n"), "node 'n' is called more than once"),
-        (one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]").replace("    n.do();\n", "") .replace("let n:", "let §n:"), "node 'n' is never called by func runtime"),
         (
-            one_node("Add", "", ["x", "i"], "let i: Tensor<Any>  = {shape:C=[1]};\n", y="[-1, 2, 1, 6]").replace("in_s=[x, i]", "in_s=[x, §i]"),
+            one_node("Conv", "§kernel_shape=[3, 3]", ["x", "w"], W),
+            "kernel_shape [3, 3] of Conv node 'n' contradicts its weight of shape 3x2x1x2",
+        ),
+        (
+            Q_PROGRAM.replace("in_s=[x, e]", "in_s=[x, §f]"),
+            "Q node 'n' needs an integer exponent constant as input 1",
+        ),
+        (
+            Q_PROGRAM.replace("in_s=[x, e]", "in_s=[x, §x]"),
+            "Q node 'n' needs an integer exponent constant as input 1",
+        ),
+        (
+            Q_PROGRAM.replace("let n: Node", "let §n: Node").replace("bit_len=8", "bits=8"),
+            "Q node 'n' is kept",
+        ),
+        (
+            Q_PROGRAM.replace("let n: Node", "let §n: Node").replace("in_s=[x, e]", "in_s=[x]"),
+            "Q node 'n' takes 2 inputs (data, exponent), got 1",
+        ),
+        (
+            Q_PROGRAM.replace("§", "").replace("bit_len=8", "§bit_len=x"),
+            "attribute 'bit_len' of node 'n' must be an integer",
+        ),
+        (
+            Q_PROGRAM.replace("let n: Node", "let §n: Node").replace("bit_len=8", "bit_len=0"),
+            "bits = 0 is outside",
+        ),
+        (
+            one_node("Conv", "", ["x", "w"], W.replace("[3, 2, 1, 2]", "[2, 3, 1, 2]")).replace(
+                "let n:", "let §n:"
+            ),
+            "input has 2 channels but weight expects 3",
+        ),
+        (
+            one_node("Conv", "", ["x"], "").replace("let n:", "let §n:"),
+            "Conv node 'n' takes 2 to 3 inputs, got 1",
+        ),
+        (
+            one_node("Relu", "", ["x"], "", y="[-1, 3, 1, 6]").replace("out_s=[y]", "out_s=[§y]"),
+            "'y' is declared [-1, 3, 1, 6] (?x3x?x6 in the IR), but Relu node 'n' computes ?x2x?x6",
+        ),
+        (
+            one_node("Add", "", ["x", "y"], "", y="[-1, 2, 1, 6]").replace(
+                "in_s=[x, y]", "in_s=[x, §y]"
+            ),
+            "node 'n' reads 'y' before node 'n' computes it",
+        ),
+        (
+            one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]").replace(
+                "    n.do();\n", "    n.do();\n    §n.do();\n"
+            ),
+            "node 'n' is called more than once",
+        ),
+        (
+            one_node("Relu", "", ["x"], "", y="[-1, 2, 1, 6]")
+            .replace("    n.do();\n", "")
+            .replace("let n:", "let §n:"),
+            "node 'n' is never called by func runtime",
+        ),
+        (
+            one_node(
+                "Add", "", ["x", "i"], "let i: Tensor<Any>  = {shape:C=[1]};\n", y="[-1, 2, 1, 6]"
+            ).replace("in_s=[x, i]", "in_s=[x, §i]"),
             "node 'n' reads 'i', which no init node computes",
         ),
-        (one_node("Flatten", "§axis=7", ["x"], "", "[-1, 2, 6]", "[-1, 12]", "BCD"), "axis 7 of Flatten node 'n' is out of range"),
+        (
+            one_node("Flatten", "§axis=7", ["x"], "", "[-1, 2, 6]", "[-1, 12]", "BCD"),
+            "axis 7 of Flatten node 'n' is out of range",
+        ),
     ],
 )
 def test_semantic_errors_are_located(marked: str, message: str) -> None:

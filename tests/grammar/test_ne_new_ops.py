@@ -35,16 +35,36 @@ def _round_trips(module, x: np.ndarray) -> str:  # noqa: ANN001
 
 
 @settings(max_examples=examples(15))
-@given(st.sampled_from((1, 2)), st.integers(1, 2), st.integers(1, 4), st.integers(1, 3),
-       st.integers(0, 2), st.integers(0, 1), st.integers(1, 2), st.integers(1, 5),
-       st.booleans())
+@given(
+    st.sampled_from((1, 2)),
+    st.integers(1, 2),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(0, 2),
+    st.integers(0, 1),
+    st.integers(1, 2),
+    st.integers(1, 5),
+    st.booleans(),
+)
 @pytest.mark.filterwarnings("ignore")
-def test_conv_transpose_round_trips(n: int, groups: int, k: int, s: int, p: int, op: int,
-                                    d: int, size: int, quantized: bool) -> None:
+def test_conv_transpose_round_trips(
+    n: int, groups: int, k: int, s: int, p: int, op: int, d: int, size: int, quantized: bool
+) -> None:
     assume(p <= d * (k - 1) and op < max(s, d) and (size - 1) * s - 2 * p + d * (k - 1) + op >= 0)
     cls = nn.ConvTranspose1d if n == 1 else nn.ConvTranspose2d
-    model = nn.Sequential(cls(2 * groups, 2 * groups, k, stride=s, padding=p, output_padding=op,
-                              dilation=d, groups=groups), nn.ReLU()).eval()
+    model = nn.Sequential(
+        cls(
+            2 * groups,
+            2 * groups,
+            k,
+            stride=s,
+            padding=p,
+            output_padding=op,
+            dilation=d,
+            groups=groups,
+        ),
+        nn.ReLU(),
+    ).eval()
     x = torch.randn(2, 2 * groups, *(size,) * n)
     module = from_torch(model, x)
     if quantized:
@@ -54,13 +74,20 @@ def test_conv_transpose_round_trips(n: int, groups: int, k: int, s: int, p: int,
 
 
 @settings(max_examples=examples(15))
-@given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 4),
-       st.sampled_from(("CRD", "DCR")), st.booleans())
-def test_depth_to_space_space_to_depth_and_resize_round_trip(r: int, scale: int, size: int,
-                                                             mode: str, quantized: bool) -> None:
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.sampled_from(("CRD", "DCR")),
+    st.booleans(),
+)
+def test_depth_to_space_space_to_depth_and_resize_round_trip(
+    r: int, scale: int, size: int, mode: str, quantized: bool
+) -> None:
     x = torch.randn(2, 2 * r * r, size, size + 1)
-    module = from_torch(nn.Sequential(nn.Conv2d(2 * r * r, 2 * r * r, 1),
-                                      nn.Upsample(scale_factor=scale)).eval(), x)
+    module = from_torch(
+        nn.Sequential(nn.Conv2d(2 * r * r, 2 * r * r, 1), nn.Upsample(scale_factor=scale)).eval(), x
+    )
     # DepthToSpace then SpaceToDepth in `mode`, appended to the imported program.
     func = next(iter(module.ops))
     ret = func.body.block.last_op
@@ -75,7 +102,7 @@ def test_depth_to_space_space_to_depth_and_resize_round_trip(r: int, scale: int,
     text = _round_trips(module, x.numpy())
     assert "op_type=DepthToSpace" in text and f"mode={mode}" in text
     assert "op_type=Resize" in text and "nearest_mode=floor" in text
-    assert ("op_type=SpaceToDepth" in text)
+    assert "op_type=SpaceToDepth" in text
 
 
 def test_onnx_defaults_read_as_onnx_says() -> None:
@@ -92,8 +119,12 @@ class _Net(nn.Module):
 
     def __init__(self, c: int, r: int, scale: int):
         super().__init__()
-        self.first, self.last, self.r, self.scale = nn.Conv2d(c, c * r * r, 3, padding=1), \
-            nn.Conv2d(c * r * r, 4, 1), r, scale
+        self.first, self.last, self.r, self.scale = (
+            nn.Conv2d(c, c * r * r, 3, padding=1),
+            nn.Conv2d(c * r * r, 4, 1),
+            r,
+            scale,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.pixel_shuffle(torch.relu(self.first(x)), self.r)
@@ -103,8 +134,9 @@ class _Net(nn.Module):
 
 @settings(max_examples=examples(10))
 @given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.booleans())
-def test_hw_level_block_ops_and_resize_round_trip(r: int, scale: int, size: int,
-                                                  per_channel: bool) -> None:
+def test_hw_level_block_ops_and_resize_round_trip(
+    r: int, scale: int, size: int, per_channel: bool
+) -> None:
     """nh.depth_to_space, nh.space_to_depth and nh.upsample_nearest as DepthToSpace,
     SpaceToDepth and Resize nodes of an integer program."""
     from nanoir.lowering.lower_to_hw import lower_to_hw

@@ -96,9 +96,7 @@ def load_with_warnings(path: Path) -> tuple[ModuleOp, list[warnings.WarningMessa
     return module, list(caught)
 
 
-def import_text(
-    text: str, name: str = "x.ne"
-) -> tuple[ModuleOp, list[warnings.WarningMessage]]:
+def import_text(text: str, name: str = "x.ne") -> tuple[ModuleOp, list[warnings.WarningMessage]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = import_nanoengine(text, name)
@@ -108,9 +106,7 @@ def import_text(
 def declared_with_true_shapes(text: str, widths: dict[str, tuple[int, int]]) -> str:
     """The file with every reference-shaped runtime tensor declared with its true width."""
     for name, (declared, true) in widths.items():
-        pattern = (
-            rf"(let {name}: Tensor<Any> = \{{shape:BCMD=\[-1, \d+, \d+, ){declared}\]"
-        )
+        pattern = rf"(let {name}: Tensor<Any> = \{{shape:BCMD=\[-1, \d+, \d+, ){declared}\]"
         text, n = re.subn(pattern, rf"\g<1>{true}]", text)
         assert n == 1, name
     return text
@@ -131,9 +127,7 @@ def result_of(module: ModuleOp, tensor: str) -> TensorType:
 
 def named_in(message: str) -> list[tuple[str, int, int]]:
     """(tensor, declared width, computed width) for each tensor a padding warning names."""
-    named = re.findall(
-        r"(\w+) declared \[-1, \d+, 1, (\d+)\], computed \?x\d+x\?x(\d+)", message
-    )
+    named = re.findall(r"(\w+) declared \[-1, \d+, 1, (\d+)\], computed \?x\d+x\?x(\d+)", message)
     return [(n, int(d), int(t)) for n, d, t in named]
 
 
@@ -149,10 +143,7 @@ def inputs_for(width: int, rows: int = 9, seed: int = 0) -> np.ndarray:
 def _fake_quant(x: torch.Tensor, bits: int, exp: np.ndarray) -> torch.Tensor:
     k = torch.from_numpy(exp.astype(np.float64))
     scale = 2.0**k
-    return (
-        torch.clamp(torch.trunc(x * scale), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-        / scale
-    )
+    return torch.clamp(torch.trunc(x * scale), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1) / scale
 
 
 def torch_reference(text: str, x: np.ndarray) -> np.ndarray:
@@ -163,11 +154,7 @@ def torch_reference(text: str, x: np.ndarray) -> np.ndarray:
     for d in consts.values():
         if d.dtype == "little_float_32":
             values[d.name] = torch.from_numpy(d.to_numpy().astype(np.float64))
-    nodes = {
-        d.name: d
-        for d in program.declarations
-        if isinstance(d, (InitNode, RuntimeNode))
-    }
+    nodes = {d.name: d for d in program.declarations if isinstance(d, (InitNode, RuntimeNode))}
     calls = [*program.function("init").calls, *program.function("runtime").calls]  # type: ignore[union-attr]
     for node in (nodes[c] for c in calls):
         attrs = node.attr_dict()
@@ -183,9 +170,7 @@ def torch_reference(text: str, x: np.ndarray) -> np.ndarray:
         elif node.op_type == "Relu":
             out = torch.relu(ins[0])
         elif node.op_type == "MaxPool":
-            out = F.max_pool2d(
-                ins[0], attrs["kernel_shape"], attrs["strides"], attrs["pads"][0]
-            )  # type: ignore[arg-type, index]
+            out = F.max_pool2d(ins[0], attrs["kernel_shape"], attrs["strides"], attrs["pads"][0])  # type: ignore[arg-type, index]
         elif node.op_type == "AveragePool":
             out = F.avg_pool2d(
                 ins[0],
@@ -217,9 +202,7 @@ def test_reference_file_loads_with_one_warning(case: str) -> None:
     message = str(caught[0].message)
     # Located at the first such tensor's declaration.
     first = next(iter(widths))
-    line = next(
-        i for i, t in enumerate(text.splitlines(), 1) if t.startswith(f"let {first}:")
-    )
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith(f"let {first}:"))
     assert message.startswith(
         f"{path}:{line}:5: warning: {len(widths)} runtime tensors are declared "
     )
@@ -355,12 +338,8 @@ def _replace_once(text: str, old: str, new: str) -> str:
         ),
     ],
 )
-def test_other_mismatches_are_errors(
-    old: str, new: str, tensor: str, computed: str
-) -> None:
-    text = _replace_once(
-        (INPUTS / "reference_pad1_conv_chain.ne").read_text(), old, new
-    )
+def test_other_mismatches_are_errors(old: str, new: str, tensor: str, computed: str) -> None:
+    text = _replace_once((INPUTS / "reference_pad1_conv_chain.ne").read_text(), old, new)
     with pytest.raises(
         NanoEngineSemanticError,
         match=rf"'{tensor}' is declared .* computes {re.escape(computed)}",
@@ -376,9 +355,7 @@ def test_a_shrunk_shape_without_padding_is_an_error() -> None:
         "let Conv_n2_o0: Tensor<Any> = {shape:BCMD=[-1, 16, 1, 3]}",
         "let Conv_n2_o0: Tensor<Any> = {shape:BCMD=[-1, 16, 1, 1]}",
     )
-    with pytest.raises(
-        NanoEngineSemanticError, match=r"'Conv_n2_o0' is declared \[-1, 16, 1, 1\]"
-    ):
+    with pytest.raises(NanoEngineSemanticError, match=r"'Conv_n2_o0' is declared \[-1, 16, 1, 1\]"):
         import_text(shrunk)
     _, caught = import_text(text)
     assert not any(issubclass(w.category, NanoEnginePaddingWarning) for w in caught)

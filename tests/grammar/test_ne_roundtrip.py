@@ -67,10 +67,22 @@ def test_sample_prints_back_byte_for_byte(sample_text: str) -> None:
 
 def test_sample_tree_matches_the_text(sample_text: str) -> None:
     program = parse_nanoengine(sample_text)
-    consts = re.findall(r"^let (\w+): Tensor<(\w+)> = \{shape=\[([0-9, ]*)\], data=0x([0-9a-f]*)\} ;$", sample_text, re.M)
-    inits = re.findall(r"^let (\w+): Tensor<Any>  = \{shape:([A-Z]*)=\[([0-9, ]*)\]\};$", sample_text, re.M)
-    runtimes = re.findall(r"^let (\w+): Tensor<Any> = \{shape:(B[A-Z]*)=\[([-0-9, ]*)\]\};$", sample_text, re.M)
-    mems = re.findall(r"^let (\w+): mem Tensor = \{type=Any, shape:([A-Z]*)=\[([-0-9, ]*)\]\};$", sample_text, re.M)
+    consts = re.findall(
+        r"^let (\w+): Tensor<(\w+)> = \{shape=\[([0-9, ]*)\], data=0x([0-9a-f]*)\} ;$",
+        sample_text,
+        re.M,
+    )
+    inits = re.findall(
+        r"^let (\w+): Tensor<Any>  = \{shape:([A-Z]*)=\[([0-9, ]*)\]\};$", sample_text, re.M
+    )
+    runtimes = re.findall(
+        r"^let (\w+): Tensor<Any> = \{shape:(B[A-Z]*)=\[([-0-9, ]*)\]\};$", sample_text, re.M
+    )
+    mems = re.findall(
+        r"^let (\w+): mem Tensor = \{type=Any, shape:([A-Z]*)=\[([-0-9, ]*)\]\};$",
+        sample_text,
+        re.M,
+    )
     init_nodes = re.findall(r"^let (\w+): init Node = \{$", sample_text, re.M)
     runtime_nodes = re.findall(r"^let (\w+): Node = \{$", sample_text, re.M)
     comments = re.findall(r"^//(.*)$", sample_text, re.M)
@@ -82,15 +94,21 @@ def test_sample_tree_matches_the_text(sample_text: str) -> None:
     by_kind: dict[type, list[object]] = {}
     for decl in program.declarations:
         by_kind.setdefault(type(decl), []).append(decl)
-    assert by_kind[ConstTensor] == [ConstTensor(n, t, dims(s), bytes.fromhex(h)) for n, t, s, h in consts]
+    assert by_kind[ConstTensor] == [
+        ConstTensor(n, t, dims(s), bytes.fromhex(h)) for n, t, s, h in consts
+    ]
     assert by_kind[InitTensor] == [InitTensor(n, "Any", lay, dims(s)) for n, lay, s in inits]
-    assert by_kind[RuntimeTensor] == [RuntimeTensor(n, "Any", lay, dims(s)) for n, lay, s in runtimes]
+    assert by_kind[RuntimeTensor] == [
+        RuntimeTensor(n, "Any", lay, dims(s)) for n, lay, s in runtimes
+    ]
     assert by_kind[MemTensor] == [MemTensor(n, "Any", lay, dims(s)) for n, lay, s in mems]
     assert [n.name for n in by_kind[InitNode]] == init_nodes
     assert [n.name for n in by_kind[RuntimeNode]] == runtime_nodes
     assert [c.text for c in program.items if isinstance(c, Comment)] == comments
 
-    init_block = sample_text[sample_text.index("func init(){") : sample_text.index("// call runtime node")]
+    init_block = sample_text[
+        sample_text.index("func init(){") : sample_text.index("// call runtime node")
+    ]
     runtime_block = sample_text[sample_text.index("func runtime(){") :]
     assert program.init_calls == tuple(re.findall(r"(\w+)\.do\(\);", init_block))
     assert program.runtime_calls == tuple(re.findall(r"(\w+)\.do\(\);", runtime_block))
@@ -227,7 +245,9 @@ def test_comment_inside_a_declaration_moves_after_it() -> None:
         Comment(" tail"),
     )
     reprinted = print_nanoengine(program)
-    assert reprinted.startswith("let a: Tensor<int8_t> = {shape=[], data=0x01} ;\n\n// inner\n// tail\n")
+    assert reprinted.startswith(
+        "let a: Tensor<int8_t> = {shape=[], data=0x01} ;\n\n// inner\n// tail\n"
+    )
     assert parse_nanoengine(reprinted) == program
 
 
@@ -258,7 +278,9 @@ def test_lifted_blobs_parse_like_lexed_blobs(monkeypatch: pytest.MonkeyPatch) ->
         f"let u: Tensor<uint8_t> = {{shape=[200, 200], data=0x{odd_case.hex().upper()}}}  ;  \n"
         "let z: Tensor<int8_t> = {shape=[], data=0x05} ; let y: Tensor<Any>  = {shape:C=[3]};\n"
         "// data=0xabcd} ; in a comment\n"
-        "let v: Tensor<little_float_32> = {shape=[20000], data = 0x" + big.hex() + "} ; // spaced: lexed\n"
+        "let v: Tensor<little_float_32> = {shape=[20000], data = 0x"
+        + big.hex()
+        + "} ; // spaced: lexed\n"
         + FUNCS
     )
     lean, lifted = ne_parser._lift_blobs(text)
@@ -267,9 +289,15 @@ def test_lifted_blobs_parse_like_lexed_blobs(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(ne_parser, "_BLOB_MIN_DIGITS", 1 << 62)
     slow = parse_nanoengine(text)
     assert fast == slow
-    assert [getattr(i, "loc", None) for i in fast.items] == [getattr(i, "loc", None) for i in slow.items]
-    assert [getattr(i, "data_loc", None) for i in fast.items] == [getattr(i, "data_loc", None) for i in slow.items]
-    assert [getattr(i, "hex_upper", None) for i in fast.items] == [getattr(i, "hex_upper", None) for i in slow.items]
+    assert [getattr(i, "loc", None) for i in fast.items] == [
+        getattr(i, "loc", None) for i in slow.items
+    ]
+    assert [getattr(i, "data_loc", None) for i in fast.items] == [
+        getattr(i, "data_loc", None) for i in slow.items
+    ]
+    assert [getattr(i, "hex_upper", None) for i in fast.items] == [
+        getattr(i, "hex_upper", None) for i in slow.items
+    ]
     w = fast.lookup("w")
     second_line = text.split("\n")[1]
     assert isinstance(w, ConstTensor) and w.data == big
@@ -280,7 +308,10 @@ def test_dtype_helpers() -> None:
     assert numpy_dtype("little_float_32") == np.dtype("<f4")
     assert numpy_dtype("int8_t") == np.dtype(np.int8)
     assert numpy_dtype("uint64_t") == np.dtype("<u8")
-    assert [dtype_size(n) for n in ("little_float_16", "little_float_64", "int16_t", "int32_t", "int64_t")] == [
+    assert [
+        dtype_size(n)
+        for n in ("little_float_16", "little_float_64", "int16_t", "int32_t", "int64_t")
+    ] == [
         2,
         8,
         2,
@@ -293,7 +324,11 @@ def test_dtype_helpers() -> None:
         element_count((-1, 3))
     arr = np.arange(6, dtype=np.int16).reshape(2, 3)
     const = ConstTensor.from_numpy("c", arr)
-    assert const.dtype == "int16_t" and const.shape == (2, 3) and const.data == b"\x00\x00\x01\x00\x02\x00\x03\x00\x04\x00\x05\x00"
+    assert (
+        const.dtype == "int16_t"
+        and const.shape == (2, 3)
+        and const.data == b"\x00\x00\x01\x00\x02\x00\x03\x00\x04\x00\x05\x00"
+    )
     assert (const.to_numpy() == arr).all()
 
 
@@ -325,7 +360,24 @@ def test_printer_rejects_what_cannot_parse_back() -> None:
 # Hypothesis: valid programs
 # ---------------------------------------------------------------------------------------
 
-KEYWORDS = ["let", "Tensor", "mem", "init", "Node", "shape", "data", "type", "op_type", "attr", "in_s", "mem_s", "out_s", "func", "do", "Any"]
+KEYWORDS = [
+    "let",
+    "Tensor",
+    "mem",
+    "init",
+    "Node",
+    "shape",
+    "data",
+    "type",
+    "op_type",
+    "attr",
+    "in_s",
+    "mem_s",
+    "out_s",
+    "func",
+    "do",
+    "Any",
+]
 _FIRST = "abcxyzABCQ_"
 _REST = _FIRST + "019_"
 names = st.builds(
@@ -341,7 +393,9 @@ def float_spellings(draw: st.DrawFn) -> str:
         return repr(draw(st.floats(allow_nan=False, allow_infinity=False)))
     digits = st.text("0123456789", min_size=1, max_size=4)
     sign = draw(st.sampled_from(["", "-"]))
-    exponent = draw(st.sampled_from(["e", "E"])) + draw(st.sampled_from(["", "+", "-"])) + draw(digits)
+    exponent = (
+        draw(st.sampled_from(["e", "E"])) + draw(st.sampled_from(["", "+", "-"])) + draw(digits)
+    )
     form = draw(st.sampled_from(["d.d", "d.", ".d", "de", "d.de", ".de"]))
     whole, frac = draw(digits), draw(digits)
     text = {
@@ -409,7 +463,10 @@ def node_attrs(draw: st.DrawFn) -> tuple[tuple[str, AttrValue], ...]:
 @st.composite
 def programs(draw: st.DrawFn) -> Program:
     """A valid program: every reference resolves to the right kind, outputs are unique."""
-    counts = [draw(st.integers(lo, hi)) for lo, hi in ((0, 3), (0, 2), (0, 3), (1, 4), (0, 3), (0, 3), (0, 3))]
+    counts = [
+        draw(st.integers(lo, hi))
+        for lo, hi in ((0, 3), (0, 2), (0, 3), (1, 4), (0, 3), (0, 3), (0, 3))
+    ]
     n_const, n_word, n_init_t, n_run_t, n_mem, n_init_n, n_run_n = counts
     all_names = draw(st.lists(names, min_size=sum(counts), max_size=sum(counts), unique=True))
     pool = iter(all_names)
@@ -422,7 +479,11 @@ def programs(draw: st.DrawFn) -> Program:
     inits: list[InitTensor] = []
     for n in take(n_init_t):
         shape = draw(shapes(0))
-        inits.append(InitTensor(n, draw(st.sampled_from(["Any", "int8_t"])), draw(layouts_for(shape, "C")), shape))
+        inits.append(
+            InitTensor(
+                n, draw(st.sampled_from(["Any", "int8_t"])), draw(layouts_for(shape, "C")), shape
+            )
+        )
     runs: list[RuntimeTensor] = []
     for n in take(n_run_t):
         shape = (-1,) + draw(shapes(-1))
@@ -447,14 +508,23 @@ def programs(draw: st.DrawFn) -> Program:
     for n, outs in zip(take(n_run_n), owned([t.name for t in runs], n_run_n)):
         ins = draw(st.lists(st.sampled_from(readable), max_size=3))
         mem_s = draw(st.lists(st.sampled_from([m.name for m in mems]), max_size=2)) if mems else []
-        run_nodes.append(RuntimeNode(n, draw(names), draw(node_attrs()), tuple(ins), tuple(mem_s), tuple(outs)))
+        run_nodes.append(
+            RuntimeNode(n, draw(names), draw(node_attrs()), tuple(ins), tuple(mem_s), tuple(outs))
+        )
 
     def calls(nodes: list[InitNode] | list[RuntimeNode]) -> tuple[str, ...]:
-        return tuple(draw(st.lists(st.sampled_from([x.name for x in nodes]), max_size=4))) if nodes else ()
+        return (
+            tuple(draw(st.lists(st.sampled_from([x.name for x in nodes]), max_size=4)))
+            if nodes
+            else ()
+        )
 
     items: list[Item] = [*consts, *words, *inits, *runs, *mems, *init_nodes, *run_nodes]
     items = list(draw(st.permutations(items)))
-    functions: list[Item] = [Function("init", calls(init_nodes)), Function("runtime", calls(run_nodes))]
+    functions: list[Item] = [
+        Function("init", calls(init_nodes)),
+        Function("runtime", calls(run_nodes)),
+    ]
     if draw(st.booleans()):  # usually at the end, as the reference prints them
         items += functions
     else:

@@ -33,7 +33,11 @@ def _grammar_imports() -> dict[str, tuple[set[str], list[str]]]:
         tree = ast.parse(path.read_text())
         top: set[str] = set()
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nanoir.grammar"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("nanoir.grammar")
+            ):
                 top.add(node.module.rsplit(".", 1)[1])
         local = [
             f"{path.name}:{inner.lineno}"
@@ -62,8 +66,12 @@ def test_grammar_modules_import_downward_only() -> None:
     for module in imports:
         visit(module, ())
     # The tables sit below both directions; the front doors on top of both.
-    assert {"ne_import_nq", "ne_export_nq"} <= {m for m, (deps, _) in imports.items() if "ne_nq" in deps}
-    assert {"ne_import_hw", "ne_export_hw"} <= {m for m, (deps, _) in imports.items() if "ne_hw" in deps}
+    assert {"ne_import_nq", "ne_export_nq"} <= {
+        m for m, (deps, _) in imports.items() if "ne_nq" in deps
+    }
+    assert {"ne_import_hw", "ne_export_hw"} <= {
+        m for m, (deps, _) in imports.items() if "ne_hw" in deps
+    }
     assert {"ne_import_nq", "ne_import_hw"} <= imports["ne_import"][0]
     assert {"ne_export_nq", "ne_export_hw"} <= imports["ne_export"][0]
 
@@ -104,7 +112,9 @@ def test_one_row_with_an_attribute(monkeypatch: pytest.MonkeyPatch) -> None:
     row = NqOp("MyLeaky", nf.LeakyReluOp, attrs=(AttrMap("alpha", "alpha", "float", 0.5),))
     monkeypatch.setitem(ne_nq.BY_OP_TYPE, row.op_type, row)
     text = export_nanoengine(_float_program(lambda x: nf.LeakyReluOp(x, 0.25)))  # type: ignore[arg-type]
-    text = text.replace("op_type=LeakyRelu", "op_type=MyLeaky").replace("attr=[alpha=0.25]", "attr=[]")
+    text = text.replace("op_type=LeakyRelu", "op_type=MyLeaky").replace(
+        "attr=[alpha=0.25]", "attr=[]"
+    )
     module = import_nanoengine(text)
     (op,) = [op for op in module.walk() if isinstance(op, nf.LeakyReluOp)]
     assert op.alpha.value.data == 0.5

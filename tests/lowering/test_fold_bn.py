@@ -35,7 +35,9 @@ torch.set_num_threads(1)
 def bn_params(rng: np.random.Generator, c: int) -> tuple[np.ndarray, ...]:
     """scale, bias, mean, var: var well away from zero, scale of either sign."""
     return (
-        rng.uniform(-2.0, 2.0, c), rng.normal(0, 1, c), rng.normal(0, 1, c),
+        rng.uniform(-2.0, 2.0, c),
+        rng.normal(0, 1, c),
+        rng.normal(0, 1, c),
         rng.uniform(0.1, 3.0, c),
     )
 
@@ -102,8 +104,11 @@ def test_folded_conv_equals_conv_then_batch_norm(case: dict) -> None:
 
 
 @given(
-    seed=st.integers(0, 2**32 - 1), n=st.integers(1, 3), i=st.integers(1, 5),
-    o=st.integers(1, 5), bias=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 3),
+    i=st.integers(1, 5),
+    o=st.integers(1, 5),
+    bias=st.booleans(),
 )
 def test_folded_linear_equals_linear_then_batch_norm(
     seed: int, n: int, i: int, o: int, bias: bool
@@ -145,8 +150,11 @@ class Net:
         self.arrays: dict[str, np.ndarray] = {}
 
     def const(self, name: str | None, shape: tuple[int, ...], low: float | None = None) -> SSAValue:
-        array = (self.rng.uniform(low, low + 2.0, shape) if low is not None
-                 else self.rng.normal(0, 1, shape))
+        array = (
+            self.rng.uniform(low, low + 2.0, shape)
+            if low is not None
+            else self.rng.normal(0, 1, shape)
+        )
         value = constant(self.block, array, name, self.elt)
         if name is not None:  # what the IR holds, after rounding to the element type
             self.arrays[name] = named_constants_of(value)
@@ -154,8 +162,11 @@ class Net:
 
     def bn(self, input: SSAValue, prefix: str, c: int) -> SSAValue:
         op = nf.BatchNormOp(
-            input, self.const(f"{prefix}.weight", (c,)), self.const(f"{prefix}.bias", (c,)),
-            self.const(f"{prefix}.running_mean", (c,)), self.const(f"{prefix}.running_var", (c,), 0.2),
+            input,
+            self.const(f"{prefix}.weight", (c,)),
+            self.const(f"{prefix}.bias", (c,)),
+            self.const(f"{prefix}.running_mean", (c,)),
+            self.const(f"{prefix}.running_var", (c,), 0.2),
         )
         self.block.add_op(op)
         return op.result
@@ -192,7 +203,8 @@ def named_constants_of(value: SSAValue) -> np.ndarray:
 def named_constants(module: ModuleOp) -> dict[str, np.ndarray]:
     return {
         op.sym_name.data: named_constants_of(op.result)
-        for op in ops_of(module, nf.ConstantOp) if op.sym_name is not None
+        for op in ops_of(module, nf.ConstantOp)
+        if op.sym_name is not None
     }
 
 
@@ -220,8 +232,13 @@ def test_conv_bn_is_folded_into_named_constants(bias: bool) -> None:
     assert nf.array_values(conv.pads) == (1, 0, 1, 2)
     a = net.arrays
     w, b = fold_batch_norm(
-        a["conv1.weight"], a.get("conv1.bias"), a["bn1.weight"], a["bn1.bias"],
-        a["bn1.running_mean"], a["bn1.running_var"], 1e-5,
+        a["conv1.weight"],
+        a.get("conv1.bias"),
+        a["bn1.weight"],
+        a["bn1.bias"],
+        a["bn1.running_mean"],
+        a["bn1.running_var"],
+        1e-5,
     )
     consts = named_constants(module)
     assert set(consts) == {"conv1.weight", "conv1.bias"}  # old weight and bn params erased

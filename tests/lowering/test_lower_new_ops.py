@@ -34,10 +34,17 @@ class Net(nn.Module):
 
 
 @settings(max_examples=examples(20))
-@given(st.integers(1, 3), st.integers(1, 3), st.sampled_from((2, 4, 8)), st.booleans(),
-       st.sampled_from(("shuffle", "unshuffle", "upsample")), st.integers(1, 3))
-def test_block_ops_and_upsample_lower_exactly(r: int, size: int, bits: int, per_channel: bool,
-                                              kind: str, step: int) -> None:
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.sampled_from((2, 4, 8)),
+    st.booleans(),
+    st.sampled_from(("shuffle", "unshuffle", "upsample")),
+    st.integers(1, 3),
+)
+def test_block_ops_and_upsample_lower_exactly(
+    r: int, size: int, bits: int, per_channel: bool, kind: str, step: int
+) -> None:
     c = 2 * r * r
     if kind == "shuffle":
         move: nn.Module = nn.PixelShuffle(r)
@@ -49,8 +56,7 @@ def test_block_ops_and_upsample_lower_exactly(r: int, size: int, bits: int, per_
     moved = move(x).shape[1]
     net = Net(nn.Conv2d(c, c, 3, padding=1), move, nn.Conv2d(moved, 4, 1))
     module = from_torch(net.eval(), x)
-    nanoir.quantize(module, [x.numpy()], act_bits=bits, weight_bits=8,
-                    act_per_channel=per_channel)
+    nanoir.quantize(module, [x.numpy()], act_bits=bits, weight_bits=8, act_per_channel=per_channel)
     want = run(module, x.numpy(), dtype=np.float64)
     try:
         hw = lower_to_hw(module)  # (after the nq run: the pass rewrites in place)
@@ -60,8 +66,10 @@ def test_block_ops_and_upsample_lower_exactly(r: int, size: int, bits: int, per_
         assert "more than i32" in str(e) and per_channel
         assume(False)
     hw.verify()
-    assert any(isinstance(o, nh.DepthToSpaceOp | nh.SpaceToDepthOp | nh.UpsampleNearestOp)
-               for o in hw.walk())
+    assert any(
+        isinstance(o, nh.DepthToSpaceOp | nh.SpaceToDepthOp | nh.UpsampleNearestOp)
+        for o in hw.walk()
+    )
     got = run(hw, x.numpy())
     assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
     codes = run(hw, x.numpy(), raw=True)

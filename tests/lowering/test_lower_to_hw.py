@@ -53,8 +53,14 @@ def test_random_programs_of_every_op_lower_exactly(data: st.DataObject, batch: i
     check_exact(module, [x])
 
 
-NEW_KINDS = {"prelu": "nf.prelu", "batch_norm": "nf.batch_norm", "transpose": "nf.transpose",
-             "pad": "nf.pad", "split": "nf.split", "upsample": "nf.upsample_nearest"}
+NEW_KINDS = {
+    "prelu": "nf.prelu",
+    "batch_norm": "nf.batch_norm",
+    "transpose": "nf.transpose",
+    "pad": "nf.pad",
+    "split": "nf.split",
+    "upsample": "nf.upsample_nearest",
+}
 
 
 def test_every_kind_is_generated() -> None:
@@ -62,8 +68,10 @@ def test_every_kind_is_generated() -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(NEW_KINDS))
-@settings(max_examples=examples(15), suppress_health_check=[HealthCheck.too_slow,
-                                                            HealthCheck.filter_too_much])
+@settings(
+    max_examples=examples(15),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(data=st.data())
 def test_each_new_op_lowers_exactly(kind: str, data: st.DataObject) -> None:
     """Programs of one new op kind (plus the fake-quants it needs): the op is there and the
@@ -89,8 +97,11 @@ func.func @main(%x: tensor<?x512x300xf32>) -> tensor<?x4x300xf32> {
 }
 """
     module = nanoir.parse(text)
-    with pytest.raises(LowerToHwError, match=r"'nf.conv' \(%c\) may overflow its i32 "
-                                             r"accumulator: worst case \|acc\| = 2496921600"):
+    with pytest.raises(
+        LowerToHwError,
+        match=r"'nf.conv' \(%c\) may overflow its i32 "
+        r"accumulator: worst case \|acc\| = 2496921600",
+    ):
         lower_to_hw(module)
 
 
@@ -102,8 +113,11 @@ func.func @main(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
   func.return %s : tensor<?x4xf32>
 }
 """
-    with pytest.raises(LowerToHwError, match=r"'nf.sigmoid' \(%s\) has no integer lowering "
-                                             r"\(it is float-only"):
+    with pytest.raises(
+        LowerToHwError,
+        match=r"'nf.sigmoid' \(%s\) has no integer lowering "
+        r"\(it is float-only",
+    ):
         lower_to_hw(nanoir.parse(text))
     unquantized = """\
 func.func @main(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
@@ -111,8 +125,11 @@ func.func @main(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
   func.return %r : tensor<?x4xf32>
 }
 """
-    with pytest.raises(LowerToHwError, match=r"'nf.relu' \(%r\) reads a float value from "
-                                             r"a function argument that is not quantized"):
+    with pytest.raises(
+        LowerToHwError,
+        match=r"'nf.relu' \(%r\) reads a float value from "
+        r"a function argument that is not quantized",
+    ):
         lower_to_hw(nanoir.parse(unquantized))
 
 
@@ -130,8 +147,11 @@ def test_test_models_lower_exactly(name: str, config: str) -> None:
     module, shape = import_folded(name)
     rng = np.random.default_rng(1)
     calibration = [rng.standard_normal((4, *shape)) for _ in range(2)]
-    options = {} if config == "8-bit" else {"weight_bits": 4,
-                                            "rules": ("weight@(fc|classifier|linear)=1",)}
+    options = (
+        {}
+        if config == "8-bit"
+        else {"weight_bits": 4, "rules": ("weight@(fc|classifier|linear)=1",)}
+    )
     quantize(module, calibration, **options)
     x = rng.standard_normal((3, *shape))
     check_exact(module, [x])
@@ -168,9 +188,20 @@ func.func @main(%x: tensor<?x4xf32>, %y: tensor<?x4xf32>) -> tensor<?x4xf32> {
     outs = []
     for program in (src, hw_file):
         out = tmp_path / f"{program.stem}.npy"
-        proc = subprocess.run([exe, str(program), "-i", str(tmp_path / "x.npy"), "-i",
-                               str(tmp_path / "y.npy"), "-o", str(out)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                exe,
+                str(program),
+                "-i",
+                str(tmp_path / "x.npy"),
+                "-i",
+                str(tmp_path / "y.npy"),
+                "-o",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 0, proc.stderr
         outs.append(np.load(out))
     assert np.array_equal(outs[0], outs[1])
@@ -210,8 +241,9 @@ def _dense(a: np.ndarray) -> str:
     return str(a.astype(np.float64).tolist())
 
 
-def _weighted_program(op: str, x_bits: int, w: np.ndarray, bias: np.ndarray | None = None,
-                      bias_exp: int = 0) -> str:
+def _weighted_program(
+    op: str, x_bits: int, w: np.ndarray, bias: np.ndarray | None = None, bias_exp: int = 0
+) -> str:
     """``op`` (linear, or a 1-D conv whose window is the whole input) of an ``x_bits``-bit
     input at exponent 0 with 8-bit weights ``w`` at exponent 0 and an optional 8-bit bias."""
     out_c = w.shape[0]
@@ -229,9 +261,11 @@ def _weighted_program(op: str, x_bits: int, w: np.ndarray, bias: np.ndarray | No
     operands, types = "%xq, %wq", f"{x_t}, {w_t}"
     if bias is not None:
         b_t = f"tensor<{out_c}xf32>"
-        lines += [f'  %b = nf.constant "b" dense<{_dense(bias)}> : {b_t}',
-                  f"  %bq = nq.fake_quant %b {{bits = 8 : i64, exp = dense<{bias_exp}> : "
-                  f"tensor<1xi8>}} : {b_t}"]
+        lines += [
+            f'  %b = nf.constant "b" dense<{_dense(bias)}> : {b_t}',
+            f"  %bq = nq.fake_quant %b {{bits = 8 : i64, exp = dense<{bias_exp}> : "
+            f"tensor<1xi8>}} : {b_t}",
+        ]
         operands, types = operands + ", %bq", types + f", {b_t}"
     name = "nf.linear" if op == "linear" else "nf.conv"
     lines += [f"  %y = {name} {operands} : ({types}) -> {y_t}", f"  func.return %y : {y_t}", "}"]
@@ -258,9 +292,12 @@ def test_accumulator_bound_sums_weight_magnitudes(op: str, n: int) -> None:
     module = nanoir.parse(_weighted_program(op, 16, w))
     worst = 32768 * 255 * (n // 2)
     if worst > 2**31 - 1:
-        with pytest.raises(LowerToHwError, match=rf"'{'nf.linear' if op == 'linear' else 'nf.conv'}"
-                                                 rf"' \(%y\) may overflow its i32 accumulator: "
-                                                 rf"worst case \|acc\| = {worst} > 2147483647"):
+        with pytest.raises(
+            LowerToHwError,
+            match=rf"'{'nf.linear' if op == 'linear' else 'nf.conv'}"
+            rf"' \(%y\) may overflow its i32 accumulator: "
+            rf"worst case \|acc\| = {worst} > 2147483647",
+        ):
             lower_to_hw(module)
         return
     # The largest |acc| the inputs can reach: each code of the weight's sign, at its extreme.
@@ -285,8 +322,11 @@ def test_bias_on_a_finer_grid_bounds_the_shifted_sums(op: str, n: int) -> None:
     module = nanoir.parse(_weighted_program(op, 8, w, bias, bias_exp=16))
     worst = int(np.abs(w).sum()) * 128 * 2**16 + 128
     if worst > 2**31 - 1:
-        with pytest.raises(LowerToHwError, match=rf"may overflow i32 once aligned to its bias: "
-                                                 rf"worst case \|acc\| = {worst} > 2147483647"):
+        with pytest.raises(
+            LowerToHwError,
+            match=rf"may overflow i32 once aligned to its bias: "
+            rf"worst case \|acc\| = {worst} > 2147483647",
+        ):
             lower_to_hw(module)
         return
     flat = w.reshape(-1)
@@ -308,10 +348,15 @@ func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
   func.return %r : tensor<?x2x3xf32>
 }
 """
-    with pytest.raises(LowerToHwError, match=r"'nf.batch_norm' \(%y\) has no integer lowering "
-                                             r"unless only fake-quants read it"):
+    with pytest.raises(
+        LowerToHwError,
+        match=r"'nf.batch_norm' \(%y\) has no integer lowering "
+        r"unless only fake-quants read it",
+    ):
         lower_to_hw(nanoir.parse(text))
-    fused = text.replace("%r = nf.relu %y : tensor<?x2x3xf32>", "%r = nq.fake_quant %y {bits = "
-                         "8 : i64, exp = dense<5> : tensor<1xi8>} : tensor<?x2x3xf32>")
+    fused = text.replace(
+        "%r = nf.relu %y : tensor<?x2x3xf32>",
+        "%r = nq.fake_quant %y {bits = 8 : i64, exp = dense<5> : tensor<1xi8>} : tensor<?x2x3xf32>",
+    )
     hw = check_exact(nanoir.parse(fused), [np.linspace(-9, 9, 12).reshape(2, 2, 3)])
     assert [op.name for op in hw.walk()].count("nh.requant") == 1

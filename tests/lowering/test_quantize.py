@@ -45,8 +45,13 @@ def fake_quants(module: ModuleOp) -> dict[str, FakeQuantOp]:
     for op in module.walk():
         if isinstance(op, FakeQuantOp):
             src = op.input
-            name = (src.op.sym_name.data if hasattr(src, "op") and isinstance(src.op, nf.ConstantOp)
-                    and src.op.sym_name is not None else src.name_hint)
+            name = (
+                src.op.sym_name.data
+                if hasattr(src, "op")
+                and isinstance(src.op, nf.ConstantOp)
+                and src.op.sym_name is not None
+                else src.name_hint
+            )
             out[name] = op
     return out
 
@@ -62,8 +67,18 @@ def test_placement() -> None:
     fq = fake_quants(m)
     # Inputs, weights, bias, the named constant and every computing op; not the reshape and
     # not the Python scalar 2.0.
-    assert set(fq) == {"x", "conv.weight", "conv.bias", "c", "offset", "a", "a2", "r",
-                       "fc.weight", "y"}
+    assert set(fq) == {
+        "x",
+        "conv.weight",
+        "conv.bias",
+        "c",
+        "offset",
+        "a",
+        "a2",
+        "r",
+        "fc.weight",
+        "y",
+    }
     assert fq["conv.weight"].exp.get_type().get_shape() == (2, 1, 1, 1)
     assert fq["conv.bias"].exp.get_type().get_shape() == (2,)
     assert fq["fc.weight"].exp.get_type().get_shape() == (3, 1)
@@ -192,8 +207,9 @@ def test_pass_from_the_command_line(tmp_path) -> None:  # noqa: ANN001
     assert "bits = 4 : i64" in proc.stdout
     qat = tmp_path / "qat.json"
     qat.write_text(json.dumps({"x": 3, "c": 2, "a": 2, "a2": 2, "r": 2, "y": 1, "offset": 6}))
-    proc = subprocess.run([exe, str(src), "-p", f'quantize{{exponents="{qat}"}}'],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [exe, str(src), "-p", f'quantize{{exponents="{qat}"}}'], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert "exp = dense<3> : tensor<1xi8>" in proc.stdout
     bad = subprocess.run([exe, str(src), "-p", "quantize"], capture_output=True, text=True)
@@ -204,8 +220,9 @@ def test_pass_from_the_command_line(tmp_path) -> None:  # noqa: ANN001
 def _exhaustive(x: np.ndarray, bits: int, axis: int | None, mode: str) -> np.ndarray:
     """Per channel, the exponent in -40..40 with the least squared error (lowest on ties)."""
     axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
-    errs = np.stack([np.sum((quant.fake_quant(x, bits, k, mode) - x) ** 2, axis=axes)
-                     for k in range(-40, 41)])
+    errs = np.stack(
+        [np.sum((quant.fake_quant(x, bits, k, mode) - x) ** 2, axis=axes) for k in range(-40, 41)]
+    )
     return np.argmin(errs, axis=0).reshape(-1) - 40
 
 
@@ -221,8 +238,10 @@ def test_mse_weights_find_the_least_error_exponent(bits: int, mode: str) -> None
     w[5, 1:] = 0.0
     k = tensor_exps(w, bits, 0, "mse", quant.RoundingMode(mode)).reshape(-1)
     best = _exhaustive(w, bits, 0, mode)
-    err = lambda e: np.sum((quant.fake_quant(w, bits, e.reshape(-1, 1), mode) - w) ** 2,  # noqa: E731
-                           axis=1)
+
+    def err(e: np.ndarray) -> np.ndarray:
+        return np.sum((quant.fake_quant(w, bits, e.reshape(-1, 1), mode) - w) ** 2, axis=1)
+
     assert np.allclose(err(k), err(best), rtol=0, atol=0), (k, best)
 
 

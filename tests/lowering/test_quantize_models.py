@@ -26,8 +26,13 @@ def batches(shape: tuple[int, ...], n: int, seed: int) -> list[np.ndarray]:
 @pytest.mark.parametrize(("rounding", "floor_db"), [("half_even", 30.0), ("trunc", 27.0)])
 def test_8_bit_per_channel_sqnr(name: str, rounding: str, floor_db: float) -> None:
     module, shape = import_folded(name)
-    nanoir.quantize(module, batches(shape, 4, seed=1), weight_per_channel=True,
-                    act_per_channel=True, rounding=rounding)
+    nanoir.quantize(
+        module,
+        batches(shape, 4, seed=1),
+        weight_per_channel=True,
+        act_per_channel=True,
+        rounding=rounding,
+    )
     held_out = batches(shape, 2, seed=2)  # never seen by calibration
     report = nanoir.report(module, held_out)
     assert report.output_sqnr[0] >= floor_db, str(report)
@@ -50,8 +55,12 @@ def test_larger_models_quantize_and_report(name: str) -> None:
 @pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "MobileNetV2Stack"])
 def test_mixed_4_and_1_bit(name: str) -> None:
     module, shape = import_folded(name)
-    nanoir.quantize(module, batches(shape, 2, seed=1), weight_bits=4,
-                    rules=("weight@(fc|classifier|linear).*=1",))
+    nanoir.quantize(
+        module,
+        batches(shape, 2, seed=1),
+        weight_bits=4,
+        rules=("weight@(fc|classifier|linear).*=1",),
+    )
     bits = {row.name: row.bits for row in nanoir.report(module, batches(shape, 1, 3)).rows}
     weights = [n for n in bits if n.endswith("weight")]
     assert weights and all(bits[n] in (1, 4) for n in weights)

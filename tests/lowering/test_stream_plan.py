@@ -111,7 +111,9 @@ def test_sample_export_with_the_pass_reproduces_the_file(sample: ModuleOp) -> No
 def test_width_needs_the_whole_receptive_field_in_one_step(sample: ModuleOp) -> None:
     # Along the width (not streamed) one step must produce every output: the 3-wide conv
     # needs 3 columns.
-    with pytest.raises(StreamPlanError, match=r"dim 3 .*a step of 2 does not; the minimum step is 3"):
+    with pytest.raises(
+        StreamPlanError, match=r"dim 3 .*a step of 2 does not; the minimum step is 3"
+    ):
         stream_plan(sample, steps="2:1,3:2")
     narrow = stream_plan(sample, steps="2:1,3:3")
     out = find_function(sample).body.block.last_op.operands[0]  # type: ignore[union-attr]
@@ -196,8 +198,10 @@ def test_global_pool_buffers_the_whole_extent_and_then_moves_units() -> None:
     module = nanoir.parse(KWS_LIKE.format(T=7))
     plan = stream_plan(module)
     ops = list(find_function(module).body.block.ops)
-    pool, flatten, linear = (next(o for o in ops if o.name == n)
-                             for n in ("nf.adaptive_avg_pool", "nf.reshape", "nf.linear"))
+    pool, flatten, linear = (
+        next(o for o in ops if o.name == n)
+        for n in ("nf.adaptive_avg_pool", "nf.reshape", "nf.linear")
+    )
     assert plan.caches[(pool, pool.operands[0])].rows[2].max == 7
     assert plan.caches[(flatten, flatten.operands[0])].rows[2].max == 1
     assert 2 not in plan.caches[(linear, linear.operands[0])].rows  # one unit per sample
@@ -208,8 +212,11 @@ def test_global_pool_buffers_the_whole_extent_and_then_moves_units() -> None:
 
 def test_a_dynamic_extent_cannot_be_buffered_whole() -> None:
     module = nanoir.parse(KWS_LIKE.format(T="?"))
-    with pytest.raises(StreamPlanError, match=r"'nf.adaptive_avg_pool' .*needs the whole of dim 2"
-                                              r".*dynamic"):
+    with pytest.raises(
+        StreamPlanError,
+        match=r"'nf.adaptive_avg_pool' .*needs the whole of dim 2"
+        r".*dynamic",
+    ):
         stream_plan(module)
 
 
@@ -221,7 +228,9 @@ func.func @main(%x: tensor<?x2x?xf32>) -> tensor<?x2x?xf32> {
 }
 """
     module = nanoir.parse(text)
-    with pytest.raises(StreamPlanError, match=r"'nf.custom' \(op_type Gather\).* has no streaming rule"):
+    with pytest.raises(
+        StreamPlanError, match=r"'nf.custom' \(op_type Gather\).* has no streaming rule"
+    ):
         stream_plan(module)
     with pytest.raises(StreamPlanError, match="Gather"):
         StreamRunner(module)
@@ -276,12 +285,15 @@ func.func @main(%x: tensor<?x1x?xf32>) -> tensor<?x1x?xf32> {
     assert plan.caches[(add, c)].rows[2].max == 1
 
 
-@pytest.mark.parametrize(("steps", "message"), [
-    ("2:0", r"step along dim 2 must be >= 1"),
-    ("2-1", r"not 'dim:step'"),
-    ("1:1", r"dim 1 cannot be analysed"),
-    ("2:1,2:3", r"given twice"),
-])
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ("2:0", r"step along dim 2 must be >= 1"),
+        ("2-1", r"not 'dim:step'"),
+        ("1:1", r"dim 1 cannot be analysed"),
+        ("2:1,2:3", r"given twice"),
+    ],
+)
 def test_bad_steps(steps: str, message: str) -> None:
     with pytest.raises(StreamPlanError, match=message):
         parse_steps(steps, 2)
@@ -297,8 +309,9 @@ def test_streamed_dim_comes_first_with_step_one() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_pass_writes_and_reads_back_the_shapes(sample: ModuleOp,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_pass_writes_and_reads_back_the_shapes(
+    sample: ModuleOp, capsys: pytest.CaptureFixture[str]
+) -> None:
     module = sample.clone()
     StreamPlanPass(steps="2:1,3:5", report=True).apply(make_context(), module)
     assert "Max-Len-D2" in capsys.readouterr().out
@@ -366,9 +379,11 @@ def dynamic_chains(draw: st.DrawFn) -> str:
             k = draw(st.integers(2, 3))
             s, p = draw(st.integers(1, 2)), draw(st.integers(0, k // 2))
             ceil = str(draw(st.booleans())).lower()
-            lines.append(f"  %v{i} = nf.max_pool {prev} {{kernel = array<i64: {k}>, strides = "
-                         f"array<i64: {s}>, pads = array<i64: {p}, {p}>, ceil_mode = {ceil}}} "
-                         f": {t} -> {t}")
+            lines.append(
+                f"  %v{i} = nf.max_pool {prev} {{kernel = array<i64: {k}>, strides = "
+                f"array<i64: {s}>, pads = array<i64: {p}, {p}>, ceil_mode = {ceil}}} "
+                f": {t} -> {t}"
+            )
             continue
         k, d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
         rf = d * (k - 1) + 1
@@ -378,12 +393,16 @@ def dynamic_chains(draw: st.DrawFn) -> str:
         else:
             s, pb, pe = draw(st.integers(1, 2)), draw(st.integers(0, 2)), draw(st.integers(0, 2))
         w = draw(st.lists(st.integers(-2, 2), min_size=4 * k, max_size=4 * k))
-        lines.append(f"  %w{i} = nf.constant \"w{i}\" dense<{np.array(w).reshape(2, 2, k).tolist()}>"
-                     f" : tensor<2x2x{k}xf32>")
+        lines.append(
+            f'  %w{i} = nf.constant "w{i}" dense<{np.array(w).reshape(2, 2, k).tolist()}>'
+            f" : tensor<2x2x{k}xf32>"
+        )
         conv = "%c" + str(i) if kind == "residual" else f"%v{i}"
-        lines.append(f"  {conv} = nf.conv {prev}, %w{i} {{strides = array<i64: {s}>, pads = "
-                     f"array<i64: {pb}, {pe}>, dilations = array<i64: {d}>}} : ({t}, "
-                     f"tensor<2x2x{k}xf32>) -> {t}")
+        lines.append(
+            f"  {conv} = nf.conv {prev}, %w{i} {{strides = array<i64: {s}>, pads = "
+            f"array<i64: {pb}, {pe}>, dilations = array<i64: {d}>}} : ({t}, "
+            f"tensor<2x2x{k}xf32>) -> {t}"
+        )
         if kind == "residual":
             lines.append(f"  %v{i} = nf.add {prev}, %c{i} : ({t}, {t}) -> {t}")
     lines += [f"  func.return %v{i} : {t}", "}"]

@@ -118,105 +118,256 @@ ROWS = [
     # nanoir-opt: bad programs
     Row("opt-syntax", "opt", ("{ws}/syntax.mlir", "-o", "{out}.mlir"), "syntax.mlir:3:3"),
     Row("opt-verify", "opt", ("{ws}/verify.mlir", "-o", "{out}.mlir"), "verify.mlir:2:3"),
-    Row("opt-binary-mlir", "opt", ("{ws}/binary.mlir", "-o", "{out}.mlir"),
-        "binary.mlir:1:1: invalid UTF-8 byte 0x80"),
-    Row("opt-onnx", "opt", ("{ws}/model.onnx", "-o", "{out}.mlir"),
-        "reads .mlir (MLIR) and .ne (NanoEngine)"),
-    Row("opt-missing", "opt", ("{ws}/nope.mlir", "-o", "{out}.mlir"),
-        "No such file or directory"),
+    Row(
+        "opt-binary-mlir",
+        "opt",
+        ("{ws}/binary.mlir", "-o", "{out}.mlir"),
+        "binary.mlir:1:1: invalid UTF-8 byte 0x80",
+    ),
+    Row(
+        "opt-onnx",
+        "opt",
+        ("{ws}/model.onnx", "-o", "{out}.mlir"),
+        "reads .mlir (MLIR) and .ne (NanoEngine)",
+    ),
+    Row("opt-missing", "opt", ("{ws}/nope.mlir", "-o", "{out}.mlir"), "No such file or directory"),
     Row("opt-directory", "opt", ("{ws}/folder.mlir", "-o", "{out}.mlir"), "Is a directory"),
-    Row("opt-bad-ne", "opt", ("{ws}/bad.ne", "-o", "{out}.mlir"),
-        "bad.ne:3:5: error: expected ','"),
+    Row(
+        "opt-bad-ne", "opt", ("{ws}/bad.ne", "-o", "{out}.mlir"), "bad.ne:3:5: error: expected ','"
+    ),
     Row("opt-binary-ne", "opt", ("{ws}/binary.ne", "-o", "{out}.mlir"), "binary.ne:1:"),
     # nanoir-opt: bad calibration data (item 9)
-    Row("calib-empty", "opt", ("{ws}/good.mlir", "-p", q("empty.npy"), "-o", "{out}.mlir"),
-        "empty.npy: the file is empty (0 bytes)"),
-    Row("calib-huge-header", "opt", ("{ws}/good.mlir", "-p", q("huge.npy"), "-o", "{out}.mlir"),
-        "huge.npy: truncated: its header promises a 100000000000x2x6 float32 array"),
-    Row("calib-short", "opt", ("{ws}/good.mlir", "-p", q("short.npy"), "-o", "{out}.mlir"),
-        "short.npy: truncated"),
-    Row("calib-text", "opt", ("{ws}/good.mlir", "-p", q("text.npy"), "-o", "{out}.mlir"),
-        "text.npy: not a .npy file"),
-    Row("calib-strings", "opt", ("{ws}/good.mlir", "-p", q("strings.npy"), "-o", "{out}.mlir"),
-        "strings.npy: holds <U1 values"),
-    Row("calib-nan", "opt", ("{ws}/good.mlir", "-p", q("nan.npy"), "-o", "{out}.mlir"),
-        "nan.npy', batch 0 (rows 0..4) holds NaN"),
-    Row("calib-inf", "opt", ("{ws}/good.mlir", "-p", q("inf.npy"), "-o", "{out}.mlir"),
-        "inf.npy', batch 0 (rows 0..4) holds infinity"),
-    Row("calib-missing", "opt", ("{ws}/good.mlir", "-p", q("nope.npy"), "-o", "{out}.mlir"),
-        "cannot read {ws}/nope.npy: No such file or directory"),
+    Row(
+        "calib-empty",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("empty.npy"), "-o", "{out}.mlir"),
+        "empty.npy: the file is empty (0 bytes)",
+    ),
+    Row(
+        "calib-huge-header",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("huge.npy"), "-o", "{out}.mlir"),
+        "huge.npy: truncated: its header promises a 100000000000x2x6 float32 array",
+    ),
+    Row(
+        "calib-short",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("short.npy"), "-o", "{out}.mlir"),
+        "short.npy: truncated",
+    ),
+    Row(
+        "calib-text",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("text.npy"), "-o", "{out}.mlir"),
+        "text.npy: not a .npy file",
+    ),
+    Row(
+        "calib-strings",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("strings.npy"), "-o", "{out}.mlir"),
+        "strings.npy: holds <U1 values",
+    ),
+    Row(
+        "calib-nan",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("nan.npy"), "-o", "{out}.mlir"),
+        "nan.npy', batch 0 (rows 0..4) holds NaN",
+    ),
+    Row(
+        "calib-inf",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("inf.npy"), "-o", "{out}.mlir"),
+        "inf.npy', batch 0 (rows 0..4) holds infinity",
+    ),
+    Row(
+        "calib-missing",
+        "opt",
+        ("{ws}/good.mlir", "-p", q("nope.npy"), "-o", "{out}.mlir"),
+        "cannot read {ws}/nope.npy: No such file or directory",
+    ),
     # nanoir-opt: bad output paths (item 10)
-    Row("opt-out-directory", "opt", ("{ws}/good.mlir", "-o", "{ws}/out"),
-        "{ws}/out: it is a directory", out=None),
-    Row("opt-out-missing-dir", "opt", ("{ws}/good.mlir", "-o", "{ws}/nodir/x.mlir"),
-        "directory {ws}/nodir does not exist", out=None),
-    Row("opt-out-under-file", "opt", ("{ws}/good.mlir", "-o", "{ws}/good.mlir/x.mlir"),
-        "is not a directory", out=None),
+    Row(
+        "opt-out-directory",
+        "opt",
+        ("{ws}/good.mlir", "-o", "{ws}/out"),
+        "{ws}/out: it is a directory",
+        out=None,
+    ),
+    Row(
+        "opt-out-missing-dir",
+        "opt",
+        ("{ws}/good.mlir", "-o", "{ws}/nodir/x.mlir"),
+        "directory {ws}/nodir does not exist",
+        out=None,
+    ),
+    Row(
+        "opt-out-under-file",
+        "opt",
+        ("{ws}/good.mlir", "-o", "{ws}/good.mlir/x.mlir"),
+        "is not a directory",
+        out=None,
+    ),
     Row("opt-out-empty", "opt", ("{ws}/good.mlir", "-o", ""), "empty path", out=None),
     # nanoir-run: bad inputs (item 9)
-    Row("run-empty-npy", "run", ("{ws}/good.mlir", "-i", "{ws}/empty.npy", "-o", "{out}.npy"),
-        "empty.npy: the file is empty (0 bytes)"),
-    Row("run-huge-header", "run", ("{ws}/good.mlir", "-i", "{ws}/huge.npy", "-o", "{out}.npy"),
-        "(4.4 TiB) but the file holds 0 bytes of data"),
-    Row("run-npz-input", "run", ("{ws}/good.mlir", "-i", "{ws}/archive.npz", "-o", "{out}.npy"),
-        "archive.npz: is a .npz archive; one .npy array is expected"),
-    Row("run-text-npy", "run", ("{ws}/good.mlir", "-i", "{ws}/text.npy", "-o", "{out}.npy"),
-        "not a .npy file"),
-    Row("run-strings", "run", ("{ws}/good.mlir", "-i", "{ws}/strings.npy", "-o", "{out}.npy"),
-        "holds <U1 values"),
-    Row("run-missing-npy", "run", ("{ws}/good.mlir", "-i", "{ws}/nope.npy", "-o", "{out}.npy"),
-        "cannot read {ws}/nope.npy: No such file or directory"),
-    Row("run-dir-npy", "run", ("{ws}/good.mlir", "-i", "{ws}/folder.npy", "-o", "{out}.npy"),
-        "Is a directory"),
+    Row(
+        "run-empty-npy",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/empty.npy", "-o", "{out}.npy"),
+        "empty.npy: the file is empty (0 bytes)",
+    ),
+    Row(
+        "run-huge-header",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/huge.npy", "-o", "{out}.npy"),
+        "(4.4 TiB) but the file holds 0 bytes of data",
+    ),
+    Row(
+        "run-npz-input",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/archive.npz", "-o", "{out}.npy"),
+        "archive.npz: is a .npz archive; one .npy array is expected",
+    ),
+    Row(
+        "run-text-npy",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/text.npy", "-o", "{out}.npy"),
+        "not a .npy file",
+    ),
+    Row(
+        "run-strings",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/strings.npy", "-o", "{out}.npy"),
+        "holds <U1 values",
+    ),
+    Row(
+        "run-missing-npy",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/nope.npy", "-o", "{out}.npy"),
+        "cannot read {ws}/nope.npy: No such file or directory",
+    ),
+    Row(
+        "run-dir-npy",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/folder.npy", "-o", "{out}.npy"),
+        "Is a directory",
+    ),
     Row("run-no-input", "run", ("{ws}/good.mlir", "-o", "{out}.npy"), "takes 1 inputs, got 0"),
     # nanoir-run: bad programs
-    Row("run-syntax", "run", ("{ws}/syntax.mlir", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
-        "syntax.mlir:3:3"),
-    Row("run-onnx", "run", ("{ws}/model.onnx", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
-        "nanoir reads .mlir (MLIR) and .ne (NanoEngine) files"),
-    Row("run-binary-mlir", "run", ("{ws}/binary.mlir", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
-        "invalid UTF-8 byte 0x80"),
-    Row("run-bad-ne", "run", ("{ws}/bad.ne", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
-        "bad.ne:3:5: error: expected ','"),
+    Row(
+        "run-syntax",
+        "run",
+        ("{ws}/syntax.mlir", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
+        "syntax.mlir:3:3",
+    ),
+    Row(
+        "run-onnx",
+        "run",
+        ("{ws}/model.onnx", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
+        "nanoir reads .mlir (MLIR) and .ne (NanoEngine) files",
+    ),
+    Row(
+        "run-binary-mlir",
+        "run",
+        ("{ws}/binary.mlir", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
+        "invalid UTF-8 byte 0x80",
+    ),
+    Row(
+        "run-bad-ne",
+        "run",
+        ("{ws}/bad.ne", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
+        "bad.ne:3:5: error: expected ','",
+    ),
     # nanoir-run: output names (item 11) and paths (item 10)
-    Row("run-out-txt", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{out}.txt"),
-        "outputs are saved as .npy (one array) or .npz"),
-    Row("run-out-no-suffix", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{out}"),
-        "outputs are saved as .npy (one array) or .npz"),
-    Row("run-out-two-npz", "run", ("{ws}/two.mlir", "-i", "{ws}/x4.npy", "-o", "{out}.npy",
-                                   "-o", "{ws}/out/b.npz"),
-        "a .npz holds every output"),
-    Row("run-out-twice", "run", ("{ws}/two.mlir", "-i", "{ws}/x4.npy", "-o", "{out}.npy",
-                                 "-o", "{out}.npy"), "the same file as"),
-    Row("run-out-count", "run", ("{ws}/two.mlir", "-i", "{ws}/x4.npy", "-o", "{out}.npy"),
-        "the program has 2 outputs but 1 -o paths"),
-    Row("run-out-directory", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{ws}/out.npy"),
-        "it is a directory", out=None),
-    Row("run-out-missing-dir", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o",
-                                       "{ws}/nodir/y.npy"),
-        "directory {ws}/nodir does not exist", out=None),
+    Row(
+        "run-out-txt",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{out}.txt"),
+        "outputs are saved as .npy (one array) or .npz",
+    ),
+    Row(
+        "run-out-no-suffix",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{out}"),
+        "outputs are saved as .npy (one array) or .npz",
+    ),
+    Row(
+        "run-out-two-npz",
+        "run",
+        ("{ws}/two.mlir", "-i", "{ws}/x4.npy", "-o", "{out}.npy", "-o", "{ws}/out/b.npz"),
+        "a .npz holds every output",
+    ),
+    Row(
+        "run-out-twice",
+        "run",
+        ("{ws}/two.mlir", "-i", "{ws}/x4.npy", "-o", "{out}.npy", "-o", "{out}.npy"),
+        "the same file as",
+    ),
+    Row(
+        "run-out-count",
+        "run",
+        ("{ws}/two.mlir", "-i", "{ws}/x4.npy", "-o", "{out}.npy"),
+        "the program has 2 outputs but 1 -o paths",
+    ),
+    Row(
+        "run-out-directory",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{ws}/out.npy"),
+        "it is a directory",
+        out=None,
+    ),
+    Row(
+        "run-out-missing-dir",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "-o", "{ws}/nodir/y.npy"),
+        "directory {ws}/nodir does not exist",
+        out=None,
+    ),
     # nanoir-run: stream options (item 13)
-    Row("run-mem-dim-negative", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream",
-                                        "--mem-dim", "-1", "-o", "{out}.npy"),
-        "--mem-dim -1 is not a dim of @main's inputs: they have at most 3 dims"),
-    Row("run-mem-dim-too-big", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream",
-                                       "--mem-dim", "99", "-o", "{out}.npy"),
-        "--mem-dim 99 is not a dim"),
-    Row("run-step-zero", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--step", "0",
-                                 "-o", "{out}.npy"), "--step must be at least 1, got 0"),
-    Row("run-step-negative", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--step",
-                                     "-2", "-o", "{out}.npy"), "--step must be at least 1, got -2"),
-    Row("run-report-with-output", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--report",
-                                          "-o", "{out}.npy"), "writes no -o file"),
-    Row("run-batch-size-zero", "run", ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--report",
-                                       "--batch-size", "0"), "--batch-size must be at least 1",
-        out=None),
+    Row(
+        "run-mem-dim-negative",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--mem-dim", "-1", "-o", "{out}.npy"),
+        "--mem-dim -1 is not a dim of @main's inputs: they have at most 3 dims",
+    ),
+    Row(
+        "run-mem-dim-too-big",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--mem-dim", "99", "-o", "{out}.npy"),
+        "--mem-dim 99 is not a dim",
+    ),
+    Row(
+        "run-step-zero",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--step", "0", "-o", "{out}.npy"),
+        "--step must be at least 1, got 0",
+    ),
+    Row(
+        "run-step-negative",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--step", "-2", "-o", "{out}.npy"),
+        "--step must be at least 1, got -2",
+    ),
+    Row(
+        "run-report-with-output",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--report", "-o", "{out}.npy"),
+        "writes no -o file",
+    ),
+    Row(
+        "run-batch-size-zero",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--report", "--batch-size", "0"),
+        "--batch-size must be at least 1",
+        out=None,
+    ),
 ]
 
 
 def snapshot(directory: Path) -> dict[str, tuple[bytes | None, int]]:
-    return {p.name: (p.read_bytes() if p.is_file() else None, stat.S_IMODE(p.stat().st_mode))
-            for p in directory.iterdir()}
+    return {
+        p.name: (p.read_bytes() if p.is_file() else None, stat.S_IMODE(p.stat().st_mode))
+        for p in directory.iterdir()
+    }
 
 
 def check_one_message(err: str, expect: str) -> None:
@@ -322,8 +473,14 @@ def test_dev_stdout_in_a_pipe(tmp_path: Path) -> None:
     proc = tool("nanoir-opt", str(tmp_path / "good.mlir"), "-o", "/dev/stdout")
     assert proc.returncode == 0, proc.stderr
     assert b"nf.relu %x : tensor<?x2x6xf32>" in proc.stdout
-    proc = tool("nanoir-run", str(tmp_path / "good.mlir"), "-i", str(tmp_path / "x.npy"),
-                "-o", "/dev/stdout")
+    proc = tool(
+        "nanoir-run",
+        str(tmp_path / "good.mlir"),
+        "-i",
+        str(tmp_path / "x.npy"),
+        "-o",
+        "/dev/stdout",
+    )
     assert proc.returncode == 0, proc.stderr
     y = np.load(__import__("io").BytesIO(proc.stdout))
     assert np.array_equal(y, np.maximum(np.load(tmp_path / "x.npy"), 0))
@@ -421,8 +578,10 @@ def test_writer_callback_failure_leaves_nothing(tmp_path: Path) -> None:
 def test_run_writes_exactly_the_named_file(name: str, tmp_path: Path) -> None:
     make_workspace(tmp_path)
     out = tmp_path / "out" / name
-    assert run_cli.main([str(tmp_path / "good.mlir"), "-i", str(tmp_path / "x.npy"),
-                         "-o", str(out)]) == 0
+    assert (
+        run_cli.main([str(tmp_path / "good.mlir"), "-i", str(tmp_path / "x.npy"), "-o", str(out)])
+        == 0
+    )
     assert [p.name for p in out.parent.iterdir()] == [name]
     want = np.maximum(np.load(tmp_path / "x.npy"), 0)
     if name.lower().endswith(".npz"):
@@ -435,8 +594,23 @@ def test_run_writes_exactly_the_named_file(name: str, tmp_path: Path) -> None:
 def test_run_streams_with_valid_options(tmp_path: Path) -> None:
     make_workspace(tmp_path)
     out = tmp_path / "out" / "s.npy"
-    assert run_cli.main([str(tmp_path / "good.mlir"), "-i", str(tmp_path / "x.npy"), "--stream",
-                         "--mem-dim", "2", "--step", "4", "-o", str(out)]) == 0
+    assert (
+        run_cli.main(
+            [
+                str(tmp_path / "good.mlir"),
+                "-i",
+                str(tmp_path / "x.npy"),
+                "--stream",
+                "--mem-dim",
+                "2",
+                "--step",
+                "4",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert np.array_equal(np.load(out), np.maximum(np.load(tmp_path / "x.npy"), 0))
 
 
@@ -460,8 +634,12 @@ def test_api_errors_are_nanoir_errors(tmp_path: Path) -> None:
         nanoir.save(module, tmp_path / "folder.mlir")
     with pytest.raises(nanoir.Error, match=r"\.ne or \.mlir"):
         nanoir.save(module, tmp_path / "x.onnx")
-    for name, message in [("empty.npy", "empty"), ("huge.npy", "truncated"),
-                          ("text.npy", "not a .npy"), ("strings.npy", "<U1")]:
+    for name, message in [
+        ("empty.npy", "empty"),
+        ("huge.npy", "truncated"),
+        ("text.npy", "not a .npy"),
+        ("strings.npy", "<U1"),
+    ]:
         with pytest.raises(nanoir.Error, match=re.escape(message)):
             load_arrays(tmp_path / name)
     (arr,) = load_arrays(tmp_path / "archive.npz")
@@ -525,8 +703,9 @@ def _default_sigint() -> None:
 
 
 @pytest.mark.parametrize("cli", ["opt", "run"])
-@pytest.mark.parametrize(("sig", "code", "line"), [("SIGTERM", 143, "terminated"),
-                                                   ("SIGINT", 130, "interrupted")])
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")]
+)
 def test_signal_while_writing(cli: str, sig: str, code: int, line: str, tmp_path: Path) -> None:
     make_workspace(tmp_path)
     out = tmp_path / "out" / ("result.mlir" if cli == "opt" else "result.npy")
@@ -537,16 +716,22 @@ def test_signal_while_writing(cli: str, sig: str, code: int, line: str, tmp_path
         argv += ["-i", str(tmp_path / "x.npy")]
     script = tmp_path / "signal_script.py"
     script.write_text(SIGNAL_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), sig, cli, *argv], capture_output=True,
-                          text=True, timeout=120, preexec_fn=_default_sigint)
+    proc = subprocess.run(
+        [sys.executable, str(script), sig, cli, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_default_sigint,
+    )
     assert proc.returncode == code, proc.stderr
     assert proc.stderr == f"nanoir-{cli}: {line}\n"
     assert out.read_bytes() == OLD and stat.S_IMODE(out.stat().st_mode) == OLD_MODE
     assert [p.name for p in out.parent.iterdir()] == [out.name]
 
 
-@pytest.mark.parametrize(("sig", "code", "line"), [("SIGTERM", 143, "terminated"),
-                                                   ("SIGINT", 130, "interrupted")])
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")]
+)
 def test_signal_while_reading(sig: str, code: int, line: str, tmp_path: Path) -> None:
     """Blocked reading a FIFO that nobody writes to: the signal ends it with one line."""
     import signal
@@ -556,9 +741,13 @@ def test_signal_while_reading(sig: str, code: int, line: str, tmp_path: Path) ->
     os.mkfifo(fifo)
     exe = shutil.which("nanoir-opt", path=str(Path(sys.executable).parent))
     assert exe
-    proc = subprocess.Popen([exe, str(fifo), "-o", str(tmp_path / "out.mlir")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        [exe, str(fifo), "-o", str(tmp_path / "out.mlir")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
     writer = None
     try:
         # A non-blocking open for writing succeeds once the program has the FIFO open for
@@ -589,8 +778,9 @@ def test_stdout_closed_early_is_quiet(tmp_path: Path) -> None:
     make_workspace(tmp_path)
     exe = shutil.which("nanoir-opt", path=str(Path(sys.executable).parent))
     assert exe
-    proc = subprocess.Popen([exe, str(tmp_path / "good.mlir")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [exe, str(tmp_path / "good.mlir")], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert proc.stdout is not None
     proc.stdout.close()  # long before the program is printed
     _, err = proc.communicate(timeout=120)

@@ -105,9 +105,7 @@ def test_printed_model_parses_back_equal(imported: tuple[nn.Module, ModuleOp]) -
 def test_constants_are_named_by_torch_path(imported: tuple[nn.Module, ModuleOp]) -> None:
     model, module = imported
     named = {op.sym_name.data: op for op in constants(module) if op.sym_name is not None}
-    used_state = {
-        k for k, v in model.state_dict().items() if v.is_floating_point()
-    }
+    used_state = {k for k, v in model.state_dict().items() if v.is_floating_point()}
     # Every float parameter and buffer is a constant named by its path (each exactly once).
     assert used_state <= set(named), used_state - set(named)
     assert len(named) == len([op for op in constants(module) if op.sym_name is not None])
@@ -147,9 +145,7 @@ def test_folded_model_matches_torch(
     assert_close_to_torch(folded, model, model.make_example_input(batch, seed=7))
 
 
-def test_fold_bn_keeps_layer_names(
-    imported: tuple[nn.Module, ModuleOp], folded: ModuleOp
-) -> None:
+def test_fold_bn_keeps_layer_names(imported: tuple[nn.Module, ModuleOp], folded: ModuleOp) -> None:
     """Folded weights keep the conv/linear names, a bias-free layer gains ``<layer>.bias``,
     and no BN parameter is left."""
     model, _ = imported
@@ -190,7 +186,14 @@ def test_sample_net_matches_the_sample_program() -> None:
     module = from_torch(model, model.make_example_input(1))
     body = [op.name for op in main_func(module).body.walk() if op.name != "nf.constant"]
     assert body == [
-        "nf.conv", "nf.conv", "nf.add", "nf.add", "nf.add", "nf.relu", "nf.add", "func.return"
+        "nf.conv",
+        "nf.conv",
+        "nf.add",
+        "nf.add",
+        "nf.add",
+        "nf.relu",
+        "nf.add",
+        "func.return",
     ]
     named = {op.sym_name.data for op in constants(module) if op.sym_name is not None}
     assert {"conv.conv1.weight", "conv.conv2.bias", "custom_param", "lifted_tensor_0"} <= named
@@ -226,147 +229,250 @@ SEQ = (2, 4, 11)  # [N, C, L]
 OP_CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]], set[str]]] = {
     "conv2d": (lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv2d(4, 6, 3, 2, 1)), [IMG], {"nf.conv"}),
     "conv2d_dilation_groups": (
-        lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv2d(4, 6, 3, padding=(2, 1), dilation=(2, 1), groups=2)),
-        [IMG], {"nf.conv"},
+        lambda: Lambda(
+            lambda m, x: m.c(x), c=nn.Conv2d(4, 6, 3, padding=(2, 1), dilation=(2, 1), groups=2)
+        ),
+        [IMG],
+        {"nf.conv"},
     ),
     "conv2d_depthwise": (
-        lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv2d(4, 4, 3, groups=4, bias=False)), [IMG], {"nf.conv"},
+        lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv2d(4, 4, 3, groups=4, bias=False)),
+        [IMG],
+        {"nf.conv"},
     ),
     "conv2d_same": (
-        lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv2d(4, 5, (4, 3), padding="same")), [IMG], {"nf.conv"},
+        lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv2d(4, 5, (4, 3), padding="same")),
+        [IMG],
+        {"nf.conv"},
     ),
     "conv2d_asymmetric_pad": (
         lambda: Lambda(lambda m, x: m.c(F.pad(x, (0, 1, 2, 0))), c=nn.Conv2d(4, 5, 3)),
-        [IMG], {"nf.pad", "nf.conv"},
+        [IMG],
+        {"nf.pad", "nf.conv"},
     ),
     "conv1d": (
         lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2)),
-        [SEQ], {"nf.conv"},
+        [SEQ],
+        {"nf.conv"},
     ),
     "conv1d_same": (
         lambda: Lambda(lambda m, x: m.c(x), c=nn.Conv1d(4, 6, 4, padding="same", dilation=3)),
-        [SEQ], {"nf.conv"},
+        [SEQ],
+        {"nf.conv"},
     ),
     "linear": (lambda: Lambda(lambda m, x: m.fc(x), fc=nn.Linear(11, 5)), [SEQ], {"nf.linear"}),
     "matmul": (lambda: Lambda(lambda m, x: x @ m.w, w=param(11, 3)), [SEQ], {"nf.matmul"}),
     "mm": (
-        lambda: Lambda(lambda m, x: torch.mm(x.flatten(1), m.w), w=param(44, 3)), [SEQ], {"nf.matmul"},
+        lambda: Lambda(lambda m, x: torch.mm(x.flatten(1), m.w), w=param(44, 3)),
+        [SEQ],
+        {"nf.matmul"},
     ),
     "bmm": (lambda: Lambda(lambda m, x: torch.bmm(x, x.transpose(1, 2))), [SEQ], {"nf.matmul"}),
-    "batch_norm": (lambda: Lambda(lambda m, x: m.bn(x), bn=nn.BatchNorm2d(4)), [IMG], {"nf.batch_norm"}),
+    "batch_norm": (
+        lambda: Lambda(lambda m, x: m.bn(x), bn=nn.BatchNorm2d(4)),
+        [IMG],
+        {"nf.batch_norm"},
+    ),
     "batch_norm_no_affine": (
-        lambda: Lambda(lambda m, x: m.bn(x), bn=nn.BatchNorm1d(4, affine=False)), [SEQ], {"nf.batch_norm"},
+        lambda: Lambda(lambda m, x: m.bn(x), bn=nn.BatchNorm1d(4, affine=False)),
+        [SEQ],
+        {"nf.batch_norm"},
     ),
     "tensor_arithmetic": (
         lambda: Lambda(lambda m, x, y: (x + y, x - y, x * y, x / (y * y + 1))),
-        [IMG, IMG], {"nf.add", "nf.sub", "nf.mul", "nf.div"},
+        [IMG, IMG],
+        {"nf.add", "nf.sub", "nf.mul", "nf.div"},
     ),
     "scalar_arithmetic": (
         lambda: Lambda(lambda m, x: (x + 2, x - 1.5, 3 - x, x * 0.5, x / 4, 2 * x)),
-        [IMG], {"nf.add", "nf.sub", "nf.mul", "nf.div"},
+        [IMG],
+        {"nf.add", "nf.sub", "nf.mul", "nf.div"},
     ),
     "alpha": (
-        lambda: Lambda(lambda m, x, y: (
-            torch.add(x, y, alpha=2), torch.sub(x, y, alpha=0.5), torch.add(x, 3, alpha=2),
-            torch.rsub(x, y, alpha=3),
-        )),
-        [IMG, IMG], {"nf.add", "nf.sub", "nf.mul"},
+        lambda: Lambda(
+            lambda m, x, y: (
+                torch.add(x, y, alpha=2),
+                torch.sub(x, y, alpha=0.5),
+                torch.add(x, 3, alpha=2),
+                torch.rsub(x, y, alpha=3),
+            )
+        ),
+        [IMG, IMG],
+        {"nf.add", "nf.sub", "nf.mul"},
     ),
     "parameters": (
-        lambda: Lambda(lambda m, x: x * m.a + m.b, a=param(4, 1, 1), b=param(1)), [IMG], {"nf.mul", "nf.add"},
+        lambda: Lambda(lambda m, x: x * m.a + m.b, a=param(4, 1, 1), b=param(1)),
+        [IMG],
+        {"nf.mul", "nf.add"},
     ),
     "torch_constants": (
-        lambda: Lambda(lambda m, x: x + torch.tensor([1.5]) - torch.tensor(0.25) * torch.tensor([2])),
-        [IMG], {"nf.add", "nf.sub"},
+        lambda: Lambda(
+            lambda m, x: x + torch.tensor([1.5]) - torch.tensor(0.25) * torch.tensor([2])
+        ),
+        [IMG],
+        {"nf.add", "nf.sub"},
     ),
     "activations": (
-        lambda: Lambda(lambda m, x: (
-            F.relu(x), torch.sigmoid(x), torch.tanh(x), F.hardsigmoid(3 * x), F.hardswish(3 * x),
-            F.relu6(3 * x), F.hardtanh(x, -0.5, 0.7), torch.clamp(x, min=-0.2), F.leaky_relu(x, 0.1),
-        )),
+        lambda: Lambda(
+            lambda m, x: (
+                F.relu(x),
+                torch.sigmoid(x),
+                torch.tanh(x),
+                F.hardsigmoid(3 * x),
+                F.hardswish(3 * x),
+                F.relu6(3 * x),
+                F.hardtanh(x, -0.5, 0.7),
+                torch.clamp(x, min=-0.2),
+                F.leaky_relu(x, 0.1),
+            )
+        ),
         [IMG],
-        {"nf.relu", "nf.sigmoid", "nf.tanh", "nf.hardsigmoid", "nf.hardswish", "nf.clamp", "nf.leaky_relu"},
+        {
+            "nf.relu",
+            "nf.sigmoid",
+            "nf.tanh",
+            "nf.hardsigmoid",
+            "nf.hardswish",
+            "nf.clamp",
+            "nf.leaky_relu",
+        },
     ),
     "prelu": (
-        lambda: Lambda(lambda m, x: (m.p1(x), m.p2(x)), p1=nn.PReLU(4), p2=nn.PReLU()), [IMG], {"nf.prelu"},
+        lambda: Lambda(lambda m, x: (m.p1(x), m.p2(x)), p1=nn.PReLU(4), p2=nn.PReLU()),
+        [IMG],
+        {"nf.prelu"},
     ),
     "max_pool2d": (
-        lambda: Lambda(lambda m, x: (
-            F.max_pool2d(x, 3, 2, 1, ceil_mode=True), F.max_pool2d(x, 2, dilation=2),
-            F.max_pool2d(x, (3, 2), (1, 2), (1, 0)),
-        )),
-        [IMG], {"nf.max_pool"},
+        lambda: Lambda(
+            lambda m, x: (
+                F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+                F.max_pool2d(x, 2, dilation=2),
+                F.max_pool2d(x, (3, 2), (1, 2), (1, 0)),
+            )
+        ),
+        [IMG],
+        {"nf.max_pool"},
     ),
     "max_pool1d": (
         lambda: Lambda(lambda m, x: (F.max_pool1d(x, 3, 2, 1, ceil_mode=True), F.max_pool1d(x, 2))),
-        [SEQ], {"nf.max_pool"},
+        [SEQ],
+        {"nf.max_pool"},
     ),
     "max_pool2d_with_indices": (
         lambda: Lambda(lambda m, x: m.pool(x)[0], pool=nn.MaxPool2d(2, return_indices=True)),
-        [IMG], {"nf.max_pool"},
+        [IMG],
+        {"nf.max_pool"},
     ),
     "avg_pool2d": (
-        lambda: Lambda(lambda m, x: (
-            F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-            F.avg_pool2d(x, 2, divisor_override=3), F.avg_pool2d(x, 3, 2, 1),
-        )),
-        [IMG], {"nf.avg_pool"},
+        lambda: Lambda(
+            lambda m, x: (
+                F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                F.avg_pool2d(x, 2, divisor_override=3),
+                F.avg_pool2d(x, 3, 2, 1),
+            )
+        ),
+        [IMG],
+        {"nf.avg_pool"},
     ),
     "avg_pool1d": (
-        lambda: Lambda(lambda m, x: (
-            F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), F.avg_pool1d(x, 2),
-        )),
-        [SEQ], {"nf.avg_pool"},
+        lambda: Lambda(
+            lambda m, x: (
+                F.avg_pool1d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+                F.avg_pool1d(x, 2),
+            )
+        ),
+        [SEQ],
+        {"nf.avg_pool"},
     ),
     "adaptive_avg_pool": (
-        lambda: Lambda(lambda m, x: (
-            F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, (4, 3)),
-            F.adaptive_avg_pool1d(x.flatten(2), 5), x.mean((2, 3)), x.mean((-1, -2), keepdim=True),
-        )),
-        [IMG], {"nf.adaptive_avg_pool"},
+        lambda: Lambda(
+            lambda m, x: (
+                F.adaptive_avg_pool2d(x, 1),
+                F.adaptive_avg_pool2d(x, (4, 3)),
+                F.adaptive_avg_pool1d(x.flatten(2), 5),
+                x.mean((2, 3)),
+                x.mean((-1, -2), keepdim=True),
+            )
+        ),
+        [IMG],
+        {"nf.adaptive_avg_pool"},
     ),
     "cat": (lambda: Lambda(lambda m, x, y: torch.cat([x, y, x], 1)), [IMG, IMG], {"nf.concat"}),
     "split": (
-        lambda: Lambda(lambda m, x: (
-            *torch.split(x, 3, dim=2), *torch.chunk(x, 2, 1), *torch.split(x, [1, 3], 1),
-        )),
-        [IMG], {"nf.split"},
+        lambda: Lambda(
+            lambda m, x: (
+                *torch.split(x, 3, dim=2),
+                *torch.chunk(x, 2, 1),
+                *torch.split(x, [1, 3], 1),
+            )
+        ),
+        [IMG],
+        {"nf.split"},
     ),
     "slice_select": (
         lambda: Lambda(lambda m, x: (x[:, 1:3], x[:, :, 2], x[..., -2:], x[:, -1])),
-        [IMG], {"nf.split", "nf.reshape"},
+        [IMG],
+        {"nf.split", "nf.reshape"},
     ),
     "reshape": (
-        lambda: Lambda(lambda m, x: (
-            x.flatten(1), x.view(x.shape[0], -1, 7), x.reshape(-1, 4, 63), x.unsqueeze(2).squeeze(2),
-            x[:, None], x.flatten(2).unsqueeze(-1).squeeze(-1),
-        )),
-        [IMG], {"nf.reshape"},
+        lambda: Lambda(
+            lambda m, x: (
+                x.flatten(1),
+                x.view(x.shape[0], -1, 7),
+                x.reshape(-1, 4, 63),
+                x.unsqueeze(2).squeeze(2),
+                x[:, None],
+                x.flatten(2).unsqueeze(-1).squeeze(-1),
+            )
+        ),
+        [IMG],
+        {"nf.reshape"},
     ),
     "permute": (
-        lambda: Lambda(lambda m, x: (
-            x.permute(0, 2, 3, 1), x.transpose(1, 3), x.transpose(-1, -2).contiguous(), x.flatten(1).t(),
-        )),
-        [IMG], {"nf.transpose"},
+        lambda: Lambda(
+            lambda m, x: (
+                x.permute(0, 2, 3, 1),
+                x.transpose(1, 3),
+                x.transpose(-1, -2).contiguous(),
+                x.flatten(1).t(),
+            )
+        ),
+        [IMG],
+        {"nf.transpose"},
     ),
     "pad": (
-        lambda: Lambda(lambda m, x: (
-            F.pad(x, (1, 2)), F.pad(x, (1, 0, 0, 2), value=0.5), F.pad(x, (1, 1, 2, 2), mode="reflect"),
-            F.pad(x, (2, 1, 1, 2), mode="replicate"), F.pad(x, (-1, 0, 0, -2)),
-        )),
-        [IMG], {"nf.pad"},
+        lambda: Lambda(
+            lambda m, x: (
+                F.pad(x, (1, 2)),
+                F.pad(x, (1, 0, 0, 2), value=0.5),
+                F.pad(x, (1, 1, 2, 2), mode="reflect"),
+                F.pad(x, (2, 1, 1, 2), mode="replicate"),
+                F.pad(x, (-1, 0, 0, -2)),
+            )
+        ),
+        [IMG],
+        {"nf.pad"},
     ),
     "upsample_nearest": (
-        lambda: Lambda(lambda m, x: (
-            F.interpolate(x, scale_factor=2), F.interpolate(x, size=(13, 20)),
-            F.interpolate(x.flatten(2), scale_factor=3), F.interpolate(x, scale_factor=(1.5, 2.0)),
-        )),
-        [IMG], {"nf.upsample_nearest"},
+        lambda: Lambda(
+            lambda m, x: (
+                F.interpolate(x, scale_factor=2),
+                F.interpolate(x, size=(13, 20)),
+                F.interpolate(x.flatten(2), scale_factor=3),
+                F.interpolate(x, scale_factor=(1.5, 2.0)),
+            )
+        ),
+        [IMG],
+        {"nf.upsample_nearest"},
     ),
     "dropped_ops": (
-        lambda: Lambda(lambda m, x: m.drop(m.ident(x)).clone().contiguous().detach() + 1,
-                       drop=nn.Dropout(0.5), ident=nn.Identity()),
-        [IMG], {"nf.add"},
+        lambda: Lambda(
+            lambda m, x: m.drop(m.ident(x)).clone().contiguous().detach() + 1,
+            drop=nn.Dropout(0.5),
+            ident=nn.Identity(),
+        ),
+        [IMG],
+        {"nf.add"},
     ),
 }
 
@@ -394,19 +500,45 @@ def test_every_handler_is_exercised() -> None:
     """The op table holds the ops the issue asks for."""
     ops = set(supported_aten_ops())
     for required in (
-        "aten.conv1d.default", "aten.conv2d.default", "aten.conv2d.padding", "aten.linear.default",
-        "aten.matmul.default", "aten.mm.default", "aten.bmm.default",
-        "aten._native_batch_norm_legit_no_training.default", "aten.add.Tensor",
-        "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor", "aten.relu.default",
-        "aten.hardtanh.default", "aten.relu6.default", "aten.leaky_relu.default",
-        "aten.prelu.default", "aten.sigmoid.default", "aten.tanh.default",
-        "aten.hardsigmoid.default", "aten.hardswish.default", "aten.max_pool1d.default",
-        "aten.max_pool2d.default", "aten.avg_pool1d.default", "aten.avg_pool2d.default",
-        "aten.adaptive_avg_pool2d.default", "aten.cat.default", "aten.split.Tensor",
-        "aten.split_with_sizes.default", "aten.view.default", "aten.permute.default",
-        "aten.transpose.int", "aten.constant_pad_nd.default", "aten.upsample_nearest2d.vec",
-        "aten.dropout.default", "aten.clone.default", "aten.alias.default",
-        "aten.unsqueeze.default", "aten.squeeze.dim",
+        "aten.conv1d.default",
+        "aten.conv2d.default",
+        "aten.conv2d.padding",
+        "aten.linear.default",
+        "aten.matmul.default",
+        "aten.mm.default",
+        "aten.bmm.default",
+        "aten._native_batch_norm_legit_no_training.default",
+        "aten.add.Tensor",
+        "aten.sub.Tensor",
+        "aten.mul.Tensor",
+        "aten.div.Tensor",
+        "aten.relu.default",
+        "aten.hardtanh.default",
+        "aten.relu6.default",
+        "aten.leaky_relu.default",
+        "aten.prelu.default",
+        "aten.sigmoid.default",
+        "aten.tanh.default",
+        "aten.hardsigmoid.default",
+        "aten.hardswish.default",
+        "aten.max_pool1d.default",
+        "aten.max_pool2d.default",
+        "aten.avg_pool1d.default",
+        "aten.avg_pool2d.default",
+        "aten.adaptive_avg_pool2d.default",
+        "aten.cat.default",
+        "aten.split.Tensor",
+        "aten.split_with_sizes.default",
+        "aten.view.default",
+        "aten.permute.default",
+        "aten.transpose.int",
+        "aten.constant_pad_nd.default",
+        "aten.upsample_nearest2d.vec",
+        "aten.dropout.default",
+        "aten.clone.default",
+        "aten.alias.default",
+        "aten.unsqueeze.default",
+        "aten.squeeze.dim",
     ):
         assert required in ops, required
 
@@ -495,7 +627,10 @@ def test_result_shapes_are_checked_against_torch(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(torch_import.ATEN_HANDLERS, "aten.view.default", forgetful_flatten)
     monkeypatch.setitem(torch_import.ATEN_HANDLERS, "aten.flatten.using_ints", forgetful_flatten)
     model = Lambda(lambda m, x: torch.relu(x.flatten(1)))
-    with pytest.raises(FrontendError, match=r"(?s)aten\.(view|flatten)\.\w+.*differs from torch's tensor<\?x12xf32>"):
+    with pytest.raises(
+        FrontendError,
+        match=r"(?s)aten\.(view|flatten)\.\w+.*differs from torch's tensor<\?x12xf32>",
+    ):
         from_torch(model, torch.randn(2, 3, 4))
 
 
@@ -506,13 +641,20 @@ def test_undecomposed_export_imports_too() -> None:
 
     torch.manual_seed(0)
     model = Lambda(
-        lambda m, x: m.drop(torch.cat(torch.chunk(m.bn(x), 2, 1)[::-1], 1).flatten(1)) + torch.tensor([0.5]),
-        bn=nn.BatchNorm2d(4), drop=nn.Dropout(0.1),
+        lambda m, x: (
+            m.drop(torch.cat(torch.chunk(m.bn(x), 2, 1)[::-1], 1).flatten(1)) + torch.tensor([0.5])
+        ),
+        bn=nn.BatchNorm2d(4),
+        drop=nn.Dropout(0.1),
     ).eval()
     x = torch.randn(2, 4, 3, 3)
     program = torch.export.export(model, (x,))
     targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
-    assert {"aten.batch_norm.default", "aten.chunk.default", "aten.flatten.using_ints",
-            "aten.dropout.default"} <= targets
+    assert {
+        "aten.batch_norm.default",
+        "aten.chunk.default",
+        "aten.flatten.using_ints",
+        "aten.dropout.default",
+    } <= targets
     module = import_program(program)
     assert_close_to_torch(module, model, x)

@@ -17,8 +17,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"nanoir": "nanoir", "dialects": "nanoir.dialects", "lowering": "nanoir.lowering",
-           "runtime": "nanoir.runtime", "grammar": "nanoir.grammar"}
+FOLDERS = {
+    "nanoir": "nanoir",
+    "dialects": "nanoir.dialects",
+    "lowering": "nanoir.lowering",
+    "runtime": "nanoir.runtime",
+    "grammar": "nanoir.grammar",
+}
 
 # (layer number, prefix), most specific prefix first.
 LAYERS = [
@@ -48,8 +53,11 @@ def _modules() -> dict[str, Path]:
             rel = path.relative_to(ROOT / folder).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([package, *parts])
-            if folder == "nanoir" and parts and parts[0] in ("dialects", "lowering", "runtime",
-                                                             "grammar"):
+            if (
+                folder == "nanoir"
+                and parts
+                and parts[0] in ("dialects", "lowering", "runtime", "grammar")
+            ):
                 continue
             found[name] = path
     return found
@@ -131,8 +139,10 @@ def test_imports_go_down(module: str) -> None:
             bad.append(f"line {line}: imports {target}, a sibling of {my_prefix}")
         if in_function and line not in typing_only:
             if not _explained_as_lazy(source, line):
-                bad.append(f"line {line}: imports {target} inside a function without a "
-                           "'lazy' comment (a function-local import must not dodge a cycle)")
+                bad.append(
+                    f"line {line}: imports {target} inside a function without a "
+                    "'lazy' comment (a function-local import must not dodge a cycle)"
+                )
     assert not bad, f"{module} ({path.relative_to(ROOT)}):\n  " + "\n  ".join(bad)
 
 

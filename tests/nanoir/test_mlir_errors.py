@@ -71,7 +71,9 @@ func.func @f(%x: tensor<?x4xi8, #nh.fixed<3, BC>> {ATTRS}) -> tensor<?x4xi8, #nh
   func.return %y : tensor<?x4xi8, #nh.fixed<3, BC>>
 }
 """
-GOOD_ATTRS = "nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>"
+GOOD_ATTRS = (
+    "nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>"
+)
 
 
 # -- 1. the hang --------------------------------------------------------------------------------
@@ -127,8 +129,14 @@ def test_fixed_exponent_limits() -> None:
 # -- 3. dense values, UTF-8, empty files ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("literal", ["dense<300> : tensor<2xi8>", "dense<[1, -200]> : tensor<2xi8>",
-                                     "dense<70000> : tensor<3xi16>"])
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "dense<300> : tensor<2xi8>",
+        "dense<[1, -200]> : tensor<2xi8>",
+        "dense<70000> : tensor<3xi16>",
+    ],
+)
 def test_dense_value_out_of_range_is_located(literal: str) -> None:
     err = parse_error(f'"test.op"() {{v = {literal}}} : () -> ()\n')
     assert isinstance(err, ParseError)  # still an xDSL ParseError for callers catching that
@@ -137,7 +145,7 @@ def test_dense_value_out_of_range_is_located(literal: str) -> None:
 
 
 def test_non_utf8_bytes_are_located_with_line_and_caret() -> None:
-    text = b'func.func @f() {\n  // caf\xe9\n  func.return\n}\n'
+    text = b"func.func @f() {\n  // caf\xe9\n  func.return\n}\n"
     err = parse_error(text)
     assert str(err).startswith("bad.mlir:2:9\n")
     assert "not valid UTF-8: byte 0xe9" in str(err)
@@ -191,27 +199,45 @@ def test_brackets_in_strings_and_comments_do_not_count() -> None:
 # -- 5. huge splats -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("literal", ["dense<1.0> : tensor<100000000000x4xf32>",
-                                     'dense<"0x0000803F"> : tensor<100000000000xf32>',
-                                     "dense<1> : tensor<99999999999999999999xi8>"])
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "dense<1.0> : tensor<100000000000x4xf32>",
+        'dense<"0x0000803F"> : tensor<100000000000xf32>',
+        "dense<1> : tensor<99999999999999999999xi8>",
+    ],
+)
 def test_huge_splat_is_refused_before_it_is_expanded(literal: str) -> None:
     err = parse_error(f'"test.op"() {{v = {literal}}} : () -> ()\n')
-    assert re.search(r"error: dense literal of type tensor<\d+(x4)?x[fi]\d+> has \d+ elements "
-                     r"\([\d.]+ [TGM]iB\); nanoir accepts at most 256 MiB per literal", str(err))
+    assert re.search(
+        r"error: dense literal of type tensor<\d+(x4)?x[fi]\d+> has \d+ elements "
+        r"\([\d.]+ [TGM]iB\); nanoir accepts at most 256 MiB per literal",
+        str(err),
+    )
     caret_under(err, "tensor<")
 
 
-@pytest.mark.parametrize(("value", "elt", "dtype"), [("-3", "i8", "<i1"), ("7", "i32", "<i4"),
-                                                     ("1.5", "f32", "<f4"), ("2", "f64", "<f8"),
-                                                     ("true", "i1", "<i1")])
+@pytest.mark.parametrize(
+    ("value", "elt", "dtype"),
+    [
+        ("-3", "i8", "<i1"),
+        ("7", "i32", "<i4"),
+        ("1.5", "f32", "<f4"),
+        ("2", "f64", "<f8"),
+        ("true", "i1", "<i1"),
+    ],
+)
 def test_large_splats_are_fast_and_exact(value: str, elt: str, dtype: str) -> None:
     n = 1_000_000  # xDSL alone takes 4 s for a million integers
     with deadline(2.0):
-        module = nanoir.parse(f'"test.op"() {{v = dense<{value}> : tensor<1000x1000x{elt}>}} : '
-                              "() -> ()")
+        module = nanoir.parse(
+            f'"test.op"() {{v = dense<{value}> : tensor<1000x1000x{elt}>}} : () -> ()'
+        )
     attr = next(iter(module.body.block.ops)).attributes["v"]
     assert isinstance(attr, DenseIntOrFPElementsAttr)
-    expected = np.full(n, -1 if value == "true" else float(value), dtype=dtype)  # xDSL: true is 0xff
+    expected = np.full(
+        n, -1 if value == "true" else float(value), dtype=dtype
+    )  # xDSL: true is 0xff
     assert attr.data.data == expected.tobytes()
     assert attr.get_shape() == (1000, 1000)
 
@@ -224,18 +250,32 @@ def test_small_splat_round_trips() -> None:
 # -- 6. what the runtime needs from nh functions ----------------------------------------------------
 
 
-@pytest.mark.parametrize(("attrs", "message"), [
-    ("nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>", "has nq.bits, nq.exp but no nq.rounding"),
-    ("nq.bits = 99 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>",
-     "nq.bits = 99 is outside 1..16"),
-    ("nq.bits = 8 : i64, nq.exp = dense<999> : tensor<1xi16>, nq.rounding = #nq.rounding<trunc>",
-     "nq.exp 999 is outside -60..60"),
-    ("nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi4>, nq.rounding = #nq.rounding<trunc>",
-     "nq.exp must be a dense tensor of i8, i16, i32 or i64 exponents"),
-    ("nq.bits = 8 : i64, nq.exp = dense<5> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>",
-     "its exponents 3 are not nq.exp = 5"),
-    ("nq.bit = 8 : i64", "has the unknown attribute nq.bit"),
-])
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [
+        (
+            "nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>",
+            "has nq.bits, nq.exp but no nq.rounding",
+        ),
+        (
+            "nq.bits = 99 : i64, nq.exp = dense<3> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>",
+            "nq.bits = 99 is outside 1..16",
+        ),
+        (
+            "nq.bits = 8 : i64, nq.exp = dense<999> : tensor<1xi16>, nq.rounding = #nq.rounding<trunc>",
+            "nq.exp 999 is outside -60..60",
+        ),
+        (
+            "nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi4>, nq.rounding = #nq.rounding<trunc>",
+            "nq.exp must be a dense tensor of i8, i16, i32 or i64 exponents",
+        ),
+        (
+            "nq.bits = 8 : i64, nq.exp = dense<5> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>",
+            "its exponents 3 are not nq.exp = 5",
+        ),
+        ("nq.bit = 8 : i64", "has the unknown attribute nq.bit"),
+    ],
+)
 def test_hw_inputs_the_runtime_cannot_quantize_are_rejected(attrs: str, message: str) -> None:
     err = parse_error(HW.replace("ATTRS", attrs))
     assert isinstance(err, NanoirDiagnostic)
@@ -257,8 +297,10 @@ def test_a_verified_hw_function_runs() -> None:
 
 
 def test_one_bit_inputs_use_the_negated_exponent() -> None:
-    text = HW.replace("ATTRS", "nq.bits = 1 : i64, nq.exp = dense<-2> : tensor<1xi8>, "
-                               "nq.rounding = #nq.rounding<trunc>").replace("i8,", "i1,")
+    text = HW.replace(
+        "ATTRS",
+        "nq.bits = 1 : i64, nq.exp = dense<-2> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>",
+    ).replace("i8,", "i1,")
     text = text.replace("#nh.fixed<3, BC>", "#nh.fixed<2, BC>")
     nanoir.parse(text)
     err = parse_error(text.replace("dense<-2>", "dense<2>"))
@@ -273,8 +315,9 @@ def test_errors_are_nanoir_errors_and_xdsl_parse_errors() -> None:
         nanoir.parse('"test.op"() {v = dense<300> : tensor<2xi8>} : () -> ()')
     with pytest.raises(nanoir.Error):
         nanoir.parse("func.func @f( {")
-    err = parse_error("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %y : "
-                      "tensor<4xf32>\n}\n")
+    err = parse_error(
+        "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %y : tensor<4xf32>\n}\n"
+    )
     assert isinstance(err, MlirSyntaxError)
 
 
@@ -284,39 +327,63 @@ def _tool(name: str) -> str:
     return exe
 
 
-@pytest.mark.parametrize(("name", "content", "message"), [
-    ("hang.mlir", 'func.func @f() attributes {a = "' + "x" * 60 + "} {\n}\n",
-     "unterminated string literal"),
-    ("deep.mlir", '"test.op"() {a = ' + "[" * 5000 + "]" * 5000 + "} : () -> ()\n",
-     "nesting too deep"),
-    ("splat.mlir", '"test.op"() {v = dense<1.0> : tensor<100000000000x4xf32>} : () -> ()\n',
-     "has 400000000000 elements"),
-    ("range.mlir", '"test.op"() {v = dense<300> : tensor<2xi8>} : () -> ()\n',
-     "out of range for type i8"),
-])
-def test_nanoir_opt_exits_1_with_one_located_message(tmp_path: Path, name: str, content: str,
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "hang.mlir",
+            'func.func @f() attributes {a = "' + "x" * 60 + "} {\n}\n",
+            "unterminated string literal",
+        ),
+        (
+            "deep.mlir",
+            '"test.op"() {a = ' + "[" * 5000 + "]" * 5000 + "} : () -> ()\n",
+            "nesting too deep",
+        ),
+        (
+            "splat.mlir",
+            '"test.op"() {v = dense<1.0> : tensor<100000000000x4xf32>} : () -> ()\n',
+            "has 400000000000 elements",
+        ),
+        (
+            "range.mlir",
+            '"test.op"() {v = dense<300> : tensor<2xi8>} : () -> ()\n',
+            "out of range for type i8",
+        ),
+    ],
+)
+def test_nanoir_opt_exits_1_with_one_located_message(
+    tmp_path: Path, name: str, content: str, message: str
+) -> None:
     src = tmp_path / name
     src.write_text(content)
-    proc = subprocess.run([_tool("nanoir-opt"), str(src)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [_tool("nanoir-opt"), str(src)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""
     assert re.match(rf"{re.escape(str(src))}:1:\d+\n", proc.stderr), proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ('func.func @f() attributes {a = "' + "x" * 60 + "} {\n}\n", "unterminated string literal"),
-    ("func.func @f(%x: tensor<4xi8, #nh.fixed<99999999999999999999, C>>) {\n  func.return\n}\n",
-     "exponent 99999999999999999999 is outside -128..127"),
-])
-def test_nanoir_run_exits_1_with_one_located_message(tmp_path: Path, content: str,
-                                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('func.func @f() attributes {a = "' + "x" * 60 + "} {\n}\n", "unterminated string literal"),
+        (
+            "func.func @f(%x: tensor<4xi8, #nh.fixed<99999999999999999999, C>>) {\n  func.return\n}\n",
+            "exponent 99999999999999999999 is outside -128..127",
+        ),
+    ],
+)
+def test_nanoir_run_exits_1_with_one_located_message(
+    tmp_path: Path, content: str, message: str
+) -> None:
     src = tmp_path / "bad.mlir"
     src.write_text(content)
-    proc = subprocess.run([_tool("nanoir-run"), str(src)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [_tool("nanoir-run"), str(src)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1, proc.stderr
     assert re.match(rf"{re.escape(str(src))}:1:\d+\n", proc.stderr), proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
@@ -325,8 +392,9 @@ def test_nanoir_run_exits_1_with_one_located_message(tmp_path: Path, content: st
 def test_nanoir_opt_reads_an_empty_file(tmp_path: Path) -> None:
     src = tmp_path / "empty.mlir"
     src.write_text("")
-    proc = subprocess.run([_tool("nanoir-opt"), str(src)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [_tool("nanoir-opt"), str(src)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["builtin.module", "{", "}"]
 
@@ -336,8 +404,12 @@ def test_nanoir_run_rejects_a_hw_input_without_rounding(tmp_path: Path) -> None:
     src.write_text(HW.replace("ATTRS", "nq.bits = 8 : i64, nq.exp = dense<3> : tensor<1xi8>"))
     x = tmp_path / "x.npy"
     np.save(x, np.zeros((1, 4), np.float32))
-    proc = subprocess.run([_tool("nanoir-run"), str(src), "--input", str(x)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [_tool("nanoir-run"), str(src), "--input", str(x)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     assert f"{src}:1:1\n" in proc.stderr
     assert "has nq.bits, nq.exp but no nq.rounding" in proc.stderr
@@ -358,7 +430,9 @@ def test_invisible_characters_are_shown() -> None:
     assert "error: Unexpected character '\\x00' (U+0000)" in str(err)
 
 
-@pytest.mark.parametrize("text", ['\ufeff"test.op"() : () -> ()', b'\xef\xbb\xbf"test.op"() : () -> ()'])
+@pytest.mark.parametrize(
+    "text", ['\ufeff"test.op"() : () -> ()', b'\xef\xbb\xbf"test.op"() : () -> ()']
+)
 def test_a_byte_order_mark_is_accepted(text: str | bytes) -> None:
     assert len(list(nanoir.parse(text).body.block.ops)) == 1  # type: ignore[arg-type]
     err = parse_error(text[:-2] + ("!)" if isinstance(text, str) else b"!)"))

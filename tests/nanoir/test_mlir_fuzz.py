@@ -81,12 +81,56 @@ _TOKEN = re.compile(
     r"|[A-Za-z_][\w$.]*|->|\S"
 )
 _NUMBER = re.compile(r"-?\d")
-BLOWUPS = ["99999999999999999999", "9223372036854775808", "-9223372036854775809", "4294967296",
-           "2147483648", "100000", "65536", "1e309", "-1e400", "0x7fffffffffffffffff", "0", "-1",
-           "1.5", "128", "-129", "100000000000"]
+BLOWUPS = [
+    "99999999999999999999",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "4294967296",
+    "2147483648",
+    "100000",
+    "65536",
+    "1e309",
+    "-1e400",
+    "0x7fffffffffffffffff",
+    "0",
+    "-1",
+    "1.5",
+    "128",
+    "-129",
+    "100000000000",
+]
 BAD_BYTES = [b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\x80", b"\xf5\x80\x80\x80", b"\x00"]
-JUNK = ["\"", "\\", "{", "}", "[", "]", "<", ">", "(", ")", ",", ":", "=", "%", "@", "#", "!",
-        "^", "->", "//", "\x00", "\t", "\r", "\u0663", "\u00e9", "\ufeff", "?", "x", "..."]
+JUNK = [
+    '"',
+    "\\",
+    "{",
+    "}",
+    "[",
+    "]",
+    "<",
+    ">",
+    "(",
+    ")",
+    ",",
+    ":",
+    "=",
+    "%",
+    "@",
+    "#",
+    "!",
+    "^",
+    "->",
+    "//",
+    "\x00",
+    "\t",
+    "\r",
+    "\u0663",
+    "\u00e9",
+    "\ufeff",
+    "?",
+    "x",
+    "...",
+]
 
 
 def tokens_and_gaps(text: str) -> tuple[list[str], list[str]]:
@@ -103,10 +147,23 @@ def mutants(draw: st.DrawFn, sources: list[str]) -> str | bytes:
     raw: bytes | None = None
     for _ in range(draw(st.integers(1, 3))):
         tokens, gaps = tokens_and_gaps(text)
-        kind = draw(st.sampled_from([
-            "truncate", "delete", "duplicate", "swap", "replace", "number", "string", "nest",
-            "junk", "bytes", "flip",
-        ]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "truncate",
+                    "delete",
+                    "duplicate",
+                    "swap",
+                    "replace",
+                    "number",
+                    "string",
+                    "nest",
+                    "junk",
+                    "bytes",
+                    "flip",
+                ]
+            )
+        )
         if not tokens or kind == "truncate":
             text = text[: draw(st.integers(0, len(text)))]
             continue
@@ -225,7 +282,9 @@ def test_truncation_at_every_token() -> None:
 def test_every_single_token_deletion() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for i in range(len(tokens)):
-        assert_parses_or_reports(join_tokens(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :]))
+        assert_parses_or_reports(
+            join_tokens(tokens[:i] + tokens[i + 1 :], gaps[:i] + gaps[i + 1 :])
+        )
 
 
 def test_every_number_blown_up() -> None:
@@ -247,13 +306,15 @@ def test_an_unterminated_string_on_every_line() -> None:
     lines = SMALL.splitlines(keepends=True)
     for i in range(len(lines)):
         for tail in ('"' + "x" * 80, '"abc\\'):
-            assert_parses_or_reports("".join(lines[:i]) + lines[i].rstrip("\n") + tail + "\n"
-                                     + "".join(lines[i + 1 :]))
+            assert_parses_or_reports(
+                "".join(lines[:i]) + lines[i].rstrip("\n") + tail + "\n" + "".join(lines[i + 1 :])
+            )
 
 
 def test_deep_nesting_everywhere() -> None:
     tokens, gaps = tokens_and_gaps(SMALL)
     for k in range(0, len(tokens), 7):
         for depth in (65, 5000):
-            assert_parses_or_reports(join_tokens(tokens[:k] + [tokens[k] + nest(depth)] + tokens[k + 1 :],
-                                          gaps))
+            assert_parses_or_reports(
+                join_tokens(tokens[:k] + [tokens[k] + nest(depth)] + tokens[k + 1 :], gaps)
+            )

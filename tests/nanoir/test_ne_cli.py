@@ -36,7 +36,11 @@ def tool(name: str, *args: str, stdin: bytes | None = None) -> subprocess.Comple
 
 def located(marked: str) -> tuple[str, int, int]:
     at = marked.index("§")
-    return marked.replace("§", ""), marked.count("\n", 0, at) + 1, at - (marked.rfind("\n", 0, at) + 1) + 1
+    return (
+        marked.replace("§", ""),
+        marked.count("\n", 0, at) + 1,
+        at - (marked.rfind("\n", 0, at) + 1) + 1,
+    )
 
 
 def test_emit_nanoengine_reproduces_the_sample() -> None:
@@ -46,7 +50,9 @@ def test_emit_nanoengine_reproduces_the_sample() -> None:
 
 
 def test_stdin_needs_the_input_format_flag() -> None:
-    proc = tool("nanoir-opt", "--input-format=nanoengine", "-t", "nanoengine", stdin=SAMPLE.read_bytes())
+    proc = tool(
+        "nanoir-opt", "--input-format=nanoengine", "-t", "nanoengine", stdin=SAMPLE.read_bytes()
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == SAMPLE.read_bytes()
 
@@ -68,7 +74,9 @@ def test_through_mlir_files_and_back(tmp_path: Path) -> None:
 
 def test_syntax_error_is_one_located_message(tmp_path: Path) -> None:
     # A missing ',' is noticed at the next token, on the next line.
-    marked = SAMPLE.read_text().replace("    op_type=Conv,\n    attr", "    op_type=Conv\n    §attr", 1)
+    marked = SAMPLE.read_text().replace(
+        "    op_type=Conv,\n    attr", "    op_type=Conv\n    §attr", 1
+    )
     text, line, column = located(marked)
     bad = tmp_path / "bad.ne"
     bad.write_text(text)
@@ -83,7 +91,9 @@ def test_syntax_error_is_one_located_message(tmp_path: Path) -> None:
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bad.ne"]
 
 
-def test_semantic_error_is_one_located_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_semantic_error_is_one_located_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     marked = SAMPLE.read_text().replace("kernel_shape=[3, 3]", "§kernel_shape=[3, 5]", 1)
     text, line, column = located(marked)
     bad = tmp_path / "bad.ne"
@@ -91,22 +101,33 @@ def test_semantic_error_is_one_located_message(tmp_path: Path, capsys: pytest.Ca
     out = tmp_path / "out.mlir"
     assert main([str(bad), "-o", str(out)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"{bad}:{line}:{column}: error: kernel_shape [3, 5] of Conv node 'Conv_n1' contradicts")
+    assert err.startswith(
+        f"{bad}:{line}:{column}: error: kernel_shape [3, 5] of Conv node 'Conv_n1' contradicts"
+    )
     assert not out.exists()
 
 
-def test_unknown_op_types_warn_with_a_location(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    marked = SAMPLE.read_text().replace("let Relu_n1: Node = {\n    op_type=Relu", "let §Relu_n1: Node = {\n    op_type=Gelu")
+def test_unknown_op_types_warn_with_a_location(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marked = SAMPLE.read_text().replace(
+        "let Relu_n1: Node = {\n    op_type=Relu", "let §Relu_n1: Node = {\n    op_type=Gelu"
+    )
     text, line, column = located(marked)
     src = tmp_path / "gelu.ne"
     src.write_text(text)
     assert main([str(src), "--emit=nanoengine"]) == 0
     captured = capsys.readouterr()
     assert captured.out == text
-    assert captured.err == f"{src}:{line}:{column}: warning: op type 'Gelu' of node 'Relu_n1' is not known to nanoir; it is kept as nf.custom (it cannot run or be lowered)\n"
+    assert (
+        captured.err
+        == f"{src}:{line}:{column}: warning: op type 'Gelu' of node 'Relu_n1' is not known to nanoir; it is kept as nf.custom (it cannot run or be lowered)\n"
+    )
 
 
-def test_export_error_names_the_op_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_error_names_the_op_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "pad.mlir"
     src.write_text(PADDED)
     out = tmp_path / "pad.ne"
@@ -118,7 +139,9 @@ def test_export_error_names_the_op_and_writes_nothing(tmp_path: Path, capsys: py
 def test_nanoir_run_reads_ne(tmp_path: Path) -> None:
     x = np.random.default_rng(2).standard_normal((2, 3, 4, 5))
     np.save(tmp_path / "x.npy", x)
-    proc = tool("nanoir-run", str(SAMPLE), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy"))
+    proc = tool(
+        "nanoir-run", str(SAMPLE), "--input", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy")
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     y = np.load(tmp_path / "y.npy")
     assert y.shape == (2, 16, 2, 3)
@@ -149,8 +172,15 @@ def test_save_is_atomic(tmp_path: Path) -> None:
 
 def test_load_reports_semantic_errors_with_a_location(tmp_path: Path) -> None:
     bad = tmp_path / "bad.ne"
-    bad.write_text(SAMPLE.read_text().replace("    Q_n4.do();\n    Conv_n2.do();\n", "    Conv_n2.do();\n    Q_n4.do();\n"))
-    with pytest.raises(NanoEngineSemanticError, match=re.escape("node 'Conv_n2' reads 'Q_n4_o0' before node 'Q_n4' computes it")) as info:
+    bad.write_text(
+        SAMPLE.read_text().replace(
+            "    Q_n4.do();\n    Conv_n2.do();\n", "    Conv_n2.do();\n    Q_n4.do();\n"
+        )
+    )
+    with pytest.raises(
+        NanoEngineSemanticError,
+        match=re.escape("node 'Conv_n2' reads 'Q_n4_o0' before node 'Q_n4' computes it"),
+    ) as info:
         nanoir.load(bad)
     assert info.value.filename == str(bad) and info.value.line > 1
 

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
+from nanoir.runtime.interpreter import run
+from nanoir.runtime.numerics import kernels
 from torch import nn
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 
 from nanoir.frontend import from_torch
-from nanoir.runtime.interpreter import run
-from nanoir.runtime.numerics import kernels
 from nanoir.testing_programs import examples
 
 torch.set_num_threads(1)
@@ -49,12 +49,25 @@ def conv_transpose_case(draw):  # noqa: ANN001, ANN201
     padding = [draw(st.integers(0, d * (k - 1))) for k, d in zip(kernel, dilation)]
     outpad = [draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation)]
     size = [draw(st.integers(1, 7)) for _ in range(n)]
-    assume(all((L - 1) * s - 2 * p + d * (k - 1) + o + 1 > 0
-               for L, s, p, d, k, o in zip(size, stride, padding, dilation, kernel, outpad)))
+    assume(
+        all(
+            (L - 1) * s - 2 * p + d * (k - 1) + o + 1 > 0
+            for L, s, p, d, k, o in zip(size, stride, padding, dilation, kernel, outpad)
+        )
+    )
     bias = draw(st.booleans())
     cls = nn.ConvTranspose1d if n == 1 else nn.ConvTranspose2d
-    model = cls(cin, cout, kernel, stride=stride, padding=padding, output_padding=outpad,
-                groups=groups, bias=bias, dilation=dilation).eval()
+    model = cls(
+        cin,
+        cout,
+        kernel,
+        stride=stride,
+        padding=padding,
+        output_padding=outpad,
+        groups=groups,
+        bias=bias,
+        dilation=dilation,
+    ).eval()
     return model, (draw(st.integers(1, 3)), cin, *size)
 
 
@@ -80,8 +93,9 @@ def test_convolution_transposed_is_conv_transpose() -> None:
 
     class Generic(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.convolution(x, model.weight, model.bias, [2, 2], [1, 1], [1, 1],
-                                     True, [1, 1], 2)
+            return torch.convolution(
+                x, model.weight, model.bias, [2, 2], [1, 1], [1, 1], True, [1, 1], 2
+            )
 
     x = torch.randn(2, 4, 5, 3)
     module = from_torch(Generic().eval(), x)
@@ -91,8 +105,9 @@ def test_convolution_transposed_is_conv_transpose() -> None:
 
 @settings(max_examples=examples(12))
 @given(st.integers(1, 3), st.integers(1, 3), st.integers(1, 5), st.integers(1, 5), st.booleans())
-def test_pixel_shuffle_and_unshuffle_match_torch(r: int, c: int, h: int, w: int,
-                                                 unshuffle: bool) -> None:
+def test_pixel_shuffle_and_unshuffle_match_torch(
+    r: int, c: int, h: int, w: int, unshuffle: bool
+) -> None:
     spatial = [h, w]
     if unshuffle:
         model: nn.Module = nn.PixelUnshuffle(r)
@@ -115,13 +130,14 @@ def test_channel_shuffle_is_a_channel_permutation(g: int, per: int, h: int) -> N
     x = torch.randn(2, g * per, h, 3)
     module = from_torch(model, x)
     assert {op.name for op in module.walk() if op.name.startswith("nf.")} <= {
-        "nf.reshape", "nf.transpose"}
+        "nf.reshape",
+        "nf.transpose",
+    }
     _close(module, model, x)
 
 
 @settings(max_examples=examples(12))
-@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.integers(1, 6),
-       st.data())
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.integers(1, 6), st.data())
 def test_upsample_integer_scales_match_torch(scales: list[int], size: int, data) -> None:  # noqa: ANN001
     n = len(scales)
     spatial = [data.draw(st.integers(1, size)) for _ in range(n)]
@@ -138,10 +154,16 @@ def test_upsample_integer_scales_match_torch(scales: list[int], size: int, data)
 # --------------------------------------------------------------------------------------------
 
 
-@given(st.integers(1, 3), st.integers(1, 3), st.sampled_from((1, 2, 3)), st.integers(1, 4),
-       st.sampled_from(("CRD", "DCR")))
-def test_depth_to_space_inverts_space_to_depth(r: int, c: int, n: int, size: int,
-                                               mode: str) -> None:
+@given(
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.sampled_from((1, 2, 3)),
+    st.integers(1, 4),
+    st.sampled_from(("CRD", "DCR")),
+)
+def test_depth_to_space_inverts_space_to_depth(
+    r: int, c: int, n: int, size: int, mode: str
+) -> None:
     x = np.random.default_rng(0).standard_normal((2, c, *(size * r,) * n))
     y = kernels.space_to_depth(x, r, mode)
     assert y.shape == (2, c * r**n, *(size,) * n)
@@ -152,10 +174,16 @@ def test_block_modes_follow_onnx() -> None:
     """ONNX's DepthToSpace reference (DCR and CRD) and SpaceToDepth (DCR only)."""
     b, (n, c, h, w) = 2, (2, 12, 3, 4)
     x = np.arange(n * c * h * w, dtype=np.float64).reshape(n, c, h, w)
-    dcr = x.reshape(n, b, b, c // 4, h, w).transpose(0, 3, 4, 1, 5, 2).reshape(n, c // 4, h * b,
-                                                                              w * b)
-    crd = x.reshape(n, c // 4, b, b, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c // 4, h * b,
-                                                                              w * b)
+    dcr = (
+        x.reshape(n, b, b, c // 4, h, w)
+        .transpose(0, 3, 4, 1, 5, 2)
+        .reshape(n, c // 4, h * b, w * b)
+    )
+    crd = (
+        x.reshape(n, c // 4, b, b, h, w)
+        .transpose(0, 1, 4, 2, 5, 3)
+        .reshape(n, c // 4, h * b, w * b)
+    )
     np.testing.assert_array_equal(kernels.depth_to_space(x, b, "DCR"), dcr)
     np.testing.assert_array_equal(kernels.depth_to_space(x, b, "CRD"), crd)
     y = dcr
@@ -167,11 +195,17 @@ def test_conv_transpose_kernel_is_exact_on_integers() -> None:
     rng = np.random.default_rng(1)
     x = rng.integers(-128, 128, (2, 4, 5, 6))
     w = rng.integers(-8, 8, (4, 3, 3, 2))
-    y = kernels.conv_transpose(x, w, strides=[2, 3], pads=[1, 0, 1, 1], output_padding=[1, 2],
-                               groups=2, dilations=[1, 1])
-    expected = F.conv_transpose2d(torch.tensor(x, dtype=torch.float64),
-                                  torch.tensor(w, dtype=torch.float64), stride=(2, 3),
-                                  padding=(1, 0), output_padding=(1, 2), groups=2)
+    y = kernels.conv_transpose(
+        x, w, strides=[2, 3], pads=[1, 0, 1, 1], output_padding=[1, 2], groups=2, dilations=[1, 1]
+    )
+    expected = F.conv_transpose2d(
+        torch.tensor(x, dtype=torch.float64),
+        torch.tensor(w, dtype=torch.float64),
+        stride=(2, 3),
+        padding=(1, 0),
+        output_padding=(1, 2),
+        groups=2,
+    )
     # torch pads symmetrically: nf's extra end pad of 1 along W crops one more column.
     np.testing.assert_array_equal(y, expected.numpy()[..., :-1].astype(np.int64))
     assert y.dtype == np.int64

@@ -117,11 +117,17 @@ def test_missing_file_and_bad_pipeline(tmp_path: Path) -> None:
 def test_stdin_pipeline_and_generic_form(tmp_path: Path) -> None:
     exe = shutil.which("nanoir-opt", path=str(Path(sys.executable).parent))
     assert exe
-    generic = subprocess.run([exe, "--print-op-generic"], input=GOOD, capture_output=True,
-                             text=True, timeout=120)
+    generic = subprocess.run(
+        [exe, "--print-op-generic"], input=GOOD, capture_output=True, text=True, timeout=120
+    )
     assert generic.returncode == 0 and '"nq.fake_quant"(%x)' in generic.stdout
-    back = subprocess.run([exe, "-p", "cse,canonicalize"], input=generic.stdout,
-                          capture_output=True, text=True, timeout=120)
+    back = subprocess.run(
+        [exe, "-p", "cse,canonicalize"],
+        input=generic.stdout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert back.returncode == 0
     assert "nf.relu %q : tensor<?x3x8x8xf32>" in back.stdout
 
@@ -144,8 +150,9 @@ def test_version() -> None:
 @pytest.mark.parametrize("flag", ["--verify-diagnostics", "--parsing-diagnostics"])
 def test_diagnostic_flags_print_and_succeed(tmp_path: Path, flag: str) -> None:
     src = tmp_path / "bad.mlir"
-    src.write_text((VERIFY_ERROR if flag == "--verify-diagnostics" else SYNTAX_ERROR)
-                   + "\n// -----\n" + GOOD)
+    src.write_text(
+        (VERIFY_ERROR if flag == "--verify-diagnostics" else SYNTAX_ERROR) + "\n// -----\n" + GOOD
+    )
     proc = run(str(src), "--split-input-file", flag)
     assert proc.returncode == 0
     assert f"{src}:" in proc.stdout

@@ -23,15 +23,16 @@ def test_each_stage_and_the_end_result() -> None:
     calibration = [rng.standard_normal((4, *x.shape[1:])) for _ in range(2)]
     seen = {}
     for stop in STAGES:
-        seen[stop] = nanoir.compile_model(model, (x,), calibration, stop=stop,
-                                          stream={"mem_dim": 2})
+        seen[stop] = nanoir.compile_model(
+            model, (x,), calibration, stop=stop, stream={"mem_dim": 2}
+        )
     assert "nq" not in ops(seen["folded"]) and any(
-        op.name == "nf.batch_norm" for op in seen["nf"].walk())
+        op.name == "nf.batch_norm" for op in seen["nf"].walk()
+    )
     assert not any(op.name == "nf.batch_norm" for op in seen["folded"].walk())
     assert "nq" in ops(seen["nq"]) and "nh" not in ops(seen["nq"])
     assert "nf" not in ops(seen["nh"]) and "nh" in ops(seen["nh"])
-    assert "stream.plan" in nanoir.runtime.interpreter.find_function(
-        seen["streamed"]).attributes
+    assert "stream.plan" in nanoir.runtime.interpreter.find_function(seen["streamed"]).attributes
     xs = rng.standard_normal((3, *x.shape[1:]))
     (want,) = nanoir.run(seen["nq"], xs)
     (got,) = nanoir.run(seen["nh"], xs)

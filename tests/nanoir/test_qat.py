@@ -104,8 +104,15 @@ def test_every_width_and_rounding_lowers_to_nh_exactly(bits: int, mode: str) -> 
     model = small_cnn()
     x = np.random.default_rng(bits).random((8, 1, 8, 8)).astype(np.float32)
     learner = "lsq" if bits in (2, 8) else "ema"
-    q = qat.prepare(model, (torch.from_numpy(x[:2]),), weight_bits=bits, rounding=mode,
-                    weight_per_channel=bits != 2, learner=learner, rules=("conv1.weight=4",))
+    q = qat.prepare(
+        model,
+        (torch.from_numpy(x[:2]),),
+        weight_bits=bits,
+        rounding=mode,
+        weight_per_channel=bits != 2,
+        learner=learner,
+        rules=("conv1.weight=4",),
+    )
     qat.calibrate(q, [x])
     small_train(q, x, steps=2)
     module = assert_exact(q, x)
@@ -138,17 +145,20 @@ def small_cnn(bn: bool = True):  # noqa: ANN201
     return randomize_batch_norm(net).eval()
 
 
-@pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "SampleNet", "MobileNetV2Stack",
-                                  "ResNet18"])
+@pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "SampleNet", "MobileNetV2Stack", "ResNet18"])
 def test_every_test_model(name: str) -> None:
     from nanoir.testing import make_test_model
 
     model = make_test_model(name)
-    example = (torch.randn(2, 3, 32, 32) if name == "ResNet18"
-               else model.make_example_input(2))
+    example = torch.randn(2, 3, 32, 32) if name == "ResNet18" else model.make_example_input(2)
     x = example.numpy()
-    q = qat.prepare(model, (example,), weight_bits=4, act_bits=8,
-                    rules=("weight@fc.*=1/lsq", "act@relu=lsq:0.05"))
+    q = qat.prepare(
+        model,
+        (example,),
+        weight_bits=4,
+        act_bits=8,
+        rules=("weight@fc.*=1/lsq", "act@relu=lsq:0.05"),
+    )
     qat.calibrate(q, [x])
     if name != "ResNet18":
         small_train(q, x, steps=1)
@@ -164,12 +174,17 @@ def test_every_test_model(name: str) -> None:
 def test_calibrate_gives_the_ptq_program(calibrator: str) -> None:
     model = small_cnn()
     x = np.random.default_rng(0).random((16, 1, 8, 8)).astype(np.float32)
-    options = {"weight_bits": 4, "calibrator": calibrator, "rounding": "half_even",
-               "rules": (QuantRule(r"^fc\.weight$", bits=1), "conv2=skip", "act@relu=4/pc")}
+    options = {
+        "weight_bits": 4,
+        "calibrator": calibrator,
+        "rounding": "half_even",
+        "rules": (QuantRule(r"^fc\.weight$", bits=1), "conv2=skip", "act@relu=4/pc"),
+    }
     q = qat.prepare(model, (torch.from_numpy(x[:2]),), **options)
     qat.calibrate(q, [x[:8], x[8:]])
-    ptq = nanoir.compile_model(model, (torch.from_numpy(x[:2]),), [x[:8], x[8:]], stop="nq",
-                               **options)
+    ptq = nanoir.compile_model(
+        model, (torch.from_numpy(x[:2]),), [x[:8], x[8:]], stop="nq", **options
+    )
     assert str(qat.convert(q)) == str(ptq)
 
 
@@ -180,23 +195,35 @@ def test_batch_norm_is_folded_before_training() -> None:
     model = small_cnn()
     x = np.random.default_rng(1).random((6, 1, 8, 8)).astype(np.float32)
     q = qat.prepare(model, (torch.from_numpy(x[:2]),), learner="lsq")
-    assert sorted(q.params) == ["conv1_bias", "conv1_weight", "conv2_bias", "conv2_weight",
-                                "fc_bias", "fc_weight"]  # no BN parameters or statistics
+    assert sorted(q.params) == [
+        "conv1_bias",
+        "conv1_weight",
+        "conv2_bias",
+        "conv2_weight",
+        "fc_bias",
+        "fc_weight",
+    ]  # no BN parameters or statistics
     folded = nanoir.compile_model(model, (torch.from_numpy(x[:2]),), stop="folded")
     assert str(qat.float_program(q)) == str(folded)
     q.train()
     with torch.no_grad():
         train_out = q(torch.from_numpy(x).double()).numpy()
     assert np.array_equal(train_out, qat.evaluate(q, x))
-    assert np.array_equal(model.bn1.running_mean.numpy(),
-                          small_cnn().bn1.running_mean.numpy())  # the torch model is untouched
+    assert np.array_equal(
+        model.bn1.running_mean.numpy(), small_cnn().bn1.running_mean.numpy()
+    )  # the torch model is untouched
 
 
 def test_exponents_json_reads_back_to_the_same_program(tmp_path) -> None:  # noqa: ANN001
     model = small_cnn()
     x = np.random.default_rng(2).random((8, 1, 8, 8)).astype(np.float32)
-    q = qat.prepare(model, (torch.from_numpy(x[:2]),), weight_bits=2, rounding="floor",
-                    rules=("fc.weight=1/pt",))
+    q = qat.prepare(
+        model,
+        (torch.from_numpy(x[:2]),),
+        weight_bits=2,
+        rounding="floor",
+        rules=("fc.weight=1/pt",),
+    )
     qat.calibrate(q, [x])
     small_train(q, x)
     path = tmp_path / "exps.json"
@@ -310,8 +337,9 @@ def test_ema_one_bit_per_channel_and_near_zero_channels() -> None:
     y = q(w)
     # ch0: t = 3 > 2 -> 2.7, s = 0.5 * 0.25 + 0.5 * 2.7 = 1.475, k = 0;
     # ch1: t = 0.3 < 0.5 -> 0.3333, s = 0.2917, k = -2; ch2: kept 0.25, k = -2.
-    assert torch.allclose(q.scale.flatten(), torch.tensor([1.475, 0.125 + 0.15 / 0.9, 0.25],
-                                                          dtype=torch.float64))
+    assert torch.allclose(
+        q.scale.flatten(), torch.tensor([1.475, 0.125 + 0.15 / 0.9, 0.25], dtype=torch.float64)
+    )
     assert q.int_exponents().flatten().tolist() == [0, -2, -2]
     assert y[0, 0] == 1.0 and y[1, 3] == -0.25 and y[1, 0] == 0.25  # sign * 2**k, 0 -> +
 
@@ -335,8 +363,13 @@ def test_rules_name_learners_and_rates() -> None:
         with pytest.raises(QuantizeError):
             QuantRule.parse(bad)
     model = small_cnn()
-    q = qat.prepare(model, (torch.rand(2, 1, 8, 8),), learner="lsq", lr=0.02,
-                    rules=("conv1.weight=ema:0.3", "act@relu=lsq:0.5", "fc=8"))
+    q = qat.prepare(
+        model,
+        (torch.rand(2, 1, 8, 8),),
+        learner="lsq",
+        lr=0.02,
+        rules=("conv1.weight=ema:0.3", "act@relu=lsq:0.5", "fc=8"),
+    )
     assert (q.quantizer("conv1.weight").learner, q.quantizer("conv1.weight").lr) == ("ema", 0.3)
     assert (q.quantizer("relu").learner, q.quantizer("relu").lr) == ("lsq", 0.5)
     assert (q.quantizer("fc.weight").learner, q.quantizer("fc.weight").lr) == ("lsq", 0.02)

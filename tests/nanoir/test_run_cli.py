@@ -43,8 +43,9 @@ def test_npy_outputs_match_the_api(files: tuple[Path, Path, Path], tmp_path: Pat
     assert np.array_equal(codes, np.trunc(codes)) and codes.min() >= -8 and codes.max() <= 7
 
 
-def test_npz_and_stdout(files: tuple[Path, Path, Path], tmp_path: Path,
-                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_npz_and_stdout(
+    files: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     prog, x, y = files
     out = tmp_path / "all.npz"
     assert main([str(prog), "-i", str(x), "-i", str(y), "-o", str(out)]) == 0
@@ -56,8 +57,9 @@ def test_npz_and_stdout(files: tuple[Path, Path, Path], tmp_path: Path,
     assert "// output 1: shape (3, 4), dtype float64" in printed
 
 
-def test_errors_leave_no_output(files: tuple[Path, Path, Path], tmp_path: Path,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_leave_no_output(
+    files: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     prog, x, _ = files
     out = tmp_path / "o.npy"
     assert main([str(prog), "-i", str(x), "-o", str(out)]) == 1

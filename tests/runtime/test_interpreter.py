@@ -68,15 +68,24 @@ def test_conv(x_shape, w_shape, strides, pads, dilations, groups) -> None:  # no
     n = len(x_shape) - 2
     module = program(
         [(D, *x_shape[1:]), w_shape, (w_shape[0],)],
-        lambda a: [nf.ConvOp(a[0], a[1], a[2], strides=strides, pads=pads,
-                             dilations=dilations, groups=groups)],
+        lambda a: [
+            nf.ConvOp(
+                a[0], a[1], a[2], strides=strides, pads=pads, dilations=dilations, groups=groups
+            )
+        ],
     )
     x, w, b = rand(*x_shape), rand(*w_shape, seed=1), rand(w_shape[0], seed=2)
     (got,) = run(module, x, w, b)
     xt = F.pad(torch.from_numpy(x), torch_pads(pads or [0] * 2 * n))
     conv = F.conv1d if n == 1 else F.conv2d
-    want = conv(xt, torch.from_numpy(w), torch.from_numpy(b), stride=strides or 1,
-                dilation=dilations or 1, groups=groups)
+    want = conv(
+        xt,
+        torch.from_numpy(w),
+        torch.from_numpy(b),
+        stride=strides or 1,
+        dilation=dilations or 1,
+        groups=groups,
+    )
     close(got, want)
 
 
@@ -90,8 +99,9 @@ def test_linear_matmul_batch_norm() -> None:
     xs = rand(2, 4, 3, 3)
     g, bb, mu = rand(4, seed=4), rand(4, seed=5), rand(4, seed=6)
     var = np.abs(rand(4, seed=7)) + 0.1
-    module = program([(D, 4, 3, 3), (4,), (4,), (4,), (4,)],
-                     lambda a: [nf.BatchNormOp(*a, epsilon=1e-3)])
+    module = program(
+        [(D, 4, 3, 3), (4,), (4,), (4,), (4,)], lambda a: [nf.BatchNormOp(*a, epsilon=1e-3)]
+    )
     (y,) = run(module, xs, g, bb, mu, var)
     t = [torch.from_numpy(v) for v in (xs, mu, var, g, bb)]
     close(y, F.batch_norm(t[0], t[1], t[2], t[3], t[4], training=False, eps=1e-3))
@@ -135,15 +145,43 @@ def test_prelu() -> None:
 def test_pools() -> None:
     x = rand(2, 3, 9, 7)
     xt = torch.from_numpy(x)
-    (y,) = run(program([(D, 3, 9, 7)], lambda a: [nf.MaxPoolOp(
-        a[0], [3, 2], strides=[2, 2], pads=[1, 1, 1, 1], dilations=[1, 2], ceil_mode=True)]), x)
+    (y,) = run(
+        program(
+            [(D, 3, 9, 7)],
+            lambda a: [
+                nf.MaxPoolOp(
+                    a[0],
+                    [3, 2],
+                    strides=[2, 2],
+                    pads=[1, 1, 1, 1],
+                    dilations=[1, 2],
+                    ceil_mode=True,
+                )
+            ],
+        ),
+        x,
+    )
     close(y, F.max_pool2d(xt, [3, 2], [2, 2], [1, 1], dilation=[1, 2], ceil_mode=True))
-    (y,) = run(program([(D, 3, 9, 7)], lambda a: [nf.AvgPoolOp(
-        a[0], [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True,
-        count_include_pad=False)]), x)
+    (y,) = run(
+        program(
+            [(D, 3, 9, 7)],
+            lambda a: [
+                nf.AvgPoolOp(
+                    a[0],
+                    [3, 3],
+                    strides=[2, 2],
+                    pads=[1, 1, 1, 1],
+                    ceil_mode=True,
+                    count_include_pad=False,
+                )
+            ],
+        ),
+        x,
+    )
     close(y, F.avg_pool2d(xt, 3, 2, 1, ceil_mode=True, count_include_pad=False))
-    (y,) = run(program([(D, 3, 9, 7)], lambda a: [nf.AvgPoolOp(
-        a[0], [2, 2], divisor_override=3)]), x)
+    (y,) = run(
+        program([(D, 3, 9, 7)], lambda a: [nf.AvgPoolOp(a[0], [2, 2], divisor_override=3)]), x
+    )
     close(y, F.avg_pool2d(xt, 2, 1, divisor_override=3))
     (y,) = run(program([(D, 3, 9, 7)], lambda a: [nf.AdaptiveAvgPoolOp(a[0], [4, 3])]), x)
     close(y, F.adaptive_avg_pool2d(xt, [4, 3]))
@@ -160,6 +198,7 @@ def test_data_movement() -> None:
         def body(args: list[SSAValue]) -> list[Operation]:
             c = nf.ConcatOp(args, axis=1)
             return [c, make(c.result)]
+
         return program([(D, 3, 4, 4), (D, 5, 4, 4)], body)
 
     cat = torch.cat([at, bt], 1)
@@ -196,8 +235,9 @@ def test_constants_fold_at_compile_time_and_values_are_freed() -> None:
         from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr
 
         w = np.full((4, 3, 1, 1), 0.3, dtype="<f4")
-        const = nf.ConstantOp(DenseIntOrFPElementsAttr(TensorType(f32, w.shape),
-                                                       BytesAttr(w.tobytes())), name="w")
+        const = nf.ConstantOp(
+            DenseIntOrFPElementsAttr(TensorType(f32, w.shape), BytesAttr(w.tobytes())), name="w"
+        )
         wq = FakeQuantOp(const.result, 4, exp_attr(3))
         conv = nf.ConvOp(a[0], wq.result)
         relu = nf.ReluOp(conv.result)
@@ -215,7 +255,9 @@ def test_constants_fold_at_compile_time_and_values_are_freed() -> None:
     assert len(freed) == 3
     x = rand(2, 3, 5, 5)
     (y,) = plan(x)
-    conv = (x.astype(np.float64) * 0.25).sum(axis=1, keepdims=True)  # 0.3 quantized to 4 bits at 2**-3 is 0.25
+    conv = (x.astype(np.float64) * 0.25).sum(
+        axis=1, keepdims=True
+    )  # 0.3 quantized to 4 bits at 2**-3 is 0.25
     want = np.broadcast_to(np.maximum(conv, 0) - conv, (2, 4, 5, 5))
     np.testing.assert_allclose(y, want, rtol=1e-12)
 

@@ -86,15 +86,28 @@ def windows(draw: st.DrawFn, n: int, *, pool: bool = False, dilate: bool = True)
 
 @settings(max_examples=examples(150))
 @given(
-    size=st.integers(1, 12), kernel=st.integers(1, 6), stride=st.integers(1, 4),
-    dilation=st.integers(1, 3), pad_begin=st.integers(0, 4), pad_end=st.integers(0, 4),
+    size=st.integers(1, 12),
+    kernel=st.integers(1, 6),
+    stride=st.integers(1, 4),
+    dilation=st.integers(1, 3),
+    pad_begin=st.integers(0, 4),
+    pad_end=st.integers(0, 4),
 )
 def test_conv_output_size_matches_torch(size, kernel, stride, dilation, pad_begin, pad_end):
     x = torch.zeros(1, 1, size)
     w = torch.zeros(1, 1, kernel)
-    args = dict(size=size, kernel=kernel, stride=stride, pad_begin=pad_begin, pad_end=pad_end, dilation=dilation)
+    args = dict(
+        size=size,
+        kernel=kernel,
+        stride=stride,
+        pad_begin=pad_begin,
+        pad_end=pad_end,
+        dilation=dilation,
+    )
     try:
-        expected = F.conv1d(F.pad(x, (pad_begin, pad_end)), w, stride=stride, dilation=dilation).shape[-1]
+        expected = F.conv1d(
+            F.pad(x, (pad_begin, pad_end)), w, stride=stride, dilation=dilation
+        ).shape[-1]
     except RuntimeError:
         with pytest.raises(ValueError, match="does not fit"):
             K.conv_output_size(**args)
@@ -104,13 +117,25 @@ def test_conv_output_size_matches_torch(size, kernel, stride, dilation, pad_begi
 
 @settings(max_examples=examples(150))
 @given(
-    size=st.integers(1, 12), kernel=st.integers(1, 6), stride=st.integers(1, 4),
-    dilation=st.integers(1, 3), data=st.data(), ceil_mode=st.booleans(),
+    size=st.integers(1, 12),
+    kernel=st.integers(1, 6),
+    stride=st.integers(1, 4),
+    dilation=st.integers(1, 3),
+    data=st.data(),
+    ceil_mode=st.booleans(),
 )
 def test_pool_output_size_matches_torch(size, kernel, stride, dilation, data, ceil_mode):
     pad = data.draw(st.integers(0, kernel // 2))
     x = torch.zeros(1, 1, size)
-    args = dict(size=size, kernel=kernel, stride=stride, pad_begin=pad, pad_end=pad, dilation=dilation, ceil_mode=ceil_mode)
+    args = dict(
+        size=size,
+        kernel=kernel,
+        stride=stride,
+        pad_begin=pad,
+        pad_end=pad,
+        dilation=dilation,
+        ceil_mode=ceil_mode,
+    )
     try:
         expected = F.max_pool1d(x, kernel, stride, pad, dilation, ceil_mode=ceil_mode).shape[-1]
     except RuntimeError:
@@ -126,7 +151,9 @@ def test_ceil_mode_window_may_be_longer_than_the_input():
     ref = F.max_pool1d(t(x), 2, 2, ceil_mode=True)
     assert K.pool_output_size(1, kernel=2, stride=2, pad_begin=0, pad_end=0, ceil_mode=True) == 1
     assert_close(K.max_pool(x, kernel=[2], ceil_mode=True), ref, np.float32)
-    assert_close(K.avg_pool(x, kernel=[2], ceil_mode=True), F.avg_pool1d(t(x), 2, ceil_mode=True), np.float32)
+    assert_close(
+        K.avg_pool(x, kernel=[2], ceil_mode=True), F.avg_pool1d(t(x), 2, ceil_mode=True), np.float32
+    )
 
 
 @settings(max_examples=examples(60))
@@ -145,9 +172,15 @@ def test_adaptive_pool_ranges_match_torch(size, out):
 
 @settings(max_examples=examples(300))
 @given(
-    n=st.sampled_from([1, 2, 2, 3]), batch=st.sampled_from([1, 3]), groups=st.integers(1, 3),
-    group_in=st.integers(1, 3), group_out=st.integers(1, 3), bias=st.booleans(),
-    dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data(),
+    n=st.sampled_from([1, 2, 2, 3]),
+    batch=st.sampled_from([1, 3]),
+    groups=st.integers(1, 3),
+    group_in=st.integers(1, 3),
+    group_out=st.integers(1, 3),
+    bias=st.booleans(),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    data=st.data(),
 )
 def test_conv_matches_torch(n, batch, groups, group_in, group_out, bias, dtype, seed, data):
     """Grouped (incl. depthwise: group_in == 1), strided, dilated, asymmetrically padded."""
@@ -155,12 +188,24 @@ def test_conv_matches_torch(n, batch, groups, group_in, group_out, bias, dtype, 
     x = rand((batch, groups * group_in, *win["sizes"]), dtype, seed)
     w = rand((groups * group_out, group_in, *win["kernel"]), dtype, seed + 1)
     b = rand((groups * group_out,), dtype, seed + 2) if bias else None
-    y = K.conv(x, w, b, strides=win["strides"], pads=win["begins"] + win["ends"],
-               dilations=win["dil"], groups=groups)
+    y = K.conv(
+        x,
+        w,
+        b,
+        strides=win["strides"],
+        pads=win["begins"] + win["ends"],
+        dilations=win["dil"],
+        groups=groups,
+    )
     torch_conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[n]
-    ref = torch_conv(F.pad(t(x), torch_pads(win["begins"], win["ends"])), t(w),
-                     None if b is None else t(b), stride=win["strides"], dilation=win["dil"],
-                     groups=groups)
+    ref = torch_conv(
+        F.pad(t(x), torch_pads(win["begins"], win["ends"])),
+        t(w),
+        None if b is None else t(b),
+        stride=win["strides"],
+        dilation=win["dil"],
+        groups=groups,
+    )
     assert_close(y, ref, dtype)
 
 
@@ -168,7 +213,10 @@ def test_conv_matches_torch(n, batch, groups, group_in, group_out, bias, dtype, 
 def test_conv_resnet_like_and_empty_batch(batch):
     """A 7x7/2 stem conv, a 1x1 conv (the no-copy path) and a zero-size batch."""
     x = rand((batch, 3, 17, 16), np.float32, 0)
-    for w, stride, pad in [(rand((8, 3, 7, 7), np.float32, 1), 2, 3), (rand((8, 3, 1, 1), np.float32, 2), 1, 0)]:
+    for w, stride, pad in [
+        (rand((8, 3, 7, 7), np.float32, 1), 2, 3),
+        (rand((8, 3, 1, 1), np.float32, 2), 1, 0),
+    ]:
         y = K.conv(x, w, strides=(stride, stride), pads=(pad,) * 4)
         assert_close(y, F.conv2d(t(x), t(w), stride=stride, padding=pad), np.float32)
 
@@ -179,7 +227,12 @@ def test_conv_integer_inputs_are_exact():
     x = rng.integers(-128, 128, (2, 4, 9, 7)).astype(np.int64)
     w = rng.integers(-8, 8, (6, 2, 3, 3)).astype(np.int64)
     y = K.conv(x, w, strides=(2, 1), pads=(1, 0, 0, 2), groups=2)
-    ref = F.conv2d(F.pad(t(x.astype(np.float64)), (0, 2, 1, 0)), t(w.astype(np.float64)), stride=(2, 1), groups=2)
+    ref = F.conv2d(
+        F.pad(t(x.astype(np.float64)), (0, 2, 1, 0)),
+        t(w.astype(np.float64)),
+        stride=(2, 1),
+        groups=2,
+    )
     assert y.dtype == np.int64
     np.testing.assert_array_equal(y, ref.numpy().astype(np.int64))
 
@@ -191,8 +244,12 @@ def test_conv_rejects_bad_channels():
 
 @settings(max_examples=examples(40))
 @given(
-    lead=st.lists(st.integers(0, 3), max_size=2), fin=st.integers(1, 6), fout=st.integers(1, 6),
-    bias=st.booleans(), dtype=DTYPES, seed=st.integers(0, 2**16),
+    lead=st.lists(st.integers(0, 3), max_size=2),
+    fin=st.integers(1, 6),
+    fout=st.integers(1, 6),
+    bias=st.booleans(),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
 )
 def test_linear_matches_torch(lead, fin, fout, bias, dtype, seed):
     x = rand((*lead, fin), dtype, seed)
@@ -206,8 +263,13 @@ def test_linear_matches_torch(lead, fin, fout, bias, dtype, seed):
 @given(
     a_batch=st.lists(st.sampled_from([1, 2, 3]), max_size=2),
     b_batch=st.lists(st.sampled_from([1, 2, 3]), max_size=2),
-    m=st.integers(1, 4), k=st.integers(1, 4), n=st.integers(1, 4),
-    a_vec=st.booleans(), b_vec=st.booleans(), dtype=DTYPES, seed=st.integers(0, 2**16),
+    m=st.integers(1, 4),
+    k=st.integers(1, 4),
+    n=st.integers(1, 4),
+    a_vec=st.booleans(),
+    b_vec=st.booleans(),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
 )
 def test_matmul_matches_torch(a_batch, b_batch, m, k, n, a_vec, b_vec, dtype, seed):
     a_shape = (k,) if a_vec else (*a_batch, m, k)
@@ -223,7 +285,12 @@ def test_matmul_matches_torch(a_batch, b_batch, m, k, n, a_vec, b_vec, dtype, se
 
 
 @settings(max_examples=examples(40))
-@given(rank=st.integers(2, 4), dtype=DTYPES, seed=st.integers(0, 2**16), eps=st.sampled_from([1e-5, 1e-3, 0.1]))
+@given(
+    rank=st.integers(2, 4),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    eps=st.sampled_from([1e-5, 1e-3, 0.1]),
+)
 def test_batch_norm_matches_torch(rank, dtype, seed, eps):
     shape = (2, 3, 4, 5)[:rank]
     x = rand(shape, dtype, seed)
@@ -244,7 +311,10 @@ ELEMENTWISE = {
     "clamp_hi": (lambda x: K.clamp(x, hi=0.25), lambda x: torch.clamp(x, max=0.25)),
     "hardtanh": (lambda x: K.clamp(x, -1.0, 1.0), F.hardtanh),
     "leaky_relu": (lambda x: K.leaky_relu(x, 0.1), lambda x: F.leaky_relu(x, 0.1)),
-    "prelu_scalar": (lambda x: K.prelu(x, np.array([0.25])), lambda x: F.prelu(x, torch.tensor([0.25], dtype=x.dtype))),
+    "prelu_scalar": (
+        lambda x: K.prelu(x, np.array([0.25])),
+        lambda x: F.prelu(x, torch.tensor([0.25], dtype=x.dtype)),
+    ),
     "sigmoid": (K.sigmoid, torch.sigmoid),
     "tanh": (K.tanh, torch.tanh),
     "hardsigmoid": (K.hardsigmoid, F.hardsigmoid),
@@ -254,8 +324,11 @@ ELEMENTWISE = {
 
 @settings(max_examples=examples(150))
 @given(
-    name=st.sampled_from(sorted(ELEMENTWISE)), dtype=DTYPES, seed=st.integers(0, 2**16),
-    scale=st.sampled_from([1.0, 4.0, 1e3, 1e5]), rank=st.integers(1, 4),
+    name=st.sampled_from(sorted(ELEMENTWISE)),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    scale=st.sampled_from([1.0, 4.0, 1e3, 1e5]),
+    rank=st.integers(1, 4),
 )
 def test_elementwise_matches_torch(name, dtype, seed, scale, rank):
     """Also at magnitudes where a naive sigmoid overflows: no warning may be raised."""
@@ -285,8 +358,18 @@ def test_prelu_rank1_has_one_channel():
 
 def test_python_scalars_keep_float32():
     x = rand((2, 3), np.float32, 0)
-    bn = K.batch_norm(x, *(np.ones(3, np.float32),) * 2, np.zeros(3, np.float32), np.ones(3, np.float32), 1e-5)
-    for y in [K.clamp(x, 0.0, 6.0), K.leaky_relu(x, 0.01), K.hardswish(x), K.hardsigmoid(x), K.sigmoid(x), x + 0.5, bn]:
+    bn = K.batch_norm(
+        x, *(np.ones(3, np.float32),) * 2, np.zeros(3, np.float32), np.ones(3, np.float32), 1e-5
+    )
+    for y in [
+        K.clamp(x, 0.0, 6.0),
+        K.leaky_relu(x, 0.01),
+        K.hardswish(x),
+        K.hardsigmoid(x),
+        K.sigmoid(x),
+        x + 0.5,
+        bn,
+    ]:
         assert y.dtype == np.float32
 
 
@@ -297,17 +380,29 @@ def test_python_scalars_keep_float32():
 
 @settings(max_examples=examples(200))
 @given(
-    n=st.sampled_from([1, 2, 2, 3]), batch=st.sampled_from([1, 3]), ceil_mode=st.booleans(),
-    dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data(),
+    n=st.sampled_from([1, 2, 2, 3]),
+    batch=st.sampled_from([1, 3]),
+    ceil_mode=st.booleans(),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    data=st.data(),
 )
 def test_max_pool_matches_torch(n, batch, ceil_mode, dtype, seed, data):
     """torch's symmetric padding, dilation and ceil_mode (windows over the right padding)."""
     win = data.draw(windows(n, pool=True))
     x = rand((batch, 2, *win["sizes"]), dtype, seed)
-    y = K.max_pool(x, kernel=win["kernel"], strides=win["strides"], pads=win["begins"] + win["ends"],
-                   dilations=win["dil"], ceil_mode=ceil_mode)
+    y = K.max_pool(
+        x,
+        kernel=win["kernel"],
+        strides=win["strides"],
+        pads=win["begins"] + win["ends"],
+        dilations=win["dil"],
+        ceil_mode=ceil_mode,
+    )
     torch_pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[n]
-    ref = torch_pool(t(x), win["kernel"], win["strides"], win["begins"], win["dil"], ceil_mode=ceil_mode)
+    ref = torch_pool(
+        t(x), win["kernel"], win["strides"], win["begins"], win["dil"], ceil_mode=ceil_mode
+    )
     assert_close(y, ref, dtype)
 
 
@@ -316,21 +411,38 @@ def test_max_pool_matches_torch(n, batch, ceil_mode, dtype, seed, data):
 def test_max_pool_asymmetric_pads_match_torch(n, dtype, seed, data):
     win = data.draw(windows(n))
     x = rand((2, 3, *win["sizes"]), dtype, seed)
-    y = K.max_pool(x, kernel=win["kernel"], strides=win["strides"], pads=win["begins"] + win["ends"],
-                   dilations=win["dil"])
+    y = K.max_pool(
+        x,
+        kernel=win["kernel"],
+        strides=win["strides"],
+        pads=win["begins"] + win["ends"],
+        dilations=win["dil"],
+    )
     padded = F.pad(t(x), torch_pads(win["begins"], win["ends"]), value=-math.inf)
     torch_pool = F.max_pool1d if n == 1 else F.max_pool2d
     assert_close(y, torch_pool(padded, win["kernel"], win["strides"], 0, win["dil"]), dtype)
 
 
 def torch_avg_pool(
-    x: torch.Tensor, kernel: list[int], strides: list[int], pad: Sequence[int], ceil_mode: bool,
-    count_include_pad: bool, divisor_override: int | None,
+    x: torch.Tensor,
+    kernel: list[int],
+    strides: list[int],
+    pad: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
 ) -> torch.Tensor:
     """avg_pool1d has no divisor_override: run 1-D pools as 2-D over a unit dim."""
     if x.ndim == 3:
-        y = F.avg_pool2d(x[:, :, None], (1, *kernel), (1, *strides), (0, *pad), ceil_mode,
-                         count_include_pad, divisor_override)
+        y = F.avg_pool2d(
+            x[:, :, None],
+            (1, *kernel),
+            (1, *strides),
+            (0, *pad),
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+        )
         return y[:, :, 0]
     pool = F.avg_pool2d if x.ndim == 4 else F.avg_pool3d
     return pool(x, kernel, strides, pad, ceil_mode, count_include_pad, divisor_override)
@@ -338,9 +450,14 @@ def torch_avg_pool(
 
 @settings(max_examples=examples(300))
 @given(
-    n=st.sampled_from([1, 2, 2, 3]), batch=st.sampled_from([1, 3]), ceil_mode=st.booleans(),
-    count_include_pad=st.booleans(), divisor=st.sampled_from([None, None, 1, 3, 7]),
-    dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data(),
+    n=st.sampled_from([1, 2, 2, 3]),
+    batch=st.sampled_from([1, 3]),
+    ceil_mode=st.booleans(),
+    count_include_pad=st.booleans(),
+    divisor=st.sampled_from([None, None, 1, 3, 7]),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    data=st.data(),
 )
 def test_avg_pool_matches_torch(n, batch, ceil_mode, count_include_pad, divisor, dtype, seed, data):
     """torch's divisor rules, including ceil_mode windows that hang over the right padding."""
@@ -348,24 +465,40 @@ def test_avg_pool_matches_torch(n, batch, ceil_mode, count_include_pad, divisor,
     if n == 3:  # avg_pool3d (alone) also wants the unpadded input to hold a kernel
         win["sizes"] = [max(s, k) for s, k in zip(win["sizes"], win["kernel"])]
     x = rand((batch, 2, *win["sizes"]), dtype, seed)
-    y = K.avg_pool(x, kernel=win["kernel"], strides=win["strides"], pads=win["begins"] + win["ends"],
-                   ceil_mode=ceil_mode, count_include_pad=count_include_pad, divisor_override=divisor)
-    ref = torch_avg_pool(t(x), win["kernel"], win["strides"], win["begins"], ceil_mode,
-                         count_include_pad, divisor)
+    y = K.avg_pool(
+        x,
+        kernel=win["kernel"],
+        strides=win["strides"],
+        pads=win["begins"] + win["ends"],
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        divisor_override=divisor,
+    )
+    ref = torch_avg_pool(
+        t(x), win["kernel"], win["strides"], win["begins"], ceil_mode, count_include_pad, divisor
+    )
     assert_close(y, ref, dtype)
 
 
 @settings(max_examples=examples(50))
 @given(
-    n=st.sampled_from([1, 2]), count_include_pad=st.booleans(), dtype=DTYPES,
-    seed=st.integers(0, 2**16), data=st.data(),
+    n=st.sampled_from([1, 2]),
+    count_include_pad=st.booleans(),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    data=st.data(),
 )
 def test_avg_pool_asymmetric_pads_match_torch(n, count_include_pad, dtype, seed, data):
     """Reference: torch's window sums of the zero-padded input over torch's window counts."""
     win = data.draw(windows(n, dilate=False))
     x = rand((2, 3, *win["sizes"]), dtype, seed)
-    y = K.avg_pool(x, kernel=win["kernel"], strides=win["strides"], pads=win["begins"] + win["ends"],
-                   count_include_pad=count_include_pad)
+    y = K.avg_pool(
+        x,
+        kernel=win["kernel"],
+        strides=win["strides"],
+        pads=win["begins"] + win["ends"],
+        count_include_pad=count_include_pad,
+    )
     pads = torch_pads(win["begins"], win["ends"])
     zeros = (0,) * n
 
@@ -378,12 +511,19 @@ def test_avg_pool_asymmetric_pads_match_torch(n, count_include_pad, dtype, seed,
 
 @settings(max_examples=examples(60))
 @given(
-    n=st.sampled_from([1, 2]), sizes=st.lists(st.integers(1, 9), min_size=2, max_size=2),
-    outs=st.lists(st.integers(1, 9), min_size=2, max_size=2), dtype=DTYPES, seed=st.integers(0, 2**16),
+    n=st.sampled_from([1, 2]),
+    sizes=st.lists(st.integers(1, 9), min_size=2, max_size=2),
+    outs=st.lists(st.integers(1, 9), min_size=2, max_size=2),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
 )
 def test_adaptive_pools_match_torch(n, sizes, outs, dtype, seed):
     x = rand((2, 3, *sizes[:n]), dtype, seed)
-    avg, mx = (F.adaptive_avg_pool1d, F.adaptive_max_pool1d) if n == 1 else (F.adaptive_avg_pool2d, F.adaptive_max_pool2d)
+    avg, mx = (
+        (F.adaptive_avg_pool1d, F.adaptive_max_pool1d)
+        if n == 1
+        else (F.adaptive_avg_pool2d, F.adaptive_max_pool2d)
+    )
     assert_close(K.adaptive_avg_pool(x, outs[:n]), avg(t(x), outs[:n]), dtype)
     assert_close(K.adaptive_max_pool(x, outs[:n]), mx(t(x), outs[:n]), dtype)
 
@@ -393,7 +533,9 @@ def test_global_and_partial_adaptive_pool():
     assert K.adaptive_avg_pool(x, 1).shape == (0, 3, 1, 1)
     x = rand((2, 3, 5, 4), np.float32, 1)
     assert_close(K.adaptive_avg_pool(x, 1), F.adaptive_avg_pool2d(t(x), 1), np.float32)
-    assert_close(K.adaptive_avg_pool(x, (None, 3)), F.adaptive_avg_pool2d(t(x), (None, 3)), np.float32)
+    assert_close(
+        K.adaptive_avg_pool(x, (None, 3)), F.adaptive_avg_pool2d(t(x), (None, 3)), np.float32
+    )
 
 
 def test_pools_on_empty_batch_and_integers():
@@ -415,7 +557,10 @@ def test_pools_on_empty_batch_and_integers():
 @settings(max_examples=examples(80))
 @given(
     mode=st.sampled_from(["constant", "reflect", "replicate", "circular"]),
-    n=st.sampled_from([1, 2]), dtype=DTYPES, seed=st.integers(0, 2**16), data=st.data(),
+    n=st.sampled_from([1, 2]),
+    dtype=DTYPES,
+    seed=st.integers(0, 2**16),
+    data=st.data(),
 )
 def test_pad_matches_torch(mode, n, dtype, seed, data):
     sizes = [data.draw(st.integers(1, 5)) for _ in range(n)]
@@ -425,9 +570,13 @@ def test_pad_matches_torch(mode, n, dtype, seed, data):
         ends = [data.draw(st.integers(-((s - 1) // 2), 3)) for s in full]
         x = rand(full, dtype, seed)
         y = K.pad(x, begins + ends, mode, value=0.5)
-        ref = F.pad(t(x), [p for b, e in reversed(list(zip(begins, ends))) for p in (b, e)], value=0.5)
+        ref = F.pad(
+            t(x), [p for b, e in reversed(list(zip(begins, ends))) for p in (b, e)], value=0.5
+        )
     else:  # spatial dims only, as torch; reflect needs pads below the length
-        limit = {"reflect": lambda s: s - 1, "replicate": lambda s: 4, "circular": lambda s: s}[mode]
+        limit = {"reflect": lambda s: s - 1, "replicate": lambda s: 4, "circular": lambda s: s}[
+            mode
+        ]
         begins = [data.draw(st.integers(0, limit(s))) for s in sizes]
         ends = [data.draw(st.integers(0, limit(s))) for s in sizes]
         x = rand((2, 3, *sizes), dtype, seed)
@@ -453,8 +602,11 @@ def assert_same_pixels(y: np.ndarray, x: np.ndarray, **interpolate: Sequence[flo
 
 @settings(max_examples=examples(100))
 @given(
-    n=st.sampled_from([1, 2]), sizes=st.lists(st.integers(1, 9), min_size=2, max_size=2),
-    by_size=st.booleans(), data=st.data(), dtype=DTYPES,
+    n=st.sampled_from([1, 2]),
+    sizes=st.lists(st.integers(1, 9), min_size=2, max_size=2),
+    by_size=st.booleans(),
+    data=st.data(),
+    dtype=DTYPES,
 )
 def test_upsample_nearest_matches_torch(n, sizes, by_size, data, dtype):
     x = np.arange(2 * 3 * math.prod(sizes[:n]), dtype=dtype).reshape(2, 3, *sizes[:n])
@@ -462,7 +614,10 @@ def test_upsample_nearest_matches_torch(n, sizes, by_size, data, dtype):
         size = [data.draw(st.integers(1, 100)) for _ in range(n)]
         assert_same_pixels(K.upsample_nearest(x, size=size), x, size=size)
     else:
-        scales = [data.draw(st.sampled_from([0.5, 0.7, 1.0, 1.1, 4 / 3, 1.5, 2.0, 2.5, 3.0])) for _ in range(n)]
+        scales = [
+            data.draw(st.sampled_from([0.5, 0.7, 1.0, 1.1, 4 / 3, 1.5, 2.0, 2.5, 3.0]))
+            for _ in range(n)
+        ]
         if any(math.floor(s * l) < 1 for s, l in zip(scales, sizes)):
             scales = [max(s, 1.0) for s in scales]
         assert_same_pixels(K.upsample_nearest(x, scales=scales), x, scale_factor=scales)
@@ -489,10 +644,14 @@ def test_upsample_nearest_keeps_same_and_double_lengths():
 def test_concat_split_transpose_reshape_match_torch(axis, seed, data):
     x = rand((3, 5, 4), np.float32, seed)
     length = x.shape[axis]
-    sizes = data.draw(st.one_of(
-        st.integers(1, length + 1),
-        st.lists(st.integers(0, length), min_size=1, max_size=3).filter(lambda s: sum(s) <= length).map(lambda s: [*s, length - sum(s)]),
-    ))
+    sizes = data.draw(
+        st.one_of(
+            st.integers(1, length + 1),
+            st.lists(st.integers(0, length), min_size=1, max_size=3)
+            .filter(lambda s: sum(s) <= length)
+            .map(lambda s: [*s, length - sum(s)]),
+        )
+    )
     parts = K.split(x, sizes, axis)
     ref_parts = torch.split(t(x), sizes, axis)
     assert len(parts) == len(ref_parts)

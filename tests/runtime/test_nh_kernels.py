@@ -60,6 +60,7 @@ def run(module: Any, *inputs: Any) -> list[Any]:
     """These tests check raw integer codes, so ask the executor for them."""
     return interpreter.run(module, *inputs, raw=True)
 
+
 D = DYNAMIC_INDEX
 MODES = list(RoundingMode)
 WIDTHS = [1, 2, 4, 8]
@@ -84,8 +85,9 @@ def constant(codes: np.ndarray, width: int, exp: int | Sequence[int], layout: st
     return nh.ConstantOp(attr, fixed_type(width, data.shape, exp, layout))
 
 
-def program(arg_types: Sequence[Attribute],
-            body: Callable[[list[SSAValue]], list[Operation]]) -> ModuleOp:
+def program(
+    arg_types: Sequence[Attribute], body: Callable[[list[SSAValue]], list[Operation]]
+) -> ModuleOp:
     """``func @main(args) { body; return <last op's result> }``, verified."""
     block = Block(arg_types=list(arg_types))
     ops = body(list(block.args))
@@ -152,17 +154,26 @@ def fraction_round(value: Fraction, mode: RoundingMode) -> int:
     return floor + (floor % 2)
 
 
-@given(st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=20),
-       st.integers(1, 2**20), st.sampled_from(MODES))
-def test_div_round_matches_exact_rational_rounding(nums: list[int], den: int, mode: RoundingMode) -> None:
+@given(
+    st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=20),
+    st.integers(1, 2**20),
+    st.sampled_from(MODES),
+)
+def test_div_round_matches_exact_rational_rounding(
+    nums: list[int], den: int, mode: RoundingMode
+) -> None:
     got = div_round(np.array(nums), den, mode).tolist()
     assert got == [fraction_round(Fraction(n, den), mode) for n in nums]
 
 
 @given(st.integers(-(2**40), 2**40), st.integers(0, 20), st.sampled_from(MODES))
-def test_div_round_by_powers_of_two_is_shift_round(num: int, shift: int, mode: RoundingMode) -> None:
-    assert div_round(np.array([num]), 2**shift, mode).tolist() == quant.shift_round(
-        np.array([num]), shift, mode).tolist()
+def test_div_round_by_powers_of_two_is_shift_round(
+    num: int, shift: int, mode: RoundingMode
+) -> None:
+    assert (
+        div_round(np.array([num]), 2**shift, mode).tolist()
+        == quant.shift_round(np.array([num]), shift, mode).tolist()
+    )
 
 
 def test_div_round_refuses_non_positive_divisors() -> None:
@@ -170,11 +181,16 @@ def test_div_round_refuses_non_positive_divisors() -> None:
         div_round(np.array([1]), np.array([0]))
 
 
-@given(st.integers(0, 2**32 - 1), st.sampled_from([np.int8, np.int16, np.int32, np.int64]),
-       st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from(MODES),
-       st.one_of(st.integers(-40, 70), st.lists(st.integers(-33, 34), min_size=3, max_size=3)))
-def test_requant_codes_equals_quant_requant(seed: int, dtype: type, bits: int,
-                                            mode: RoundingMode, shift: int | list[int]) -> None:
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([np.int8, np.int16, np.int32, np.int64]),
+    st.sampled_from([1, 2, 4, 8, 16, 32]),
+    st.sampled_from(MODES),
+    st.one_of(st.integers(-40, 70), st.lists(st.integers(-33, 34), min_size=3, max_size=3)),
+)
+def test_requant_codes_equals_quant_requant(
+    seed: int, dtype: type, bits: int, mode: RoundingMode, shift: int | list[int]
+) -> None:
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
     lo, hi = max(int(info.min), -(2**31)), min(int(info.max), 2**31 - 1)
@@ -187,8 +203,9 @@ def test_requant_codes_equals_quant_requant(seed: int, dtype: type, bits: int,
     assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
-def _shift_round_reference(values: Sequence[int], shifts: Sequence[int], bits: int,
-                           mode: RoundingMode) -> list[int]:
+def _shift_round_reference(
+    values: Sequence[int], shifts: Sequence[int], bits: int, mode: RoundingMode
+) -> list[int]:
     """``saturate_bits(round(v / 2**s))`` on Python integers, independent of the runtime."""
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     out = []
@@ -234,13 +251,14 @@ def test_requant_codes_on_narrow_codes_rounds_exactly(dtype: type, mode: Roundin
         acc = np.array([np.resize(p, n) for p in per], dtype=dtype).reshape(1, 3, n)
         for bits in (8, 32):
             got = requant_codes(acc, np.array(shifts).reshape(1, 3, 1), bits, mode)
-            want = [_shift_round_reference(acc[0, c].tolist(), [s] * n, bits, mode)
-                    for c, s in enumerate(shifts)]
+            want = [
+                _shift_round_reference(acc[0, c].tolist(), [s] * n, bits, mode)
+                for c, s in enumerate(shifts)
+            ]
             assert got[0].tolist() == want, (shifts, bits)
 
 
-@given(st.integers(0, 5000), st.integers(1, 2**31), st.integers(1, 2**31),
-       st.integers(0, 2**31))
+@given(st.integers(0, 5000), st.integers(1, 2**31), st.integers(1, 2**31), st.integers(0, 2**31))
 def test_plan_exact_matmul_keeps_partial_sums_exact(inner: int, a: int, b: int, bias: int) -> None:
     plan = plan_exact_matmul(inner, a, b, bias)
     assert 1 <= plan.chunk
@@ -307,7 +325,9 @@ def test_dequantize_outputs_binary_and_per_channel() -> None:
     c[0, 1, 0] = 1
     (values,) = dequantize_outputs(func, run(module, c))
     # An i1 code at nh exponent e is +-2**-e: nq's 1-bit magnitude 2**k with k = -e.
-    assert np.array_equal(values, quant.fake_quant(np.ones((2, 3, 2)), 1, -exp_array([2, -1, 0], 3, 1)))
+    assert np.array_equal(
+        values, quant.fake_quant(np.ones((2, 3, 2)), 1, -exp_array([2, -1, 0], 3, 1))
+    )
     assert values[0, 0, 0] == 0.25 and values[0, 1, 0] == 2.0
     with pytest.raises(ValueError, match="1-bit codes"):
         dequantize_outputs(func, [np.zeros((1, 3, 2), dtype=np.int8)])
@@ -361,10 +381,25 @@ def conv_cases(draw: st.DrawFn) -> dict[str, Any]:
     else:
         ex = draw(st.integers(-5, 8))
     ew = exps_for(draw, cout, draw(st.booleans()))
-    return dict(n=n, groups=groups, cin=groups * cin_pg, cout=cout, kernel=kernel,
-                strides=strides, dilations=dilations, pads=pads, size=size, wx=wx, ww=ww,
-                ex=ex, ew=ew, batch=draw(st.sampled_from([1, 3])), dynamic=draw(st.booleans()),
-                bias=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)))
+    return dict(
+        n=n,
+        groups=groups,
+        cin=groups * cin_pg,
+        cout=cout,
+        kernel=kernel,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        size=size,
+        wx=wx,
+        ww=ww,
+        ex=ex,
+        ew=ew,
+        batch=draw(st.sampled_from([1, 3])),
+        dynamic=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
 @settings(max_examples=examples(80))
@@ -380,14 +415,16 @@ def test_conv_is_exact(case: dict[str, Any]) -> None:
     x_group_exp = np.resize(ex, cin).reshape(groups, -1)[:, 0]
     acc_exps = np.repeat(x_group_exp, cout // groups) + np.resize(np.asarray(case["ew"]), cout)
     acc_exp: int | list[int] = (
-        int(acc_exps[0]) if isinstance(case["ex"], int) and isinstance(case["ew"], int)
+        int(acc_exps[0])
+        if isinstance(case["ex"], int) and isinstance(case["ew"], int)
         else acc_exps.tolist()
     )
     attrs = dict(strides=case["strides"], pads=case["pads"], dilations=case["dilations"])
     out_shape = infer_conv_shape(x_shape, w_shape, groups=groups, **attrs)
     b = rng.integers(-(2**20), 2**20, cout) if case["bias"] else None
-    x_type = fixed_type(case["wx"], [batch_dim(case["dynamic"], case["batch"]), *x_shape[1:]],
-                        case["ex"], layout)
+    x_type = fixed_type(
+        case["wx"], [batch_dim(case["dynamic"], case["batch"]), *x_shape[1:]], case["ex"], layout
+    )
     acc_type = fixed_type(32, [x_type.get_shape()[0], *out_shape[1:]], acc_exp, layout)
 
     def body(a: list[SSAValue]) -> list[Operation]:
@@ -400,15 +437,20 @@ def test_conv_is_exact(case: dict[str, Any]) -> None:
             operands.append(bc.result)
         props = {k: ints(v) for k, v in attrs.items()}
         props["groups"] = IntegerAttr(groups, i64)
-        return [*ops, nh.ConvOp.create(operands=operands, result_types=[acc_type],
-                                       properties=props)]
+        return [
+            *ops,
+            nh.ConvOp.create(operands=operands, result_types=[acc_type], properties=props),
+        ]
 
     (got,) = run(program([x_type], body), x)
     assert got.dtype == np.int32
     rank = len(x_shape)
     want = kernels.conv(
-        real(x, exp_array(case["ex"], rank, 1)), real(w, exp_array(case["ew"], rank, 0)),
-        None if b is None else real(b, acc_exps), groups=groups, **attrs,
+        real(x, exp_array(case["ex"], rank, 1)),
+        real(w, exp_array(case["ew"], rank, 0)),
+        None if b is None else real(b, acc_exps),
+        groups=groups,
+        **attrs,
     )
     assert np.array_equal(real(got, exp_array(acc_exp, rank, 1)), want)
 
@@ -426,17 +468,20 @@ def test_conv_with_more_than_1024_int8_terms_is_exact() -> None:
     w[0] = np.where(x_sign[0, :, :3, :3], -128, 127)  # output (0, 0, 0, 0): every product > 0
     module = program(
         [fixed_type(8, [1, 128, 4, 4], 0, "BCMD")],
-        lambda a: [wc := constant(w, 8, 0, "CCDD"), nh.ConvOp.create(
-            operands=[a[0], wc.result],
-            result_types=[fixed_type(32, [1, 2, 2, 2], 0, "BCMD")],
-        )],
+        lambda a: [
+            wc := constant(w, 8, 0, "CCDD"),
+            nh.ConvOp.create(
+                operands=[a[0], wc.result],
+                result_types=[fixed_type(32, [1, 2, 2, 2], 0, "BCMD")],
+            ),
+        ],
     )
     (got,) = run(module, x.astype(np.int8))
     # Independent int64 reference: every window as an explicit slice, summed by einsum.
     want = np.zeros((1, 2, 2, 2), dtype=np.int64)
     for i in range(2):
         for j in range(2):
-            want[0, :, i, j] = np.einsum("chw,ochw->o", x[0, :, i:i + 3, j:j + 3], w)
+            want[0, :, i, j] = np.einsum("chw,ochw->o", x[0, :, i : i + 3, j : j + 3], w)
     assert int(want[0, 0, 0, 0]) > F32_EXACT
     assert np.array_equal(got, want)
     naive = kernels.conv(x.astype(np.float32), w.astype(np.float32)).astype(np.int64)
@@ -452,13 +497,19 @@ def test_conv_with_more_than_1024_int8_terms_is_exact() -> None:
         (32, [[2**30 + 1, -(2**30), 0]], 32, [[2**24 + 1, 2**24 + 1, 2**31 - 1]]),
     ],
 )
-def test_conv_of_wide_operands_is_exact(wx: int, x: list[list[int]], ww: int,
-                                        w: list[list[int]]) -> None:
+def test_conv_of_wide_operands_is_exact(
+    wx: int, x: list[list[int]], ww: int, w: list[list[int]]
+) -> None:
     xs, ws = np.array(x).reshape(1, 3, 1, 1), np.array(w).reshape(1, 3, 1, 1)
-    module = program([fixed_type(wx, [1, 3, 1, 1], 0, "BCMD")], lambda a: [
-        wc := constant(ws, ww, 0, "CCDD"),
-        nh.ConvOp.create(operands=[a[0], wc.result],
-                         result_types=[fixed_type(32, [1, 1, 1, 1], 0, "BCMD")])])
+    module = program(
+        [fixed_type(wx, [1, 3, 1, 1], 0, "BCMD")],
+        lambda a: [
+            wc := constant(ws, ww, 0, "CCDD"),
+            nh.ConvOp.create(
+                operands=[a[0], wc.result], result_types=[fixed_type(32, [1, 1, 1, 1], 0, "BCMD")]
+            ),
+        ],
+    )
     want = sum(int(p) * int(q) for p, q in zip(xs.ravel(), ws.ravel()))
     assert run(module, xs)[0].ravel().tolist() == [want]
 
@@ -466,13 +517,18 @@ def test_conv_of_wide_operands_is_exact(wx: int, x: list[list[int]], ww: int,
 @st.composite
 def linear_cases(draw: st.DrawFn) -> dict[str, Any]:
     return dict(
-        rank=draw(st.sampled_from([2, 3])), features=draw(st.integers(1, 40)),
-        out=draw(st.integers(1, 6)), wx=draw(st.sampled_from([*WIDTHS, 16])),
-        ww=draw(st.sampled_from(WIDTHS)), ex=draw(st.integers(-5, 8)),
-        per_channel=draw(st.booleans()), bias=draw(st.booleans()),
-        batch=draw(st.sampled_from([1, 3])), dynamic=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**32 - 1)), ew_draw=draw(st.lists(
-            st.integers(-5, 8), min_size=6, max_size=6)),
+        rank=draw(st.sampled_from([2, 3])),
+        features=draw(st.integers(1, 40)),
+        out=draw(st.integers(1, 6)),
+        wx=draw(st.sampled_from([*WIDTHS, 16])),
+        ww=draw(st.sampled_from(WIDTHS)),
+        ex=draw(st.integers(-5, 8)),
+        per_channel=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        batch=draw(st.sampled_from([1, 3])),
+        dynamic=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**32 - 1)),
+        ew_draw=draw(st.lists(st.integers(-5, 8), min_size=6, max_size=6)),
     )
 
 
@@ -497,19 +553,30 @@ def test_linear_is_exact(case: dict[str, Any]) -> None:
         if b is not None:
             ops.append(bc := constant(b, 32, acc_exp, "C"))
             operands.append(bc.result)
-        return [*ops, nh.LinearOp.create(
-            operands=operands, result_types=[fixed_type(32, [*dyn, o], acc_exp, layout)])]
+        return [
+            *ops,
+            nh.LinearOp.create(
+                operands=operands, result_types=[fixed_type(32, [*dyn, o], acc_exp, layout)]
+            ),
+        ]
 
     (got,) = run(program([fixed_type(case["wx"], [*dyn, i], case["ex"], layout)], body), x)
-    want = kernels.linear(real(x, case["ex"]), real(w, exp_array(ew, 2, 0)),
-                          None if b is None else real(b, acc_exps))
+    want = kernels.linear(
+        real(x, case["ex"]), real(w, exp_array(ew, 2, 0)), None if b is None else real(b, acc_exps)
+    )
     assert got.dtype == np.int32
     assert np.array_equal(real(got, exp_array(acc_exp, case["rank"], case["rank"] - 1)), want)
 
 
 MATMUL_SHAPES = [
-    ((4, 5), (5, 3)), ((2, 4, 5), (5, 3)), ((5,), (5, 3)), ((4, 5), (5,)), ((5,), (2, 5, 3)),
-    ((3, 4, 5), (3, 5, 2)), ((3, 1, 4, 5), (2, 5, 2)), ((2, 3, 7), (7, 1)),
+    ((4, 5), (5, 3)),
+    ((2, 4, 5), (5, 3)),
+    ((5,), (5, 3)),
+    ((4, 5), (5,)),
+    ((5,), (2, 5, 3)),
+    ((3, 4, 5), (3, 5, 2)),
+    ((3, 1, 4, 5), (2, 5, 2)),
+    ((2, 3, 7), (7, 1)),
 ]
 
 
@@ -518,11 +585,24 @@ def layout_of(rank: int, batch_first: bool) -> str:
 
 
 @settings(max_examples=examples(60))
-@given(st.sampled_from(MATMUL_SHAPES), st.sampled_from([*WIDTHS, 16]),
-       st.sampled_from(WIDTHS), st.integers(-5, 8), st.integers(-5, 8), st.booleans(),
-       st.integers(0, 2**32 - 1))
-def test_matmul_is_exact(shapes: tuple[tuple[int, ...], tuple[int, ...]], wa: int, wb: int,
-                         ea: int, eb: int, constant_rhs: bool, seed: int) -> None:
+@given(
+    st.sampled_from(MATMUL_SHAPES),
+    st.sampled_from([*WIDTHS, 16]),
+    st.sampled_from(WIDTHS),
+    st.integers(-5, 8),
+    st.integers(-5, 8),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_matmul_is_exact(
+    shapes: tuple[tuple[int, ...], tuple[int, ...]],
+    wa: int,
+    wb: int,
+    ea: int,
+    eb: int,
+    constant_rhs: bool,
+    seed: int,
+) -> None:
     rng = np.random.default_rng(seed)
     sa, sb = shapes
     a, b = codes(rng, wa, sa), codes(rng, wb, sb)
@@ -534,6 +614,7 @@ def test_matmul_is_exact(shapes: tuple[tuple[int, ...], tuple[int, ...]], wa: in
     tr = fixed_type(32, out_t, ea + eb, layout_of(len(out), True))
 
     if constant_rhs:
+
         def body(x: list[SSAValue]) -> list[Operation]:
             bc = constant(b, wb, eb, layout_of(len(sb), False))
             return [bc, nh.MatmulOp.create(operands=[x[0], bc.result], result_types=[tr])]
@@ -551,16 +632,20 @@ def test_accumulator_overflow_is_an_error_naming_the_op() -> None:
 
     def body(a: list[SSAValue]) -> list[Operation]:
         wc = constant(w, 16, 0, "CC")
-        lin = nh.LinearOp.create(operands=[a[0], wc.result],
-                                 result_types=[fixed_type(32, [1, 1], 0, "BC")])
+        lin = nh.LinearOp.create(
+            operands=[a[0], wc.result], result_types=[fixed_type(32, [1, 1], 0, "BC")]
+        )
         lin.results[0].name_hint = "acc"
         return [wc, lin]
 
     module = program([t16], body)
     ok = np.array([[2**15 - 1, 2**15 - 1, -(2**15), 5]])
     assert run(module, ok)[0].tolist() == [[int(ok[0] @ w[0])]]
-    with pytest.raises(ExecutionError, match=r"nh\.linear \(%acc\): accumulator value "
-                       r"4294705156 at index \(0, 0\).*does not fit i32"):
+    with pytest.raises(
+        ExecutionError,
+        match=r"nh\.linear \(%acc\): accumulator value "
+        r"4294705156 at index \(0, 0\).*does not fit i32",
+    ):
         run(module, np.full((1, 4), 2**15 - 1))
 
 
@@ -569,19 +654,36 @@ def test_accumulator_overflow_is_an_error_naming_the_op() -> None:
 # --------------------------------------------------------------------------------------------
 
 ELEMENTWISE = {
-    "add": (nh.AddOp, np.add), "sub": (nh.SubOp, np.subtract), "mul": (nh.MulOp, np.multiply),
+    "add": (nh.AddOp, np.add),
+    "sub": (nh.SubOp, np.subtract),
+    "mul": (nh.MulOp, np.multiply),
 }
 BROADCASTS = [((3, 2, 2), (3, 2, 2)), ((3, 2, 2), (3, 1, 1)), ((3, 1, 2), (1, 2))]
 
 
 @settings(max_examples=examples(80))
-@given(st.sampled_from(sorted(ELEMENTWISE)), st.sampled_from(BROADCASTS),
-       st.sampled_from([*WIDTHS, 16]), st.sampled_from([*WIDTHS, 16]), st.booleans(),
-       st.lists(st.integers(-5, 8), min_size=3, max_size=3), st.integers(-5, 8),
-       st.sampled_from([1, 3]), st.integers(0, 2**32 - 1))
-def test_elementwise_is_exact(name: str, shapes: tuple[tuple[int, ...], tuple[int, ...]],
-                              wa: int, wb: int, per_channel: bool, channel_exps: list[int],
-                              eb_mul: int, batch: int, seed: int) -> None:
+@given(
+    st.sampled_from(sorted(ELEMENTWISE)),
+    st.sampled_from(BROADCASTS),
+    st.sampled_from([*WIDTHS, 16]),
+    st.sampled_from([*WIDTHS, 16]),
+    st.booleans(),
+    st.lists(st.integers(-5, 8), min_size=3, max_size=3),
+    st.integers(-5, 8),
+    st.sampled_from([1, 3]),
+    st.integers(0, 2**32 - 1),
+)
+def test_elementwise_is_exact(
+    name: str,
+    shapes: tuple[tuple[int, ...], tuple[int, ...]],
+    wa: int,
+    wb: int,
+    per_channel: bool,
+    channel_exps: list[int],
+    eb_mul: int,
+    batch: int,
+    seed: int,
+) -> None:
     op_class, fn = ELEMENTWISE[name]
     rng = np.random.default_rng(seed)
     sa, sb = (batch, *shapes[0]), shapes[1]
@@ -590,8 +692,7 @@ def test_elementwise_is_exact(name: str, shapes: tuple[tuple[int, ...], tuple[in
     # Channels are dim 1 of a and dim 0 of a rank-3 b; a rank-2 b has no channel dim.
     per_channel = per_channel and len(sb) == 3 and sb[0] == 3
     ea: int | list[int] = channel_exps if per_channel else channel_exps[0]
-    eb: int | list[int] = ea if name != "mul" else (
-        [eb_mul] * 3 if per_channel else eb_mul)
+    eb: int | list[int] = ea if name != "mul" else ([eb_mul] * 3 if per_channel else eb_mul)
     era = exp_array(ea, 4, 1)
     erb = exp_array(eb, len(sb), 0)
     er = era + exp_array(eb, 4, 1) if name == "mul" else era
@@ -614,7 +715,10 @@ def test_add_into_i32_checks_its_range() -> None:
     """i32 + i32 needs 33 bits; the verifier accepts an i32 result, so the kernel checks."""
     t = fixed_type(32, [2], 0, "C")
     module = program([t, t], lambda x: [nh.AddOp.create(operands=x, result_types=[t])])
-    assert run(module, np.array([2**30, -5]), np.array([2**30 - 1, 5]))[0].tolist() == [2**31 - 1, 0]
+    assert run(module, np.array([2**30, -5]), np.array([2**30 - 1, 5]))[0].tolist() == [
+        2**31 - 1,
+        0,
+    ]
     with pytest.raises(ExecutionError, match=r"nh\.add: result value 2147483648 at index \(0,\)"):
         run(module, np.array([2**30, 0]), np.array([2**30, 0]))
 
@@ -625,14 +729,26 @@ def test_add_into_i32_checks_its_range() -> None:
 
 
 @settings(max_examples=examples(120))
-@given(st.sampled_from([8, 16, 32]), st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from(MODES),
-       st.sampled_from(["tensor", "input", "result"]),
-       st.lists(st.integers(-10, 20), min_size=3, max_size=3),
-       st.lists(st.integers(-10, 20), min_size=3, max_size=3),
-       st.booleans(), st.integers(0, 2**32 - 1))
-def test_requant_matches_fake_quant(w_in: int, w_out: int, mode: RoundingMode, per: str,
-                                    e_in: list[int], e_out: list[int], dynamic: bool,
-                                    seed: int) -> None:
+@given(
+    st.sampled_from([8, 16, 32]),
+    st.sampled_from([1, 2, 4, 8, 16]),
+    st.sampled_from(MODES),
+    st.sampled_from(["tensor", "input", "result"]),
+    st.lists(st.integers(-10, 20), min_size=3, max_size=3),
+    st.lists(st.integers(-10, 20), min_size=3, max_size=3),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_requant_matches_fake_quant(
+    w_in: int,
+    w_out: int,
+    mode: RoundingMode,
+    per: str,
+    e_in: list[int],
+    e_out: list[int],
+    dynamic: bool,
+    seed: int,
+) -> None:
     rng = np.random.default_rng(seed)
     shape = (2, 3, 4, 5)
     acc = codes(rng, w_in, shape)
@@ -646,9 +762,16 @@ def test_requant_matches_fake_quant(w_in: int, w_out: int, mode: RoundingMode, p
     batch = D if dynamic else 2
     tin = fixed_type(w_in, (batch, 3, 4, 5), ein, "BCMD")
     tout = fixed_type(w_out, (batch, 3, 4, 5), eout, "BCMD")
-    module = program([tin], lambda x: [nh.RequantOp.create(
-        operands=x, result_types=[tout],
-        properties={"shift": ints(shift), "rounding": RoundingModeAttr(mode)})])
+    module = program(
+        [tin],
+        lambda x: [
+            nh.RequantOp.create(
+                operands=x,
+                result_types=[tout],
+                properties={"shift": ints(shift), "rounding": RoundingModeAttr(mode)},
+            )
+        ],
+    )
     (got,) = run(module, acc)
     # nq's rule at the output exponent; a 1-bit value of magnitude 2**k is nh's +-1 at -k.
     k = -k_out if w_out == 1 else k_out
@@ -656,17 +779,29 @@ def test_requant_matches_fake_quant(w_in: int, w_out: int, mode: RoundingMode, p
     assert np.array_equal(real(got, k_out), want)
 
 
-@given(st.sampled_from(WIDTHS), st.sampled_from(WIDTHS), st.integers(-5, 8),
-       st.integers(-5, 8), st.integers(0, 2**32 - 1))
+@given(
+    st.sampled_from(WIDTHS),
+    st.sampled_from(WIDTHS),
+    st.integers(-5, 8),
+    st.integers(-5, 8),
+    st.integers(0, 2**32 - 1),
+)
 def test_lut_indexes_by_code(w_in: int, w_out: int, e_in: int, e_out: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     lo, hi = code_range(w_in)
     entries = 2 if w_in == 1 else hi - lo + 1
     table = codes(rng, w_out, [entries])
     x = codes(rng, w_in, (3, 7))
-    module = program([fixed_type(w_in, (D, 7), e_in, "BC")], lambda a: [nh.LutOp.create(
-        operands=a, result_types=[fixed_type(w_out, (D, 7), e_out, "BC")],
-        properties={"table": ints(table.tolist())})])
+    module = program(
+        [fixed_type(w_in, (D, 7), e_in, "BC")],
+        lambda a: [
+            nh.LutOp.create(
+                operands=a,
+                result_types=[fixed_type(w_out, (D, 7), e_out, "BC")],
+                properties={"table": ints(table.tolist())},
+            )
+        ],
+    )
     (got,) = run(module, x)
     code_list = [-1, 1] if w_in == 1 else list(range(lo, hi + 1))
     entry = dict(zip(code_list, table.tolist()))
@@ -694,9 +829,13 @@ def test_relu_on_binary_codes_cannot_make_a_zero() -> None:
         run(module, np.array([[1, -1, 1]]))
 
 
-@given(st.sampled_from(WIDTHS + [16]), st.integers(-5, 8),
-       st.one_of(st.none(), st.integers(-300, 300)), st.one_of(st.none(), st.integers(-300, 300)),
-       st.integers(0, 2**32 - 1))
+@given(
+    st.sampled_from(WIDTHS + [16]),
+    st.integers(-5, 8),
+    st.one_of(st.none(), st.integers(-300, 300)),
+    st.one_of(st.none(), st.integers(-300, 300)),
+    st.integers(0, 2**32 - 1),
+)
 def test_clamp(width: int, exp: int, mn: int | None, mx: int | None, seed: int) -> None:
     if mn is not None and mx is not None and mn > mx:
         mn, mx = mx, mn
@@ -704,13 +843,17 @@ def test_clamp(width: int, exp: int, mn: int | None, mx: int | None, seed: int) 
     x = codes(np.random.default_rng(seed), width, (2, 9))
     props = {k: IntegerAttr(v, i64) for k, v in (("min", mn), ("max", mx)) if v is not None}
     t = fixed_type(width, (D, 9), exp, "BC")
-    module = program([t], lambda a: [nh.ClampOp.create(operands=a, result_types=[t],
-                                                      properties=props)])
-    want = np.clip(real(x, exp), None if mn is None else real(mn, exp),
-                   None if mx is None else real(mx, exp))
+    module = program(
+        [t], lambda a: [nh.ClampOp.create(operands=a, result_types=[t], properties=props)]
+    )
+    want = np.clip(
+        real(x, exp), None if mn is None else real(mn, exp), None if mx is None else real(mx, exp)
+    )
     want_codes = np.ldexp(want, exp)
     if ((want_codes < lo) | (want_codes > hi) | ((want_codes == 0) & (width == 1))).any():
-        with pytest.raises(ExecutionError, match=rf"nh\.clamp: result value .* does not fit i{width}"):
+        with pytest.raises(
+            ExecutionError, match=rf"nh\.clamp: result value .* does not fit i{width}"
+        ):
             run(module, x)
         return
     (got,) = run(module, x)
@@ -724,27 +867,52 @@ def pool_cases(draw: st.DrawFn, dilated: bool) -> dict[str, Any]:
     strides = [draw(st.integers(1, 3)) for _ in range(n)]
     dilations = [draw(st.integers(1, 2)) if dilated else 1 for _ in range(n)]
     pads = [draw(st.integers(0, kernel[i % n] // 2)) for i in range(2 * n)]
-    size = [max(1, dilations[i] * (kernel[i] - 1) + 1 - pads[i] - pads[n + i])
-            + draw(st.integers(0, 6)) for i in range(n)]
-    return dict(n=n, kernel=kernel, strides=strides, dilations=dilations, pads=pads,
-                size=size, ceil_mode=draw(st.booleans()), batch=draw(st.sampled_from([1, 3])),
-                channels=draw(st.integers(1, 3)), seed=draw(st.integers(0, 2**32 - 1)))
+    size = [
+        max(1, dilations[i] * (kernel[i] - 1) + 1 - pads[i] - pads[n + i]) + draw(st.integers(0, 6))
+        for i in range(n)
+    ]
+    return dict(
+        n=n,
+        kernel=kernel,
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        size=size,
+        ceil_mode=draw(st.booleans()),
+        batch=draw(st.sampled_from([1, 3])),
+        channels=draw(st.integers(1, 3)),
+        seed=draw(st.integers(0, 2**32 - 1)),
+    )
 
 
-def pool_types(case: dict[str, Any], width: int, exp: int | list[int],
-               dilations: list[int] | None) -> tuple[TensorType, TensorType, list[int]]:
+def pool_types(
+    case: dict[str, Any], width: int, exp: int | list[int], dilations: list[int] | None
+) -> tuple[TensorType, TensorType, list[int]]:
     layout = "BCM" if case["n"] == 1 else "BCMD"
     shape = [case["batch"], case["channels"], *case["size"]]
-    out = infer_pool_shape(shape, case["kernel"], strides=case["strides"], pads=case["pads"],
-                           dilations=dilations, ceil_mode=case["ceil_mode"])
-    return (fixed_type(width, [D, *shape[1:]], exp, layout),
-            fixed_type(width, [D, *out[1:]], exp, layout), shape)
+    out = infer_pool_shape(
+        shape,
+        case["kernel"],
+        strides=case["strides"],
+        pads=case["pads"],
+        dilations=dilations,
+        ceil_mode=case["ceil_mode"],
+    )
+    return (
+        fixed_type(width, [D, *shape[1:]], exp, layout),
+        fixed_type(width, [D, *out[1:]], exp, layout),
+        shape,
+    )
 
 
 def pool_props(case: dict[str, Any], **extra: Attribute) -> dict[str, Attribute]:
-    return {"kernel": ints(case["kernel"]), "strides": ints(case["strides"]),
-            "pads": ints(case["pads"]), "ceil_mode": BoolAttr.from_bool(case["ceil_mode"]),
-            **extra}
+    return {
+        "kernel": ints(case["kernel"]),
+        "strides": ints(case["strides"]),
+        "pads": ints(case["pads"]),
+        "ceil_mode": BoolAttr.from_bool(case["ceil_mode"]),
+        **extra,
+    }
 
 
 @settings(max_examples=examples(80))
@@ -753,13 +921,25 @@ def test_max_pool(case: dict[str, Any], width: int, exp: int, per_channel: bool)
     e: int | list[int] = [exp + c for c in range(case["channels"])] if per_channel else exp
     tin, tout, shape = pool_types(case, width, e, case["dilations"])
     x = codes(np.random.default_rng(case["seed"]), width, shape)
-    module = program([tin], lambda a: [nh.MaxPoolOp.create(
-        operands=a, result_types=[tout],
-        properties=pool_props(case, dilations=ints(case["dilations"])))])
+    module = program(
+        [tin],
+        lambda a: [
+            nh.MaxPoolOp.create(
+                operands=a,
+                result_types=[tout],
+                properties=pool_props(case, dilations=ints(case["dilations"])),
+            )
+        ],
+    )
     ex = exp_array(e, len(shape), 1)
-    want = kernels.max_pool(real(x, ex), kernel=case["kernel"], strides=case["strides"],
-                            pads=case["pads"], dilations=case["dilations"],
-                            ceil_mode=case["ceil_mode"])
+    want = kernels.max_pool(
+        real(x, ex),
+        kernel=case["kernel"],
+        strides=case["strides"],
+        pads=case["pads"],
+        dilations=case["dilations"],
+        ceil_mode=case["ceil_mode"],
+    )
     if np.isinf(want).any():  # a dilated window that misses the input entirely
         with pytest.raises(ExecutionError, match="covers only padding"):
             run(module, x)
@@ -769,22 +949,47 @@ def test_max_pool(case: dict[str, Any], width: int, exp: int, per_channel: bool)
 
 
 @settings(max_examples=examples(120))
-@given(pool_cases(dilated=False), st.sampled_from([2, 4, 8]), st.integers(-5, 8),
-       st.sampled_from(MODES), st.booleans(), st.one_of(st.none(), st.integers(1, 12)))
-def test_avg_pool_matches_fake_quant_of_the_mean(case: dict[str, Any], width: int, exp: int,
-                                                 mode: RoundingMode, include_pad: bool,
-                                                 divisor: int | None) -> None:
+@given(
+    pool_cases(dilated=False),
+    st.sampled_from([2, 4, 8]),
+    st.integers(-5, 8),
+    st.sampled_from(MODES),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(1, 12)),
+)
+def test_avg_pool_matches_fake_quant_of_the_mean(
+    case: dict[str, Any],
+    width: int,
+    exp: int,
+    mode: RoundingMode,
+    include_pad: bool,
+    divisor: int | None,
+) -> None:
     tin, tout, shape = pool_types(case, width, exp, None)
     x = codes(np.random.default_rng(case["seed"]), width, shape)
-    extra: dict[str, Attribute] = {"count_include_pad": BoolAttr.from_bool(include_pad),
-                                   "rounding": RoundingModeAttr(mode)}
+    extra: dict[str, Attribute] = {
+        "count_include_pad": BoolAttr.from_bool(include_pad),
+        "rounding": RoundingModeAttr(mode),
+    }
     if divisor is not None:
         extra["divisor_override"] = IntegerAttr(divisor, i64)
-    module = program([tin], lambda a: [nh.AvgPoolOp.create(
-        operands=a, result_types=[tout], properties=pool_props(case, **extra))])
-    mean = kernels.avg_pool(real(x, exp), kernel=case["kernel"], strides=case["strides"],
-                            pads=case["pads"], ceil_mode=case["ceil_mode"],
-                            count_include_pad=include_pad, divisor_override=divisor)
+    module = program(
+        [tin],
+        lambda a: [
+            nh.AvgPoolOp.create(
+                operands=a, result_types=[tout], properties=pool_props(case, **extra)
+            )
+        ],
+    )
+    mean = kernels.avg_pool(
+        real(x, exp),
+        kernel=case["kernel"],
+        strides=case["strides"],
+        pads=case["pads"],
+        ceil_mode=case["ceil_mode"],
+        count_include_pad=include_pad,
+        divisor_override=divisor,
+    )
     lo, hi = code_range(width)
     unsaturated = quant.round_to_int(np.ldexp(mean, exp), mode)
     if ((unsaturated < lo) | (unsaturated > hi)).any():  # only a small divisor_override
@@ -797,10 +1002,20 @@ def test_avg_pool_matches_fake_quant_of_the_mean(case: dict[str, Any], width: in
 
 def test_avg_pool_of_binary_codes_must_stay_binary() -> None:
     tin, tout = fixed_type(1, (1, 1, 4), 0, "BCM"), fixed_type(1, (1, 1, 2), 0, "BCM")
-    module = program([tin], lambda a: [nh.AvgPoolOp.create(
-        operands=a, result_types=[tout],
-        properties={"kernel": ints([2]), "strides": ints([2]),
-                    "rounding": RoundingModeAttr(RoundingMode.HALF_UP)})])
+    module = program(
+        [tin],
+        lambda a: [
+            nh.AvgPoolOp.create(
+                operands=a,
+                result_types=[tout],
+                properties={
+                    "kernel": ints([2]),
+                    "strides": ints([2]),
+                    "rounding": RoundingModeAttr(RoundingMode.HALF_UP),
+                },
+            )
+        ],
+    )
     assert run(module, np.array([[[1, 1, -1, -1]]]))[0].tolist() == [[[1, -1]]]
     with pytest.raises(ExecutionError, match="result value 0"):
         run(module, np.array([[[1, -1, -1, -1]]]))  # mean 0 rounds to 0: no such i1 code
@@ -811,11 +1026,13 @@ def test_max_pool_ceil_mode_window_hanging_past_the_padding() -> None:
     tin, tout = fixed_type(8, (1, 1, 5), 0, "BCM"), fixed_type(8, (1, 1, 3), 0, "BCM")
     props = {"kernel": ints([2]), "strides": ints([2]), "ceil_mode": BoolAttr.from_bool(True)}
     x = np.array([[[-128, -100, -7, -128, -128]]])
-    module = program([tin], lambda a: [nh.MaxPoolOp.create(operands=a, result_types=[tout],
-                                                          properties=props)])
+    module = program(
+        [tin], lambda a: [nh.MaxPoolOp.create(operands=a, result_types=[tout], properties=props)]
+    )
     assert run(module, x)[0].tolist() == [[[-100, -7, -128]]]
-    avg = program([tin], lambda a: [nh.AvgPoolOp.create(operands=a, result_types=[tout],
-                                                       properties=props)])
+    avg = program(
+        [tin], lambda a: [nh.AvgPoolOp.create(operands=a, result_types=[tout], properties=props)]
+    )
     assert run(avg, x)[0].tolist() == [[[-114, -67, -128]]]  # the last window divides by 1
 
 
@@ -824,8 +1041,12 @@ def test_max_pool_ceil_mode_window_hanging_past_the_padding() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@given(st.sampled_from(WIDTHS), st.booleans(), st.lists(st.integers(-5, 8), min_size=5,
-                                                        max_size=5), st.integers(0, 2**32 - 1))
+@given(
+    st.sampled_from(WIDTHS),
+    st.booleans(),
+    st.lists(st.integers(-5, 8), min_size=5, max_size=5),
+    st.integers(0, 2**32 - 1),
+)
 def test_concat(width: int, per_channel: bool, exps: list[int], seed: int) -> None:
     rng = np.random.default_rng(seed)
     a, b = codes(rng, width, (3, 2, 4)), codes(rng, width, (3, 3, 4))
@@ -834,9 +1055,13 @@ def test_concat(width: int, per_channel: bool, exps: list[int], seed: int) -> No
     er: int | list[int] = exps if per_channel else exps[0]
     module = program(
         [fixed_type(width, (D, 2, 4), ea, "BCM"), fixed_type(width, (D, 3, 4), eb, "BCM")],
-        lambda x: [nh.ConcatOp.create(operands=x,
-                                      result_types=[fixed_type(width, (D, 5, 4), er, "BCM")],
-                                      properties={"axis": IntegerAttr(1, i64)})],
+        lambda x: [
+            nh.ConcatOp.create(
+                operands=x,
+                result_types=[fixed_type(width, (D, 5, 4), er, "BCM")],
+                properties={"axis": IntegerAttr(1, i64)},
+            )
+        ],
     )
     (got,) = run(module, a, b)
     want = np.concatenate([real(a, exp_array(ea, 3, 1)), real(b, exp_array(eb, 3, 1))], axis=1)
@@ -845,37 +1070,64 @@ def test_concat(width: int, per_channel: bool, exps: list[int], seed: int) -> No
 
 def test_reshape_flattens_with_a_dynamic_batch() -> None:
     x = codes(np.random.default_rng(3), 4, (3, 2, 3, 2))
-    module = program([fixed_type(4, (D, 2, 3, 2), -2, "BCMD")], lambda a: [
-        nh.ReshapeOp.create(operands=a, result_types=[fixed_type(4, (D, 12), -2, "BC")])])
+    module = program(
+        [fixed_type(4, (D, 2, 3, 2), -2, "BCMD")],
+        lambda a: [
+            nh.ReshapeOp.create(operands=a, result_types=[fixed_type(4, (D, 12), -2, "BC")])
+        ],
+    )
     (got,) = run(module, x)
     assert np.array_equal(got, x.reshape(3, 12))
 
 
 @given(st.sampled_from(WIDTHS), st.booleans(), st.integers(-5, 8), st.integers(0, 2**32 - 1))
-def test_transpose_moves_codes_and_channel_exponents(width: int, per_channel: bool, exp: int,
-                                                     seed: int) -> None:
+def test_transpose_moves_codes_and_channel_exponents(
+    width: int, per_channel: bool, exp: int, seed: int
+) -> None:
     x = codes(np.random.default_rng(seed), width, (2, 3, 4, 5))
     e: int | list[int] = [exp, exp + 1, exp - 1] if per_channel else exp
-    module = program([fixed_type(width, (D, 3, 4, 5), e, "BCMD")], lambda a: [
-        nh.TransposeOp.create(operands=a, result_types=[fixed_type(width, (D, 3, 5, 4), e, "BCMD")],
-                              properties={"perm": ints([0, 1, 3, 2])})])
+    module = program(
+        [fixed_type(width, (D, 3, 4, 5), e, "BCMD")],
+        lambda a: [
+            nh.TransposeOp.create(
+                operands=a,
+                result_types=[fixed_type(width, (D, 3, 5, 4), e, "BCMD")],
+                properties={"perm": ints([0, 1, 3, 2])},
+            )
+        ],
+    )
     (got,) = run(module, x)
     ex = exp_array(e, 4, 1)
     assert np.array_equal(real(got, ex), kernels.transpose(real(x, ex), [0, 1, 3, 2]))
 
 
-@given(st.sampled_from([2, 4, 8]), st.sampled_from(["constant", "reflect", "edge"]),
-       st.lists(st.integers(-1, 2), min_size=2, max_size=2), st.integers(-2, 1),
-       st.integers(0, 2**32 - 1))
-def test_pad_is_the_float_pad_of_the_codes(width: int, mode: str, pads: list[int], value: int,
-                                           seed: int) -> None:
+@given(
+    st.sampled_from([2, 4, 8]),
+    st.sampled_from(["constant", "reflect", "edge"]),
+    st.lists(st.integers(-1, 2), min_size=2, max_size=2),
+    st.integers(-2, 1),
+    st.integers(0, 2**32 - 1),
+)
+def test_pad_is_the_float_pad_of_the_codes(
+    width: int, mode: str, pads: list[int], value: int, seed: int
+) -> None:
     x = codes(np.random.default_rng(seed), width, (2, 3, 4))
     all_pads = [0, 0, pads[0], 0, 0, pads[1]]
     t_out = fixed_type(width, (D, 3, 4 + sum(pads)), 3, "BCM")
-    module = program([fixed_type(width, (D, 3, 4), 3, "BCM")], lambda a: [
-        nh.PadOp.create(operands=a, result_types=[t_out], properties={
-            "pads": ints(all_pads), "mode": StringAttr(mode),
-            "value": IntegerAttr(value, i64)})])
+    module = program(
+        [fixed_type(width, (D, 3, 4), 3, "BCM")],
+        lambda a: [
+            nh.PadOp.create(
+                operands=a,
+                result_types=[t_out],
+                properties={
+                    "pads": ints(all_pads),
+                    "mode": StringAttr(mode),
+                    "value": IntegerAttr(value, i64),
+                },
+            )
+        ],
+    )
     (got,) = run(module, x)
     want = kernels.pad(real(x, 3), all_pads, mode, value * 2.0**-3)
     assert np.array_equal(real(got, 3), want)
@@ -883,9 +1135,16 @@ def test_pad_is_the_float_pad_of_the_codes(width: int, mode: str, pads: list[int
 
 def test_pad_value_must_be_a_code() -> None:
     with pytest.raises(Exception, match=r"nh.pad: value 200 is not an i8 code"):
-        program([fixed_type(8, (D, 3), 0, "BC")], lambda a: [nh.PadOp.create(
-            operands=a, result_types=[fixed_type(8, (D, 5), 0, "BC")],
-            properties={"pads": ints([0, 1, 0, 1]), "value": IntegerAttr(200, i64)})])
+        program(
+            [fixed_type(8, (D, 3), 0, "BC")],
+            lambda a: [
+                nh.PadOp.create(
+                    operands=a,
+                    result_types=[fixed_type(8, (D, 5), 0, "BC")],
+                    properties={"pads": ints([0, 1, 0, 1]), "value": IntegerAttr(200, i64)},
+                )
+            ],
+        )
 
 
 @given(st.sampled_from(WIDTHS), st.integers(1, 3), st.integers(0, 2**32 - 1))
@@ -893,25 +1152,37 @@ def test_split_splits_codes_and_per_channel_exponents(width: int, first: int, se
     x = codes(np.random.default_rng(seed), width, (2, 4, 3))
     exps = [1, 2, 3, 4]
     block = Block(arg_types=[fixed_type(width, (D, 4, 3), exps, "BCM")])
-    types = [fixed_type(width, (D, first, 3), exps[:first] if first > 1 else exps[0], "BCM"),
-             fixed_type(width, (D, 4 - first, 3), exps[first:] if first < 3 else exps[3], "BCM")]
-    split = nh.SplitOp.create(operands=[block.args[0]], result_types=types, properties={
-        "axis": IntegerAttr(1, i64), "sizes": ints([first, 4 - first])})
+    types = [
+        fixed_type(width, (D, first, 3), exps[:first] if first > 1 else exps[0], "BCM"),
+        fixed_type(width, (D, 4 - first, 3), exps[first:] if first < 3 else exps[3], "BCM"),
+    ]
+    split = nh.SplitOp.create(
+        operands=[block.args[0]],
+        result_types=types,
+        properties={"axis": IntegerAttr(1, i64), "sizes": ints([first, 4 - first])},
+    )
     block.add_ops([split, ReturnOp(*split.results)])
-    module = ModuleOp([FuncOp("main", FunctionType.from_lists([block.args[0].type], types),
-                              Region(block))])
+    module = ModuleOp(
+        [FuncOp("main", FunctionType.from_lists([block.args[0].type], types), Region(block))]
+    )
     module.verify()
     a, b = run(module, x)
     assert np.array_equal(a, x[:, :first]) and np.array_equal(b, x[:, first:])
 
 
 @given(st.sampled_from(WIDTHS), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1))
-def test_upsample_nearest_picks_the_float_kernels_pixels(width: int, h: int, w: int,
-                                                         seed: int) -> None:
+def test_upsample_nearest_picks_the_float_kernels_pixels(
+    width: int, h: int, w: int, seed: int
+) -> None:
     x = codes(np.random.default_rng(seed), width, (2, 2, 3, 4))
-    module = program([fixed_type(width, (D, 2, 3, 4), [0, 1], "BCMD")], lambda a: [
-        nh.UpsampleNearestOp.create(operands=a,
-                                    result_types=[fixed_type(width, (D, 2, h, w), [0, 1], "BCMD")])])
+    module = program(
+        [fixed_type(width, (D, 2, 3, 4), [0, 1], "BCMD")],
+        lambda a: [
+            nh.UpsampleNearestOp.create(
+                operands=a, result_types=[fixed_type(width, (D, 2, h, w), [0, 1], "BCMD")]
+            )
+        ],
+    )
     (got,) = run(module, x)
     ex = exp_array([0, 1], 4, 1)
     assert np.array_equal(real(got, ex), kernels.upsample_nearest(real(x, ex), size=[h, w]))
@@ -923,10 +1194,17 @@ def test_prelu_is_exact(width: int, per_channel: bool, shift: int, seed: int) ->
     x = codes(rng, width, (2, 3, 4))
     slope = codes(rng, 4, (3,) if per_channel else (1,))
     t_out = fixed_type(16, (D, 3, 4), 2 + shift, "BCM")
-    module = program([fixed_type(width, (D, 3, 4), 2, "BCM")], lambda a: [
-        c := constant(slope, 4, shift, "C"),
-        nh.PReluOp.create(operands=[a[0], c.result], result_types=[t_out],
-                          properties={"shift": IntegerAttr(shift, i64)})])
+    module = program(
+        [fixed_type(width, (D, 3, 4), 2, "BCM")],
+        lambda a: [
+            c := constant(slope, 4, shift, "C"),
+            nh.PReluOp.create(
+                operands=[a[0], c.result],
+                result_types=[t_out],
+                properties={"shift": IntegerAttr(shift, i64)},
+            ),
+        ],
+    )
     (got,) = run(module, x)
     want = kernels.prelu(real(x, 2), real(slope, shift))
     assert np.array_equal(real(got, 2 + shift), want)
@@ -949,22 +1227,31 @@ def test_small_network_matches_the_fake_quant_chain() -> None:
         c1, cb = constant(w1, 4, ew1, "CCDD"), constant(b1, 32, acc1, "C")
         conv = nh.ConvOp.create(
             operands=[a[0], c1.result, cb.result],
-            result_types=[fixed_type(32, (D, 4, 7, 7), acc1, "BCMD")])
+            result_types=[fixed_type(32, (D, 4, 7, 7), acc1, "BCMD")],
+        )
         rq = nh.RequantOp.create(
-            operands=[conv.result], result_types=[fixed_type(8, (D, 4, 7, 7), 4, "BCMD")],
-            properties={"shift": ints([e - 4 for e in acc1])})
+            operands=[conv.result],
+            result_types=[fixed_type(8, (D, 4, 7, 7), 4, "BCMD")],
+            properties={"shift": ints([e - 4 for e in acc1])},
+        )
         relu = nh.ReluOp.create(operands=[rq.results[0]], result_types=[rq.results[0].type])
         pool = nh.MaxPoolOp.create(
-            operands=[relu.results[0]], result_types=[fixed_type(8, (D, 4, 3, 3), 4, "BCMD")],
-            properties={"kernel": ints([2, 2]), "strides": ints([2, 2])})
-        flat = nh.ReshapeOp.create(operands=[pool.results[0]],
-                                   result_types=[fixed_type(8, (D, 36), 4, "BC")])
+            operands=[relu.results[0]],
+            result_types=[fixed_type(8, (D, 4, 3, 3), 4, "BCMD")],
+            properties={"kernel": ints([2, 2]), "strides": ints([2, 2])},
+        )
+        flat = nh.ReshapeOp.create(
+            operands=[pool.results[0]], result_types=[fixed_type(8, (D, 36), 4, "BC")]
+        )
         c2 = constant(w2, 2, 1, "CC")
-        lin = nh.LinearOp.create(operands=[flat.results[0], c2.result],
-                                 result_types=[fixed_type(32, (D, 5), 5, "BC")])
+        lin = nh.LinearOp.create(
+            operands=[flat.results[0], c2.result], result_types=[fixed_type(32, (D, 5), 5, "BC")]
+        )
         out = nh.RequantOp.create(
-            operands=[lin.results[0]], result_types=[fixed_type(8, (D, 5), 3, "BC")],
-            properties={"shift": ints([2]), "rounding": RoundingModeAttr(RoundingMode.HALF_EVEN)})
+            operands=[lin.results[0]],
+            result_types=[fixed_type(8, (D, 5), 3, "BC")],
+            properties={"shift": ints([2]), "rounding": RoundingModeAttr(RoundingMode.HALF_EVEN)},
+        )
         return [c1, cb, conv, rq, relu, pool, flat, c2, lin, out]
 
     module = program([fixed_type(8, (D, 3, 9, 9), 5, "BCMD")], body)

@@ -117,7 +117,12 @@ def test_zero_results_are_positive_zero():
     [
         # 8-bit, k=0, codes -128..127.
         (8, 0, [126.9, 127.0, 127.9, 128.0, 1e300, np.inf], [126, 127, 127, 127, 127, 127]),
-        (8, 0, [-127.9, -128.0, -128.9, -129.0, -1e300, -np.inf], [-127, -128, -128, -128, -128, -128]),
+        (
+            8,
+            0,
+            [-127.9, -128.0, -128.9, -129.0, -1e300, -np.inf],
+            [-127, -128, -128, -128, -128, -128],
+        ),
         # 4-bit, k=1 (step 1/2), codes -8..7: 3.6*2=7.2 -> 7; 4.0*2=8 -> 7; -4.4*2=-8.8 -> -8; -5*2=-10 -> -8.
         (4, 1, [3.6, 4.0, -4.0, -4.4, -5.0], [7, 7, -8, -8, -8]),
         # 2-bit, k=0, codes -2..1: 1.9 -> 1; 5 -> 1; -2 -> -2; -2.9 -> -2; -5 -> -2.
@@ -131,7 +136,11 @@ def test_saturation(bits: int, k: int, x: list[float], expected: list[int]):
 
 def test_half_up_saturates_after_rounding():
     # 127.5 -> half_up 128 -> clamp 127; -128.5 -> half_up -128 (tie toward +inf).
-    assert quantize_to_int(np.array([127.5, -128.5, -128.6]), 8, 0, "half_up").tolist() == [127, -128, -128]
+    assert quantize_to_int(np.array([127.5, -128.5, -128.6]), 8, 0, "half_up").tolist() == [
+        127,
+        -128,
+        -128,
+    ]
 
 
 def test_one_bit():
@@ -157,7 +166,9 @@ def test_per_channel_exponents_of_both_signs():
     assert quantize_to_int(x, 8, k).tolist() == [[2, -2, 127], [1, -1, 127], [1, -1, 127]]
     # OIHW-shaped [C,1,1,1] exponent on a [C,1,1,3] weight gives the same numbers.
     w = x.reshape(3, 1, 1, 3)
-    assert_bit_equal(fake_quant(w, 8, k.reshape(3, 1, 1, 1)), np.array(expected).reshape(3, 1, 1, 3))
+    assert_bit_equal(
+        fake_quant(w, 8, k.reshape(3, 1, 1, 1)), np.array(expected).reshape(3, 1, 1, 3)
+    )
 
 
 def test_negative_exponent():
@@ -170,7 +181,9 @@ def test_full_shape_and_vector_exponents():
     # 1.3*1=1.3 -> 1 -> 1; 1.3*2=2.6 -> 2 -> 1; 1.3*4=5.2 -> 5 -> 1.25; 1.3*8=10.4 -> 10 -> 1.25.
     assert_bit_equal(fake_quant(x, 8, np.array([[0, 1], [2, 3]])), [[1.0, 1.0], [1.25, 1.25]])
     # A [C] bias with a [C] exponent: 0.3*4=1.2 -> 1 -> 0.25; 0.3*1 -> 0; 0.3/2=0.15 -> 0.
-    assert_bit_equal(fake_quant(np.array([0.3, 0.3, 0.3]), 8, np.array([2, 0, -1])), [0.25, 0.0, 0.0])
+    assert_bit_equal(
+        fake_quant(np.array([0.3, 0.3, 0.3]), 8, np.array([2, 0, -1])), [0.25, 0.0, 0.0]
+    )
     # A [1] exponent broadcasts like a scalar: 2.6 -> 2.
     assert_bit_equal(fake_quant(np.array([[2.6]]), 8, np.array([0])), [[2.0]])
 
@@ -241,7 +254,11 @@ def test_shift_round_large_shifts():
 
 def test_shift_round_left_shifts_and_overflow():
     # 3 << 61 = 3 * 2**61 < 2**63 fits; -1 << 63 = -2**63 fits (the int64 minimum).
-    assert shift_round(np.array([3, -1, 0]), np.array([-61, -63, -500])).tolist() == [3 * 2**61, INT64_MIN, 0]
+    assert shift_round(np.array([3, -1, 0]), np.array([-61, -63, -500])).tolist() == [
+        3 * 2**61,
+        INT64_MIN,
+        0,
+    ]
     with pytest.raises(OverflowError, match="does not fit int64"):
         shift_round(np.array([4]), -61)  # 2**63
     with pytest.raises(OverflowError):
@@ -325,7 +342,9 @@ def test_pack_hand_cases():
     # 2-bit: -2 -> 10, 1 -> 01, -1 -> 11, 0 -> 00 | 1 -> 01 + padding: 0b10011100, 0b01000000.
     assert pack_bits(np.array([-2, 1, -1, 0, 1]), 2) == bytes([0b10011100, 0b01000000])
     # 1-bit: -1 -> 1, +1 -> 0: [+1, -1, -1, +1, +1, +1, +1, -1, -1] -> 0b01100001, 0b10000000.
-    assert pack_bits(np.array([1, -1, -1, 1, 1, 1, 1, -1, -1]), 1) == bytes([0b01100001, 0b10000000])
+    assert pack_bits(np.array([1, -1, -1, 1, 1, 1, 1, -1, -1]), 1) == bytes(
+        [0b01100001, 0b10000000]
+    )
     assert pack_bits(np.array([-128, 127, -1]), 8) == bytes([0x80, 0x7F, 0xFF])
     assert unpack_bits(bytes([0x1F, 0x87]), 4, 3).tolist() == [1, -1, -8]
     with pytest.raises(ValueError):
@@ -360,7 +379,9 @@ accs = st.integers(-(2**53), 2**53)
     bits=widths,
     mode=modes,
 )
-def test_requant_matches_fake_quant_per_tensor(acc: list[int], e_in: int, shift: int, bits: int, mode: str):
+def test_requant_matches_fake_quant_per_tensor(
+    acc: list[int], e_in: int, shift: int, bits: int, mode: str
+):
     # THE lowering property: an integer acc at exponent e_in, requantized by shift s, is the
     # code at exponent e_out = e_in - s that fake_quant gives for the real value acc * 2**-e_in.
     a = np.array(acc, dtype=np.int64)
@@ -380,10 +401,18 @@ def test_requant_matches_fake_quant_per_tensor(acc: list[int], e_in: int, shift:
     bits=widths,
     mode=modes,
 )
-def test_requant_matches_fake_quant_per_channel(data: st.DataObject, channels: int, width: int, bits: int, mode: str):
-    a = np.array(data.draw(st.lists(accs, min_size=channels * width, max_size=channels * width))).reshape(channels, width)
-    e_in = np.array(data.draw(st.lists(st.integers(-40, 40), min_size=channels, max_size=channels))).reshape(channels, 1)
-    s = np.array(data.draw(st.lists(st.integers(-40, 40), min_size=channels, max_size=channels))).reshape(channels, 1)
+def test_requant_matches_fake_quant_per_channel(
+    data: st.DataObject, channels: int, width: int, bits: int, mode: str
+):
+    a = np.array(
+        data.draw(st.lists(accs, min_size=channels * width, max_size=channels * width))
+    ).reshape(channels, width)
+    e_in = np.array(
+        data.draw(st.lists(st.integers(-40, 40), min_size=channels, max_size=channels))
+    ).reshape(channels, 1)
+    s = np.array(
+        data.draw(st.lists(st.integers(-40, 40), min_size=channels, max_size=channels))
+    ).reshape(channels, 1)
     e_out = e_in - s
     x = np.ldexp(a.astype(np.float64), -e_in)
     codes = requant(a, s, bits, mode)
@@ -422,7 +451,14 @@ def test_shift_round_against_exact_reference_per_tensor(acc: list[int], shift: i
         assert out.tolist() == expected
 
 
-@given(pairs=st.lists(st.tuples(int64s | st.integers(-100, 100), shifts | st.integers(-3, 3)), min_size=1, max_size=6), mode=modes)
+@given(
+    pairs=st.lists(
+        st.tuples(int64s | st.integers(-100, 100), shifts | st.integers(-3, 3)),
+        min_size=1,
+        max_size=6,
+    ),
+    mode=modes,
+)
 def test_shift_round_against_exact_reference_per_element(pairs: list[tuple[int, int]], mode: str):
     acc = np.array([a for a, _ in pairs], dtype=np.int64)
     s = np.array([b for _, b in pairs], dtype=np.int64)
@@ -447,7 +483,17 @@ def reference_round(x: float, mode: str) -> int:
 
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 # Values near ties and near zero, where a naive floor(x + 0.5) goes wrong.
-tricky_floats = st.sampled_from([0.49999999999999994, -0.49999999999999994, 2.0**52 + 1, -(2.0**52) - 1, -0.5 + 2**-55, 5e-324, -5e-324])
+tricky_floats = st.sampled_from(
+    [
+        0.49999999999999994,
+        -0.49999999999999994,
+        2.0**52 + 1,
+        -(2.0**52) - 1,
+        -0.5 + 2**-55,
+        5e-324,
+        -5e-324,
+    ]
+)
 
 
 @given(xs=st.lists(finite_floats | tricky_floats, min_size=1, max_size=8), mode=modes)
@@ -496,14 +542,26 @@ def test_fake_quant_grid_idempotence_and_codes(x: list[float], bits: int, k: int
         assert np.all((qmin(bits) <= c) & (c <= qmax(bits)))
     # dequantize(quantize_to_int(x)) is fake_quant(x), bit for bit.
     codes = quantize_to_int(v, bits, k, mode)
-    assert codes.dtype == {1: np.int8, 2: np.int8, 3: np.int8, 4: np.int8, 8: np.int8, 16: np.int16, 32: np.int32}[bits]
+    assert (
+        codes.dtype
+        == {1: np.int8, 2: np.int8, 3: np.int8, 4: np.int8, 8: np.int8, 16: np.int16, 32: np.int32}[
+            bits
+        ]
+    )
     assert_bit_equal(dequantize(codes, bits, k), q)
 
 
-@given(x=st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=6), bits=widths, k=st.integers(-60, 60), mode=modes)
+@given(
+    x=st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=6),
+    bits=widths,
+    k=st.integers(-60, 60),
+    mode=modes,
+)
 def test_fake_quant_float32_equals_float64(x: list[float], bits: int, k: int, mode: str):
     v32 = np.array(x, dtype=np.float32)
-    assert_bit_equal(fake_quant(v32, bits, k, mode), fake_quant(v32.astype(np.float64), bits, k, mode))
+    assert_bit_equal(
+        fake_quant(v32, bits, k, mode), fake_quant(v32.astype(np.float64), bits, k, mode)
+    )
 
 
 def reference_pack(codes: list[int], bits: int) -> bytes:
@@ -522,7 +580,9 @@ def test_pack_unpack_round_trip(data: st.DataObject, bits: int, count: int):
     if bits == 1:
         codes = data.draw(st.lists(st.sampled_from([-1, 1]), min_size=count, max_size=count))
     else:
-        codes = data.draw(st.lists(st.integers(qmin(bits), qmax(bits)), min_size=count, max_size=count))
+        codes = data.draw(
+            st.lists(st.integers(qmin(bits), qmax(bits)), min_size=count, max_size=count)
+        )
     packed = pack_bits(np.array(codes, dtype=np.int64), bits)
     assert len(packed) == math.ceil(count * bits / 8)
     assert packed == reference_pack(codes, bits)
@@ -543,7 +603,9 @@ def test_exp_from_absmax_rule_guarantee(a: float, bits: int):
     # Hence -a never clamps and +a clamps only when a*2**k == 2**(b-1): both within one step.
     q = fake_quant(np.array([a, -a]), bits, k)
     assert np.all(np.abs(q - np.array([a, -a])) <= 2.0**-k)
-    assert quantize_to_int(np.array([-a]), bits, k).tolist() == [math.trunc(Fraction(-a) * Fraction(2) ** k)]
+    assert quantize_to_int(np.array([-a]), bits, k).tolist() == [
+        math.trunc(Fraction(-a) * Fraction(2) ** k)
+    ]
 
 
 @given(a=positive_absmax)
@@ -565,7 +627,9 @@ def test_exp_mse_optimal_is_no_worse_than_the_absmax_rule(
     data: st.DataObject, channels: int, width: int, bits: int, mode: str, per_channel: bool
 ):
     n = channels * width
-    x = np.array(data.draw(st.lists(st.floats(-1e6, 1e6), min_size=n, max_size=n))).reshape(channels, width)
+    x = np.array(data.draw(st.lists(st.floats(-1e6, 1e6), min_size=n, max_size=n))).reshape(
+        channels, width
+    )
     axis = 0 if per_channel else None
     k_rule = exp_from_absmax(channel_absmax(x, axis=axis), bits)
     k_mse = exp_mse_optimal(x, bits, axis=axis, mode=mode)

@@ -52,23 +52,35 @@ def test_conv_shape_matches_torch(case) -> None:
         expected = tuple(conv(xp, w, stride=stride, dilation=dil, groups=groups).shape)
     except RuntimeError:
         with pytest.raises(ShapeError):
-            infer_conv_shape(x.shape, w.shape, strides=stride, pads=pads, dilations=dil,
-                             groups=groups)
+            infer_conv_shape(
+                x.shape, w.shape, strides=stride, pads=pads, dilations=dil, groups=groups
+            )
         return
-    got = infer_conv_shape(tuple(x.shape), tuple(w.shape), strides=stride, pads=pads,
-                           dilations=dil, groups=groups)
+    got = infer_conv_shape(
+        tuple(x.shape), tuple(w.shape), strides=stride, pads=pads, dilations=dil, groups=groups
+    )
     assert got == expected
-    dynamic = infer_conv_shape((DYNAMIC_INDEX, *x.shape[1:]), tuple(w.shape), strides=stride,
-                               pads=pads, dilations=dil, groups=groups)
+    dynamic = infer_conv_shape(
+        (DYNAMIC_INDEX, *x.shape[1:]),
+        tuple(w.shape),
+        strides=stride,
+        pads=pads,
+        dilations=dil,
+        groups=groups,
+    )
     assert dynamic == (DYNAMIC_INDEX, *expected[1:])
 
 
 @settings(max_examples=examples(150))
 @given(
-    n=st.integers(1, 2), data=st.data(), ceil_mode=st.booleans(), use_max=st.booleans(),
+    n=st.integers(1, 2),
+    data=st.data(),
+    ceil_mode=st.booleans(),
+    use_max=st.booleans(),
 )
-def test_pool_shape_matches_torch(n: int, data: st.DataObject, ceil_mode: bool,
-                                  use_max: bool) -> None:
+def test_pool_shape_matches_torch(
+    n: int, data: st.DataObject, ceil_mode: bool, use_max: bool
+) -> None:
     kernel = [data.draw(st.integers(1, 4)) for _ in range(n)]
     stride = [data.draw(st.integers(1, 3)) for _ in range(n)]
     pad = [data.draw(st.integers(0, k // 2)) for k in kernel]
@@ -85,11 +97,18 @@ def test_pool_shape_matches_torch(n: int, data: st.DataObject, ceil_mode: bool,
         expected = tuple(pool(x, kernel, stride, pad, ceil_mode=ceil_mode, **kwargs).shape)
     except RuntimeError:
         with pytest.raises(ShapeError):
-            infer_pool_shape(tuple(x.shape), kernel, strides=stride, pads=pad + pad,
-                             dilations=dil, ceil_mode=ceil_mode)
+            infer_pool_shape(
+                tuple(x.shape),
+                kernel,
+                strides=stride,
+                pads=pad + pad,
+                dilations=dil,
+                ceil_mode=ceil_mode,
+            )
         return
-    got = infer_pool_shape(tuple(x.shape), kernel, strides=stride, pads=pad + pad,
-                           dilations=dil, ceil_mode=ceil_mode)
+    got = infer_pool_shape(
+        tuple(x.shape), kernel, strides=stride, pads=pad + pad, dilations=dil, ceil_mode=ceil_mode
+    )
     assert got == expected
 
 
@@ -109,8 +128,10 @@ def test_broadcast_matches_torch(a: list[int], b: list[int]) -> None:
 
 
 @settings(max_examples=examples(150))
-@given(a=st.lists(st.integers(1, 3), min_size=1, max_size=4),
-       b=st.lists(st.integers(1, 3), min_size=1, max_size=4))
+@given(
+    a=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    b=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+)
 def test_matmul_shape_matches_torch(a: list[int], b: list[int]) -> None:
     try:
         expected = tuple(torch.matmul(torch.zeros(a), torch.zeros(b)).shape)
@@ -124,7 +145,10 @@ def test_matmul_shape_matches_torch(a: list[int], b: list[int]) -> None:
 def test_dynamic_dims_propagate() -> None:
     assert broadcast_shapes((DYNAMIC_INDEX, 16, 1, 1), (1, 16, 8, 8)) == (DYNAMIC_INDEX, 16, 8, 8)
     assert infer_concat_shape([(DYNAMIC_INDEX, 8, 4), (DYNAMIC_INDEX, 4, 4)], 1) == (
-        DYNAMIC_INDEX, 12, 4)
+        DYNAMIC_INDEX,
+        12,
+        4,
+    )
     assert infer_concat_shape([(2, DYNAMIC_INDEX), (2, 3)], 1) == (2, DYNAMIC_INDEX)
     with pytest.raises(ShapeError, match="differ outside axis 1"):
         infer_concat_shape([(2, 3), (3, 3)], 1)

@@ -181,8 +181,9 @@ def test_nets(net: tuple[str, ModuleOp, ModuleOp, tuple[int, ...]], step: int) -
 def test_sample_program_with_a_dynamic_height() -> None:
     """The NanoEngine sample (dynamic M) on inputs of several heights: its plan covers a
     stream ending after any step."""
-    module = nanoir.load(__import__("pathlib").Path(__file__).resolve().parents[2]
-                         / "examples" / "readme_model.ne")
+    module = nanoir.load(
+        __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
+    )
     for rows, step in ((3, 1), (7, 2), (8, 3), (5, 5)):
         x = np.random.default_rng(rows).standard_normal((2, 3, rows, 5))
         check_stream(module, [x], step)
@@ -275,8 +276,21 @@ def test_nanoir_run_streams(tmp_path: Any) -> None:
     x = np.arange(14, dtype=np.float32).reshape(2, 1, 7)
     np.save(tmp_path / "x.npy", x)
     assert main([str(program), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "w.npy")]) == 0
-    assert main([str(program), "-i", str(tmp_path / "x.npy"), "--stream", "--step", "3",
-                 "-o", str(tmp_path / "s.npy")]) == 0
+    assert (
+        main(
+            [
+                str(program),
+                "-i",
+                str(tmp_path / "x.npy"),
+                "--stream",
+                "--step",
+                "3",
+                "-o",
+                str(tmp_path / "s.npy"),
+            ]
+        )
+        == 0
+    )
     assert np.load(tmp_path / "s.npy").tobytes() == np.load(tmp_path / "w.npy").tobytes()
 
 

@@ -11,20 +11,25 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
 from nanoir.dialects.traits import RowStep, StreamingRule
+from nanoir.lowering.stream_plan import stream_plan
+from nanoir.runtime.interpreter import run
+from nanoir.runtime.stream import StreamRunner, stream
 from torch import nn
 
 import nanoir
 from nanoir.frontend import FrontendError, from_torch
 from nanoir.testing_programs import examples
-from nanoir.lowering.stream_plan import stream_plan
-from nanoir.runtime.interpreter import run
-from nanoir.runtime.stream import StreamRunner, stream
 
 torch.set_num_threads(1)
 
 
-def check_stream(module, inputs: list, step: int, raw: bool = False,  # noqa: ANN001
-                 exact: bool = True) -> None:
+def check_stream(
+    module,
+    inputs: list,
+    step: int,
+    raw: bool = False,  # noqa: ANN001
+    exact: bool = True,
+) -> None:
     """Streamed == whole-tensor (same dtype, same bytes), and caches within the plan (as
     tests/runtime/test_stream.py checks every other op). ``exact=False`` (float32 nf
     programs, whose BLAS sums round differently on other matrix sizes): close."""
@@ -57,11 +62,16 @@ def transposed_case(draw):  # noqa: ANN001, ANN201
     p = [draw(st.integers(0, dd * (kk - 1))) for kk, dd in zip(k, d)]
     op = [draw(st.integers(0, max(ss, dd) - 1)) for ss, dd in zip(s, d)]
     size = [draw(st.integers(1, 6)) for _ in range(n)]
-    assume(all((L - 1) * ss - 2 * pp + dd * (kk - 1) + oo + 1 > 0
-               for L, ss, pp, dd, kk, oo in zip(size, s, p, d, k, op)))
+    assume(
+        all(
+            (L - 1) * ss - 2 * pp + dd * (kk - 1) + oo + 1 > 0
+            for L, ss, pp, dd, kk, oo in zip(size, s, p, d, k, op)
+        )
+    )
     cls = nn.ConvTranspose1d if n == 1 else nn.ConvTranspose2d
-    model = cls(cin, cout, k, stride=s, padding=p, output_padding=op, dilation=d,
-                groups=groups).eval()
+    model = cls(
+        cin, cout, k, stride=s, padding=p, output_padding=op, dilation=d, groups=groups
+    ).eval()
     return model, (2, cin, *size)
 
 
@@ -94,8 +104,13 @@ def test_the_usual_upsampling_deconvs_stream_row_by_row() -> None:
 
 
 @settings(max_examples=examples(20))
-@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 5), st.integers(1, 3),
-       st.sampled_from(("shuffle", "unshuffle", "upsample")))
+@given(
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.sampled_from(("shuffle", "unshuffle", "upsample")),
+)
 def test_block_and_upsample_stream(r: int, h: int, w: int, step: int, kind: str) -> None:
     if kind == "shuffle":
         model, x = nn.PixelShuffle(r), torch.randn(2, 2 * r * r, h, w)
