@@ -93,9 +93,15 @@ def name_hint(path: str) -> str:
     'layer1.0.conv1.weight'
     >>> name_hint("0.weight")
     '_0.weight'
+    >>> name_hint("0")
+    'm0'
     """
     hint = re.sub(r"[^A-Za-z0-9_$.-]", "_", path)
-    return hint if re.match(r"[A-Za-z_$.-]", hint) else "_" + hint
+    hint = hint if re.match(r"[A-Za-z_$.-]", hint) else "_" + hint
+    # xDSL drops a trailing `_<digits>` from a name hint (its uniquing suffix), which would
+    # leave an empty name of a bare "_0" (a layer of a top-level nn.Sequential); an empty
+    # name then fails xDSL's own check when the module is cloned.
+    return "m" + hint[1:] if re.fullmatch(r"_\d+", hint) else hint
 
 
 def _meta_shape(val: Any) -> tuple[int, ...]:

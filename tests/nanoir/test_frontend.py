@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.parser import Parser
 
+import nanoir
 from nanoir.context import make_context
 from nanoir.frontend import FrontendError, from_torch, supported_aten_ops
 from nanoir.frontend.torch_import import name_hint
@@ -658,3 +659,20 @@ def test_undecomposed_export_imports_too() -> None:
     } <= targets
     module = import_program(program)
     assert_close_to_torch(module, model, x)
+
+
+def test_a_top_level_sequential_names_its_layers_and_clones() -> None:
+    """Layers of a top-level ``nn.Sequential`` are named ``0``, ``1``...: their activations must
+    keep a valid, non-empty name (xDSL strips a ``_<digits>`` suffix), so that the module
+    clones, quantizes and lowers like any other."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 5)
+    ).eval()
+    x = torch.randn(2, 3, 8, 8)
+    module = nanoir.from_torch(model, (x,))
+    names = [r.name_hint for op in module.walk() for r in op.results]
+    assert "m0" in names and "" not in names
+    nanoir.quantize(module, [x.numpy()])
+    (y_q,) = nanoir.run(module.clone(), x.numpy())
+    (y_hw,) = nanoir.run(nanoir.lower_to_hw(module.clone()), x.numpy())
+    assert np.array_equal(y_q, y_hw)
