@@ -1366,7 +1366,13 @@ class DepthToSpaceOp(_BlockOp):
 
 @irdl_op_definition
 class SpaceToDepthOp(_BlockOp):
-    """``nf.space_to_depth`` on codes (ONNX SpaceToDepth = DCR; CRD = PixelUnshuffle)."""
+    """``nf.space_to_depth`` on codes (ONNX SpaceToDepth = DCR; CRD = PixelUnshuffle).
+
+    ```mlir
+    %y = nh.space_to_depth %x {block = 2 : i64} : tensor<?x2x6x6xi8, #nh.fixed<5, BCMD>>
+        -> tensor<?x8x3x3xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
 
     name = "nh.space_to_depth"
     traits = traits_def(Pure(), DataMovement(space_to_depth_rows))
