@@ -473,6 +473,8 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
             return (conv(x, w, b, strides, 0, dilations, groups),)
 
         return run_conv
+    if isinstance(op, nf.ConvTransposeOp):
+        return _conv_transpose_step(op)
     if isinstance(op, nf.LinearOp):
         return lambda x, w, b=None: (F.linear(x, w, b),)
     if isinstance(op, nf.MatmulOp):
@@ -573,9 +575,40 @@ def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runt
     if isinstance(op, nf.TransposeOp):
         perm = list(array_values(op.perm) or ())
         return lambda x: (x.permute(perm),)
-    if isinstance(op, nf.PadOp | nf.UpsampleNearestOp):
+    if isinstance(op, nf.PadOp | nf.UpsampleNearestOp | nf.DepthToSpaceOp | nf.SpaceToDepthOp):
         return _gather_step(op)
     raise QATError(f"nanoir.qat: {op.name} has no torch forward")
+
+
+_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def _conv_transpose_step(op: nf.ConvTransposeOp) -> Step:
+    """``nf.conv_transpose`` (weight ``[C, O/g, *K]``, asymmetric ``pads``,
+    ``output_padding``): torch's transposed conv without padding, then the pads cropped
+    (and ``output_padding`` beyond the last input row added as zeros), then the bias."""
+    n = len(_shape(op.weight)) - 2
+    strides = list(array_values(op.strides) or ()) or [1] * n
+    dilations = list(array_values(op.dilations) or ()) or [1] * n
+    pads = list(array_values(op.pads) or ()) or [0] * (2 * n)
+    groups = op.groups.value.data
+    out = _shape(op.result)[2:]
+    conv_t = _CONV_T[n]
+
+    def run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> Any:
+        y = conv_t(x, w, None, strides, 0, 0, groups, dilations)
+        for i in range(n):
+            begin, length = pads[i], out[i]
+            have = y.shape[2 + i] - begin
+            y = y.narrow(2 + i, begin, min(have, length))
+            if have < length:  # output_padding past the full output: zero rows
+                extra = [0, 0] * (n - 1 - i) + [0, length - have]
+                y = F.pad(y, extra)
+        if b is not None:
+            y = y + b.reshape((1, -1) + (1,) * n)
+        return (y,)
+
+    return run
 
 
 def _gather_step(op: Any) -> Step:
@@ -643,7 +676,7 @@ class QATModule(nn.Module):
         self._steps: list[tuple[str, Any, list[int], list[int]]] = []
         self._quant_of: dict[int, str] = {}  # slot -> quantizer key (non-bias)
         self._bias_of: dict[int, str] = {}  # bias slot -> quantizer key
-        self._bias_users: dict[str, list[tuple[int, int, int, int]]] = {}
+        self._bias_users: dict[str, list[tuple[int, int, int, int, bool]]] = {}
         source: dict[int, str] = {}  # slot -> quantizer key it comes from
         self._result_slots: list[int] = []
         self._nbuf = 0
@@ -712,11 +745,13 @@ class QATModule(nn.Module):
             self._steps.append(("op", _build_step(op), args, outs))
             if isinstance(op, _THROUGH) and args[0] in source:
                 source[outs[0]] = source[args[0]]
-            if isinstance(op, nf.ConvOp | nf.LinearOp) and len(args) > 2:
+            if isinstance(op, qz.WEIGHTED) and len(args) > 2:
                 bkey = self._bias_of.get(args[2])
                 if bkey is not None:
-                    groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
-                    self._bias_users[bkey].append((args[0], args[1], _shape(op.weight)[0], groups))
+                    groups = op.groups.value.data if not isinstance(op, nf.LinearOp) else 1
+                    transposed = isinstance(op, nf.ConvTransposeOp)
+                    out_c = _shape(op.result)[1] if transposed else _shape(op.weight)[0]
+                    self._bias_users[bkey].append((args[0], args[1], out_c, groups, transposed))
             for r, o in zip(op.results, outs):
                 if r in self.targets:
                     key = add_quantizer(self.targets[r])
@@ -754,20 +789,18 @@ class QATModule(nn.Module):
         if q.bits <= 1:
             return None
         cap = None
-        for x_slot, w_slot, out_c, groups in self._bias_users[key]:
+        for x_slot, w_slot, out_c, groups, transposed in self._bias_users[key]:
             kx_key, kw_key = self._source.get(x_slot), self._source.get(w_slot)
             if kx_key is None or kw_key is None:
                 continue
             qx, qw = self.quantizers[kx_key], self.quantizers[kw_key]
             if qx.last_k is None or qw.last_k is None:
                 continue
+            kw = qw.last_k.cpu().numpy().astype(np.int64)
+            if transposed and kw.size > 1:  # [O/g] along axis 1, the same per group
+                kw = np.tile(kw.reshape(-1), groups)
             c = qz.accumulator_cap(
-                qx.bits,
-                qx.last_k.cpu().numpy().astype(np.int64),
-                qw.bits,
-                qw.last_k.cpu().numpy().astype(np.int64),
-                out_c,
-                groups,
+                qx.bits, qx.last_k.cpu().numpy().astype(np.int64), qw.bits, kw, out_c, groups
             )
             if c is not None:
                 cap = c if cap is None else np.minimum(cap, c)

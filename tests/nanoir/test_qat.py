@@ -165,6 +165,63 @@ def test_every_test_model(name: str) -> None:
     assert_exact(q, x)
 
 
+def upsampling_net(groups: int):  # noqa: ANN201
+    """conv, conv_transpose (stride 2, asymmetric output_padding), pixel shuffle, conv,
+    nearest upsampling, pixel unshuffle."""
+    from torch import nn
+
+    torch.manual_seed(groups)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(2, 8, 3, padding=1)
+            self.up = nn.ConvTranspose2d(
+                8, 4, 3, stride=2, padding=1, output_padding=(1, 0), groups=groups
+            )
+            self.shuffle = nn.PixelShuffle(2)
+            self.conv2 = nn.Conv2d(1, 4, 3, padding=1)
+            self.upsample = nn.Upsample(scale_factor=2)
+            self.unshuffle = nn.PixelUnshuffle(2)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            x = self.shuffle(self.up(self.conv(x).relu()))
+            return self.unshuffle(self.upsample(self.conv2(x)))
+
+    return Net().eval()
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("bits", [1, 4, 8])
+@pytest.mark.parametrize("learner", ["ema", "lsq"])
+def test_conv_transpose_is_per_channel_along_axis_1(groups: int, bits: int, learner: str) -> None:
+    """A conv_transpose weight ``[C, O/g, *K]`` is quantized per output channel along axis 1,
+    as ``quantize`` does; with pixel (un)shuffle and nearest upsampling around it, the module
+    converts (and lowers to nh) bit for bit after training."""
+    model = upsampling_net(groups)
+    x = np.random.default_rng(bits).standard_normal((3, 2, 5, 4)).astype(np.float32)
+    q = qat.prepare(model, (torch.from_numpy(x),), weight_bits=bits, learner=learner)
+    up = q.quantizer("up.weight")
+    assert up.axis == 1 and up.exp_shape == (1, 4 // groups, 1, 1)
+    qat.calibrate(q, [x])
+    ptq = nanoir.from_torch(model, (torch.from_numpy(x),))
+    nanoir.quantize(ptq, [x], weight_bits=bits)
+    (fq,) = [
+        op
+        for op in ptq.walk()
+        if isinstance(op, FakeQuantOp)
+        and getattr(getattr(op.input, "op", None), "sym_name", None) is not None
+        and op.input.op.sym_name.data == "up.weight"
+    ]
+    assert tuple(fq.exp.get_type().get_shape()) == (1, 4 // groups, 1, 1)
+    assert qat.export_exponents(q)["up.weight"]["axis"] == 1
+    small_train(q, x, steps=2)
+    module = assert_exact(q, x)
+    hw = nanoir.lower_to_hw(module.clone())
+    (y_hw,) = nanoir.run(hw, x)
+    assert np.array_equal(y_hw, qat.evaluate(q, x))
+
+
 # --------------------------------------------------------------------------------------------
 # Same placement and semantics as quantize; calibrate starts from the PTQ program
 # --------------------------------------------------------------------------------------------
