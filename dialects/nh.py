@@ -39,6 +39,7 @@ from nanoir.dialects.traits import (
     DataMovement,
     Elementwise,
     SlidingWindow,
+    TransposedWindow,
     axis_rows,
     depth_to_space_rows,
     pad_rows,
@@ -53,6 +54,7 @@ from nanoir.runtime.numerics.shapes import (
     broadcast_shapes,
     infer_concat_shape,
     infer_conv_shape,
+    infer_conv_transpose_shape,
     infer_linear_shape,
     infer_matmul_shape,
     infer_pool_shape,
@@ -627,6 +629,85 @@ class ConvOp(IRDLOperation):
         )
         check_result_shape(self, shape, self.result)
         expected = _conv_like_exps(self, self.input, self.weight, groups)
+        _check_accumulator(self, expected, self.result, self.bias, 1)
+
+
+def _conv_transpose_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) -> np.ndarray:
+    """Output exponents of a transposed conv: ``exp_x[group(o)] + exp_w[o mod O/g]``.
+
+    Its weight is ``[C, O/g, *K]``, so per-channel weight exponents run along dim 1 (layout
+    ``DC`` + ``D``s) and repeat for each group.
+    """
+    fx, fw = fixed_of(x), fixed_of(w)
+    per_group = tensor_shape(w)[1]
+    out_c = per_group * groups
+    if fw.is_per_channel and fw.channel_axis != 1:
+        raise VerifyException(
+            f"{op.name}: per-channel weight exponents must run along dim 1 (the output "
+            f"channels of a [C, O/g, *K] weight), layout {fw.layout.data!r}"
+        )
+    w_exps = np.tile(np.broadcast_to(np.asarray(fw.exp_list, dtype=np.int64), (per_group,)), groups)
+    if fx.is_per_channel:
+        if fx.channel_axis != 1:
+            raise VerifyException(f"{op.name}: input channels must be dim 1 of its layout")
+        x_exps = np.asarray(fx.exp_list, dtype=np.int64).reshape(groups, -1)
+        if (x_exps != x_exps[:, :1]).any():
+            raise VerifyException(
+                f"{op.name}: input channels summed together have different exponents "
+                f"{fx.exp_list}; requantize them to one exponent first"
+            )
+        in_per_out = np.repeat(x_exps[:, 0], per_group)
+    else:
+        in_per_out = np.full(out_c, fx.exp_list[0], dtype=np.int64)
+    return in_per_out + w_exps
+
+
+@irdl_op_definition
+class ConvTransposeOp(IRDLOperation):
+    """Integer N-d grouped transposed convolution into i32 (weight ``[C, O/g, *K]``):
+    ``acc[n, o, i*s + t*d - pad] += x[n, c, i] * w[c, o mod O/g, t]`` (c in o's group) plus
+    ``b[o]``, exact; ``exp(acc)[o] = exp(x) + exp(w)[o mod O/g]`` and the bias is aligned to it.
+
+    ```mlir
+    %acc = nh.conv_transpose %x, %w {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<?x8x4x4xi8, #nh.fixed<5, BCMD>>, tensor<8x4x4x4xi4, #nh.fixed<3, DCDD>>)
+        -> tensor<?x4x8x8xi32, #nh.fixed<8, BCMD>>
+    ```
+    """
+
+    name = "nh.conv_transpose"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    dilations = opt_prop_def(DenseArrayBase[I64])
+    output_padding = opt_prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    traits = traits_def(Pure(), TransposedWindow("weight"))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        check_nh_value(self, self.weight, "weight")
+        groups = self.groups.value.data
+        shape = shape_guard(
+            self,
+            infer_conv_transpose_shape,
+            tensor_shape(self.input),
+            tensor_shape(self.weight),
+            strides=array_values(self.strides),
+            pads=array_values(self.pads),
+            dilations=array_values(self.dilations),
+            output_padding=array_values(self.output_padding),
+            groups=groups,
+        )
+        check_result_shape(self, shape, self.result)
+        expected = _conv_transpose_exps(self, self.input, self.weight, groups)
         _check_accumulator(self, expected, self.result, self.bias, 1)
 
 
@@ -1383,6 +1464,7 @@ NH = Dialect(
     [
         ConstantOp,
         ConvOp,
+        ConvTransposeOp,
         LinearOp,
         MatmulOp,
         AddOp,

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nanoir.lowering.hw.channel_wise import FuseBatchNormFakeQuant, LowerBatchNorm, LowerPRelu
-from nanoir.lowering.hw.contraction import LowerConv, LowerLinear, LowerMatmul
+from nanoir.lowering.hw.contraction import LowerConv, LowerConvTranspose, LowerLinear, LowerMatmul
 from nanoir.lowering.hw.core import (
     HwLowering,
     HwPattern,
@@ -103,6 +103,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     FuseBatchNormFakeQuant,
     RequantFakeQuant,
     LowerConv,
+    LowerConvTranspose,
     LowerLinear,
     LowerMatmul,
     LowerAddSub,

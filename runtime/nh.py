@@ -407,6 +407,42 @@ def conv(op: nh.ConvOp, dtype: np.dtype[Any]) -> Kernel:
     return run
 
 
+@impl(nh.ConvTransposeOp)
+def conv_transpose(op: nh.ConvTransposeOp, dtype: np.dtype[Any]) -> Kernel:
+    """Grouped N-d transposed convolution, exactly: ``kernels.conv_transpose`` (zero insertion,
+    then a conv) in the narrowest dtype whose whole sums are exact (float32 up to ``2**24``,
+    float64 up to ``2**53``, else int64 or Python ints), from the operands' bounds."""
+    props = {
+        "strides": array_values(op.strides),
+        "pads": array_values(op.pads),
+        "dilations": array_values(op.dilations),
+        "output_padding": array_values(op.output_padding),
+        "groups": op.groups.value.data,
+    }
+    xin, win = _Operand(op.input), _Operand(op.weight)
+    bin_ = _Operand(op.bias) if op.bias is not None else None
+
+    def run(x: IntArray, w: IntArray, b: IntArray | None = None) -> tuple[Any, ...]:
+        # Each output sums at most (C/g) * prod(K) products.
+        inner = max(math.prod(w.shape[2:]) * x.shape[1] // props["groups"], 1)  # type: ignore[operator]
+        bias_bound = 0 if b is None or bin_ is None else bin_.bound(b)
+        plan = plan_exact_matmul(inner, xin.bound(x), win.bound(w), bias_bound)
+        worst = inner * xin.bound(x) * win.bound(w) + bias_bound
+        if worst <= F32_EXACT:
+            cdt: np.dtype[Any] = np.dtype(np.float32)
+        elif worst <= F64_EXACT:
+            cdt = np.dtype(np.float64)
+        else:
+            cdt = np.dtype(np.int64) if worst < 2**63 else np.dtype(object)
+        y = kernels.conv_transpose(_as_operand(x, cdt), win.floats(w, cdt, tuple(w.shape)), **props)
+        acc = y.astype(plan.acc_dtype)  # exact: integer-valued, within cdt's exact range
+        if b is not None:
+            acc += b.reshape(-1, *(1,) * (acc.ndim - 2)).astype(acc.dtype, copy=False)
+        return (_finish_accumulator(op, acc, plan),)
+
+    return run
+
+
 @impl(nh.LinearOp)
 def linear(op: nh.LinearOp, dtype: np.dtype[Any]) -> Kernel:
     """``x @ w.T + b`` over any leading dims, as an exact chunked matmul."""

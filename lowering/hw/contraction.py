@@ -1,4 +1,4 @@
-"""lower-to-hw patterns for sums of products: conv, linear, matmul (trait ``Contraction`` or
+"""lower-to-hw patterns for sums of products: conv, conv_transpose, linear, matmul (trait ``Contraction`` or
 ``SlidingWindow`` with a weight).
 
 Codes are summed exactly into i32 at ``exp(x) + exp(w)``; a quantized bias is shifted left
@@ -45,18 +45,23 @@ def accumulate(
     channel_axis: int,
     rank: int,
     bound_terms: np.ndarray,
+    w_exps: np.ndarray | None = None,
 ) -> tuple[np.ndarray, SSAValue | None, np.ndarray]:
-    """Accumulator exponents per output channel, the aligned i32 bias, and the bound."""
+    """Accumulator exponents per output channel, the aligned i32 bias, and the bound.
+
+    ``w_exps`` are the weight's exponents per output channel when they are not its own
+    exponents along dim 0 (a transposed conv's repeat per group)."""
     if w.codes is None:
         raise hw.fail(op, "has a runtime weight; only constant weights lower to hw")
-    w_exps = np.broadcast_to(w.exps.reshape(-1), (out_c,)) if w.exps.size in (1, out_c) else None
+    if w_exps is None and w.exps.size in (1, out_c):
+        w_exps = np.broadcast_to(w.exps.reshape(-1), (out_c,))
     if w_exps is None:
         raise hw.fail(op, "has weight exponents that are not per output channel")
     x_flat = x.exps.reshape(-1)
     if x_flat.size == 1:
         x_per_out = np.full(out_c, int(x_flat[0]))
     else:
-        groups = op.groups.value.data if isinstance(op, nf.ConvOp) else 1
+        groups = op.groups.value.data if isinstance(op, nf.ConvOp | nf.ConvTransposeOp) else 1
         per_group = x_flat.reshape(groups, -1)
         if (per_group != per_group[:, :1]).any():
             raise hw.fail(
@@ -122,7 +127,9 @@ def accumulate(
     return acc_exps.reshape(shape), bias_value, np.asarray(bound)
 
 
-def add_late_bias(hw: HwLowering, op: nf.ConvOp | nf.LinearOp, acc: HwValue, axis: int) -> HwValue:
+def add_late_bias(
+    hw: HwLowering, op: nf.ConvOp | nf.ConvTransposeOp | nf.LinearOp, acc: HwValue, axis: int
+) -> HwValue:
     """``acc << s + bias`` when the bias is finer than the products (exact, checked)."""
     b, hw.late_bias = hw.late_bias, None
     if b is None:
@@ -149,14 +156,7 @@ class LowerConv(HwPattern):
     def match_and_rewrite(self, op: nf.ConvOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
         x, w = hw.get(op, op.input), hw.get(op, op.weight)
-        groups = op.groups.value.data
-        if x.exps.size > 1:
-            per_group = x.exps.reshape(groups, -1)
-            if (per_group != per_group[:, :1]).any():
-                # Channels summed together must share an exponent: align each group to its
-                # finest one (exact left shifts).
-                target = np.repeat(per_group.max(axis=1), per_group.shape[1])
-                x = hw.shift_to(op, x, target.reshape(x.exps.shape))
+        x = align_groups(hw, op, x, op.groups.value.data)
         out_shape = nf.tensor_shape(op.result)
         out_c = out_shape[1]
         terms = (
@@ -172,6 +172,79 @@ class LowerConv(HwPattern):
             if getattr(op, key) is not None:
                 props[key] = getattr(op, key)
         new = nh.ConvOp.create(
+            operands=[x.value, w.value] + ([bias] if bias else []),
+            result_types=[t],
+            properties=props,
+        )
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, add_late_bias(hw, op, HwValue(new.result, acc_exps, hw.acc_bits), 1))
+
+
+def align_groups(hw: HwLowering, op: Operation, x: HwValue, groups: int) -> HwValue:
+    """Channels summed together must share an exponent: align each group of input channels
+    to its finest one (exact left shifts)."""
+    if x.exps.size <= 1:
+        return x
+    per_group = x.exps.reshape(groups, -1)
+    if (per_group == per_group[:, :1]).all():
+        return x
+    target = np.repeat(per_group.max(axis=1), per_group.shape[1])
+    return hw.shift_to(op, x, target.reshape(x.exps.shape))
+
+
+def transposed_bound_terms(
+    codes: np.ndarray, strides: tuple[int, ...], dils: tuple[int, ...]
+) -> np.ndarray:
+    """``max |sum|`` per output channel of a transposed conv with unit inputs, ``[O/g]``:
+    an output row reads only the taps ``t`` with ``t*d`` in one residue class mod ``s`` (per
+    dim), so the bound is the largest class sum of ``|w|``, not the sum over all taps."""
+    mags = np.abs(codes).astype(np.int64).sum(axis=0)  # [O/g, *K], summed over input channels
+    classes: dict[tuple[int, ...], np.ndarray] = {}
+    for tap in np.ndindex(*codes.shape[2:]):
+        key = tuple((t * d) % s for t, d, s in zip(tap, dils, strides))
+        term = mags[(slice(None), *tap)]
+        classes[key] = classes[key] + term if key in classes else term.copy()
+    if not classes:
+        return np.zeros(codes.shape[1], dtype=np.int64)
+    return np.max(np.stack(list(classes.values())), axis=0)
+
+
+class LowerConvTranspose(HwPattern):
+    """``nf.conv_transpose`` → ``nh.conv_transpose`` into i32: weight ``[C, O/g, *K]`` with
+    its exponents along dim 1, repeated for each group; input groups aligned as for conv."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.ConvTransposeOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        x, w = hw.get(op, op.input), hw.get(op, op.weight)
+        groups = op.groups.value.data
+        x = align_groups(hw, op, x, groups)
+        out_shape = nf.tensor_shape(op.result)
+        out_c = out_shape[1]
+        w_shape = nf.tensor_shape(op.weight)
+        per_group = w_shape[1]
+        if w.exps.size != 1 and not (w.exps.ndim >= 2 and w.exps.shape[1] == w.exps.size):
+            raise hw.fail(op, "has weight exponents that are not per output channel (dim 1)")
+        w_exps = np.tile(np.broadcast_to(w.exps.reshape(-1), (per_group,)), groups)
+        n = len(w_shape) - 2
+        strides = tuple(nf.array_values(op.strides) or (1,) * n)
+        dils = tuple(nf.array_values(op.dilations) or (1,) * n)
+        if w.codes is not None:
+            in_per_group = w_shape[0] // groups
+            grouped = w.codes.reshape(groups, in_per_group, per_group, *w_shape[2:])
+            terms = np.concatenate([transposed_bound_terms(g, strides, dils) for g in grouped])
+        else:
+            terms = np.zeros(out_c)
+        acc_exps, bias, bound = accumulate(
+            hw, op, x, w, op.bias, out_c, 1, len(out_shape), terms, w_exps
+        )
+        hw.acc_bits = bits_of_bound(bound)
+        t = hw.result_type(out_shape, acc_exps, 32)
+        props: dict[str, Attribute] = {"groups": op.groups}
+        for key in ("strides", "pads", "dilations", "output_padding"):
+            if getattr(op, key) is not None:
+                props[key] = getattr(op, key)
+        new = nh.ConvTransposeOp.create(
             operands=[x.value, w.value] + ([bias] if bias else []),
             result_types=[t],
             properties=props,

@@ -162,7 +162,7 @@ class HwLowering:
         width = container_width(bits)
         exps_full = expand(np.asarray(exps, dtype=np.int64), codes.ndim)
         varying = [i for i, d in enumerate(exps_full.shape) if d > 1]
-        if role == "weight" or not varying:
+        if role in ("weight", "transposed_weight") or not varying:
             layout = constant_layout(codes.ndim, role)
         else:
             layout = "".join("C" if i == varying[0] else "D" for i in range(codes.ndim))

@@ -71,18 +71,22 @@ class LowerConstant(HwPattern):
 
 
 def reduce_constant_exps(hw: HwLowering, op: Operation, exps: np.ndarray, rank: int) -> np.ndarray:
-    """Exponents of a constant, one per channel (dim 0) or one in all."""
+    """Exponents of a constant, one per channel along one dim (dim 0 of most weights, dim 1
+    of a transposed conv's ``[C, O/g, *K]``), or one in all."""
     flat = exps.reshape(-1)
     if flat.size == 0 or (flat == flat[0]).all():
         return np.array(int(flat[0]) if flat.size else 0).reshape((1,) * max(rank, 1))
-    per_channel = exps.reshape(exps.shape[0], -1)
-    if (per_channel != per_channel[:, :1]).any():
-        raise hw.fail(
-            op,
-            "has exponents that vary along more than the first dim; the hw "
-            "level supports per-tensor or per-channel exponents",
-        )
-    return per_channel[:, 0].reshape((exps.shape[0],) + (1,) * (rank - 1))
+    for axis in range(exps.ndim):
+        along = np.moveaxis(exps, axis, 0).reshape(exps.shape[axis], -1)
+        if (along == along[:, :1]).all():
+            shape = [1] * exps.ndim
+            shape[axis] = exps.shape[axis]
+            return along[:, 0].reshape(shape)
+    raise hw.fail(
+        op,
+        "has exponents that vary along more than one dim; the hw level supports per-tensor "
+        "or per-channel exponents",
+    )
 
 
 class FoldConstantFakeQuant(HwPattern):
@@ -99,14 +103,12 @@ class FoldConstantFakeQuant(HwPattern):
         exps = reduce_constant_exps(
             hw, op, np.broadcast_to(expand(nh_exp, data.ndim), codes.shape), codes.ndim
         )
-        role = (
-            "weight"
-            if any(
-                isinstance(u.operation, nf.ConvOp | nf.LinearOp) and u.index == 1
-                for u in op.result.uses
-            )
-            else "const"
-        )
+        role = "const"
+        for use in op.result.uses:
+            if use.index == 1 and isinstance(use.operation, nf.ConvOp | nf.LinearOp):
+                role = "weight"
+            elif use.index == 1 and isinstance(use.operation, nf.ConvTransposeOp):
+                role = "transposed_weight"
         if codes.ndim == 0:
             codes, exps = codes.reshape(1), exps.reshape(1)
         src = op.input

@@ -130,6 +130,7 @@ def test_the_other_facts() -> None:
         "nf.avg_pool",
         "nh.avg_pool",
         "nf.conv_transpose",
+        "nh.conv_transpose",
     }
     assert named(Contraction) == {"nf.linear", "nh.linear", "nf.matmul", "nh.matmul"}
     assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu", "nh.prelu"}

@@ -436,3 +436,30 @@ func.func @split_sizes_do_not_add_up(%x: tensor<?x4xi8, #nh.fixed<5, BC>>) -> te
   func.return %a : tensor<?x1xi8, #nh.fixed<5, BC>>
 }
 // CHECK: nh.split: sizes [1, 2] do not add up to 4
+
+// -----
+
+func.func @conv_transpose_weight_axis(%x: tensor<?x2x3xi8, #nh.fixed<5, BCM>>, %w: tensor<2x3x2xi8, #nh.fixed<[1, 2], CCD>>) -> tensor<?x3x4xi32, #nh.fixed<6, BCM>> {
+  %0 = nh.conv_transpose %x, %w : (tensor<?x2x3xi8, #nh.fixed<5, BCM>>, tensor<2x3x2xi8, #nh.fixed<[1, 2], CCD>>) -> tensor<?x3x4xi32, #nh.fixed<6, BCM>>
+  func.return %0 : tensor<?x3x4xi32, #nh.fixed<6, BCM>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv_transpose: per-channel weight exponents must run along dim 1 (the output channels of a [C, O/g, *K] weight), layout 'CCD'
+
+// -----
+
+func.func @conv_transpose_result_exp(%x: tensor<?x2x3xi8, #nh.fixed<5, BCM>>, %w: tensor<2x3x2xi8, #nh.fixed<[1, 2, 3], DCD>>) -> tensor<?x3x4xi32, #nh.fixed<6, BCM>> {
+  %0 = nh.conv_transpose %x, %w : (tensor<?x2x3xi8, #nh.fixed<5, BCM>>, tensor<2x3x2xi8, #nh.fixed<[1, 2, 3], DCD>>) -> tensor<?x3x4xi32, #nh.fixed<6, BCM>>
+  func.return %0 : tensor<?x3x4xi32, #nh.fixed<6, BCM>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv_transpose: result exponent must be input + weight exponent
+
+// -----
+
+func.func @conv_transpose_shape(%x: tensor<?x2x3xi8, #nh.fixed<5, BCM>>, %w: tensor<2x3x2xi8, #nh.fixed<1, DCD>>) -> tensor<?x3x5xi32, #nh.fixed<6, BCM>> {
+  %0 = nh.conv_transpose %x, %w : (tensor<?x2x3xi8, #nh.fixed<5, BCM>>, tensor<2x3x2xi8, #nh.fixed<1, DCD>>) -> tensor<?x3x5xi32, #nh.fixed<6, BCM>>
+  func.return %0 : tensor<?x3x5xi32, #nh.fixed<6, BCM>>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nh.conv_transpose: result shape

@@ -97,3 +97,13 @@ func.func @prelu_and_data_movement(%x: tensor<?x2x3x4xi8, #nh.fixed<[5, 6], BCMD
   %u = nh.upsample_nearest %s1 : tensor<?x1x3x4xi8, #nh.fixed<6, BCMD>> -> tensor<?x1x6x8xi8, #nh.fixed<6, BCMD>>
   func.return %t, %pd, %u : tensor<?x2x4x3xi16, #nh.fixed<[7, 8], BCMD>>, tensor<?x1x5x4xi8, #nh.fixed<5, BCMD>>, tensor<?x1x6x8xi8, #nh.fixed<6, BCMD>>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @conv_transpose_grouped
+func.func @conv_transpose_grouped(%x: tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>, %w: tensor<4x3x2x2xi4, #nh.fixed<[3, 2, 1], DCDD>>) -> tensor<?x6x6x6xi32, #nh.fixed<[8, 7, 6, 8, 7, 6], BCMD>> {
+  // CHECK-NEXT: %0 = nh.conv_transpose %x, %w {strides = array<i64: 2, 2>, groups = 2 : i64} : (tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>, tensor<4x3x2x2xi4, #nh.fixed<[3, 2, 1], DCDD>>) -> tensor<?x6x6x6xi32, #nh.fixed<[8, 7, 6, 8, 7, 6], BCMD>>
+  // GENERIC: "nh.conv_transpose"(%x, %w) <{strides = array<i64: 2, 2>, groups = 2 : i64}>
+  %0 = nh.conv_transpose %x, %w {strides = array<i64: 2, 2>, groups = 2 : i64} : (tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>, tensor<4x3x2x2xi4, #nh.fixed<[3, 2, 1], DCDD>>) -> tensor<?x6x6x6xi32, #nh.fixed<[8, 7, 6, 8, 7, 6], BCMD>>
+  func.return %0 : tensor<?x6x6x6xi32, #nh.fixed<[8, 7, 6, 8, 7, 6], BCMD>>
+}
