@@ -4,7 +4,8 @@
 `export_hw_program`. The IR has no `.ne` metadata to follow, so names and sections are chosen
 as the nq-level exporter chooses them for fresh IR (`ne_schema.Names`):
 
-- nodes `<OpType>_n<k>` (numbered per op type in program order), their outputs `<node>_o0`;
+- nodes `<OpType>_n<k>` (numbered per op type in program order), their outputs `<node>_o0`
+  (`<node>_o<i>` for result i of a several-output op: Split);
   the function's float inputs `input`, `input_1`, ... and its results `output`,
   `output_1`, ... (by result index); a node's input cache `<node>_<input tensor>`;
 - data constants after the IR name (`conv1.weight` -> `conv1_weight`), unnamed ones, the
@@ -158,10 +159,10 @@ class _HwExporter:
                 names.append(name)
         return tuple(names)
 
-    def output_name(self, value: SSAValue, node: str) -> str:
+    def output_name(self, value: SSAValue, node: str, i: int = 0) -> str:
         index = self.direct.get(value)
         if index is None:
-            return self.ids.fresh(f"{node}_o0")
+            return self.ids.fresh(f"{node}_o{i}")
         return self.ids.fresh("output" if index == 0 else f"output_{index}")
 
     # -- inputs ---------------------------------------------------------------------------
@@ -232,13 +233,13 @@ class _HwExporter:
                 f"nanoengine export: '{op.name}' has no NanoEngine op type in an nh program "
                 "(the hw level writes nh ops only)"
             )
-        if len(op.results) != 1:
+        if len(op.results) != 1 and not spec.multi_output:
             raise ExportError(
                 f"nanoengine export: '{op.name}' has {len(op.results)} results; nodes here have one"
             )
-        result = op.results[0]
-        _, _, _, fixed = _nh_type(result, f"the result of '{op.name}'")
-        attrs: list[tuple[str, AttrValue]] = [("exp", exp_value(fixed))]
+        what = f"the result of '{op.name}'"
+        exps = tuple(exp_value(_nh_type(r, what)[3]) for r in op.results)
+        attrs: list[tuple[str, AttrValue]] = [("exp", exps if spec.multi_output else exps[0])]
         for m in spec.props:
             value = op.properties.get(m.prop)
             if value is not None:
@@ -246,18 +247,21 @@ class _HwExporter:
         attrs += [(attr, derive(op)) for attr, derive in spec.derived]
         in_s = [self.names[v] for v in op.operands]
         if spec.const_input == "shape":
-            in_s.append(self.shape_constant(result))
+            in_s.append(self.shape_constant(op.results[0]))
         init = all(v in self.init_values for v in op.operands)
         name = self.ids.numbered(spec.op_type)
-        if not result.uses and not init:
+        unused = next((i for i, r in enumerate(op.results) if not r.uses), None)
+        if unused is not None and not init:
+            which = f"result {unused} of " if len(op.results) > 1 else ""
             raise ExportError(
-                f"nanoengine export: '{op.name}' ({name}) computes a value nothing uses; NanoEngine "
-                "takes unread tensors for outputs (remove dead code first)"
+                f"nanoengine export: {which}'{op.name}' ({name}) computes a value nothing uses; "
+                "NanoEngine takes unread tensors for outputs (remove dead code first)"
             )
-        if init:
-            self.init_values.add(result)
-        self.declare(result, self.output_name(result, name), init, f"the result of '{op.name}'")
-        out_s = (self.names[result],)
+        for i, result in enumerate(op.results):
+            if init:
+                self.init_values.add(result)
+            self.declare(result, self.output_name(result, name, i), init, what)
+        out_s = tuple(self.names[r] for r in op.results)
         if init:
             self.nodes.append(InitNode(name, spec.op_type, _sorted(attrs), tuple(in_s), out_s))
         else:

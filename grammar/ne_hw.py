@@ -19,7 +19,11 @@ Its exponent(s) are the `exp` attribute of the node that computes it: `exp=7` pe
 `exp=[9, 8, 9]` per channel along the first `C` of the layout, each from -128 to 127
 (NanoEngine stores exponents as int8; so do a Q's exponent constant's values). Every node states `exp`, also
 where the op determines it (a conv's accumulator): a reader never has to derive an exponent,
-and the importer checks the stated ones with the nh verifiers.
+and the importer checks the stated ones with the nh verifiers. A node with several outputs
+(Split: one per result, each a declared tensor `<node>_o<i>`) states `exp` as a list of its
+outputs' exps in `out_s` order, each spelled as above, always a list even for one output:
+
+    attr=[axis=1, exp=[6, [5, 4]], split=[3, 2]], ... out_s=[Split_n1_o0, Split_n1_o1]
 
 Constants (`nh.constant`) are a data constant read by an init `Unpack` node whose output is
 the typed tensor:
@@ -73,13 +77,24 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
                                  pads, rounding, strides
     nh.concat      Concat        axis
     nh.reshape     Reshape       + in_s[1], an int64_t shape constant (-1 = dynamic dim)
+    nh.prelu       PRelu         shift (the slope's exponent; in_s[1] is the slope's codes)
+    nh.transpose   Transpose     perm
+    nh.pad         Pad           mode (constant, reflect or edge: a name), pads, value (an
+                                 integer code); ONNX opset < 11's attribute form
+    nh.split       Split         axis, split (the sizes; opset < 13's attribute form); several
+                                 outputs, `exp` per output (see above)
+    nh.depth_to_space  DepthToSpace  blocksize, mode (DCR or CRD)
+    nh.space_to_depth  SpaceToDepth  blocksize, mode
+    nh.upsample_nearest  Resize  axes, coordinate_transformation_mode=asymmetric, mode=nearest,
+                                 nearest_mode=floor, sizes (all derived / fixed)
     (argument)     Q             bit_len, rounding + in_s[1], the exponent constant
     (alias)        Identity      -
 
 Attributes that mirror a property are written exactly when the op has that property (an
 absent one means the nh op's default, not ONNX's), so the IR comes back with the same
 properties. Derived and fixed attributes are always written and checked on import. Lists are
-`[...]`, flags `0`/`1`, rounding modes names (`half_even`).
+`[...]`, flags `0`/`1`, rounding modes and other string properties names (`half_even`,
+`constant`; the `name` codec of `ne_schema`).
 
 Ops whose operands are all constants (or computed from constants only) are init nodes, the
 others runtime nodes. Nodes are declared in the IR's op order, so a program whose constants
@@ -147,6 +162,8 @@ class HwOp:
     """Attributes computed from the op: always written, recomputed and compared on import."""
     const_input: str | None = None
     """"shape" (Reshape): in_s ends with an int64_t constant holding the result shape (ONNX)."""
+    multi_output: bool = False
+    """One output per result (Split): `exp` lists the outputs' exps, in out_s order."""
 
 
 _WINDOW = (AttrMap("pads", "pads", "ints"), AttrMap("strides", "strides", "ints"))
@@ -217,6 +234,23 @@ HW_OPS: tuple[HwOp, ...] = (
         nh.SpaceToDepthOp,
         "SpaceToDepth",
         props=(AttrMap("blocksize", "block", "int"), AttrMap("mode", "mode", "name")),
+    ),
+    HwOp(nh.PReluOp, "PRelu", props=(AttrMap("shift", "shift", "int"),)),
+    HwOp(nh.TransposeOp, "Transpose", props=(AttrMap("perm", "perm", "ints"),)),
+    HwOp(
+        nh.PadOp,
+        "Pad",
+        props=(
+            AttrMap("mode", "mode", "name"),
+            AttrMap("pads", "pads", "ints"),
+            AttrMap("value", "value", "int"),
+        ),
+    ),
+    HwOp(
+        nh.SplitOp,
+        "Split",
+        props=(AttrMap("axis", "axis", "int"), AttrMap("split", "sizes", "ints")),
+        multi_output=True,
     ),
     HwOp(
         nh.UpsampleNearestOp,

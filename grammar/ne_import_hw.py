@@ -10,7 +10,8 @@ says its node outputs are integer tensors. The result is one `builtin.module` wi
   `nq.bits` (bit_len), `nq.exp` (the exponent constant's data) and `nq.rounding`;
 - `Unpack` init nodes become `nh.constant`s, `Identity` nodes alias their input, every other
   node becomes the nh op of its op type (`ne_hw.HW_OPS`) with the properties its attributes
-  give and the result type its output declaration and `exp` give; derived attributes
+  give and the result type its output declaration and `exp` give (a Split node: one result
+  per output, `exp` listing their exps); derived attributes
   (Conv's `kernel_shape`, Requant's `bit_len`, Gemm's fixed ones) must match the op;
 - results: the tensors computed by non-Q runtime nodes that no node reads, in declaration
   order.
@@ -39,6 +40,7 @@ from nanoir.dialects.nq import MAX_BITS, RoundingModeAttr
 from nanoir.grammar.ne_ast import (
     AttrValue,
     ConstTensor,
+    Float,
     InitNode,
     InitTensor,
     Loc,
@@ -103,6 +105,13 @@ def _check_exponents(node: Node, exps: Sequence[int], attr: str | None) -> None:
             attr=attr,
             input=None if attr else 1,
         )
+
+
+def _spelled(value: AttrValue) -> str:
+    """An attribute value as `.ne` spells it (for messages)."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_spelled(v) for v in value) + "]"
+    return str(value.text if isinstance(value, Float) else value)
 
 
 class _HwImporter:
@@ -277,12 +286,28 @@ class _HwImporter:
             raise NodeProblem(
                 f"{node.op_type} node '{node.name}' has {len(node.out_s)} outputs; hw nodes have one"
             )
-        decl = self.decls[node.out_s[0]]
+        return self._output_type(node, 0, self._required(node, attrs, "exp"))
+
+    def _declared_types(self, node: Node, attrs: dict[str, AttrValue]) -> list[TensorType]:
+        """The nh types of a several-output node's outputs: `exp` lists one exp per output."""
+        exps = self._required(node, attrs, "exp")
+        if not isinstance(exps, tuple) or len(exps) != len(node.out_s):
+            raise NodeProblem(
+                f"exp of {node.op_type} node '{node.name}' must list one exp per output "
+                f"({len(node.out_s)}: an integer or a list of integers each), got {_spelled(exps)}",
+                attr="exp",
+            )
+        return [self._output_type(node, i, exp) for i, exp in enumerate(exps)]
+
+    def _output_type(self, node: Node, index: int, value: AttrValue) -> TensorType:
+        """The nh type of output `index`: its declaration plus its `exp` value."""
+        decl = self.decls[node.out_s[index]]
         assert isinstance(decl, (InitTensor, RuntimeTensor))  # check_program
         try:
-            exp = exp_from_value(self._required(node, attrs, "exp"))
+            exp = exp_from_value(value)
         except ValueError as e:
-            raise NodeProblem(f"exp of node '{node.name}' {e}", attr="exp") from None
+            which = f" (output {index})" if len(node.out_s) > 1 else ""
+            raise NodeProblem(f"exp of node '{node.name}'{which} {e}", attr="exp") from None
         _check_exponents(node, [exp] if isinstance(exp, int) else exp, "exp")
         error = nh.FixedAttr.layout_error(decl.layout)
         if error is None and not isinstance(exp, int) and "C" not in decl.layout:
@@ -356,19 +381,20 @@ class _HwImporter:
         )
 
     def _node(self, node: Node) -> None:
-        build: Callable[[Node], SSAValue] = {
+        build: Callable[[Node], Sequence[SSAValue]] = {
             "Unpack": self._unpack,
             "Identity": self._identity,
         }.get(node.op_type, self._op)
         try:
-            value = build(node)
+            values = build(node)
         except NodeProblem as problem:
             raise self.node_error(node, problem) from None
-        self.values[node.out_s[0]] = value
-        if isinstance(value.owner, Operation):
-            set_hint(value, node.out_s[0])
+        for name, value in zip(node.out_s, values, strict=True):
+            self.values[name] = value
+            if isinstance(value.owner, Operation):
+                set_hint(value, name)
 
-    def _built(self, node: Node, op: Operation) -> SSAValue:
+    def _built(self, node: Node, op: Operation) -> Sequence[SSAValue]:
         try:
             op.verify()
         except VerifyException as e:
@@ -377,9 +403,9 @@ class _HwImporter:
                 f"{node.op_type} node '{node.name}': {e.args[0] if e.args else e}"
             ) from None
         self.block.add_op(op)
-        return op.results[0]
+        return op.results
 
-    def _unpack(self, node: Node) -> SSAValue:
+    def _unpack(self, node: Node) -> Sequence[SSAValue]:
         """An `nh.constant` from its data constant (see `ne_hw`)."""
         if not isinstance(node, InitNode):
             raise NodeProblem(f"Unpack node '{node.name}' must be an init node")
@@ -418,7 +444,7 @@ class _HwImporter:
             name = None if UNNAMED_CONSTANT.fullmatch(data.name) else data.name
         return self._built(node, nh.ConstantOp(value, result_type, name=name))
 
-    def _identity(self, node: Node) -> SSAValue:
+    def _identity(self, node: Node) -> Sequence[SSAValue]:
         """The output is the input: no op, the value gets a second tensor name."""
         self._allow(node)
         if len(node.in_s) != 1 or len(node.out_s) != 1:
@@ -430,9 +456,9 @@ class _HwImporter:
             raise NodeProblem(
                 f"Identity node '{node.name}' declares '{out.name}' unlike its input '{source.name}'"
             )
-        return value
+        return (value,)
 
-    def _op(self, node: Node) -> SSAValue:
+    def _op(self, node: Node) -> Sequence[SSAValue]:
         spec = BY_OP_TYPE.get(node.op_type)
         if spec is None:
             raise NodeProblem(
@@ -451,13 +477,16 @@ class _HwImporter:
                     raise NodeProblem(
                         f"attribute '{attr}' of node '{node.name}' {e}", attr=attr
                     ) from None
-        result_type = self._declared_type(node, attrs)
+        if spec.multi_output:
+            result_types = self._declared_types(node, attrs)
+        else:
+            result_types = [self._declared_type(node, attrs)]
         count = len(node.in_s) - (1 if spec.const_input == "shape" else 0)
         operands = [self._value(node, i) for i in range(count)]
         if spec.const_input == "shape":
-            self._check_shape_input(node, count, result_type)
-        op = spec.cls.create(operands=operands, result_types=[result_type], properties=properties)
-        value = self._built(node, op)
+            self._check_shape_input(node, count, result_types[0])
+        op = spec.cls.create(operands=operands, result_types=result_types, properties=properties)
+        values = self._built(node, op)
         for attr, derive in spec.derived:
             want = derive(op)
             got = self._required(node, attrs, attr)
@@ -465,7 +494,7 @@ class _HwImporter:
                 raise NodeProblem(
                     f"attribute '{attr}' of node '{node.name}' must be {want}, not {got}", attr=attr
                 )
-        return value
+        return values
 
     def _check_shape_input(self, node: Node, index: int, result_type: TensorType) -> None:
         """Reshape's shape constant must spell the declared output shape (-1 = dynamic)."""

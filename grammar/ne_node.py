@@ -176,7 +176,7 @@ class AttrMap:
     """An attribute that is one op property: `.ne` name, property, codec kind, default.
 
     `kind` is an `ne_schema.encode_prop` codec ("int", "float", "ints", "flag",
-    "rounding"). At the nq level `read` takes the value from a node (ONNX's `default` when
+    "rounding", "name"). At the nq level `read` takes the value from a node (ONNX's `default` when
     absent; None: required) and `write` spells the property; the hw level writes the
     attribute exactly when the op has the property (`ne_hw.HwOp.props`)."""
 

@@ -32,6 +32,10 @@ and/or a `writer` function next to its row.
     SpaceToDepth         nf.space_to_depth        blocksize; mode=CRD written for torch's
                                                   pixel_unshuffle (ONNX's is DCR only)
     Resize               nf.upsample_nearest      mode=nearest, asymmetric, floor; axes+sizes
+    Pad                  nf.pad                   mode (constant/reflect/edge), pads, value as
+                                                  attributes (ONNX opset < 11)
+    Split                nf.split                 axis, split as attributes (opset < 13); one
+                                                  output per piece
     (Identity, and any other op type: see ne_import_nq)
 
 Written attributes are in alphabetical order with defaults spelled out, as the reference
@@ -344,6 +348,76 @@ def _resize_attrs(op: nf.UpsampleNearestOp) -> Attrs:
     )
 
 
+def _pad(n: NodeSpec) -> Operation:
+    n.allow("mode", "pads", "value")
+    n.one_output()
+    if len(n.inputs) != 1:
+        raise Unsupported(
+            "Pad with pads/constant_value inputs (ONNX opset 11+; nanoir writes mode, pads and "
+            "value as attributes)"
+        )
+    (x,) = n.values(1, 1)
+    mode = n.name_attr("mode", nf.PadMode.CONSTANT)
+    if mode not in nf.PadMode.ALL:
+        raise Unsupported(f"Pad mode {mode} (nanoir maps {', '.join(nf.PadMode.ALL)})")
+    pads = n.ints("pads")
+    if pads is None:
+        raise NodeProblem(f"Pad node '{n.name}' needs attribute 'pads'")
+    if len(pads) != 2 * _rank(x):
+        raise NodeProblem(
+            f"pads of Pad node '{n.name}' has {len(pads)} entries; its input has {_rank(x)} dims, "
+            f"so it takes {2 * _rank(x)} (all begins, then all ends)",
+            attr="pads",
+        )
+    return nf.PadOp(x, pads, mode, n.float("value", 0.0))
+
+
+def _pad_attrs(op: nf.PadOp) -> Attrs:
+    return (
+        ("mode", op.mode.data),
+        ("pads", tuple(array_values(op.pads) or ())),
+        ("value", Float.from_value(op.value.value.data)),
+    )
+
+
+def _split(n: NodeSpec) -> Operation:
+    """ONNX Split with `split` as an attribute (opset < 13); without it, equal parts."""
+    n.allow("axis", "split")
+    if len(n.inputs) != 1:
+        raise Unsupported(
+            "Split with a split input (ONNX opset 13+; nanoir writes split as an attribute)"
+        )
+    (x,) = n.values(1, 1)
+    shape = _shape(x)
+    axis = n.int("axis", 0)
+    if not -len(shape) <= axis < len(shape):
+        raise NodeProblem(
+            f"axis {axis} of Split node '{n.name}' is out of range for {len(shape)} dims",
+            attr="axis",
+        )
+    sizes = n.ints("split")
+    if sizes is None:
+        dim = shape[axis % len(shape)]
+        if dim == DYNAMIC_INDEX:
+            raise Unsupported("Split of a dynamic dim without split sizes")
+        if dim % n.num_outputs:
+            raise NodeProblem(
+                f"Split node '{n.name}' has no split and {dim} does not divide into "
+                f"{n.num_outputs} equal parts"
+            )
+        sizes = (dim // n.num_outputs,) * n.num_outputs
+    if len(sizes) != n.num_outputs:
+        raise NodeProblem(
+            f"split of Split node '{n.name}' lists {len(sizes)} sizes for {n.num_outputs} outputs",
+            attr="split",
+        )
+    return nf.SplitOp(x, axis, sizes)
+
+
+def _split_attrs(op: nf.SplitOp) -> Attrs:
+    return (("axis", op.axis.value.data), ("split", tuple(array_values(op.sizes) or ())))
+
+
 def _gemm(n: NodeSpec) -> Operation:
     n.allow("alpha", "beta", "transA", "transB")
     n.one_output()
@@ -649,6 +723,8 @@ NQ_OPS: tuple[NqOp, ...] = (
         "SpaceToDepth", nf.SpaceToDepthOp, converter=_block(nf.SpaceToDepthOp), writer=_block_attrs
     ),  # type: ignore[arg-type]
     NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
+    NqOp("Pad", nf.PadOp, converter=_pad, writer=_pad_attrs),  # type: ignore[arg-type]
+    NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
 

@@ -8,7 +8,7 @@ is that one definition, so a key, a codec or a naming rule cannot drift between 
   the file byte for byte (what each holds: `ne_import_nq`'s docstring);
 - dtypes: `.ne` dtype <-> IR element type, and the hw level's integer widths;
 - attribute values: `.ne` value <-> xDSL attribute, kept as written (`encode_value`) or as
-  an op property of a kind (`encode_prop`: ints, int, flag, rounding, float);
+  an op property of a kind (`encode_prop`: ints, int, flag, rounding, float, name);
 - declared tensors and constants as attributes (`tensor_entry`, `const_entry`, ...);
 - names: `sanitize_name` and `Names` (fresh `base_<k>` and numbered `<OpType>_n<k>` names,
   stepping around names taken or reserved);
