@@ -24,6 +24,7 @@ from nanoir.dialects.traits import (
     LookupTable,
     SlidingWindow,
     TransposedWindow,
+    Weighted,
     WholeExtent,
     axis_rows,
     depth_to_space_rows,
@@ -466,7 +467,7 @@ class ConvOp(IRDLOperation):
     pads = opt_prop_def(DenseArrayBase[I64])
     dilations = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure(), SlidingWindow("weight"))
+    traits = traits_def(Pure(), SlidingWindow("weight"), Weighted())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -549,7 +550,7 @@ class ConvTransposeOp(IRDLOperation):
     dilations = opt_prop_def(DenseArrayBase[I64])
     output_padding = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure(), TransposedWindow("weight"))
+    traits = traits_def(Pure(), TransposedWindow("weight"), Weighted(1))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -630,7 +631,7 @@ class LinearOp(IRDLOperation):
     weight = operand_def(FloatTensor)
     bias = opt_operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure(), Contraction())
+    traits = traits_def(Pure(), Contraction(), Weighted())
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
     )

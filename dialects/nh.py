@@ -40,6 +40,7 @@ from nanoir.dialects.traits import (
     Elementwise,
     SlidingWindow,
     TransposedWindow,
+    Weighted,
     axis_rows,
     depth_to_space_rows,
     pad_rows,
@@ -607,7 +608,7 @@ class ConvOp(IRDLOperation):
     pads = opt_prop_def(DenseArrayBase[I64])
     dilations = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure(), SlidingWindow("weight"))
+    traits = traits_def(Pure(), SlidingWindow("weight"), Weighted())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -685,7 +686,7 @@ class ConvTransposeOp(IRDLOperation):
     dilations = opt_prop_def(DenseArrayBase[I64])
     output_padding = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure(), TransposedWindow("weight"))
+    traits = traits_def(Pure(), TransposedWindow("weight"), Weighted(1))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -726,7 +727,7 @@ class LinearOp(IRDLOperation):
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure(), Contraction())
+    traits = traits_def(Pure(), Contraction(), Weighted())
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
     )

@@ -15,10 +15,12 @@ MLIR and xDSL keep facts about an op on the op (``traits = traits_def(...)``); a
 - :class:`Contraction`: a sum over the last dim of the lhs (linear, matmul);
 - :class:`WholeExtent`: each output element reads a window that depends on the whole extent
   of a dim (adaptive and global pools);
+- :class:`Weighted`: operand 1 is a weight (its output channels along ``channel_axis``),
+  operand 2 a bias (conv, conv_transpose, linear);
 - :class:`FloatOnly`: no integer arithmetic form; :class:`LookupTable`: lowered to an
   ``nh.lut`` when a fake-quant reads it (its float function, :meth:`LookupTable.evaluate`).
 
-Streaming (DESIGN.md, "Streaming"). Every trait above except the last two is a
+Streaming (DESIGN.md, "Streaming"). Every trait above except the last three is a
 :class:`StreamingRule`: asked :meth:`~StreamingRule.row_step` for one dim, it says how the op
 consumes and produces rows along it, as a :class:`RowStep` (rows each runtime operand's
 cache *needs* to fire, rows it *drops* after firing, rows each result *emits* per firing,
@@ -66,8 +68,10 @@ __all__ = [
     "SlidingWindow",
     "StreamingRule",
     "TransposedWindow",
+    "Weighted",
     "Window",
     "WholeExtent",
+    "weight_reader",
 ]
 
 Adjust = Literal["none", "window", "pad", "output_size", "result_rows", "transposed"]
@@ -373,6 +377,30 @@ def space_to_depth_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) 
     """SpaceToDepth (PixelUnshuffle) by ``r``: ``r`` rows make one output row."""
     r = op.properties["block"].value.data  # type: ignore[attr-defined]
     return RowStep(r, r, 1, adjust="result_rows") if dim >= 2 else None
+
+
+@dataclass(frozen=True)
+class Weighted(OpTrait):
+    """Operand 1 is a weight and operand 2 an optional bias (conv, conv_transpose, linear):
+    quantize gives them weight and bias rules, and the weight's per-channel exponents run
+    along its output channels, dim ``channel_axis`` (0 for ``[O, C/g, *K]`` and ``[O, I]``,
+    1 for a transposed conv's ``[C, O/g, *K]``); at the hw level that is the first ``C`` of
+    the weight's layout (:meth:`layout`)."""
+
+    channel_axis: int = 0
+
+    def layout(self, rank: int) -> str:
+        """The nh layout of the weight: ``CC`` + ``D``s, or ``DC`` + ``D``s for axis 1."""
+        return "D" * self.channel_axis + "C" * (2 - self.channel_axis) + "D" * (rank - 2)
+
+
+def weight_reader(value: SSAValue) -> Weighted | None:
+    """The :class:`Weighted` trait of an op that reads ``value`` as its weight, if any."""
+    for use in value.uses:
+        trait = use.operation.get_trait(Weighted)
+        if trait is not None and use.index == 1:
+            return trait
+    return None
 
 
 @dataclass(frozen=True)

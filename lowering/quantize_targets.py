@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import DataMovement
+from nanoir.dialects.traits import DataMovement, Weighted, weight_reader
 from nanoir.lowering.quantize_rules import (
     QuantConfig,
 )
@@ -75,24 +75,21 @@ def _already_quantized(value: SSAValue) -> bool:
     return any(isinstance(use.operation, FakeQuantOp) for use in value.uses)
 
 
-WEIGHTED = (nf.ConvOp, nf.ConvTransposeOp, nf.LinearOp)
-"""Ops whose operand 1 is a weight and operand 2 a bias."""
+WEIGHTED = tuple(op for op in nf.NF.operations if op.has_trait(Weighted))
+"""Ops whose operand 1 is a weight and operand 2 a bias (the ``Weighted`` trait)."""
 
 
 def _weight_axis(value: SSAValue) -> int:
-    """A weight's output-channel axis: 1 when a conv_transpose reads it, else 0."""
-    return (
-        1
-        if any(isinstance(u.operation, nf.ConvTransposeOp) and u.index == 1 for u in value.uses)
-        else 0
-    )
+    """A weight's output-channel axis, as the op that reads it says (``Weighted``)."""
+    reader = weight_reader(value)
+    return reader.channel_axis if reader is not None else 0
 
 
 def _constant_kind(value: SSAValue) -> str | None:
     """weight, bias, const (another named constant) or None (leave float)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
     for use in value.uses:
-        if isinstance(use.operation, WEIGHTED):
+        if use.operation.has_trait(Weighted):
             if use.index == 1:
                 return "weight"
             if use.index == 2:

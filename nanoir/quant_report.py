@@ -23,6 +23,7 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import Weighted
 from nanoir.runtime.interpreter import (
     Plan,
     compile_function,
@@ -124,7 +125,7 @@ def _name(op: FakeQuantOp, index: int) -> tuple[str, str]:
         name = src.op.sym_name.data if src.op.sym_name is not None else f"const{index}"
         kind = "const"
         for use in op.result.uses:
-            if isinstance(use.operation, nf.ConvOp | nf.LinearOp) and use.index in (1, 2):
+            if use.operation.has_trait(Weighted) and use.index in (1, 2):
                 kind = "weight" if use.index == 1 else "bias"
         return name, kind
     return src.name_hint or f"%{index}", "act"

@@ -41,13 +41,10 @@ def container_width(bits: int) -> int:
 
 
 def constant_layout(rank: int, role: str) -> str:
-    """Layout of a constant: weights ``CC`` + ``D``s, a transposed conv's ``[C, O/g, *K]``
-    weight ``DC`` + ``D``s (its exponents run along the output channels, dim 1), vectors
-    ``C``, others ``C`` + ``D``s."""
+    """Layout of a constant: weights ``CC`` + ``D``s (a weight reader's ``Weighted`` trait
+    may say otherwise), vectors ``C``, others ``C`` + ``D``s."""
     if role == "weight":
         return "CC" + "D" * (rank - 2)
-    if role == "transposed_weight":
-        return "DC" + "D" * (rank - 2)
     return "C" + "D" * (rank - 1)
 
 

@@ -157,14 +157,15 @@ class HwLowering:
         role: str,
         name: str | None,
         bits: int | None = None,
+        layout: str | None = None,
     ) -> HwValue:
         bits = bits_of_codes(codes) if bits is None else bits
         width = container_width(bits)
         exps_full = expand(np.asarray(exps, dtype=np.int64), codes.ndim)
         varying = [i for i, d in enumerate(exps_full.shape) if d > 1]
-        if role in ("weight", "transposed_weight") or not varying:
+        if layout is None and (role == "weight" or not varying):
             layout = constant_layout(codes.ndim, role)
-        else:
+        elif layout is None:
             layout = "".join("C" if i == varying[0] else "D" for i in range(codes.ndim))
         t = TensorType(IntegerType(width), codes.shape, fixed(exps_full, codes.ndim, layout))
         op = nh.ConstantOp(dense_int(codes), t, name=name)

@@ -30,7 +30,7 @@ from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.dialects.traits import LookupTable
+from nanoir.dialects.traits import LookupTable, weight_reader
 from nanoir.lowering.hw.codes import (
     container_width,
     expand,
@@ -103,18 +103,14 @@ class FoldConstantFakeQuant(HwPattern):
         exps = reduce_constant_exps(
             hw, op, np.broadcast_to(expand(nh_exp, data.ndim), codes.shape), codes.ndim
         )
-        role = "const"
-        for use in op.result.uses:
-            if use.index == 1 and isinstance(use.operation, nf.ConvOp | nf.LinearOp):
-                role = "weight"
-            elif use.index == 1 and isinstance(use.operation, nf.ConvTransposeOp):
-                role = "transposed_weight"
+        reader = weight_reader(op.result)
         if codes.ndim == 0:
             codes, exps = codes.reshape(1), exps.reshape(1)
         src = op.input
         assert isinstance(src, OpResult) and isinstance(src.op, nf.ConstantOp)
         name = src.op.sym_name.data if src.op.sym_name is not None else None
-        hw.set(op.result, hw.make_constant(codes, exps, role, name, bits))
+        role, layout = ("weight", reader.layout(codes.ndim)) if reader else ("const", None)
+        hw.set(op.result, hw.make_constant(codes, exps, role, name, bits, layout))
 
 
 class QuantizeInput(HwPattern):

@@ -20,6 +20,7 @@ from nanoir.dialects.traits import (
     RowStep,
     SlidingWindow,
     StreamingRule,
+    Weighted,
     WholeExtent,
     scale_rows,
 )
@@ -252,3 +253,19 @@ def test_level_of() -> None:
 def test_runtime_layout() -> None:
     assert [runtime_layout(r) for r in range(6)] == ["", "B", "BC", "BCM", "BCMD", "BCMDD"]
     assert nh.FixedAttr(0, runtime_layout(5)).layout.data == "BCMDD"
+
+
+def test_weighted_ops_name_their_weight_channel_axis() -> None:
+    """conv and linear weights run their output channels along dim 0, a transposed conv's
+    ``[C, O/g, *K]`` along dim 1; quantize and lower-to-hw read the axis from the trait."""
+    axes = {o.name: o.get_trait(Weighted).channel_axis for o in ALL_OPS if o.has_trait(Weighted)}
+    assert axes == {
+        "nf.conv": 0,
+        "nh.conv": 0,
+        "nf.linear": 0,
+        "nh.linear": 0,
+        "nf.conv_transpose": 1,
+        "nh.conv_transpose": 1,
+    }
+    assert Weighted(0).layout(4) == "CCDD"
+    assert Weighted(1).layout(3) == "DCD"
