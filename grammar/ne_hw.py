@@ -65,6 +65,8 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
 
     nh.constant    Unpack        bit_len, name, storage (see above); init node
     nh.conv        Conv          dilations, group, pads, strides; kernel_shape (derived)
+    nh.conv_transpose  ConvTranspose  dilations, group, output_padding, pads, strides;
+                                 kernel_shape (derived); weight [C, O/g, *K], layout DC(D...)
     nh.linear      Gemm          alpha=1.0, beta=1.0, transB=1 (fixed: Gemm's meaning of linear)
     nh.matmul      MatMul
     nh.add/sub/mul Add/Sub/Mul
@@ -175,6 +177,17 @@ HW_OPS: tuple[HwOp, ...] = (
         props=(
             AttrMap("dilations", "dilations", "ints"),
             AttrMap("group", "groups", "int"),
+            *_WINDOW,
+        ),
+        derived=(("kernel_shape", lambda op: tensor_shape(op.operands[1])[2:]),),
+    ),
+    HwOp(
+        nh.ConvTransposeOp,
+        "ConvTranspose",
+        props=(
+            AttrMap("dilations", "dilations", "ints"),
+            AttrMap("group", "groups", "int"),
+            AttrMap("output_padding", "output_padding", "ints"),
             *_WINDOW,
         ),
         derived=(("kernel_shape", lambda op: tensor_shape(op.operands[1])[2:]),),

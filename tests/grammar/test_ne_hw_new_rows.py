@@ -1,6 +1,6 @@
-"""`.ne` rows for PRelu, Transpose, Pad and Split, at both levels.
+"""`.ne` rows for PRelu, Transpose, Pad, Split and ConvTranspose, at both levels.
 
-- hw level (nh.prelu, nh.transpose, nh.pad, nh.split): an integer program lowered from a
+- hw level (nh.prelu, nh.transpose, nh.pad, nh.split, nh.conv_transpose): an integer program lowered from a
   quantized torch net exports, imports and exports to the same text byte for byte, imports
   to the same IR (up to SSA name hints and property order), and runs to the same codes; a
   Split node has one declared output per result and `exp` lists their exps.
@@ -152,6 +152,77 @@ func.func @main(%x: tensor<?x3x4xf32>) -> (tensor<?x2x4xf32>, tensor<?x1x4xf32>)
     x = np.random.default_rng(0).standard_normal((2, 3, 4))
     out = hw_round_trip(hw, x)
     assert "attr=[axis=1, exp=[[5, 4], 3], split=[2, 1]]" in out  # the 1-channel piece: per tensor
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(
+    st.sampled_from((1, 2)),
+    st.integers(1, 2),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(0, 2),
+    st.integers(0, 1),
+    st.integers(1, 2),
+    st.integers(2, 5),
+    st.booleans(),
+)
+def test_hw_conv_transpose_round_trips(
+    n: int, groups: int, k: int, s: int, p: int, op: int, d: int, size: int, per_channel: bool
+) -> None:
+    """nh.conv_transpose as a ConvTranspose node (weight [C, O/g, *K], layout DC..)."""
+    assume(p <= d * (k - 1) and op < max(s, d) and (size - 1) * s - 2 * p + d * (k - 1) + op >= 1)
+    cls = nn.ConvTranspose1d if n == 1 else nn.ConvTranspose2d
+    torch.manual_seed(size)
+    conv = cls(2 * groups, 2 * groups, k, s, p, op, groups, dilation=d)
+    x = torch.randn(2, 2 * groups, *(size,) * n)
+    module = from_torch(nn.Sequential(conv, nn.ReLU()).eval(), x)
+    nanoir.quantize(module, [x.numpy()], act_per_channel=per_channel)
+    try:
+        hw = lower_to_hw(module)
+    except nanoir.Error as e:  # far-apart per-channel exponents merged: a clear diagnostic
+        assume(not ("more than i32" in str(e) and per_channel))
+        raise
+    assert any(isinstance(o, nh.ConvTransposeOp) for o in hw.walk())
+    text = hw_round_trip(hw, x.numpy() * 1.5)
+    kernel = ", ".join([str(k)] * n)
+    assert "op_type=ConvTranspose," in text and f"kernel_shape=[{kernel}]" in text
+    assert f"shape:DC{'D' * n}=[{2 * groups}, 2, {kernel}]" in text
+
+
+@pytest.fixture(scope="module")
+def conv_transpose_text() -> str:
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 5, 6)
+    conv = nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
+    module = from_torch(nn.Sequential(conv, nn.ReLU()).eval(), x)
+    nanoir.quantize(module, [x.numpy()])
+    return export_nanoengine(lower_to_hw(module))
+
+
+@pytest.mark.parametrize(
+    ("attr", "new", "at_attr", "message"),
+    [
+        ("output_padding", "1", True, "attribute 'output_padding' of node '[^']+' must be a list"),
+        ("output_padding", "[2, 2]", False, "nh.conv_transpose"),
+        ("group", "[2]", True, "attribute 'group' of node '[^']+' must be an integer"),
+        ("group", "3", False, "nh.conv_transpose"),
+        ("kernel_shape", "[2, 2]", True, r"must be \(3, 3\), not \(2, 2\)"),
+        ("strides", "x", True, "attribute 'strides' of node '[^']+' must be a list of integers"),
+    ],
+)
+def test_malformed_conv_transpose_attributes_are_located(
+    conv_transpose_text: str, attr: str, new: str, at_attr: bool, message: str
+) -> None:
+    node = "ConvTranspose_n1"
+    found = _node_attr(conv_transpose_text, node, attr)
+    bad = (
+        conv_transpose_text[: found.start()] + f"{attr}={new}" + conv_transpose_text[found.end() :]
+    )
+    where = found.start() if at_attr else bad.index(f"let {node}: ") + len("let ")
+    with pytest.raises(NanoEngineSemanticError) as info:
+        import_nanoengine(bad, "hw.ne")
+    assert str(info.value).startswith(_located(bad, where)), str(info.value)
+    assert re.search(message, str(info.value)), str(info.value)
 
 
 # ---------------------------------------------------------------------------------------
