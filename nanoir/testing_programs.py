@@ -1,13 +1,19 @@
 """Random quantized (nq) programs for property tests of the hw lowering and streaming.
 
 ``random_nq_program(draw)`` is a hypothesis-driven builder of nf + ``nq.fake_quant`` programs
-made only of ops that lower exactly to nh: quantized convs (grouped, depthwise, strided,
-dilated, padded, 1-D or 2-D) with optional biases, linear layers, relu, clamp, max and average
-pools, adds and products of branches, concat, reshape, elementwise float ops behind a
-fake-quant (lookup tables), with 1/2/4/8-bit codes, per-tensor and per-channel exponents of
-both signs and every rounding mode; with ``kinds=ALL_KINDS`` also PReLU, lone batch norms,
-transpose, pad, split and nearest upsampling. Test code imports it from here (never from ``tests``); it
-needs hypothesis, from the ``test`` extra.
+made only of ops that lower exactly to nh. ``BASE_KINDS``: quantized convs (grouped,
+depthwise, strided, dilated, padded, 1-D or 2-D) with optional biases, relu, clamp, max and
+average pools, adds of branches, products with constants, concat, elementwise float ops behind
+a fake-quant (lookup tables), and half the time a flatten (reshape) + linear tail; with
+1/2/4/8-bit codes, per-tensor and per-channel exponents of both signs and every rounding mode.
+``ALL_KINDS`` adds every other nf op (all but ``nf.custom``, which has no semantics): PReLU,
+lone batch norms, transpose, pad, split, nearest upsampling, sub, division by a dyadic
+constant, matmul, adaptive average pooling, hardsigmoid and leaky ReLU (tables),
+depth_to_space / space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes
+need it) and channel shuffle (reshape, transpose, reshape). The hw lowering's and the
+streaming executor's property tests draw from ``ALL_KINDS``, ``.ne``'s and QAT's from
+``BASE_KINDS``. Test code imports it from here (never from ``tests``); it needs hypothesis,
+from the ``test`` extra.
 
 ``examples(n)`` is the example count of a property test that pins its own: ``n`` under the
 default hypothesis profile, scaled with the profile's ``max_examples`` under another one
@@ -127,11 +133,69 @@ class ProgramBuilder:
         bits = self.draw(st.sampled_from((2, 4, 8)))
         return self.fake_quant(v, bits=bits, per_channel_axis=1, base=self.draw(st.integers(-1, 4)))
 
+    def pointwise_conv(self, v: SSAValue, cout: int, name: str) -> SSAValue:
+        """A quantized 1x1 conv to ``cout`` channels (with a bias half the time)."""
+        w = self.weight((cout, _shape(v)[1]) + (1,) * self.spatial, f"{name}.weight")
+        bias = self.bias(cout, f"{name}.bias") if self.draw(st.booleans()) else None
+        return self.act(self.add(nf.ConvOp(v, w, bias)).results[0])
+
+    def lut(self, v: SSAValue, functions: tuple[Callable[[SSAValue], Operation], ...]) -> SSAValue:
+        """``f(v)`` for a float-only elementwise ``f`` drawn from ``functions``, between
+        per-tensor fake-quants (a lookup table at the hw level)."""
+        draw = self.draw
+        bits = draw(st.sampled_from((2, 4, 8)))
+        if draw(st.booleans()):
+            # Per-channel exponents that are all equal, then a per-tensor fake-quant at
+            # that exponent (an identity when no narrower): the table's input must still
+            # count as per-tensor.
+            k = 3 + draw(st.integers(-2, 2))
+            v = self.fake_quant(
+                v,
+                bits=draw(st.sampled_from([n for n in (2, 4, 8) if n <= bits])),
+                per_channel_axis=1,
+                per_channel=True,
+                exp=k,
+            )
+            src = self.fake_quant(v, bits=bits, exp=k)
+        else:
+            src = self.fake_quant(v, bits=bits, base=3)
+        f = draw(st.sampled_from(functions))
+        y = self.add(f(src)).results[0]
+        return self.fake_quant(y, bits=8, base=6)
+
+
+def _leaky_relu(alpha: float) -> Callable[[SSAValue], Operation]:
+    return lambda x: nf.LeakyReluOp(x, alpha)
+
+
+LUT_FUNCTIONS: dict[str, tuple[Callable[[SSAValue], Operation], ...]] = {
+    "lut": (nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp),
+    "hardsigmoid": (nf.HardSigmoidOp,),
+    "leaky_relu": tuple(_leaky_relu(a) for a in (0.01, 0.1, 0.25)),
+}
+"""The float-only elementwise ops each lookup-table kind draws from."""
 
 BASE_KINDS = ("conv", "conv", "relu", "maxpool", "avgpool", "add", "mul", "concat", "lut", "clamp")
 """The op kinds every consumer of the generator handles (lowering, streaming, ``.ne``, QAT)."""
-ALL_KINDS = BASE_KINDS + ("prelu", "batch_norm", "transpose", "pad", "split", "upsample")
-"""Every nf op with an integer lowering; the hw lowering's property test draws from these."""
+ALL_KINDS = BASE_KINDS + (
+    "prelu",
+    "batch_norm",
+    "transpose",
+    "pad",
+    "split",
+    "upsample",
+    "sub",
+    "div",
+    "matmul",
+    "adaptive_avgpool",
+    "hardsigmoid",
+    "leaky_relu",
+    "depth_to_space",
+    "space_to_depth",
+    "channel_shuffle",
+)
+"""Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
+lowering's and the streaming executor's property tests draw from these."""
 
 
 def random_nq_program(
@@ -219,26 +283,8 @@ def random_nq_program(
             same = [u for u in values if _shape(u)[2:] == shape[2:]]
             other = draw(st.sampled_from(same))
             values.append(b.add(nf.ConcatOp([v, other], axis=1)).results[0])
-        elif kind == "lut":
-            bits = draw(st.sampled_from((2, 4, 8)))
-            if draw(st.booleans()):
-                # Per-channel exponents that are all equal, then a per-tensor fake-quant at
-                # that exponent (an identity when no narrower): the table's input must still
-                # count as per-tensor.
-                k = 3 + draw(st.integers(-2, 2))
-                v = b.fake_quant(
-                    v,
-                    bits=draw(st.sampled_from([n for n in (2, 4, 8) if n <= bits])),
-                    per_channel_axis=1,
-                    per_channel=True,
-                    exp=k,
-                )
-                src = b.fake_quant(v, bits=bits, exp=k)
-            else:
-                src = b.fake_quant(v, bits=bits, base=3)
-            f = draw(st.sampled_from((nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp)))
-            y = b.add(f(src)).results[0]
-            values.append(b.fake_quant(y, bits=8, base=6))
+        elif kind in LUT_FUNCTIONS:
+            values.append(b.lut(v, LUT_FUNCTIONS[kind]))
         elif kind == "prelu":
             n = shape[1] if draw(st.booleans()) else 1
             slope = b.constant(b.rng.uniform(-0.5, 1.5, n), f"prelu{i}.weight")
@@ -290,6 +336,73 @@ def random_nq_program(
                 continue
             size = [d * draw(st.integers(1, 2)) + draw(st.integers(0, 1)) for d in shape[2:]]
             values.append(b.add(nf.UpsampleNearestOp(v, size)).results[0])
+        elif kind == "sub":
+            same = [u for u in values if _shape(u) == shape]
+            other = draw(st.sampled_from(same))
+            values.append(b.act(b.add(nf.SubOp(v, other)).results[0]))
+        elif kind == "div":
+            # By a constant whose reciprocal is dyadic: a product at the hw level.
+            c = b.constant(np.array(draw(st.sampled_from((2.0, 4.0, 0.5, -2.0)))), f"d{i}")
+            values.append(b.act(b.add(nf.DivOp(v, c)).results[0]))
+        elif kind == "matmul":
+            # x @ w over the last dim, both per tensor (what nh.matmul takes).
+            x = b.fake_quant(v, bits=draw(st.sampled_from((2, 4, 8))), base=3)
+            wdata = b.rng.standard_normal((shape[-1], draw(st.integers(1, 4)))) * 0.5
+            bits = draw(st.sampled_from(BITS))
+            base = int(quant.exp_from_absmax([float(np.abs(wdata).max()) or 1.0], bits)[0])
+            w = b.fake_quant(b.constant(wdata, f"mm{i}.weight"), bits=bits, base=base)
+            values.append(b.act(b.add(nf.MatmulOp(x, w)).results[0]))
+        elif kind == "adaptive_avgpool":
+            if draw(st.booleans()):
+                size = [1] * spatial  # global average pooling
+            else:
+                size = [
+                    draw(st.sampled_from([o for o in range(1, d + 1) if d % o == 0]))
+                    for d in shape[2:]
+                ]
+            p = b.add(nf.AdaptiveAvgPoolOp(v, size)).results[0]
+            values.append(
+                b.fake_quant(
+                    p,
+                    bits=8,
+                    mode=draw(st.sampled_from((RoundingMode.TRUNC, RoundingMode.FLOOR))),
+                    base=draw(st.integers(0, 5)),
+                )
+            )
+        elif kind == "depth_to_space":
+            r = draw(st.sampled_from((2, 3) if spatial == 1 else (2,)))
+            if max(shape[2:]) * r > 18:
+                continue
+            if shape[1] % r**spatial:
+                # A conv to a multiple of r**n channels first, as a pixel shuffle follows one.
+                v = b.pointwise_conv(v, r**spatial * draw(st.integers(1, 2)), f"conv{i}")
+            mode = draw(st.sampled_from(nf.BlockMode.ALL))
+            values.append(b.add(nf.DepthToSpaceOp(v, r, mode)).results[0])
+        elif kind == "space_to_depth":
+            r = draw(st.sampled_from((2, 3)))
+            if shape[1] * r**spatial > 18:
+                continue
+            rank = len(shape)
+            ends = [-d % r for d in shape[2:]]
+            if any(ends):
+                # Padded at the end to a multiple of the block.
+                pads = [0] * (2 * rank)
+                pads[rank + 2 :] = ends
+                mode = draw(st.sampled_from(("constant", "edge")))
+                v = b.add(nf.PadOp(v, pads, mode, 0.0)).results[0]
+            mode = draw(st.sampled_from(nf.BlockMode.ALL))
+            values.append(b.add(nf.SpaceToDepthOp(v, r, mode)).results[0])
+        elif kind == "channel_shuffle":
+            # torch's channel_shuffle as the frontend decomposes it: reshape, transpose, reshape.
+            c, rank = shape[1], len(shape)
+            groups = [g for g in range(2, c) if c % g == 0]
+            if not groups:
+                continue
+            g = draw(st.sampled_from(groups))
+            split = b.add(nf.ReshapeOp(v, (DYNAMIC_INDEX, g, c // g, *shape[2:]))).results[0]
+            perm = [0, 2, 1, *range(3, rank + 1)]
+            swapped = b.add(nf.TransposeOp(split, perm)).results[0]
+            values.append(b.add(nf.ReshapeOp(swapped, (DYNAMIC_INDEX, *shape[1:]))).results[0])
     out = values[-1]
     if draw(st.booleans()):
         shape = _shape(out)

@@ -27,7 +27,7 @@ import nanoir
 from nanoir.context import make_context
 from nanoir.frontend import from_torch
 from nanoir.testing import make_test_model, randomize_batch_norm
-from nanoir.testing_programs import examples, random_nq_program
+from nanoir.testing_programs import ALL_KINDS, examples, random_nq_program
 
 
 def check_stream(module: ModuleOp, inputs: list[Any], step: int, raw: bool = False) -> None:
@@ -192,9 +192,10 @@ def test_sample_program_with_a_dynamic_height() -> None:
 @settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_programs(data: st.DataObject) -> None:
-    """Random exact-lowerable programs (strided, dilated, padded convs, ceil_mode pools,
-    joins, flatten + linear), at both levels, with a random step."""
-    module, shape = random_nq_program(data.draw)
+    """Random exact-lowerable programs of every op kind (strided, dilated, padded convs,
+    ceil_mode pools, joins, block ops, upsampling, transposes, flatten + linear, ...), at both
+    levels, with a random step."""
+    module, shape = random_nq_program(data.draw, kinds=ALL_KINDS)
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
     x = rng.standard_normal((2, *shape[1:])) * data.draw(st.sampled_from((0.5, 4.0)))
     step = data.draw(st.integers(1, 4), label="step")
