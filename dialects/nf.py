@@ -446,19 +446,13 @@ class PReluOp(IRDLOperation):
 # --------------------------------------------------------------------------------------------
 
 
-@irdl_op_definition
-class ConvOp(IRDLOperation):
-    """N-d grouped convolution (PyTorch ``conv1d``/``conv2d``, ONNX ``Conv``), optional bias.
+class _WindowedProductOp(IRDLOperation):
+    """Base of nf.conv and nf.conv_transpose: input, weight, optional bias; the window
+    properties ``WINDOW`` (each optional) and ``groups``; the shape rule ``INFER``."""
 
-    ``y[n, o, p] = b[o] + sum_{c, k} x[n, g*C/G + c, p*s + k*d - pad_begin] * w[o, c, k]``.
+    WINDOW: ClassVar[tuple[str, ...]] = ("strides", "pads", "dilations")
+    INFER: ClassVar = staticmethod(infer_conv_shape)
 
-    ```mlir
-    %y = nf.conv %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}
-        : (tensor<?x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<?x16x16x16xf32>
-    ```
-    """
-
-    name = "nf.conv"
     input = operand_def(FloatTensor)
     weight = operand_def(FloatTensor)
     bias = opt_operand_def(FloatTensor)
@@ -467,7 +461,6 @@ class ConvOp(IRDLOperation):
     pads = opt_prop_def(DenseArrayBase[I64])
     dilations = opt_prop_def(DenseArrayBase[I64])
     groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
-    traits = traits_def(Pure(), SlidingWindow("weight"), Weighted())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
@@ -479,55 +472,64 @@ class ConvOp(IRDLOperation):
         weight: SSAValue,
         bias: SSAValue | None = None,
         *,
-        strides: Sequence[int] | None = None,
-        pads: Sequence[int] | None = None,
-        dilations: Sequence[int] | None = None,
         groups: int = 1,
+        **window: Sequence[int] | None,
     ):
-        shape = infer_conv_shape(
-            tensor_shape(input),
-            tensor_shape(weight),
-            strides=strides,
-            pads=pads,
-            dilations=dilations,
-            groups=groups,
-        )
+        unknown = set(window) - set(self.WINDOW)
+        if unknown:
+            raise TypeError(f"{self.name}: unknown properties {sorted(unknown)}")
+        shape = self.INFER(tensor_shape(input), tensor_shape(weight), groups=groups, **window)
         in_t = input.type
         assert isinstance(in_t, TensorType)
         props: dict[str, Attribute] = {"groups": IntegerAttr(groups, i64)}
-        for key, val in (("strides", strides), ("pads", pads), ("dilations", dilations)):
-            if val is not None:
-                props[key] = int_array(val)
+        props.update({k: int_array(v) for k, v in window.items() if v is not None})
         super().__init__(
             operands=[input, weight, bias],
             result_types=[TensorType(in_t.get_element_type(), shape)],
             properties=props,
         )
 
+    def window(self) -> dict[str, tuple[int, ...] | None]:
+        """The window properties as tuples (None when absent)."""
+        return {k: array_values(getattr(self, k)) for k in self.WINDOW}
+
     def verify_(self) -> None:
         operands = [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
         check_same_element_type(self, [*operands, self.result])
-        w = tensor_shape(self.weight)
         shape = shape_guard(
             self,
-            infer_conv_shape,
+            self.INFER,
             tensor_shape(self.input),
-            w,
-            strides=array_values(self.strides),
-            pads=array_values(self.pads),
-            dilations=array_values(self.dilations),
+            tensor_shape(self.weight),
             groups=self.groups.value.data,
+            **self.window(),
         )
-        if self.bias is not None and tensor_shape(self.bias) != (w[0],):
+        if self.bias is not None and tensor_shape(self.bias) != (shape[1],):
             raise VerifyException(
-                f"nf.conv: bias shape {shape_str(tensor_shape(self.bias))} does not match the "
-                f"{w[0]} output channels"
+                f"{self.name}: bias shape {shape_str(tensor_shape(self.bias))} does not match "
+                f"the {shape[1]} output channels"
             )
         check_result_shape(self, shape, self.result)
 
 
 @irdl_op_definition
-class ConvTransposeOp(IRDLOperation):
+class ConvOp(_WindowedProductOp):
+    """N-d grouped convolution (PyTorch ``conv1d``/``conv2d``, ONNX ``Conv``), optional bias.
+
+    ``y[n, o, p] = b[o] + sum_{c, k} x[n, g*C/G + c, p*s + k*d - pad_begin] * w[o, c, k]``.
+
+    ```mlir
+    %y = nf.conv %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>}
+        : (tensor<?x3x32x32xf32>, tensor<16x3x3x3xf32>, tensor<16xf32>) -> tensor<?x16x16x16xf32>
+    ```
+    """
+
+    name = "nf.conv"
+    traits = traits_def(Pure(), SlidingWindow("weight"), Weighted())
+
+
+@irdl_op_definition
+class ConvTransposeOp(_WindowedProductOp):
     """N-d grouped transposed convolution (PyTorch ``conv_transpose1d/2d``, ONNX
     ``ConvTranspose``), weight ``[C, O/g, *K]`` (input channels first), optional bias ``[O]``.
 
@@ -541,79 +543,10 @@ class ConvTransposeOp(IRDLOperation):
     """
 
     name = "nf.conv_transpose"
-    input = operand_def(FloatTensor)
-    weight = operand_def(FloatTensor)
-    bias = opt_operand_def(FloatTensor)
-    result = result_def(FloatTensor)
-    strides = opt_prop_def(DenseArrayBase[I64])
-    pads = opt_prop_def(DenseArrayBase[I64])
-    dilations = opt_prop_def(DenseArrayBase[I64])
+    WINDOW: ClassVar[tuple[str, ...]] = ("strides", "pads", "dilations", "output_padding")
+    INFER: ClassVar = staticmethod(infer_conv_transpose_shape)
     output_padding = opt_prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     traits = traits_def(Pure(), TransposedWindow("weight"), Weighted(1))
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
-    )
-
-    def __init__(
-        self,
-        input: SSAValue,
-        weight: SSAValue,
-        bias: SSAValue | None = None,
-        *,
-        strides: Sequence[int] | None = None,
-        pads: Sequence[int] | None = None,
-        dilations: Sequence[int] | None = None,
-        output_padding: Sequence[int] | None = None,
-        groups: int = 1,
-    ):
-        shape = infer_conv_transpose_shape(
-            tensor_shape(input),
-            tensor_shape(weight),
-            strides=strides,
-            pads=pads,
-            dilations=dilations,
-            output_padding=output_padding,
-            groups=groups,
-        )
-        in_t = input.type
-        assert isinstance(in_t, TensorType)
-        props: dict[str, Attribute] = {"groups": IntegerAttr(groups, i64)}
-        for key, val in (
-            ("strides", strides),
-            ("pads", pads),
-            ("dilations", dilations),
-            ("output_padding", output_padding),
-        ):
-            if val is not None:
-                props[key] = int_array(val)
-        super().__init__(
-            operands=[input, weight, bias],
-            result_types=[TensorType(in_t.get_element_type(), shape)],
-            properties=props,
-        )
-
-    def verify_(self) -> None:
-        operands = [self.input, self.weight] + ([self.bias] if self.bias is not None else [])
-        check_same_element_type(self, [*operands, self.result])
-        shape = shape_guard(
-            self,
-            infer_conv_transpose_shape,
-            tensor_shape(self.input),
-            tensor_shape(self.weight),
-            strides=array_values(self.strides),
-            pads=array_values(self.pads),
-            dilations=array_values(self.dilations),
-            output_padding=array_values(self.output_padding),
-            groups=self.groups.value.data,
-        )
-        if self.bias is not None and tensor_shape(self.bias) != (shape[1],):
-            raise VerifyException(
-                f"nf.conv_transpose: bias shape {shape_str(tensor_shape(self.bias))} does not "
-                f"match the {shape[1]} output channels"
-            )
-        check_result_shape(self, shape, self.result)
 
 
 @irdl_op_definition

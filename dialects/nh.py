@@ -532,27 +532,28 @@ class ConstantOp(IRDLOperation):
 # --------------------------------------------------------------------------------------------
 
 
-def _conv_like_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) -> np.ndarray:
-    """Output exponents per output channel: ``exp_x[group(o)] + exp_w[o]``.
+def _input_exps_per_out(op: IRDLOperation, x: SSAValue, groups: int, out_c: int) -> np.ndarray:
+    """The input's exponent for each output channel: input channels of one group are summed
+    together, so they must share one exponent."""
+    fx = fixed_of(x)
+    if not fx.is_per_channel:
+        return np.full(out_c, fx.exp_list[0], dtype=np.int64)
+    if fx.channel_axis != 1:
+        raise VerifyException(f"{op.name}: input channels must be dim 1 of its layout")
+    x_exps = np.asarray(fx.exp_list, dtype=np.int64).reshape(groups, -1)
+    if (x_exps != x_exps[:, :1]).any():
+        raise VerifyException(
+            f"{op.name}: input channels summed together have different exponents "
+            f"{fx.exp_list}; requantize them to one exponent first"
+        )
+    return np.repeat(x_exps[:, 0], out_c // groups)
 
-    Input channels of one group are summed together, so they must share one exponent.
-    """
-    fx, fw = fixed_of(x), fixed_of(w)
+
+def _conv_like_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) -> np.ndarray:
+    """Output exponents per output channel: ``exp_x[group(o)] + exp_w[o]``."""
     out_c = tensor_shape(w)[0]
-    w_exps = np.broadcast_to(np.asarray(fw.exp_list, dtype=np.int64), (out_c,))
-    if fx.is_per_channel:
-        if fx.channel_axis != 1:
-            raise VerifyException(f"{op.name}: input channels must be dim 1 of its layout")
-        x_exps = np.asarray(fx.exp_list, dtype=np.int64).reshape(groups, -1)
-        if (x_exps != x_exps[:, :1]).any():
-            raise VerifyException(
-                f"{op.name}: input channels summed together have different exponents "
-                f"{fx.exp_list}; requantize them to one exponent first"
-            )
-        in_per_out = np.repeat(x_exps[:, 0], out_c // groups)
-    else:
-        in_per_out = np.full(out_c, fx.exp_list[0], dtype=np.int64)
-    return in_per_out + w_exps
+    w_exps = np.broadcast_to(np.asarray(fixed_of(w).exp_list, dtype=np.int64), (out_c,))
+    return _input_exps_per_out(op, x, groups, out_c) + w_exps
 
 
 def _check_accumulator(
@@ -586,8 +587,68 @@ def _check_accumulator(
         )
 
 
+def _conv_transpose_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) -> np.ndarray:
+    """Output exponents of a transposed conv: ``exp_x[group(o)] + exp_w[o mod O/g]``.
+
+    Its weight is ``[C, O/g, *K]``, so per-channel weight exponents run along dim 1 (layout
+    ``DC`` + ``D``s) and repeat for each group.
+    """
+    fw = fixed_of(w)
+    per_group = tensor_shape(w)[1]
+    if fw.is_per_channel and fw.channel_axis != 1:
+        raise VerifyException(
+            f"{op.name}: per-channel weight exponents must run along dim 1 (the output "
+            f"channels of a [C, O/g, *K] weight), layout {fw.layout.data!r}"
+        )
+    w_exps = np.broadcast_to(np.asarray(fw.exp_list, dtype=np.int64), (per_group,))
+    return _input_exps_per_out(op, x, groups, per_group * groups) + np.tile(w_exps, groups)
+
+
+class _WindowedProductOp(IRDLOperation):
+    """Base of nh.conv and nh.conv_transpose: input, weight, optional bias into an i32
+    accumulator; the window properties ``WINDOW`` (each optional) and ``groups``; the shape
+    rule ``INFER`` and the accumulator exponents ``EXPS``."""
+
+    WINDOW: ClassVar[tuple[str, ...]] = ("strides", "pads", "dilations")
+    INFER: ClassVar = staticmethod(infer_conv_shape)
+    EXPS: ClassVar = staticmethod(_conv_like_exps)
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = opt_prop_def(DenseArrayBase[I64])
+    pads = opt_prop_def(DenseArrayBase[I64])
+    dilations = opt_prop_def(DenseArrayBase[I64])
+    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def window(self) -> dict[str, tuple[int, ...] | None]:
+        """The window properties as tuples (None when absent)."""
+        return {k: array_values(getattr(self, k)) for k in self.WINDOW}
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        check_nh_value(self, self.weight, "weight")
+        groups = self.groups.value.data
+        shape = shape_guard(
+            self,
+            self.INFER,
+            tensor_shape(self.input),
+            tensor_shape(self.weight),
+            groups=groups,
+            **self.window(),
+        )
+        check_result_shape(self, shape, self.result)
+        expected = self.EXPS(self, self.input, self.weight, groups)
+        _check_accumulator(self, expected, self.result, self.bias, 1)
+
+
 @irdl_op_definition
-class ConvOp(IRDLOperation):
+class ConvOp(_WindowedProductOp):
     """Integer N-d grouped convolution into i32:
     ``acc[n, o, p] = b[o] + sum_{c, k} x[n, g*C/G + c, p*s + k*d - pad] * w[o, c, k]``
     (zero padding), exact; ``exp(acc)[o] = exp(x) + exp(w)[o]`` and the bias is aligned to it.
@@ -600,71 +661,11 @@ class ConvOp(IRDLOperation):
     """
 
     name = "nh.conv"
-    input = operand_def(TensorType)
-    weight = operand_def(TensorType)
-    bias = opt_operand_def(TensorType)
-    result = result_def(TensorType)
-    strides = opt_prop_def(DenseArrayBase[I64])
-    pads = opt_prop_def(DenseArrayBase[I64])
-    dilations = opt_prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     traits = traits_def(Pure(), SlidingWindow("weight"), Weighted())
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
-    )
-
-    def verify_(self) -> None:
-        check_nh_value(self, self.input, "input")
-        check_nh_value(self, self.weight, "weight")
-        groups = self.groups.value.data
-        shape = shape_guard(
-            self,
-            infer_conv_shape,
-            tensor_shape(self.input),
-            tensor_shape(self.weight),
-            strides=array_values(self.strides),
-            pads=array_values(self.pads),
-            dilations=array_values(self.dilations),
-            groups=groups,
-        )
-        check_result_shape(self, shape, self.result)
-        expected = _conv_like_exps(self, self.input, self.weight, groups)
-        _check_accumulator(self, expected, self.result, self.bias, 1)
-
-
-def _conv_transpose_exps(op: IRDLOperation, x: SSAValue, w: SSAValue, groups: int) -> np.ndarray:
-    """Output exponents of a transposed conv: ``exp_x[group(o)] + exp_w[o mod O/g]``.
-
-    Its weight is ``[C, O/g, *K]``, so per-channel weight exponents run along dim 1 (layout
-    ``DC`` + ``D``s) and repeat for each group.
-    """
-    fx, fw = fixed_of(x), fixed_of(w)
-    per_group = tensor_shape(w)[1]
-    out_c = per_group * groups
-    if fw.is_per_channel and fw.channel_axis != 1:
-        raise VerifyException(
-            f"{op.name}: per-channel weight exponents must run along dim 1 (the output "
-            f"channels of a [C, O/g, *K] weight), layout {fw.layout.data!r}"
-        )
-    w_exps = np.tile(np.broadcast_to(np.asarray(fw.exp_list, dtype=np.int64), (per_group,)), groups)
-    if fx.is_per_channel:
-        if fx.channel_axis != 1:
-            raise VerifyException(f"{op.name}: input channels must be dim 1 of its layout")
-        x_exps = np.asarray(fx.exp_list, dtype=np.int64).reshape(groups, -1)
-        if (x_exps != x_exps[:, :1]).any():
-            raise VerifyException(
-                f"{op.name}: input channels summed together have different exponents "
-                f"{fx.exp_list}; requantize them to one exponent first"
-            )
-        in_per_out = np.repeat(x_exps[:, 0], per_group)
-    else:
-        in_per_out = np.full(out_c, fx.exp_list[0], dtype=np.int64)
-    return in_per_out + w_exps
 
 
 @irdl_op_definition
-class ConvTransposeOp(IRDLOperation):
+class ConvTransposeOp(_WindowedProductOp):
     """Integer N-d grouped transposed convolution into i32 (weight ``[C, O/g, *K]``):
     ``acc[n, o, i*s + t*d - pad] += x[n, c, i] * w[c, o mod O/g, t]`` (c in o's group) plus
     ``b[o]``, exact; ``exp(acc)[o] = exp(x) + exp(w)[o mod O/g]`` and the bias is aligned to it.
@@ -677,39 +678,11 @@ class ConvTransposeOp(IRDLOperation):
     """
 
     name = "nh.conv_transpose"
-    input = operand_def(TensorType)
-    weight = operand_def(TensorType)
-    bias = opt_operand_def(TensorType)
-    result = result_def(TensorType)
-    strides = opt_prop_def(DenseArrayBase[I64])
-    pads = opt_prop_def(DenseArrayBase[I64])
-    dilations = opt_prop_def(DenseArrayBase[I64])
+    WINDOW: ClassVar[tuple[str, ...]] = ("strides", "pads", "dilations", "output_padding")
+    INFER: ClassVar = staticmethod(infer_conv_transpose_shape)
+    EXPS: ClassVar = staticmethod(_conv_transpose_exps)
     output_padding = opt_prop_def(DenseArrayBase[I64])
-    groups = prop_def(IntegerAttr[I64], default_value=IntegerAttr(1, i64))
     traits = traits_def(Pure(), TransposedWindow("weight"), Weighted(1))
-    irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = (
-        "$input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)"
-    )
-
-    def verify_(self) -> None:
-        check_nh_value(self, self.input, "input")
-        check_nh_value(self, self.weight, "weight")
-        groups = self.groups.value.data
-        shape = shape_guard(
-            self,
-            infer_conv_transpose_shape,
-            tensor_shape(self.input),
-            tensor_shape(self.weight),
-            strides=array_values(self.strides),
-            pads=array_values(self.pads),
-            dilations=array_values(self.dilations),
-            output_padding=array_values(self.output_padding),
-            groups=groups,
-        )
-        check_result_shape(self, shape, self.result)
-        expected = _conv_transpose_exps(self, self.input, self.weight, groups)
-        _check_accumulator(self, expected, self.result, self.bias, 1)
 
 
 @irdl_op_definition
