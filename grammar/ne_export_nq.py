@@ -27,7 +27,7 @@ is written through an `Identity` node whose output is that result (the importer 
 for it). A constant result is an `ExportError`. A recorded runtime shape is kept while it
 fits the value's type, or the shape NanoEngine-PyTorch declares for it ignoring padding.
 
-Anything else (nf ops with no row, such as nf.hardswish) is an `ExportError` naming the op. Float
+Anything else (an nf op with no row) is an `ExportError` naming the op. Float
 constants are written as `little_float_32` (f16/f64 as `little_float_16`/`little_float_64`)
 from their exact bytes; nothing is converted.
 """

@@ -36,6 +36,9 @@ and/or a `writer` function next to its row.
                                                   attributes (ONNX opset < 11)
     Split                nf.split                 axis, split as attributes (opset < 13); one
                                                   output per piece
+    HardSwish            nf.hardswish
+    HardSigmoid          nf.hardsigmoid           alpha=1/6, beta=0.5 only (torch's; ONNX's
+                                                  defaults 0.2/0.5 stay nf.custom)
     (Identity, and any other op type: see ne_import_nq)
 
 Written attributes are in alphabetical order with defaults spelled out, as the reference
@@ -418,6 +421,28 @@ def _split_attrs(op: nf.SplitOp) -> Attrs:
     return (("axis", op.axis.value.data), ("split", tuple(array_values(op.sizes) or ())))
 
 
+_HARD_SIGMOID = (("alpha", 1 / 6), ("beta", 0.5))
+"""torch's hardsigmoid as ONNX HardSigmoid's `max(0, min(1, alpha * x + beta))` (ONNX's
+defaults are alpha=0.2, beta=0.5: that one is not nanoir's)."""
+
+
+def _hard_sigmoid(n: NodeSpec) -> Operation:
+    n.allow("alpha", "beta")
+    n.one_output()
+    for key, value in _HARD_SIGMOID:
+        got = n.float(key, 0.2 if key == "alpha" else 0.5)
+        if abs(got - value) > 1e-7:  # torch's export writes alpha as float32(1/6)
+            raise Unsupported(
+                f"HardSigmoid with {key}={got} (nf.hardsigmoid is alpha=1/6, beta=0.5)"
+            )
+    (x,) = n.values(1, 1)
+    return nf.HardSigmoidOp(x)
+
+
+def _hard_sigmoid_attrs(op: nf.HardSigmoidOp) -> Attrs:
+    return tuple((key, Float.from_value(value)) for key, value in _HARD_SIGMOID)
+
+
 def _gemm(n: NodeSpec) -> Operation:
     n.allow("alpha", "beta", "transA", "transB")
     n.one_output()
@@ -724,6 +749,8 @@ NQ_OPS: tuple[NqOp, ...] = (
     ),  # type: ignore[arg-type]
     NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
     NqOp("Pad", nf.PadOp, converter=_pad, writer=_pad_attrs),  # type: ignore[arg-type]
+    NqOp("HardSwish", nf.HardSwishOp),
+    NqOp("HardSigmoid", nf.HardSigmoidOp, converter=_hard_sigmoid, writer=_hard_sigmoid_attrs),  # type: ignore[arg-type]
     NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""

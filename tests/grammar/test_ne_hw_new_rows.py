@@ -467,3 +467,47 @@ def test_nq_pad_mode_onnx_has_but_nanoir_does_not_is_kept_as_custom(nq_text: str
     )
     assert any(isinstance(op, nf.CustomOp) for op in module.walk())
     assert export_nanoengine(module) == bad
+
+
+# ---------------------------------------------------------------------------------------
+# Every op has a row; HardSwish / HardSigmoid at the nq level
+# ---------------------------------------------------------------------------------------
+
+
+def test_every_op_has_a_row_at_its_level() -> None:
+    """Every nf op but nf.constant (a constant) and nf.custom (its own op type) has an
+    NQ_OPS row; every nh op but nh.constant (Unpack) an HW_OPS row."""
+    from nanoir.dialects.nf import NF
+    from nanoir.dialects.nh import NH
+    from nanoir.grammar import ne_hw, ne_nq
+
+    nf_ops = {c for c in NF.operations if c not in (nf.ConstantOp, nf.CustomOp)}
+    assert nf_ops - set(ne_nq.BY_CLASS) == set()
+    nh_ops = {c for c in NH.operations if c is not nh.ConstantOp}
+    assert nh_ops - set(ne_hw.BY_CLASS) == set()
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_nq_hard_swish_and_hard_sigmoid_round_trip(quantized: bool) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 2, 5, 6) * 4
+    model = nn.Sequential(nn.Conv2d(2, 2, 1), nn.Hardswish(), nn.Conv2d(2, 2, 1), nn.Hardsigmoid())
+    module = from_torch(model.eval(), x)
+    if quantized:
+        nanoir.quantize(module, [x.numpy()])
+    text = _nq_round_trip(module, x.numpy())
+    assert "op_type=HardSwish,\n    attr=[]," in text
+    assert "op_type=HardSigmoid,\n    attr=[alpha=0.16666666666666666, beta=0.5]," in text
+
+
+def test_nq_hard_sigmoid_other_than_torch_s_is_kept_as_custom() -> None:
+    x = torch.randn(2, 2, 5, 6)
+    text = export_nanoengine(from_torch(nn.Sequential(nn.Hardsigmoid()).eval(), x))
+    float32_sixth = text.replace("alpha=0.16666666666666666", "alpha=0.1666666716337204")
+    (op,) = [o for o in import_nanoengine(float32_sixth).walk() if o.name.startswith("nf.hard")]
+    assert isinstance(op, nf.HardSigmoidOp)  # torch's export writes float32(1/6)
+    onnx_default = text.replace("attr=[alpha=0.16666666666666666, beta=0.5]", "attr=[]")
+    with pytest.warns(NanoEngineImportWarning, match="HardSigmoid with alpha=0.2"):
+        module = import_nanoengine(onnx_default)
+    assert any(isinstance(o, nf.CustomOp) for o in module.walk())
+    assert export_nanoengine(module) == onnx_default
