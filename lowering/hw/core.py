@@ -228,6 +228,11 @@ class HwLowering:
             operands=[hv.value], result_types=[t], properties={"shift": int_array(shifts)}
         )
         self.emit(req, hv.value.name_hint)
+        flat = np.asarray(target).reshape(-1)
+        if (flat == flat[0]).all():
+            # One exponent in all: keep it per-tensor (as the nh type says), so that ops
+            # needing per-tensor exponents (relayout, lookup tables, matmul) accept it.
+            return HwValue(req.result, np.full((1,) * rank, flat[0], dtype=np.int64), bits)
         return HwValue(req.result, np.asarray(target).copy(), bits)
 
     def shift_list(self, op: Operation, shift: np.ndarray, layout: str, rank: int) -> list[int]:
@@ -271,6 +276,19 @@ class HwLowering:
             codes = quant.requant(hv.codes, real_shift, bits, mode).astype(np.int64)
             return self.make_constant(codes, out_exps, "const", None, bits)
         layout = self.layout_of(hv)
+        varying = [i for i, d in enumerate(np.shape(out_exps)) if d > 1]
+        if (
+            len(varying) == 1
+            and layout.find("C") != varying[0]
+            and (hv.exps == hv.exps.flat[0]).all()
+        ):
+            # Per-channel exponents along a dim the layout does not call C (a per-channel
+            # fake-quant along dim 1 of a linear's [B, M, C] result): name that dim C first.
+            letters = ["D" if c == "C" else c for c in layout]
+            letters[varying[0]] = "C"
+            layout = "".join(letters)
+            one = np.full((1,) * hv.rank, hv.exps.flat[0], dtype=np.int64)
+            hv = self.relayout(op, HwValue(hv.value, one, hv.bits, hv.codes), layout)
         try:
             t = self.result_type(hv.shape, out_exps, container_width(bits), layout)
         except ValueError as e:

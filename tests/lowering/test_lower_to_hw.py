@@ -109,24 +109,12 @@ has no mid-program linear kind until both tests below pass (its flatten + linear
 rank 2)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=LowerToHwError,
-    reason="LowerLinear aligns a per-channel input to one exponent with shift_to, whose "
-    "result keeps per-channel-shaped (equal) exponents, so relayout to 'BMC' refuses them",
-)
 def test_linear_of_a_per_channel_value() -> None:
     text = LINEAR_OF_RANK_3.replace("EXP_X", "[[2], [3]]").replace("SHAPE_X", "2x1")
     text = text.replace("EXP_Y", "3").replace("SHAPE_Y", "1")
     check_exact(nanoir.parse(text), [np.random.default_rng(0).standard_normal((2, 2, 3))])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=LowerToHwError,
-    reason="a linear's rank-3 result has layout BMC; per-channel exponents along dim 1 "
-    "(M there) are refused: 'exponents vary along dims [1], not only the channel dim 2'",
-)
 def test_per_channel_fake_quant_of_a_linear_of_rank_3() -> None:
     text = LINEAR_OF_RANK_3.replace("EXP_X", "2").replace("SHAPE_X", "1")
     text = text.replace("EXP_Y", "[[3], [4]]").replace("SHAPE_Y", "2x1")
