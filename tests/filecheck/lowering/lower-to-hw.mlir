@@ -204,3 +204,41 @@ func.func @data_movement(%x: tensor<?x2x4xf32>) -> (tensor<?x1x8xf32>, tensor<?x
   %t = nf.transpose %pd {perm = array<i64: 0, 2, 1>} : tensor<?x2x5xf32> -> tensor<?x5x2xf32>
   func.return %r, %t : tensor<?x1x8xf32>, tensor<?x5x2xf32>
 }
+
+// -----
+
+// LowerConvTranspose: the weight [C, O/g, K] keeps its exponents along dim 1 (layout DCD):
+// codes 0.5 * 2**3 = 4, 1.0 * 2**2 = 4, ...; the i32 sums are at exp(x) + exp(w) = 2 + [3, 2];
+// the fake-quant at 3 requantizes by [2, 1].
+
+// CHECK-LABEL: func.func @conv_transpose
+// CHECK:       %[[W:.*]] = nh.constant "up.weight" dense<{{\[\[\[}}4, -2], [4, 2]], {{\[\[}}1, 2], [-2, 6]]]> : tensor<2x2x2xi8> -> tensor<2x2x2xi8, #nh.fixed<[3, 2], DCD>>
+// CHECK-NEXT:  %[[Y:.*]] = nh.conv_transpose %x, %[[W]] {strides = array<i64: 2>} {{.*}} -> tensor<?x2x6xi32, #nh.fixed<[5, 4], BCM>>
+// CHECK-NEXT:  %[[Q:.*]] = nh.requant %[[Y]] {shift = array<i64: 2, 1>} {{.*}} -> tensor<?x2x6xi8, #nh.fixed<3, BCM>>
+// CHECK-NEXT:  func.return %[[Q]]
+
+func.func @conv_transpose(%x: tensor<?x2x3xf32>) -> tensor<?x2x6xf32> {
+  %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<2> : tensor<1xi8>} : tensor<?x2x3xf32>
+  %w = nf.constant "up.weight" dense<[[[0.5, -0.25], [1.0, 0.5]], [[0.125, 0.25], [-0.5, 1.5]]]> : tensor<2x2x2xf32>
+  %wq = nq.fake_quant %w {bits = 8 : i64, exp = dense<[[[3], [2]]]> : tensor<1x2x1xi8>} : tensor<2x2x2xf32>
+  %y = nf.conv_transpose %xq, %wq {strides = array<i64: 2>} : (tensor<?x2x3xf32>, tensor<2x2x2xf32>) -> tensor<?x2x6xf32>
+  %yq = nq.fake_quant %y {bits = 8 : i64, exp = dense<3> : tensor<1xi8>} : tensor<?x2x6xf32>
+  func.return %yq : tensor<?x2x6xf32>
+}
+
+// -----
+
+// LowerBlock: depth_to_space merges input channels {0, 1} and {2, 3} into one output channel
+// each, so they must share an exponent: channel 0 (exp 3) moves to 4 by a left shift (4-bit
+// codes become 5-bit, in i8); the op keeps the exponent.
+
+// CHECK-LABEL: func.func @depth_to_space
+// CHECK:       %[[A:.*]] = nh.requant %x {shift = array<i64: -1, 0, 0, 0>} {{.*}} -> tensor<?x4x2xi8, #nh.fixed<4, BCM>>
+// CHECK-NEXT:  %[[Y:.*]] = nh.depth_to_space %[[A]] {block = 2 : i64} {{.*}} -> tensor<?x2x4xi8, #nh.fixed<4, BCM>>
+// CHECK-NEXT:  func.return %[[Y]]
+
+func.func @depth_to_space(%x: tensor<?x4x2xf32>) -> tensor<?x2x4xf32> {
+  %xq = nq.fake_quant %x {bits = 4 : i64, exp = dense<[[[3], [4], [4], [4]]]> : tensor<1x4x1xi8>} : tensor<?x4x2xf32>
+  %y = nf.depth_to_space %xq {block = 2 : i64} : tensor<?x4x2xf32> -> tensor<?x2x4xf32>
+  func.return %y : tensor<?x2x4xf32>
+}

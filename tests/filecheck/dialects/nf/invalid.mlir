@@ -255,3 +255,30 @@ func.func @constant_type(%x: tensor<2xf32>) -> tensor<2xf32> {
   func.return %x : tensor<2xf32>
 }
 // CHECK: error: 'nf.constant' op
+
+// -----
+
+func.func @conv_transpose_bias(%x: tensor<?x8x4x4xf32>, %w: tensor<8x4x4x4xf32>, %b: tensor<8xf32>) -> tensor<?x4x8x8xf32> {
+  %0 = nf.conv_transpose %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<?x8x4x4xf32>, tensor<8x4x4x4xf32>, tensor<8xf32>) -> tensor<?x4x8x8xf32>
+  func.return %0 : tensor<?x4x8x8xf32>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nf.conv_transpose: bias shape 8 does not match the 4 output channels
+
+// -----
+
+func.func @depth_to_space_channels(%x: tensor<?x6x4x4xf32>) -> tensor<?x1x8x8xf32> {
+  %0 = nf.depth_to_space %x {block = 2 : i64} : tensor<?x6x4x4xf32> -> tensor<?x1x8x8xf32>
+  func.return %0 : tensor<?x1x8x8xf32>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nf.depth_to_space:
+
+// -----
+
+func.func @block_mode(%x: tensor<?x8x4x4xf32>) -> tensor<?x2x8x8xf32> {
+  %0 = nf.depth_to_space %x {block = 2 : i64, mode = "RCD"} : tensor<?x8x4x4xf32> -> tensor<?x2x8x8xf32>
+  func.return %0 : tensor<?x2x8x8xf32>
+}
+// CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
+// CHECK: error: nf.depth_to_space: mode 'RCD' is not CRD or DCR

@@ -143,3 +143,18 @@ func.func @custom(%x: tensor<?x16xf32>) -> tensor<?x4xf32> {
   %z, %w = nf.custom %y, %x {op_type = "Foo"} : (tensor<?x4xf32>, tensor<?x16xf32>) -> (tensor<?x4xf32>, tensor<?x16xf32>)
   func.return %y : tensor<?x4xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @conv_transpose_and_block_ops
+func.func @conv_transpose_and_block_ops(%x: tensor<?x8x4x4xf32>, %w: tensor<8x4x4x4xf32>, %b: tensor<4xf32>) -> (tensor<?x4x8x8xf32>, tensor<?x2x8x8xf32>, tensor<?x32x2x2xf32>) {
+  // CHECK-NEXT: %0 = nf.conv_transpose %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<?x8x4x4xf32>, tensor<8x4x4x4xf32>, tensor<4xf32>) -> tensor<?x4x8x8xf32>
+  // GENERIC: "nf.conv_transpose"(%x, %w, %b) <{strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>, groups = 1 : i64}>
+  %0 = nf.conv_transpose %x, %w, %b {strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 1, 1>} : (tensor<?x8x4x4xf32>, tensor<8x4x4x4xf32>, tensor<4xf32>) -> tensor<?x4x8x8xf32>
+  // CHECK-NEXT: %1 = nf.depth_to_space %x {block = 2 : i64} : tensor<?x8x4x4xf32> -> tensor<?x2x8x8xf32>
+  // GENERIC: "nf.depth_to_space"(%x) <{block = 2 : i64, mode = "CRD"}>
+  %1 = nf.depth_to_space %x {block = 2 : i64} : tensor<?x8x4x4xf32> -> tensor<?x2x8x8xf32>
+  // CHECK-NEXT: %2 = nf.space_to_depth %x {block = 2 : i64, mode = "DCR"} : tensor<?x8x4x4xf32> -> tensor<?x32x2x2xf32>
+  %2 = nf.space_to_depth %x {block = 2 : i64, mode = "DCR"} : tensor<?x8x4x4xf32> -> tensor<?x32x2x2xf32>
+  func.return %0, %1, %2 : tensor<?x4x8x8xf32>, tensor<?x2x8x8xf32>, tensor<?x32x2x2xf32>
+}

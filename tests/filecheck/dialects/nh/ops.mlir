@@ -107,3 +107,17 @@ func.func @conv_transpose_grouped(%x: tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>, %w
   %0 = nh.conv_transpose %x, %w {strides = array<i64: 2, 2>, groups = 2 : i64} : (tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>, tensor<4x3x2x2xi4, #nh.fixed<[3, 2, 1], DCDD>>) -> tensor<?x6x6x6xi32, #nh.fixed<[8, 7, 6, 8, 7, 6], BCMD>>
   func.return %0 : tensor<?x6x6x6xi32, #nh.fixed<[8, 7, 6, 8, 7, 6], BCMD>>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @block_ops
+func.func @block_ops(%x: tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>>) -> (tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>, tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>) {
+  // CHECK-NEXT: %0 = nh.depth_to_space %x {block = 2 : i64} : tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>> -> tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
+  // GENERIC: "nh.depth_to_space"(%x) <{block = 2 : i64, mode = "CRD"}>
+  %0 = nh.depth_to_space %x {block = 2 : i64} : tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>> -> tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
+  // CHECK-NEXT: %1 = nh.space_to_depth %0 {block = 2 : i64, mode = "DCR"} : tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>> -> tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>>
+  %1 = nh.space_to_depth %0 {block = 2 : i64, mode = "DCR"} : tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>> -> tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>>
+  // CHECK-NEXT: %2 = nh.depth_to_space %1 {block = 2 : i64, mode = "DCR"} : tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>> -> tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
+  %2 = nh.depth_to_space %1 {block = 2 : i64, mode = "DCR"} : tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>> -> tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
+  func.return %0, %2 : tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>, tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
+}
