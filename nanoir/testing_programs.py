@@ -7,10 +7,12 @@ average pools, adds of branches, products with constants, concat, elementwise fl
 a fake-quant (lookup tables), and half the time a flatten (reshape) + linear tail; with
 1/2/4/8-bit codes, per-tensor and per-channel exponents of both signs and every rounding mode.
 ``ALL_KINDS`` adds every other nf op (all but ``nf.custom``, which has no semantics): PReLU,
-lone batch norms, transpose, pad, split, nearest upsampling, sub, division by a dyadic
-constant, matmul, adaptive average pooling, hardsigmoid and leaky ReLU (tables),
-depth_to_space / space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes
-need it) and channel shuffle (reshape, transpose, reshape). The hw lowering's and the
+lone batch norms, transpose, pad, split, nearest upsampling, transposed convs (1-D or 2-D,
+grouped, strided, dilated, padded, output_padding; weight exponents along dim 1), sub,
+division by a dyadic constant, matmul, linear heads over the last dim of a feature map,
+adaptive average pooling, hardsigmoid and leaky ReLU (tables), depth_to_space /
+space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes need it) and
+channel shuffle (reshape, transpose, reshape). The hw lowering's and the
 streaming executor's property tests draw from ``ALL_KINDS``, ``.ne``'s and QAT's from
 ``BASE_KINDS``. Test code imports it from here (never from ``tests``); it needs hypothesis,
 from the ``test`` extra.
@@ -115,13 +117,14 @@ class ProgramBuilder:
             e = exp_attr(k)
         return self.add(FakeQuantOp(v, bits, e, mode)).results[0]
 
-    def weight(self, shape: tuple[int, ...], name: str) -> SSAValue:
+    def weight(self, shape: tuple[int, ...], name: str, axis: int = 0) -> SSAValue:
+        """A quantized weight, its output channels along ``axis`` (per channel or not)."""
         w = self.rng.standard_normal(shape) * 0.5
         c = self.constant(w, name)
         bits = self.draw(st.sampled_from(BITS))
         absmax = float(np.abs(w).max()) or 1.0
         base = int(quant.exp_from_absmax([absmax], bits)[0])
-        return self.fake_quant(c, bits=bits, per_channel_axis=0, base=base)
+        return self.fake_quant(c, bits=bits, per_channel_axis=axis, base=base)
 
     def bias(self, n: int, name: str) -> SSAValue:
         b = self.constant(self.rng.standard_normal(n) * 0.5, name)
@@ -187,12 +190,14 @@ ALL_KINDS = BASE_KINDS + (
     "sub",
     "div",
     "matmul",
+    "linear",
     "adaptive_avgpool",
     "hardsigmoid",
     "leaky_relu",
     "depth_to_space",
     "space_to_depth",
     "channel_shuffle",
+    "conv_transpose",
 )
 """Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
 lowering's and the streaming executor's property tests draw from these."""
@@ -213,6 +218,7 @@ def random_nq_program(
         block.args[0], bits=draw(st.sampled_from((2, 4, 8))), exp=draw(st.integers(-1, 5))
     )
     values = [x]
+    heads: list[SSAValue] = []  # returned, read by no other op
     for i in range(draw(st.integers(1, max_ops))):
         v = draw(st.sampled_from(values))
         shape = _shape(v)
@@ -352,6 +358,17 @@ def random_nq_program(
             base = int(quant.exp_from_absmax([float(np.abs(wdata).max()) or 1.0], bits)[0])
             w = b.fake_quant(b.constant(wdata, f"mm{i}.weight"), bits=bits, base=base)
             values.append(b.act(b.add(nf.MatmulOp(x, w)).results[0]))
+        elif kind == "linear":
+            # A linear layer over the last dim of a [N, C, *S] value (nn.Linear on a feature
+            # map; a per-channel input is aligned to one exponent), quantized per tensor and
+            # returned, read by nothing else: its result's layout is B..C, and channel-wise
+            # ops along dim 1 of such a value do not lower yet (test_lower_to_hw.py, the
+            # xfails on LINEAR_OF_RANK_3).
+            out = draw(st.integers(1, 4))
+            w = b.weight((out, shape[-1]), f"fc{i}.weight")
+            bias = b.bias(out, f"fc{i}.bias") if draw(st.booleans()) else None
+            y = b.add(nf.LinearOp(v, w, bias)).results[0]
+            heads.append(b.fake_quant(y, bits=draw(st.sampled_from((2, 4, 8)))))
         elif kind == "adaptive_avgpool":
             if draw(st.booleans()):
                 size = [1] * spatial  # global average pooling
@@ -403,6 +420,45 @@ def random_nq_program(
             perm = [0, 2, 1, *range(3, rank + 1)]
             swapped = b.add(nf.TransposeOp(split, perm)).results[0]
             values.append(b.add(nf.ReshapeOp(swapped, (DYNAMIC_INDEX, *shape[1:]))).results[0])
+        elif kind == "conv_transpose":
+            cin = shape[1]
+            groups = draw(st.sampled_from([g for g in (1, 2, cin) if cin % g == 0]))
+            cout = groups * draw(st.integers(1, 3))
+            k = [draw(st.integers(1, 3)) for _ in range(spatial)]
+            strides = [draw(st.integers(1, 3)) for _ in range(spatial)]
+            dil = [draw(st.integers(1, 2)) for _ in range(spatial)]
+            pads = [
+                draw(st.integers(0, min(1, dil[j % spatial] * (k[j % spatial] - 1))))
+                for j in range(2 * spatial)
+            ]
+            outpad = [draw(st.integers(0, max(s, d) - 1)) for s, d in zip(strides, dil)]
+            out_sizes = [
+                (shape[2 + j] - 1) * strides[j]
+                - pads[j]
+                - pads[spatial + j]
+                + dil[j] * (k[j] - 1)
+                + outpad[j]
+                + 1
+                for j in range(spatial)
+            ]
+            if not all(1 <= n <= 18 for n in out_sizes):
+                continue
+            # Weight [C, O/g, *K]: output channels (and per-channel exponents) along dim 1.
+            w = b.weight((cin, cout // groups, *k), f"up{i}.weight", axis=1)
+            bias = b.bias(cout, f"up{i}.bias") if draw(st.booleans()) else None
+            y = b.add(
+                nf.ConvTransposeOp(
+                    v,
+                    w,
+                    bias,
+                    strides=strides,
+                    pads=pads,
+                    dilations=dil,
+                    output_padding=outpad,
+                    groups=groups,
+                )
+            ).results[0]
+            values.append(b.act(y))
     out = values[-1]
     if draw(st.booleans()):
         shape = _shape(out)
@@ -413,7 +469,7 @@ def random_nq_program(
         out = b.act(y.results[0])
     block.add_ops(b.ops)
     # Return every value nothing else reads, so that no generated op is dead code.
-    sinks = [v for v in values if not v.uses and v is not out] + [out]
+    sinks = [v for v in values if not v.uses and v is not out] + heads + [out]
     block.add_op(ReturnOp(*sinks))
     ftype = FunctionType.from_lists([block.args[0].type], [v.type for v in sinks])
     module = ModuleOp([FuncOp("main", ftype, Region(block))])
