@@ -10,6 +10,8 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
   ``.ne`` files, by extension;
 - ``nanoir.from_torch``, ``quantize``, ``report``, ``lower_to_hw``, ``stream_plan``, ``stream``
   and ``compile_model`` are the pipeline's stages;
+- ``nanoir.Streamer(hw, mem_dim=2)`` runs a program on input rows as they arrive
+  (``push``/``flush``/``reset``);
 - ``nanoir.qat`` is quantization-aware training (``prepare``, ``calibrate``, ``train``,
   ``convert``; imports torch, on first use);
 - ``nanoir.Error`` is the base of every error nanoir raises for bad input.
@@ -24,6 +26,7 @@ from nanoir.errors import Error
 
 __all__ = [
     "Error",
+    "Streamer",
     "compile_model",
     "compile_module",
     "from_torch",
@@ -62,6 +65,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "lower_to_hw": ("nanoir.lowering.lower_to_hw", "lower_to_hw"),
     "stream_plan": ("nanoir.lowering.stream_plan", "stream_plan"),
     "stream": ("nanoir.runtime.stream", "stream"),
+    "Streamer": ("nanoir.runtime.streamer", "Streamer"),
 }
 
 

@@ -91,6 +91,9 @@ class BufferPlan:
     first_row_step: dict[int, int]
     """Per analysed dim, the step after which every result had a row ("done")."""
     node_names: dict[Operation, str] = field(default_factory=dict)
+    warmup_rows: dict[SSAValue, int] = field(default_factory=dict)
+    """Per program result, the input rows along M fed until it has its first row (with the plan's
+    step along M; with step 1 this is the result's warm-up latency)."""
 
     def tensor_shape(self, value: SSAValue) -> tuple[int, ...] | None:
         t = self.tensors.get(value)
@@ -127,6 +130,18 @@ class BufferPlan:
             lines += ["", f"--- 3. zero rows along dim {self.mem_dim} (causal warm-up) ---"]
             rows = [[self.node_names[op], str(b), str(e)] for op, (b, e) in self.warmup.items()]
             lines += _table(["Node Name", "Begin", "End"], rows)
+        if self.warmup_rows:
+            step = dict(self.steps)[self.mem_dim]
+            lines += [
+                "",
+                f"--- 4. warm-up latency (input rows along dim {self.mem_dim}, step {step}) ---",
+            ]
+            rows = [
+                [self.tensors[v].name, str(n)]
+                for v, n in self.warmup_rows.items()
+                if v in self.tensors
+            ]
+            lines += _table(["Result", "Input rows fed until its first row"], rows)
         lines += [
             "",
             "first row of every result after step "
@@ -283,6 +298,7 @@ def plan_function(
         warmup,
         {d: c.done_step for d, c in per_dim.items()},
         {n.op: names.node[n.op] for n in graph.nodes},
+        per_dim[mem_dim].first_row,
     )
 
 

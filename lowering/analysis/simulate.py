@@ -79,6 +79,8 @@ class _Simulation:
         self.ended: set[SSAValue] = set()
         self.totals: dict[SSAValue, int] = {}
         self.tensor_peak: dict[SSAValue, int] = {}
+        self.first_row: dict[SSAValue, int] = {}
+        """Per result, the input rows delivered (the most of any input) when it got a row."""
         self.steps = 0
 
     def copy(self) -> _Simulation:
@@ -87,6 +89,7 @@ class _Simulation:
         twin.cursors = {op: c.copy() for op, c in self.cursors.items()}
         twin.delivered, twin.ended = dict(self.delivered), set(self.ended)
         twin.totals, twin.tensor_peak = dict(self.totals), dict(self.tensor_peak)
+        twin.first_row = dict(self.first_row)
         return twin
 
     def _deliver(self, arg: SSAValue) -> int:
@@ -122,6 +125,12 @@ class _Simulation:
         for v, n in produced.items():
             self.totals[v] = self.totals.get(v, 0) + n
             self.tensor_peak[v] = max(self.tensor_peak.get(v, 0), n)
+        for v in self.graph.results:
+            if v not in self.first_row and self.totals.get(v, 0) > 0:
+                streamed = [
+                    self.delivered[a] for a in self.graph.inputs if has_dim(a, self.graph.dim)
+                ]
+                self.first_row[v] = max(streamed, default=0)
         self.steps += 1
 
     def done(self) -> bool:
@@ -149,6 +158,9 @@ class DimCounts:
     tensors: dict[SSAValue, Rows]
     caches: dict[tuple[Operation, SSAValue], Rows]
     done_step: int
+    first_row: dict[SSAValue, int]
+    """Per program result, the input rows delivered when it first had a row (its warm-up
+    latency, in rows of the step's multiple)."""
 
 
 def _merge_peaks(into: _Simulation, other: _Simulation) -> None:
@@ -172,7 +184,7 @@ def _records(graph: StreamGraph, peaks: _Simulation, at_done: _Simulation) -> Di
         for i, v in enumerate(n.inputs)
         if has_dim(v, dim)
     }
-    return DimCounts(tensors, caches, at_done.steps)
+    return DimCounts(tensors, caches, at_done.steps, dict(at_done.first_row))
 
 
 def _no_output(graph: StreamGraph, sim: _Simulation, why: str) -> StreamPlanError:
