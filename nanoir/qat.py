@@ -12,7 +12,8 @@ program with torch ops. Its parameters are the program's named constants (the fo
 and biases, and any other named parameter); the fake-quants sit where
 :func:`nanoir.lowering.quantize.find_targets` puts them for the same options, so the placement,
 bits, per-channel axes, ``skip`` rules, rounding and the bias exponent cap are ``quantize``'s by
-construction. :func:`convert` writes the trained constants back into the nf program and runs
+construction (a ``conv_transpose`` weight ``[C, O/g, *K]`` has its exponents per output channel
+along axis 1, the same for every group, and its bias cap tiles them per group). :func:`convert` writes the trained constants back into the nf program and runs
 ``quantize`` with the learned exponents.
 
 **Batch norm** is folded before QAT: the module trains the folded conv/linear weights and
