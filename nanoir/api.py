@@ -2,8 +2,10 @@
 from ``nanoir.runtime.arrays``; safe writes: ``nanoir.files``).
 
 The format follows the file extension: ``.ne`` is NanoEngine text (imported at the nq level,
-or at the hw level when its tensors are integers; see ``nanoir.grammar.ne_import``) and
-``.mlir`` is MLIR; ``save`` writes ``.ne`` or ``.mlir``. Any other name is a
+or at the hw level when its tensors are integers; see ``nanoir.grammar.ne_import``),
+``.onnx`` is ONNX (NanoEngine-PyTorch's export or standard QDQ, read into nf + nq; needs the
+``onnx`` extra; see ``nanoir.grammar.onnx_import``) and ``.mlir`` is MLIR; ``save`` writes
+``.ne`` or ``.mlir``. Any other name is a
 ``FileFormatError`` that says so.
 
 Every error raised here derives from ``nanoir.Error``: ``FileFormatError`` (also a
@@ -24,7 +26,7 @@ from nanoir.files import check_output_path, write_atomically
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
 
-PROGRAM_FORMATS = {".mlir": "MLIR", ".ne": "NanoEngine"}
+PROGRAM_FORMATS = {".mlir": "MLIR", ".ne": "NanoEngine", ".onnx": "ONNX"}
 """The program files ``load`` reads, by extension."""
 
 
@@ -75,7 +77,8 @@ def decode_text(data: bytes, name: str) -> str:
 
 def _program_format(path: Path) -> str:
     if path.suffix not in PROGRAM_FORMATS:
-        known = " and ".join(f"{ext} ({what})" for ext, what in PROGRAM_FORMATS.items())
+        names = [f"{ext} ({what})" for ext, what in PROGRAM_FORMATS.items()]
+        known = ", ".join(names[:-1]) + " and " + names[-1]
         raise FileFormatError(
             f"{path}: cannot tell the format of {path.name!r} from its extension: nanoir reads "
             f"{known} files"
@@ -84,9 +87,10 @@ def _program_format(path: Path) -> str:
 
 
 def load(path: str | Path) -> ModuleOp:
-    """Read a program from a ``.ne`` (NanoEngine) or ``.mlir`` file.
+    """Read a program from a ``.ne`` (NanoEngine), ``.onnx`` (ONNX) or ``.mlir`` file.
 
-    Errors are located: ``NanoEngineError`` for ``.ne``, ``ParseError``/``NanoirDiagnostic``
+    Errors are located: ``NanoEngineError`` for ``.ne``, ``OnnxImportError`` (a
+    ``FileFormatError`` naming the node) for ``.onnx``, ``ParseError``/``NanoirDiagnostic``
     for MLIR; ``FileFormatError`` for another extension or a file that is not UTF-8 text,
     ``FileAccessError`` for a path that cannot be read.
     """
@@ -96,6 +100,11 @@ def load(path: str | Path) -> ModuleOp:
         from nanoir.grammar.ne_import import import_nanoengine_bytes
 
         return import_nanoengine_bytes(read_bytes(path), str(path))
+    if path.suffix == ".onnx":
+        # lazy: each format's reader or writer loads on first use
+        from nanoir.grammar.onnx_import import import_onnx_bytes
+
+        return import_onnx_bytes(read_bytes(path), str(path), str(path.resolve().parent))
     return parse(decode_text(read_bytes(path), str(path)), str(path))
 
 

@@ -1,7 +1,7 @@
 """``nanoir-opt``: mlir-opt conventions around xDSL's ``xDSLOptMain``.
 
-Reads ``.mlir`` or NanoEngine ``.ne`` (by extension, or ``--input-format``; stdin is MLIR),
-runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
+Reads ``.mlir``, NanoEngine ``.ne`` or ``.onnx`` (by extension, or ``--input-format``; stdin
+is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
 ``mlir`` or ``nanoengine``). Bad input is one message with ``file:line:col`` and exit code 1:
 no traceback, and ``-o`` is written only when everything succeeded (atomically, see
 ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
@@ -14,6 +14,7 @@ import argparse
 import io
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import IO
 
@@ -31,6 +32,24 @@ from nanoir.files import check_output_path, write_atomically
 from nanoir.grammar.ne_errors import NanoEngineError
 from nanoir.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
+
+
+def _read_onnx(stream: IO[bytes], filename: str) -> ModuleOp:
+    """Import ONNX bytes; import warnings go to stderr as one line each."""
+    # lazy: registered as a frontend at start-up; the ONNX reader loads only when a file is read
+    from nanoir.grammar.onnx_import import OnnxImportWarning, import_onnx_bytes
+
+    base = os.path.dirname(os.path.abspath(filename)) if os.path.exists(filename) else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OnnxImportWarning)
+        try:
+            return import_onnx_bytes(stream.read(), filename, base)
+        finally:
+            for w in caught:
+                if issubclass(w.category, OnnxImportWarning):
+                    print(w.message, file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 class _BufferedOutput(io.StringIO):
@@ -73,6 +92,8 @@ class NanoirOptMain(xDSLOptMain):
         self.available_frontends["ne"] = self.available_frontends["nanoengine"] = lambda stream: (
             read_nanoengine(stream, self.get_input_name())
         )
+        # ONNX (NanoEngine-PyTorch's export or QDQ), by the `.onnx` extension or `-f onnx`.
+        self.available_frontends["onnx"] = lambda stream: _read_onnx(stream, self.get_input_name())
 
     def get_input_stream(self) -> tuple[IO[bytes], str]:
         """The input file and its extension; a clear error for an unknown extension (unless
@@ -88,8 +109,8 @@ class NanoirOptMain(xDSLOptMain):
         if not self.args.frontend and extension not in self.available_frontends:
             raise FileFormatError(
                 f"{path}: cannot tell the input format from its extension: nanoir-opt reads "
-                ".mlir (MLIR) and .ne (NanoEngine) files, or any file with -f/--input-format "
-                "(mlir, nanoengine); stdin is MLIR"
+                ".mlir (MLIR), .ne (NanoEngine) and .onnx (ONNX) files, or any file with "
+                "-f/--input-format (mlir, nanoengine, onnx); stdin is MLIR"
             )
         try:
             return open(path, "rb"), extension

@@ -38,7 +38,7 @@ from nanoir.runtime.interpreter import find_function, run
 
 def _arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanoir-run", description="Run a nanoir program with NumPy.")
-    p.add_argument("program", help="a .mlir program")
+    p.add_argument("program", help="a .mlir, .ne or .onnx program")
     p.add_argument(
         "-i",
         "--input",

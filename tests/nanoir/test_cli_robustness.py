@@ -128,7 +128,7 @@ ROWS = [
         "opt-onnx",
         "opt",
         ("{ws}/model.onnx", "-o", "{out}.mlir"),
-        "reads .mlir (MLIR) and .ne (NanoEngine)",
+        "model.onnx: not a readable ONNX model",
     ),
     Row("opt-missing", "opt", ("{ws}/nope.mlir", "-o", "{out}.mlir"), "No such file or directory"),
     Row("opt-directory", "opt", ("{ws}/folder.mlir", "-o", "{out}.mlir"), "Is a directory"),
@@ -263,7 +263,7 @@ ROWS = [
         "run-onnx",
         "run",
         ("{ws}/model.onnx", "-i", "{ws}/x.npy", "-o", "{out}.npy"),
-        "nanoir reads .mlir (MLIR) and .ne (NanoEngine) files",
+        "model.onnx: not a readable ONNX model",
     ),
     Row(
         "run-binary-mlir",
@@ -619,8 +619,8 @@ def test_run_streams_with_valid_options(tmp_path: Path) -> None:
 
 def test_api_errors_are_nanoir_errors(tmp_path: Path) -> None:
     make_workspace(tmp_path)
-    with pytest.raises(FileFormatError, match=r"reads \.mlir \(MLIR\) and \.ne") as info:
-        nanoir.load(tmp_path / "model.onnx")
+    with pytest.raises(FileFormatError, match=r"reads \.mlir \(MLIR\), \.ne") as info:
+        nanoir.load(tmp_path / "model.tflite")
     assert isinstance(info.value, nanoir.Error) and isinstance(info.value, ValueError)
     with pytest.raises(FileFormatError, match="binary.mlir:1:1: invalid UTF-8 byte 0x80"):
         nanoir.load(tmp_path / "binary.mlir")
