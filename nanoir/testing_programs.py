@@ -360,14 +360,23 @@ def random_nq_program(
             values.append(b.act(b.add(nf.MatmulOp(x, w)).results[0]))
         elif kind == "linear":
             # A linear layer over the last dim of a [N, C, *S] value (nn.Linear on a feature
-            # map; a per-channel input is aligned to one exponent), quantized per tensor and
-            # returned, read by nothing else: its result's layout is B..C, and channel-wise
-            # ops along dim 1 of such a value do not lower yet (test_lower_to_hw.py, the
-            # xfails on LINEAR_OF_RANK_3).
+            # map), quantized per tensor and returned, read by nothing else: its result's
+            # layout is B..C, and channel-wise ops along dim 1 of such a value do not lower
+            # yet. Its input is per tensor or per channel with distinct exponents (aligned to
+            # one by the lowering): per-channel exponents that are all equal do not lower yet
+            # either (test_lower_to_hw.py, the xfails on LINEAR_OF_RANK_3).
+            c, bits = shape[1], draw(st.sampled_from((2, 4, 8)))
+            if c >= 2 and draw(st.booleans()):
+                offsets = draw(st.permutations(range(c)))
+                k = [draw(st.integers(-1, 2)) + o for o in offsets]
+                e = exp_attr(k, [c] + [1] * (len(shape) - 2))
+                x = b.add(FakeQuantOp(v, bits, e, draw(st.sampled_from(MODES)))).results[0]
+            else:
+                x = b.fake_quant(v, bits=bits)
             out = draw(st.integers(1, 4))
             w = b.weight((out, shape[-1]), f"fc{i}.weight")
             bias = b.bias(out, f"fc{i}.bias") if draw(st.booleans()) else None
-            y = b.add(nf.LinearOp(v, w, bias)).results[0]
+            y = b.add(nf.LinearOp(x, w, bias)).results[0]
             heads.append(b.fake_quant(y, bits=draw(st.sampled_from((2, 4, 8)))))
         elif kind == "adaptive_avgpool":
             if draw(st.booleans()):

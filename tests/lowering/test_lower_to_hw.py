@@ -123,12 +123,12 @@ def test_per_channel_fake_quant_of_a_linear_of_rank_3() -> None:
     check_exact(nanoir.parse(text), [np.random.default_rng(0).standard_normal((2, 2, 3))])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=LowerToHwError,
-    reason="the linear's accumulator exponents vary along its C (last) dim, the fake-quant's "
-    "along dim 1: 'exponents vary along dims [1], not only the channel dim 2 of layout BMC'",
-)
+def test_linear_of_equal_per_channel_exponents() -> None:
+    text = LINEAR_OF_RANK_3.replace("EXP_X", "[[2], [2]]").replace("SHAPE_X", "2x1")
+    text = text.replace("EXP_Y", "3").replace("SHAPE_Y", "1")
+    check_exact(nanoir.parse(text), [np.random.default_rng(0).standard_normal((2, 2, 3))])
+
+
 def test_per_channel_fake_quant_of_a_linear_with_per_feature_exponents() -> None:
     """Per-channel weight exponents that differ (as quantize's weight_per_channel gives) and a
     per-channel fake-quant of the rank-3 result (act_per_channel)."""
@@ -141,12 +141,6 @@ def test_per_channel_fake_quant_of_a_linear_with_per_feature_exponents() -> None
     check_exact(nanoir.parse(text), [np.random.default_rng(0).standard_normal((2, 2, 3))])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=LowerToHwError,
-    reason="a batch norm (channels along dim 1) of a linear's rank-3 result (layout BMC): "
-    "'exponents vary along dims [1], not only the channel dim 2 of layout BMC'",
-)
 def test_batch_norm_of_a_linear_of_rank_3() -> None:
     text = LINEAR_OF_RANK_3.replace("EXP_X", "2").replace("SHAPE_X", "1")
     text = text.replace("EXP_Y", "3").replace("SHAPE_Y", "1")
