@@ -158,7 +158,8 @@ class FuseBatchNormFakeQuant(HwPattern):
             return
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
-        x = hw.get(bn, bn.input)
+        # Channels along dim 1 (a linear's [B, M, C] result is renamed so, see channels_at).
+        x = hw.channels_at(bn, hw.get(bn, bn.input), 1)
         # Every code the input can hold: its bits (what the accumulator bounds rely on too).
         width = x.bits
         if width > EXHAUSTIVE_WIDTH:

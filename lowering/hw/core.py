@@ -277,18 +277,11 @@ class HwLowering:
             return self.make_constant(codes, out_exps, "const", None, bits)
         layout = self.layout_of(hv)
         varying = [i for i, d in enumerate(np.shape(out_exps)) if d > 1]
-        if (
-            len(varying) == 1
-            and layout.find("C") != varying[0]
-            and (hv.exps == hv.exps.flat[0]).all()
-        ):
+        if len(varying) == 1 and layout.find("C") != varying[0]:
             # Per-channel exponents along a dim the layout does not call C (a per-channel
             # fake-quant along dim 1 of a linear's [B, M, C] result): name that dim C first.
-            letters = ["D" if c == "C" else c for c in layout]
-            letters[varying[0]] = "C"
-            layout = "".join(letters)
-            one = np.full((1,) * hv.rank, hv.exps.flat[0], dtype=np.int64)
-            hv = self.relayout(op, HwValue(hv.value, one, hv.bits, hv.codes), layout)
+            hv = self.channels_at(op, hv, varying[0])
+            layout = self.layout_of(hv)
         try:
             t = self.result_type(hv.shape, out_exps, container_width(bits), layout)
         except ValueError as e:
@@ -317,13 +310,28 @@ class HwLowering:
         return HwValue(req.result, hv.exps, hv.bits)
 
     def relayout(self, op: Operation, hv: HwValue, layout: str) -> HwValue:
-        """The same codes under another layout name (a no-op reshape)."""
-        if hv.exps.size != 1:
+        """The same codes under another layout name (a no-op reshape); they need one
+        exponent (per-channel ones that are all equal count)."""
+        if (hv.exps != hv.exps.flat[0]).any():
             raise self.fail(op, "needs per-tensor exponents here")
-        t = self.result_type(hv.shape, hv.exps, self.declared(hv), layout)
+        one = np.full((1,) * max(hv.rank, 1), hv.exps.flat[0], dtype=np.int64)
+        t = self.result_type(hv.shape, one, self.declared(hv), layout)
         new = nh.ReshapeOp.create(operands=[hv.value], result_types=[t])
         self.emit(new, hv.value.name_hint)
-        return HwValue(new.result, hv.exps, hv.bits, hv.codes)
+        return HwValue(new.result, one, hv.bits, hv.codes)
+
+    def channels_at(self, op: Operation, hv: HwValue, axis: int) -> HwValue:
+        """``hv`` under a layout whose channel dim (its first ``C``) is ``axis``: exponents
+        that vary along another dim are first aligned to the finest (exact left shifts),
+        then the dims are renamed (``BMC`` -> ``BCD`` for ``axis`` 1)."""
+        layout = self.layout_of(hv)
+        if layout.find("C") == axis:
+            return hv
+        if (hv.exps != hv.exps.flat[0]).any():
+            hv = self.shift_to(op, hv, np.array(hv.exps.max()).reshape((1,) * hv.rank))
+        letters = ["D" if c == "C" else c for c in layout]
+        letters[axis] = "C"
+        return self.relayout(op, hv, "".join(letters))
 
 
 class HwPattern(RewritePattern):
