@@ -11,7 +11,7 @@ float training both follow the seed). One run prints markdown tables of:
 - QAT: each recipe in both roundings (prepare, calibrate with mse, train, convert); the
   accuracy is that of `nanoir.run(convert(qat))`, checked equal bit for bit to the QAT
   module's float64 eval output; train seconds per seed (`nanoir.qat.train` alone);
-- learners: the 1-bit recipe (trunc) with `ema` and with `lsq` exponents, all else equal;
+- learners: each recipe (trunc) with `ema` and with `lsq` exponents, all else equal;
 - the seconds of 15 QAT epochs (the 4/1 recipe's `train`, per seed).
 
     python benchmarks/bench_qat.py [--seeds 0,1,2] [--skip ptq,learners]
@@ -129,23 +129,25 @@ def main(argv: list[str] | None = None) -> int:
         print()
 
     if "learners" not in skip:
-        recipe = CONFIGS["1-bit"]
         print(
-            "| learner (1-bit, trunc) | epochs | after QAT | train s per seed |\n|---|---|---|---|"
+            "| configuration (trunc) | learner | rate (Adam) | epochs | after QAT "
+            "| train s per seed |\n|---|---|---|---|---|---|"
         )
-        for learner in ("ema", "lsq"):
-            accs, secs = [], []
-            for seed in seeds:
-                model, x_train, y_train, x_test, y_test = nets[seed]
-                qat_model, seconds = digits.qat_finetune(
-                    model, x_train, y_train, recipe, seed=seed, learner=learner
+        for label, recipe in CONFIGS.items():
+            for learner in ("ema", "lsq"):
+                accs, secs = [], []
+                for seed in seeds:
+                    model, x_train, y_train, x_test, y_test = nets[seed]
+                    qat_model, seconds = digits.qat_finetune(
+                        model, x_train, y_train, recipe, seed=seed, learner=learner
+                    )
+                    accs.append(qat_accuracy(qat_model, x_test, y_test))
+                    secs.append(seconds)
+                rate = f"{recipe.rate:g}{', cosine' if recipe.cosine else ''}"
+                print(
+                    f"| {label} | {learner} | {rate} | {recipe.epochs} | {pct(accs)} | "
+                    f"{' / '.join(f'{s:.1f}' for s in secs)} |"
                 )
-                accs.append(qat_accuracy(qat_model, x_test, y_test))
-                secs.append(seconds)
-            print(
-                f"| {learner} | {recipe.epochs} | {pct(accs)} | "
-                f"{' / '.join(f'{s:.1f}' for s in secs)} |"
-            )
         print()
 
     secs = train_seconds.get(("4/1", "trunc"))
