@@ -14,6 +14,8 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
   (``push``/``flush``/``reset``);
 - ``nanoir.qat`` is quantization-aware training (``prepare``, ``calibrate``, ``train``,
   ``convert``; imports torch, on first use);
+- ``nanoir.draw(module, "g.svg")`` draws the op graph with Graphviz (``.svg``/``.png``/``.pdf``;
+  ``nanoir-opt X --emit=dot`` writes the DOT text);
 - ``nanoir.Error`` is the base of every error nanoir raises for bad input.
 """
 
@@ -29,6 +31,7 @@ __all__ = [
     "Streamer",
     "compile_model",
     "compile_module",
+    "draw",
     "from_torch",
     "load",
     "lower_to_hw",
@@ -62,6 +65,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "qat": ("nanoir.qat", None),
     "quantize": ("nanoir.lowering.quantize", "quantize"),
     "report": ("nanoir.quant_report", "report"),
+    "draw": ("nanoir.dot", "draw"),
     "lower_to_hw": ("nanoir.lowering.lower_to_hw", "lower_to_hw"),
     "stream_plan": ("nanoir.lowering.stream_plan", "stream_plan"),
     "stream": ("nanoir.runtime.stream", "stream"),

@@ -2,8 +2,8 @@
 
 Reads ``.mlir``, NanoEngine ``.ne`` or ``.onnx`` (by extension, or ``--input-format``; stdin
 is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
-``mlir`` or ``nanoengine``). Bad input is one message with ``file:line:col`` and exit code 1:
-no traceback, and ``-o`` is written only when everything succeeded (atomically, see
+``mlir``, ``nanoengine``, or ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``).
+Bad input is one message with ``file:line:col`` and exit code 1: no traceback, and ``-o`` is written only when everything succeeded (atomically, see
 ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
 written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
 """
@@ -21,6 +21,7 @@ from typing import IO
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.targets.mlir import MLIRTarget
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from nanoir._cli import run_main
@@ -52,6 +53,14 @@ def _read_onnx(stream: IO[bytes], filename: str) -> ModuleOp:
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
+def _dot_target() -> type[Target]:
+    """The Graphviz DOT target (``--emit=dot``)."""
+    # lazy: the DOT writer (and the stream-plan attributes it reads) loads only when used
+    from nanoir.dot import DotTarget
+
+    return DotTarget
+
+
 class _BufferedOutput(io.StringIO):
     """Collects the output; xDSLOptMain closes its stream, which must not discard it."""
 
@@ -76,6 +85,7 @@ class NanoirOptMain(xDSLOptMain):
         self.available_targets = {
             "mlir": lambda: MLIRTarget,
             "nanoengine": lambda: NanoEngineTarget,
+            "dot": _dot_target,
         }
 
     def register_all_frontends(self) -> None:
@@ -138,7 +148,7 @@ class NanoirOptMain(xDSLOptMain):
             "--emit",
             dest="target",
             metavar="TARGET",
-            help="output format, same as -t (mlir, nanoengine)",
+            help="output format, same as -t (mlir, nanoengine, dot: Graphviz DOT of the op graph)",
         )
         arg_parser.add_argument(
             "--input-format",

@@ -7,11 +7,17 @@ float program (the error accumulated up to here); and the SQNR of each program o
 the float program's. The float program is the quantized one with every fake-quant removed.
 
 SQNR = 10 log10(sum(reference²) / sum((quantized - reference)²)), in dB; ``inf`` when exact.
+
+``QuantReport.plot("report.png")`` (or ``nanoir-run --report --plot report.png``) draws the
+rows as one figure: both SQNRs, the saturation rate and the exponents per layer, so the layer
+that costs accuracy shows at a glance. It needs matplotlib: the ``plot`` extra
+(``pip install nanoir[plot]``), imported on first use, rendering headless (Agg).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +30,8 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import Weighted
+from nanoir.errors import Error, FileFormatError
+from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.runtime.interpreter import (
     Plan,
     compile_function,
@@ -117,6 +125,121 @@ class QuantReport:
         for i, s in enumerate(self.output_sqnr):
             text.append(f"output {i}: SQNR {s:.1f} dB against the float program")
         return "\n".join(text)
+
+    def figure(self, *, title: str | None = None) -> Any:
+        """The report as a matplotlib ``Figure`` (see :func:`report_figure`)."""
+        return report_figure(self, title=title)
+
+    def plot(self, path: str | os.PathLike[str], *, title: str | None = None) -> None:
+        """Draw the report to ``path`` (``.png``, ``.svg``, ``.pdf``; see :func:`plot_report`)."""
+        plot_report(self, path, title=title)
+
+
+class PlotUnavailableError(ImportError, Error):
+    """Plotting the report needs matplotlib, which is not installed."""
+
+
+PLOT_FORMATS = ("png", "svg", "pdf")
+"""The figure formats ``QuantReport.plot`` writes, by the path's suffix."""
+
+
+def _figure_class() -> Any:
+    try:
+        # lazy: matplotlib (the `plot` extra) loads only to draw a report
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise PlotUnavailableError(
+            f"plotting the quantization report needs matplotlib ({e}): pip install nanoir[plot]"
+        ) from None
+    return Figure
+
+
+def require_matplotlib() -> None:
+    """A ``PlotUnavailableError`` (``pip install nanoir[plot]``) unless matplotlib imports."""
+    _figure_class()
+
+
+def _finite_or(value: float, fallback: float) -> float:
+    return value if math.isfinite(value) else fallback
+
+
+def report_figure(rep: QuantReport, *, title: str | None = None) -> Any:
+    """The report as a matplotlib ``Figure`` (three panels sharing the layer axis): SQNR
+    against the layer's own input and against the float program (dB, ``inf`` drawn at the top
+    and marked "exact"), the saturation rate (%), and the exponents (a dot per tensor, the
+    range of per-channel ones as a bar). The row with the lowest SQNR against its own input
+    (the fake-quant that adds the most error) is marked in red on the axis."""
+    figure_class = _figure_class()
+    rows = rep.rows
+    n = max(len(rows), 1)
+    fig = figure_class(figsize=(max(6.0, 0.55 * n + 2.5), 7.5), layout="constrained")
+    ax_sqnr, ax_sat, ax_exp = fig.subplots(3, 1, sharex=True, height_ratios=[3, 1.4, 1.6])
+    xs = np.arange(len(rows))
+    finite = [v for r in rows for v in (r.sqnr, r.sqnr_vs_float) if math.isfinite(v)]
+    top = max(finite, default=40.0) + 10.0
+    bottom = min(0.0, min(finite, default=0.0) - 5.0)
+    width = 0.4
+    local = [_finite_or(r.sqnr, top if r.sqnr > 0 else bottom) for r in rows]
+    vs_float = [_finite_or(r.sqnr_vs_float, top if r.sqnr_vs_float > 0 else bottom) for r in rows]
+    ax_sqnr.bar(xs - width / 2, local, width, label="vs its own input (this layer's error)")
+    ax_sqnr.bar(xs + width / 2, vs_float, width, label="vs the float program (accumulated)")
+    for x, r in zip(xs, rows):
+        for dx, v in ((-width / 2, r.sqnr), (width / 2, r.sqnr_vs_float)):
+            if math.isinf(v) and v > 0:
+                ax_sqnr.text(x + dx, top, "exact", ha="center", va="bottom", fontsize=7)
+    for i, s in enumerate(rep.output_sqnr):
+        if math.isfinite(s):
+            ax_sqnr.axhline(s, color="gray", linestyle="--", linewidth=0.8)
+            ax_sqnr.text(
+                len(rows) - 0.5, s, f"output {i}: {s:.1f} dB", ha="right", va="bottom", fontsize=8
+            )
+    ax_sqnr.set_ylim(bottom, top + 8)
+    ax_sqnr.set_ylabel("SQNR (dB)")
+    ax_sqnr.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8)
+    ax_sqnr.grid(axis="y", alpha=0.3)
+    fig.suptitle(title or "per-layer quantization error")
+
+    ax_sat.bar(xs, [100 * r.saturation for r in rows], 0.6, color="tab:red")
+    ax_sat.set_ylabel("saturated (%)")
+    ax_sat.grid(axis="y", alpha=0.3)
+
+    for x, r in zip(xs, rows):
+        lo, hi = min(r.exps), max(r.exps)
+        if lo != hi:
+            ax_exp.vlines(x, lo, hi, color="tab:green", linewidth=4, alpha=0.5)
+        ax_exp.plot([x], [float(np.median(r.exps))], "o", color="tab:green")
+    ax_exp.set_ylabel("exponent")
+    ax_exp.grid(axis="y", alpha=0.3)
+    ax_exp.set_xticks(xs)
+    ax_exp.set_xticklabels(
+        [f"{r.name} ({r.kind}, {r.bits}b)" for r in rows], rotation=45, ha="right", fontsize=8
+    )
+    ax_exp.set_xlim(-0.6, len(rows) - 0.4)
+    if rows:
+        worst = min(range(len(rows)), key=lambda i: rows[i].sqnr)
+        if math.isfinite(rows[worst].sqnr):
+            ax_exp.get_xticklabels()[worst].set_color("tab:red")
+    return fig
+
+
+def plot_report(
+    rep: QuantReport, path: str | os.PathLike[str], *, title: str | None = None
+) -> None:
+    """Write ``report_figure(rep)`` to ``path`` (``.png``, ``.svg`` or ``.pdf`` by the suffix),
+    atomically; a special file such as ``/dev/stdout`` is written through (PNG unless its name
+    has one of those suffixes), never replaced."""
+    name = os.fspath(path)
+    suffix = os.path.splitext(name)[1].lower().lstrip(".")
+    if suffix not in PLOT_FORMATS and writes_through(name):
+        suffix = "png"  # a device or pipe such as /dev/stdout: PNG bytes
+    if suffix not in PLOT_FORMATS:
+        raise FileFormatError(
+            f"{name}: the report figure is written as .png, .svg or .pdf; name the file "
+            "with one of those suffixes"
+        )
+    check_output_path(name)
+    fig = report_figure(rep, title=title)
+    write_atomically(name, lambda f: fig.savefig(f, format=suffix, dpi=110))
 
 
 def _name(op: FakeQuantOp, index: int) -> tuple[str, str]:

@@ -3,6 +3,7 @@
     nanoir-run model.mlir --input x.npy [--input y.npy ...] -o out.npy [-o out2.npy]
     nanoir-run model.mlir --input x.npy -o outs.npz
     nanoir-run model.mlir --input x.npy --stream --step 4 -o out.npy
+    nanoir-run q.mlir --input x.npy --report --plot report.png   # the report, also as a figure
 
 Float (nf) programs run in float32, quantized (nq) ones in float64; integer (nh) programs take
 float inputs (quantized as their inputs say) or codes, and output exact real values (``--raw``:
@@ -67,6 +68,12 @@ def _arguments() -> argparse.ArgumentParser:
         action="store_true",
         help="for a quantized program: print the per-layer quantization report "
         "(bits, exponents, saturation, SQNR) measured on the inputs",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="with --report: also draw it as a figure (.png, .svg or .pdf by suffix): "
+        "SQNR, saturation and exponents per layer (needs matplotlib: pip install nanoir[plot])",
     )
     p.add_argument(
         "--stream",
@@ -140,6 +147,20 @@ def _check_outputs(paths: Sequence[str]) -> list[tuple[str, bool]]:
     return outs
 
 
+def _check_plot_path(path: str) -> None:
+    """The --plot path's suffix, its folder and matplotlib, before anything runs."""
+    # lazy: the report's modules (and matplotlib) load only for --report --plot
+    from nanoir.quant_report import PLOT_FORMATS, require_matplotlib
+
+    if Path(path).suffix.lower().lstrip(".") not in PLOT_FORMATS and not writes_through(path):
+        raise UsageError(
+            f"--plot {path}: the figure is written as .png, .svg or .pdf; name the file "
+            "with one of those suffixes"
+        )
+    check_output_path(path)
+    require_matplotlib()
+
+
 def _check_stream_options(func: FuncOp, mem_dim: int, step: int) -> None:
     if step < 1:
         raise UsageError(f"--step must be at least 1, got {step}")
@@ -168,6 +189,10 @@ def _main(argv: Sequence[str] | None) -> int:
             raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
         if args.report and args.output:
             raise UsageError("--report prints the report; it writes no -o file")
+        if args.plot is not None:
+            if not args.report:
+                raise UsageError("--plot draws the quantization report: give --report too")
+            _check_plot_path(args.plot)
         outs = _check_outputs(args.output)
         module = load(args.program)
         func = find_function(module, args.function)
@@ -194,7 +219,10 @@ def _main(argv: Sequence[str] | None) -> int:
             n = inputs[0].shape[0] if inputs and inputs[0].ndim else 0
             step = args.batch_size
             batches = [tuple(x[i : i + step] for x in inputs) for i in range(0, n, step)]
-            print(report(module, batches, function=args.function))
+            measured = report(module, batches, function=args.function)
+            print(measured)
+            if args.plot is not None:
+                measured.plot(args.plot, title=f"{Path(args.program).name}: quantization report")
             return 0
         if args.stream:
             from nanoir.runtime.stream import stream  # lazy: loads only for --stream
