@@ -9,7 +9,7 @@ a fake-quant (lookup tables), and half the time a flatten (reshape) + linear tai
 ``ALL_KINDS`` adds every other nf op (all but ``nf.custom``, which has no semantics): PReLU,
 lone batch norms, transpose, pad, split, nearest upsampling, transposed convs (1-D or 2-D,
 grouped, strided, dilated, padded, output_padding; weight exponents along dim 1), sub,
-division by a dyadic constant, matmul, linear heads over the last dim of a feature map,
+division by a dyadic constant, matmul, linear layers over the last dim of a feature map,
 adaptive average pooling, hardsigmoid and leaky ReLU (tables), depth_to_space /
 space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes need it) and
 channel shuffle (reshape, transpose, reshape). The hw lowering's and the
@@ -218,7 +218,6 @@ def random_nq_program(
         block.args[0], bits=draw(st.sampled_from((2, 4, 8))), exp=draw(st.integers(-1, 5))
     )
     values = [x]
-    heads: list[SSAValue] = []  # returned, read by no other op
     for i in range(draw(st.integers(1, max_ops))):
         v = draw(st.sampled_from(values))
         shape = _shape(v)
@@ -360,24 +359,13 @@ def random_nq_program(
             values.append(b.act(b.add(nf.MatmulOp(x, w)).results[0]))
         elif kind == "linear":
             # A linear layer over the last dim of a [N, C, *S] value (nn.Linear on a feature
-            # map), quantized per tensor and returned, read by nothing else: its result's
-            # layout is B..C, and channel-wise ops along dim 1 of such a value do not lower
-            # yet. Its input is per tensor or per channel with distinct exponents (aligned to
-            # one by the lowering): per-channel exponents that are all equal do not lower yet
-            # either (test_lower_to_hw.py, the xfails on LINEAR_OF_RANK_3).
-            c, bits = shape[1], draw(st.sampled_from((2, 4, 8)))
-            if c >= 2 and draw(st.booleans()):
-                offsets = draw(st.permutations(range(c)))
-                k = [draw(st.integers(-1, 2)) + o for o in offsets]
-                e = exp_attr(k, [c] + [1] * (len(shape) - 2))
-                x = b.add(FakeQuantOp(v, bits, e, draw(st.sampled_from(MODES)))).results[0]
-            else:
-                x = b.fake_quant(v, bits=bits)
+            # map): a per-channel input is aligned to one exponent; the result (layout B..C at
+            # the hw level) is quantized per channel along dim 1 or per tensor, like any
+            # activation, and any kind may read it.
             out = draw(st.integers(1, 4))
             w = b.weight((out, shape[-1]), f"fc{i}.weight")
             bias = b.bias(out, f"fc{i}.bias") if draw(st.booleans()) else None
-            y = b.add(nf.LinearOp(x, w, bias)).results[0]
-            heads.append(b.fake_quant(y, bits=draw(st.sampled_from((2, 4, 8)))))
+            values.append(b.act(b.add(nf.LinearOp(v, w, bias)).results[0]))
         elif kind == "adaptive_avgpool":
             if draw(st.booleans()):
                 size = [1] * spatial  # global average pooling
@@ -478,7 +466,7 @@ def random_nq_program(
         out = b.act(y.results[0])
     block.add_ops(b.ops)
     # Return every value nothing else reads, so that no generated op is dead code.
-    sinks = [v for v in values if not v.uses and v is not out] + heads + [out]
+    sinks = [v for v in values if not v.uses and v is not out] + [out]
     block.add_op(ReturnOp(*sinks))
     ftype = FunctionType.from_lists([block.args[0].type], [v.type for v in sinks])
     module = ModuleOp([FuncOp("main", ftype, Region(block))])
