@@ -183,6 +183,62 @@ _RESIZE_DEFAULTS: dict[str, AttrValue] = {
 """Resize attributes that change nothing for nearest/asymmetric/floor at these values."""
 
 
+def _onnx_dtype(code: int) -> Any:
+    from onnx import helper  # lazy: the optional onnx package, already loaded by the reader
+
+    return helper.tensor_dtype_to_np_dtype(code)
+
+
+def _slice(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
+    data, starts, ends = args[0], args[1], args[2]
+    axes = args[3] if len(args) > 3 and args[3] is not None else range(len(starts))
+    steps = args[4] if len(args) > 4 and args[4] is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        index[int(a)] = slice(int(b), int(e), int(st))
+    return data[tuple(index)]
+
+
+def _reshape_static(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
+    shape = [int(d) for d in args[1]]
+    if not attrs.get("allowzero", 0):
+        shape = [args[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return args[0].reshape(shape)
+
+
+def _axes(args: list[Any], attrs: dict[str, AttrValue]) -> tuple[int, ...]:
+    if len(args) > 1 and args[1] is not None:
+        return tuple(int(a) for a in args[1])
+    return tuple(attrs.get("axes", ()))  # type: ignore[arg-type]
+
+
+def _unsqueeze(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
+    out = args[0]
+    rank = out.ndim + len(_axes(args, attrs))
+    for a in sorted(a % rank for a in _axes(args, attrs)):
+        out = np.expand_dims(out, a)
+    return out
+
+
+_MAX_FOLDED = 1 << 24
+"""The most elements a folded constant may have (a fuzzed ConstantOfShape could ask for more
+memory than there is)."""
+
+_FOLDABLE: dict[str, Any] = {
+    "Shape": None,  # from the SSA value's type (see _Reader._fold)
+    "ConstantOfShape": None,  # its value attribute is a tensor (see _Reader._fold)
+    "Concat": lambda args, attrs: np.concatenate(args, axis=int(attrs.get("axis", 0))),  # type: ignore[arg-type]
+    "Reshape": _reshape_static,
+    "Transpose": lambda args, attrs: np.transpose(args[0], attrs.get("perm")),
+    "Cast": lambda args, attrs: args[0].astype(_onnx_dtype(int(attrs["to"]))),  # type: ignore[arg-type]
+    "Slice": _slice,
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": lambda args, attrs: np.squeeze(args[0], _axes(args, attrs) or None),
+    "Gather": lambda args, attrs: np.take(args[0], args[1], axis=int(attrs.get("axis", 0))),  # type: ignore[arg-type]
+}
+"""Shape computations evaluated when every input is a constant (NumPy, ONNX semantics)."""
+
+
 @dataclass
 class _PendingQ:
     """A QuantizeLinear waiting for its DequantizeLinear."""
@@ -419,6 +475,8 @@ class _Reader:
             else:
                 self.values[outputs[0]] = self._ssa(src, "it")
             return
+        if domain == "" and self._fold(node, outputs):
+            return
         if domain == "" and node.op_type == "QuantizeLinear":
             self._quantize_linear(node, outputs)
             return
@@ -514,6 +572,59 @@ class _Reader:
                 f"its exponent '{name}' has values outside int8 ({EXP_MIN}..{EXP_MAX})"
             )
         return ConstTensor.from_numpy(name, k.astype(np.int8))
+
+    def _fold(self, node: Any, outputs: list[str]) -> bool:
+        """Evaluate a shape computation whose inputs are all constants (torch writes Pad's pads
+        as ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Cast); True if done.
+
+        Only integer results of the table's ops are folded: a float computation on constants
+        (a Q of a weight, a Concat of parameters) stays an op, as in a `.ne` init node.
+        """
+        op_type = node.op_type
+        if op_type not in _FOLDABLE or len(outputs) != 1:
+            return False
+        inputs = list(node.input)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        if op_type == "Shape":
+            if len(inputs) != 1 or inputs[0] not in self.values:
+                return False
+            shape = nf.tensor_shape(self.values[inputs[0]])
+            attrs = self._attrs(node)
+            start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+            dims = list(shape)[start:end]  # type: ignore[misc]
+            if DYNAMIC_INDEX in dims:
+                raise self.error(
+                    f"it takes the shape of '{inputs[0]}', whose dims {shape_str(dims)} are not "
+                    "all static; nanoir reads shape computations on constants only"
+                )
+            self.static[outputs[0]] = np.array(dims, dtype=np.int64)
+            return True
+        if not inputs or any(name and name not in self.static for name in inputs):
+            return False
+        args = [self.static[name] if name else None for name in inputs]
+        if op_type in BY_OP_TYPE and not all(a is None or a.dtype.kind in "iub" for a in args):
+            return False
+        try:
+            if op_type == "ConstantOfShape":
+                fill = np.zeros(1, np.float32)
+                for attr in node.attribute:
+                    if attr.name == "value":
+                        fill = np.asarray(self.onnx.numpy_helper.to_array(attr.t)).reshape(-1)
+                dims = [int(d) for d in args[0]]
+                if any(d < 0 for d in dims) or math.prod(dims) > _MAX_FOLDED:
+                    raise self.error(f"it makes a constant of shape {dims}")
+                result = np.full(dims, fill[0], dtype=fill.dtype)
+            else:
+                result = _FOLDABLE[op_type](args, self._attrs(node))
+        except OnnxImportError:
+            raise
+        except Exception as e:
+            raise self.error(
+                f"its constant inputs cannot be evaluated ({type(e).__name__}: {e})"
+            ) from None
+        self.static[outputs[0]] = np.asarray(result)
+        return True
 
     def _constant_node(self, node: Any, outputs: list[str]) -> None:
         if len(outputs) != 1 or len(node.attribute) != 1:
@@ -667,9 +778,10 @@ class _Reader:
 
     # -- standard QDQ -----------------------------------------------------------------------
     def _qdq_params(
-        self, node: Any, inputs: Sequence[str], rank: int, what: str
+        self, node: Any, inputs: Sequence[str], shape: Sequence[int], what: str
     ) -> tuple[int, NDArray[np.int8], int]:
-        """(bits, exp broadcastable against a rank-`rank` tensor, zero point type)."""
+        """(bits, exp broadcastable against a tensor of `shape`, zero point type)."""
+        rank = len(shape)
         if len(inputs) < 2 or not inputs[1]:
             raise self.error(f"{what} needs a scale")
         scale = self._static(inputs[1], "scale")
@@ -724,6 +836,11 @@ class _Reader:
             axis = attrs.get("axis", 1)
             if not isinstance(axis, int) or not -rank <= axis < rank:
                 raise self.error(f"its axis {axis} is out of range for rank {rank}")
+            if shape[axis % rank] not in (exp.size, DYNAMIC_INDEX):
+                raise self.error(
+                    f"its scale '{inputs[1]}' has {exp.size} values for axis {axis} of "
+                    f"{shape_str(shape)}"
+                )
             dims = [1] * rank
             dims[axis % rank] = exp.size
             shaped = exp.reshape(dims)
@@ -748,9 +865,7 @@ class _Reader:
         if len(outputs) != 1 or not inputs:
             raise self.error("QuantizeLinear takes (x, scale[, zero_point]) and has 1 output")
         x = self._ssa(inputs[0], "it")
-        bits, exp, zero_type = self._qdq_params(
-            node, inputs, len(nf.tensor_shape(x)), "QuantizeLinear"
-        )
+        bits, exp, zero_type = self._qdq_params(node, inputs, nf.tensor_shape(x), "QuantizeLinear")
         self.pending[outputs[0]] = _PendingQ(
             node.name or outputs[0], inputs[0], bits, exp, zero_type
         )
@@ -764,7 +879,7 @@ class _Reader:
             q = self.pending[src]
             x = self._ssa(q.x, "it")
             bits, exp, zero_type = self._qdq_params(
-                node, inputs, len(nf.tensor_shape(x)), "DequantizeLinear"
+                node, inputs, nf.tensor_shape(x), "DequantizeLinear"
             )
             if (bits, zero_type) != (q.bits, q.zero_type) or not np.array_equal(exp, q.exp):
                 raise self.error(
@@ -778,7 +893,7 @@ class _Reader:
             return
         if src in self.static and self.static[src].dtype.kind in "iu":
             codes = self.static[src]
-            bits, exp, _ = self._qdq_params(node, inputs, codes.ndim, "DequantizeLinear")
+            bits, exp, _ = self._qdq_params(node, inputs, codes.shape, "DequantizeLinear")
             values = (codes.astype(np.float64) * np.exp2(-exp.astype(np.float64))).astype(
                 np.float32
             )

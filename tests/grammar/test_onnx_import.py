@@ -373,6 +373,57 @@ def test_qdq_that_is_not_power_of_two_symmetric_is_refused(scale, zp, message) -
         read(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
+def test_a_torch_export_reads_folds_its_pad_computation_quantizes_and_lowers() -> None:
+    """torch's own exporter (opset 17): BatchNormalization folded into the conv, F.pad's pads
+    computed by ConstantOfShape/Concat/Reshape/Slice/Transpose/Cast on constants (folded when
+    read), Resize with a scales input, a Gemm after Flatten; then quantized and lowered."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.c2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=2)
+            self.fc = torch.nn.Linear(8 * 5 * 5, 5)
+
+        def forward(self, x):
+            F = torch.nn.functional
+            x = F.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
+            x = x + F.avg_pool2d(self.c2(x), 3, stride=1, padding=1, count_include_pad=False)
+            x = F.interpolate(torch.sigmoid(x) * torch.tanh(x), scale_factor=2, mode="nearest")
+            x = F.avg_pool2d(F.pad(x, (1, 1, 1, 1)), 2)
+            return self.fc(torch.flatten(x, 1))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    model.bn.running_mean.uniform_(-0.5, 0.5)
+    model.bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 8, 8)
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model,
+            (x,),
+            buffer,
+            dynamo=False,
+            opset_version=17,
+            input_names=["input"],
+            dynamic_axes={"input": {0: "N"}},
+        )
+    module = import_onnx_bytes(buffer.getvalue(), "torch.onnx")
+    assert module.body.block.ops.first.args[0].type.get_shape()[0] == DYNAMIC_INDEX
+    with torch.no_grad():
+        want = model(x).double().numpy()
+    np.testing.assert_allclose(run(module, x.double().numpy()), want, rtol=1e-5, atol=1e-6)
+    batches = [RNG.normal(size=(4, 3, 8, 8)) for _ in range(2)]
+    nanoir.quantize(module, batches, progress=False)
+    y_q = run(module, batches[0])
+    assert np.array_equal(run(nanoir.lower_to_hw(module.clone()), batches[0]), y_q)
+
+
 # ---------------------------------------------------------------------------------------
 # The reference's own export
 # ---------------------------------------------------------------------------------------
@@ -568,26 +619,78 @@ def test_truncated_protobuf_is_one_clear_error(tmp_path: Path) -> None:
         nanoir.load(path)
 
 
-README_BYTES = README_ONNX.read_bytes()
+def qdq_model_bytes() -> bytes:
+    """A QDQ graph with the opset-17 forms (Split/Clip/Pad/Resize constant inputs)."""
+    rng = np.random.default_rng(0)
+    nearest = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric"}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "xs", "zp"], ["xq"], name="ql"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "zp"], ["xd"], name="dq"),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wzp"], ["wd"], name="wdq", axis=0),
+        helper.make_node("Conv", ["xd", "wd"], ["y"], name="conv", kernel_shape=[1, 1]),
+        helper.make_node("Split", ["y", "sp"], ["a", "b"], name="split", axis=1),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip"),
+        helper.make_node("Pad", ["c", "pads", "pv"], ["d"], name="pad"),
+        helper.make_node(
+            "Resize", ["d", "", "sc"], ["e"], name="rs", nearest_mode="floor", **nearest
+        ),
+    ]
+    arrays = {
+        "xs": np.array(2.0**-5, np.float32),
+        "zp": np.array(0, np.int8),
+        "w": rng.integers(-128, 128, (4, 3, 1, 1)).astype(np.int8),
+        "ws": np.full(4, 2.0**-6, np.float32),
+        "wzp": np.zeros(4, np.int8),
+        "sp": np.array([2, 2], np.int64),
+        "lo": np.array(-1, np.float32),
+        "hi": np.array(1, np.float32),
+        "pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+        "pv": np.array(0, np.float32),
+        "sc": np.array([1, 1, 2, 2], np.float32),
+    }
+    graph = helper.make_graph(
+        nodes,
+        "qdq",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 2, 2])],
+        [
+            helper.make_tensor_value_info("e", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, None),
+        ],
+        [numpy_helper.from_array(v, k) for k, v in arrays.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+SEEDS = [README_ONNX.read_bytes(), qdq_model_bytes()]
+
+
+def test_fuzz_seeds_read() -> None:
+    for seed, shape in zip(SEEDS, [(1, 3, 8, 8), (1, 3, 2, 2)]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = import_onnx_bytes(seed, "seed.onnx")
+        assert all(np.all(np.isfinite(y)) for y in nanoir.run(module, RNG.normal(size=shape)))
 
 
 @settings(
-    max_examples=examples(150),
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
-    st.lists(
-        st.tuples(st.integers(0, len(README_BYTES) - 1), st.integers(0, 255)),
-        min_size=0,
-        max_size=4,
-    ),
-    st.integers(1, len(README_BYTES)),
+    st.sampled_from(range(len(SEEDS))),
+    st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=4),
+    st.floats(0, 1),
 )
-def test_fuzzed_files_raise_only_nanoir_errors(flips: list[tuple[int, int]], cut: int) -> None:
-    data = bytearray(README_BYTES)
+def test_fuzzed_files_raise_only_nanoir_errors(
+    seed: int, flips: list[tuple[float, int]], keep: float
+) -> None:
+    """Bytes flipped and the file cut short: it reads, or one nanoir.Error naming the file."""
+    data = bytearray(SEEDS[seed])
     for at, value in flips:
-        data[at] = value
+        data[int(at * len(data))] = value
+    cut = max(1, round(keep * len(data)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
