@@ -5,7 +5,7 @@ The format follows the file extension: ``.ne`` is NanoEngine text (imported at t
 or at the hw level when its tensors are integers; see ``nanoir.grammar.ne_import``),
 ``.onnx`` is ONNX (NanoEngine-PyTorch's export or standard QDQ, read into nf + nq; needs the
 ``onnx`` extra; see ``nanoir.grammar.onnx_import``) and ``.mlir`` is MLIR; ``save`` writes
-``.ne`` or ``.mlir``. Any other name is a
+``.ne``, ``.onnx`` (QDQ or NanoEngine's form, ``nanoir.grammar.onnx_export``) or ``.mlir``. Any other name is a
 ``FileFormatError`` that says so.
 
 Every error raised here derives from ``nanoir.Error``: ``FileFormatError`` (also a
@@ -108,24 +108,35 @@ def load(path: str | Path) -> ModuleOp:
     return parse(decode_text(read_bytes(path), str(path)), str(path))
 
 
-def save(module: ModuleOp, path: str | Path) -> None:
-    """Write ``module`` to a ``.ne`` or ``.mlir`` file, atomically (no partial file on error).
+def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> None:
+    """Write ``module`` to a ``.ne``, ``.onnx`` or ``.mlir`` file, atomically (no partial file
+    on error).
 
     ``.ne`` export errors are ``ExportError`` naming the op that has no NanoEngine form; see
-    ``write_atomically`` for the path rules.
+    ``write_atomically`` for the path rules. ``.onnx`` writes an nf/nq program as standard
+    QDQ (``onnx_flavor="qdq"``, opset 21) or as NanoEngine-PyTorch's export
+    (``onnx_flavor="nanoengine"``, opset 17 + ``t2e.qmodel::Q``); what the flavour cannot
+    express is an ``OnnxExportError`` naming the op (see ``nanoir.grammar.onnx_export``).
     """
     path = Path(path)
+    contents: str | bytes
     if path.suffix == ".ne":
         # lazy: each format's reader or writer loads on first use
         from nanoir.grammar.ne_export import export_nanoengine
 
         check_output_path(path)
-        text = export_nanoengine(module)
+        contents = export_nanoengine(module)
+    elif path.suffix == ".onnx":
+        # lazy: each format's reader or writer loads on first use
+        from nanoir.grammar.onnx_export import export_onnx_bytes
+
+        check_output_path(path)
+        contents = export_onnx_bytes(module, onnx_flavor)
     elif path.suffix == ".mlir":
         check_output_path(path)
-        text = str(module) + "\n"
+        contents = str(module) + "\n"
     else:
         raise FileFormatError(
-            f"cannot tell the format of {str(path)!r}: use a .ne or .mlir file name"
+            f"cannot tell the format of {str(path)!r}: use a .ne, .onnx or .mlir file name"
         )
-    write_atomically(path, text)
+    write_atomically(path, contents)

@@ -2,7 +2,8 @@
 
 Reads ``.mlir``, NanoEngine ``.ne`` or ``.onnx`` (by extension, or ``--input-format``; stdin
 is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
-``mlir``, ``nanoengine``, or ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``).
+``mlir``, ``nanoengine``, ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``, or
+``onnx`` / ``onnx-nanoengine``: binary ONNX, see ``nanoir.onnx_target``).
 Bad input is one message with ``file:line:col`` and exit code 1: no traceback, and ``-o`` is written only when everything succeeded (atomically, see
 ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
 written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
@@ -32,6 +33,7 @@ from nanoir.errors import Error, FileAccessError, FileFormatError
 from nanoir.files import check_output_path, write_atomically
 from nanoir.grammar.ne_errors import NanoEngineError
 from nanoir.ne_target import NanoEngineTarget, read_nanoengine
+from nanoir.onnx_target import OnnxNanoEngineTarget, OnnxTarget
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
 
 
@@ -86,6 +88,8 @@ class NanoirOptMain(xDSLOptMain):
             "mlir": lambda: MLIRTarget,
             "nanoengine": lambda: NanoEngineTarget,
             "dot": _dot_target,
+            "onnx": lambda: OnnxTarget,
+            "onnx-nanoengine": lambda: OnnxNanoEngineTarget,
         }
 
     def register_all_frontends(self) -> None:
@@ -148,7 +152,8 @@ class NanoirOptMain(xDSLOptMain):
             "--emit",
             dest="target",
             metavar="TARGET",
-            help="output format, same as -t (mlir, nanoengine, dot: Graphviz DOT of the op graph)",
+            help="output format, same as -t (mlir, nanoengine, dot: Graphviz DOT of the op graph, "
+            "onnx: standard QDQ, onnx-nanoengine: NanoEngine-PyTorch's ONNX)",
         )
         arg_parser.add_argument(
             "--input-format",
@@ -172,6 +177,20 @@ class NanoirOptMain(xDSLOptMain):
         self.output_buffer = _BufferedOutput()
         return self.output_buffer
 
+    binary_output: bytes | None = None
+    """What a binary target (ONNX) wrote; main() writes it instead of the text."""
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        target = {"onnx": OnnxTarget, "onnx-nanoengine": OnnxNanoEngineTarget}.get(
+            self.args.target
+        )
+        if target is None:
+            return super().output_resulting_program(prog)
+        if self.binary_output is not None:
+            raise FileFormatError(f"--emit={self.args.target} writes one program, not several")
+        self.binary_output = target().to_bytes(prog)
+        return ""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nanoir-opt``; returns the exit code."""
@@ -185,7 +204,13 @@ def _main(argv: Sequence[str] | None) -> int:
             check_output_path(tool.args.output_file)  # before the work, not after
         tool.run()
         text = tool.output_buffer.getvalue()
-        if tool.args.output_file is None:
+        if tool.binary_output is not None:  # ONNX
+            if tool.args.output_file is None:
+                sys.stdout.buffer.write(tool.binary_output)
+                sys.stdout.flush()
+            else:
+                write_atomically(tool.args.output_file, tool.binary_output)
+        elif tool.args.output_file is None:
             sys.stdout.write(text)
             sys.stdout.flush()
         else:

@@ -632,8 +632,8 @@ def test_api_errors_are_nanoir_errors(tmp_path: Path) -> None:
         nanoir.save(module, tmp_path / "nodir" / "x.mlir")
     with pytest.raises(nanoir.Error, match="it is a directory"):
         nanoir.save(module, tmp_path / "folder.mlir")
-    with pytest.raises(nanoir.Error, match=r"\.ne or \.mlir"):
-        nanoir.save(module, tmp_path / "x.onnx")
+    with pytest.raises(nanoir.Error, match=r"\.ne, \.onnx or \.mlir"):
+        nanoir.save(module, tmp_path / "x.tflite")
     for name, message in [
         ("empty.npy", "empty"),
         ("huge.npy", "truncated"),

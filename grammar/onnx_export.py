@@ -1,0 +1,457 @@
+"""Write an nf + nq program as ONNX: standard QDQ (opset 21) or NanoEngine-PyTorch's form.
+
+Needs the ``onnx`` extra (`pip install nanoir[onnx]`), imported on first use.
+
+    builtin.module { func.func @main } --this module--> onnx.ModelProto --> bytes
+
+Every nf op is written by its row of the `.ne` nq level (`ne_nq.NQ_OPS`): the row's writer
+gives the op type and the attributes, exactly as for a `.ne` file, and this module turns
+them into a `NodeProto`. What ONNX spells differently from the `.ne` rows (which use the
+opset < 11 attribute forms) is translated here: Pad's `pads`/`value`, Split's `split`,
+Clip's `min`/`max` and Resize's sizes (or scales) become constant inputs, and Reshape's
+shape is an int64 initializer (`-1` for the dynamic dim). Float constants are initializers
+named after the `nf.constant`; a dynamic dim is a symbolic dim (`N` for the batch).
+
+Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
+
+- ``"qdq"`` (opset 21): `QuantizeLinear` -> `DequantizeLinear` with scale `2**-exp` (a float32
+  power of two), zero point 0, per tensor or per axis (the one dim along which `exp` varies).
+  Codes are int8 for 5-8 bits, int4 for 2-4 bits and int16 for 9-16 bits. QuantizeLinear
+  rounds half to even and saturates to the code type, so:
+
+  * an activation quantizer (of a computed value) must round `half_even`: a `trunc`, `floor`
+    or `half_up` one is refused (`OnnxExportError`, naming the op and pointing at the
+    ``"nanoengine"`` flavour), never written silently wrong; so is a 1-bit activation (the
+    sign rule has no QuantizeLinear form), a >16-bit one, and a 2- or 3-bit one with
+    per-channel exponents (see the next point);
+  * a 2- or 3-bit activation (per tensor) is `Clip(x, qmin * 2**-k, qmax * 2**-k)` before an
+    int4 QuantizeLinear: clamping before rounding to an integer bound is the same as
+    saturating after, so the codes stay in the narrow range exactly;
+  * a quantizer of a constant (weights, biases, any named parameter) is written as its codes
+    (an integer initializer computed by nanoir with the op's own rounding, whatever it is)
+    and one `DequantizeLinear`: exact for every rounding mode. 1-bit constants are ±1 int8
+    codes with scale `2**exp` (1-bit's magnitude); int32 codes for 17-32 bits.
+
+- ``"nanoengine"`` (opset 17): NanoEngine-PyTorch's own export: every quantizer is a custom
+  node `Q` in the domain `t2e.qmodel` with inputs `(x, k)`, `k` the int8 exponent tensor in
+  the shape the IR holds it (torch-broadcast: `[1]`, `[C]` for a 1-D bias, `[C,1,1,1]` for a
+  weight, `[1,C,1,1]` for per-channel activations) and attribute `bit_len`. NanoEngine
+  truncates, so any other rounding is refused.
+
+What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`) naming the
+op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other
+than 2 (Gemm), a SpaceToDepth in CRD mode (ONNX's is DCR only), a quantizer whose exponents
+vary along more than one dim, an exponent whose scale is no normal float32.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.grammar.ne_ast import Float
+from nanoir.grammar.ne_errors import ExportError
+from nanoir.grammar.ne_nq import row_of
+from nanoir.grammar.ne_schema import main_function
+from nanoir.runtime.numerics.quant import RoundingMode, qmax, qmin, quantize_to_int
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType, f16, f32, f64
+from xdsl.dialects.func import ReturnOp
+from xdsl.ir import Operation, SSAValue
+
+__all__ = [
+    "FLAVORS",
+    "NANOENGINE_DOMAIN",
+    "OnnxExportError",
+    "export_onnx_bytes",
+    "export_onnx_model",
+]
+
+FLAVORS = ("qdq", "nanoengine")
+"""The ONNX forms `export_onnx_model` writes (see the module docstring)."""
+
+NANOENGINE_DOMAIN = "t2e.qmodel"
+"""The ONNX domain of NanoEngine-PyTorch's quantizer node `Q`."""
+
+QDQ_OPSET = 21
+NANOENGINE_OPSET = 17
+
+_ELEM = {f32: 1, f16: 10, f64: 11}  # ONNX TensorProto FLOAT, FLOAT16, DOUBLE
+
+
+class OnnxExportError(ExportError):
+    """The program cannot be written as ONNX in the flavour asked for; the message names the
+    op and why (and, for a quantizer QDQ cannot express, the flavour that can)."""
+
+
+def _onnx() -> Any:
+    try:
+        import onnx  # lazy: an optional dependency (the `onnx` extra), loaded on first write
+    except ImportError:
+        raise OnnxExportError(
+            "onnx export: writing ONNX needs the onnx package: pip install nanoir[onnx]"
+        ) from None
+    return onnx
+
+
+def _code_type(bits: int, constant: bool) -> tuple[int, Any] | None:
+    """(ONNX element type, NumPy dtype) of `bits`-wide codes, or None if QDQ has none."""
+    if bits <= 1:
+        return (3, np.int8) if constant else None
+    if bits <= 4:
+        return 22, np.int8  # INT4, given to onnx.helper as int8 values
+    if bits <= 8:
+        return 3, np.int8
+    if bits <= 16:
+        return 5, np.int16
+    return (6, np.int32) if constant else None
+
+
+class _Writer:
+    def __init__(self, module: ModuleOp, flavor: str) -> None:
+        if flavor not in FLAVORS:
+            raise OnnxExportError(
+                f"onnx export: unknown flavour {flavor!r} (known: {', '.join(FLAVORS)})"
+            )
+        self.onnx = _onnx()
+        self.helper = self.onnx.helper
+        self.flavor = flavor
+        try:
+            self.func = main_function(module)
+        except ExportError as e:
+            raise OnnxExportError(str(e).replace("nanoengine export", "onnx export")) from None
+        self.names: dict[SSAValue, str] = {}
+        self.taken: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self.const_values: dict[SSAValue, nf.ConstantOp] = {}
+
+    # -- names ----------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_.]", "_", base) or "v"
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+    def node_name(self, op_type: str) -> str:
+        k = self.counts.get(op_type, 0)
+        self.counts[op_type] = k + 1
+        return self.fresh(f"{op_type}_{k}")
+
+    def value_name(self, value: SSAValue) -> str:
+        """The name of a value read by a node (a float constant becomes an initializer)."""
+        if value not in self.names:
+            owner = value.owner
+            if isinstance(owner, nf.ConstantOp):
+                base = owner.sym_name.data if owner.sym_name is not None else "const"
+                name = self.fresh(base)
+                self.initializer(name, np.asarray(dense_to_numpy(owner.value)))
+                self.names[value] = name
+            else:
+                raise OnnxExportError(
+                    "onnx export: a value is read that no op of @main's body defines"
+                )
+        return self.names[value]
+
+    def initializer(self, name: str, array: Any, elem_type: int | None = None) -> str:
+        array = np.asarray(array)
+        if elem_type is None:
+            tensor = self.onnx.numpy_helper.from_array(np.array(array, order="C"), name)
+        else:
+            tensor = self.helper.make_tensor(
+                name, elem_type, list(array.shape), array.reshape(-1).tolist()
+            )
+        self.initializers.append(tensor)
+        return name
+
+    def const(self, base: str, array: Any, elem_type: int | None = None) -> str:
+        return self.initializer(self.fresh(base), array, elem_type)
+
+    def add_node(
+        self,
+        op_type: str,
+        inputs: list[str],
+        outputs: list[str],
+        attrs: dict[str, Any] | None = None,
+        domain: str = "",
+    ) -> None:
+        self.nodes.append(
+            self.helper.make_node(
+                op_type,
+                inputs,
+                outputs,
+                name=self.node_name(op_type),
+                domain=domain,
+                **(attrs or {}),
+            )
+        )
+
+    def result_names(self, op: Operation) -> list[str]:
+        names = []
+        for i, r in enumerate(op.results):
+            hint = r.name_hint or (op.name.split(".")[-1] + ("" if i == 0 else f"_{i}"))
+            self.names[r] = self.fresh(hint)
+            names.append(self.names[r])
+        return names
+
+    # -- value types ----------------------------------------------------------------------
+    def value_info(self, name: str, value: SSAValue) -> Any:
+        t = value.type
+        if not isinstance(t, TensorType) or t.get_element_type() not in _ELEM:
+            raise OnnxExportError(f"onnx export: '{name}' of type {t} is not a float tensor")
+        dims: list[int | str] = []
+        for i, d in enumerate(t.get_shape()):
+            dims.append(("N" if i == 0 else f"d{i}") if d == DYNAMIC_INDEX else int(d))
+        return self.helper.make_tensor_value_info(name, _ELEM[t.get_element_type()], dims)
+
+    # -- quantizers -----------------------------------------------------------------------
+    def fake_quant(self, op: FakeQuantOp) -> None:
+        bits = op.bits.value.data
+        mode = op.rounding_mode
+        exp = np.asarray(dense_to_numpy(op.exp)).astype(np.int64)
+        source = op.input.owner
+        constant = isinstance(source, nf.ConstantOp)
+        x = "" if constant and self.flavor == "qdq" else self.value_name(op.input)
+        (out,) = self.result_names(op)
+        if self.flavor == "nanoengine":
+            if mode != RoundingMode.TRUNC:
+                raise OnnxExportError(
+                    f"onnx export (nanoengine flavour): nq.fake_quant '{out}' rounds {mode.value}; "
+                    "NanoEngine's Q truncates toward zero, so only trunc rounding has this form "
+                    "(write onnx_flavor='qdq' for half_even)"
+                )
+            k = self.const(f"{out}_k", exp.astype(np.int8))
+            self.add_node(
+                "Q",
+                [x, k],
+                [out],
+                {"bit_len": bits},
+                domain=NANOENGINE_DOMAIN,
+            )
+            return
+        rank = len(nf.tensor_shape(op.input))
+        axis, scale_exp = self._axis(op, out, exp, rank)
+        scale = np.exp2(scale_exp.astype(np.float64) * (1 if bits == 1 else -1))
+        if np.any(np.abs(scale_exp) > 126):
+            raise OnnxExportError(
+                f"onnx export: nq.fake_quant '{out}' has an exponent beyond ±126, whose scale "
+                "is no normal float32"
+            )
+        code = _code_type(bits, constant)
+        attrs = {} if axis is None else {"axis": axis}
+        scale_name = self.const(f"{out}_scale", scale.astype(np.float32))
+        if constant:
+            assert isinstance(source, nf.ConstantOp)
+            elem, dtype = code  # type: ignore[misc]  # constants always have a code type
+            values = np.asarray(dense_to_numpy(source.value))
+            codes = quantize_to_int(values, bits, exp, mode).astype(dtype)
+            base = source.sym_name.data if source.sym_name is not None else out
+            codes_name = self.const(f"{base}_codes", codes, elem if elem == 22 else None)
+            zero = self.const(
+                f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem == 22 else None
+            )
+            self.add_node("DequantizeLinear", [codes_name, scale_name, zero], [out], attrs)
+            return
+        if mode != RoundingMode.HALF_EVEN:
+            raise OnnxExportError(
+                f"onnx export (qdq flavour): nq.fake_quant '{out}' of an activation rounds "
+                f"{mode.value}, but QuantizeLinear rounds half to even; write "
+                "onnx_flavor='nanoengine' (--emit=onnx-nanoengine) for trunc rounding, or "
+                "quantize with rounding='half_even'"
+            )
+        if code is None:
+            what = "1-bit (sign rule)" if bits == 1 else f"{bits}-bit"
+            raise OnnxExportError(
+                f"onnx export (qdq flavour): nq.fake_quant '{out}' is a {what} activation "
+                "quantizer, which QuantizeLinear cannot express; write "
+                "onnx_flavor='nanoengine' (--emit=onnx-nanoengine)"
+            )
+        elem, dtype = code
+        if bits < 4:
+            if axis is not None:
+                raise OnnxExportError(
+                    f"onnx export (qdq flavour): nq.fake_quant '{out}' is a {bits}-bit activation "
+                    "quantizer with per-channel exponents; int4 saturates at -8..7 and Clip "
+                    "takes scalar bounds, so it has no QDQ form"
+                )
+            lo = self.const(f"{out}_min", np.float32(qmin(bits) * scale.reshape(-1)[0]))
+            hi = self.const(f"{out}_max", np.float32(qmax(bits) * scale.reshape(-1)[0]))
+            clipped = self.fresh(f"{out}_clipped")
+            self.add_node("Clip", [x, lo, hi], [clipped])
+            x = clipped
+        zero = self.const(f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem == 22 else None)
+        codes = self.fresh(f"{out}_codes")
+        self.add_node("QuantizeLinear", [x, scale_name, zero], [codes], attrs)
+        self.add_node("DequantizeLinear", [codes, scale_name, zero], [out], attrs)
+
+    def _axis(self, op: FakeQuantOp, out: str, exp: Any, rank: int) -> tuple[int | None, Any]:
+        """(axis or None for per tensor, the exponents as a scalar or a 1-D vector)."""
+        if exp.size == 1:
+            return None, exp.reshape(())
+        shape = (1,) * (rank - exp.ndim) + exp.shape
+        varying = [i for i, d in enumerate(shape) if d != 1]
+        if len(varying) != 1:
+            raise OnnxExportError(
+                f"onnx export (qdq flavour): nq.fake_quant '{out}' has exponents of shape "
+                f"{list(exp.shape)} varying along more than one dim; QDQ is per tensor or "
+                "per axis"
+            )
+        return varying[0], exp.reshape(-1)
+
+    # -- other ops ------------------------------------------------------------------------
+    def op(self, op: Operation) -> None:
+        if isinstance(op, FakeQuantOp):
+            self.fake_quant(op)
+            return
+        try:
+            row = row_of(op)
+        except KeyError:
+            raise OnnxExportError(
+                f"onnx export: '{op.name}' has no ONNX op (the exporter writes the nf ops of the "
+                "`.ne` nq level and nq.fake_quant)"
+            ) from None
+        try:
+            written = row.written(op)
+        except ExportError as e:
+            raise OnnxExportError(str(e).replace("nanoengine export", "onnx export")) from None
+        attrs: dict[str, Any] = {}
+        for key, value in written:
+            if value != ():  # an empty list has no ONNX attribute type: the default
+                attrs[key] = _attr_value(value)
+        inputs = [self.value_name(v) for v in op.operands]
+        op_type = row.op_type
+        if isinstance(op, nf.LinearOp) and len(nf.tensor_shape(op.input)) != 2:
+            raise OnnxExportError(
+                f"onnx export: nf.linear of a rank-{len(nf.tensor_shape(op.input))} value has "
+                "no Gemm form (Gemm takes a 2-D input)"
+            )
+        if op_type == "SpaceToDepth" and attrs.get("mode", "DCR") != "DCR":
+            raise OnnxExportError(
+                "onnx export: nf.space_to_depth in CRD mode (torch's pixel_unshuffle) has no "
+                "ONNX SpaceToDepth form (ONNX's is DCR only)"
+            )
+        if op_type == "SpaceToDepth":
+            attrs.pop("mode", None)
+        outputs = self.result_names(op)
+        base = outputs[0]
+        if op_type == "Reshape":
+            dims = [-1 if d == DYNAMIC_INDEX else d for d in nf.tensor_shape(op.results[0])]
+            inputs.append(self.const(f"{base}_shape", np.asarray(dims, np.int64)))
+        elif op_type == "Pad":
+            inputs.append(self.const(f"{base}_pads", np.asarray(attrs.pop("pads"), np.int64)))
+            value = attrs.pop("value", 0.0)
+            if attrs.get("mode") == "constant":
+                inputs.append(self.const(f"{base}_value", np.asarray(value, np.float32)))
+        elif op_type == "Split":
+            split = attrs.pop("split", None)
+            if split:
+                inputs.append(self.const(f"{base}_split", np.asarray(split, np.int64)))
+        elif op_type == "Clip":
+            lo, hi = attrs.pop("min", None), attrs.pop("max", None)
+            inputs.append("" if lo is None else self.const(f"{base}_min", np.float32(lo)))
+            if hi is not None:
+                inputs.append(self.const(f"{base}_max", np.float32(hi)))
+        elif op_type == "Resize":
+            self._resize(op, attrs, inputs, base)
+        elif op_type == "PRelu":
+            self._prelu_slope(op, inputs, base)
+        self.add_node(op_type, inputs, outputs, attrs)
+
+    def _resize(self, op: Operation, attrs: dict[str, Any], inputs: list[str], base: str) -> None:
+        sizes = attrs.pop("sizes")
+        axes = attrs.pop("axes")
+        if self.flavor == "qdq":  # opset 18+: sizes of the spatial axes only
+            attrs["axes"] = axes
+            inputs += ["", "", self.const(f"{base}_sizes", np.asarray(sizes, np.int64))]
+            return
+        src = nf.tensor_shape(op.operands[0])
+        scales = [1.0, 1.0]
+        for a, s in zip(axes, sizes):
+            if src[a] == DYNAMIC_INDEX or s % src[a]:
+                raise OnnxExportError(
+                    f"onnx export (nanoengine flavour): nf.upsample_nearest to {list(sizes)} is "
+                    "no integer scaling; opset 17's Resize has no axes (use the qdq flavour)"
+                )
+            scales.append(float(s // src[a]))
+        inputs += ["", self.const(f"{base}_scales", np.asarray(scales, np.float32))]
+
+    def _prelu_slope(self, op: Operation, inputs: list[str], base: str) -> None:
+        """ONNX PRelu broadcasts the slope from the right: a per-channel `[C]` slope of an
+        NCHW input is reshaped to `[C, 1, 1]`."""
+        rank = len(nf.tensor_shape(op.operands[0]))
+        slope = nf.tensor_shape(op.operands[1])
+        if rank > 2 and len(slope) == 1 and slope[0] != 1:
+            shaped = self.fresh(f"{base}_slope")
+            shape = self.const(f"{base}_slope_shape", np.asarray([slope[0]] + [1] * (rank - 2)))
+            self.add_node("Reshape", [inputs[1], shape], [shaped])
+            inputs[1] = shaped
+
+    # -- the model ------------------------------------------------------------------------
+    def run(self) -> Any:
+        block = self.func.body.block
+        graph_inputs = []
+        for i, arg in enumerate(block.args):
+            self.names[arg] = self.fresh(arg.name_hint or ("input" if i == 0 else f"input_{i}"))
+            graph_inputs.append(self.value_info(self.names[arg], arg))
+        results: list[SSAValue] = []
+        for op in block.ops:
+            if isinstance(op, ReturnOp):
+                results = list(op.arguments)
+            elif not isinstance(op, nf.ConstantOp):  # constants: initializers at first use
+                self.op(op)
+        graph_outputs = []
+        used: set[str] = set()
+        inputs = set(block.args)
+        for i, value in enumerate(results):
+            if isinstance(value.owner, nf.ConstantOp):
+                raise OnnxExportError(f"onnx export: @main returns a constant as result {i}")
+            name = self.value_name(value)
+            if name in used or value in inputs:  # an output of its own, through Identity
+                out = self.fresh("output" if i == 0 else f"output_{i}")
+                self.add_node("Identity", [name], [out])
+                name = out
+            used.add(name)
+            graph_outputs.append(self.value_info(name, value))
+        graph = self.helper.make_graph(
+            self.nodes, "main", graph_inputs, graph_outputs, self.initializers
+        )
+        if self.flavor == "qdq":
+            opsets = [self.helper.make_opsetid("", QDQ_OPSET)]
+        else:
+            opsets = [
+                self.helper.make_opsetid("", NANOENGINE_OPSET),
+                self.helper.make_opsetid(NANOENGINE_DOMAIN, 1),
+            ]
+        model = self.helper.make_model(graph, opset_imports=opsets, producer_name="nanoir")
+        model.ir_version = 10 if self.flavor == "qdq" else 8
+        try:
+            self.onnx.checker.check_model(model, full_check=self.flavor == "qdq")
+        except Exception as e:  # a bug of this writer: say so rather than write a bad file
+            raise OnnxExportError(f"onnx export: the written model fails onnx.checker: {e}") from e
+        return model
+
+
+def _attr_value(value: Any) -> Any:
+    if isinstance(value, Float):
+        return value.value
+    if isinstance(value, tuple):
+        return [_attr_value(v) for v in value]
+    return value
+
+
+def export_onnx_model(module: ModuleOp, flavor: str = "qdq") -> Any:
+    """The `onnx.ModelProto` of an nf/nq module in `flavor` (see the module docstring);
+    `OnnxExportError` for what the flavour cannot express. Passes `onnx.checker`."""
+    return _Writer(module, flavor).run()
+
+
+def export_onnx_bytes(module: ModuleOp, flavor: str = "qdq") -> bytes:
+    """The serialized ONNX model of an nf/nq module (see `export_onnx_model`)."""
+    return bytes(export_onnx_model(module, flavor).SerializeToString())
