@@ -251,6 +251,18 @@ class _PendingQ:
     op: FakeQuantOp | None = None
 
 
+def _plain(array: Any) -> NDArray[Any]:
+    """A NumPy array of a standard dtype: ml_dtypes' int4/uint4/int2/uint2 (ONNX's INT4, ...)
+    as int8/uint8 values."""
+    array = np.asarray(array)
+    name = str(array.dtype)
+    if name in ("int4", "int2"):
+        return array.astype(np.int8)
+    if name in ("uint4", "uint2"):
+        return array.astype(np.uint8)
+    return array
+
+
 def _label(node: Any, index: int) -> str:
     if not isinstance(node.name, str) or not isinstance(node.op_type, str):
         return f"#{index}"
@@ -265,6 +277,7 @@ class _Reader:
         self.graph = model.graph
         self.values: dict[str, SSAValue] = {}
         self.static: dict[str, NDArray[Any]] = {}
+        self.types: dict[str, int] = {}  # ONNX element type of initializers and Constants
         self.const_ops: list[Operation] = []
         self.ops: list[Operation] = []
         self.init_values: set[SSAValue] = set()
@@ -289,7 +302,8 @@ class _Reader:
             raise self.error("sparse initializers are not read")
         for init in self.graph.initializer:
             try:
-                self.static[init.name] = np.asarray(numpy_helper.to_array(init))
+                self.static[init.name] = _plain(numpy_helper.to_array(init))
+                self.types[init.name] = int(init.data_type)
             except Exception as e:
                 raise self.error(
                     f"initializer '{init.name}' cannot be read ({type(e).__name__}: {e})"
@@ -633,7 +647,8 @@ class _Reader:
         helper = self.onnx.helper
         try:
             if attr.name == "value":
-                array = np.asarray(self.onnx.numpy_helper.to_array(attr.t))
+                array = _plain(self.onnx.numpy_helper.to_array(attr.t))
+                self.types[outputs[0]] = int(attr.t.data_type)
             elif attr.name in ("value_float", "value_floats"):
                 array = np.asarray(helper.get_attribute_value(attr), dtype=np.float32)
             elif attr.name in ("value_int", "value_ints"):
@@ -847,17 +862,13 @@ class _Reader:
         return bits, shaped.astype(np.int8), zero_type
 
     def _tensor_type(self, name: str) -> int:
-        for init in self.graph.initializer:
-            if init.name == name:
-                return int(init.data_type)
+        """The ONNX element type of a constant (as stored: int4 is read as int8 values)."""
+        if name in self.types:
+            return self.types[name]
         kind = self.static[name].dtype
         for code, np_type in ((3, np.int8), (2, np.uint8), (5, np.int16), (4, np.uint16)):
             if kind == np_type:
                 return code
-        if str(kind) == "int4":
-            return 22
-        if str(kind) == "uint4":
-            return 21
         return 6  # INT32 and anything else: refused by bits
 
     def _quantize_linear(self, node: Any, outputs: list[str]) -> None:

@@ -349,6 +349,36 @@ def test_standard_qdq_reads_as_half_even_fake_quant() -> None:
     assert np.array_equal(run(module, x), np.einsum("nchw,oc->nohw", xq, w[:, :, 0, 0]))
 
 
+def test_int4_qdq_opset_21() -> None:
+    """int4 codes (ONNX INT4: a zero point or weight initializer of that type) are 4 bits."""
+    w = helper.make_tensor("w", TensorProto.INT4, [2, 3], [1, -2, 3, -8, 7, 0])
+    nodes = [
+        helper.make_node("QuantizeLinear", ["input", "xs", "xz"], ["xq"], name="ql"),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq"),
+        helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], name="wdq"),
+        helper.make_node("Gemm", ["xd", "wd"], ["y"], name="fc", transB=1),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0.25, np.float32), "xs"),
+        helper.make_tensor("xz", TensorProto.INT4, [], [0]),
+        w,
+        numpy_helper.from_array(np.array(0.5, np.float32), "ws"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int4",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    module = read(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    assert str(module).count("bits = 4") == 2
+    x = RNG.normal(size=(5, 3)) * 2
+    xq = np.clip(np.round(x * 4), -8, 7) / 4
+    w_values = np.array([[1, -2, 3], [-8, 7, 0]]) * 0.5
+    assert np.array_equal(run(module, x), xq @ w_values.T)
+
+
 @pytest.mark.parametrize(
     ("scale", "zp", "message"),
     [
