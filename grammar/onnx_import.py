@@ -734,7 +734,7 @@ class _Reader:
                             "training_mode=1 (NanoEngine-PyTorch writes it for inference too); "
                             "nanoir reads it with its stored running statistics"
                         ),
-                        stacklevel=6,
+                        stacklevel=7,  # the caller of nanoir.load / load_onnx
                     )
                 del attrs["training_mode"]
                 outputs = outputs[:1]

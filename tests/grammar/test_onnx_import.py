@@ -241,6 +241,26 @@ def test_average_pool(k: int, s: int, pad: int) -> None:
     np.testing.assert_allclose(run(module, x), want, rtol=1e-12, atol=0)
 
 
+def test_pools_concat_flatten_reshape_matmul_and_activations() -> None:
+    g = Graph()
+    x = g.q("input", 4, 8)
+    pooled = g.op("MaxPool", [x], n_out=2, kernel_shape=[2, 2], strides=[2, 2])  # Indices unread
+    branch = g.op("Transpose", [g.op("Transpose", [pooled], perm=[0, 1, 3, 2])], perm=[0, 1, 3, 2])
+    joined = g.op("Concat", [pooled, g.op("Sigmoid", [branch])], axis=1)
+    flat = g.op("Flatten", [g.op("GlobalAveragePool", [joined])], axis=1)
+    w = f32(4, 3, scale=0.5)
+    y = g.op("MatMul", [flat, g.q(g.init("w", w), 3, 8)])
+    y = g.op("Reshape", [g.op("Tanh", [y]), g.init("shape", np.array([0, 3, -1], np.int64))])
+    out = g.op("LeakyRelu", [y], alpha=0.125)
+    module = read(g.model(["N", 2, 4, 4], out))
+    xin = f32(3, 2, 4, 4)
+    v = fq(xin.astype(np.float64), 8, 4)
+    p = v.reshape(3, 2, 2, 2, 2, 2).max(axis=(3, 5))
+    j = np.concatenate([p, 1 / (1 + np.exp(-p))], axis=1).mean(axis=(2, 3))
+    t = np.tanh(j @ fq(w.astype(np.float64), 8, 3)).reshape(3, 3, 1)
+    np.testing.assert_allclose(run(module, xin), np.where(t >= 0, t, 0.125 * t), rtol=1e-12)
+
+
 def test_batch_norm_training_mode_warns_once_and_uses_running_statistics() -> None:
     g = Graph()
     c = 3
