@@ -184,9 +184,13 @@ def report_figure(rep: QuantReport, *, title: str | None = None) -> Any:
     ax_sqnr.bar(xs - width / 2, local, width, label="vs its own input (this layer's error)")
     ax_sqnr.bar(xs + width / 2, vs_float, width, label="vs the float program (accumulated)")
     for x, r in zip(xs, rows):
-        for dx, v in ((-width / 2, r.sqnr), (width / 2, r.sqnr_vs_float)):
-            if math.isinf(v) and v > 0:
-                ax_sqnr.text(x + dx, top, "exact", ha="center", va="bottom", fontsize=7)
+        exact = [
+            dx for dx, v in ((-width / 2, r.sqnr), (width / 2, r.sqnr_vs_float)) if v == math.inf
+        ]
+        if exact:  # one mark over the pair when both are exact
+            ax_sqnr.text(
+                x + sum(exact) / len(exact), top, "exact", ha="center", va="bottom", fontsize=7
+            )
     for i, s in enumerate(rep.output_sqnr):
         if math.isfinite(s):
             ax_sqnr.axhline(s, color="gray", linestyle="--", linewidth=0.8)
