@@ -16,6 +16,7 @@ import os
 from nanoir.grammar.ne_ast import Program
 from nanoir.grammar.ne_check import check_program
 from nanoir.grammar.ne_errors import NanoEngineImportWarning, NanoEnginePaddingWarning
+from nanoir.grammar.ne_fast import gc_paused
 from nanoir.grammar.ne_import_hw import import_hw_program
 from nanoir.grammar.ne_import_nq import import_nq_program
 from nanoir.grammar.ne_parser import decode_nanoengine, parse_nanoengine
@@ -39,14 +40,16 @@ def import_program(
 
     `source`, the text the program came from, lets errors show the offending line.
     """
-    check_program(program, filename, source)
-    return _import_checked(program, filename, source)
+    with gc_paused():
+        check_program(program, filename, source)
+        return _import_checked(program, filename, source)
 
 
 def import_nanoengine(text: str, filename: str = "<string>") -> ModuleOp:
     """Parse `.ne` text and import it; every problem is a located `NanoEngineError`."""
-    program = parse_nanoengine(text, filename, check=True)
-    return _import_checked(program, filename, text)
+    with gc_paused():
+        program = parse_nanoengine(text, filename, check=True)
+        return _import_checked(program, filename, text)
 
 
 def import_nanoengine_bytes(raw: bytes, filename: str = "<string>") -> ModuleOp:

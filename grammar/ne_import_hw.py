@@ -51,6 +51,7 @@ from nanoir.grammar.ne_ast import (
 )
 from nanoir.grammar.ne_check import check_each_node_called_once
 from nanoir.grammar.ne_errors import NanoEngineSemanticError
+from nanoir.grammar.ne_fast_ir import verify_op, verify_shell
 from nanoir.grammar.ne_hw import (
     BY_OP_TYPE,
     UNNAMED_CONSTANT,
@@ -126,6 +127,7 @@ class _HwImporter:
         self.producer: dict[str, Node] = {o: n for n in self.nodes.values() for o in n.out_s}
         self.values: dict[str, SSAValue] = {}
         self.block = Block()
+        self.types: dict[tuple[object, ...], TensorType] = {}
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str, loc: Loc | None) -> NanoEngineSemanticError:
@@ -175,7 +177,7 @@ class _HwImporter:
         )
         func = FuncOp("main", ftype, Region(self.block), arg_attrs=ArrayAttr(arg_attrs))
         module = ModuleOp([func])
-        module.verify()  # every op was verified as it was built: a failure here is a bug
+        verify_shell(module)  # every op was verified as it was built
         return module
 
     def _check_dtypes(self) -> None:
@@ -314,8 +316,14 @@ class _HwImporter:
             error = f"per-channel exponents need a C in the layout {decl.layout!r}"
         if error is not None:
             raise NodeProblem(f"output '{decl.name}' of node '{node.name}': {error}")
-        shape = [DYNAMIC_INDEX if d == -1 else d for d in decl.shape]
-        return nh.fixed_type(WIDTH_OF_DTYPE[decl.dtype], shape, exp, decl.layout)
+        # Types are immutable: one object per distinct type (programs repeat a few).
+        key = (decl.dtype, decl.shape, exp if isinstance(exp, int) else tuple(exp), decl.layout)
+        found = self.types.get(key)
+        if found is None:
+            shape = [DYNAMIC_INDEX if d == -1 else d for d in decl.shape]
+            found = nh.fixed_type(WIDTH_OF_DTYPE[decl.dtype], shape, exp, decl.layout)
+            self.types[key] = found
+        return found
 
     def _value(self, node: Node, index: int) -> SSAValue:
         name = node.in_s[index]
@@ -396,7 +404,7 @@ class _HwImporter:
 
     def _built(self, node: Node, op: Operation) -> Sequence[SSAValue]:
         try:
-            op.verify()
+            verify_op(op)
         except VerifyException as e:
             op.erase(safe_erase=False)
             raise NodeProblem(

@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from functools import lru_cache
 
 from nanoir.dialects import nf
 from nanoir.grammar.ne_ast import (
@@ -107,6 +108,7 @@ from nanoir.grammar.ne_errors import (
     NanoEnginePaddingWarning,
     NanoEngineSemanticError,
 )
+from nanoir.grammar.ne_fast_ir import verify_op, verify_shell
 from nanoir.grammar.ne_node import (
     NodeInput,
     NodeProblem,
@@ -114,7 +116,7 @@ from nanoir.grammar.ne_node import (
     Unsupported,
     kind_of_const,
 )
-from nanoir.grammar.ne_nq import BY_CLASS, BY_OP_TYPE, convert_known, default_attrs
+from nanoir.grammar.ne_nq import BY_CLASS, BY_OP_TYPE, default_attrs
 from nanoir.grammar.ne_printer import BOM_ENTRY, comment_entry
 from nanoir.grammar.ne_reference import has_pads, reference_result_types
 from nanoir.grammar.ne_schema import (
@@ -142,7 +144,7 @@ from nanoir.grammar.ne_schema import (
     tensor_entry,
     words_entry,
 )
-from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
+from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
@@ -154,6 +156,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 __all__ = ["import_nq_program"]
 
@@ -165,6 +168,87 @@ def _float_types_differ(values: Sequence[NodeInput]) -> bool:
         if isinstance(v, SSAValue) and isinstance(v.type, TensorType)
     }
     return len(elts) > 1
+
+
+def _convert_known(spec: NodeSpec) -> Operation:
+    """`ne_nq.convert_known`, verifying with `verify_op` (a signature verified once)."""
+    try:
+        op = BY_OP_TYPE[spec.op_type].build(spec)
+    except ShapeError as e:
+        raise NodeProblem(f"{spec.op_type} node '{spec.name}': {e}") from None
+    try:
+        verify_op(op)
+    except VerifyException as e:
+        op.erase(safe_erase=False)
+        raise NodeProblem(
+            f"{spec.op_type} node '{spec.name}': {e.args[0] if e.args else e}"
+        ) from None
+    return op
+
+
+# What `_Importer._build` remembers of an op: class, operand positions in the node's inputs,
+# result types, properties and attributes.
+_Template = tuple[
+    type[Operation],
+    tuple[int, ...],
+    tuple[Attribute, ...],
+    dict[str, Attribute],
+    dict[str, Attribute],
+]
+
+
+def _build_key(spec: NodeSpec) -> object | None:
+    """Everything a converter reads of a node (see `_Importer._build`); None if unhashable."""
+    parts: list[object] = []
+    for value in spec.inputs:
+        if isinstance(value, SSAValue):
+            parts.append(value.type)
+        elif isinstance(value, ConstTensor):
+            parts.append(("const", value.dtype, value.shape, value.data))
+        elif isinstance(value, WordTensor):
+            parts.append(("words", value.type_name, value.layout, value.shape, value.data))
+        else:
+            return None
+    key = (spec.op_type, spec.attrs, spec.num_outputs, tuple(parts))
+    try:
+        hash(key)
+    except TypeError:  # a tree built by hand with lists in it
+        return None
+    return key
+
+
+# Types and the shape parts of entries are immutable: one object per distinct value (a
+# node-heavy program repeats a few shapes), made by ne_schema's functions.
+@lru_cache(maxsize=4096)
+def _cached_streamed_type(shape: tuple[int, ...], layout: str) -> TensorType[Attribute]:
+    return streamed_type(shape, layout)
+
+
+@lru_cache(maxsize=4096)
+def _cached_init_type(shape: tuple[int, ...]) -> TensorType[Attribute]:
+    return TensorType(f32, shape)
+
+
+@lru_cache(maxsize=4096)
+def _entry_without_name(layout: str, shape: tuple[int, ...], dtype: str) -> dict[str, Attribute]:
+    entry = dict(tensor_entry("", layout, shape, dtype).data)
+    del entry["name"]
+    return entry
+
+
+def _streamed_type(shape: Sequence[int], layout: str) -> TensorType[Attribute]:
+    return _cached_streamed_type(tuple(shape), layout)
+
+
+def _init_type(shape: Sequence[int]) -> TensorType[Attribute]:
+    return _cached_init_type(tuple(shape))
+
+
+def _tensor_entry(name: str, layout: str, shape: Sequence[int], dtype: str) -> DictionaryAttr:
+    """`ne_schema.tensor_entry`, sharing the attributes of equal layouts, shapes and dtypes."""
+    return DictionaryAttr(
+        {"name": StringAttr(name), **_entry_without_name(layout, tuple(shape), dtype)}
+    )
 
 
 def _items_attr(program: Program) -> ArrayAttr[StringAttr]:
@@ -206,6 +290,7 @@ class _Importer:
         self.padding_quirks: list[tuple[InitNode | RuntimeNode, RuntimeTensor]] = []
         self.identities: dict[str, RuntimeNode] = {}  # Identity nodes by output name
         self.previous_node: dict[str, str] = {}  # node -> the node called just before it
+        self.built: dict[object, _Template] = {}  # see _build
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str, loc: Loc | None) -> NanoEngineSemanticError:
@@ -237,7 +322,7 @@ class _Importer:
             for d in self.program.declarations
             if isinstance(d, RuntimeTensor) and d.name in self.read and d.name not in self.produced
         ]
-        arg_types = [streamed_type(d.shape, d.layout) for d in inputs]
+        arg_types = [_streamed_type(d.shape, d.layout) for d in inputs]
         self.block = Block(arg_types=arg_types)
         for arg, decl in zip(self.block.args, inputs):
             self.values[decl.name] = arg
@@ -262,7 +347,7 @@ class _Importer:
             Region(self.block),
             arg_attrs=ArrayAttr(
                 [
-                    DictionaryAttr({NE_TENSOR: tensor_entry(d.name, d.layout, d.shape, d.dtype)})
+                    DictionaryAttr({NE_TENSOR: _tensor_entry(d.name, d.layout, d.shape, d.dtype)})
                     for d in inputs
                 ]
             )
@@ -275,7 +360,7 @@ class _Importer:
         orphans = self._orphans(inputs)
         if orphans:
             module.attributes[NE_DECLS] = DictionaryAttr(orphans)
-        module.verify()  # every op was verified as it was built: a failure here is a bug
+        verify_shell(module)  # every op was verified as it was built
         self._warn_padding_quirks()
         return module
 
@@ -290,10 +375,10 @@ class _Importer:
         for mem_name in node.mem_s:
             mem = self.decls[mem_name]
             assert isinstance(mem, MemTensor)
-            mems.append(tensor_entry(mem.name, mem.layout, mem.shape, mem.type_name))
+            mems.append(_tensor_entry(mem.name, mem.layout, mem.shape, mem.type_name))
         entry = {
             "node": StringAttr(node.name),
-            "out": tensor_entry(decl.name, decl.layout, decl.shape, decl.dtype),
+            "out": _tensor_entry(decl.name, decl.layout, decl.shape, decl.dtype),
             "mem_s": ArrayAttr(mems),
             "after": StringAttr(self.previous_node.get(node.name, "")),
         }
@@ -340,6 +425,7 @@ class _Importer:
                 op = nf.ConstantOp(dense_from_const(decl), decl.name)
                 if decl.hex_upper:
                     op.attributes[NE_HEX_UPPER] = UnitAttr()
+                op.verify()
                 set_hint(op.results[0], decl.name)
                 self.values[decl.name] = op.results[0]
                 self.constant_ops.append(op)
@@ -425,12 +511,48 @@ class _Importer:
         try:
             if _float_types_differ(spec.inputs):
                 raise Unsupported("its inputs mix float types")
-            return convert_known(spec)
+            return self._build(spec)
         except Unsupported as why:
             self.warn(f"{node.op_type} node '{node.name}' is kept as nf.custom: {why}", node.loc)
             return self._custom(node, spec)
         except NodeProblem as problem:
             raise self.error(problem.message, problem.loc(node)) from None
+
+    def _build(self, spec: NodeSpec) -> Operation:
+        """`_convert_known(spec)`, remembered: a later node with the same op type, attributes,
+        output count, input types and integer-constant inputs gets the same op on its own
+        inputs, without running the converter and the verifier again.
+
+        A converter reads only those (the node's name only goes into messages), so it would
+        build the same op; failures are not remembered (they raise each time)."""
+        key = _build_key(spec)
+        template = self.built.get(key) if key is not None else None
+        if template is not None:
+            op_cls, positions, result_types, properties, attributes = template
+            inputs = spec.inputs
+            return op_cls.create(
+                operands=[inputs[i] for i in positions],  # type: ignore[misc]  # SSA values
+                result_types=result_types,
+                properties=dict(properties),
+                attributes=dict(attributes),
+            )
+        op = _convert_known(spec)
+        if key is None or op.regions or op.successors:
+            return op
+        positions: list[int] = []
+        for operand in op.operands:
+            index = next((i for i, v in enumerate(spec.inputs) if v is operand), None)
+            if index is None:  # not one of the node's inputs: do not reuse this op
+                return op
+            positions.append(index)
+        self.built[key] = (
+            type(op),
+            tuple(positions),
+            tuple(r.type for r in op.results),
+            dict(op.properties),
+            dict(op.attributes),
+        )
+        return op
 
     def _custom(self, node: InitNode | RuntimeNode, spec: NodeSpec) -> Operation:
         operands = [v for v in spec.inputs if isinstance(v, SSAValue)]
@@ -439,14 +561,16 @@ class _Importer:
             decl = self.decls[out]
             assert isinstance(decl, (InitTensor, RuntimeTensor))  # check_program
             if isinstance(decl, InitTensor):
-                result_types.append(TensorType(f32, decl.shape))
+                result_types.append(_init_type(decl.shape))
             else:
-                result_types.append(streamed_type(decl.shape, decl.layout))
-        return nf.CustomOp.create(
+                result_types.append(_streamed_type(decl.shape, decl.layout))
+        op = nf.CustomOp.create(
             operands=operands,
             result_types=result_types,
             properties={"op_type": StringAttr(node.op_type), "attrs": encode_attrs(node.attrs)},
         )
+        verify_op(op)
+        return op
 
     def _check_outputs(
         self, node: InitNode | RuntimeNode, op: Operation, reference: Sequence[Attribute] | None
@@ -469,9 +593,9 @@ class _Importer:
         decl = self.decls[out]
         assert isinstance(decl, (InitTensor, RuntimeTensor))
         declared = (
-            TensorType(f32, decl.shape)
+            _init_type(decl.shape)
             if isinstance(decl, InitTensor)
-            else streamed_type(decl.shape, decl.layout)
+            else _streamed_type(decl.shape, decl.layout)
         )
         assert isinstance(inferred, TensorType)
         if shapes_compatible(inferred.get_shape(), declared.get_shape()):
@@ -551,14 +675,14 @@ class _Importer:
         for out in node.out_s:
             decl = self.decls[out]
             assert isinstance(decl, (InitTensor, RuntimeTensor))
-            outs.append(tensor_entry(decl.name, decl.layout, decl.shape, decl.dtype))
+            outs.append(_tensor_entry(decl.name, decl.layout, decl.shape, decl.dtype))
         attrs[NE_OUT_S] = ArrayAttr(outs)
         if isinstance(node, RuntimeNode):
             mems: list[Attribute] = []
             for name in node.mem_s:
                 mem = self.decls[name]
                 assert isinstance(mem, MemTensor)
-                mems.append(tensor_entry(mem.name, mem.layout, mem.shape, mem.type_name))
+                mems.append(_tensor_entry(mem.name, mem.layout, mem.shape, mem.type_name))
             attrs[NE_MEM_S] = ArrayAttr(mems)
 
 
