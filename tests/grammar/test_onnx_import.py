@@ -496,6 +496,10 @@ def test_readme_model_loads_runs_lowers_bit_exactly_and_exports(tmp_path: Path) 
     hw = nanoir.lower_to_hw(module.clone())
     assert {op.name.split(".")[0] for op in hw.walk()} <= {"builtin", "func", "nh"}
     assert np.array_equal(run(hw, x), y)
+    (streamed,) = nanoir.stream(hw, [x], mem_dim=2, step=1)
+    assert np.array_equal(streamed, y)
+    nanoir.save(hw, tmp_path / "hw.ne")  # the integer program in .ne reads back the same
+    assert np.array_equal(run(nanoir.load(tmp_path / "hw.ne"), x), y)
     nanoir.save(module, tmp_path / "m.ne")
     text = (tmp_path / "m.ne").read_text()
     assert "op_type=BatchNormalization" in text and "let Q_n1: Node" in text
