@@ -527,6 +527,10 @@ class _Reader:
                 spec_inputs.append(self._int_const(name))
             else:
                 spec_inputs.append(self._ssa(name, "it"))
+        floats = {v.type for v in spec_inputs if isinstance(v, SSAValue)}
+        elts = {t.get_element_type() for t in floats if isinstance(t, TensorType)}
+        if len(elts) > 1:
+            raise self.error(f"its inputs mix float types ({', '.join(sorted(map(str, elts)))})")
         spec = NodeSpec(
             node.name or outputs[0],
             op_type,
@@ -738,11 +742,7 @@ class _Reader:
                     )
                 del attrs["training_mode"]
                 outputs = outputs[:1]
-        if (
-            op_type in ("MaxPool", "Dropout")
-            and len(outputs) > 1
-            and not self._readers(outputs[1:])
-        ):
+        if op_type == "MaxPool" and len(outputs) > 1 and not self._readers(outputs[1:]):
             outputs = outputs[:1]
         return attrs, inputs, outputs
 

@@ -647,6 +647,10 @@ def bad_models() -> list[tuple[str, onnx.ModelProto, str]]:
             r"'Conv_n1'.*auto_pad",
         )
     )
+    g = small()
+    model = g.model(["N", 2, 3, 3], g.op("Add", ["input", "w"]))
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    cases.append(("mixed float types", model, r"'Add_n1'.*mix float types \(f32, f64\)"))
     return cases
 
 
