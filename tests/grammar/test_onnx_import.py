@@ -654,12 +654,13 @@ def bad_models() -> list[tuple[str, onnx.ModelProto, str]]:
     return cases
 
 
+BAD_MODELS = bad_models()
+
+
 @pytest.mark.parametrize(
     ("what", "model", "message"),
-    bad_models(),
-    ids=lambda v: (
-        v if isinstance(v, str) and " " in v or isinstance(v, str) and v.isalpha() else None
-    ),
+    BAD_MODELS,
+    ids=[what for what, _, _ in BAD_MODELS],
 )
 def test_bad_graphs_are_one_clear_error(tmp_path: Path, what: str, model, message: str) -> None:
     path = tmp_path / "bad.onnx"
@@ -668,6 +669,17 @@ def test_bad_graphs_are_one_clear_error(tmp_path: Path, what: str, model, messag
         nanoir.load(path)
     assert isinstance(info.value, nanoir.Error)
     assert str(info.value).startswith(f"{path}: node ")
+
+
+def test_a_removed_initializer_is_named_with_the_node_that_reads_it() -> None:
+    model = onnx.load_model_from_string(README_ONNX.read_bytes())
+    kept = [t for t in model.graph.initializer if t.name != "Net_0_conv_conv1_weight"]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    with pytest.raises(
+        OnnxImportError, match=r"node 'Q_n2' \(Q\): it reads 'Net_0_conv_conv1_weight'"
+    ):
+        read(model, "readme_model.onnx")
 
 
 def test_truncated_protobuf_is_one_clear_error(tmp_path: Path) -> None:
