@@ -221,11 +221,12 @@ class _Graph:
         return node_id
 
 
-def _ssa_names(module: ModuleOp) -> dict[SSAValue, str]:
-    """The names the MLIR printer gives every value (``%c``, ``%c_1``, ``%0`` ...)."""
+def _ssa_names(func: FuncOp) -> dict[SSAValue, str]:
+    """The names the MLIR printer gives every value of a function (``%c``, ``%c_1``, ``%0``
+    ...); each function is named afresh, as the printer does."""
     printer = Printer(stream=io.StringIO())
     names: dict[SSAValue, str] = {}
-    for op in module.walk():
+    for op in func.walk():
         for region in op.regions:
             for block in region.blocks:
                 for arg in block.args:
@@ -237,7 +238,6 @@ def _ssa_names(module: ModuleOp) -> dict[SSAValue, str]:
 
 def to_dot(module: ModuleOp, *, name: str = "G") -> str:
     """The program as Graphviz DOT text (the conventions are in the module docstring)."""
-    names = _ssa_names(module)
     graph = _Graph(
         [
             f"digraph {_quote(name)} {{",
@@ -250,6 +250,9 @@ def to_dot(module: ModuleOp, *, name: str = "G") -> str:
     )
     edges: list[tuple[SSAValue, Operation, int, int]] = []
     funcs = [op for op in module.walk() if isinstance(op, FuncOp)]
+    names: dict[SSAValue, str] = {}
+    for func in funcs:
+        names.update(_ssa_names(func))
     for k, func in enumerate(funcs):
         graph.lines.append(f"  subgraph cluster_{k} {{")
         graph.lines.append(f"    label = {_quote(_func_label(func))};")

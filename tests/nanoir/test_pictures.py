@@ -290,3 +290,26 @@ def test_nanoir_run_report_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert run_main([*argv[:-1], str(tmp_path / "b.jpg")]) == 1
     assert ".png, .svg or .pdf" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.mlir", "report.png", "x.npy"]
+
+
+def test_dot_names_values_per_function_as_the_printer_does() -> None:
+    two = """\
+func.func @a(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = nf.relu %x : tensor<4xf32>
+  func.return %y : tensor<4xf32>
+}
+func.func @b(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = nf.relu %x : tensor<4xf32>
+  %y2 = nf.relu %y : tensor<4xf32>
+  func.return %y2 : tensor<4xf32>
+}
+"""
+    text = to_dot(nanoir.parse(two))
+    nodes, edges = parse_dot(text)
+    assert text.count("subgraph cluster_") == 2
+    assert 'label = "func.func @a";' in text and 'label = "func.func @b";' in text
+    labels = sorted(nodes.values())
+    assert labels.count("%x (argument 0)\n4 f32") == 2
+    assert labels.count("%y = nf.relu\n4 f32") == 2 and "%y2 = nf.relu\n4 f32" in labels
+    assert len(nodes) == 7 and len(edges) == 5
+    assert all(a in nodes and b in nodes for a, b, _ in edges)
