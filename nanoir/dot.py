@@ -5,10 +5,11 @@ one cluster per function, one node per op (and one per function argument), and a
 the node that defines a value to every op that uses it, labelled with the operand number when
 the op has several operands. Each node's label says what the op is and what it makes:
 
-    %c_1 = nh.requant
-    shift=[9]
-    ?x4x?x3 i8 exp 4 BCMD
-    stream out -1x4x1x3, cache -1x4x1x3 (12)
+    %bn2 = nh.conv
+    groups=1 pads=[1, 1, 1, 1]
+    ?x16x8x8 i32 exp 9..10 (16 ch) BCMD
+    stream out ?x16x2x8; cache ?x8x3x10 (240 values)
+    warm-up rows 1 + 1
 
 - the op's type and the SSA name of its result (as the MLIR printer names it);
 - a few short attributes (a constant's name, a requant's shifts ...; dense values are left out);
