@@ -24,9 +24,10 @@ Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
     ``"nanoengine"`` flavour), never written silently wrong; so is a 1-bit activation (the
     sign rule has no QuantizeLinear form), a >16-bit one, and a 2- or 3-bit one with
     per-channel exponents (see the next point);
-  * a 2- or 3-bit activation (per tensor) is `Clip(x, qmin * 2**-k, qmax * 2**-k)` before an
-    int4 QuantizeLinear: clamping before rounding to an integer bound is the same as
-    saturating after, so the codes stay in the narrow range exactly;
+  * a 2- or 3-bit activation (per tensor) is an int4 QuantizeLinear -> DequantizeLinear
+    followed by `Clip(qmin * 2**-k, qmax * 2**-k)`: the bounds are on the grid, so clamping
+    after rounding is the same as saturating the narrow code (a Clip *before* an int4
+    QuantizeLinear would say the same, but onnxruntime 1.32's Clip/Q fusion fails on int4);
   * a quantizer of a constant (weights, biases, any named parameter) is written as its codes
     (an integer initializer computed by nanoir with the op's own rounding, whatever it is)
     and one `DequantizeLinear`: exact for every rounding mode. 1-bit constants are ±1 int8
@@ -274,22 +275,26 @@ class _Writer:
                 "onnx_flavor='nanoengine' (--emit=onnx-nanoengine)"
             )
         elem, dtype = code
-        if bits < 4:
-            if axis is not None:
-                raise OnnxExportError(
-                    f"onnx export (qdq flavour): nq.fake_quant '{out}' is a {bits}-bit activation "
-                    "quantizer with per-channel exponents; int4 saturates at -8..7 and Clip "
-                    "takes scalar bounds, so it has no QDQ form"
-                )
-            lo = self.const(f"{out}_min", np.float32(qmin(bits) * scale.reshape(-1)[0]))
-            hi = self.const(f"{out}_max", np.float32(qmax(bits) * scale.reshape(-1)[0]))
-            clipped = self.fresh(f"{out}_clipped")
-            self.add_node("Clip", [x, lo, hi], [clipped])
-            x = clipped
+        if bits < 4 and axis is not None:
+            raise OnnxExportError(
+                f"onnx export (qdq flavour): nq.fake_quant '{out}' is a {bits}-bit activation "
+                "quantizer with per-channel exponents; int4 saturates at -8..7 and Clip "
+                "takes scalar bounds, so it has no QDQ form"
+            )
         zero = self.const(f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem == 22 else None)
         codes = self.fresh(f"{out}_codes")
         self.add_node("QuantizeLinear", [x, scale_name, zero], [codes], attrs)
-        self.add_node("DequantizeLinear", [codes, scale_name, zero], [out], attrs)
+        if bits >= 4:
+            self.add_node("DequantizeLinear", [codes, scale_name, zero], [out], attrs)
+            return
+        # 2-3 bits: int4 codes clamped to the narrow range after dequantizing (the bounds are
+        # on the grid, so clamping after rounding equals saturating the narrow code)
+        wide = self.fresh(f"{out}_int4")
+        self.add_node("DequantizeLinear", [codes, scale_name, zero], [wide], attrs)
+        step = float(scale.reshape(-1)[0])
+        lo = self.const(f"{out}_min", np.asarray(qmin(bits) * step, np.float32))
+        hi = self.const(f"{out}_max", np.asarray(qmax(bits) * step, np.float32))
+        self.add_node("Clip", [wide, lo, hi], [out])
 
     def _axis(self, op: FakeQuantOp, out: str, exp: Any, rank: int) -> tuple[int | None, Any]:
         """(axis or None for per tensor, the exponents as a scalar or a 1-D vector)."""

@@ -1,0 +1,326 @@
+"""Writing ONNX (`grammar/onnx_export.py`): standard QDQ (opset 21) and NanoEngine-PyTorch's
+form (opset 17 + `t2e.qmodel::Q`).
+
+Every written model passes `onnx.checker` and reads back (`nanoir.load`, the ONNX reader) to a
+program whose outputs equal the original's bit for bit. The QDQ file runs in onnxruntime, and
+its outputs equal nanoir's nq run element for element (measured: the test models at
+half_even, and small programs covering int4 / 2-bit / 16-bit / per-channel activations, 1-bit
+and trunc-rounded weights, and the Pad/Resize/Split/Concat/Clip/Transpose/GlobalAveragePool
+translations). Quantizers a flavour cannot express are a `nanoir.Error` naming the op, and
+no file is written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from nanoir.grammar.onnx_export import OnnxExportError, export_onnx_bytes, export_onnx_model
+
+import nanoir
+
+ort = pytest.importorskip("onnxruntime")
+
+HALF_EVEN = "rounding = #nq.rounding<half_even>"
+ORT_DISABLED = ["QDQPropagationTransformer", "ClipQuantRewrite"]
+
+
+def ort_session(data: bytes) -> object:
+    """An onnxruntime CPU session. Two of onnxruntime 1.32's graph optimizers fail on valid
+    opset-21 QDQ, so they are disabled (see BENCHMARKS.md): QDQ propagation around a Reshape
+    ('output_dtype INT8 does not match y_zero_point type UINT8', onnxruntime issue #27845) and
+    the Clip -> QuantizeLinear fusion on int4 ('Unexpected data type ... y_zero_point of 22')."""
+    return ort.InferenceSession(
+        data, providers=["CPUExecutionProvider"], disabled_optimizers=ORT_DISABLED
+    )
+
+
+def run_ort(data: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
+    session = ort_session(data)
+    names = [i.name for i in session.get_inputs()]  # type: ignore[attr-defined]
+    return session.run(None, dict(zip(names, inputs)))  # type: ignore[attr-defined]
+
+
+def assert_same_everywhere(module: object, *inputs: np.ndarray, tmp_path: Path) -> None:
+    """QDQ: checker, ORT == nanoir's nq run element for element, file reads back bit for bit."""
+    expected = nanoir.run(module, *inputs)
+    data = export_onnx_bytes(module)  # type: ignore[arg-type]
+    onnx.checker.check_model(onnx.load_model_from_string(data), full_check=True)
+    got = run_ort(data, *inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        np.testing.assert_array_equal(g, e.astype(np.float32))
+    path = tmp_path / "m.onnx"
+    nanoir.save(module, path)  # type: ignore[arg-type]
+    assert path.read_bytes() == data
+    back = nanoir.run(nanoir.load(path), *inputs)
+    for b, e in zip(back, expected):
+        np.testing.assert_array_equal(b, e)
+
+
+# ---------------------------------------------------------------------------------------
+# The test models at half_even
+# ---------------------------------------------------------------------------------------
+
+
+def quantized_test_model(name: str, rounding: str) -> tuple[object, np.ndarray]:
+    pytest.importorskip("torch")
+    from nanoir.testing import import_folded
+
+    module, shape = import_folded(name)
+    rng = np.random.default_rng(0)
+    nanoir.quantize(
+        module, [rng.standard_normal((8, *shape)).astype(np.float32)], rounding=rounding
+    )
+    return module, rng.standard_normal((5, *shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "MobileNetV2Stack"])
+def test_test_models_qdq_equal_nq_in_onnxruntime(name: str, tmp_path: Path) -> None:
+    module, x = quantized_test_model(name, "half_even")
+    assert_same_everywhere(module, x, tmp_path=tmp_path)
+    model = export_onnx_model(module)  # type: ignore[arg-type]
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 21)]
+    ops = {n.op_type for n in model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    assert "Q" not in ops
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch.dim_param == "N"  # a dynamic batch stays symbolic
+
+
+def test_test_model_nanoengine_flavour_reads_back(tmp_path: Path) -> None:
+    module, x = quantized_test_model("LeNet5", "trunc")
+    path = tmp_path / "ne.onnx"
+    nanoir.save(module, path, onnx_flavor="nanoengine")  # type: ignore[arg-type]
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    assert sorted((o.domain, o.version) for o in model.opset_import) == [
+        ("", 17),
+        ("t2e.qmodel", 1),
+    ]
+    qs = [n for n in model.graph.node if n.op_type == "Q"]
+    assert qs and all(n.domain == "t2e.qmodel" for n in qs)
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+    inits = {i.name: i for i in model.graph.initializer}
+    k_shapes = set()
+    for n in qs:
+        k = inits[n.input[1]]
+        assert k.data_type == onnx.TensorProto.INT8
+        k_shapes.add(tuple(k.dims))
+        assert [a.name for a in n.attribute] == ["bit_len"]
+    assert {(1,), (6, 1, 1, 1), (6,), (120, 1)} <= k_shapes  # torch-broadcast exponents
+    expected = nanoir.run(module, x)
+    back = nanoir.run(nanoir.load(path), x)
+    np.testing.assert_array_equal(back[0], expected[0])
+
+
+# ---------------------------------------------------------------------------------------
+# Small programs: code widths, per-channel, 1-bit weights, op translations
+# ---------------------------------------------------------------------------------------
+
+
+def _dense(a: np.ndarray) -> str:
+    return f"dense<{json.dumps(a.tolist())}>"
+
+
+def widths_program() -> str:
+    w = np.random.default_rng(1).standard_normal((2, 3, 3, 3)).astype(np.float32)
+    b = np.asarray([0.3, -0.7], np.float32)
+    return f"""\
+func.func @main(%x: tensor<?x3x4x4xf32>) -> (tensor<?x2x4x4xf32>, tensor<?x2x4x4xf32>) {{
+  %xq = nq.fake_quant %x {{bits = 8 : i64, exp = dense<[[[5]], [[4]], [[6]]]> : tensor<3x1x1xi8>, {HALF_EVEN}}} : tensor<?x3x4x4xf32>
+  %w = nf.constant "w" {_dense(w)} : tensor<2x3x3x3xf32>
+  %wq = nq.fake_quant %w {{bits = 1 : i64, exp = dense<[[[[-2]]], [[[-3]]]]> : tensor<2x1x1x1xi8>}} : tensor<2x3x3x3xf32>
+  %b = nf.constant "b" {_dense(b)} : tensor<2xf32>
+  %bq = nq.fake_quant %b {{bits = 3 : i64, exp = dense<[2, 3]> : tensor<2xi8>, rounding = #nq.rounding<floor>}} : tensor<2xf32>
+  %y = nf.conv %xq, %wq, %bq {{pads = array<i64: 1, 1, 1, 1>}} : (tensor<?x3x4x4xf32>, tensor<2x3x3x3xf32>, tensor<2xf32>) -> tensor<?x2x4x4xf32>
+  %yq = nq.fake_quant %y {{bits = 16 : i64, exp = dense<6> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x2x4x4xf32>
+  %r = nf.relu %yq : tensor<?x2x4x4xf32>
+  %rq = nq.fake_quant %r {{bits = 4 : i64, exp = dense<[[[1]], [[2]]]> : tensor<2x1x1xi8>, {HALF_EVEN}}} : tensor<?x2x4x4xf32>
+  %s = nq.fake_quant %yq {{bits = 2 : i64, exp = dense<0> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x2x4x4xf32>
+  func.return %rq, %s : tensor<?x2x4x4xf32>, tensor<?x2x4x4xf32>
+}}
+"""
+
+
+DATA_MOVEMENT = f"""\
+func.func @main(%x: tensor<?x2x5xf32>) -> (tensor<?x2x16xf32>, tensor<?x16x2xf32>, tensor<?x2x1xf32>) {{
+  %xq = nq.fake_quant %x {{bits = 8 : i64, exp = dense<4> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x2x5xf32>
+  %p = nf.pad %xq {{pads = array<i64: 0, 0, 1, 0, 0, 2>, value = 0.5 : f64}} : tensor<?x2x5xf32> -> tensor<?x2x8xf32>
+  %u = nf.upsample_nearest %p : tensor<?x2x8xf32> -> tensor<?x2x16xf32>
+  %a, %b = nf.split %u {{axis = 1 : i64, sizes = array<i64: 1, 1>}} : (tensor<?x2x16xf32>) -> (tensor<?x1x16xf32>, tensor<?x1x16xf32>)
+  %c = nf.concat %b, %a {{axis = 1 : i64}} : (tensor<?x1x16xf32>, tensor<?x1x16xf32>) -> tensor<?x2x16xf32>
+  %cl = nf.clamp %c {{min = -1.0 : f64, max = 1.5 : f64}} : tensor<?x2x16xf32>
+  %cq = nq.fake_quant %cl {{bits = 4 : i64, exp = dense<2> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x2x16xf32>
+  %t = nf.transpose %c {{perm = array<i64: 0, 2, 1>}} : tensor<?x2x16xf32> -> tensor<?x16x2xf32>
+  %g = nf.adaptive_avg_pool %u {{output_size = array<i64: 1>}} : tensor<?x2x16xf32> -> tensor<?x2x1xf32>
+  %gq = nq.fake_quant %g {{bits = 8 : i64, exp = dense<5> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x2x1xf32>
+  func.return %cq, %t, %gq : tensor<?x2x16xf32>, tensor<?x16x2xf32>, tensor<?x2x1xf32>
+}}
+"""
+
+
+def test_code_widths_per_channel_and_constants(tmp_path: Path) -> None:
+    """int8 per-channel, int16 and int4 per-channel activations; a 2-bit activation as Clip +
+    int4; 1-bit weights (±1 int8 codes at scale 2**k) and floor-rounded 3-bit biases (codes
+    computed by nanoir, so any rounding is exact)."""
+    module = nanoir.parse(widths_program())
+    x = np.random.default_rng(2).standard_normal((3, 3, 4, 4)).astype(np.float32) * 2
+    assert_same_everywhere(module, x, tmp_path=tmp_path)
+    model = export_onnx_model(module)
+    inits = {i.name: i for i in model.graph.initializer}
+    codes = onnx.numpy_helper.to_array(inits["w_codes"])
+    assert codes.dtype == np.int8 and set(np.unique(codes)) <= {-1, 1}
+    scale = onnx.numpy_helper.to_array(inits[model.graph.node[1].input[1]])
+    types = {
+        n.output[0]: inits[n.input[2]].data_type
+        for n in model.graph.node
+        if n.op_type == "QuantizeLinear"
+    }
+    assert sorted(types.values()) == sorted(
+        [
+            onnx.TensorProto.INT8,
+            onnx.TensorProto.INT16,
+            onnx.TensorProto.INT4,
+            onnx.TensorProto.INT4,
+        ]
+    )
+    assert scale.dtype == np.float32
+    assert any(n.op_type == "Clip" for n in model.graph.node)  # the 2-bit range
+
+
+def test_data_movement_translations(tmp_path: Path) -> None:
+    """Pad, Resize, Split, Clip take constant inputs in opset 21; Transpose, Concat and
+    GlobalAveragePool as the .ne rows write them."""
+    module = nanoir.parse(DATA_MOVEMENT)
+    x = np.random.default_rng(3).standard_normal((2, 2, 5)).astype(np.float32)
+    assert_same_everywhere(module, x, tmp_path=tmp_path)
+    ops = [n.op_type for n in export_onnx_model(module).graph.node]
+    for op in ("Pad", "Resize", "Split", "Concat", "Clip", "Transpose", "GlobalAveragePool"):
+        assert op in ops
+
+
+def test_returned_input_and_twice_returned_value_get_identity(tmp_path: Path) -> None:
+    module = nanoir.parse(
+        f"""\
+func.func @main(%x: tensor<?x4xf32>) -> (tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>) {{
+  %q = nq.fake_quant %x {{bits = 8 : i64, exp = dense<3> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x4xf32>
+  func.return %q, %q, %x : tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>
+}}
+"""
+    )
+    x = np.random.default_rng(4).standard_normal((3, 4)).astype(np.float32)
+    assert_same_everywhere(module, x, tmp_path=tmp_path)
+
+
+# ---------------------------------------------------------------------------------------
+# Refusals: a clear nanoir.Error naming the op, and no file written
+# ---------------------------------------------------------------------------------------
+
+
+def one_quantizer(bits: int, rounding: str) -> str:
+    return f"""\
+func.func @main(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {{
+  %q = nq.fake_quant %x {{bits = {bits} : i64, exp = dense<3> : tensor<1xi8>, rounding = #nq.rounding<{rounding}>}} : tensor<?x4xf32>
+  %r = nf.relu %q : tensor<?x4xf32>
+  func.return %r : tensor<?x4xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("bits", "rounding", "flavor", "message"),
+    [
+        (
+            8,
+            "trunc",
+            "qdq",
+            r"'q' of an activation rounds trunc.*QuantizeLinear rounds half to even.*onnx_flavor='nanoengine'",
+        ),
+        (8, "floor", "qdq", r"rounds floor.*onnx-nanoengine"),
+        (4, "half_up", "qdq", r"rounds half_up"),
+        (
+            1,
+            "half_even",
+            "qdq",
+            r"'q' is a 1-bit \(sign rule\) activation.*onnx_flavor='nanoengine'",
+        ),
+        (
+            8,
+            "half_even",
+            "nanoengine",
+            r"nanoengine flavour.*'q' rounds half_even.*truncates.*onnx_flavor='qdq'",
+        ),
+        (4, "floor", "nanoengine", r"rounds floor"),
+    ],
+)
+def test_refusals_are_clear_and_write_nothing(
+    bits: int, rounding: str, flavor: str, message: str, tmp_path: Path
+) -> None:
+    module = nanoir.parse(one_quantizer(bits, rounding))
+    path = tmp_path / "m.onnx"
+    with pytest.raises(OnnxExportError, match=message) as info:
+        nanoir.save(module, path, onnx_flavor=flavor)
+    assert isinstance(info.value, nanoir.Error)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_trunc_and_1_bit_activations_write_in_the_nanoengine_flavour(tmp_path: Path) -> None:
+    for bits in (1, 2, 8):
+        module = nanoir.parse(one_quantizer(bits, "trunc"))
+        path = tmp_path / f"m{bits}.onnx"
+        nanoir.save(module, path, onnx_flavor="nanoengine")
+        onnx.checker.check_model(onnx.load(path))
+        x = np.random.default_rng(bits).standard_normal((6, 4)).astype(np.float32)
+        np.testing.assert_array_equal(nanoir.run(nanoir.load(path), x)[0], nanoir.run(module, x)[0])
+
+
+def test_other_refusals() -> None:
+    per_two_dims = """\
+func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
+  %q = nq.fake_quant %x {bits = 8 : i64, exp = dense<[[1, 2, 3], [4, 5, 6]]> : tensor<2x3xi8>, rounding = #nq.rounding<half_even>} : tensor<?x2x3xf32>
+  func.return %q : tensor<?x2x3xf32>
+}
+"""
+    with pytest.raises(OnnxExportError, match="varying along more than one dim"):
+        export_onnx_bytes(nanoir.parse(per_two_dims))
+    with pytest.raises(OnnxExportError, match="unknown flavour 'tflite'"):
+        export_onnx_bytes(nanoir.parse(one_quantizer(8, "trunc")), "tflite")
+    two_bit_per_channel = one_quantizer(2, "half_even").replace(
+        "dense<3> : tensor<1xi8>", "dense<[1, 2, 3, 4]> : tensor<4xi8>"
+    )
+    with pytest.raises(OnnxExportError, match="2-bit activation quantizer with per-channel"):
+        export_onnx_bytes(nanoir.parse(two_bit_per_channel))
+
+
+# ---------------------------------------------------------------------------------------
+# nanoir-opt --emit=onnx / onnx-nanoengine
+# ---------------------------------------------------------------------------------------
+
+
+def nanoir_opt(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "nanoir.opt", *args], capture_output=True, timeout=120
+    )
+
+
+def test_cli_emit_onnx(tmp_path: Path) -> None:
+    (tmp_path / "he.mlir").write_text(one_quantizer(8, "half_even"))
+    (tmp_path / "tr.mlir").write_text(one_quantizer(8, "trunc"))
+    done = nanoir_opt(str(tmp_path / "he.mlir"), "--emit=onnx", "-o", str(tmp_path / "he.onnx"))
+    assert done.returncode == 0, done.stderr
+    module = nanoir.parse(one_quantizer(8, "half_even"))
+    assert (tmp_path / "he.onnx").read_bytes() == export_onnx_bytes(module)
+    stdout = nanoir_opt(str(tmp_path / "tr.mlir"), "--emit=onnx-nanoengine")
+    assert stdout.returncode == 0, stdout.stderr
+    assert stdout.stdout == export_onnx_bytes(nanoir.parse(one_quantizer(8, "trunc")), "nanoengine")
+    refused = nanoir_opt(str(tmp_path / "tr.mlir"), "--emit=onnx", "-o", str(tmp_path / "tr.onnx"))
+    assert refused.returncode == 1
+    assert b"rounds trunc" in refused.stderr and b"Traceback" not in refused.stderr
+    assert not (tmp_path / "tr.onnx").exists()
