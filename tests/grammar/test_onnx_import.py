@@ -767,3 +767,16 @@ def test_fuzzed_files_raise_only_nanoir_errors(
             import_onnx_bytes(bytes(data[:cut]), "fuzz.onnx")
         except nanoir.Error as e:
             assert str(e).startswith("fuzz.onnx: ")
+
+
+def test_standard_ops_agree_with_onnxruntime() -> None:
+    """Where onnxruntime runs the graph (standard ops and QDQ, not `t2e.qmodel::Q`), nanoir's
+    reading computes what it computes (to float32 rounding: ORT computes in float32)."""
+    ort = pytest.importorskip("onnxruntime")
+    data = qdq_model_bytes()
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = (RNG.normal(size=(3, 3, 2, 2)) * 3).astype(np.float32)
+    want = session.run(None, {"input": x})
+    got = nanoir.run(import_onnx_bytes(data, "qdq.onnx"), x.astype(np.float64))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
