@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from xdsl.dialects.builtin import TensorType
@@ -177,6 +178,61 @@ def _check_stream_options(func: FuncOp, mem_dim: int, step: int) -> None:
         )
 
 
+def _save(outs: list[tuple[str, bool]], outputs: Sequence[Any]) -> None:
+    """Print the outputs (no ``-o``), or write one ``.npz`` or one ``.npy`` per output."""
+    if not outs:
+        for i, y in enumerate(outputs):
+            y = np.asarray(y)
+            print(f"// output {i}: shape {tuple(y.shape)}, dtype {y.dtype}")
+            print(np.array2string(y, threshold=200, max_line_width=100))
+        return
+    if len(outs) == 1 and outs[0][1]:
+        arrays = {f"output_{i}": np.asarray(y) for i, y in enumerate(outputs)}
+        write_atomically(outs[0][0], lambda f: np.savez(f, **arrays))
+        return
+    for (path, _), y in zip(outs, outputs, strict=True):
+        write_atomically(path, lambda f, y=y: np.save(f, np.asarray(y), allow_pickle=False))
+
+
+def _stream(module: Any, args: argparse.Namespace, outs: list[tuple[str, bool]]) -> int:
+    """``--stream``: the inputs memory-mapped and pushed ``--step`` rows at a time through a
+    ``Streamer``; each output's rows spooled to disk as they come (``RowSpool``), then
+    written as one ``.npy`` each (or printed, or one ``.npz``)."""
+    # lazy: the streaming modules load only for --stream
+    from nanoir.row_spool import RowSpool
+    from nanoir.runtime.streamer import Streamer
+
+    streamer = Streamer(
+        module, args.mem_dim, function=args.function, dtype=args.dtype, raw=args.raw
+    )
+    inputs = [load_array(path, mmap=True) for path in args.input]
+    dim, step = args.mem_dim, args.step
+    along = [x.ndim > dim and streamer.streams_input(i) for i, x in enumerate(inputs)]
+    length = max([x.shape[dim] for x, a in zip(inputs, along) if a] or [1])
+    spools = [RowSpool(dim) for _ in range(streamer.num_outputs)]
+    try:
+        for start in range(0, length, step):
+            chunks = [
+                x[(slice(None),) * dim + (slice(start, start + step),)]
+                if a
+                else (x if start == 0 else None)
+                for x, a in zip(inputs, along)
+            ]
+            for spool, y in zip(spools, streamer.push(*chunks)):
+                spool.add(y)
+        for spool, y in zip(spools, streamer.flush()):
+            spool.add(y)
+        if outs and not (len(outs) == 1 and outs[0][1]):
+            for (path, _), spool in zip(outs, spools, strict=True):
+                write_atomically(path, spool.write_npy)
+        else:
+            _save(outs, [spool.array() for spool in spools])
+    finally:
+        for spool in spools:
+            spool.close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nanoir-run``; returns the exit code."""
     return run_main("nanoir-run", lambda: _main(argv))
@@ -211,6 +267,8 @@ def _main(argv: Sequence[str] | None) -> int:
                     f"the program has {results} outputs but {len(outs)} -o paths were given "
                     "(give one per output, or a single .npz)"
                 )
+        if args.stream and not args.report:
+            return _stream(module, args, outs)
         inputs = [load_array(path) for path in args.input]
         if args.report:
             # lazy: the report's modules load only for --report
@@ -224,33 +282,8 @@ def _main(argv: Sequence[str] | None) -> int:
             if args.plot is not None:
                 measured.plot(args.plot, title=f"{Path(args.program).name}: quantization report")
             return 0
-        if args.stream:
-            from nanoir.runtime.stream import stream  # lazy: loads only for --stream
-
-            outputs = stream(
-                module,
-                inputs,
-                mem_dim=args.mem_dim,
-                step=args.step,
-                function=args.function,
-                dtype=args.dtype,
-                raw=args.raw,
-            )
-        else:
-            outputs = run(module, *inputs, function=args.function, dtype=args.dtype, raw=args.raw)
-
-        if not outs:
-            for i, y in enumerate(outputs):
-                y = np.asarray(y)
-                print(f"// output {i}: shape {tuple(y.shape)}, dtype {y.dtype}")
-                print(np.array2string(y, threshold=200, max_line_width=100))
-            return 0
-        if len(outs) == 1 and outs[0][1]:
-            arrays = {f"output_{i}": np.asarray(y) for i, y in enumerate(outputs)}
-            write_atomically(outs[0][0], lambda f: np.savez(f, **arrays))
-            return 0
-        for (path, _), y in zip(outs, outputs, strict=True):
-            write_atomically(path, lambda f, y=y: np.save(f, np.asarray(y), allow_pickle=False))
+        outputs = run(module, *inputs, function=args.function, dtype=args.dtype, raw=args.raw)
+        _save(outs, outputs)
         return 0
     except (ParseError, NanoEngineError) as e:
         print(str(e).rstrip(), file=sys.stderr)

@@ -40,6 +40,25 @@ def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
     from numpy.lib import format as npy
 
     start = stream.tell()
+    shape, dtype = _check_npy_header(stream, size, name)
+    needed = math.prod(shape) * dtype.itemsize
+    stream.seek(start)
+    try:
+        return npy.read_array(stream, allow_pickle=False)
+    except MemoryError:
+        raise FileFormatError(
+            f"{name}: a {'x'.join(map(str, shape))} {dtype} array "
+            f"({_size(needed)}) does not fit in memory"
+        ) from None
+    except (ValueError, EOFError, OSError) as e:
+        raise FileFormatError(f"{name}: cannot read the array: {e}") from None
+
+
+def _check_npy_header(stream: IO[bytes], size: int, name: str) -> tuple[tuple[int, ...], np.dtype]:  # type: ignore[type-arg]
+    """The shape and dtype a ``.npy`` header at the stream's position promises, checked
+    against the ``size`` bytes the stream holds (the stream is left after the header)."""
+    from numpy.lib import format as npy
+
     try:
         version = npy.read_magic(stream)
         if version == (1, 0):
@@ -66,16 +85,7 @@ def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
             f"{name}: truncated: its header promises a {'x'.join(map(str, shape)) or 'scalar'} "
             f"{dtype} array ({_size(needed)}) but the file holds {_size(max(held, 0))} of data"
         )
-    stream.seek(start)
-    try:
-        return npy.read_array(stream, allow_pickle=False)
-    except MemoryError:
-        raise FileFormatError(
-            f"{name}: a {'x'.join(map(str, shape))} {dtype} array "
-            f"({_size(needed)}) does not fit in memory"
-        ) from None
-    except (ValueError, EOFError, OSError) as e:
-        raise FileFormatError(f"{name}: cannot read the array: {e}") from None
+    return tuple(shape), dtype
 
 
 def load_arrays(path: str | os.PathLike[str], *, archive: bool = True) -> list[np.ndarray]:
@@ -133,6 +143,38 @@ def _read_npz(stream: IO[bytes], name: str) -> list[np.ndarray]:
     return arrays
 
 
-def load_array(path: str | os.PathLike[str]) -> np.ndarray:
-    """The one array of a ``.npy`` file (see ``load_arrays``; a ``.npz`` is an error)."""
-    return load_arrays(path, archive=False)[0]
+def load_array(path: str | os.PathLike[str], *, mmap: bool = False) -> np.ndarray:
+    """The one array of a ``.npy`` file (see ``load_arrays``; a ``.npz`` is an error).
+
+    With ``mmap`` a regular file's data is memory-mapped read-only (after the same header
+    checks), so a long input can be streamed without reading it whole; other files are read.
+    """
+    if not mmap:
+        return load_arrays(path, archive=False)[0]
+    name = os.fspath(path)
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError as e:
+        raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
+    if not regular:
+        return load_arrays(path, archive=False)[0]
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise FileFormatError(f"{name}: the file is empty (0 bytes), not a .npy array")
+            head = f.read(len(_NPY_MAGIC))
+            if head.startswith(_ZIP_MAGIC):
+                raise FileFormatError(f"{name}: is a .npz archive; one .npy array is expected here")
+            if head != _NPY_MAGIC:
+                raise FileFormatError(
+                    f"{name}: not a .npy file (it does not start with NumPy's magic bytes)"
+                )
+            f.seek(0)
+            _check_npy_header(f, size, name)
+    except OSError as e:
+        raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise FileFormatError(f"{name}: cannot map the array: {e}") from None

@@ -71,6 +71,10 @@ class Streamer:
     def num_outputs(self) -> int:
         return len(self._runner.results)
 
+    def streams_input(self, index: int) -> bool:
+        """Whether input ``index`` arrives row by row (it has the streamed dim), not whole."""
+        return self._runner.streamed[index]
+
     def _result_dtype(self, value: SSAValue, raw: bool) -> np.dtype[Any]:
         """The dtype the runner returns for ``value`` (for the 0-row arrays)."""
         if not self._runner.integer:
