@@ -24,6 +24,7 @@ import gc
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 
 from nanoir.grammar.ne_ast import (
     AttrValue,
@@ -95,6 +96,9 @@ _HEX_AT = re.compile(r"0x[0-9a-fA-F]*")
 # One token of an attribute list: a name, float, int or punctuation, after optional blanks.
 _ATTR_TOKEN = re.compile(rf"{_W}(?:({_NAME})|({_FLOAT})|({_INT})|([\[\]=,]))")
 _FIRST_HEX_LETTER = re.compile(r"[a-fA-F]")
+# An attribute list's text up to and including its `]`, lists nested at most two deep (the
+# cache key of `_Reader._attrs`; its contents are read by tokens).
+_ATTR_SPAN = re.compile(r"(?:[^\[\]]++|\[(?:[^\[\]]++|\[[^\[\]]*+\])*+\])*+\]")
 
 
 class _Decline(Exception):
@@ -132,6 +136,7 @@ def _int(text: str) -> int:
     return int(text)
 
 
+@lru_cache(maxsize=4096)  # programs repeat a few shapes
 def _shape(body: str) -> tuple[int, ...]:
     shape = tuple(_int(d) for d in _INT_AT.findall(body))
     count = 1
@@ -151,9 +156,16 @@ def _hex_is_upper(digits: str, default: bool) -> bool:
 def _names(body: str, offset: int, lines: _Lines) -> tuple[tuple[str, ...], tuple[Loc, ...]]:
     names: list[str] = []
     locs: list[Loc] = []
-    for m in _NAME_AT.finditer(body):
-        names.append(m.group(0))
-        locs.append(lines.loc(offset + m.start()))
+    if "\n" in body:
+        for m in _NAME_AT.finditer(body):
+            names.append(m.group(0))
+            locs.append(lines.loc(offset + m.start()))
+    else:  # one line: columns by arithmetic
+        first = lines.loc(offset)
+        line, column = first.line, first.column
+        for m in _NAME_AT.finditer(body):
+            names.append(m.group(0))
+            locs.append(Loc(line, column + m.start()))
     return tuple(names), tuple(locs)
 
 
@@ -170,6 +182,7 @@ class _Reader:
         self.lines = _Lines(text)
         self.fromhex = fromhex
         self.blank_lines = blank_lines
+        self.attr_cache: dict[str, tuple[tuple[tuple[str, AttrValue], ...], tuple[int, ...]]] = {}
 
     # -- attributes -----------------------------------------------------------------------
     def _token(self, pos: int) -> re.Match[str]:
@@ -206,9 +219,33 @@ class _Reader:
             pos = m.end()
 
     def _attrs(self, pos: int) -> tuple[tuple[tuple[str, AttrValue], ...], tuple[Loc, ...], int]:
-        """The attributes after `attr=[`, their key positions, and the offset after `]`."""
+        """The attributes after `attr=[`, their key positions, and the offset after `]`.
+
+        Attribute lists repeat (`bit_len=8`, a conv's windows): one read per distinct text."""
+        text = self.text
+        span = _ATTR_SPAN.match(text, pos)
+        if span is None:  # deeply nested, or not a list
+            attrs, offsets, end = self._read_attrs(pos)
+        else:
+            end = span.end()
+            body = text[pos:end]
+            found = self.attr_cache.get(body)
+            if found is None:
+                attrs, offsets, end_read = self._read_attrs(pos)
+                if end_read != end:  # cannot happen: the span is balanced
+                    raise _Decline
+                self.attr_cache[body] = found = (attrs, tuple(o - pos for o in offsets))
+            attrs, relative = found
+            offsets = tuple(pos + o for o in relative)
+        loc = self.lines.loc
+        return attrs, tuple(loc(o) for o in offsets), end
+
+    def _read_attrs(
+        self, pos: int
+    ) -> tuple[tuple[tuple[str, AttrValue], ...], tuple[int, ...], int]:
+        """`_attrs` by tokens: the attributes, the offsets of their keys, the end."""
         attrs: list[tuple[str, AttrValue]] = []
-        locs: list[Loc] = []
+        locs: list[int] = []
         m = self._token(pos)
         if m.group(4) == "]":
             return (), (), m.end()
@@ -216,7 +253,7 @@ class _Reader:
             key = m.group(1)
             if key is None:
                 raise _Decline
-            locs.append(self.lines.loc(m.start(1)))
+            locs.append(m.start(1))
             m = self._token(m.end())
             if m.group(4) != "=":
                 raise _Decline
