@@ -9,7 +9,8 @@ a fake-quant (lookup tables), and half the time a flatten (reshape) + linear tai
 ``ALL_KINDS`` adds every other nf op (all but ``nf.custom``, which has no semantics): PReLU,
 lone batch norms, transpose, pad, split, nearest upsampling, transposed convs (1-D or 2-D,
 grouped, strided, dilated, padded, output_padding; weight exponents along dim 1), sub,
-division by a dyadic constant, matmul, linear layers over the last dim of a feature map,
+products of branches, a float constant added, division by a dyadic constant, matmul (by a
+constant, and of a value by its transpose), linear layers over the last dim of a feature map,
 adaptive average pooling, hardsigmoid and leaky ReLU (tables), depth_to_space /
 space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes need it) and
 channel shuffle (reshape, transpose, reshape). The hw lowering's and the
@@ -198,6 +199,9 @@ ALL_KINDS = BASE_KINDS + (
     "space_to_depth",
     "channel_shuffle",
     "conv_transpose",
+    "mul_branches",
+    "add_constant",
+    "matmul_branches",
 )
 """Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
 lowering's and the streaming executor's property tests draw from these."""
@@ -456,6 +460,24 @@ def random_nq_program(
                 )
             ).results[0]
             values.append(b.act(y))
+        elif kind == "mul_branches":
+            # A product of two runtime values: codes multiply, exponents add.
+            same = [u for u in values if _shape(u) == shape]
+            other = draw(st.sampled_from(same))
+            values.append(b.act(b.add(nf.MulOp(v, other)).results[0]))
+        elif kind == "add_constant":
+            # A float constant operand (``x + 0.5``), used at an exponent where it is whole.
+            c = b.constant(np.array(draw(st.sampled_from((0.5, 2.0, -1.25, 0.125)))), f"a{i}")
+            values.append(b.act(b.add(nf.AddOp(v, c)).results[0]))
+        elif kind == "matmul_branches":
+            # x @ transpose(x) over the last dim (attention-like scores), both per tensor.
+            if shape[-1] > 9:
+                continue
+            x = b.fake_quant(v, bits=draw(st.sampled_from((2, 4, 8))), base=3)
+            rank = len(shape)
+            perm = [*range(rank - 2), rank - 1, rank - 2]
+            xt = b.add(nf.TransposeOp(x, perm)).results[0]
+            values.append(b.act(b.add(nf.MatmulOp(x, xt)).results[0]))
     out = values[-1]
     if draw(st.booleans()):
         shape = _shape(out)

@@ -71,6 +71,9 @@ NEW_KINDS = {
     "channel_shuffle": "nf.reshape",
     "linear": "nf.linear",
     "conv_transpose": "nf.conv_transpose",
+    "mul_branches": "nf.mul",
+    "add_constant": "nf.add",
+    "matmul_branches": "nf.matmul",
 }
 
 

@@ -189,7 +189,7 @@ def test_sample_program_with_a_dynamic_height() -> None:
         check_stream(module, [x], step)
 
 
-@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_programs(data: st.DataObject) -> None:
     """Random exact-lowerable programs of every op kind (strided, dilated, padded convs,
