@@ -2,7 +2,7 @@
 
 For each test model (nanoir.testing: LeNet-5, KWS net, MobileNetV2 block stack, ResNet-18 at
 32x32, and the sample net), imported with ``from_torch``, BN folded and quantized with
-``rounding="half_even"`` (8 bits, per-channel weights), the program is written with
+``rounding="half_even"`` (``--bits``, 8 by default; per-channel weights), the program is written with
 ``nanoir.grammar.onnx_export`` (``nanoir.save(m, "m.onnx")``) and run by:
 
 - ``ort``: onnxruntime's CPU provider, one thread, all graph optimizations except the two
@@ -19,7 +19,8 @@ For each test model (nanoir.testing: LeNet-5, KWS net, MobileNetV2 block stack, 
 value cast to float32), over ``--batches`` random batches. Times are the best of
 ``--repeat`` runs after a warm-up; compilation and session creation are not timed.
 
-    python benchmarks/bench_onnx_qdq.py [--batch 8] [--batches 4] [--repeat 7]
+    python benchmarks/bench_onnx_qdq.py [--batch 8] [--batches 4] [--repeat 7] [--bits 8]
+        [--ort-level all|basic|none]
 """
 
 from __future__ import annotations
@@ -51,14 +52,16 @@ def best_ms(call: Callable[[], object], repeat: int) -> float:
     return min(times) * 1e3
 
 
-def quantized(name: str, rounding: str, batch: int) -> tuple[Any, tuple[int, ...]]:
+def quantized(name: str, rounding: str, batch: int, bits: int = 8) -> tuple[Any, tuple[int, ...]]:
     import nanoir
     from nanoir.testing import import_folded
 
     module, shape = import_folded(name, batch=2)
     rng = np.random.default_rng(0)
     calibration = [rng.standard_normal((batch, *shape)).astype(np.float32) for _ in range(2)]
-    nanoir.quantize(module, calibration, rounding=rounding)
+    nanoir.quantize(
+        module, calibration, rounding=rounding, weight_bits=bits, bias_bits=bits, act_bits=bits
+    )
     return module, shape
 
 
@@ -89,20 +92,28 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from nanoir.grammar.onnx_export import export_onnx_bytes
     from nanoir.runtime.interpreter import compile_module
 
-    module, shape = quantized(name, "half_even", args.batch)
+    module, shape = quantized(name, "half_even", args.batch, args.bits)
     data = export_onnx_bytes(module)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    options.graph_optimization_level = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }[args.ort_level]
+    # int4: onnxruntime 1.32's QDQ selector actions drop the Q/DQ around MaxPool and give it
+    # int4 codes, which its MaxPool does not take (INVALID_GRAPH): disable them too
+    disabled = ORT_DISABLED + (["QDQSelectorActionTransformer"] if args.bits <= 4 else [])
     session = ort.InferenceSession(
-        data, options, providers=["CPUExecutionProvider"], disabled_optimizers=ORT_DISABLED
+        data, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
     )
     input_name = session.get_inputs()[0].name
     nq = compile_module(module)
     try:
         nh, nh_same = nh_plan(module), True
     except Exception:  # half_even average pooling: time the trunc twin
-        twin, _ = quantized(name, "trunc", args.batch)
+        twin, _ = quantized(name, "trunc", args.batch, args.bits)
         nh, nh_same = nh_plan(twin), False
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((args.batch, *shape)).astype(np.float32) for _ in range(args.batches)]
@@ -136,10 +147,22 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--models", nargs="*", default=MODELS)
+    parser.add_argument(
+        "--ort-level",
+        choices=["all", "basic", "none"],
+        default="all",
+        help="onnxruntime's graph optimization level (all: every fusion but the broken ones)",
+    )
+    parser.add_argument(
+        "--bits", type=int, default=8, help="weight, bias and activation bits (4: int4 QDQ)"
+    )
     args = parser.parse_args()
     import onnxruntime as ort
 
-    print(f"onnxruntime {ort.__version__}, batch {args.batch}, {args.batches} batches")
+    print(
+        f"onnxruntime {ort.__version__} (optimizations: {args.ort_level}), {args.bits} bits, "
+        f"batch {args.batch}, {args.batches} batches"
+    )
     print(
         "| model (input) | ORT ms | nq ms | nh ms | nh / ORT | ORT == nq | ORT == nh |\n"
         "|---|---:|---:|---:|---:|---:|---:|"

@@ -39,6 +39,12 @@ Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
   weight, `[1,C,1,1]` for per-channel activations) and attribute `bit_len`. NanoEngine
   truncates, so any other rounding is refused.
 
+Running a QDQ file in onnxruntime 1.32: disable its graph optimizers `QDQPropagationTransformer`
+(it inserts a QuantizeLinear with a mismatched zero point type around a Reshape of opset-21
+int8 QDQ, onnxruntime issue #27845) and `ClipQuantRewrite` (it fails on an int4 QuantizeLinear
+after a Clip); `disabled_optimizers=[...]` of `InferenceSession`. With them disabled, the test
+models' outputs equal nanoir's nq run element for element (BENCHMARKS.md).
+
 What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`) naming the
 op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other
 than 2 (Gemm), a SpaceToDepth in CRD mode (ONNX's is DCR only), a quantizer whose exponents
