@@ -34,9 +34,10 @@ Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
     codes with scale `2**exp` (1-bit's magnitude); int32 codes for 17-32 bits.
 
 - ``"nanoengine"`` (opset 17): NanoEngine-PyTorch's own export: every quantizer is a custom
-  node `Q` in the domain `t2e.qmodel` with inputs `(x, k)`, `k` the int8 exponent tensor in
-  the shape the IR holds it (torch-broadcast: `[1]`, `[C]` for a 1-D bias, `[C,1,1,1]` for a
-  weight, `[1,C,1,1]` for per-channel activations) and attribute `bit_len`. NanoEngine
+  node `Q` in the domain `t2e.qmodel` with inputs `(x, k)`, `k` the int8 exponent tensor
+  broadcast as torch broadcasts it (`[1]`, `[C]` for a 1-D bias, `[C,1,1,1]` for a weight,
+  `[1,C,1,1]` for per-channel activations: a shorter per-channel exponent gets leading 1s)
+  and attribute `bit_len`. NanoEngine
   truncates, so any other rounding is refused.
 
 Running a QDQ file in onnxruntime 1.32: disable its graph optimizers `QDQPropagationTransformer`
@@ -234,6 +235,9 @@ class _Writer:
                     "NanoEngine's Q truncates toward zero, so only trunc rounding has this form "
                     "(write onnx_flavor='qdq' for half_even)"
                 )
+            rank = len(nf.tensor_shape(op.input))
+            if exp.size > 1 and exp.ndim < rank:  # per channel: [1, C, 1, 1] as torch writes it
+                exp = exp.reshape((1,) * (rank - exp.ndim) + exp.shape)
             k = self.const(f"{out}_k", exp.astype(np.int8))
             self.add_node(
                 "Q",

@@ -281,6 +281,24 @@ def test_trunc_and_1_bit_activations_write_in_the_nanoengine_flavour(tmp_path: P
         np.testing.assert_array_equal(nanoir.run(nanoir.load(path), x)[0], nanoir.run(module, x)[0])
 
 
+def test_nanoengine_flavour_per_channel_activation_k_is_1_c_1_1(tmp_path: Path) -> None:
+    module = nanoir.parse(
+        """\
+func.func @main(%x: tensor<?x3x2x2xf32>) -> tensor<?x3x2x2xf32> {
+  %q = nq.fake_quant %x {bits = 4 : i64, exp = dense<[[[1]], [[2]], [[3]]]> : tensor<3x1x1xi8>} : tensor<?x3x2x2xf32>
+  func.return %q : tensor<?x3x2x2xf32>
+}
+"""
+    )
+    path = tmp_path / "pc.onnx"
+    nanoir.save(module, path, onnx_flavor="nanoengine")
+    model = onnx.load(path)
+    (k,) = model.graph.initializer
+    assert list(k.dims) == [1, 3, 1, 1] and k.data_type == onnx.TensorProto.INT8
+    x = np.random.default_rng(5).standard_normal((2, 3, 2, 2)).astype(np.float32) * 4
+    np.testing.assert_array_equal(nanoir.run(nanoir.load(path), x)[0], nanoir.run(module, x)[0])
+
+
 def test_other_refusals() -> None:
     per_two_dims = """\
 func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
