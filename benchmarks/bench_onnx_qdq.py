@@ -103,8 +103,10 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     }[args.ort_level]
     # int4: onnxruntime 1.32's QDQ selector actions drop the Q/DQ around MaxPool and give it
-    # int4 codes, which its MaxPool does not take (INVALID_GRAPH): disable them too
-    disabled = ORT_DISABLED + (["QDQSelectorActionTransformer"] if args.bits <= 4 else [])
+    # int4 codes, which its MaxPool does not take (INVALID_GRAPH), and its Relu -> Q rewrite
+    # drops a Relu before an int4 QuantizeLinear (wrong outputs): disable them too
+    int4 = ["QDQSelectorActionTransformer", "ReluQuantRewrite"]
+    disabled = ORT_DISABLED + (int4 if args.bits <= 4 and not args.all_int4_fusions else [])
     session = ort.InferenceSession(
         data, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
     )
@@ -152,6 +154,11 @@ def main() -> int:
         choices=["all", "basic", "none"],
         default="all",
         help="onnxruntime's graph optimization level (all: every fusion but the broken ones)",
+    )
+    parser.add_argument(
+        "--all-int4-fusions",
+        action="store_true",
+        help="at 4 bits, keep ORT's Relu->Q rewrite and QDQ selector actions (they break)",
     )
     parser.add_argument(
         "--bits", type=int, default=8, help="weight, bias and activation bits (4: int4 QDQ)"

@@ -42,9 +42,11 @@ Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
 
 Running a QDQ file in onnxruntime 1.32: disable its graph optimizers `QDQPropagationTransformer`
 (it inserts a QuantizeLinear with a mismatched zero point type around a Reshape of opset-21
-int8 QDQ, onnxruntime issue #27845) and `ClipQuantRewrite` (it fails on an int4 QuantizeLinear
-after a Clip); `disabled_optimizers=[...]` of `InferenceSession`. With them disabled, the test
-models' outputs equal nanoir's nq run element for element (BENCHMARKS.md).
+int8 QDQ, onnxruntime issue #27845), `ClipQuantRewrite` (fails on an int4 QuantizeLinear after
+a Clip) and, for int4, `ReluQuantRewrite` (drops a Relu before an int4 QuantizeLinear: wrong
+outputs) and `QDQSelectorActionTransformer` (gives MaxPool int4 codes): `disabled_optimizers`
+of `InferenceSession`. With them disabled, the test models' outputs equal nanoir's nq run
+element for element at 8 and 4 bits (BENCHMARKS.md).
 
 What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`) naming the
 op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other

@@ -27,14 +27,21 @@ import nanoir
 ort = pytest.importorskip("onnxruntime")
 
 HALF_EVEN = "rounding = #nq.rounding<half_even>"
-ORT_DISABLED = ["QDQPropagationTransformer", "ClipQuantRewrite"]
+ORT_DISABLED = [
+    "QDQPropagationTransformer",
+    "ClipQuantRewrite",
+    "ReluQuantRewrite",
+    "QDQSelectorActionTransformer",
+]
 
 
 def ort_session(data: bytes) -> object:
-    """An onnxruntime CPU session. Two of onnxruntime 1.32's graph optimizers fail on valid
+    """An onnxruntime CPU session. Four of onnxruntime 1.32's graph optimizers fail on valid
     opset-21 QDQ, so they are disabled (see BENCHMARKS.md): QDQ propagation around a Reshape
-    ('output_dtype INT8 does not match y_zero_point type UINT8', onnxruntime issue #27845) and
-    the Clip -> QuantizeLinear fusion on int4 ('Unexpected data type ... y_zero_point of 22')."""
+    ('output_dtype INT8 does not match y_zero_point type UINT8', onnxruntime issue #27845),
+    the Clip -> QuantizeLinear rewrite on int4 ('Unexpected data type ... y_zero_point of 22'),
+    the Relu -> QuantizeLinear rewrite (drops a Relu before an int4 Q: wrong outputs) and the
+    QDQ selector actions (give MaxPool int4 codes: INVALID_GRAPH)."""
     return ort.InferenceSession(
         data, providers=["CPUExecutionProvider"], disabled_optimizers=ORT_DISABLED
     )
@@ -69,21 +76,28 @@ def assert_same_everywhere(module: object, *inputs: np.ndarray, tmp_path: Path) 
 # ---------------------------------------------------------------------------------------
 
 
-def quantized_test_model(name: str, rounding: str) -> tuple[object, np.ndarray]:
+def quantized_test_model(name: str, rounding: str, bits: int = 8) -> tuple[object, np.ndarray]:
     pytest.importorskip("torch")
     from nanoir.testing import import_folded
 
     module, shape = import_folded(name)
     rng = np.random.default_rng(0)
     nanoir.quantize(
-        module, [rng.standard_normal((8, *shape)).astype(np.float32)], rounding=rounding
+        module,
+        [rng.standard_normal((8, *shape)).astype(np.float32)],
+        rounding=rounding,
+        weight_bits=bits,
+        bias_bits=bits,
+        act_bits=bits,
     )
     return module, rng.standard_normal((5, *shape)).astype(np.float32)
 
 
-@pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "MobileNetV2Stack"])
-def test_test_models_qdq_equal_nq_in_onnxruntime(name: str, tmp_path: Path) -> None:
-    module, x = quantized_test_model(name, "half_even")
+@pytest.mark.parametrize(
+    ("name", "bits"), [("LeNet5", 8), ("KWSNet", 8), ("MobileNetV2Stack", 8), ("LeNet5", 4)]
+)
+def test_test_models_qdq_equal_nq_in_onnxruntime(name: str, bits: int, tmp_path: Path) -> None:
+    module, x = quantized_test_model(name, "half_even", bits)
     assert_same_everywhere(module, x, tmp_path=tmp_path)
     model = export_onnx_model(module)  # type: ignore[arg-type]
     assert [(o.domain, o.version) for o in model.opset_import] == [("", 21)]
