@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import pytest
 from nanoir.grammar.onnx_export import OnnxExportError, export_onnx_bytes, export_onnx_model
+from nanoir.grammar.onnx_import import OnnxImportWarning
 
 import nanoir
 
@@ -356,3 +357,31 @@ def test_cli_emit_onnx(tmp_path: Path) -> None:
     assert refused.returncode == 1
     assert b"rounds trunc" in refused.stderr and b"Traceback" not in refused.stderr
     assert not (tmp_path / "tr.onnx").exists()
+
+
+README_ONNX = Path(__file__).resolve().parents[2] / "examples" / "readme_model.onnx"
+
+
+def test_reference_export_round_trips_in_the_nanoengine_flavour(tmp_path: Path) -> None:
+    """NanoEngine-PyTorch's own file (examples/readme_model.onnx): read, written back in its
+    flavour (same op types in the same order, opset 17 + t2e.qmodel 1, IR version 8), read
+    again to the same outputs; QDQ refuses its trunc activations."""
+    with pytest.warns(OnnxImportWarning, match="training_mode=1"):
+        module = nanoir.load(README_ONNX)
+    path = tmp_path / "again.onnx"
+    nanoir.save(module, path, onnx_flavor="nanoengine")
+    ref, ours = onnx.load(README_ONNX), onnx.load(path)
+    assert ours.ir_version == ref.ir_version == 8
+    assert sorted((o.domain, o.version) for o in ours.opset_import) == sorted(
+        (o.domain, o.version) for o in ref.opset_import
+    )
+
+    def op_types(model: onnx.ModelProto) -> list[str]:
+        return [n.op_type for n in model.graph.node if n.op_type not in ("Constant", "Identity")]
+
+    assert op_types(ours) == op_types(ref)
+    x = np.random.default_rng(6).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(nanoir.run(nanoir.load(path), x)[0], nanoir.run(module, x)[0])
+    with pytest.raises(OnnxExportError, match="rounds trunc"):
+        nanoir.save(module, tmp_path / "qdq.onnx")
+    assert not (tmp_path / "qdq.onnx").exists()
