@@ -27,10 +27,14 @@ GRAMMAR = Path(__file__).resolve().parents[2] / "grammar"
 
 
 def _grammar_imports() -> dict[str, tuple[set[str], list[str]]]:
-    """Module -> (grammar modules it imports at top level, function-local imports)."""
+    """Module -> (grammar modules it imports at top level, function-local imports that are
+    not an optional package loaded lazily: a nanoir module, or an import without a ``lazy``
+    comment on its line, would dodge a cycle)."""
     found: dict[str, tuple[set[str], list[str]]] = {}
     for path in sorted(GRAMMAR.glob("*.py")):
-        tree = ast.parse(path.read_text())
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
         top: set[str] = set()
         for node in tree.body:
             if (
@@ -45,6 +49,17 @@ def _grammar_imports() -> dict[str, tuple[set[str], list[str]]]:
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
             for inner in ast.walk(fn)
             if isinstance(inner, (ast.Import, ast.ImportFrom))
+            and (
+                "lazy" not in lines[inner.lineno - 1]
+                or any(
+                    name.startswith("nanoir")
+                    for name in (
+                        [inner.module or ""]
+                        if isinstance(inner, ast.ImportFrom)
+                        else [a.name for a in inner.names]
+                    )
+                )
+            )
         ]
         found[path.stem] = (top, local)
     return found
