@@ -181,9 +181,7 @@ class NanoirOptMain(xDSLOptMain):
     """What a binary target (ONNX) wrote; main() writes it instead of the text."""
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
-        target = {"onnx": OnnxTarget, "onnx-nanoengine": OnnxNanoEngineTarget}.get(
-            self.args.target
-        )
+        target = {"onnx": OnnxTarget, "onnx-nanoengine": OnnxNanoEngineTarget}.get(self.args.target)
         if target is None:
             return super().output_resulting_program(prog)
         if self.binary_output is not None:
