@@ -28,6 +28,7 @@ __all__ = ["verify_op", "verify_shell"]
 # Signatures that verified; cleared when it grows past this (a program has few distinct ones).
 _MAX_SIGNATURES = 50_000
 _verified: set[object] = set()
+_by_identity: dict[object, object] = {}
 _lock = threading.Lock()
 
 
@@ -36,24 +37,36 @@ def verify_op(op: Operation) -> None:
     if op.regions or op.successors or op.parent is not None:
         op.verify()
         return
-    key = (
+    operand_types = tuple(operand.type for operand in op.operands)
+    result_types = tuple(result.type for result in op.results)
+    properties = tuple(op.properties.items())
+    attributes = tuple(op.attributes.items())
+    # First by identity (hashing a type walks all its parameters; importers share the
+    # attribute objects they make): the entry keeps the objects alive, so no other object
+    # can take their ids while it exists.
+    identity = (
         type(op),
-        tuple(operand.type for operand in op.operands),
-        tuple(result.type for result in op.results),
-        tuple(op.properties.items()),
-        tuple(op.attributes.items()),
+        tuple(map(id, operand_types)),
+        tuple(map(id, result_types)),
+        tuple((k, id(v)) for k, v in properties),
+        tuple((k, id(v)) for k, v in attributes),
     )
+    if identity in _by_identity:
+        return
+    key = (type(op), operand_types, result_types, properties, attributes)
     try:
-        if key in _verified:
-            return
+        known = key in _verified
     except TypeError:  # an attribute that cannot be hashed: no shortcut
         op.verify()
         return
-    op.verify()
+    if not known:
+        op.verify()
     with _lock:
-        if len(_verified) >= _MAX_SIGNATURES:
+        if len(_verified) >= _MAX_SIGNATURES or len(_by_identity) >= _MAX_SIGNATURES:
             _verified.clear()
+            _by_identity.clear()
         _verified.add(key)
+        _by_identity[identity] = key  # keeps the attributes alive
 
 
 def verify_shell(module: ModuleOp) -> None:

@@ -128,6 +128,7 @@ class _HwImporter:
         self.values: dict[str, SSAValue] = {}
         self.block = Block()
         self.types: dict[tuple[object, ...], TensorType] = {}
+        self.props: dict[tuple[object, AttrValue], Attribute] = {}
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str, loc: Loc | None) -> NanoEngineSemanticError:
@@ -325,6 +326,18 @@ class _HwImporter:
             self.types[key] = found
         return found
 
+    def _prop(self, kind: object, value: AttrValue) -> Attribute:
+        """`decode_prop`, one attribute object per distinct (kind, value): attributes are
+        immutable, and shared ones make `verify_op`'s signatures cheap to compare."""
+        try:
+            key = (kind, value)
+            found = self.props.get(key)
+        except TypeError:  # a tree built by hand with lists in it
+            return decode_prop(kind, value)  # type: ignore[arg-type]
+        if found is None:
+            found = self.props[key] = decode_prop(kind, value)  # type: ignore[arg-type]
+        return found
+
     def _value(self, node: Node, index: int) -> SSAValue:
         name = node.in_s[index]
         if name in self.values:
@@ -480,7 +493,7 @@ class _HwImporter:
             attr = m.name
             if attr in attrs:
                 try:
-                    properties[m.prop] = decode_prop(m.kind, attrs[attr])
+                    properties[m.prop] = self._prop(m.kind, attrs[attr])
                 except ValueError as e:
                     raise NodeProblem(
                         f"attribute '{attr}' of node '{node.name}' {e}", attr=attr
