@@ -50,7 +50,8 @@ element for element at 8 and 4 bits (BENCHMARKS.md).
 
 What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`) naming the
 op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other
-than 2 (Gemm), a SpaceToDepth in CRD mode (ONNX's is DCR only), a quantizer whose exponents
+than 2 (Gemm), a SpaceToDepth in CRD mode (ONNX's is DCR only), a ConvTranspose whose
+output_padding is not below its strides, a quantizer whose exponents
 vary along more than one dim, an exponent whose scale is no normal float32.
 """
 
@@ -356,6 +357,14 @@ class _Writer:
             )
         if op_type == "SpaceToDepth":
             attrs.pop("mode", None)
+        if op_type == "ConvTranspose" and any(
+            p >= s for p, s in zip(attrs["output_padding"], attrs["strides"])
+        ):
+            raise OnnxExportError(
+                f"onnx export: nf.conv_transpose with output_padding {attrs['output_padding']} "
+                f"not below its strides {attrs['strides']} has no ONNX ConvTranspose form "
+                "(onnxruntime rejects it)"
+            )
         outputs = self.result_names(op)
         base = outputs[0]
         if op_type == "Reshape":
