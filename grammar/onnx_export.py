@@ -50,9 +50,10 @@ element for element at 8 and 4 bits (BENCHMARKS.md).
 
 What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`) naming the
 op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other
-than 2 (Gemm), a SpaceToDepth in CRD mode (ONNX's is DCR only), a ConvTranspose whose
-output_padding is not below its strides, a quantizer whose exponents
-vary along more than one dim, an exponent whose scale is no normal float32.
+than 2 in the nanoengine flavour (QDQ writes it as MatMul of the transposed weight + Add), a
+SpaceToDepth in CRD mode (ONNX's is DCR only), a ConvTranspose whose output_padding is not
+below its strides, a quantizer whose exponents vary along more than one dim, a 2- or 3-bit
+activation with per-channel exponents, an exponent whose scale is no normal float32.
 """
 
 from __future__ import annotations
@@ -346,10 +347,8 @@ class _Writer:
         inputs = [self.value_name(v) for v in op.operands]
         op_type = row.op_type
         if isinstance(op, nf.LinearOp) and len(nf.tensor_shape(op.input)) != 2:
-            raise OnnxExportError(
-                f"onnx export: nf.linear of a rank-{len(nf.tensor_shape(op.input))} value has "
-                "no Gemm form (Gemm takes a 2-D input)"
-            )
+            self._linear_as_matmul(op, inputs)
+            return
         if op_type == "SpaceToDepth" and attrs.get("mode", "DCR") != "DCR":
             raise OnnxExportError(
                 "onnx export: nf.space_to_depth in CRD mode (torch's pixel_unshuffle) has no "
@@ -389,6 +388,23 @@ class _Writer:
         elif op_type == "PRelu":
             self._prelu_slope(op, inputs, base)
         self.add_node(op_type, inputs, outputs, attrs)
+
+    def _linear_as_matmul(self, op: nf.LinearOp, inputs: list[str]) -> None:
+        """nf.linear over the last dim of a value of rank other than 2 (Gemm is 2-D only):
+        `MatMul(x, Transpose(weight))`, then `Add` of the bias. QDQ flavour only."""
+        rank = len(nf.tensor_shape(op.input))
+        if self.flavor == "nanoengine":
+            raise OnnxExportError(
+                f"onnx export (nanoengine flavour): nf.linear of a rank-{rank} value has no "
+                "NanoEngine op (its Gemm takes a 2-D input)"
+            )
+        (out,) = self.result_names(op)
+        weight_t = self.fresh(f"{out}_weight_t")
+        self.add_node("Transpose", [inputs[1]], [weight_t], {"perm": [1, 0]})
+        product = self.fresh(f"{out}_matmul") if len(inputs) == 3 else out
+        self.add_node("MatMul", [inputs[0], weight_t], [product])
+        if len(inputs) == 3:
+            self.add_node("Add", [product, inputs[2]], [out])
 
     def _resize(self, op: Operation, attrs: dict[str, Any], inputs: list[str], base: str) -> None:
         sizes = attrs.pop("sizes")

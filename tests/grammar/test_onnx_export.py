@@ -228,6 +228,30 @@ def test_data_movement_translations(tmp_path: Path) -> None:
         assert op in ops
 
 
+def test_linear_of_a_rank_3_value_is_matmul_and_add(tmp_path: Path) -> None:
+    w = np.random.default_rng(7).standard_normal((3, 6)).astype(np.float32)
+    module = nanoir.parse(
+        f"""\
+func.func @main(%x: tensor<?x4x6xf32>) -> tensor<?x4x3xf32> {{
+  %xq = nq.fake_quant %x {{bits = 8 : i64, exp = dense<4> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x4x6xf32>
+  %w = nf.constant "w" {_dense(w)} : tensor<3x6xf32>
+  %wq = nq.fake_quant %w {{bits = 8 : i64, exp = dense<[[6], [7], [5]]> : tensor<3x1xi8>}} : tensor<3x6xf32>
+  %b = nf.constant "b" dense<[0.25, -0.5, 0.125]> : tensor<3xf32>
+  %y = nf.linear %xq, %wq, %b : (tensor<?x4x6xf32>, tensor<3x6xf32>, tensor<3xf32>) -> tensor<?x4x3xf32>
+  %yq = nq.fake_quant %y {{bits = 8 : i64, exp = dense<3> : tensor<1xi8>, {HALF_EVEN}}} : tensor<?x4x3xf32>
+  func.return %yq : tensor<?x4x3xf32>
+}}
+"""
+    )
+    x = np.random.default_rng(8).standard_normal((2, 4, 6)).astype(np.float32)
+    assert_same_everywhere(module, x, tmp_path=tmp_path)
+    ops = [n.op_type for n in export_onnx_model(module).graph.node]
+    assert "MatMul" in ops and "Gemm" not in ops
+    _with_rounding(module, RoundingMode.TRUNC, None)
+    with pytest.raises(OnnxExportError, match="rank-3 value has no NanoEngine op"):
+        export_onnx_bytes(module, "nanoengine")
+
+
 def test_returned_input_and_twice_returned_value_get_identity(tmp_path: Path) -> None:
     module = nanoir.parse(
         f"""\
