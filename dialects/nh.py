@@ -874,31 +874,36 @@ class RequantOp(IRDLOperation):
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def verify_(self) -> None:
-        _, fx = check_nh_value(self, self.input, "input")
-        _, fy = check_nh_value(self, self.result, "result")
-        x = tensor_shape(self.input)
-        check_result_shape(self, x, self.result)
-        shifts = np.asarray(array_values(self.shift) or (), dtype=np.int64)
-        rank = len(x)
-        if fx.is_per_channel or fy.is_per_channel:
-            axis = (fx if fx.is_per_channel else fy).channel_axis
-            assert axis is not None
-            channels = len((fx if fx.is_per_channel else fy).exp_list)
-            if len(shifts) not in (1, channels):
-                raise VerifyException(f"nh.requant: {len(shifts)} shifts for {channels} channels")
-            shape = [1] * rank
-            shape[axis] = len(shifts)
-            shifts = shifts.reshape(shape)
-        elif len(shifts) != 1:
-            raise VerifyException(
-                f"nh.requant: per-tensor exponents take one shift, got {len(shifts)}"
-            )
-        check_exps_equal(
-            self,
-            "shift must equal input exponent - result exponent",
-            fx.exp_array(rank) - fy.exp_array(rank),
-            shifts,
-        )
+        check_nh_value(self, self.input, "input")
+        check_nh_value(self, self.result, "result")
+        check_result_shape(self, tensor_shape(self.input), self.result)
+        _check_shift(self, self.shift, self.input, self.result)
+
+
+def _check_shift(op: IRDLOperation, shift: DenseArrayBase, x: SSAValue, y: SSAValue) -> np.ndarray:
+    """Check a ``shift`` property (one, or one per channel) against ``exp(x) - exp(y)``;
+    the shifts shaped to broadcast over ``x``."""
+    fx, fy = fixed_of(x), fixed_of(y)
+    shifts = np.asarray(array_values(shift) or (), dtype=np.int64)
+    rank = len(tensor_shape(x))
+    if fx.is_per_channel or fy.is_per_channel:
+        axis = (fx if fx.is_per_channel else fy).channel_axis
+        assert axis is not None
+        channels = len((fx if fx.is_per_channel else fy).exp_list)
+        if len(shifts) not in (1, channels):
+            raise VerifyException(f"{op.name}: {len(shifts)} shifts for {channels} channels")
+        shape = [1] * rank
+        shape[axis] = len(shifts)
+        shifts = shifts.reshape(shape)
+    elif len(shifts) != 1:
+        raise VerifyException(f"{op.name}: per-tensor exponents take one shift, got {len(shifts)}")
+    check_exps_equal(
+        op,
+        "shift must equal input exponent - result exponent",
+        fx.exp_array(rank) - fy.exp_array(rank),
+        shifts,
+    )
+    return shifts
 
 
 @irdl_op_definition
@@ -1025,9 +1030,11 @@ class MaxPoolOp(IRDLOperation):
 
 @irdl_op_definition
 class AvgPoolOp(IRDLOperation):
-    """Window mean on codes: ``y = round(sum(window) / n, rounding)`` computed exactly on
-    integers (``n`` = window size, or the in-bounds count when ``count_include_pad`` is false,
-    or ``divisor_override``); exponent unchanged.
+    """Window mean on codes: ``y = round(sum(window) / (n * 2**shift), rounding)`` computed
+    exactly on integers (``n`` = window size, or the in-bounds count when ``count_include_pad``
+    is false, or ``divisor_override``); exponent unchanged, or lowered by ``shift`` (one, or one
+    per channel, each >= 0: ``shift = exp(x) - exp(y)``), so that a mean rounded onto a coarser
+    grid is rounded once (exact for every rounding mode, not only trunc and floor).
 
     ```mlir
     %y = nh.avg_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
@@ -1045,12 +1052,13 @@ class AvgPoolOp(IRDLOperation):
     count_include_pad = prop_def(BoolAttr, default_value=BoolAttr.from_bool(True))
     divisor_override = opt_prop_def(IntegerAttr[I64])
     rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    shift = opt_prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), SlidingWindow("kernel"))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def verify_(self) -> None:
-        _pool_verify(self, None, same_width=True)
+        _pool_verify(self, None, same_width=True, shift=self.shift)
         if self.divisor_override is not None and self.divisor_override.value.data <= 0:
             raise VerifyException(
                 f"nh.avg_pool: divisor_override {self.divisor_override.value.data} must be positive"
@@ -1058,7 +1066,10 @@ class AvgPoolOp(IRDLOperation):
 
 
 def _pool_verify(
-    op: MaxPoolOp | AvgPoolOp, dilations: tuple[int, ...] | None, same_width: bool
+    op: MaxPoolOp | AvgPoolOp,
+    dilations: tuple[int, ...] | None,
+    same_width: bool,
+    shift: DenseArrayBase | None = None,
 ) -> None:
     wx, fx = check_nh_value(op, op.input, "input")
     wy, fy = check_nh_value(op, op.result, "result")
@@ -1075,7 +1086,10 @@ def _pool_verify(
     check_result_shape(op, shape, op.result)
     if same_width and wx != wy:
         raise VerifyException(f"{op.name}: result i{wy} must have the input's width i{wx}")
-    check_exps_equal(op, "pooling keeps the exponent", fx.exp_array(), fy.exp_array())
+    if shift is None:
+        check_exps_equal(op, "pooling keeps the exponent", fx.exp_array(), fy.exp_array())
+    elif (_check_shift(op, shift, op.input, op.result) < 0).any():
+        raise VerifyException(f"{op.name}: shift {list(array_values(shift) or ())} must be >= 0")
 
 
 @irdl_op_definition

@@ -76,7 +76,7 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.clamp       Clip          max, min (integer codes)
     nh.max_pool    MaxPool       ceil_mode, dilations, kernel_shape, pads, strides
     nh.avg_pool    AveragePool   ceil_mode, count_include_pad, divisor_override, kernel_shape,
-                                 pads, rounding, strides
+                                 pads, rounding, shift (onto a coarser exponent), strides
     nh.concat      Concat        axis
     nh.reshape     Reshape       + in_s[1], an int64_t shape constant (-1 = dynamic dim)
     nh.prelu       PRelu         shift (the slope's exponent; in_s[1] is the slope's codes)
@@ -233,6 +233,7 @@ HW_OPS: tuple[HwOp, ...] = (
             AttrMap("divisor_override", "divisor_override", "int"),
             AttrMap("kernel_shape", "kernel", "ints"),
             AttrMap("rounding", "rounding", "rounding"),
+            AttrMap("shift", "shift", "ints"),
             *_WINDOW,
         ),
     ),

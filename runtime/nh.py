@@ -722,6 +722,17 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
     include_pad = bool(op.count_include_pad.value.data)
     override = None if op.divisor_override is None else op.divisor_override.value.data
     mode = op.rounding.data
+    shifts = array_values(op.shift)
+    scale: NDArray[np.int64] | None = None
+    if shifts is not None and any(shifts):
+        # The mean rounded onto a grid 2**shift coarser: one division by n * 2**shift.
+        fx = nh.fixed_of(op.input)
+        shape = [1] * len(op.input.type.get_shape())  # type: ignore[union-attr]
+        if len(shifts) > 1:
+            shape[fx.channel_axis if fx.is_per_channel else nh.fixed_of(op.result).channel_axis] = (
+                len(shifts)
+            )  # type: ignore[index]
+        scale = (np.int64(1) << np.asarray(shifts, dtype=np.int64)).reshape(shape)
     width = width_of(op.result)
     storage = quant.code_dtype(width)
     # The mean of codes lies between the lowest and highest code; only a divisor_override
@@ -748,6 +759,8 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
                     f"{_name(op)}: a window covers only padding and count_include_pad is "
                     f"false, so its mean divides by 0 (input shape {tuple(x.shape)})"
                 )
+        if scale is not None:
+            divisor = divisor * scale
         y = div_round(total, divisor, mode)
         if checked:
             _check_fits(op, y, width)

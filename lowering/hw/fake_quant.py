@@ -32,6 +32,7 @@ from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
 from nanoir.dialects.traits import LookupTable, weight_reader
 from nanoir.lowering.hw.codes import (
+    bits_of_bound,
     container_width,
     expand,
     float_constant_of,
@@ -172,12 +173,6 @@ class FuseAvgPoolFakeQuant(HwPattern):
             return
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
-        if mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR):
-            raise hw.fail(
-                pool,
-                f"is rounded with {mode.value} by its fake-quant; only trunc "
-                "and floor make average pooling exact on integers",
-            )
         if bits == 1:
             raise hw.fail(op, "quantizes an average to 1 bit; not supported on hw")
         x = hw.get(pool, pool.input)
@@ -199,11 +194,32 @@ class FuseAvgPoolFakeQuant(HwPattern):
         if (finer != x.exps).any():
             # A finer output grid: shift the codes left first, so one division remains.
             x = hw.shift_to(pool, x, finer)
-        t = hw.result_type(nf.tensor_shape(pool.result), x.exps, hw.declared(x), hw.layout_of(x))
+        override = props.get("divisor_override")
+        window = int(np.prod(array_values(props["kernel"]) or ()))  # type: ignore[arg-type]
+        if isinstance(override, IntegerAttr) and 0 < override.value.data < window:
+            # A divisor smaller than the window: the "mean" can leave the input's code range,
+            # so the codes move to a container that holds it first.
+            bits_needed = bits_of_bound(np.array([x.max_abs * -(-window // override.value.data)]))
+            x = HwValue(hw.widen(x, container_width(bits_needed)).value, x.exps, bits_needed)
+        pooled_exps = x.exps
         props["rounding"] = RoundingModeAttr(mode)
+        if mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR) and (x.exps != out_exps).any():
+            # Rounding the mean and then shifting it would round twice (exact only for trunc
+            # and floor, whose roundings compose): divide by n * 2**shift in one rounding.
+            varying = [i for i, d in enumerate(out_exps.shape) if d > 1]
+            if varying and hw.layout_of(x).find("C") != varying[0]:
+                x = hw.channels_at(pool, x, varying[0])
+            pooled_exps = np.broadcast_to(
+                out_exps, np.broadcast_shapes(x.exps.shape, out_exps.shape)
+            )
+            shift = x.exps - pooled_exps
+            props["shift"] = int_array(hw.shift_list(pool, shift, hw.layout_of(x), x.rank))
+        t = hw.result_type(
+            nf.tensor_shape(pool.result), pooled_exps, hw.declared(x), hw.layout_of(x)
+        )
         new = nh.AvgPoolOp.create(operands=[x.value], result_types=[t], properties=props)
         hw.emit(new, pool.result.name_hint)
-        pooled = HwValue(new.result, x.exps, x.bits)
+        pooled = HwValue(new.result, np.asarray(pooled_exps).copy(), x.bits)
         hw.set(op.result, hw.requant(op, pooled, bits, nh_exp, mode, op.result.name_hint))
 
 
