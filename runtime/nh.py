@@ -727,11 +727,10 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
     if shifts is not None and any(shifts):
         # The mean rounded onto a grid 2**shift coarser: one division by n * 2**shift.
         fx = nh.fixed_of(op.input)
+        per_channel = fx if fx.is_per_channel else nh.fixed_of(op.result)
         shape = [1] * len(op.input.type.get_shape())  # type: ignore[union-attr]
-        if len(shifts) > 1:
-            shape[fx.channel_axis if fx.is_per_channel else nh.fixed_of(op.result).channel_axis] = (
-                len(shifts)
-            )  # type: ignore[index]
+        if len(shifts) > 1 and per_channel.channel_axis is not None:
+            shape[per_channel.channel_axis] = len(shifts)
         scale = (np.int64(1) << np.asarray(shifts, dtype=np.int64)).reshape(shape)
     width = width_of(op.result)
     storage = quant.code_dtype(width)
