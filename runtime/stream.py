@@ -53,6 +53,7 @@ from nanoir.runtime.interpreter import (
     default_builders,
 )
 from nanoir.runtime.nh import dequantize, quantize_inputs
+from nanoir.runtime.stream_fast import RowBuffer, fast_conv, fast_fake_quant, fast_requant
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -60,6 +61,10 @@ from xdsl.ir import Attribute, Operation, SSAValue
 __all__ = ["StreamRunner", "stream"]
 
 Chunks = list[np.ndarray]
+
+FAST_PATHS = True
+"""Whether runners built from now on take the fast paths of ``nanoir.runtime.stream_fast``
+(the tests compare both ways bit for bit)."""
 
 
 def _tensor_shape(value: SSAValue) -> tuple[int, ...]:
@@ -179,7 +184,8 @@ class _NodeRun:
             (local[v], None) if v in local else (-1, constants[v]) for v in node.op.operands
         ]
         self.streamed_results = [has_dim(r, dim) for r in node.op.results]
-        self.whole_kernel = whole_kernel
+        fast_whole = fast_requant(node.op) or fast_fake_quant(node.op, dtype)
+        self.whole_kernel = (FAST_PATHS and fast_whole) or whole_kernel
         self.kernels: dict[tuple[int, int, int], Kernel] = {}
         rule = node.rule
         self.pads_first = rule.pad_begin >= min(rule.fields)
@@ -194,11 +200,21 @@ class _NodeRun:
             and all(g == 1 for g in rule.gains)
             and rule.adjust in ("none", "result_rows")
         )
+        self.fast = (
+            fast_conv(node.op, dim, constants)
+            if FAST_PATHS and rule.adjust == "window" and list(node.inputs) == [node.op.operands[0]]
+            else None
+        )
+        """An nh conv's fast kernel and the dtype of its :class:`RowBuffer` cache."""
         self.reset()
 
     def reset(self) -> None:
         self.cursor = NodeCursor(self.node.rule)
-        self.caches = [_Cache(self.dim if has_dim(v, self.dim) else None) for v in self.node.inputs]
+        self.caches: list[Any] = (
+            [RowBuffer(self.fast[1])]
+            if self.fast is not None
+            else [_Cache(self.dim if has_dim(v, self.dim) else None) for v in self.node.inputs]
+        )
         self.peaks = [0] * len(self.node.inputs)
 
     # -- kernels ------------------------------------------------------------------------------
@@ -323,15 +339,33 @@ class _NodeRun:
         self, chunks: Chunks, inputs_ended: bool, produced: list[Chunks | None]
     ) -> None:
         """A one-row node with one input holds nothing between steps: it fires on exactly the
-        rows that arrived, so they go to the kernel as they are."""
-        rows = sum(self.caches[0].rows_of(a) for a in chunks)
-        self.peaks[0] = max(self.peaks[0], rows)
-        firings = self.cursor.advance([rows], inputs_ended)
-        if not firings:
+        rows that arrived, so they go to the kernel as they are. (Its cursor moves as
+        ``advance`` would move it: every row fires at once, no padding, no partial window.)"""
+        cursor = self.cursor
+        if not chunks:
+            if inputs_ended:
+                cursor.ended = True
             return
-        (firing,) = firings
-        assert firing.count == rows, "a pointwise node fires once per row"
-        x = chunks[0] if len(chunks) == 1 else np.concatenate(chunks, axis=self.dim)
+        if len(chunks) == 1:
+            x = chunks[0]
+        else:
+            x = np.concatenate(chunks, axis=self.dim) if self.caches[0].axis is not None else None
+        rows = len(chunks) if self.caches[0].axis is None else x.shape[self.dim]  # type: ignore[union-attr]
+        if not rows:
+            if inputs_ended:
+                cursor.ended = True
+            return
+        if rows > self.peaks[0]:
+            self.peaks[0] = rows
+        cursor.received[0] += rows
+        if rows > cursor.peak[0]:
+            cursor.peak[0] = rows
+        firing = Firing(cursor.fired, rows)
+        cursor.fired += rows
+        if inputs_ended:
+            cursor.ended = True
+        if x is None:
+            raise ExecutionError(f"{self.node.op.name}: several units of a tensor in one step")
         self._emit(self.kernel(0, 0, rows), [x], firing, produced)
 
     def _step_windows(
@@ -346,6 +380,18 @@ class _NodeRun:
                 cache.append(a)
             arrived.append(cache.end - before)
             self.peaks[i] = max(self.peaks[i], cache.held())
+        if self.fast is not None:
+            conv, cache = self.fast[0], self.caches[0]
+            for firing in cursor.advance(arrived, inputs_ended):
+                start, stop, zb, ze = cursor.window(0, firing)
+                y = conv(cache.take(start, stop), zb, ze, firing.count)
+                chunks = produced[self.outputs[0]]
+                if chunks is None:
+                    produced[self.outputs[0]] = [y]
+                else:
+                    chunks.append(y)
+            cache.drop_before(cursor.first_needed(0))
+            return
         for firing in cursor.advance(arrived, inputs_ended):
             windows: Chunks = []
             zeros = (0, 0)
