@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from lark.exceptions import UnexpectedInput
 from nanoir.grammar import ne_parser
 from nanoir.grammar.ne_errors import NanoEngineError
+from nanoir.grammar.ne_export import export_nanoengine
 from nanoir.grammar.ne_fast import fast_items
 from nanoir.grammar.ne_import import import_nanoengine
 from nanoir.grammar.ne_parser import parse_nanoengine
@@ -97,6 +98,8 @@ def test_benchmark_programs_import_and_use_the_fast_path(make) -> None:  # type:
     assert fast(text) is not None
     module = import_nanoengine(text, "bench.ne")
     assert sum(1 for _ in module.walk()) > count
+    if make is nq_program:  # nq keeps names and layout: repeated nodes (ops reused) round-trip
+        assert export_nanoengine(module) == text
 
 
 def test_a_comment_inside_a_declaration_goes_to_lark() -> None:
