@@ -64,6 +64,7 @@ from nanoir.grammar.ne_schema import (
     same_value,
     set_hint,
 )
+from nanoir.grammar.onnx_fold import FOLDABLE, MAX_FOLDED, plain
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from numpy.typing import NDArray
@@ -183,62 +184,6 @@ _RESIZE_DEFAULTS: dict[str, AttrValue] = {
 """Resize attributes that change nothing for nearest/asymmetric/floor at these values."""
 
 
-def _onnx_dtype(code: int) -> Any:
-    from onnx import helper  # lazy: the optional onnx package, already loaded by the reader
-
-    return helper.tensor_dtype_to_np_dtype(code)
-
-
-def _slice(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
-    data, starts, ends = args[0], args[1], args[2]
-    axes = args[3] if len(args) > 3 and args[3] is not None else range(len(starts))
-    steps = args[4] if len(args) > 4 and args[4] is not None else [1] * len(starts)
-    index = [slice(None)] * data.ndim
-    for a, b, e, st in zip(axes, starts, ends, steps):
-        index[int(a)] = slice(int(b), int(e), int(st))
-    return data[tuple(index)]
-
-
-def _reshape_static(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
-    shape = [int(d) for d in args[1]]
-    if not attrs.get("allowzero", 0):
-        shape = [args[0].shape[i] if d == 0 else d for i, d in enumerate(shape)]
-    return args[0].reshape(shape)
-
-
-def _axes(args: list[Any], attrs: dict[str, AttrValue]) -> tuple[int, ...]:
-    if len(args) > 1 and args[1] is not None:
-        return tuple(int(a) for a in args[1])
-    return tuple(attrs.get("axes", ()))  # type: ignore[arg-type]
-
-
-def _unsqueeze(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
-    out = args[0]
-    rank = out.ndim + len(_axes(args, attrs))
-    for a in sorted(a % rank for a in _axes(args, attrs)):
-        out = np.expand_dims(out, a)
-    return out
-
-
-_MAX_FOLDED = 1 << 24
-"""The most elements a folded constant may have (a fuzzed ConstantOfShape could ask for more
-memory than there is)."""
-
-_FOLDABLE: dict[str, Any] = {
-    "Shape": None,  # from the SSA value's type (see _Reader._fold)
-    "ConstantOfShape": None,  # its value attribute is a tensor (see _Reader._fold)
-    "Concat": lambda args, attrs: np.concatenate(args, axis=int(attrs.get("axis", 0))),  # type: ignore[arg-type]
-    "Reshape": _reshape_static,
-    "Transpose": lambda args, attrs: np.transpose(args[0], attrs.get("perm")),
-    "Cast": lambda args, attrs: args[0].astype(_onnx_dtype(int(attrs["to"]))),  # type: ignore[arg-type]
-    "Slice": _slice,
-    "Unsqueeze": _unsqueeze,
-    "Squeeze": lambda args, attrs: np.squeeze(args[0], _axes(args, attrs) or None),
-    "Gather": lambda args, attrs: np.take(args[0], args[1], axis=int(attrs.get("axis", 0))),  # type: ignore[arg-type]
-}
-"""Shape computations evaluated when every input is a constant (NumPy, ONNX semantics)."""
-
-
 @dataclass
 class _PendingQ:
     """A QuantizeLinear waiting for its DequantizeLinear."""
@@ -249,18 +194,6 @@ class _PendingQ:
     exp: NDArray[np.int8]
     zero_type: int
     op: FakeQuantOp | None = None
-
-
-def _plain(array: Any) -> NDArray[Any]:
-    """A NumPy array of a standard dtype: ml_dtypes' int4/uint4/int2/uint2 (ONNX's INT4, ...)
-    as int8/uint8 values."""
-    array = np.asarray(array)
-    name = str(array.dtype)
-    if name in ("int4", "int2"):
-        return array.astype(np.int8)
-    if name in ("uint4", "uint2"):
-        return array.astype(np.uint8)
-    return array
 
 
 def _label(node: Any, index: int) -> str:
@@ -302,7 +235,7 @@ class _Reader:
             raise self.error("sparse initializers are not read")
         for init in self.graph.initializer:
             try:
-                self.static[init.name] = _plain(numpy_helper.to_array(init))
+                self.static[init.name] = plain(numpy_helper.to_array(init))
                 self.types[init.name] = int(init.data_type)
             except Exception as e:
                 raise self.error(
@@ -599,7 +532,7 @@ class _Reader:
         (a Q of a weight, a Concat of parameters) stays an op, as in a `.ne` init node.
         """
         op_type = node.op_type
-        if op_type not in _FOLDABLE or len(outputs) != 1:
+        if op_type not in FOLDABLE or len(outputs) != 1:
             return False
         inputs = list(node.input)
         while inputs and not inputs[-1]:
@@ -630,11 +563,11 @@ class _Reader:
                     if attr.name == "value":
                         fill = np.asarray(self.onnx.numpy_helper.to_array(attr.t)).reshape(-1)
                 dims = [int(d) for d in args[0]]
-                if any(d < 0 for d in dims) or math.prod(dims) > _MAX_FOLDED:
+                if any(d < 0 for d in dims) or math.prod(dims) > MAX_FOLDED:
                     raise self.error(f"it makes a constant of shape {dims}")
                 result = np.full(dims, fill[0], dtype=fill.dtype)
             else:
-                result = _FOLDABLE[op_type](args, self._attrs(node))
+                result = FOLDABLE[op_type](args, self._attrs(node))
         except OnnxImportError:
             raise
         except Exception as e:
@@ -651,7 +584,7 @@ class _Reader:
         helper = self.onnx.helper
         try:
             if attr.name == "value":
-                array = _plain(self.onnx.numpy_helper.to_array(attr.t))
+                array = plain(self.onnx.numpy_helper.to_array(attr.t))
                 self.types[outputs[0]] = int(attr.t.data_type)
             elif attr.name in ("value_float", "value_floats"):
                 array = np.asarray(helper.get_attribute_value(attr), dtype=np.float32)
