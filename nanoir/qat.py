@@ -59,7 +59,6 @@ Abbreviations: ema = exponential moving average, lsq = learned step size quantiz
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,11 +68,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from xdsl.dialects.builtin import (
-    DYNAMIC_INDEX,
     BytesAttr,
     DenseIntOrFPElementsAttr,
     ModuleOp,
-    TensorType,
 )
 from xdsl.dialects.func import ReturnOp
 from xdsl.ir import OpResult, SSAValue
@@ -81,17 +78,19 @@ from xdsl.ir import OpResult, SSAValue
 from nanoir.context import make_context
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
-from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.errors import Error
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
+from nanoir.qat_quantizer import (
+    QATError,
+    Quantizer,
+    fake_quant_value,
+    floor_log2,
+    round_codes,
+)
+from nanoir.qat_steps import build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
-from nanoir.runtime.nf import NF_BUILDERS
-from nanoir.runtime.numerics import kernels, quant
-from nanoir.runtime.numerics.quant import RoundingMode
-from nanoir.runtime.numerics.shapes import window_params
 
 __all__ = [
     "QATError",
@@ -101,542 +100,14 @@ __all__ = [
     "convert",
     "evaluate",
     "export_exponents",
+    "fake_quant_value",
     "float_program",
+    "floor_log2",
     "prepare",
+    "round_codes",
     "save_exponents",
     "train",
 ]
-
-EXP_LO, EXP_HI = quant.CALIB_EXP_RANGE
-LN2 = math.log(2.0)
-
-
-class QATError(ValueError, Error):
-    """The model or the options cannot be prepared, trained or converted as asked."""
-
-
-# --------------------------------------------------------------------------------------------
-# The fake-quant function (exact forward, STE backward)
-# --------------------------------------------------------------------------------------------
-
-
-_POW2_LIMIT = 64
-_POW2 = {
-    dt: torch.tensor([2.0**i for i in range(-_POW2_LIMIT, _POW2_LIMIT + 1)], dtype=dt)
-    for dt in (torch.float32, torch.float64)
-}
-"""Exact powers of two ``2**-64 .. 2**64`` (Python floats), looked up by exponent."""
-
-
-def _pow2(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``2**k`` for an integer-valued tensor ``|k| <= 64``, exactly (a table lookup, not a
-    float exp2)."""
-    table = _POW2.get(dtype)
-    if table is None:
-        table = _POW2[torch.float64].to(dtype)
-    return table[k.detach().to(torch.int64) + _POW2_LIMIT]
-
-
-def round_codes(v: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
-    """:func:`nanoir.runtime.numerics.quant.round_to_int` in torch: integer-valued, by ``mode``."""
-    if mode is RoundingMode.TRUNC:
-        return torch.trunc(v)
-    if mode is RoundingMode.FLOOR:
-        return torch.floor(v)
-    if mode is RoundingMode.HALF_EVEN:
-        return torch.round(v)
-    f = torch.floor(v)  # half_up, as quant.round_to_int: v - floor(v) is exact
-    return f + ((v - f) >= 0.5).to(v.dtype)
-
-
-def fake_quant_value(
-    x: torch.Tensor, bits: int, k: torch.Tensor, mode: RoundingMode
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q, inside)``: :func:`nanoir.runtime.numerics.quant.fake_quant` in torch, and where the clamp
-    left the rounded code unchanged (all True for 1-bit). ``k`` holds integers."""
-    scale = _pow2(k, x.dtype)
-    if bits == 1:
-        q = torch.where(x >= 0, scale, -scale)
-        return q, torch.ones_like(x, dtype=torch.bool)
-    v = x * scale
-    codes = round_codes(v, mode)
-    if mode is RoundingMode.FLOOR:
-        codes = torch.where((x < 0) & (v == 0), -1.0, codes)
-    clamped = codes.clamp(float(quant.qmin(bits)), float(quant.qmax(bits)))
-    inside = clamped == codes
-    return (clamped + 0.0) / scale, inside  # dividing by a power of two is exact
-
-
-def _sum_to(g: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Sum a broadcast gradient back to ``shape``."""
-    while g.dim() > len(shape):
-        g = g.sum(0)
-    for i, n in enumerate(shape):
-        if n == 1 and g.shape[i] != 1:
-            g = g.sum(i, keepdim=True)
-    return g
-
-
-class _FakeQuant(torch.autograd.Function):
-    """Exact fake-quant forward; STE with clamp mask for ``x``; LSQ gradient for ``k``."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        x: torch.Tensor,
-        k: torch.Tensor,
-        bits: int,
-        mode: RoundingMode,
-        clip_1bit: torch.Tensor | None,
-        grad_scale: float,
-    ) -> torch.Tensor:
-        q, inside = fake_quant_value(x, bits, k, mode)
-        if bits == 1:
-            bound = 1.0 if clip_1bit is None else clip_1bit.to(x.dtype)
-            inside = x.abs() <= bound
-        ctx.save_for_backward(x, q, inside)
-        ctx.bits, ctx.k_shape, ctx.grad_scale = bits, k.shape, grad_scale
-        return q
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        x, q, inside = ctx.saved_tensors
-        grad_x = g * inside if ctx.needs_input_grad[0] else None
-        grad_k = None
-        if ctx.needs_input_grad[1]:
-            if ctx.bits == 1:
-                dq = LN2 * q
-            else:
-                dq = -LN2 * torch.where(inside, q - x, q)
-            grad_k = _sum_to(g * dq, ctx.k_shape) * ctx.grad_scale
-        return grad_x, grad_k, None, None, None, None
-
-
-# --------------------------------------------------------------------------------------------
-# Quantizers (one per fake-quant of ``quantize``)
-# --------------------------------------------------------------------------------------------
-
-
-def floor_log2(s: torch.Tensor) -> torch.Tensor:
-    """``floor(log2 s)`` for ``s > 0``, exactly (from the binary exponent, as
-    :func:`nanoir.runtime.numerics.quant.exp_from_absmax` does)."""
-    _, e = torch.frexp(s)
-    return (e - 1).to(s.dtype)
-
-
-class Quantizer(nn.Module):
-    """The fake-quant of one tensor, with its exponent learner (``ema`` or ``lsq``).
-
-    ``exp_shape`` broadcasts against the value without the batch dim (``[1]`` per tensor,
-    ``[C, 1, 1, 1]`` for a conv weight, ``[C, 1, 1]`` for a per-channel activation).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        bits: int,
-        exp_shape: Sequence[int],
-        axis: int | None,
-        rounding: RoundingMode,
-        learner: str,
-        lr: float,
-        per_channel_elements: int,
-    ):
-        super().__init__()
-        self.name, self.kind, self.bits = name, kind, bits
-        self.exp_shape, self.axis = tuple(exp_shape), axis
-        self.rounding, self.learner, self.lr = rounding, learner, lr
-        self.n = max(per_channel_elements, 1)
-        if learner == "ema":
-            init = 2.0 ** (bits - 1) if bits > 1 else self.n**-0.5
-            self.register_buffer("scale", torch.full(self.exp_shape, init, dtype=torch.float64))
-        else:
-            init_k = float(bits - 1) if bits > 1 else math.floor(math.log2(self.n**-0.5))
-            self.exponent = nn.Parameter(torch.full(self.exp_shape, init_k, dtype=torch.float32))
-        self.last_k: torch.Tensor | None = None
-        """The integer exponents of the latest forward (what a bias cap reads)."""
-
-    def extra_repr(self) -> str:
-        return (
-            f"{self.name!r}, {self.kind}, bits={self.bits}, shape={list(self.exp_shape)}, "
-            f"{self.rounding}, {self.learner}, lr={self.lr}"
-        )
-
-    # -- exponents -------------------------------------------------------------------------
-
-    def exponents(self) -> torch.Tensor:
-        """The current integer exponents (float tensor of integers; a graph for ``lsq``)."""
-        if self.learner == "ema":
-            return floor_log2(self.scale).clamp(EXP_LO, EXP_HI)
-        k = self.exponent
-        k = k + (torch.round(k) - k).detach()  # straight-through rounding
-        return k.clamp(EXP_LO, EXP_HI)
-
-    def int_exponents(self) -> np.ndarray:
-        return self.exponents().detach().cpu().numpy().astype(np.int64).reshape(self.exp_shape)
-
-    @torch.no_grad()
-    def set_exponents(self, k: np.ndarray | Sequence[int] | int) -> None:
-        """Start from integer exponents ``k`` (ema: ``s = 2**(k + 1/2)``, halfway in log2
-        between the exponent's switching points, so the moving average keeps ``k`` until
-        the statistics move; lsq: ``e = k``)."""
-        kt = torch.as_tensor(np.asarray(k, dtype=np.float64)).reshape(self.exp_shape)
-        if self.learner == "ema":
-            self.scale.copy_(torch.exp2(kt + 0.5))
-        else:
-            self.exponent.copy_(kt)
-
-    @torch.no_grad()
-    def _update_ema(self, x: torch.Tensor) -> None:
-        """NanoEngine's ``DyQuantize._update_scale`` (see the module docstring)."""
-        a = x.detach().abs().to(torch.float64)
-        if self.axis is None:
-            a = a.amax().reshape(self.exp_shape)
-        else:
-            dims = [d for d in range(a.dim()) if d != self.axis]
-            a = a.amax(dim=dims, keepdim=True) if dims else a
-            a = a.reshape(self.exp_shape)
-        t = a.clone() if self.bits == 1 else 2.0 ** (self.bits - 1) / a
-        t = torch.where(t > 2, t * 0.9, t)
-        t = torch.where(t < 0.5, t / 0.9, t)
-        updated = (1 - self.lr) * self.scale + self.lr * t
-        self.scale.copy_(torch.where(a < 1e-6, self.scale, updated))
-
-    # -- forward ---------------------------------------------------------------------------
-
-    def forward(self, x: torch.Tensor, cap: torch.Tensor | None = None) -> torch.Tensor:
-        """Fake-quantize ``x``; ``cap`` (code exponents) bounds a bias's exponents."""
-        if self.learner == "ema" and self.training:
-            self._update_ema(x)
-        k = self.exponents()
-        if cap is not None:
-            cap = cap.min() if k.numel() == 1 else cap  # as quantize: a per-tensor bias
-            k = torch.minimum(k, cap.to(k.dtype).reshape(k.shape))
-        self.last_k = k.detach()
-        clip = None
-        if self.bits == 1 and self.learner == "lsq":
-            clip = _pow2(k.detach() + 1, x.dtype)
-        qmax = quant.qmax(self.bits)
-        grad_scale = 1.0 / math.sqrt(self.n * qmax)
-        return _FakeQuant.apply(x, k.to(x.dtype), self.bits, self.rounding, clip, grad_scale)
-
-
-# --------------------------------------------------------------------------------------------
-# The module: an interpreter of the folded nf program in torch
-# --------------------------------------------------------------------------------------------
-
-Step = Callable[..., tuple[torch.Tensor, ...]]
-
-
-def _key(name: str, taken: set[str]) -> str:
-    """A ``ModuleDict``/``ParameterDict`` key for a tensor name (no dots, unique)."""
-    base = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "_"
-    key, i = base, 1
-    while key in taken:
-        key, i = f"{base}_{i}", i + 1
-    taken.add(key)
-    return key
-
-
-def _shape(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _target_shape(value: SSAValue) -> list[int]:
-    return [-1 if d == DYNAMIC_INDEX else d for d in _shape(value)]
-
-
-class _NumpyForward(torch.autograd.Function):
-    """Value from a NumPy kernel (nanoir's definition), gradient from a torch function."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, np_fn: Any, torch_fn: Any) -> torch.Tensor:
-        ctx.save_for_backward(x)
-        ctx.torch_fn = torch_fn
-        y = np_fn(x.detach().cpu().numpy())
-        return torch.from_numpy(np.ascontiguousarray(y)).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        (x,) = ctx.saved_tensors
-        with torch.enable_grad():
-            xd = x.detach().requires_grad_(True)
-            (grad,) = torch.autograd.grad(ctx.torch_fn(xd), xd, g)
-        return grad, None, None
-
-
-def _exact_unary(np_fn: Any, torch_fn: Any) -> Step:
-    return lambda x: (_NumpyForward.apply(x, np_fn, torch_fn),)
-
-
-def _window_geometry(op: Any, x: torch.Tensor, dilations: Any) -> Any:
-    """kernel, strides, dilations, begins, ends (with ceil overhang), out: nanoir's geometry."""
-    kernel, strides, pads, dil = qz_window(op, dilations)
-    dummy = np.empty((1, 1, *x.shape[2:]), dtype=np.float32)
-    return kernels._pool_geometry(
-        dummy,
-        kernel,
-        strides,
-        pads,
-        dil,  # noqa: SLF001
-        bool(op.ceil_mode.value.data),
-    )
-
-
-def qz_window(op: Any, dilations: Any) -> Any:
-
-    kernel = array_values(op.kernel) or ()
-    return window_params(
-        len(kernel), kernel, array_values(op.strides), array_values(op.pads), dilations
-    )
-
-
-def _torch_pad_spatial(
-    x: torch.Tensor, begins: Sequence[int], ends: Sequence[int], value: float
-) -> torch.Tensor:
-    if not any(begins) and not any(ends):
-        return x
-    pads: list[int] = []
-    for b, e in zip(reversed(begins), reversed(ends)):
-        pads += [b, e]
-    return F.pad(x, pads, value=value)
-
-
-def _crop(y: torch.Tensor, out: Sequence[int]) -> torch.Tensor:
-    return y[(Ellipsis, *(slice(0, o) for o in out))]
-
-
-_POOL = {
-    "max": {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d},
-    "avg": {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d},
-}
-_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-
-
-def _build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runtime's table
-    """The torch forward of one nf op (the semantics of ``runtime/nf.py``)."""
-    if isinstance(op, nf.ReluOp):
-        return lambda x: (torch.relu(x),)
-    if isinstance(op, nf.SigmoidOp):
-        return _exact_unary(kernels.sigmoid, torch.sigmoid)
-    if isinstance(op, nf.TanhOp):
-        return _exact_unary(kernels.tanh, torch.tanh)
-    if isinstance(op, nf.HardSigmoidOp):
-        return lambda x: (torch.clamp(x + 3, 0, 6) / 6,)
-    if isinstance(op, nf.HardSwishOp):
-        return lambda x: (x * torch.clamp(x + 3, 0, 6) / 6,)
-    if isinstance(op, nf.ClampOp):
-        lo = None if op.min is None else op.min.value.data
-        hi = None if op.max is None else op.max.value.data
-        return lambda x: (torch.clamp(x, lo, hi),)
-    if isinstance(op, nf.LeakyReluOp):
-        alpha = op.alpha.value.data
-        return lambda x: (torch.where(x > 0, x, x * alpha),)
-    if isinstance(op, nf.PReluOp):
-
-        def prelu(x: torch.Tensor, slope: torch.Tensor) -> tuple[torch.Tensor]:
-            channels = x.shape[1] if x.dim() >= 2 else 1
-            s = (
-                slope.reshape(())
-                if slope.numel() == 1
-                else slope.reshape((channels,) + (1,) * (x.dim() - 2))
-            )
-            return (torch.where(x > 0, x, x * s),)
-
-        return prelu
-    for cls, fn in (
-        (nf.AddOp, torch.add),
-        (nf.SubOp, torch.sub),
-        (nf.MulOp, torch.mul),
-        (nf.DivOp, torch.div),
-    ):
-        if isinstance(op, cls):
-            return (lambda f: lambda a, b: (f(a, b),))(fn)
-    if isinstance(op, nf.ConvOp):
-        strides = list(array_values(op.strides) or ())
-        pads = list(array_values(op.pads) or ())
-        dilations = list(array_values(op.dilations) or ())
-        groups = op.groups.value.data
-        n = len(_shape(op.weight)) - 2
-        strides = strides or [1] * n
-        dilations = dilations or [1] * n
-        pads = pads or [0] * (2 * n)
-        begins, ends = pads[:n], pads[n:]
-        conv = _CONV[n]
-
-        def run_conv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> Any:
-            if begins == ends:
-                return (conv(x, w, b, strides, begins, dilations, groups),)
-            x = _torch_pad_spatial(x, begins, ends, 0.0)
-            return (conv(x, w, b, strides, 0, dilations, groups),)
-
-        return run_conv
-    if isinstance(op, nf.ConvTransposeOp):
-        return _conv_transpose_step(op)
-    if isinstance(op, nf.LinearOp):
-        return lambda x, w, b=None: (F.linear(x, w, b),)
-    if isinstance(op, nf.MatmulOp):
-        return lambda a, b: (torch.matmul(a, b),)
-    if isinstance(op, nf.BatchNormOp):
-        eps = op.epsilon.value.data
-
-        def bn(x: torch.Tensor, scale: Any, bias: Any, mean: Any, var: Any) -> Any:
-            a = scale / torch.sqrt(var + eps)
-            shift = bias - mean * a
-            spread = (x.shape[1],) + (1,) * (x.dim() - 2)
-            return (x * a.reshape(spread) + shift.reshape(spread),)
-
-        return bn
-    if isinstance(op, nf.MaxPoolOp):
-        dil_attr = array_values(op.dilations)
-
-        def max_pool(x: torch.Tensor) -> Any:
-            kernel, strides, dil, begins, ends, out = _window_geometry(op, x, dil_attr)
-            xp = _torch_pad_spatial(x, begins, ends, -math.inf)
-            y = _POOL["max"][len(kernel)](xp, kernel, strides, 0, dil)
-            return (_crop(y, out),)
-
-        return max_pool
-    if isinstance(op, nf.AvgPoolOp):
-        include_pad = bool(op.count_include_pad.value.data)
-        divisor = None if op.divisor_override is None else op.divisor_override.value.data
-        declared = list(array_values(op.pads) or ())
-
-        def avg_pool(x: torch.Tensor) -> Any:
-            kernel, strides, _, begins, ends, out = _window_geometry(op, x, None)
-            xp = _torch_pad_spatial(x, begins, ends, 0.0)
-            n = len(kernel)
-            # The window sums (exact on a quantized grid), then nanoir's divisors.
-            total = _crop(
-                _POOL["avg"][n](
-                    xp,
-                    kernel,
-                    strides,
-                    0,
-                    False,
-                    True,
-                    **({"divisor_override": 1} if n > 1 else {}),
-                ),
-                out,
-            )
-            if n == 1:
-                total = total * kernel[0]
-            if divisor is not None:
-                return (total / divisor,)
-            ends_declared = declared[n:] if declared else [0] * n
-            d = np.ones((), dtype=np.int64)
-            for i in range(n):
-                d = np.multiply.outer(
-                    d,
-                    kernels._avg_divisor_1d(  # noqa: SLF001
-                        x.shape[2 + i],
-                        kernel[i],
-                        strides[i],
-                        begins[i],
-                        ends_declared[i],
-                        out[i],
-                        include_pad,
-                    ),
-                )
-            return (total / torch.from_numpy(d.astype(np.float64)).to(x.dtype),)
-
-        return avg_pool
-    if isinstance(op, nf.AdaptiveAvgPoolOp):
-        size = array_values(op.output_size) or ()
-
-        def adaptive(x: torch.Tensor) -> Any:
-            n = x.dim() - 2
-            sizes = (size,) * n if isinstance(size, int) else tuple(size)
-            y, count = x, np.ones((), dtype=np.int64)
-            for i, o in enumerate(sizes):
-                axis, length = 2 + i, x.shape[2 + i]
-                o = length if o is None else o
-                ranges = kernels.adaptive_pool_ranges(length, o)
-                y = torch.cat(
-                    [y.narrow(axis, a, b - a).sum(axis, keepdim=True) for a, b in ranges], axis
-                )
-                count = count * np.array([b - a for a, b in ranges]).reshape(
-                    (o,) + (1,) * (n - 1 - i)
-                )
-            return (y / torch.from_numpy(np.asarray(count, dtype=np.float64)).to(x.dtype),)
-
-        return adaptive
-    if isinstance(op, nf.ConcatOp):
-        axis = op.axis.value.data
-        return lambda *xs: (torch.cat(xs, axis),)
-    if isinstance(op, nf.SplitOp):
-        axis, sizes = op.axis.value.data, list(array_values(op.sizes) or ())
-        return lambda x: tuple(torch.split(x, sizes, axis))
-    if isinstance(op, nf.ReshapeOp):
-        shape = _target_shape(op.result)
-        return lambda x: (x.reshape(shape),)
-    if isinstance(op, nf.TransposeOp):
-        perm = list(array_values(op.perm) or ())
-        return lambda x: (x.permute(perm),)
-    if isinstance(op, nf.PadOp | nf.UpsampleNearestOp | nf.DepthToSpaceOp | nf.SpaceToDepthOp):
-        return _gather_step(op)
-    raise QATError(f"nanoir.qat: {op.name} has no torch forward")
-
-
-_CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-
-
-def _conv_transpose_step(op: nf.ConvTransposeOp) -> Step:
-    """``nf.conv_transpose`` (weight ``[C, O/g, *K]``, asymmetric ``pads``,
-    ``output_padding``): torch's transposed conv without padding, then the pads cropped
-    (and ``output_padding`` beyond the last input row added as zeros), then the bias."""
-    n = len(_shape(op.weight)) - 2
-    strides = list(array_values(op.strides) or ()) or [1] * n
-    dilations = list(array_values(op.dilations) or ()) or [1] * n
-    pads = list(array_values(op.pads) or ()) or [0] * (2 * n)
-    groups = op.groups.value.data
-    out = _shape(op.result)[2:]
-    conv_t = _CONV_T[n]
-
-    def run(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> Any:
-        y = conv_t(x, w, None, strides, 0, 0, groups, dilations)
-        for i in range(n):
-            begin, length = pads[i], out[i]
-            have = y.shape[2 + i] - begin
-            y = y.narrow(2 + i, begin, min(have, length))
-            if have < length:  # output_padding past the full output: zero rows
-                extra = [0, 0] * (n - 1 - i) + [0, length - have]
-                y = F.pad(y, extra)
-        if b is not None:
-            y = y + b.reshape((1, -1) + (1,) * n)
-        return (y,)
-
-    return run
-
-
-def _gather_step(op: Any) -> Step:
-    """Pad and nearest upsampling. A constant pad is ``F.pad``; the other modes and the
-    upsample are a gather whose indices come from nanoir's own NumPy kernel run on the
-    element indices, so they pick exactly the elements the runtime picks."""
-
-    if isinstance(op, nf.PadOp) and op.mode.data == "constant":
-        pads = list(array_values(op.pads) or ())
-        rank, value = len(pads) // 2, op.value.value.data
-        torch_pads: list[int] = []
-        for d in reversed(range(rank)):
-            torch_pads += [pads[d], pads[rank + d]]
-        return lambda x: (F.pad(x, torch_pads, value=value),)
-    kernel = NF_BUILDERS[type(op)](op, np.dtype(np.float64))
-
-    def gather(x: torch.Tensor) -> Any:
-        index = np.arange(int(np.prod(x.shape[1:])), dtype=np.float64).reshape((1, *x.shape[1:]))
-        (src,) = kernel(index)
-        src = np.asarray(src).astype(np.int64)
-        if src.shape[0] != 1:
-            raise QATError(f"nanoir.qat: {op.name} along the batch dim has no torch forward")
-        idx = torch.from_numpy(src.reshape(1, -1)).expand(x.shape[0], -1)
-        return (torch.gather(x.flatten(1), 1, idx).reshape((x.shape[0], *src.shape[1:])),)
-
-    return gather
-
 
 _THROUGH = (nf.ReshapeOp, nf.PadOp, nf.UpsampleNearestOp)
 """Ops a bias cap looks through to find a layer input's fake-quant (as ``quantize``)."""
@@ -683,9 +154,9 @@ class QATModule(nn.Module):
         self._nbuf = 0
 
         def add_quantizer(t: qz.Target) -> str:
-            key = _key(t.name, taken_q)
+            key = tensor_key(t.name, taken_q)
             shape = qz.exp_shape(t)  # noqa: SLF001
-            vshape = [d for d in _shape(t.value)]
+            vshape = [d for d in value_shape(t.value)]
             if t.kind == "act":
                 vshape = vshape[1:]
             total = int(np.prod([max(d, 1) for d in vshape])) if vshape else 1
@@ -722,7 +193,7 @@ class QATModule(nn.Module):
                 value = np.array(dense_to_numpy(op.value), dtype=np.float32)
                 t = self.targets.get(op.result)
                 if op.sym_name is not None and value.dtype.kind == "f":
-                    key = _key(op.sym_name.data, taken_p)
+                    key = tensor_key(op.sym_name.data, taken_p)
                     self._param_key[op.sym_name.data] = key
                     self.params[key] = nn.Parameter(torch.from_numpy(value))
                     self._steps.append(("param", key, [], outs))
@@ -743,7 +214,7 @@ class QATModule(nn.Module):
                         source[outs[0]] = key
                 continue
             args = [slot_of(v) for v in op.operands]
-            self._steps.append(("op", _build_step(op), args, outs))
+            self._steps.append(("op", build_step(op), args, outs))
             if isinstance(op, _THROUGH) and args[0] in source:
                 source[outs[0]] = source[args[0]]
             if isinstance(op, qz.WEIGHTED) and len(args) > 2:
@@ -751,7 +222,7 @@ class QATModule(nn.Module):
                 if bkey is not None:
                     groups = op.groups.value.data if not isinstance(op, nf.LinearOp) else 1
                     transposed = isinstance(op, nf.ConvTransposeOp)
-                    out_c = _shape(op.result)[1] if transposed else _shape(op.weight)[0]
+                    out_c = value_shape(op.result)[1] if transposed else value_shape(op.weight)[0]
                     self._bias_users[bkey].append((args[0], args[1], out_c, groups, transposed))
             for r, o in zip(op.results, outs):
                 if r in self.targets:
