@@ -38,9 +38,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nh import FixedAttr
+from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import TransposedWindow
 from nanoir.lowering.analysis.cursor import Firing, NodeCursor
 from nanoir.lowering.analysis.graph import StreamNode, build_graph
@@ -53,12 +55,22 @@ from nanoir.runtime.interpreter import (
     default_builders,
 )
 from nanoir.runtime.nh import dequantize, quantize_inputs
-from nanoir.runtime.stream_fast import RowBuffer, fast_conv, fast_fake_quant, fast_requant
+from nanoir.runtime.stream_fast import (
+    RowBuffer,
+    fast_conv,
+    fast_fake_quant,
+    fast_float_conv,
+    fast_requant,
+)
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
 __all__ = ["StreamRunner", "stream"]
+
+_FUSABLE = (nh.RequantOp, nh.ReluOp, nh.ClampOp, FakeQuantOp, nf.ReluOp, nf.ClampOp)
+"""Elementwise ops: each output element depends on its input element only, so running them
+per firing equals running them on the step's rows at once."""
 
 Chunks = list[np.ndarray]
 
@@ -201,11 +213,15 @@ class _NodeRun:
             and rule.adjust in ("none", "result_rows")
         )
         self.fast = (
-            fast_conv(node.op, dim, constants)
+            (fast_conv(node.op, dim, constants) or fast_float_conv(node.op, dim, constants, dtype))
             if FAST_PATHS and rule.adjust == "window" and list(node.inputs) == [node.op.operands[0]]
             else None
         )
         """An nh conv's fast kernel and the dtype of its :class:`RowBuffer` cache."""
+        self.fused: list[_NodeRun] = []
+        """Elementwise nodes run right after this fast node's firings (a chain, each the only
+        user of the one before): the runner does not step them on their own."""
+        self.absorbed = False
         self.reset()
 
     def reset(self) -> None:
@@ -334,6 +350,9 @@ class _NodeRun:
         if cursor.ended:
             for s in self.outputs:
                 ended[s] = True
+            for f in self.fused:
+                for s in f.outputs:
+                    ended[s] = True
 
     def _step_pointwise(
         self, chunks: Chunks, inputs_ended: bool, produced: list[Chunks | None]
@@ -382,15 +401,51 @@ class _NodeRun:
             self.peaks[i] = max(self.peaks[i], cache.held())
         if self.fast is not None:
             conv, cache = self.fast[0], self.caches[0]
+            slots = self.chain_slots
+            total = 0
+            chain = self.chain_last
             for firing in cursor.advance(arrived, inputs_ended):
                 start, stop, zb, ze = cursor.window(0, firing)
-                y = conv(cache.take(start, stop), zb, ze, firing.count)
-                chunks = produced[self.outputs[0]]
-                if chunks is None:
-                    produced[self.outputs[0]] = [y]
-                else:
-                    chunks.append(y)
+                window = cache.take(start, stop)
+                total += firing.count
+                if chain is not None:
+                    # [N, rows, C] through the chain; the values as [N, C, rows] views, the
+                    # last one (the only one read on) made contiguous
+                    y = chain[0](window, zb, ze, firing.count)
+                    last = len(slots) - 1
+                    for k, slot in enumerate(slots):
+                        if k:
+                            y = chain[k](y)[0]
+                        out = y.transpose(0, 2, 1)
+                        if k == last:
+                            out = np.ascontiguousarray(out)
+                        chunks = produced[slot]
+                        if chunks is None:
+                            produced[slot] = [out]
+                        else:
+                            chunks.append(out)
+                    continue
+                y = conv(window, zb, ze, firing.count)
+                for k, slot in enumerate(slots):
+                    if k:
+                        y = self.fused[k - 1].whole_kernel(y)[0]
+                    chunks = produced[slot]
+                    if chunks is None:
+                        produced[slot] = [y]
+                    else:
+                        chunks.append(y)
             cache.drop_before(cursor.first_needed(0))
+            for f in self.fused:
+                c = f.cursor
+                if total:
+                    if total > f.peaks[0]:
+                        f.peaks[0] = total
+                    c.received[0] += total
+                    if total > c.peak[0]:
+                        c.peak[0] = total
+                    c.fired += total
+                if cursor.ended:
+                    c.ended = True
             return
         for firing in cursor.advance(arrived, inputs_ended):
             windows: Chunks = []
@@ -476,8 +531,54 @@ class StreamRunner:
             for n in self.graph.nodes
         ]
         self.results: list[SSAValue] = list(self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
+        self._fuse()
+        self._active = [r for r in self.runs if not r.absorbed]
         self._arg_types = [self._chunk_type(a.type) for a in self.graph.inputs]
         self.reset()
+
+    def _fuse(self) -> None:
+        """Chain elementwise nodes onto the fast node that feeds them (see ``_NodeRun.fused``):
+        a node joins when it is elementwise (``_FUSABLE``), has one operand, and that operand
+        is the chain's last value, used by it alone and not a program result."""
+        run_of = {r.node.op: r for r in self.runs}
+        results = set(self.results)
+        for run in self.runs:
+            if run.fast is not None:
+                tail = run
+                while len(tail.node.op.results) == 1:
+                    (v,) = tail.node.op.results
+                    if v in results or not v.has_one_use():
+                        break
+                    user = run_of.get(v.get_user_of_unique_use())  # type: ignore[arg-type]
+                    if (
+                        user is None
+                        or not isinstance(user.node.op, _FUSABLE)
+                        or not user.pointwise
+                        or user.node.rule.adjust != "none"
+                        or list(user.node.op.operands) != [v]
+                        or list(user.node.inputs) != [v]
+                    ):
+                        break
+                    run.fused.append(user)
+                    user.absorbed = True
+                    tail = user
+            run.chain_slots = [*run.outputs[:1], *(f.outputs[0] for f in run.fused)]
+            run.chain_last = None
+            last = getattr(run.fast[0], "channel_last", None) if run.fast is not None else None
+            if last is not None:
+                chain = [last]
+                for f in run.fused:
+                    if isinstance(f.node.op, nh.RequantOp):
+                        kernel = fast_requant(f.node.op, channel_last=True)
+                    elif isinstance(f.node.op, (nh.ReluOp, nh.ClampOp)):
+                        kernel = f.whole_kernel  # elementwise, no per-channel operand
+                    else:
+                        kernel = None
+                    if kernel is None:
+                        break
+                    chain.append(kernel)
+                else:
+                    run.chain_last = chain
 
     def reset(self) -> None:
         """Start a new stream, keeping the compiled kernels."""
@@ -573,7 +674,7 @@ class StreamRunner:
         return out
 
     def _step(self, produced: list[Chunks | None]) -> list[np.ndarray | None]:
-        for run in self.runs:
+        for run in self._active:
             if not run.cursor.ended:
                 run.step(produced, self.ended)
         for s, chunks in enumerate(produced):

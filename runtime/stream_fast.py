@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from nanoir.dialects import nh
+from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import code_range, width_of
@@ -45,13 +45,22 @@ from nanoir.runtime.numerics.shapes import window_params
 from numpy.lib.stride_tricks import as_strided
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["ConvKernel", "RowBuffer", "fast_conv", "fast_fake_quant", "fast_requant"]
+__all__ = [
+    "ConvKernel",
+    "RowBuffer",
+    "fast_conv",
+    "fast_fake_quant",
+    "fast_float_conv",
+    "fast_requant",
+]
 
 
 class RowBuffer:
     """A cache along the last dim of ``[N, C, L]`` tensors, as :class:`_Cache` counts it
     (``base``: first row held or next row wanted; ``end``: rows received), the rows stored
-    in ``dtype`` in one array. Windows are views: valid until the next ``append``."""
+    in ``dtype`` in one ``[N, rows, C]`` array (a row's channels contiguous, so a window of
+    consecutive rows is one contiguous block per batch item). ``take`` returns ``[N, rows,
+    C]`` views, valid until the next ``append``."""
 
     axis = 2
 
@@ -69,6 +78,8 @@ class RowBuffer:
 
     def append(self, a: np.ndarray) -> None:
         n = a.shape[2]
+        if self.empty is None:
+            self.empty = a[:, :, :0]
         if self.end < self.base:  # rows a strided window skips
             skip = min(self.base - self.end, n)
             self.end += skip
@@ -77,32 +88,36 @@ class RowBuffer:
             a, n = a[:, :, skip:], n - skip
         live = self.end - self.base
         buf = self.buf
-        if buf is None or self.off + live + n > buf.shape[2]:
+        if buf is None or self.off + live + n > buf.shape[1]:
             need = live + n
-            if buf is None or need * 2 > buf.shape[2] or buf.shape[:2] != a.shape[:2]:
-                new = np.empty((*a.shape[:2], max(4 * need, 16)), dtype=self.dtype)
+            shape = (a.shape[0], a.shape[1])
+            if buf is None or need * 2 > buf.shape[1] or (buf.shape[0], buf.shape[2]) != shape:
+                new = np.empty((a.shape[0], max(4 * need, 16), a.shape[1]), dtype=self.dtype)
                 if live:
                     assert buf is not None
-                    new[:, :, :live] = buf[:, :, self.off : self.off + live]
+                    new[:, :live] = buf[:, self.off : self.off + live]
                 self.buf = buf = new
             elif live:
-                buf[:, :, :live] = buf[:, :, self.off : self.off + live].copy()
+                buf[:, :live] = buf[:, self.off : self.off + live].copy()
             self.off = 0
         start = self.off + live
-        buf[:, :, start : start + n] = a
+        buf[:, start : start + n] = a.transpose(0, 2, 1)
         self.end += n
 
     def take(self, start: int, stop: int) -> np.ndarray:
+        """The held rows within ``[start, stop)`` (as ``_Cache.take`` gives them)."""
+        lo, hi = max(start, self.base), min(stop, self.end)
+        if self.buf is not None and hi <= lo:
+            return self.buf[:, :0]
         if self.buf is None:
-            assert start == stop
             if self.empty is None:
                 raise ExecutionError(
                     "a window of padding only, before any row arrived, of a "
                     "tensor with a dynamic dim: cannot shape it"
                 )
-            return self.empty
-        lo = self.off + start - self.base
-        return self.buf[:, :, lo : lo + stop - start]
+            return self.empty.transpose(0, 2, 1)
+        lo += self.off - self.base
+        return self.buf[:, lo : lo + hi - max(start, self.base)]
 
     def drop_before(self, row: int) -> None:
         if row > self.base:
@@ -111,7 +126,16 @@ class RowBuffer:
 
 
 ConvKernel = Callable[[np.ndarray, int, int, int], np.ndarray]
-"""``(window, zeros_begin, zeros_end, count) -> [N, O, count]`` int32 codes."""
+"""``(window [N, rows, C], zeros_begin, zeros_end, count) -> [N, O, count]``."""
+
+
+def _padded_rows(x: np.ndarray, zb: int, ze: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """The ``[N, rows, C]`` window with ``zb`` zero rows before and ``ze`` after."""
+    if not zb and not ze:
+        return x
+    xp = np.zeros((x.shape[0], zb + x.shape[1] + ze, x.shape[2]), dtype=dtype)
+    xp[:, zb : zb + x.shape[1]] = x
+    return xp
 
 
 def _absmax(a: np.ndarray) -> int:
@@ -143,38 +167,46 @@ def fast_conv(
     fdt = plan.float_dtype
     if not plan.fits_i32 or fdt.kind != "f" or plan.chunk < inner:
         return None
-    w2 = np.ascontiguousarray(w.reshape(out_channels, inner).astype(fdt))
-    wt = np.ascontiguousarray(w2.T)
+    # wt[k * C + c, o] = w[o, c, k]: the [K, C] order of a window's rows
+    wt = np.ascontiguousarray(w.transpose(2, 1, 0).reshape(inner, out_channels).astype(fdt))
     bias = None if b is None else b.astype(np.int32).reshape(out_channels, 1)
     span = (k - 1) * d + 1
 
-    def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+    bias_last = None if bias is None else bias.reshape(out_channels)
+
+    def channel_last(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        """The rows as ``[N, count, O]`` int32 (what the product gives: no transpose)."""
         batch = x.shape[0]
-        if zb or ze:
-            xp = np.zeros((batch, channels, zb + x.shape[2] + ze), dtype=fdt)
-            xp[:, :, zb : zb + x.shape[2]] = x
-        else:
-            xp = x
+        xp = _padded_rows(x, zb, ze, fdt)
         if count == 1:
-            cols = xp[:, :, 0:span:d].reshape(batch, inner)
-            y = (cols @ wt).astype(np.int32)[:, :, None]
+            cols = xp[:, 0:span:d].reshape(batch, inner)
         else:
-            sb, sc, sl = xp.strides
+            sb, sr, sc = xp.strides
             view = as_strided(
-                xp, (batch, channels, k, count), (sb, sc, d * sl, s * sl), writeable=False
+                xp, (batch, count, k, channels), (sb, s * sr, d * sr, sc), writeable=False
             )
-            # [O, C * K] @ [N, C * K, count] -> [N, O, count], contiguous
-            y = np.matmul(w2, view.reshape(batch, inner, count)).astype(np.int32)
-        if bias is not None:
-            y += bias
+            cols = view.reshape(batch * count, inner)
+        # [N * count, K * C] @ [K * C, O]: one product for the whole window
+        y = (cols @ wt).astype(np.int32).reshape(batch, count, out_channels)
+        if bias_last is not None:
+            y += bias_last
         return y
 
+    def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        return np.ascontiguousarray(channel_last(x, zb, ze, count).transpose(0, 2, 1))
+
+    run.channel_last = channel_last  # type: ignore[attr-defined]
     return run, fdt
 
 
-def fast_requant(op: Operation) -> Callable[[np.ndarray], tuple[np.ndarray]] | None:
+def fast_requant(
+    op: Operation, channel_last: bool = False
+) -> Callable[[np.ndarray], tuple[np.ndarray]] | None:
     """``nh.requant``'s kernel with everything but the arithmetic done once (``None``: not
-    an int32-branch case of ``requant_codes``, the general kernel applies)."""
+    an int32-branch case of ``requant_codes``, the general kernel applies). With
+    ``channel_last``, for ``[N, C, L]`` tensors whose shifts run along C: the kernel of the
+    ``[N, L, C]`` transpose (what a fast conv's product gives), per-channel shifts along the
+    last, contiguous dim."""
     if not isinstance(op, nh.RequantOp):
         return None
     fx, fy = nh.fixed_of(op.input), nh.fixed_of(op.result)
@@ -198,6 +230,10 @@ def fast_requant(op: Operation) -> Callable[[np.ndarray], tuple[np.ndarray]] | N
         or (mode is RoundingMode.HALF_UP and smin >= 2)
     ):
         return None
+    if channel_last:
+        if rank != 3 or (np.ndim(shift) and np.shape(shift) != (1, len(shifts), 1)):
+            return None
+        shift = shift.reshape(-1) if np.ndim(shift) else shift
     s32: Any = smin if smin == smax else np.asarray(shift).astype(np.int32)
     mask: Any = (1 << s32) - 1
     s_half: Any = s32 - 1
@@ -237,7 +273,9 @@ def fast_fake_quant(op: Operation, dtype: np.dtype[Any]) -> Callable[..., tuple[
     if bits <= 1 or bits > 64 or (exp.size and int(np.abs(exp).max()) > EXACT_EXP_LIMIT):
         return None
     lo, hi = float(-(2 ** (bits - 1))), float(2 ** (bits - 1) - 1)
-    neg = -exp
+    # ldexp by k is a product by 2**k, both rounded once (to inf or to a subnormal alike):
+    # |k| <= 960 makes 2**k and 2**-k normal floats.
+    scale, unscale = np.ldexp(1.0, exp), np.ldexp(1.0, -exp)
     rnd = {
         RoundingMode.TRUNC: np.trunc,
         RoundingMode.FLOOR: np.floor,
@@ -247,21 +285,72 @@ def fast_fake_quant(op: Operation, dtype: np.dtype[Any]) -> Callable[..., tuple[
     def run(x: np.ndarray) -> tuple[Any]:
         if x.dtype.kind != "f":
             return (reference(x, bits, exp, mode).astype(dtype, copy=False),)
-        v = x.astype(np.float64, copy=False)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            scaled = np.ldexp(v, exp)
-            if rnd is not None:
+            scaled = x * scale if x.dtype == np.float64 else x.astype(np.float64) * scale
+            if rnd is not None and mode is not RoundingMode.FLOOR:
+                codes = rnd(scaled, out=scaled)
+            elif rnd is not None:
                 codes = rnd(scaled)
+                # A tiny negative x * 2**k can underflow to -0.0, whose floor is 0; it is -1.
+                codes = np.where((x < 0) & (scaled == 0), -1.0, codes)
             else:  # half_up, as round_to_int has it
                 f = np.floor(scaled)
                 up = (scaled - f) >= 0.5
                 codes = np.where(np.isfinite(scaled), f + up, scaled)
-        if mode is RoundingMode.FLOOR:
-            codes = np.where((v < 0) & (scaled == 0), -1.0, codes)
-        codes = np.clip(codes, lo, hi)
-        if np.isnan(codes).any():
+        np.maximum(codes, lo, out=codes)
+        np.minimum(codes, hi, out=codes)
+        total = codes.sum()
+        if total != total:  # NaN: the reference raises
             return (reference(x, bits, exp, mode).astype(dtype, copy=False),)
-        codes += 0.0
-        return (np.ldexp(codes, neg).astype(dtype, copy=False),)
+        codes *= unscale
+        codes += 0.0  # -0.0 -> +0.0
+        return (codes.astype(dtype, copy=False),)
 
     return run
+
+
+def fast_float_conv(
+    op: Operation, dim: int, constants: dict[SSAValue, Any], dtype: np.dtype[Any]
+) -> tuple[ConvKernel, np.dtype[Any]] | None:
+    """The fast kernel of an ``nf.conv`` streamed along the last dim of ``[N, C, L]``: the
+    very computation of ``kernels.conv`` on the window (the same C-contiguous column matrix
+    ``[N, G, C/G * K, count]``, the same ``matmul`` with the same shapes, the bias added
+    after), without its per-call checks, padding copy and window-view set-up. Floats are not
+    exact, so it mirrors the kernel rather than computing the rows another way."""
+    if not isinstance(op, nf.ConvOp):
+        return None
+    shape = op.input.type.get_shape()  # type: ignore[union-attr]
+    if len(shape) != 3 or dim != 2 or op.weight not in constants:
+        return None
+    bias_value = op.bias
+    if bias_value is not None and bias_value not in constants:
+        return None
+    w = np.asarray(constants[op.weight])
+    b = None if bias_value is None else np.asarray(constants[bias_value])
+    groups = op.groups.value.data
+    out_channels, group_channels, k = w.shape
+    channels = group_channels * groups
+    if w.dtype.kind != "f" or (b is not None and b.dtype.kind != "f"):
+        return None
+    (k,), (s,), _, (d,) = window_params(
+        1, (k,), array_values(op.strides), array_values(op.pads), array_values(op.dilations)
+    )
+    fdt = np.result_type(dtype, w) if b is None else np.result_type(dtype, w, b)
+    wg = w.astype(fdt, copy=False).reshape(groups, out_channels // groups, group_channels * k)
+    bias = None if b is None else b.astype(fdt, copy=False).reshape(out_channels, 1)
+    inner = group_channels * k
+
+    def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        batch = x.shape[0]
+        xp = _padded_rows(x, zb, ze, fdt)
+        sb, sr, sc = xp.strides
+        view = as_strided(
+            xp, (batch, channels, k, count), (sb, sc, d * sr, s * sr), writeable=False
+        )
+        cols = np.ascontiguousarray(view).reshape(batch, groups, inner, count)
+        y = np.matmul(wg, cols).reshape(batch, out_channels, count)
+        if bias is not None:
+            y += bias
+        return y
+
+    return run, fdt

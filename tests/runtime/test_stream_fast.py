@@ -78,8 +78,9 @@ def test_row_buffer_is_the_cache() -> None:
         if buf.held():
             start = int(rng.integers(buf.base, buf.end))
             stop = int(rng.integers(start, buf.end + 1))
-            assert buf.take(start, stop).tobytes() == cache.take(start, stop).tobytes()
-            assert buf.take(start, stop).tobytes() == seen[:, :, start:stop].tobytes()
+            got = np.ascontiguousarray(buf.take(start, stop).transpose(0, 2, 1))
+            assert got.tobytes() == cache.take(start, stop).tobytes()
+            assert got.tobytes() == seen[:, :, start:stop].tobytes()
         row = buf.base + int(rng.integers(0, 4))
         buf.drop_before(row)
         cache.drop_before(row)
@@ -123,6 +124,10 @@ def test_fast_requant_is_requant_codes(mode: str, shifts: list[int]) -> None:
             continue
         (got,) = kernel(x)
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+        last = fast_requant(op, channel_last=True)
+        assert last is not None
+        (got,) = last(np.ascontiguousarray(x.transpose(0, 2, 1)))
+        assert got.transpose(0, 2, 1).tobytes() == want.tobytes()
 
 
 FAKE_QUANT = """\
@@ -156,13 +161,14 @@ def test_fast_fake_quant_is_fake_quant(mode: str, bits: int, exp: list[int]) -> 
     (op,) = [op for op in module.walk() if op.name == "nq.fake_quant"]
     k = np.asarray(exp).reshape(1, -1, 1) if per_channel else np.asarray(exp)
     rng = np.random.default_rng(bits)
-    special = [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1e-300, -1e-300, np.inf, -np.inf, 1e300]
+    special = [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 1e-300, -1e-300, np.inf, -np.inf]
+    special += [1e300, 1.7e308, -1.7e308, 1e-310, -1e-310, 5e-324, -5e-324, 0.49999999999999994]
     for dtype in (np.float32, np.float64):
         kernel = fast_fake_quant(op, np.dtype(dtype))
         if kernel is None:
             assert bits == 1
             continue
-        x = rng.standard_normal((2, 3, 20)) * 50
+        x = rng.standard_normal((2, 3, 24)) * 50
         x[0, 0, : len(special)] = special
         x[1, 2, : len(special)] = np.ldexp(np.asarray(special), -exp[-1])
         with np.errstate(over="ignore"):
