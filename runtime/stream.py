@@ -61,6 +61,7 @@ from nanoir.runtime.stream_fast import (
     fast_fake_quant,
     fast_float_conv,
     fast_requant,
+    fused_requant,
 )
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -339,14 +340,22 @@ class _NodeRun:
     def step(self, produced: list[Chunks | None], ended: list[bool]) -> None:
         """Grow the caches by this step's rows, fire, and add the outputs to ``produced``."""
         cursor = self.cursor
-        arrivals = [produced[s] for s in self.inputs]
-        inputs_ended = all(ended[s] for s in self.inputs)
-        if not inputs_ended and not any(arrivals) and (cursor.fired or not self.pads_first):
-            return  # nothing new: every window the held rows allow has fired
-        if self.pointwise:
-            self._step_pointwise(arrivals[0] or [], inputs_ended, produced)
+        if self.fast is not None:
+            s = self.inputs[0]
+            chunks = produced[s]
+            inputs_ended = ended[s]
+            if not inputs_ended and not chunks and (cursor.fired or not self.pads_first):
+                return
+            self._step_fast(chunks, inputs_ended, produced)
         else:
-            self._step_windows(arrivals, inputs_ended, produced)
+            arrivals = [produced[s] for s in self.inputs]
+            inputs_ended = all(ended[s] for s in self.inputs)
+            if not inputs_ended and not any(arrivals) and (cursor.fired or not self.pads_first):
+                return  # nothing new: every window the held rows allow has fired
+            if self.pointwise:
+                self._step_pointwise(arrivals[0] or [], inputs_ended, produced)
+            else:
+                self._step_windows(arrivals, inputs_ended, produced)
         if cursor.ended:
             for s in self.outputs:
                 ended[s] = True
@@ -387,6 +396,67 @@ class _NodeRun:
             raise ExecutionError(f"{self.node.op.name}: several units of a tensor in one step")
         self._emit(self.kernel(0, 0, rows), [x], firing, produced)
 
+    def _step_fast(
+        self, chunks: Chunks | None, inputs_ended: bool, produced: list[Chunks | None]
+    ) -> None:
+        """A fast node (one input, a :class:`RowBuffer` cache) and its fused chain."""
+        cursor, cache = self.cursor, self.caches[0]
+        before = cache.end
+        if chunks:
+            for a in chunks:
+                cache.append(a)
+        held = cache.end - cache.base
+        if held > self.peaks[0]:
+            self.peaks[0] = held
+        firings = cursor.advance((cache.end - before,), inputs_ended)
+        total = 0
+        if firings:
+            slots, chain, conv = self.chain_slots, self.chain_last, self.fast[0]  # type: ignore[index]
+            whole = self.chain_fused
+            for firing in firings:
+                start, stop, zb, ze = cursor.window(0, firing)
+                count = firing.count
+                total += count
+                if whole is not None:
+                    # the chain in one kernel: every value of it has the rows of the last,
+                    # which stands for them in ``produced`` (read only for row counts there)
+                    y = whole(cache.take(start, stop), zb, ze, count)
+                    outs = [y] * len(slots)
+                elif chain is not None:
+                    # [N, rows, C] through the chain; each value is given as an [N, C, rows]
+                    # view, and the last one (the only one read on) made contiguous
+                    y = chain[0](cache.take(start, stop), zb, ze, count)
+                    outs = [y.transpose(0, 2, 1)]
+                    for kernel in chain[1:]:
+                        y = kernel(y)[0]
+                        outs.append(y.transpose(0, 2, 1))
+                    outs[-1] = np.ascontiguousarray(outs[-1])
+                else:
+                    y = conv(cache.take(start, stop), zb, ze, count)
+                    outs = [y]
+                    for f in self.fused:
+                        y = f.whole_kernel(y)[0]
+                        outs.append(y)
+                for slot, out in zip(slots, outs):
+                    chunks = produced[slot]
+                    if chunks is None:
+                        produced[slot] = [out]
+                    else:
+                        chunks.append(out)
+        rule = self.node.rule
+        cache.drop_before(cursor.fired * rule.strides[0] - rule.pad_begin)
+        for f in self.fused:
+            c = f.cursor
+            if total:
+                if total > f.peaks[0]:
+                    f.peaks[0] = total
+                c.received[0] += total
+                if total > c.peak[0]:
+                    c.peak[0] = total
+                c.fired += total
+            if cursor.ended:
+                c.ended = True
+
     def _step_windows(
         self, arrivals: list[Chunks | None], inputs_ended: bool, produced: list[Chunks | None]
     ) -> None:
@@ -399,54 +469,6 @@ class _NodeRun:
                 cache.append(a)
             arrived.append(cache.end - before)
             self.peaks[i] = max(self.peaks[i], cache.held())
-        if self.fast is not None:
-            conv, cache = self.fast[0], self.caches[0]
-            slots = self.chain_slots
-            total = 0
-            chain = self.chain_last
-            for firing in cursor.advance(arrived, inputs_ended):
-                start, stop, zb, ze = cursor.window(0, firing)
-                window = cache.take(start, stop)
-                total += firing.count
-                if chain is not None:
-                    # [N, rows, C] through the chain; the values as [N, C, rows] views, the
-                    # last one (the only one read on) made contiguous
-                    y = chain[0](window, zb, ze, firing.count)
-                    last = len(slots) - 1
-                    for k, slot in enumerate(slots):
-                        if k:
-                            y = chain[k](y)[0]
-                        out = y.transpose(0, 2, 1)
-                        if k == last:
-                            out = np.ascontiguousarray(out)
-                        chunks = produced[slot]
-                        if chunks is None:
-                            produced[slot] = [out]
-                        else:
-                            chunks.append(out)
-                    continue
-                y = conv(window, zb, ze, firing.count)
-                for k, slot in enumerate(slots):
-                    if k:
-                        y = self.fused[k - 1].whole_kernel(y)[0]
-                    chunks = produced[slot]
-                    if chunks is None:
-                        produced[slot] = [y]
-                    else:
-                        chunks.append(y)
-            cache.drop_before(cursor.first_needed(0))
-            for f in self.fused:
-                c = f.cursor
-                if total:
-                    if total > f.peaks[0]:
-                        f.peaks[0] = total
-                    c.received[0] += total
-                    if total > c.peak[0]:
-                        c.peak[0] = total
-                    c.fired += total
-                if cursor.ended:
-                    c.ended = True
-            return
         for firing in cursor.advance(arrived, inputs_ended):
             windows: Chunks = []
             zeros = (0, 0)
@@ -564,6 +586,9 @@ class StreamRunner:
                     tail = user
             run.chain_slots = [*run.outputs[:1], *(f.outputs[0] for f in run.fused)]
             run.chain_last = None
+            run.chain_fused = None
+            if run.fast is not None and run.fused:
+                run.chain_fused = fused_requant(run.fast[0], [f.node.op for f in run.fused])
             last = getattr(run.fast[0], "channel_last", None) if run.fast is not None else None
             if last is not None:
                 chain = [last]
@@ -677,10 +702,17 @@ class StreamRunner:
         for run in self._active:
             if not run.cursor.ended:
                 run.step(produced, self.ended)
+        dim, streamed, peaks = self.dim, self.streamed, self._peaks
         for s, chunks in enumerate(produced):
             if chunks:
-                n = sum(c.shape[self.dim] for c in chunks) if self.streamed[s] else len(chunks)
-                self._peaks[s] = max(self._peaks[s], n)
+                if not streamed[s]:
+                    n = len(chunks)
+                elif len(chunks) == 1:
+                    n = chunks[0].shape[dim]
+                else:
+                    n = sum(c.shape[dim] for c in chunks)
+                if n > peaks[s]:
+                    peaks[s] = n
         outs = [
             self._join(v, produced[self.slot[v]]) if v in self.slot else None for v in self.results
         ]

@@ -52,6 +52,7 @@ __all__ = [
     "fast_fake_quant",
     "fast_float_conv",
     "fast_requant",
+    "fused_requant",
 ]
 
 
@@ -195,8 +196,78 @@ def fast_conv(
     def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         return np.ascontiguousarray(channel_last(x, zb, ze, count).transpose(0, 2, 1))
 
+    bias_f64 = None if b is None else b.astype(np.float64).reshape(out_channels)
+
+    def float_rows(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        """The accumulators as ``[N, count, O]`` float64 (exact: they fit i32)."""
+        batch = x.shape[0]
+        xp = _padded_rows(x, zb, ze, fdt)
+        if count == 1:
+            cols = xp[:, 0:span:d].reshape(batch, inner)
+        else:
+            sb, sr, sc = xp.strides
+            view = as_strided(
+                xp, (batch, count, k, channels), (sb, s * sr, d * sr, sc), writeable=False
+            )
+            cols = view.reshape(batch * count, inner)
+        y = cols @ wt
+        if y.dtype != np.float64:
+            y = y.astype(np.float64)
+        if bias_f64 is not None:
+            y += bias_f64
+        return y.reshape(batch, count, out_channels)
+
     run.channel_last = channel_last  # type: ignore[attr-defined]
+    run.float_rows = float_rows  # type: ignore[attr-defined]
     return run, fdt
+
+
+def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
+    """A fast nh conv followed by ``nh.requant`` and optionally ``nh.relu`` as one kernel:
+    the accumulators stay float64, where a right shift by ``s`` is an exact product by
+    ``2**-s`` (at most 31 significant bits), and each rounding mode is one exact float
+    rounding (half_up: ``floor(v + 0.5)``, exact below ``2**52``; half_even: ``rint``);
+    saturation (and relu) is one clip. ``None`` unless ``ops`` is that chain with right
+    shifts of 0..30 into more than one bit."""
+    float_rows = getattr(conv, "float_rows", None)
+    if float_rows is None or not ops or not isinstance(ops[0], nh.RequantOp):
+        return None
+    if len(ops) > 2 or (len(ops) == 2 and not isinstance(ops[1], nh.ReluOp)):
+        return None
+    op = ops[0]
+    fx, fy = nh.fixed_of(op.input), nh.fixed_of(op.result)
+    shifts = np.asarray(array_values(op.shift) or (0,), dtype=np.int64)
+    if len(shifts) > 1 and (fx if fx.is_per_channel else fy).channel_axis != 1:
+        return None
+    bits, mode = width_of(op.result), RoundingMode(op.rounding.data)
+    if bits == 1 or int(shifts.min()) < 0 or int(shifts.max()) > 30:
+        return None
+    if len(ops) == 2 and width_of(ops[1].operands[0]) != bits:
+        return None
+    scale = np.ldexp(1.0, -shifts) if len(shifts) > 1 else float(np.ldexp(1.0, -int(shifts[0])))
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    if len(ops) == 2:
+        lo = 0
+    cdt = code_dtype(bits)
+    rnd = {
+        RoundingMode.TRUNC: np.trunc,
+        RoundingMode.FLOOR: np.floor,
+        RoundingMode.HALF_UP: np.floor,
+        RoundingMode.HALF_EVEN: np.rint,
+    }[mode]
+    half = mode is RoundingMode.HALF_UP
+
+    def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        y = float_rows(x, zb, ze, count)
+        y *= scale
+        if half:
+            y += 0.5
+        rnd(y, out=y)
+        np.maximum(y, lo, out=y)
+        np.minimum(y, hi, out=y)
+        return y.transpose(0, 2, 1).astype(cdt, order="C")
+
+    return run
 
 
 def fast_requant(

@@ -29,7 +29,21 @@ def _streamed(module: ModuleOp, x: np.ndarray, step: int, fast: bool) -> tuple[l
     finally:
         stream_module.FAST_PATHS = old
     taken = sum(r.fast is not None for r in runner.runs)
+    FUSED_TAKEN[0] += sum(getattr(r, "chain_fused", None) is not None for r in runner.runs)
     return stream(module, [x], step=step, runner=runner), taken
+
+
+FUSED_TAKEN = [0]
+
+
+def _set_roundings(module: ModuleOp, draw: Any) -> None:
+    """Every nh.requant gets a drawn rounding mode (the lowering always picks one)."""
+    from nanoir.runtime.numerics.quant import RoundingMode
+
+    for op in module.walk():
+        if op.name == "nh.requant":
+            mode = draw(st.sampled_from(list(RoundingMode)), label="rounding")
+            op.properties["rounding"] = type(op.properties["rounding"])(mode)
 
 
 FAST_TAKEN = [0]
@@ -43,7 +57,9 @@ def test_fast_equals_general(data: st.DataObject) -> None:
     batch = data.draw(st.sampled_from((1, 2, 5)), label="batch")
     x = rng.standard_normal((batch, *shape[1:])) * data.draw(st.sampled_from((0.5, 4.0)))
     step = data.draw(st.integers(1, 5), label="step")
-    for level in (module, lower_to_hw(module.clone())):
+    hw = lower_to_hw(module.clone())
+    _set_roundings(hw, data.draw)
+    for level in (module, hw):
         fast, taken = _streamed(level, x, step, True)
         general, _ = _streamed(level, x, step, False)
         FAST_TAKEN[0] += taken
@@ -60,6 +76,7 @@ def test_fast_paths_were_taken() -> None:
     if FAST_TAKEN[0] == 0:
         pytest.skip("run alone: nothing counted")
     assert FAST_TAKEN[0] > 0
+    assert FUSED_TAKEN[0] > 0
 
 
 def test_row_buffer_is_the_cache() -> None:
