@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         if label == "8-bit" and rows[0].accuracy - rows[-2].accuracy > 0.01:
             failures.append("8-bit accuracy is more than 1 point below float")
         args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"digits_{label.replace('/', '_')}"
+        stem = args.out / f"digits_{label.replace('/', '_').replace(' ', '_')}"
         stem.with_suffix(".mlir").write_text(str(hw))
         nanoir.save(q, stem.with_suffix(".ne"))  # the NanoEngine Q-level program
 
