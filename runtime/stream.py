@@ -219,6 +219,11 @@ class _NodeRun:
             else None
         )
         """An nh conv's fast kernel and the dtype of its :class:`RowBuffer` cache."""
+        if self.fast is not None and rule.ceil_mode:
+            self.fast = None  # (the inlined cursor of _step_fast has no partial window)
+        self.geometry = (
+            (rule.fields[0], rule.strides[0], rule.pad_begin) if self.fast is not None else None
+        )
         self.fused: list[_NodeRun] = []
         """Elementwise nodes run right after this fast node's firings (a chain, each the only
         user of the one before): the runner does not step them on their own."""
@@ -408,14 +413,35 @@ class _NodeRun:
         held = cache.end - cache.base
         if held > self.peaks[0]:
             self.peaks[0] = held
-        firings = cursor.advance((cache.end - before,), inputs_ended)
+        # NodeCursor.advance and .window for one input and no ceil_mode, inlined
+        field, stride, pad_begin = self.geometry  # type: ignore[misc]
+        received = cursor.received[0] + cache.end - before
+        cursor.received[0] = received
+        firings: list[tuple[int, int]] = []
+        for feed_end in (False, True) if inputs_ended else (False,):
+            if feed_end:
+                if not self.node.rule.pad_end:
+                    break
+                cursor.fed_end = self.node.rule.pad_end
+            held = pad_begin + received + cursor.fed_end - cursor.fired * stride
+            if held > cursor.peak[0]:
+                cursor.peak[0] = held
+            if held >= field:
+                n = (held - field) // stride + 1
+                firings.append((cursor.fired, n))
+                cursor.fired += n
+        if inputs_ended:
+            cursor.ended = True
         total = 0
         if firings:
+            fed_end = cursor.fed_end
             slots, chain, conv = self.chain_slots, self.chain_last, self.fast[0]  # type: ignore[index]
             whole = self.chain_fused
-            for firing in firings:
-                start, stop, zb, ze = cursor.window(0, firing)
-                count = firing.count
+            for first, count in firings:
+                lo = first * stride - pad_begin
+                hi = (first + count - 1) * stride + field - pad_begin
+                start, stop = max(lo, 0), min(hi, received)
+                zb, ze = max(0, -lo), min(fed_end, max(0, hi - received))
                 total += count
                 if whole is not None:
                     # the chain in one kernel: every value of it has the rows of the last,
@@ -443,8 +469,7 @@ class _NodeRun:
                         produced[slot] = [out]
                     else:
                         chunks.append(out)
-        rule = self.node.rule
-        cache.drop_before(cursor.fired * rule.strides[0] - rule.pad_begin)
+        cache.drop_before(cursor.fired * stride - pad_begin)
         for f in self.fused:
             c = f.cursor
             if total:

@@ -168,6 +168,7 @@ def fast_conv(
     fdt = plan.float_dtype
     if not plan.fits_i32 or fdt.kind != "f" or plan.chunk < inner:
         return None
+    product_bound = inner * max(-lo, hi) * _absmax(w)
     # wt[k * C + c, o] = w[o, c, k]: the [K, C] order of a window's rows
     wt = np.ascontiguousarray(w.transpose(2, 1, 0).reshape(inner, out_channels).astype(fdt))
     bias = None if b is None else b.astype(np.int32).reshape(out_channels, 1)
@@ -196,42 +197,35 @@ def fast_conv(
     def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         return np.ascontiguousarray(channel_last(x, zb, ze, count).transpose(0, 2, 1))
 
-    bias_f64 = None if b is None else b.astype(np.float64).reshape(out_channels)
-
-    def float_rows(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
-        """The accumulators as ``[N, count, O]`` float64 (exact: they fit i32)."""
+    def columns(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        """The window's ``[N * count, K * C]`` column matrix in ``fdt``."""
         batch = x.shape[0]
         xp = _padded_rows(x, zb, ze, fdt)
         if count == 1:
-            cols = xp[:, 0:span:d].reshape(batch, inner)
-        else:
-            sb, sr, sc = xp.strides
-            view = as_strided(
-                xp, (batch, count, k, channels), (sb, s * sr, d * sr, sc), writeable=False
-            )
-            cols = view.reshape(batch * count, inner)
-        y = cols @ wt
-        if y.dtype != np.float64:
-            y = y.astype(np.float64)
-        if bias_f64 is not None:
-            y += bias_f64
-        return y.reshape(batch, count, out_channels)
+            return xp[:, 0:span:d].reshape(batch, inner)
+        sb, sr, sc = xp.strides
+        view = as_strided(
+            xp, (batch, count, k, channels), (sb, s * sr, d * sr, sc), writeable=False
+        )
+        return view.reshape(batch * count, inner)
 
     run.channel_last = channel_last  # type: ignore[attr-defined]
-    run.float_rows = float_rows  # type: ignore[attr-defined]
+    run.bound = product_bound  # type: ignore[attr-defined]
+    run.parts = (columns, w.transpose(2, 1, 0).reshape(inner, out_channels), b, plan)  # type: ignore[attr-defined]
     return run, fdt
 
 
 def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
     """A fast nh conv followed by ``nh.requant`` and optionally ``nh.relu`` as one kernel:
-    the accumulators stay float64, where a right shift by ``s`` is an exact product by
-    ``2**-s`` (at most 31 significant bits), and each rounding mode is one exact float
-    rounding (half_up: ``floor(v + 0.5)``, exact below ``2**52``; half_even: ``rint``);
-    saturation (and relu) is one clip. ``None`` unless ``ops`` is that chain with right
-    shifts of 0..30 into more than one bit."""
-    float_rows = getattr(conv, "float_rows", None)
-    if float_rows is None or not ops or not isinstance(ops[0], nh.RequantOp):
+    the accumulators stay floats, where a right shift by ``s`` is an exact product by
+    ``2**-s``, and each rounding mode is one exact float rounding (trunc, floor, half_even:
+    ``rint``; half_up: ``floor`` after adding ``2**(s-1)``); saturation (and relu) is one
+    clip. ``None`` unless ``ops`` is that chain with right shifts of 0..30 into more than
+    one bit."""
+    parts = getattr(conv, "parts", None)
+    if parts is None or not ops or not isinstance(ops[0], nh.RequantOp):
         return None
+    columns, w, b, plan = parts
     if len(ops) > 2 or (len(ops) == 2 and not isinstance(ops[1], nh.ReluOp)):
         return None
     op = ops[0]
@@ -244,7 +238,28 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         return None
     if len(ops) == 2 and width_of(ops[1].operands[0]) != bits:
         return None
-    scale = np.ldexp(1.0, -shifts) if len(shifts) > 1 else float(np.ldexp(1.0, -int(shifts[0])))
+    out_channels = w.shape[1]
+    shift = np.broadcast_to(shifts, (out_channels,)) if len(shifts) == 1 else shifts
+    if len(shift) != out_channels:
+        return None
+    half = mode is RoundingMode.HALF_UP  # floor((acc + 2**(s-1)) * 2**-s)
+    # acc * 2**-s is a product by a power of two: folded into the weights and the bias (with
+    # half_up's 2**(s-1), the offset added before flooring). Every partial sum of the
+    # product is then a multiple of 2**-s below the plan's bound times 2**-s, exact in the
+    # plan's float; the bias is added where the whole sum is exact too: in float32 when
+    # the worst case (with the offset) is below 2**24, else in float64.
+    offset = np.where(shift > 0, 1 << np.maximum(shift - 1, 0), 0) if half else 0 * shift
+    bias_bound = 0 if b is None else _absmax(b)
+    fdt = plan.float_dtype
+    scale = np.ldexp(1.0, -shift)
+    wt = np.ascontiguousarray((w.astype(np.float64) * scale).astype(fdt))
+    add = (np.zeros(out_channels, np.int64) if b is None else b.astype(np.int64)) + offset
+    total_bound = conv.bound + bias_bound + int(offset.max(initial=0))  # type: ignore[attr-defined]
+    pdt = (
+        np.dtype(np.float32) if fdt == np.float32 and total_bound <= 2**24 else np.dtype(np.float64)
+    )
+    addf = (add.astype(np.float64) * scale).astype(pdt)
+    has_add = bool(np.any(addf != 0))
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     if len(ops) == 2:
         lo = 0
@@ -255,17 +270,18 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         RoundingMode.HALF_UP: np.floor,
         RoundingMode.HALF_EVEN: np.rint,
     }[mode]
-    half = mode is RoundingMode.HALF_UP
 
     def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
-        y = float_rows(x, zb, ze, count)
-        y *= scale
-        if half:
-            y += 0.5
+        batch = x.shape[0]
+        y = columns(x, zb, ze, count) @ wt
+        if y.dtype != pdt:
+            y = y.astype(pdt)
+        if has_add:
+            y += addf
         rnd(y, out=y)
         np.maximum(y, lo, out=y)
         np.minimum(y, hi, out=y)
-        return y.transpose(0, 2, 1).astype(cdt, order="C")
+        return y.reshape(batch, count, out_channels).transpose(0, 2, 1).astype(cdt, order="C")
 
     return run
 
