@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nf, nh
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nh import FixedAttr
@@ -460,8 +461,9 @@ class _NodeRun:
                 else:
                     y = conv(cache.take(start, stop), zb, ze, count)
                     outs = [y]
-                    for f in self.fused:
-                        y = f.whole_kernel(y)[0]
+                    for kernel in self.chain_kernels:
+                        if kernel is not None:  # None: an identity (see _repeats_grid)
+                            y = kernel(y)[0]
                         outs.append(y)
                 for slot, out in zip(slots, outs):
                     chunks = produced[slot]
@@ -538,6 +540,33 @@ class _NodeRun:
                 chunks.append(r)
 
 
+def _repeats_grid(chain: list[_NodeRun], k: int, dtype: np.dtype[Any]) -> bool:
+    """Whether ``chain[k]`` returns its input bit for bit: an ``nq.fake_quant`` after
+    ``nf.relu`` after one with the same bits (> 1), exponents and rounding. The first one's
+    values are grid points ``code * 2**-exp`` with codes in range and no ``-0.0``; relu keeps
+    them so (a negative one becomes ``+0.0``), and on such values the second one's scaling,
+    rounding, clip and scaling back are all exact. In float32 the grid must be exact too
+    (codes of at most 24 bits, exponents far from float32's limits)."""
+    if k < 2:
+        return False
+    first, relu, second = (r.node.op for r in chain[k - 2 : k + 1])
+    if not (
+        isinstance(first, FakeQuantOp)
+        and isinstance(relu, nf.ReluOp)
+        and isinstance(second, FakeQuantOp)
+        and first.bits.value.data == second.bits.value.data
+        and first.rounding_mode == second.rounding_mode
+    ):
+        return False
+    bits = first.bits.value.data
+    e1, e2 = dense_to_numpy(first.exp), dense_to_numpy(second.exp)
+    if bits <= 1 or e1.shape != e2.shape or not np.array_equal(e1, e2):
+        return False
+    if np.dtype(dtype) == np.float64:
+        return bits <= 53 and int(np.abs(e1).max(initial=0)) <= 900
+    return np.dtype(dtype) == np.float32 and bits <= 24 and int(np.abs(e1).max(initial=0)) <= 90
+
+
 class StreamRunner:
     """Runs a program one step at a time along ``mem_dim`` (see the module docstring).
 
@@ -610,6 +639,10 @@ class StreamRunner:
                     user.absorbed = True
                     tail = user
             run.chain_slots = [*run.outputs[:1], *(f.outputs[0] for f in run.fused)]
+            run.chain_kernels = [
+                None if _repeats_grid(run.fused, k, self.plan.dtype) else f.whole_kernel
+                for k, f in enumerate(run.fused)
+            ]
             run.chain_last = None
             run.chain_fused = None
             if run.fast is not None and run.fused:
