@@ -29,6 +29,15 @@ How it works:
 - Window kernels are built once per distinct padding (a handful per op); ops whose rows map
   one to one use the compiled whole-tensor kernels, and a one-row node gets the rows that
   arrived as they are. Constants are folded once (the interpreter's ``init`` phase).
+- Fast paths (``nanoir.runtime.stream_fast``; ``FAST_PATHS = False`` before building a runner
+  turns them off, and the tests hold both ways equal bit for bit): 1-d convs (``nh.conv`` and
+  ``nf.conv``, streamed along their length, weights constant) keep their input in a sliding
+  ``[N, rows, C]`` buffer and compute a window's rows from a column view with a weight
+  matrix made once; the elementwise nodes after such a conv, each the only user of the one
+  before (requant, relu, clamp, fake_quant), run inside its step (an nh conv -> requant
+  [-> relu] as one exact float kernel); ``nh.requant`` and ``nq.fake_quant`` have kernels
+  with their dispatch done once; pointwise steps move the cursor without the generic
+  ``advance``. Everything else takes the general path above.
 """
 
 from __future__ import annotations
