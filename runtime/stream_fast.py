@@ -426,14 +426,18 @@ def fast_float_conv(
     wg = w.astype(fdt, copy=False).reshape(groups, out_channels // groups, group_channels * k)
     bias = None if b is None else b.astype(fdt, copy=False).reshape(out_channels, 1)
     inner = group_channels * k
+    span = (k - 1) * d + 1
 
     def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         batch = x.shape[0]
         xp = _padded_rows(x, zb, ze, fdt)
-        sb, sr, sc = xp.strides
-        view = as_strided(
-            xp, (batch, channels, k, count), (sb, sc, d * sr, s * sr), writeable=False
-        )
+        if count == 1:  # the same [N, C, K] values, without a strided view's set-up
+            view = xp[:, 0:span:d].transpose(0, 2, 1)
+        else:
+            sb, sr, sc = xp.strides
+            view = as_strided(
+                xp, (batch, channels, k, count), (sb, sc, d * sr, s * sr), writeable=False
+            )
         cols = np.ascontiguousarray(view).reshape(batch, groups, inner, count)
         y = np.matmul(wg, cols).reshape(batch, out_channels, count)
         if bias is not None:
