@@ -281,7 +281,9 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         rnd(y, out=y)
         np.maximum(y, lo, out=y)
         np.minimum(y, hi, out=y)
-        return y.reshape(batch, count, out_channels).transpose(0, 2, 1).astype(cdt, order="C")
+        # [N, O, count] as a view of the [N, count, O] codes: a consumer that is a fast conv
+        # stores rows channel-last anyway, and the values are the same in any layout
+        return y.reshape(batch, count, out_channels).astype(cdt).transpose(0, 2, 1)
 
     return run
 
