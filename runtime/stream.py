@@ -67,11 +67,13 @@ from nanoir.runtime.interpreter import (
 from nanoir.runtime.nh import dequantize, quantize_inputs
 from nanoir.runtime.stream_fast import (
     RowBuffer,
+    fast_avg_pool,
     fast_conv,
     fast_fake_quant,
     fast_float_conv,
     fast_requant,
     fused_requant,
+    padded_rows,
 )
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -208,6 +210,7 @@ class _NodeRun:
         ]
         self.streamed_results = [has_dim(r, dim) for r in node.op.results]
         fast_whole = fast_requant(node.op) or fast_fake_quant(node.op, dtype)
+        self.fast_paths = FAST_PATHS
         self.whole_kernel = (FAST_PATHS and fast_whole) or whole_kernel
         self.kernels: dict[tuple[int, int, int], Kernel] = {}
         rule = node.rule
@@ -242,8 +245,11 @@ class _NodeRun:
 
     def reset(self) -> None:
         self.cursor = NodeCursor(self.node.rule)
+        old = getattr(self, "caches", None)
+        # a new stream fills the last one's buffer (no new pages to fault in)
+        spare = old[0].buf if old and isinstance(old[0], RowBuffer) else None
         self.caches: list[Any] = (
-            [RowBuffer(self.fast[1])]
+            [RowBuffer(self.fast[1], spare)]
             if self.fast is not None
             else [_Cache(self.dim if has_dim(v, self.dim) else None) for v in self.node.inputs]
         )
@@ -295,9 +301,21 @@ class _NodeRun:
             attributes=dict(op.attributes),
         )
         try:
-            return default_builders()[type(op)](variant, self.dtype)
+            general = default_builders()[type(op)](variant, self.dtype)
         finally:
             variant.drop_all_references()  # a stand-in: it must not count as a use
+        pool = (
+            fast_avg_pool(op, dim)
+            if self.fast_paths and rule.adjust == "window" and not zeros_begin and not zeros_end
+            else None
+        )
+        if pool is None:
+            return general
+
+        def run(x: np.ndarray) -> tuple[Any, ...]:
+            return pool(x) or general(x)
+
+        return run
 
     def _build_transposed(self, zeros_begin: int, zeros_end: int, windows: int) -> Kernel:
         """A transposed conv on ``windows`` firings (``TransposedWindow``): the window's zero
@@ -447,6 +465,7 @@ class _NodeRun:
             fed_end = cursor.fed_end
             slots, chain, conv = self.chain_slots, self.chain_last, self.fast[0]  # type: ignore[index]
             whole = self.chain_fused
+            whole_at = self.chain_at
             for first, count in firings:
                 lo = first * stride - pad_begin
                 hi = (first + count - 1) * stride + field - pad_begin
@@ -456,7 +475,22 @@ class _NodeRun:
                 if whole is not None:
                     # the chain in one kernel: every value of it has the rows of the last,
                     # which stands for them in ``produced`` (read only for row counts there)
-                    y = whole(cache.take(start, stop), zb, ze, count)
+                    buf = cache.buf
+                    if (
+                        whole_at is not None
+                        and not zb
+                        and not ze
+                        and buf is not None
+                        and cache.base <= start < stop <= cache.end
+                    ):
+                        # all rows real and held: the kernel reads them from the buffer
+                        y = whole_at(buf, start - cache.base + cache.off, stop - start, count)
+                    elif whole_at is not None and (zb or ze):
+                        # the zero rows made real in a new (contiguous) window, read likewise
+                        xp = padded_rows(cache.take(start, stop), zb, ze, cache.dtype)
+                        y = whole_at(xp, 0, xp.shape[1], count)
+                    else:
+                        y = whole(cache.take(start, stop), zb, ze, count)
                     outs = [y] * len(slots)
                 elif chain is not None:
                     # [N, rows, C] through the chain; each value is given as an [N, C, rows]
@@ -618,6 +652,7 @@ class StreamRunner:
         self.results: list[SSAValue] = list(self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
         self._fuse()
         self._active = [r for r in self.runs if not r.absorbed]
+        self._empties: dict[int, list[tuple[int, int, np.ndarray]]] = {}
         self._arg_types = [self._chunk_type(a.type) for a in self.graph.inputs]
         self.reset()
 
@@ -654,8 +689,24 @@ class StreamRunner:
             ]
             run.chain_last = None
             run.chain_fused = None
+            run.chain_at = None
             if run.fast is not None and run.fused:
                 run.chain_fused = fused_requant(run.fast[0], [f.node.op for f in run.fused])
+                run.chain_at = getattr(run.chain_fused, "at", None)
+                # codes read only by a fast conv that stores them as floats of the same
+                # dtype: handed over as those floats (the same integers; no int cast and back)
+                (v,) = run.fused[-1].node.op.results
+                user = v.get_user_of_unique_use() if v.has_one_use() else None
+                consumer = run_of.get(user) if user is not None else None  # type: ignore[arg-type]
+                if (
+                    run.chain_at is not None
+                    and v not in results
+                    and consumer is not None
+                    and consumer.fast is not None
+                    and list(consumer.node.inputs) == [v]
+                    and consumer.fast[1] == run.chain_fused.float_dtype  # type: ignore[union-attr]
+                ):
+                    run.chain_at = run.chain_fused.at_float  # type: ignore[union-attr]
             last = getattr(run.fast[0], "channel_last", None) if run.fast is not None else None
             if last is not None:
                 chain = [last]
@@ -710,15 +761,22 @@ class StreamRunner:
         if not sizes:
             return
         self.batch = sizes[0]
-        for run in self.runs:
-            for v, cache in zip(run.node.inputs, run.caches):
-                if cache.axis is None:
-                    continue
-                shape = [self.batch, *_tensor_shape(v)[1:]]
-                shape[cache.axis] = 0
-                if DYNAMIC_INDEX not in shape:
-                    dtype = np.int64 if _is_nh(v) else self.plan.dtype
-                    cache.empty = np.zeros(shape, dtype=dtype)
+        empties = self._empties.get(self.batch)
+        if empties is None:
+            # made once per batch size (arrays with no elements: shared between streams)
+            empties = self._empties[self.batch] = []
+            for r, run in enumerate(self.runs):
+                for i, (v, cache) in enumerate(zip(run.node.inputs, run.caches)):
+                    if cache.axis is None:
+                        continue
+                    shape = [self.batch, *_tensor_shape(v)[1:]]
+                    shape[cache.axis] = 0
+                    if DYNAMIC_INDEX not in shape:
+                        dtype = np.int64 if _is_nh(v) else self.plan.dtype
+                        empties.append((r, i, np.zeros(shape, dtype=dtype)))
+        runs = self.runs
+        for r, i, empty in empties:
+            runs[r].caches[i].empty = empty
 
     def push(self, *rows: Any) -> list[np.ndarray | None]:
         """Feed the next rows of every input; return the output rows now computable."""

@@ -16,6 +16,9 @@ gives the general path's result bit for bit or is not taken:
   weight's and bias's actual ``max |code|``) also fits i32, as the kernel's plan proves it.
 - :func:`fast_requant`: ``requant_codes``'s int32 branch with the shift, mode and bounds
   resolved once (other cases call ``requant_codes``).
+- :func:`fast_avg_pool`: an ``nh.avg_pool`` over ``[N, C, L]`` whose windows tile the rows
+  (kernel = stride), on windows without zero rows: the exact int64 window sums as one
+  ``sum`` and ``div_round`` by the same divisors (the general kernel sums tap by tap).
 - :func:`fast_fake_quant`: ``quant.fake_quant``'s float operations for float inputs of more
   than one bit, the checks and dispatch done once (a NaN goes to the reference, which
   raises).
@@ -38,6 +41,7 @@ from nanoir.runtime.numerics.quant import (
     EXACT_EXP_LIMIT,
     RoundingMode,
     code_dtype,
+    div_round,
     requant_codes,
 )
 from nanoir.runtime.numerics.quant import fake_quant as reference
@@ -48,11 +52,13 @@ from xdsl.ir import Operation, SSAValue
 __all__ = [
     "ConvKernel",
     "RowBuffer",
+    "fast_avg_pool",
     "fast_conv",
     "fast_fake_quant",
     "fast_float_conv",
     "fast_requant",
     "fused_requant",
+    "padded_rows",
 ]
 
 
@@ -65,9 +71,11 @@ class RowBuffer:
 
     axis = 2
 
-    def __init__(self, dtype: np.dtype[Any]):
+    def __init__(self, dtype: np.dtype[Any], spare: np.ndarray | None = None):
         self.dtype = dtype
         self.buf: np.ndarray | None = None
+        self.spare = spare
+        """A buffer of an earlier stream to fill instead of allocating (its rows unread)."""
         self.off = 0
         """Index in ``buf`` of row ``base``."""
         self.base = 0
@@ -93,7 +101,12 @@ class RowBuffer:
             need = live + n
             shape = (a.shape[0], a.shape[1])
             if buf is None or need * 2 > buf.shape[1] or (buf.shape[0], buf.shape[2]) != shape:
-                new = np.empty((a.shape[0], max(4 * need, 16), a.shape[1]), dtype=self.dtype)
+                new = self.spare
+                self.spare = None
+                if new is None or new.shape[0] != shape[0] or new.shape[2] != shape[1]:
+                    new = np.empty((a.shape[0], max(4 * need, 16), a.shape[1]), dtype=self.dtype)
+                elif need * 2 > new.shape[1]:
+                    new = np.empty((a.shape[0], max(4 * need, 16), a.shape[1]), dtype=self.dtype)
                 if live:
                     assert buf is not None
                     new[:, :live] = buf[:, self.off : self.off + live]
@@ -130,8 +143,9 @@ ConvKernel = Callable[[np.ndarray, int, int, int], np.ndarray]
 """``(window [N, rows, C], zeros_begin, zeros_end, count) -> [N, O, count]``."""
 
 
-def _padded_rows(x: np.ndarray, zb: int, ze: int, dtype: np.dtype[Any]) -> np.ndarray:
-    """The ``[N, rows, C]`` window with ``zb`` zero rows before and ``ze`` after."""
+def padded_rows(x: np.ndarray, zb: int, ze: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """The ``[N, rows, C]`` window with ``zb`` zero rows before and ``ze`` after (a new
+    C-contiguous array, unless there are none)."""
     if not zb and not ze:
         return x
     xp = np.zeros((x.shape[0], zb + x.shape[1] + ze, x.shape[2]), dtype=dtype)
@@ -179,7 +193,7 @@ def fast_conv(
     def channel_last(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         """The rows as ``[N, count, O]`` int32 (what the product gives: no transpose)."""
         batch = x.shape[0]
-        xp = _padded_rows(x, zb, ze, fdt)
+        xp = padded_rows(x, zb, ze, fdt)
         if count == 1:
             cols = xp[:, 0:span:d].reshape(batch, inner)
         else:
@@ -200,7 +214,7 @@ def fast_conv(
     def columns(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         """The window's ``[N * count, K * C]`` column matrix in ``fdt``."""
         batch = x.shape[0]
-        xp = _padded_rows(x, zb, ze, fdt)
+        xp = padded_rows(x, zb, ze, fdt)
         if count == 1:
             return xp[:, 0:span:d].reshape(batch, inner)
         sb, sr, sc = xp.strides
@@ -209,7 +223,25 @@ def fast_conv(
         )
         return view.reshape(batch * count, inner)
 
+    def columns_at(buf: np.ndarray, row: int, rows: int, count: int) -> np.ndarray:
+        """``columns`` of the window ``buf[:, row : row + rows]`` with no zero rows, the
+        strided view made by the array constructor from the buffer and the row's offset
+        (the same values and layout as ``as_strided`` gives, without its set-up)."""
+        batch = buf.shape[0]
+        sb, sr, sc = buf.strides
+        if count == 1:
+            return buf[:, row : row + span : d].reshape(batch, inner)
+        view = np.ndarray(
+            (batch, count, k, channels),
+            buf.dtype,
+            buffer=buf,
+            offset=row * sr,
+            strides=(sb, s * sr, d * sr, sc),
+        )
+        return view.reshape(batch * count, inner)
+
     run.channel_last = channel_last  # type: ignore[attr-defined]
+    run.columns_at = columns_at  # type: ignore[attr-defined]
     run.bound = product_bound  # type: ignore[attr-defined]
     run.parts = (columns, w.transpose(2, 1, 0).reshape(inner, out_channels), b, plan)  # type: ignore[attr-defined]
     return run, fdt
@@ -271,20 +303,51 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         RoundingMode.HALF_EVEN: np.rint,
     }[mode]
 
-    def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
-        batch = x.shape[0]
-        y = columns(x, zb, ze, count) @ wt
+    flo, fhi = pdt.type(lo), pdt.type(hi)
+
+    def floats(cols: np.ndarray, batch: int, count: int) -> np.ndarray:
+        """The codes as ``pdt`` floats, ``[N, O, count]`` (a view of ``[N, count, O]``)."""
+        y = cols @ wt
         if y.dtype != pdt:
             y = y.astype(pdt)
         if has_add:
             y += addf
         rnd(y, out=y)
-        np.maximum(y, lo, out=y)
-        np.minimum(y, hi, out=y)
+        np.maximum(y, flo, out=y)
+        np.minimum(y, fhi, out=y)
+        return y.reshape(batch, count, out_channels).transpose(0, 2, 1)
+
+    def codes(cols: np.ndarray, batch: int, count: int) -> np.ndarray:
+        y = cols @ wt
+        if y.dtype != pdt:
+            y = y.astype(pdt)
+        if has_add:
+            y += addf
+        rnd(y, out=y)
+        np.maximum(y, flo, out=y)
+        np.minimum(y, fhi, out=y)
         # [N, O, count] as a view of the [N, count, O] codes: a consumer that is a fast conv
         # stores rows channel-last anyway, and the values are the same in any layout
         return y.reshape(batch, count, out_channels).astype(cdt).transpose(0, 2, 1)
 
+    def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
+        return codes(columns(x, zb, ze, count), x.shape[0], count)
+
+    columns_at = getattr(conv, "columns_at", None)
+    if columns_at is not None:
+
+        def run_at(buf: np.ndarray, row: int, rows: int, count: int) -> np.ndarray:
+            """``run`` on the window ``buf[:, row : row + rows]`` with no zero rows."""
+            return codes(columns_at(buf, row, rows, count), buf.shape[0], count)
+
+        def run_at_float(buf: np.ndarray, row: int, rows: int, count: int) -> np.ndarray:
+            """``run_at`` with the codes left as ``pdt`` floats (the same integer values): for
+            a consumer that stores them in a ``pdt`` buffer anyway."""
+            return floats(columns_at(buf, row, rows, count), buf.shape[0], count)
+
+        run.at = run_at  # type: ignore[attr-defined]
+        run.at_float = run_at_float  # type: ignore[attr-defined]
+        run.float_dtype = pdt  # type: ignore[attr-defined]
     return run
 
 
@@ -432,7 +495,7 @@ def fast_float_conv(
 
     def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         batch = x.shape[0]
-        xp = _padded_rows(x, zb, ze, fdt)
+        xp = padded_rows(x, zb, ze, fdt)
         if count == 1:  # the same [N, C, K] values, without a strided view's set-up
             view = xp[:, 0:span:d].transpose(0, 2, 1)
         else:
@@ -447,3 +510,49 @@ def fast_float_conv(
         return y
 
     return run, fdt
+
+
+def fast_avg_pool(op: Operation, dim: int) -> Callable[[np.ndarray], tuple[Any]] | None:
+    """``nh.avg_pool``'s kernel on a window of whole rows (no zero rows of padding) of a
+    ``[N, C, L]`` tensor streamed along ``L``, for windows that tile the rows (kernel =
+    stride, no ceil_mode, no divisor_override, more than one bit): the window sums are exact
+    int64 sums (any order gives them), each divided by its window size (times ``2**shift``)
+    with ``div_round``, as the general kernel does. ``None`` when it does not apply; the
+    kernel returns ``None`` for a window that is not ``count * kernel`` rows."""
+    if not isinstance(op, nh.AvgPoolOp) or dim != 2:
+        return None
+    if len(op.input.type.get_shape()) != 3:  # type: ignore[union-attr]
+        return None
+    kernel = array_values(op.kernel) or ()
+    if len(kernel) != 1:
+        return None
+    (k,), (s,), _, _ = window_params(1, kernel, array_values(op.strides), (0, 0), None)
+    if s != k or op.ceil_mode.value.data or op.divisor_override is not None:
+        return None
+    width = width_of(op.result)
+    if width == 1:
+        return None
+    mode = op.rounding.data
+    shifts = array_values(op.shift)
+    scale: np.ndarray | None = None
+    if shifts is not None and any(shifts):
+        fx = nh.fixed_of(op.input)
+        per_channel = fx if fx.is_per_channel else nh.fixed_of(op.result)
+        shape = [1, 1, 1]
+        if len(shifts) > 1 and per_channel.channel_axis is not None:
+            shape[per_channel.channel_axis] = len(shifts)
+        scale = (np.int64(1) << np.asarray(shifts, dtype=np.int64)).reshape(shape)
+    storage = code_dtype(width)
+
+    def run(x: np.ndarray) -> tuple[Any] | None:
+        batch, channels, rows = x.shape
+        count, rest = divmod(rows, k)
+        if rest or not count:
+            return None
+        total = x.reshape(batch, channels, count, k).sum(axis=3, dtype=np.int64)
+        divisor = np.full(count, k, dtype=np.int64)
+        if scale is not None:
+            divisor = divisor * scale
+        return (div_round(total, divisor, mode).astype(storage),)
+
+    return run

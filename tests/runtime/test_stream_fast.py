@@ -196,3 +196,50 @@ def test_fast_fake_quant_is_fake_quant(mode: str, bits: int, exp: list[int]) -> 
         x[0, 1, 3] = np.nan
         with pytest.raises(ValueError, match="NaN"):
             kernel(x)
+
+
+AVG_POOL = """\
+func.func @main(%x: tensor<?x4x?xi8, #nh.fixed<{exp_in}, BCM>>) -> tensor<?x4x?xi{bits}, #nh.fixed<{exp_out}, BCM>> {{
+  %y = nh.avg_pool %x {{kernel = array<i64: {k}>, strides = array<i64: {k}>{shift}, rounding = #nq.rounding<{mode}>}} : tensor<?x4x?xi8, #nh.fixed<{exp_in}, BCM>> -> tensor<?x4x?xi{bits}, #nh.fixed<{exp_out}, BCM>>
+  func.return %y : tensor<?x4x?xi{bits}, #nh.fixed<{exp_out}, BCM>>
+}}
+"""
+
+
+@pytest.mark.parametrize("mode", ["trunc", "floor", "half_up", "half_even"])
+@pytest.mark.parametrize("k", [1, 3, 25])
+@pytest.mark.parametrize("shifts", [[], [2], [0, 1, 3, 2]])
+def test_fast_avg_pool_is_avg_pool(mode: str, k: int, shifts: list[int]) -> None:
+    """Windows that tile the rows, every rounding mode, shifts per tensor and per channel,
+    codes at the extremes: the fast avg pool equals the general kernel bit for bit, and
+    declines a window that is not whole windows."""
+    from nanoir.runtime.interpreter import default_builders
+    from nanoir.runtime.stream_fast import fast_avg_pool
+
+    import nanoir
+
+    per_channel = len(shifts) > 1
+    exp_in = "[4, 4, 4, 4]" if per_channel else "4"
+    exp_out = (
+        "[" + ", ".join(str(4 - s) for s in shifts) + "]"
+        if per_channel
+        else str(4 - (shifts[0] if shifts else 0))
+    )
+    shift = f", shift = array<i64: {', '.join(map(str, shifts))}>" if shifts else ""
+    text = AVG_POOL.format(exp_in=exp_in, exp_out=exp_out, shift=shift, mode=mode, k=k, bits=8)
+    module = nanoir.parse(text)
+    (op,) = [op for op in module.walk() if op.name == "nh.avg_pool"]
+    kernel = fast_avg_pool(op, 2)
+    assert kernel is not None
+    general = default_builders()[type(op)](op, np.dtype(np.float64))
+    rng = np.random.default_rng(k + len(shifts))
+    for count in (1, 2, 5):
+        x = rng.integers(-128, 127, (3, 4, count * k), endpoint=True).astype(np.int8)
+        x[0, :, :k], x[1, :, :k] = -128, 127
+        for view in (x, np.ascontiguousarray(x.transpose(0, 2, 1)).transpose(0, 2, 1)):
+            got = kernel(view)
+            assert got is not None
+            (want,) = general(view)
+            assert got[0].dtype == want.dtype and got[0].tobytes() == want.tobytes()
+    if k > 1:
+        assert kernel(x[:, :, : k + 1]) is None
