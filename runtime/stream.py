@@ -37,7 +37,9 @@ How it works:
   before (requant, relu, clamp, fake_quant), run inside its step (an nh conv -> requant
   [-> relu] as one exact float kernel); ``nh.requant`` and ``nq.fake_quant`` have kernels
   with their dispatch done once; pointwise steps move the cursor without the generic
-  ``advance``. Everything else takes the general path above.
+  ``advance``, and so do the steps of a one-input windowed node that fire nothing;
+  ``nh.avg_pool`` windows that tile the rows are summed in one call. Everything else takes
+  the general path above.
 """
 
 from __future__ import annotations
@@ -234,6 +236,17 @@ class _NodeRun:
         """An nh conv's fast kernel and the dtype of its :class:`RowBuffer` cache."""
         if self.fast is not None and rule.ceil_mode:
             self.fast = None  # (the inlined cursor of _step_fast has no partial window)
+        self.quick = (
+            (rule.fields[0], rule.strides[0], rule.pad_begin)
+            if FAST_PATHS
+            and self.fast is None
+            and not self.pointwise
+            and len(node.inputs) == 1
+            and not rule.ceil_mode
+            and has_dim(node.inputs[0], dim)
+            else None
+        )
+        """A one-input windowed node's geometry: steps that fire nothing take a short path."""
         self.geometry = (
             (rule.fields[0], rule.strides[0], rule.pad_begin) if self.fast is not None else None
         )
@@ -381,6 +394,29 @@ class _NodeRun:
                 return
             self._step_fast(chunks, inputs_ended, produced)
         else:
+            quick = self.quick
+            if quick is not None and not ended[self.inputs[0]]:
+                chunks = produced[self.inputs[0]]
+                if chunks:
+                    # rows that fire no window: the caches grow and the cursor counts them, as
+                    # _step_windows and NodeCursor.advance do (no firing, no end)
+                    field, stride, pad_begin = quick
+                    cache = self.caches[0]
+                    cache_dim = cache.axis
+                    rows = sum(a.shape[cache_dim] for a in chunks)
+                    received = cursor.received[0] + rows
+                    count = pad_begin + received + cursor.fed_end - cursor.fired * stride
+                    if count < field:
+                        for a in chunks:
+                            cache.append(a)
+                        held = cache.held()
+                        if held > self.peaks[0]:
+                            self.peaks[0] = held
+                        cursor.received[0] = received
+                        if count > cursor.peak[0]:
+                            cursor.peak[0] = count
+                        cache.drop_before(cursor.fired * stride - pad_begin)
+                        return
             arrivals = [produced[s] for s in self.inputs]
             inputs_ended = all(ended[s] for s in self.inputs)
             if not inputs_ended and not any(arrivals) and (cursor.fired or not self.pads_first):
