@@ -738,12 +738,26 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
     # smaller than the window, or i1's missing 0, can leave the code set.
     checked = width == 1 or (override is not None and override < math.prod(kernel))
 
+    # Non-overlapping unpadded windows (kernel = stride, the usual downsampling and global
+    # pools): each window is a block of a reshape, summed in one call.
+    tiled = (
+        tuple(kernel) == tuple(strides)
+        and not any(begins)
+        and not any(ends)
+        and all(d == 1 for d in dil)
+    )
+
     def run(x: IntArray) -> tuple[Any, ...]:
         out, reach = _pool_setup(x, kernel, strides, begins, ends, dil, ceil_mode)
-        xp = _padded(x, begins, reach, np.int64, 0)
-        total = np.zeros((*x.shape[:2], *out), dtype=np.int64)
-        for _, view in _tap_views(xp, kernel, strides, dil, out):
-            total += view
+        if tiled and all(o * k <= s for o, k, s in zip(out, kernel, x.shape[2:])):
+            crop = x[(Ellipsis, *(slice(0, o * k) for o, k in zip(out, kernel)))]
+            blocks = crop.reshape(*x.shape[:2], *(v for o, k in zip(out, kernel) for v in (o, k)))
+            total = blocks.sum(axis=tuple(3 + 2 * i for i in range(len(kernel))), dtype=np.int64)
+        else:
+            xp = _padded(x, begins, reach, np.int64, 0)
+            total = np.zeros((*x.shape[:2], *out), dtype=np.int64)
+            for _, view in _tap_views(xp, kernel, strides, dil, out):
+                total += view
         if override is not None:
             divisor: NDArray[np.int64] = np.asarray(override, dtype=np.int64)
         else:
