@@ -49,6 +49,15 @@ from nanoir.runtime.numerics.shapes import window_params
 from numpy.lib.stride_tricks import as_strided
 from xdsl.ir import Operation, SSAValue
 
+try:  # the clip ufunc itself: one call, without np.clip's Python-level dispatch
+    from numpy._core.umath import clip as _clip
+except ImportError:  # pragma: no cover - numpy < 2
+
+    def _clip(a: np.ndarray, lo: Any, hi: Any, out: np.ndarray) -> np.ndarray:
+        np.maximum(a, lo, out=out)
+        return np.minimum(out, hi, out=out)
+
+
 __all__ = [
     "ConvKernel",
     "RowBuffer",
@@ -313,8 +322,7 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         if has_add:
             y += addf
         rnd(y, out=y)
-        np.maximum(y, flo, out=y)
-        np.minimum(y, fhi, out=y)
+        _clip(y, flo, fhi, out=y)
         return y.reshape(batch, count, out_channels).transpose(0, 2, 1)
 
     def codes(cols: np.ndarray, batch: int, count: int) -> np.ndarray:
@@ -324,8 +332,7 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         if has_add:
             y += addf
         rnd(y, out=y)
-        np.maximum(y, flo, out=y)
-        np.minimum(y, fhi, out=y)
+        _clip(y, flo, fhi, out=y)
         # [N, O, count] as a view of the [N, count, O] codes: a consumer that is a fast conv
         # stores rows channel-last anyway, and the values are the same in any layout
         return y.reshape(batch, count, out_channels).astype(cdt).transpose(0, 2, 1)
@@ -407,8 +414,7 @@ def fast_requant(
             q = x >> s_half
             q += 1
             q >>= 1
-        np.maximum(q, lo, out=q)
-        np.minimum(q, hi, out=q)
+        _clip(q, lo, hi, out=q)
         return (q.astype(cdt),)
 
     return run
