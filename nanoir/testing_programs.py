@@ -20,7 +20,9 @@ from the ``test`` extra.
 
 ``examples(n)`` is the example count of a property test that pins its own: ``n`` under the
 default hypothesis profile, scaled with the profile's ``max_examples`` under another one
-(``NANOIR_HYPOTHESIS_PROFILE=thorough``, see tests/conftest.py).
+(``NANOIR_HYPOTHESIS_PROFILE=thorough``, see tests/conftest.py). ``streaming_program()`` is a
+fixed nf program with a dynamic stream length and two streamed outputs (the Streamer and
+``nanoir-run --stream`` tests share it).
 """
 
 from __future__ import annotations
@@ -493,3 +495,33 @@ def random_nq_program(
     ftype = FunctionType.from_lists([block.args[0].type], [v.type for v in sinks])
     module = ModuleOp([FuncOp("main", ftype, Region(block))])
     return module, (None, channels, *sizes)  # type: ignore[return-value]
+
+
+def _dense_f32(a: np.ndarray) -> str:
+    return f"dense<{np.round(a, 3).tolist()}> : tensor<{'x'.join(map(str, a.shape))}xf32>"
+
+
+def streaming_program(seed: int = 0) -> str:
+    """Two streamed outputs of a stream of any length (the M dim is ``?``): a conv stack
+    (pad 1, then dilation 2 with pad 2) into a transposed conv (k4, s2, p1: 2 rows per input
+    row), and an unpadded k5 conv of the same features."""
+    rng = np.random.default_rng(seed)
+    w1, w2 = rng.standard_normal((6, 4, 3)) / 3, rng.standard_normal((6, 6, 3)) / 4
+    wt, w3 = rng.standard_normal((6, 3, 4)) / 4, rng.standard_normal((5, 6, 5)) / 5
+    t = "tensor<?x{}x?xf32>"
+    return f"""\
+func.func @main(%x: {t.format(4)}) -> ({t.format(3)}, {t.format(5)}) {{
+  %w1 = nf.constant "c1.weight" {_dense_f32(w1)}
+  %w2 = nf.constant "c2.weight" {_dense_f32(w2)}
+  %wt = nf.constant "up.weight" {_dense_f32(wt)}
+  %w3 = nf.constant "c3.weight" {_dense_f32(w3)}
+  %a = nf.conv %x, %w1 {{pads = array<i64: 1, 1>}} : ({t.format(4)}, tensor<6x4x3xf32>) -> {t.format(6)}
+  %ra = nf.relu %a : {t.format(6)}
+  %b = nf.conv %ra, %w2 {{pads = array<i64: 2, 2>, dilations = array<i64: 2>}} : ({t.format(6)}, tensor<6x6x3xf32>) -> {t.format(6)}
+  %h = nf.relu %b : {t.format(6)}
+  %up = nf.conv_transpose %h, %wt {{strides = array<i64: 2>, pads = array<i64: 1, 1>}} : ({t.format(6)}, tensor<6x3x4xf32>) -> {t.format(3)}
+  %c = nf.conv %h, %w3 : ({t.format(6)}, tensor<5x6x5xf32>) -> {t.format(5)}
+  %rc = nf.relu %c : {t.format(5)}
+  func.return %up, %rc : {t.format(3)}, {t.format(5)}
+}}
+"""

@@ -71,6 +71,20 @@ __all__ = [
 ]
 
 
+def _constant_conv_1d(
+    op: nh.ConvOp | nf.ConvOp, dim: int, constants: dict[SSAValue, Any]
+) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The constant weight and bias of a 1-D conv streamed along its last dim (``[N, C, L]``,
+    dim 2), or ``None`` when the conv is not that."""
+    shape = op.input.type.get_shape()  # type: ignore[union-attr]
+    if len(shape) != 3 or dim != 2 or op.weight not in constants:
+        return None
+    if op.bias is not None and op.bias not in constants:
+        return None
+    b = None if op.bias is None else np.asarray(constants[op.bias])
+    return np.asarray(constants[op.weight]), b
+
+
 class RowBuffer:
     """A cache along the last dim of ``[N, C, L]`` tensors, as :class:`_Cache` counts it
     (``base``: first row held or next row wanted; ``end``: rows received), the rows stored
@@ -173,14 +187,10 @@ def fast_conv(
     the dtype its cache stores, or ``None`` when it does not apply."""
     if not isinstance(op, nh.ConvOp) or op.groups.value.data != 1:
         return None
-    shape = op.input.type.get_shape()  # type: ignore[union-attr]
-    if len(shape) != 3 or dim != 2 or op.weight not in constants:
+    found = _constant_conv_1d(op, dim, constants)
+    if found is None:
         return None
-    bias_value = op.bias
-    if bias_value is not None and bias_value not in constants:
-        return None
-    w = np.asarray(constants[op.weight])
-    b = None if bias_value is None else np.asarray(constants[bias_value])
+    w, b = found
     out_channels, channels, k = w.shape
     (k,), (s,), pads, (d,) = window_params(
         1, (k,), array_values(op.strides), array_values(op.pads), array_values(op.dilations)
@@ -477,14 +487,10 @@ def fast_float_conv(
     exact, so it mirrors the kernel rather than computing the rows another way."""
     if not isinstance(op, nf.ConvOp):
         return None
-    shape = op.input.type.get_shape()  # type: ignore[union-attr]
-    if len(shape) != 3 or dim != 2 or op.weight not in constants:
+    found = _constant_conv_1d(op, dim, constants)
+    if found is None:
         return None
-    bias_value = op.bias
-    if bias_value is not None and bias_value not in constants:
-        return None
-    w = np.asarray(constants[op.weight])
-    b = None if bias_value is None else np.asarray(constants[bias_value])
+    w, b = found
     groups = op.groups.value.data
     out_channels, group_channels, k = w.shape
     channels = group_channels * groups

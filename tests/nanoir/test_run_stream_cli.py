@@ -6,7 +6,6 @@ output file behind."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +20,7 @@ import nanoir
 from nanoir.frontend import from_torch
 from nanoir.row_spool import RowSpool
 from nanoir.run_cli import main
-from nanoir.testing_programs import examples
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
-from test_streamer import HW  # noqa: E402  (the two-output streaming program)
+from nanoir.testing_programs import examples, streaming_program
 
 torch.set_num_threads(1)
 
@@ -32,7 +28,10 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("stream_cli")
-    nanoir.save(HW, d / "hw.mlir")
+    program = nanoir.parse(streaming_program())  # two streamed outputs, any stream length
+    x = np.random.default_rng(0).standard_normal((2, 4, 24)).astype(np.float32)
+    nanoir.quantize(program, [x], act_bits=8, weight_bits=4)
+    nanoir.save(lower_to_hw(program), d / "hw.mlir")
     np.save(d / "x.npy", np.random.default_rng(0).standard_normal((2, 4, 301)).astype(np.float32))
     torch.manual_seed(0)
     conv2d = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 2, (3, 1)))
