@@ -204,7 +204,7 @@ def seconds(f: Callable[[], object], repeat: int) -> tuple[float, float]:
 def lark_alone(text: str) -> object:
     """The grammar's parser on its own: Lark LALR building the tree (no checks), as
     `parse_nanoengine` ran it before the fast path."""
-    from nanoir.grammar import ne_parser
+    from nanoir.grammar.ne import parser as ne_parser
 
     with ne_parser.gc_paused():
         return ne_parser._parse_items(text, {})
@@ -219,8 +219,8 @@ def main() -> None:
     parser.add_argument("--profile", choices=("nq", "hw"), help="profile this level's import")
     args = parser.parse_args()
 
-    from nanoir.grammar.ne_import import import_nanoengine
-    from nanoir.grammar.ne_parser import parse_nanoengine
+    from nanoir.grammar.ne.importer import import_nanoengine
+    from nanoir.grammar.ne.parser import parse_nanoengine
 
     print(
         f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "

@@ -25,7 +25,9 @@ import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.printer import print_nanoengine
+from nanoir.grammar.ne.syntax_tree import (
     Comment,
     ConstTensor,
     Float,
@@ -38,8 +40,6 @@ from nanoir.grammar.ne_ast import (
     RuntimeNode,
     RuntimeTensor,
 )
-from nanoir.grammar.ne_parser import parse_nanoengine
-from nanoir.grammar.ne_printer import print_nanoengine
 
 # ResNet-18 convolutions in order: (name, C_out, C_in, k). Each is followed by a BN.
 CONVS: list[tuple[str, int, int, int]] = [("conv1", 64, 3, 7)]
@@ -237,8 +237,8 @@ def main() -> None:
 def real_resnet18(repeat: int) -> tuple[float, float, int, float, float, float]:
     """Import and export times of ResNet-18's real program, with same-run hex baselines."""
     import torch
-    from nanoir.grammar.ne_export import export_nanoengine
-    from nanoir.grammar.ne_import import import_nanoengine
+    from nanoir.grammar.ne.exporter import export_nanoengine
+    from nanoir.grammar.ne.importer import import_nanoengine
     from nanoir.lowering.fold_bn import FoldBnPass
 
     from nanoir.context import make_context

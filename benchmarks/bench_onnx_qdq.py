@@ -3,7 +3,7 @@
 For each test model (nanoir.testing: LeNet-5, KWS net, MobileNetV2 block stack, ResNet-18 at
 32x32, and the sample net), imported with ``from_torch``, BN folded and quantized with
 ``rounding="half_even"`` (``--bits``, 8 by default; per-channel weights), the program is written with
-``nanoir.grammar.onnx_export`` (``nanoir.save(m, "m.onnx")``) and run by:
+``nanoir.grammar.onnx.exporter`` (``nanoir.save(m, "m.onnx")``) and run by:
 
 - ``ort``: onnxruntime's CPU provider, one thread, all graph optimizations except the two
   that fail on valid opset-21 QDQ in onnxruntime 1.32 (QDQ propagation around a Reshape,
@@ -88,7 +88,7 @@ def nh_plan(module: Any) -> Callable[[np.ndarray], list[np.ndarray]]:
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     import onnxruntime as ort
-    from nanoir.grammar.onnx_export import export_onnx_bytes
+    from nanoir.grammar.onnx.exporter import export_onnx_bytes
     from nanoir.runtime.interpreter import compile_module
 
     module, shape = quantized(name, "half_even", args.batch, args.bits)

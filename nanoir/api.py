@@ -2,10 +2,10 @@
 from ``nanoir.runtime.arrays``; safe writes: ``nanoir.files``).
 
 The format follows the file extension: ``.ne`` is NanoEngine text (imported at the nq level,
-or at the hw level when its tensors are integers; see ``nanoir.grammar.ne_import``),
+or at the hw level when its tensors are integers; see ``nanoir.grammar.ne.importer``),
 ``.onnx`` is ONNX (NanoEngine-PyTorch's export or standard QDQ, read into nf + nq; needs the
-``onnx`` extra; see ``nanoir.grammar.onnx_import``) and ``.mlir`` is MLIR; ``save`` writes
-``.ne``, ``.onnx`` (QDQ or NanoEngine's form, ``nanoir.grammar.onnx_export``) or ``.mlir``. Any other name is a
+``onnx`` extra; see ``nanoir.grammar.onnx.importer``) and ``.mlir`` is MLIR; ``save`` writes
+``.ne``, ``.onnx`` (QDQ or NanoEngine's form, ``nanoir.grammar.onnx.exporter``) or ``.mlir``. Any other name is a
 ``FileFormatError`` that says so.
 
 Every error raised here derives from ``nanoir.Error``: ``FileFormatError`` (also a
@@ -97,12 +97,12 @@ def load(path: str | Path) -> ModuleOp:
     path = Path(path)
     if _program_format(path) == ".ne":
         # lazy: each format's reader or writer loads on first use
-        from nanoir.grammar.ne_import import import_nanoengine_bytes
+        from nanoir.grammar.ne.importer import import_nanoengine_bytes
 
         return import_nanoengine_bytes(read_bytes(path), str(path))
     if path.suffix == ".onnx":
         # lazy: each format's reader or writer loads on first use
-        from nanoir.grammar.onnx_import import import_onnx_bytes
+        from nanoir.grammar.onnx.importer import import_onnx_bytes
 
         return import_onnx_bytes(read_bytes(path), str(path), str(path.resolve().parent))
     return parse(decode_text(read_bytes(path), str(path)), str(path))
@@ -116,19 +116,19 @@ def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> Non
     ``write_atomically`` for the path rules. ``.onnx`` writes an nf/nq program as standard
     QDQ (``onnx_flavor="qdq"``, opset 21) or as NanoEngine-PyTorch's export
     (``onnx_flavor="nanoengine"``, opset 17 + ``t2e.qmodel::Q``); what the flavour cannot
-    express is an ``OnnxExportError`` naming the op (see ``nanoir.grammar.onnx_export``).
+    express is an ``OnnxExportError`` naming the op (see ``nanoir.grammar.onnx.exporter``).
     """
     path = Path(path)
     contents: str | bytes
     if path.suffix == ".ne":
         # lazy: each format's reader or writer loads on first use
-        from nanoir.grammar.ne_export import export_nanoengine
+        from nanoir.grammar.ne.exporter import export_nanoengine
 
         check_output_path(path)
         contents = export_nanoengine(module)
     elif path.suffix == ".onnx":
         # lazy: each format's reader or writer loads on first use
-        from nanoir.grammar.onnx_export import export_onnx_bytes
+        from nanoir.grammar.onnx.exporter import export_onnx_bytes
 
         check_output_path(path)
         contents = export_onnx_bytes(module, onnx_flavor)

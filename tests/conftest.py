@@ -2,7 +2,7 @@
 
 Profiles (``NANOIR_HYPOTHESIS_PROFILE``): ``nanoir`` (the default, 100 examples per property
 test) and ``thorough`` (for CI). A test that pins its own count writes
-``@settings(max_examples=examples(n))`` (``nanoir.testing_programs.examples``): ``n`` under the
+``@settings(max_examples=examples(n))`` (``nanoir.testing.programs.examples``): ``n`` under the
 default profile, scaled by ``max_examples / 100`` under another, so every property test grows
 with the profile. ``thorough`` is sized so that the whole suite runs in about 5 minutes on a
 2-core machine (2.5x the default's examples; the default suite takes about 4 minutes, most of

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from nanoir.grammar import ne_parser
-from nanoir.grammar.ne_ast import ConstTensor, Function, InitTensor, Program
-from nanoir.grammar.ne_check import check_program, find_problems
-from nanoir.grammar.ne_errors import (
+from nanoir.grammar.ne import parser as ne_parser
+from nanoir.grammar.ne.check import check_program, find_problems
+from nanoir.grammar.ne.errors import (
     NanoEngineError,
     NanoEngineSemanticError,
     NanoEngineSyntaxError,
 )
-from nanoir.grammar.ne_parser import parse_nanoengine, parse_nanoengine_file
+from nanoir.grammar.ne.parser import parse_nanoengine, parse_nanoengine_file
+from nanoir.grammar.ne.syntax_tree import ConstTensor, Function, InitTensor, Program
 
 MARK = "§"
 FUNCS = "func init(){\n}\nfunc runtime(){\n}\n"

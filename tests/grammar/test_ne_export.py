@@ -24,8 +24,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.grammar import ne_nq
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne import nq as ne_nq
+from nanoir.grammar.ne.exporter import ExportError, export_nanoengine, export_program
+from nanoir.grammar.ne.importer import NanoEngineImportWarning, import_nanoengine
+from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.printer import print_nanoengine
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     Comment,
     ConstTensor,
@@ -41,17 +45,13 @@ from nanoir.grammar.ne_ast import (
     WordTensor,
     dtype_size,
 )
-from nanoir.grammar.ne_export import ExportError, export_nanoengine, export_program
-from nanoir.grammar.ne_import import NanoEngineImportWarning, import_nanoengine
-from nanoir.grammar.ne_parser import parse_nanoengine
-from nanoir.grammar.ne_printer import print_nanoengine
 from nanoir.lowering.quantize import quantize
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
 import nanoir
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
 
@@ -854,7 +854,7 @@ def test_results_keep_their_order() -> None:
     """Import finds results as unread runtime tensors in declaration order, so export declares
     them in return order even when they are computed the other way round."""
     import numpy as np
-    from nanoir.grammar.ne_import import import_nanoengine
+    from nanoir.grammar.ne.importer import import_nanoengine
 
     import nanoir
 
@@ -1002,7 +1002,7 @@ def test_identity_nodes_of_a_file_keep_their_names_and_place() -> None:
     ],
 )
 def test_bad_identity_nodes_are_errors(node: str, message: str) -> None:
-    from nanoir.grammar.ne_errors import NanoEngineSemanticError
+    from nanoir.grammar.ne.errors import NanoEngineSemanticError
 
     text = IDENTITY_FILE.replace(
         "attr=[],\n    in_s=[Q_n1_o0],\n    mem_s=[copy_mem]", node + ",\n    mem_s=[copy_mem]"

@@ -1,4 +1,4 @@
-"""The `.ne` fast path (`ne_fast`) against the grammar (Lark): same tree or no answer.
+"""The `.ne` fast path (`ne.fast`) against the grammar (Lark): same tree or no answer.
 
 Whenever `fast_items` reads a text, Lark must read it too and give the same items with the
 same positions, hex case and comment spacing (fields that `==` ignores are compared too);
@@ -19,15 +19,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lark.exceptions import UnexpectedInput
-from nanoir.grammar import ne_parser
-from nanoir.grammar.ne_errors import NanoEngineError
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_fast import fast_items
-from nanoir.grammar.ne_import import import_nanoengine
-from nanoir.grammar.ne_parser import parse_nanoengine
+from nanoir.grammar.ne import parser as ne_parser
+from nanoir.grammar.ne.errors import NanoEngineError
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.fast import fast_items
+from nanoir.grammar.ne.importer import import_nanoengine
+from nanoir.grammar.ne.parser import parse_nanoengine
 
-from nanoir.testing_programs import examples
-from nanoir.testing_text import join_tokens, tokens_and_gaps
+from nanoir.testing.programs import examples
+from nanoir.testing.text import join_tokens, tokens_and_gaps
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

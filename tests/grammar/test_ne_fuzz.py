@@ -26,16 +26,16 @@ from pathlib import Path
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nanoir.grammar.ne_ast import Program
-from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineInternalError
-from nanoir.grammar.ne_import import import_nanoengine_bytes
-from nanoir.grammar.ne_parser import parse_nanoengine
-from nanoir.grammar.ne_printer import print_nanoengine
+from nanoir.grammar.ne.errors import NanoEngineError, NanoEngineInternalError
+from nanoir.grammar.ne.importer import import_nanoengine_bytes
+from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.printer import print_nanoengine
+from nanoir.grammar.ne.syntax_tree import Program
 from xdsl.dialects.builtin import ModuleOp
 
-from nanoir.testing_programs import examples
-from nanoir.testing_text import join_tokens
-from nanoir.testing_text import tokens_and_gaps as split_tokens
+from nanoir.testing.programs import examples
+from nanoir.testing.text import join_tokens
+from nanoir.testing.text import tokens_and_gaps as split_tokens
 
 SMALL = (Path(__file__).parent / "inputs" / "small.ne").read_text()
 SMALL_HW = (Path(__file__).parent / "inputs" / "small_hw.ne").read_text()

@@ -17,25 +17,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nanoir.grammar.ne_errors import (
+from nanoir.grammar.ne.errors import (
     NanoEngineError,
     NanoEngineSemanticError,
     NanoEngineSyntaxError,
 )
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import import_nanoengine, import_nanoengine_bytes
-from nanoir.grammar.ne_parser import (
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import import_nanoengine, import_nanoengine_bytes
+from nanoir.grammar.ne.parser import (
     INT64_MAX,
     INT64_MIN,
     parse_nanoengine,
     parse_nanoengine_file,
 )
-from nanoir.grammar.ne_printer import print_nanoengine
+from nanoir.grammar.ne.printer import print_nanoengine
 
 import nanoir
+from nanoir.cli.opt import main as opt_main
+from nanoir.cli.run import main as run_main
 from nanoir.errors import Error
-from nanoir.opt import main as opt_main
-from nanoir.run_cli import main as run_main
 
 INPUTS = Path(__file__).parent / "inputs"
 SMALL = (INPUTS / "small.ne").read_text()

@@ -1,4 +1,4 @@
-"""The hw level of `.ne` (nh IR <-> text, `ne_hw`, `ne_export_hw`, `ne_import_hw`).
+"""The hw level of `.ne` (nh IR <-> text, `ne.hw`, `ne.export_hw`, `ne.import_hw`).
 
 - Constant codes of every width go through files: 1/2/4-bit codes packed as NanoEngine packs
   them (MSB-first fields, two's complement, 1-bit -1 = bit 1) in ceil(n * bits / 8) bytes,
@@ -22,18 +22,18 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nh
-from nanoir.grammar.ne_ast import Comment, ConstTensor, InitNode, Program, RuntimeNode
-from nanoir.grammar.ne_errors import NanoEngineSemanticError
-from nanoir.grammar.ne_export import (
+from nanoir.grammar.ne.errors import NanoEngineSemanticError
+from nanoir.grammar.ne.exporter import (
     ExportError,
     UnitStepPlan,
     export_nanoengine,
     export_program,
 )
-from nanoir.grammar.ne_import import import_nanoengine
-from nanoir.grammar.ne_parser import parse_nanoengine
-from nanoir.grammar.ne_printer import print_nanoengine
-from nanoir.grammar.ne_schema import name_from_value, name_value
+from nanoir.grammar.ne.importer import import_nanoengine
+from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.printer import print_nanoengine
+from nanoir.grammar.ne.schema import name_from_value, name_value
+from nanoir.grammar.ne.syntax_tree import Comment, ConstTensor, InitNode, Program, RuntimeNode
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import quant
@@ -41,7 +41,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 import nanoir
-from nanoir.testing_programs import ALL_KINDS, examples, random_nq_program
+from nanoir.testing.programs import ALL_KINDS, examples, random_nq_program
 
 
 def canonical(module: ModuleOp) -> str:

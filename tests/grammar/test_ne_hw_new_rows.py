@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf, nh
-from nanoir.grammar.ne_errors import NanoEngineImportWarning, NanoEngineSemanticError
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import import_nanoengine
-from nanoir.grammar.ne_parser import parse_nanoengine
+from nanoir.grammar.ne.errors import NanoEngineImportWarning, NanoEngineSemanticError
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import import_nanoengine
+from nanoir.grammar.ne.parser import parse_nanoengine
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
 from torch import nn
@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
 from nanoir.frontend import from_torch
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
 
@@ -479,7 +479,8 @@ def test_every_op_has_a_row_at_its_level() -> None:
     NQ_OPS row; every nh op but nh.constant (Unpack) an HW_OPS row."""
     from nanoir.dialects.nf import NF
     from nanoir.dialects.nh import NH
-    from nanoir.grammar import ne_hw, ne_nq
+    from nanoir.grammar.ne import hw as ne_hw
+    from nanoir.grammar.ne import nq as ne_nq
 
     nf_ops = {c for c in NF.operations if c not in (nf.ConstantOp, nf.CustomOp)}
     assert nf_ops - set(ne_nq.BY_CLASS) == set()

@@ -16,20 +16,20 @@ import pytest
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.errors import NanoEngineError, NanoEngineSemanticError
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import (
+    NanoEngineImportWarning,
+    import_nanoengine,
+    import_program,
+    load_nanoengine,
+)
+from nanoir.grammar.ne.syntax_tree import (
     ConstTensor,
     Function,
     Program,
     RuntimeNode,
     RuntimeTensor,
-)
-from nanoir.grammar.ne_errors import NanoEngineError, NanoEngineSemanticError
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import (
-    NanoEngineImportWarning,
-    import_nanoengine,
-    import_program,
-    load_nanoengine,
 )
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,

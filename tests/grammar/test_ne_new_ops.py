@@ -11,14 +11,14 @@ import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import import_nanoengine
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import import_nanoengine
 from nanoir.runtime.interpreter import run
 from torch import nn
 
 import nanoir
 from nanoir.frontend import from_torch
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
 

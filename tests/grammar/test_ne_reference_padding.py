@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from nanoir.grammar.ne_ast import ConstTensor, InitNode, RuntimeNode
-from nanoir.grammar.ne_errors import NanoEngineSemanticError
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import (
+from nanoir.grammar.ne.errors import NanoEngineSemanticError
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import (
     NanoEngineImportWarning,
     NanoEnginePaddingWarning,
     import_nanoengine,
 )
-from nanoir.grammar.ne_parser import parse_nanoengine
+from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.syntax_tree import ConstTensor, InitNode, RuntimeNode
 from nanoir.lowering.stream_plan import StreamPlanPass, stream_shapes
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 

@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nanoir.grammar import ne_parser
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne import parser as ne_parser
+from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.printer import print_nanoengine
+from nanoir.grammar.ne.syntax_tree import (
     DTYPES,
     AttrValue,
     Comment,
@@ -39,10 +41,8 @@ from nanoir.grammar.ne_ast import (
     element_count,
     numpy_dtype,
 )
-from nanoir.grammar.ne_parser import parse_nanoengine
-from nanoir.grammar.ne_printer import print_nanoengine
 
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 # A copy of shared/samples/readme_model.ne, as NanoEngine-PyTorch printed it.
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"

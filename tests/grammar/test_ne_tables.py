@@ -3,7 +3,7 @@
 - the grammar modules import each other only downward (no cycle) and never inside a
   function (a lazy import would hide a cycle);
 - each op table row is read by both import and export: a new op type is one row;
-- `ne_schema.Names` is the one naming rule, honouring reserved names at both levels.
+- `ne.schema.Names` is the one naming rule, honouring reserved names at both levels.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from nanoir.dialects import nf
-from nanoir.grammar import ne_hw, ne_nq
-from nanoir.grammar.ne_export import export_nanoengine
-from nanoir.grammar.ne_import import import_nanoengine
-from nanoir.grammar.ne_node import AttrMap
-from nanoir.grammar.ne_nq import NqOp
-from nanoir.grammar.ne_schema import Names
+from nanoir.grammar.ne import hw as ne_hw
+from nanoir.grammar.ne import nq as ne_nq
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import import_nanoengine
+from nanoir.grammar.ne.node import AttrMap
+from nanoir.grammar.ne.nq import NqOp
+from nanoir.grammar.ne.schema import Names
 from xdsl.dialects.builtin import ModuleOp, TensorType, f32
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Region
@@ -31,7 +32,9 @@ def _grammar_imports() -> dict[str, tuple[set[str], list[str]]]:
     not an optional package loaded lazily: a nanoir module, or an import without a ``lazy``
     comment on its line, would dodge a cycle)."""
     found: dict[str, tuple[set[str], list[str]]] = {}
-    for path in sorted(GRAMMAR.glob("*.py")):
+    for path in sorted(GRAMMAR.rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
         text = path.read_text()
         lines = text.splitlines()
         tree = ast.parse(text)
@@ -42,7 +45,7 @@ def _grammar_imports() -> dict[str, tuple[set[str], list[str]]]:
                 and node.module
                 and node.module.startswith("nanoir.grammar")
             ):
-                top.add(node.module.rsplit(".", 1)[1])
+                top.add(node.module.removeprefix("nanoir.grammar."))
         local = [
             f"{path.name}:{inner.lineno}"
             for fn in ast.walk(tree)
@@ -61,7 +64,7 @@ def _grammar_imports() -> dict[str, tuple[set[str], list[str]]]:
                 )
             )
         ]
-        found[path.stem] = (top, local)
+        found[".".join(path.relative_to(GRAMMAR).with_suffix("").parts)] = (top, local)
     return found
 
 
@@ -81,14 +84,14 @@ def test_grammar_modules_import_downward_only() -> None:
     for module in imports:
         visit(module, ())
     # The tables sit below both directions; the front doors on top of both.
-    assert {"ne_import_nq", "ne_export_nq"} <= {
-        m for m, (deps, _) in imports.items() if "ne_nq" in deps
+    assert {"ne.import_nq", "ne.export_nq"} <= {
+        m for m, (deps, _) in imports.items() if "ne.nq" in deps
     }
-    assert {"ne_import_hw", "ne_export_hw"} <= {
-        m for m, (deps, _) in imports.items() if "ne_hw" in deps
+    assert {"ne.import_hw", "ne.export_hw"} <= {
+        m for m, (deps, _) in imports.items() if "ne.hw" in deps
     }
-    assert {"ne_import_nq", "ne_import_hw"} <= imports["ne_import"][0]
-    assert {"ne_export_nq", "ne_export_hw"} <= imports["ne_export"][0]
+    assert {"ne.import_nq", "ne.import_hw"} <= imports["ne.importer"][0]
+    assert {"ne.export_nq", "ne.export_hw"} <= imports["ne.exporter"][0]
 
 
 def test_each_op_type_has_one_row_per_level() -> None:

@@ -1,4 +1,4 @@
-"""Writing ONNX (`grammar/onnx_export.py`): standard QDQ (opset 21) and NanoEngine-PyTorch's
+"""Writing ONNX (`grammar/onnx/exporter.py`): standard QDQ (opset 21) and NanoEngine-PyTorch's
 form (opset 17 + `t2e.qmodel::Q`).
 
 Every written model passes `onnx.checker` and reads back (`nanoir.load`, the ONNX reader) to a
@@ -24,13 +24,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.grammar.onnx_export import OnnxExportError, export_onnx_bytes, export_onnx_model
-from nanoir.grammar.onnx_import import OnnxImportWarning, import_onnx_bytes
+from nanoir.grammar.onnx.exporter import OnnxExportError, export_onnx_bytes, export_onnx_model
+from nanoir.grammar.onnx.importer import OnnxImportWarning, import_onnx_bytes
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import IntegerAttr
 
 import nanoir
-from nanoir.testing_programs import ALL_KINDS, examples, random_nq_program
+from nanoir.testing.programs import ALL_KINDS, examples, random_nq_program
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -370,7 +370,7 @@ func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x2x3xf32> {
 
 def nanoir_opt(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "nanoir.opt", *args], capture_output=True, timeout=120
+        [sys.executable, "-m", "nanoir.cli.opt", *args], capture_output=True, timeout=120
     )
 
 

@@ -1,4 +1,4 @@
-"""Reading ONNX (`grammar/onnx_import.py`): NanoEngine-PyTorch's `t2e.qmodel::Q` graphs and
+"""Reading ONNX (`grammar/onnx/importer.py`): NanoEngine-PyTorch's `t2e.qmodel::Q` graphs and
 standard QDQ, against an independent NumPy evaluation of the same graph; the reference's own
 export (`examples/readme_model.onnx`) loads, runs, lowers to nh bit for bit and exports to
 `.ne`; bad files are one `nanoir.Error` naming the file and the node, also under fuzzing.
@@ -14,7 +14,7 @@ import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from nanoir.grammar.onnx_import import (
+from nanoir.grammar.onnx.importer import (
     OnnxImportError,
     OnnxImportWarning,
     import_onnx_bytes,
@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 
 import nanoir
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 README_ONNX = EXAMPLES / "readme_model.onnx"
@@ -559,8 +559,8 @@ def test_readme_model_agrees_with_the_reference_ne_where_they_should() -> None:
 
 
 def test_cli_tools_read_onnx(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from nanoir.opt import main as opt_main
-    from nanoir.run_cli import main as run_main
+    from nanoir.cli.opt import main as opt_main
+    from nanoir.cli.run import main as run_main
 
     x = RNG.normal(size=(2, 3, 8, 8))
     np.save(tmp_path / "x.npy", x)

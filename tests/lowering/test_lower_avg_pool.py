@@ -18,7 +18,7 @@ from nanoir.runtime.stream import stream
 from xdsl.utils.exceptions import VerifyException
 
 import nanoir
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 MODES = ("trunc", "floor", "half_up", "half_even")
 

@@ -16,7 +16,7 @@ from torch import nn
 
 import nanoir
 from nanoir.frontend import from_torch
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
 

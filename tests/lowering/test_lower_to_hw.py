@@ -12,7 +12,7 @@ from nanoir.runtime.interpreter import run
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
-from nanoir.testing_programs import ALL_KINDS, BASE_KINDS, examples, random_nq_program
+from nanoir.testing.programs import ALL_KINDS, BASE_KINDS, examples, random_nq_program
 
 
 def check_exact(nq_module: ModuleOp, inputs: list[np.ndarray]) -> ModuleOp:

@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, Mod
 
 import nanoir
 from nanoir.context import make_context
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SAMPLE = EXAMPLES / "readme_model.ne"
@@ -99,7 +99,7 @@ def test_sample_shapes_match_the_program(sample: ModuleOp, sample_plan: BufferPl
 
 
 def test_sample_export_with_the_pass_reproduces_the_file(sample: ModuleOp) -> None:
-    from nanoir.grammar.ne_export import export_nanoengine
+    from nanoir.grammar.ne.exporter import export_nanoengine
 
     module = sample.clone()
     StreamPlanPass(mem_dim=2, steps="2:1,3:5").apply(make_context(), module)

@@ -25,7 +25,8 @@ from nanoir.lowering.quantize import QuantizeError
 from nanoir.runtime.arrays import load_arrays
 
 import nanoir
-from nanoir import opt, run_cli
+from nanoir.cli import opt
+from nanoir.cli import run as run_cli
 from nanoir.errors import FileAccessError, FileFormatError
 from nanoir.files import write_atomically
 
@@ -675,7 +676,8 @@ SIGNAL_SCRIPT = """\
 import os, signal, sys, time
 import numpy as np
 import nanoir.files
-from nanoir import opt, run_cli
+from nanoir.cli import opt
+from nanoir.cli import run as run_cli
 
 SIG = getattr(signal, sys.argv[1])
 real = nanoir.files._write_contents

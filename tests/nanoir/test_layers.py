@@ -189,7 +189,7 @@ def test_no_import_cycles() -> None:
 
 def test_the_check_can_fail() -> None:
     assert layer_of("nanoir.dialects.nf") > layer_of("nanoir.runtime.numerics.quant")
-    assert layer_of("nanoir.grammar.ne_import")[0] == layer_of("nanoir.lowering.quantize")[0]
+    assert layer_of("nanoir.grammar.ne.importer")[0] == layer_of("nanoir.lowering.quantize")[0]
     assert layer_of("nanoir.runtime.stream") < layer_of("nanoir.lowering.quantize")
     with pytest.raises(AssertionError):
         layer_of("numpy")

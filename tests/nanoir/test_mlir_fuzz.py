@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
-from nanoir.testing_text import join_tokens
-from nanoir.testing_text import tokens_and_gaps as split_tokens
+from nanoir.testing.text import join_tokens
+from nanoir.testing.text import tokens_and_gaps as split_tokens
 
 FILECHECK = Path(__file__).parent.parent / "filecheck"
 MAX_SECONDS = 10.0

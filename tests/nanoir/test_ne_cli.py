@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from nanoir.dialects import nf
-from nanoir.grammar import ne_nq
-from nanoir.grammar.ne_errors import NanoEngineSemanticError
-from nanoir.grammar.ne_export import ExportError
+from nanoir.grammar.ne import nq as ne_nq
+from nanoir.grammar.ne.errors import NanoEngineSemanticError
+from nanoir.grammar.ne.exporter import ExportError
 
 import nanoir
-from nanoir.opt import main
+from nanoir.cli.opt import main
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne"
 

@@ -19,7 +19,7 @@ from torch import nn
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 
 from nanoir.frontend import from_torch
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nanoir.opt import main
+from nanoir.cli.opt import main
 
 GOOD = """\
 func.func @f(%x: tensor<?x3x8x8xf32>) -> tensor<?x3x8x8xf32> {

@@ -17,10 +17,10 @@ import pytest
 from nanoir.lowering.stream_plan import StreamPlanPass
 
 import nanoir
+from nanoir.cli.opt import main as opt_main
+from nanoir.cli.run import main as run_main
 from nanoir.dot import GraphvizMissingError, to_dot
 from nanoir.errors import FileFormatError
-from nanoir.opt import main as opt_main
-from nanoir.run_cli import main as run_main
 
 FLOAT = """\
 func.func @main(%x: tensor<?x3x?x5xf32>) -> tensor<?x4x?x3xf32> {

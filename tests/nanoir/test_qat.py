@@ -24,7 +24,7 @@ from nanoir.lowering.quantize import QuantizeError, QuantizePass, QuantRule  # n
 from nanoir.runtime.numerics.quant import RoundingMode  # noqa: E402
 
 from nanoir import qat  # noqa: E402
-from nanoir.testing_programs import random_nq_program  # noqa: E402
+from nanoir.testing.programs import random_nq_program  # noqa: E402
 
 MODES = [m.value for m in RoundingMode]
 

@@ -9,7 +9,7 @@ import pytest
 from nanoir.runtime.interpreter import run
 
 from nanoir.api import parse
-from nanoir.run_cli import main
+from nanoir.cli.run import main
 
 PROGRAM = """\
 func.func @main(%x: tensor<?x4xf32>, %y: tensor<?x4xf32>) -> (tensor<?x4xf32>, tensor<?x4xf32>) {

@@ -17,10 +17,10 @@ from nanoir.lowering.lower_to_hw import lower_to_hw
 from torch import nn
 
 import nanoir
+from nanoir.cli.row_spool import RowSpool
+from nanoir.cli.run import main
 from nanoir.frontend import from_torch
-from nanoir.row_spool import RowSpool
-from nanoir.run_cli import main
-from nanoir.testing_programs import examples, streaming_program
+from nanoir.testing.programs import examples, streaming_program
 
 torch.set_num_threads(1)
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.runtime.numerics import kernels as K
 
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

@@ -53,7 +53,7 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 
 def run(module: Any, *inputs: Any) -> list[Any]:

@@ -16,7 +16,7 @@ from nanoir.runtime.numerics.shapes import (
 )
 from xdsl.dialects.builtin import DYNAMIC_INDEX as XDSL_DYNAMIC_INDEX
 
-from nanoir.testing_programs import examples
+from nanoir.testing.programs import examples
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

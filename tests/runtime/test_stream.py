@@ -27,7 +27,7 @@ import nanoir
 from nanoir.context import make_context
 from nanoir.frontend import from_torch
 from nanoir.testing import make_test_model, randomize_batch_norm
-from nanoir.testing_programs import ALL_KINDS, examples, random_nq_program
+from nanoir.testing.programs import ALL_KINDS, examples, random_nq_program
 
 
 def check_stream(module: ModuleOp, inputs: list[Any], step: int, raw: bool = False) -> None:
@@ -270,7 +270,7 @@ def test_an_input_without_the_streamed_dim_and_two_results(step: int) -> None:
 
 
 def test_nanoir_run_streams(tmp_path: Any) -> None:
-    from nanoir.run_cli import main
+    from nanoir.cli.run import main
 
     program = tmp_path / "conv.mlir"
     program.write_text(CONV3)

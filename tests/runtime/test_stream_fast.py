@@ -18,7 +18,7 @@ from nanoir.runtime.stream import StreamRunner, stream
 from nanoir.runtime.stream_fast import RowBuffer, fast_requant
 from xdsl.dialects.builtin import ModuleOp
 
-from nanoir.testing_programs import ALL_KINDS, examples, random_nq_program
+from nanoir.testing.programs import ALL_KINDS, examples, random_nq_program
 
 
 def _streamed(module: ModuleOp, x: np.ndarray, step: int, fast: bool) -> tuple[list[Any], int]:

@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
 from nanoir.frontend import from_torch
-from nanoir.testing_programs import examples, streaming_program
+from nanoir.testing.programs import examples, streaming_program
 
 torch.set_num_threads(1)
 

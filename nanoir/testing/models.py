@@ -30,6 +30,7 @@ __all__ = [
     "MobileNetV2Stack",
     "ResNet18",
     "SampleNet",
+    "import_folded",
     "make_test_model",
     "randomize_batch_norm",
 ]

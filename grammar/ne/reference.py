@@ -1,9 +1,9 @@
 """The shapes NanoEngine-PyTorch declares for runtime tensors: its stream analysis ignores pads.
 
 For a padded network it declares the outputs of Conv, MaxPool and AveragePool (the `padded`
-rows of `ne_nq.NQ_OPS`), and everything computed from them, smaller than they are (a pad-1
-3x3 conv on width 8 is declared 6 wide). `ne_import_nq` accepts such a declared shape (with
-a `NanoEnginePaddingWarning`) and `ne_export_nq` keeps it while it is still the one the
+rows of `nq.NQ_OPS`), and everything computed from them, smaller than they are (a pad-1
+3x3 conv on width 8 is declared 6 wide). `import_nq` accepts such a declared shape (with
+a `NanoEnginePaddingWarning`) and `export_nq` keeps it while it is still the one the
 reference would declare; both ask `reference_result_types`.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nanoir.grammar.ne_node import NodeProblem, NodeSpec, Unsupported
-from nanoir.grammar.ne_nq import BY_OP_TYPE, convert_known
+from nanoir.grammar.ne.node import NodeProblem, NodeSpec, Unsupported
+from nanoir.grammar.ne.nq import BY_OP_TYPE, convert_known
 from nanoir.runtime.numerics.shapes import ShapeError
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Attribute, Block, SSAValue

@@ -1,8 +1,8 @@
 """The hw level of NanoEngine text (`.ne`): how an nh program is written, and read back.
 
-`ne_export_hw` writes nh IR in this form and `ne_import_hw` reads it; this module holds what
+`export_hw` writes nh IR in this form and `import_hw` reads it; this module holds what
 both sides share: the op table (`HW_OPS`, one row per op type) and the constant data layout.
-The value codecs (`exp`, `name`, property kinds) and naming are `ne_schema`'s, shared with
+The value codecs (`exp`, `name`, property kinds) and naming are `schema`'s, shared with
 the nq level. A file is at the hw level when its node outputs are integer tensors
 (`Tensor<int8_t>`, ...); the nq level declares them `Tensor<Any>`.
 
@@ -96,12 +96,12 @@ Attributes that mirror a property are written exactly when the op has that prope
 absent one means the nh op's default, not ONNX's), so the IR comes back with the same
 properties. Derived and fixed attributes are always written and checked on import. Lists are
 `[...]`, flags `0`/`1`, rounding modes and other string properties names (`half_even`,
-`constant`; the `name` codec of `ne_schema`).
+`constant`; the `name` codec of `schema`).
 
 Ops whose operands are all constants (or computed from constants only) are init nodes, the
 others runtime nodes. Nodes are declared in the IR's op order, so a program whose constants
 sit between its runtime ops has alternating `// init node` and `// runtime_node` sections;
-the importer rebuilds that order (see `ne_import_hw`).
+the importer rebuilds that order (see `import_hw`).
 """
 
 from __future__ import annotations
@@ -114,9 +114,9 @@ from dataclasses import dataclass
 import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import tensor_shape
-from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
-from nanoir.grammar.ne_node import AttrMap
-from nanoir.grammar.ne_schema import HW_DTYPES
+from nanoir.grammar.ne.node import AttrMap
+from nanoir.grammar.ne.schema import HW_DTYPES
+from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import (
     BytesAttr,

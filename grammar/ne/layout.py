@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.printer import comment_from_entry
+from nanoir.grammar.ne.syntax_tree import (
     Comment,
     ConstTensor,
     Declaration,
@@ -24,7 +25,6 @@ from nanoir.grammar.ne_ast import (
     RuntimeTensor,
     WordTensor,
 )
-from nanoir.grammar.ne_printer import comment_from_entry
 
 __all__ = ["SECTIONS", "calls", "reference_layout", "recorded_layout"]
 

@@ -1,10 +1,10 @@
 """The one way in for NanoEngine text (`.ne`): parse, check, detect the level, dispatch.
 
-    text/bytes/path --ne_parser--> Program --ne_check--> checked Program
-        --is_hw_program?--> ne_import_hw (nh IR)  |  ne_import_nq (nf/nq IR)
+    text/bytes/path --parser--> Program --check--> checked Program
+        --is_hw_program?--> import_hw (nh IR)  |  import_nq (nf/nq IR)
 
 A program is at the hw level when its node outputs are integer tensors (`Tensor<int8_t>`,
-...; `ne_schema.is_hw_program`), else at the nq level. Every problem is a located
+...; `schema.is_hw_program`), else at the nq level. Every problem is a located
 `NanoEngineError`; ops kept as `nf.custom` and files with NanoEngine-PyTorch's
 padding-ignoring shapes warn (`NanoEngineImportWarning`, `NanoEnginePaddingWarning`).
 """
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 
-from nanoir.grammar.ne_ast import Program
-from nanoir.grammar.ne_check import check_program
-from nanoir.grammar.ne_errors import NanoEngineImportWarning, NanoEnginePaddingWarning
-from nanoir.grammar.ne_fast import gc_paused
-from nanoir.grammar.ne_import_hw import import_hw_program
-from nanoir.grammar.ne_import_nq import import_nq_program
-from nanoir.grammar.ne_parser import decode_nanoengine, parse_nanoengine
-from nanoir.grammar.ne_schema import is_hw_program
+from nanoir.grammar.ne.check import check_program
+from nanoir.grammar.ne.errors import NanoEngineImportWarning, NanoEnginePaddingWarning
+from nanoir.grammar.ne.fast import gc_paused
+from nanoir.grammar.ne.import_hw import import_hw_program
+from nanoir.grammar.ne.import_nq import import_nq_program
+from nanoir.grammar.ne.parser import decode_nanoengine, parse_nanoengine
+from nanoir.grammar.ne.schema import is_hw_program
+from nanoir.grammar.ne.syntax_tree import Program
 from xdsl.dialects.builtin import ModuleOp
 
 __all__ = [

@@ -6,8 +6,8 @@
     nanoir-opt net.mlir -p quantize{...} --emit=nanoengine -o net.ne
     nanoir-opt net.mlir --lower-to-hw --emit=nanoengine -o net_hw.ne   # the hw level (nh)
 
-The work is done by the `.ne` front doors `nanoir.grammar.ne_import` and
-`nanoir.grammar.ne_export`, which detect the level (nq or hw) and dispatch.
+The work is done by the `.ne` front doors `nanoir.grammar.ne.importer` and
+`nanoir.grammar.ne.exporter`, which detect the level (nq or hw) and dispatch.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class NanoEngineTarget(Target):
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         # lazy: the CLIs register this target at start-up; the .ne layer loads only when used
-        from nanoir.grammar.ne_export import export_nanoengine
+        from nanoir.grammar.ne.exporter import export_nanoengine
         from nanoir.lowering.stream_plan import stream_shapes  # lazy, as above
 
         # After `-p stream-plan`, the runtime and cache shapes are the plan's.
@@ -40,7 +40,7 @@ class NanoEngineTarget(Target):
 def read_nanoengine(stream: IO[bytes], filename: str) -> ModuleOp:
     """Import `.ne` bytes; import warnings go to stderr as `file:line:col: warning: ...`."""
     # lazy: registered as a frontend at start-up; the .ne layer loads only when a file is read
-    from nanoir.grammar.ne_import import (
+    from nanoir.grammar.ne.importer import (
         NanoEngineImportWarning,
         import_nanoengine_bytes,
     )

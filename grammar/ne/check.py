@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.errors import NanoEngineSemanticError, end_location
+from nanoir.grammar.ne.syntax_tree import (
     DECLARATION_TYPES,
     DTYPES,
     ConstTensor,
@@ -40,7 +41,6 @@ from nanoir.grammar.ne_ast import (
     dtype_size,
     kind_name,
 )
-from nanoir.grammar.ne_errors import NanoEngineSemanticError, end_location
 
 __all__ = ["Problem", "find_problems", "check_program", "check_each_node_called_once"]
 

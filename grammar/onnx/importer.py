@@ -4,9 +4,9 @@ Needs the ``onnx`` extra (`pip install nanoir[onnx]`), imported on first use.
 
     bytes --onnx (protobuf)--> ModelProto --this module--> builtin.module { func.func @main }
 
-The ops are built by the very rows the `.ne` nq level uses (`ne_nq.NQ_OPS`): each ONNX
+The ops are built by the very rows the `.ne` nq level uses (`ne.nq.NQ_OPS`): each ONNX
 node becomes a `NodeSpec` (op type, attributes as `.ne` attribute values, inputs) and
-`ne_nq.convert_known` builds and verifies the op, so an ONNX node and a `.ne` node of the
+`ne.nq.convert_known` builds and verifies the op, so an ONNX node and a `.ne` node of the
 same op type mean the same. What ONNX says differently is translated before that:
 
 - `t2e.qmodel::Q` (NanoEngine-PyTorch's quantizer; inputs `(x, k)`, attribute `bit_len`) is
@@ -50,11 +50,10 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
-from nanoir.grammar.ne_errors import NanoEngineImportWarning
-from nanoir.grammar.ne_node import NodeInput, NodeProblem, NodeSpec, Unsupported
-from nanoir.grammar.ne_nq import BY_OP_TYPE, convert_known
-from nanoir.grammar.ne_schema import (
+from nanoir.grammar.ne.errors import NanoEngineImportWarning
+from nanoir.grammar.ne.node import NodeInput, NodeProblem, NodeSpec, Unsupported
+from nanoir.grammar.ne.nq import BY_OP_TYPE, convert_known
+from nanoir.grammar.ne.schema import (
     EXP_MAX,
     EXP_MIN,
     NE_EXP_NAME,
@@ -64,7 +63,8 @@ from nanoir.grammar.ne_schema import (
     same_value,
     set_hint,
 )
-from nanoir.grammar.onnx_fold import FOLDABLE, MAX_FOLDED, plain
+from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
+from nanoir.grammar.onnx.fold import FOLDABLE, MAX_FOLDED, plain
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from numpy.typing import NDArray

@@ -1,19 +1,19 @@
 """The `.ne` schema both levels share: metadata keys, dtypes, value codecs, naming, levels.
 
-Import and export at the nq level (`ne_import_nq`, `ne_export_nq`) and at the hw level
-(`ne_import_hw`, `ne_export_hw`) read and write the same things the same way; this module
+Import and export at the nq level (`import_nq`, `export_nq`) and at the hw level
+(`import_hw`, `export_hw`) read and write the same things the same way; this module
 is that one definition, so a key, a codec or a naming rule cannot drift between them.
 
 - `NE_*`: the discardable attributes an nq-level import records so that export reproduces
-  the file byte for byte (what each holds: `ne_import_nq`'s docstring);
+  the file byte for byte (what each holds: `import_nq`'s docstring);
 - dtypes: `.ne` dtype <-> IR element type, and the hw level's integer widths;
 - attribute values: `.ne` value <-> xDSL attribute, kept as written (`encode_value`) or as
   an op property of a kind (`encode_prop`: ints, int, flag, rounding, float, name);
 - declared tensors and constants as attributes (`tensor_entry`, `const_entry`, ...);
 - names: `sanitize_name` and `Names` (fresh `base_<k>` and numbered `<OpType>_n<k>` names,
   stepping around names taken or reserved);
-- the level of a program (`is_hw_program`), which the front door `ne_import` dispatches on
-  (`ne_export` asks `nanoir.dialects.functions.level_of`);
+- the level of a program (`is_hw_program`), which the front door `importer` dispatches on
+  (`exporter` asks `nanoir.dialects.functions.level_of`);
 - the shapes runtime tensors are declared with (`StreamPlan`, `UnitStepPlan`).
 """
 
@@ -28,7 +28,8 @@ from nanoir.dialects import nh
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     ConstTensor,
     Declaration,
@@ -41,7 +42,6 @@ from nanoir.grammar.ne_ast import (
     RuntimeTensor,
     WordTensor,
 )
-from nanoir.grammar.ne_errors import ExportError
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
@@ -123,7 +123,7 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------------------
-# Metadata keys (what each records: ne_import_nq)
+# Metadata keys (what each records: import_nq)
 # ---------------------------------------------------------------------------------------
 
 NE_ITEMS = "ne.items"
@@ -335,7 +335,7 @@ _NUMBER = re.compile(r"0|[1-9][0-9]*")
 
 
 def name_value(name: str) -> AttrValue:
-    """The `name` attribute of an IR constant name (an hw `Unpack` node's; see `ne_hw`).
+    """The `name` attribute of an IR constant name (an hw `Unpack` node's; see `hw`).
 
     >>> name_value("layers.0.weight")
     ('layers', 0, 'weight')

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.schema import encode_prop
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     ConstTensor,
     Float,
@@ -22,7 +23,6 @@ from nanoir.grammar.ne_ast import (
     RuntimeNode,
     WordTensor,
 )
-from nanoir.grammar.ne_schema import encode_prop
 from xdsl.ir import Operation, SSAValue
 
 __all__ = [
@@ -175,10 +175,10 @@ Converter = Callable[[NodeSpec], Operation]
 class AttrMap:
     """An attribute that is one op property: `.ne` name, property, codec kind, default.
 
-    `kind` is an `ne_schema.encode_prop` codec ("int", "float", "ints", "flag",
+    `kind` is an `schema.encode_prop` codec ("int", "float", "ints", "flag",
     "rounding", "name"). At the nq level `read` takes the value from a node (ONNX's `default` when
     absent; None: required) and `write` spells the property; the hw level writes the
-    attribute exactly when the op has the property (`ne_hw.HwOp.props`)."""
+    attribute exactly when the op has the property (`hw.HwOp.props`)."""
 
     name: str
     prop: str

@@ -82,14 +82,14 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
-from nanoir.qat_quantizer import (
+from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
     fake_quant_value,
     floor_log2,
     round_codes,
 )
-from nanoir.qat_steps import build_step, tensor_key, value_shape
+from nanoir.qat.steps import build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
 
 __all__ = [

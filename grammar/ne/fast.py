@@ -4,7 +4,7 @@ Lark's LALR parser costs about 15 µs per token in Python, and a node-heavy prog
 tokens per node (the node, its output tensor and its caches), so a 200k-node file took minutes.
 This module reads a whole program with one compiled regular expression per declaration kind
 (the grammar's tokens and spacing, written out in `nanoengine.lark`'s terms), and builds
-exactly the tree the Lark path builds: the same `ne_ast` items, the same positions (`Loc`:
+exactly the tree the Lark path builds: the same `syntax_tree` items, the same positions (`Loc`:
 line, and column counted from the last line break, as Lark's lexer counts), the same hex case
 and the same comments with their blank lines.
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     Comment,
     ConstTensor,

@@ -1,6 +1,6 @@
 """Import a checked NanoEngine program (`.ne`) at the quantized (nq) level, losslessly.
 
-`ne_import` (the front door) hands a program here when `ne_schema.is_hw_program` says it is
+`importer` (the front door) hands a program here when `schema.is_hw_program` says it is
 not at the hw level. The result is one `builtin.module` holding one `func.func @main`:
 
 - function inputs are the runtime tensors that nodes read but no node computes (in
@@ -10,7 +10,7 @@ not at the hw level. The result is one `builtin.module` holding one `func.func @
   node must be called exactly once, and a node may only read tensors computed by nodes
   called before it (that is the dataflow order the IR needs).
 
-Op types map to nf/nq ops by the rows of `ne_nq.NQ_OPS`; an op type with no row becomes
+Op types map to nf/nq ops by the rows of `nq.NQ_OPS`; an op type with no row becomes
 `nf.custom` (op_type + all attributes) with a warning. A known op type used in a way the nf
 op cannot express (Gemm with transB=0, Clip with min/max inputs, an attribute nanoir does
 not know, ...) is kept as `nf.custom` too, with a warning saying why. Contradictions (a Conv
@@ -30,7 +30,7 @@ computed from them, smaller than they are (a pad-1 3x3 conv on width 8 is declar
 A declared runtime shape is therefore also accepted when it is the *reference shape*: the
 shape inference run again over the program with every pad taken as zero, a join of
 branches shrunk differently being as long as its shortest input (see
-`ne_reference`). The IR keeps the true types, which verification,
+`reference`). The IR keeps the true types, which verification,
 running, lowering and streaming use; the declared numbers stay in `ne.out_s` and are written
 back as they were. One `NanoEnginePaddingWarning` per file names every such tensor with its
 declared and computed shape. Any other disagreement is an error.
@@ -40,7 +40,7 @@ exporter writes one for a result that another node also reads, that is returned 
 that is an input (results are found as unread tensors), as the hw level does.
 
 Everything the printer needs to reproduce the file byte for byte rides along as discardable
-attributes with an `ne.` prefix (the `NE_*` keys of `ne_schema`); nothing in them changes
+attributes with an `ne.` prefix (the `NE_*` keys of `schema`); nothing in them changes
 what the program computes:
 
     on builtin.module   ne.items     every item of the file, in order: declaration names,
@@ -48,7 +48,7 @@ what the program computes:
                                       (plus "<k>//comment" for a comment with k blank lines
                                       before it where the reference has others, and a first
                                       entry U+FEFF when the file starts with a byte order mark;
-                                      see ne_printer.comment_entry)
+                                      see printer.comment_entry)
                         ne.decls     declarations no op carries: integer constants that are not
                                       a Q's exponent (e.g. Reshape's int64_t shape), word
                                       tensors, and unused tensors, as {kind = ..., ...}
@@ -73,7 +73,7 @@ what the program computes:
 Attribute values (`ne.attr`, `nf.custom` attrs): ints are `IntegerAttr` (i64, or wider when
 the value needs it), identifiers are `StringAttr`, floats are the `StringAttr` of their exact
 spelling (`"1e-05"`; a float spelling never looks like an identifier, so the two cannot be
-confused), and lists are `ArrayAttr` (`ne_schema.encode_value`).
+confused), and lists are `ArrayAttr` (`schema.encode_value`).
 
 Output tensor names are also SSA name hints where xDSL allows (not starting with a digit; a
 trailing `_<digits>` is dropped by xDSL, so the exact name lives in `ne.out_s`).
@@ -86,40 +86,25 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from nanoir.dialects import nf
-from nanoir.grammar.ne_ast import (
-    Comment,
-    ConstTensor,
-    Declaration,
-    Function,
-    InitNode,
-    InitTensor,
-    Item,
-    Loc,
-    MemTensor,
-    Program,
-    RuntimeNode,
-    RuntimeTensor,
-    WordTensor,
-)
-from nanoir.grammar.ne_check import check_each_node_called_once
-from nanoir.grammar.ne_errors import (
+from nanoir.grammar.ne.check import check_each_node_called_once
+from nanoir.grammar.ne.errors import (
     ExportError,
     NanoEngineImportWarning,
     NanoEnginePaddingWarning,
     NanoEngineSemanticError,
 )
-from nanoir.grammar.ne_fast_ir import verify_op, verify_shell
-from nanoir.grammar.ne_node import (
+from nanoir.grammar.ne.fast_ir import verify_op, verify_shell
+from nanoir.grammar.ne.node import (
     NodeInput,
     NodeProblem,
     NodeSpec,
     Unsupported,
     kind_of_const,
 )
-from nanoir.grammar.ne_nq import BY_CLASS, BY_OP_TYPE, default_attrs
-from nanoir.grammar.ne_printer import BOM_ENTRY, comment_entry
-from nanoir.grammar.ne_reference import has_pads, reference_result_types
-from nanoir.grammar.ne_schema import (
+from nanoir.grammar.ne.nq import BY_CLASS, BY_OP_TYPE, default_attrs
+from nanoir.grammar.ne.printer import BOM_ENTRY, comment_entry
+from nanoir.grammar.ne.reference import has_pads, reference_result_types
+from nanoir.grammar.ne.schema import (
     NE_ATTR,
     NE_CONST_IN,
     NE_DECLS,
@@ -143,6 +128,21 @@ from nanoir.grammar.ne_schema import (
     streamed_type,
     tensor_entry,
     words_entry,
+)
+from nanoir.grammar.ne.syntax_tree import (
+    Comment,
+    ConstTensor,
+    Declaration,
+    Function,
+    InitNode,
+    InitTensor,
+    Item,
+    Loc,
+    MemTensor,
+    Program,
+    RuntimeNode,
+    RuntimeTensor,
+    WordTensor,
 )
 from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
 from xdsl.dialects.builtin import (
@@ -171,7 +171,7 @@ def _float_types_differ(values: Sequence[NodeInput]) -> bool:
 
 
 def _convert_known(spec: NodeSpec) -> Operation:
-    """`ne_nq.convert_known`, verifying with `verify_op` (a signature verified once)."""
+    """`nq.convert_known`, verifying with `verify_op` (a signature verified once)."""
     try:
         op = BY_OP_TYPE[spec.op_type].build(spec)
     except ShapeError as e:
@@ -218,7 +218,7 @@ def _build_key(spec: NodeSpec) -> object | None:
 
 
 # Types and the shape parts of entries are immutable: one object per distinct value (a
-# node-heavy program repeats a few shapes), made by ne_schema's functions.
+# node-heavy program repeats a few shapes), made by schema's functions.
 @lru_cache(maxsize=4096)
 def _cached_streamed_type(shape: tuple[int, ...], layout: str) -> TensorType[Attribute]:
     return streamed_type(shape, layout)
@@ -245,14 +245,14 @@ def _init_type(shape: Sequence[int]) -> TensorType[Attribute]:
 
 
 def _tensor_entry(name: str, layout: str, shape: Sequence[int], dtype: str) -> DictionaryAttr:
-    """`ne_schema.tensor_entry`, sharing the attributes of equal layouts, shapes and dtypes."""
+    """`schema.tensor_entry`, sharing the attributes of equal layouts, shapes and dtypes."""
     return DictionaryAttr(
         {"name": StringAttr(name), **_entry_without_name(layout, tuple(shape), dtype)}
     )
 
 
 def _items_attr(program: Program) -> ArrayAttr[StringAttr]:
-    # A byte order mark and comments spaced unlike the reference are recorded too (ne_printer).
+    # A byte order mark and comments spaced unlike the reference are recorded too (printer).
     entries: list[StringAttr] = [StringAttr(BOM_ENTRY)] if program.bom else []
     previous: Item | None = None
     for item in program.items:

@@ -29,11 +29,11 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
-from nanoir._cli import run_main
 from nanoir.api import load
+from nanoir.cli.entry import run_main
 from nanoir.errors import Error
 from nanoir.files import check_output_path, write_atomically, writes_through
-from nanoir.grammar.ne_errors import NanoEngineError
+from nanoir.grammar.ne.errors import NanoEngineError
 from nanoir.runtime.arrays import load_array
 from nanoir.runtime.interpreter import find_function, run
 
@@ -199,7 +199,7 @@ def _stream(module: Any, args: argparse.Namespace, outs: list[tuple[str, bool]])
     ``Streamer``; each output's rows spooled to disk as they come (``RowSpool``), then
     written as one ``.npy`` each (or printed, or one ``.npz``)."""
     # lazy: the streaming modules load only for --stream
-    from nanoir.row_spool import RowSpool
+    from nanoir.cli.row_spool import RowSpool
     from nanoir.runtime.streamer import Streamer
 
     streamer = Streamer(

@@ -23,7 +23,7 @@ from xdsl.ir import SSAValue
 
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
-from nanoir.qat_quantizer import QATError
+from nanoir.qat.quantizer import QATError
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics.shapes import window_params

@@ -1,8 +1,8 @@
-"""Export an nh (hw-level) program as NanoEngine text (`.ne`), in the form `ne_hw` describes.
+"""Export an nh (hw-level) program as NanoEngine text (`.ne`), in the form `hw` describes.
 
-`ne_export` (the front door) hands every function with nh ops or nh-typed arguments to
+`exporter` (the front door) hands every function with nh ops or nh-typed arguments to
 `export_hw_program`. The IR has no `.ne` metadata to follow, so names and sections are chosen
-as the nq-level exporter chooses them for fresh IR (`ne_schema.Names`):
+as the nq-level exporter chooses them for fresh IR (`schema.Names`):
 
 - nodes `<OpType>_n<k>` (numbered per op type in program order), their outputs `<node>_o0`
   (`<node>_o<i>` for result i of a several-output op: Split);
@@ -31,27 +31,16 @@ from collections.abc import Sequence
 
 from nanoir.dialects import nh
 from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.grammar.ne_ast import (
-    AttrValue,
-    ConstTensor,
-    InitNode,
-    InitTensor,
-    Item,
-    MemTensor,
-    Program,
-    RuntimeNode,
-    RuntimeTensor,
-)
-from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_hw import (
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.hw import (
     BY_CLASS,
     UNNAMED_CONSTANT,
     constant_data,
     default_storage,
     storage_width,
 )
-from nanoir.grammar.ne_layout import calls, reference_layout
-from nanoir.grammar.ne_schema import (
+from nanoir.grammar.ne.layout import calls, reference_layout
+from nanoir.grammar.ne.schema import (
     HW_DTYPES,
     Attrs,
     Names,
@@ -61,6 +50,17 @@ from nanoir.grammar.ne_schema import (
     exp_value,
     name_value,
     sanitize_name,
+)
+from nanoir.grammar.ne.syntax_tree import (
+    AttrValue,
+    ConstTensor,
+    InitNode,
+    InitTensor,
+    Item,
+    MemTensor,
+    Program,
+    RuntimeNode,
+    RuntimeTensor,
 )
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (

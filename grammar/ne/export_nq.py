@@ -1,14 +1,14 @@
 """Export nf/nq IR to a NanoEngine program (`.ne`) at the quantized (nq) level.
 
-`ne_export` (the front door) hands every function without nh ops here. Two kinds of input:
+`exporter` (the front door) hands every function without nh ops here. Two kinds of input:
 
-- IR imported from a `.ne` file (see `ne_import_nq` for the `ne.*` metadata): every name,
+- IR imported from a `.ne` file (see `import_nq` for the `ne.*` metadata): every name,
   shape, layout, section and comment is recorded, and the original file comes back byte for
   byte. Recorded facts are used only while they still describe the IR: a recorded attribute
   list must still mean what the op does, a recorded shape must still fit the value's type,
   and recorded names are used once; otherwise the fresh choice below is made.
 - Any other nf/nq IR (e.g. after `quantize`): names and sections are chosen as
-  NanoEngine-PyTorch does (`ne_schema.Names`). Nodes are `<OpType>_n<k>`, numbered per op
+  NanoEngine-PyTorch does (`schema.Names`). Nodes are `<OpType>_n<k>`, numbered per op
   type in program order; outputs `<node>_o<i>`; the function's inputs `input` (then
   `input_1`, ...) and results `output` (`output_1`, ...); named `nf.constant`s keep their
   name with every character outside `[A-Za-z0-9_]` made `_` (`conv1.weight` ->
@@ -16,11 +16,11 @@
   fake-quant of a constant is an init node, every other op a runtime node.
 
 Runtime tensors are declared with *streaming plan* shapes. Unless a plan is given (see
-`ne_schema.StreamPlan`; the stream-plan pass provides real numbers) the exporter declares
+`schema.StreamPlan`; the stream-plan pass provides real numbers) the exporter declares
 `[-1, C, 1, D...]` (M = one row per step, D the whole rest) and gives every runtime node a
 `mem` cache per distinct runtime input, shaped like the tensor it caches.
 
-Each op is written by its row of `ne_nq.NQ_OPS` (op type and attributes); `nf.custom` by its
+Each op is written by its row of `nq.NQ_OPS` (op type and attributes); `nf.custom` by its
 own op_type and attributes. Import finds the results as the runtime tensors no node reads,
 so a returned value that another op also reads, that is returned twice or that is an input
 is written through an `Identity` node whose output is that result (the importer makes no op
@@ -36,25 +36,13 @@ from __future__ import annotations
 
 import numpy as np
 from nanoir.dialects import nf
-from nanoir.grammar.ne_ast import (
-    ConstTensor,
-    Declaration,
-    InitNode,
-    InitTensor,
-    Item,
-    MemTensor,
-    Program,
-    RuntimeNode,
-    RuntimeTensor,
-    WordTensor,
-)
-from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_layout import calls, recorded_layout, reference_layout
-from nanoir.grammar.ne_node import NodeInput, NodeProblem, NodeSpec, Unsupported
-from nanoir.grammar.ne_nq import BY_CLASS, convert_known, default_attrs, row_of
-from nanoir.grammar.ne_printer import BOM_ENTRY
-from nanoir.grammar.ne_reference import reference_result_types
-from nanoir.grammar.ne_schema import (
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.layout import calls, recorded_layout, reference_layout
+from nanoir.grammar.ne.node import NodeInput, NodeProblem, NodeSpec, Unsupported
+from nanoir.grammar.ne.nq import BY_CLASS, convert_known, default_attrs, row_of
+from nanoir.grammar.ne.printer import BOM_ENTRY
+from nanoir.grammar.ne.reference import reference_result_types
+from nanoir.grammar.ne.schema import (
     NAME,
     NE_ATTR,
     NE_CONST_IN,
@@ -83,6 +71,18 @@ from nanoir.grammar.ne_schema import (
     runtime_layout,
     sanitize_name,
     streamed_type,
+)
+from nanoir.grammar.ne.syntax_tree import (
+    ConstTensor,
+    Declaration,
+    InitNode,
+    InitTensor,
+    Item,
+    MemTensor,
+    Program,
+    RuntimeNode,
+    RuntimeTensor,
+    WordTensor,
 )
 from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from xdsl.dialects.builtin import (
@@ -142,7 +142,7 @@ class _Exporter:
         self.tensors: dict[str, Declaration] = {}  # init, runtime and mem tensors, in order
         self.nodes: list[InitNode | RuntimeNode] = []  # in program order
         # The type NanoEngine-PyTorch would declare for each value (its stream analysis ignores
-        # padding; None: unknown): a recorded shape may be this one (see ne_reference).
+        # padding; None: unknown): a recorded shape may be this one (see reference).
         self.reference: dict[SSAValue, Attribute | None] = {}
 
     # -- names ----------------------------------------------------------------------------
@@ -182,7 +182,7 @@ class _Exporter:
         | None
     ):
         """(node, out entry, mem entries, the node called before it) of the Identity node the
-        imported file gave result `index` by (`ne.identity`, see ne_import_nq)."""
+        imported file gave result `index` by (`ne.identity`, see import_nq)."""
         res_attrs = self.func.res_attrs.data if self.func.res_attrs else ()
         if index >= len(res_attrs):
             return None
@@ -392,7 +392,7 @@ class _Exporter:
     def reference_types(
         self, op: Operation, op_type: str, attrs: Attrs, inputs: list[NodeInput]
     ) -> list[Attribute | None]:
-        """The result types NanoEngine-PyTorch declares for `op` (ne_reference.reference_result_types)."""
+        """The result types NanoEngine-PyTorch declares for `op` (reference.reference_result_types)."""
         types = [r.type for r in op.results]
         if isinstance(op, nf.CustomOp):
             return list(types)
@@ -471,7 +471,7 @@ class _Exporter:
         self, value: SSAValue, entry: tuple[str, str, tuple[int, ...], str]
     ) -> bool:
         """Whether a recorded runtime shape still describes `value`: its type's, or the one
-        NanoEngine-PyTorch declares for it (ignoring padding; see ne_reference)."""
+        NanoEngine-PyTorch declares for it (ignoring padding; see reference)."""
         declared = streamed_type(entry[2], entry[1]).get_shape()
         reference = self.reference.get(value, value.type)
         return any(

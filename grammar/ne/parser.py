@@ -1,4 +1,4 @@
-"""Parse NanoEngine text (`.ne`) into the plain syntax tree of `ne_ast`.
+"""Parse NanoEngine text (`.ne`) into the plain syntax tree of `syntax_tree`.
 
 The grammar is `nanoengine.lark`, run by Lark's LALR parser with the contextual lexer and an
 inline transformer (`Lark(..., transformer=...)`): the tree is built while parsing, with no
@@ -14,7 +14,7 @@ unchanged (nothing that carries a position follows a blob on its line). Anything
 (spacing, odd length, a comment) stays in the text for the lexer, and when the shortened
 text fails to parse, the full text is parsed again so that errors point at the real input.
 
-Before any of this, `ne_fast` tries to read the whole text with regular expressions (the
+Before any of this, `fast` tries to read the whole text with regular expressions (the
 common forms, about ten times faster than Lark on node-heavy programs); it gives the same tree
 or gives up, and then the text is parsed as described here, so errors are always the grammar's.
 
@@ -45,7 +45,14 @@ from typing import Any, NamedTuple
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedInput
 from lark.lexer import TerminalDef
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.check import check_program
+from nanoir.grammar.ne.errors import (
+    NanoEngineInternalError,
+    NanoEngineSyntaxError,
+    syntax_error_from_lark,
+)
+from nanoir.grammar.ne.fast import fast_items, gc_paused
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     Comment,
     ConstTensor,
@@ -61,13 +68,6 @@ from nanoir.grammar.ne_ast import (
     RuntimeTensor,
     WordTensor,
 )
-from nanoir.grammar.ne_check import check_program
-from nanoir.grammar.ne_errors import (
-    NanoEngineInternalError,
-    NanoEngineSyntaxError,
-    syntax_error_from_lark,
-)
-from nanoir.grammar.ne_fast import fast_items, gc_paused
 
 __all__ = [
     "parse_nanoengine",
@@ -276,7 +276,7 @@ def _names_and_locs(tokens: tuple[Token, ...]) -> tuple[tuple[str, ...], tuple[L
 
 @v_args(inline=True)
 class _ToAst(Transformer[Token, Any]):
-    """Builds `ne_ast` nodes; methods are named after the rules of nanoengine.lark."""
+    """Builds `syntax_tree` nodes; methods are named after the rules of nanoengine.lark."""
 
     # -- lists and scalars -------------------------------------------------------------
     def shape(self, *dims: Token) -> tuple[int, ...]:
@@ -526,7 +526,7 @@ def _parse_items(text: str, blobs: dict[int, tuple[bytes, bool]]) -> tuple[Item,
 
 
 def _items(text: str) -> tuple[Item, ...]:
-    # The common forms first (ne_fast); anything else, errors included, goes to Lark.
+    # The common forms first (fast); anything else, errors included, goes to Lark.
     items = fast_items(text, _fromhex, _blank_lines_before)
     if items is not None:
         return items

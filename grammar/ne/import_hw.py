@@ -1,6 +1,6 @@
-"""Import a hw-level NanoEngine program (`.ne`) as nh IR, in the form `ne_hw` describes.
+"""Import a hw-level NanoEngine program (`.ne`) as nh IR, in the form `hw` describes.
 
-`ne_import` (the front door) hands a checked program here when `ne_schema.is_hw_program`
+`importer` (the front door) hands a checked program here when `schema.is_hw_program`
 says its node outputs are integer tensors. The result is one `builtin.module` with one
 `func.func @main`:
 
@@ -9,7 +9,7 @@ says its node outputs are integer tensors. The result is one `builtin.module` wi
   argument is that Q's output (its declaration and `exp` give the nh type) and carries
   `nq.bits` (bit_len), `nq.exp` (the exponent constant's data) and `nq.rounding`;
 - `Unpack` init nodes become `nh.constant`s, `Identity` nodes alias their input, every other
-  node becomes the nh op of its op type (`ne_hw.HW_OPS`) with the properties its attributes
+  node becomes the nh op of its op type (`hw.HW_OPS`) with the properties its attributes
   give and the result type its output declaration and `exp` give (a Split node: one result
   per output, `exp` listing their exps); derived attributes
   (Conv's `kernel_shape`, Requant's `bit_len`, Gemm's fixed ones) must match the op;
@@ -37,7 +37,29 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nq import MAX_BITS, RoundingModeAttr
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.check import check_each_node_called_once
+from nanoir.grammar.ne.errors import NanoEngineSemanticError
+from nanoir.grammar.ne.fast_ir import verify_op, verify_shell
+from nanoir.grammar.ne.hw import (
+    BY_OP_TYPE,
+    UNNAMED_CONSTANT,
+    codes_from_data,
+    default_storage,
+    dense_codes,
+)
+from nanoir.grammar.ne.node import NodeProblem
+from nanoir.grammar.ne.schema import (
+    EXP_MAX,
+    EXP_MIN,
+    WIDTH_OF_DTYPE,
+    decode_prop,
+    dense_from_const,
+    exp_from_value,
+    name_from_value,
+    same_value,
+    set_hint,
+)
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     ConstTensor,
     Float,
@@ -48,28 +70,6 @@ from nanoir.grammar.ne_ast import (
     RuntimeNode,
     RuntimeTensor,
     numpy_dtype,
-)
-from nanoir.grammar.ne_check import check_each_node_called_once
-from nanoir.grammar.ne_errors import NanoEngineSemanticError
-from nanoir.grammar.ne_fast_ir import verify_op, verify_shell
-from nanoir.grammar.ne_hw import (
-    BY_OP_TYPE,
-    UNNAMED_CONSTANT,
-    codes_from_data,
-    default_storage,
-    dense_codes,
-)
-from nanoir.grammar.ne_node import NodeProblem
-from nanoir.grammar.ne_schema import (
-    EXP_MAX,
-    EXP_MIN,
-    WIDTH_OF_DTYPE,
-    decode_prop,
-    dense_from_const,
-    exp_from_value,
-    name_from_value,
-    same_value,
-    set_hint,
 )
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
@@ -427,7 +427,7 @@ class _HwImporter:
         return op.results
 
     def _unpack(self, node: Node) -> Sequence[SSAValue]:
-        """An `nh.constant` from its data constant (see `ne_hw`)."""
+        """An `nh.constant` from its data constant (see `hw`)."""
         if not isinstance(node, InitNode):
             raise NodeProblem(f"Unpack node '{node.name}' must be an init node")
         attrs = self._allow(node, "bit_len", "exp", "name", "storage")

@@ -6,7 +6,7 @@
 
 ONNX is binary, so these targets do not print into xDSL's text stream: `nanoir-opt` asks
 `to_bytes` and writes the bytes itself (to `-o`, atomically, or to stdout). The work is done
-by `nanoir.grammar.onnx_export`.
+by `nanoir.grammar.onnx.exporter`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class OnnxTarget(Target):
 
     def to_bytes(self, module: ModuleOp) -> bytes:
         # lazy: the CLIs register this target at start-up; the ONNX writer loads only when used
-        from nanoir.grammar.onnx_export import export_onnx_bytes
+        from nanoir.grammar.onnx.exporter import export_onnx_bytes
 
         return export_onnx_bytes(module, self.flavor)
 

@@ -4,7 +4,7 @@ Needs the ``onnx`` extra (`pip install nanoir[onnx]`), imported on first use.
 
     builtin.module { func.func @main } --this module--> onnx.ModelProto --> bytes
 
-Every nf op is written by its row of the `.ne` nq level (`ne_nq.NQ_OPS`): the row's writer
+Every nf op is written by its row of the `.ne` nq level (`ne.nq.NQ_OPS`): the row's writer
 gives the op type and the attributes, exactly as for a `.ne` file, and this module turns
 them into a `NodeProto`. What ONNX spells differently from the `.ne` rows (which use the
 opset < 11 attribute forms) is translated here: Pad's `pads`/`value`, Split's `split`,
@@ -65,10 +65,10 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.grammar.ne_ast import Float
-from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_nq import row_of
-from nanoir.grammar.ne_schema import main_function
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.nq import row_of
+from nanoir.grammar.ne.schema import main_function
+from nanoir.grammar.ne.syntax_tree import Float
 from nanoir.runtime.numerics.quant import RoundingMode, qmax, qmin, quantize_to_int
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType, f16, f32, f64
 from xdsl.dialects.func import ReturnOp

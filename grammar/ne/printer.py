@@ -1,4 +1,4 @@
-"""Print a `ne_ast.Program` as NanoEngine text (`.ne`), in the reference exporter's layout.
+"""Print a `syntax_tree.Program` as NanoEngine text (`.ne`), in the reference exporter's layout.
 
 The layout is NanoEngine-PyTorch's, quirks included, so that a file it wrote parses and
 prints back byte for byte:
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numbers
 import re
 
-from nanoir.grammar.ne_ast import (
+from nanoir.grammar.ne.syntax_tree import (
     AttrValue,
     Comment,
     ConstTensor,
@@ -181,7 +181,7 @@ def _reference_blank_lines(previous: Item | None) -> int:
     return 0 if previous is None or isinstance(previous, Comment) else 1
 
 
-# How the `ne.items` attribute of an imported module (see `ne_import_nq`) records what the
+# How the `ne.items` attribute of an imported module (see `import_nq`) records what the
 # printer needs beyond the items themselves, so that IR -> text is byte-exact too:
 BOM_ENTRY = "\ufeff"
 """A first entry that is the byte order mark: the file started with one (`Program.bom`)."""

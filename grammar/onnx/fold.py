@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from nanoir.grammar.ne_ast import AttrValue
+from nanoir.grammar.ne.syntax_tree import AttrValue
 from numpy.typing import NDArray
 
 __all__ = ["FOLDABLE", "MAX_FOLDED", "plain"]

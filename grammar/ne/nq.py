@@ -3,8 +3,8 @@
 Each `NqOp` row says, for one op type, which nf/nq op it is, how its attributes map (`.ne`
 name, op property, codec, ONNX default), which ONNX attributes are accepted only at one
 value, how its inputs map (float tensors, or an integer constant in position 1), and how
-the stream analysis of NanoEngine-PyTorch treats it (`padded`, `join`). `ne_import_nq`
-builds an op from a node with `NqOp.build`; `ne_export_nq` writes an op's attributes with
+the stream analysis of NanoEngine-PyTorch treats it (`padded`, `join`). `import_nq`
+builds an op from a node with `NqOp.build`; `export_nq` writes an op's attributes with
 `NqOp.written`. A regular op is its row alone; an op whose mapping the fields cannot say
 (Conv's kernel check, Gemm's transposes, Reshape's shape constant, ...) adds a `converter`
 and/or a `writer` function next to its row.
@@ -39,7 +39,7 @@ and/or a `writer` function next to its row.
     HardSwish            nf.hardswish
     HardSigmoid          nf.hardsigmoid           alpha=1/6, beta=0.5 only (torch's; ONNX's
                                                   defaults 0.2/0.5 stay nf.custom)
-    (Identity, and any other op type: see ne_import_nq)
+    (Identity, and any other op type: see import_nq)
 
 Written attributes are in alphabetical order with defaults spelled out, as the reference
 exporter prints them. Importing a node raises `Unsupported` (kept as `nf.custom` with a
@@ -55,9 +55,8 @@ from math import prod
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.grammar.ne_ast import AttrValue, ConstTensor, Float
-from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_node import (
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.node import (
     AttrMap,
     Converter,
     NodeProblem,
@@ -65,7 +64,8 @@ from nanoir.grammar.ne_node import (
     Unsupported,
     kind_of_const,
 )
-from nanoir.grammar.ne_schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
+from nanoir.grammar.ne.schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
+from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
 from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr

@@ -1,7 +1,7 @@
 """The one way out to NanoEngine text (`.ne`): find the function, detect its level, dispatch.
 
-    ModuleOp --main_function--> func --level_of == nh?--> ne_export_hw  |  ne_export_nq
-        --> Program --ne_printer--> text
+    ModuleOp --main_function--> func --level_of == nh?--> export_hw  |  export_nq
+        --> Program --printer--> text
 
 A function with nh ops or nh-typed arguments is written at the hw level, any other at the
 nq level. IR the format cannot express is an `ExportError` naming the op.
@@ -10,16 +10,16 @@ nq level. IR the format cannot express is an `ExportError` naming the op.
 from __future__ import annotations
 
 from nanoir.dialects.functions import level_of
-from nanoir.grammar.ne_ast import Program
-from nanoir.grammar.ne_errors import ExportError
-from nanoir.grammar.ne_export_hw import export_hw_program
-from nanoir.grammar.ne_export_nq import export_nq_program
-from nanoir.grammar.ne_printer import print_nanoengine
-from nanoir.grammar.ne_schema import (
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.export_hw import export_hw_program
+from nanoir.grammar.ne.export_nq import export_nq_program
+from nanoir.grammar.ne.printer import print_nanoengine
+from nanoir.grammar.ne.schema import (
     StreamPlan,
     UnitStepPlan,
     main_function,
 )
+from nanoir.grammar.ne.syntax_tree import Program
 from xdsl.dialects.builtin import ModuleOp
 
 __all__ = ["ExportError", "StreamPlan", "UnitStepPlan", "export_program", "export_nanoengine"]

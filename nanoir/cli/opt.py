@@ -3,7 +3,7 @@
 Reads ``.mlir``, NanoEngine ``.ne`` or ``.onnx`` (by extension, or ``--input-format``; stdin
 is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
 ``mlir``, ``nanoengine``, ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``, or
-``onnx`` / ``onnx-nanoengine``: binary ONNX, see ``nanoir.onnx_target``).
+``onnx`` / ``onnx-nanoengine``: binary ONNX, see ``nanoir.cli.onnx_target``).
 Bad input is one message with ``file:line:col`` and exit code 1: no traceback, and ``-o`` is written only when everything succeeded (atomically, see
 ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
 written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
@@ -25,22 +25,22 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from nanoir._cli import run_main
 from nanoir.api import decode_text
+from nanoir.cli.entry import run_main
+from nanoir.cli.ne_target import NanoEngineTarget, read_nanoengine
+from nanoir.cli.onnx_target import OnnxNanoEngineTarget, OnnxTarget
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
 from nanoir.errors import Error, FileAccessError, FileFormatError
 from nanoir.files import check_output_path, write_atomically
-from nanoir.grammar.ne_errors import NanoEngineError
-from nanoir.ne_target import NanoEngineTarget, read_nanoengine
-from nanoir.onnx_target import OnnxNanoEngineTarget, OnnxTarget
+from nanoir.grammar.ne.errors import NanoEngineError
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
 
 
 def _read_onnx(stream: IO[bytes], filename: str) -> ModuleOp:
     """Import ONNX bytes; import warnings go to stderr as one line each."""
     # lazy: registered as a frontend at start-up; the ONNX reader loads only when a file is read
-    from nanoir.grammar.onnx_import import OnnxImportWarning, import_onnx_bytes
+    from nanoir.grammar.onnx.importer import OnnxImportWarning, import_onnx_bytes
 
     base = os.path.dirname(os.path.abspath(filename)) if os.path.exists(filename) else None
     with warnings.catch_warnings(record=True) as caught:

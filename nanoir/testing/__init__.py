@@ -1,0 +1,35 @@
+"""Test helpers, public so that tests, benchmarks and users share them (never ``import tests``).
+
+- :mod:`nanoir.testing.models`: plain-torch test networks (``TEST_MODELS``, ``make_test_model``,
+  ``randomize_batch_norm``, ...; needs torch), re-exported here;
+- :mod:`nanoir.testing.programs`: random nq programs for property tests (needs hypothesis);
+- :mod:`nanoir.testing.text`: token-level mutation of program text for fuzz tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "TEST_MODELS",
+    "KWSNet",
+    "LeNet5",
+    "MobileNetV2Stack",
+    "ResNet18",
+    "SampleNet",
+    "import_folded",
+    "make_test_model",
+    "randomize_batch_norm",
+]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy (PEP 562): the models import torch, which ``nanoir.testing.programs`` does not need.
+    if name not in __all__:
+        raise AttributeError(f"module 'nanoir.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module("nanoir.testing.models"), name)
