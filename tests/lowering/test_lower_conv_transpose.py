@@ -13,12 +13,15 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nh
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.contraction import transposed_bound_terms
 from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.stream import stream
 from torch import nn
+from xdsl.ir import BlockArgument
 
 import nanoir
 from nanoir.frontend import from_torch
@@ -154,3 +157,58 @@ def test_transposed_bound_is_reached_and_never_exceeded(
                 assert np.abs(y_any[0, o]).max() <= bound[o]
             worst[o] = max(worst[o], y_best)
     assert (worst == bound).all()
+
+
+def _fake_quant_exps(module, name: str) -> np.ndarray:  # noqa: ANN001
+    """The exponents of the fake-quant of the constant ``name``."""
+    (fq,) = [
+        op
+        for op in module.walk()
+        if isinstance(op, FakeQuantOp)
+        and getattr(getattr(getattr(op.input, "op", None), "sym_name", None), "data", None) == name
+    ]
+    return dense_to_numpy(fq.exp).astype(np.int64)
+
+
+def grouped_upsampler() -> nn.ConvTranspose1d:
+    """Two groups of two output channels whose weight exponents differ inside each group
+    (channel 0 of a group 64x the magnitude of channel 1), and a bias far finer than either,
+    so every bias exponent is capped at its channel's accumulator."""
+    torch.manual_seed(3)
+    up = nn.ConvTranspose1d(4, 4, 3, stride=2, groups=2)
+    with torch.no_grad():
+        up.weight.mul_(torch.tensor([8.0, 1 / 8]).reshape(1, 2, 1))
+        up.bias.copy_(torch.tensor([1e-4, -2e-4, 3e-4, -1e-4]))
+    return up.eval()
+
+
+@pytest.mark.parametrize("rounding", ["trunc", "half_up"])
+def test_grouped_per_channel_exponents_are_tiled_per_group(rounding: str) -> None:
+    """nh.conv_transpose's output channel ``o`` of ``g`` groups of ``O/g`` uses the weight's
+    exponent ``o mod O/g`` (the weight is ``[C, O/g, K]``): the exponents ``[a, b]`` tile as
+    ``[a, b, a, b]``, never repeat as ``[a, a, b, b]``. Checked against that rule written
+    here: quantize's bias cap, the nh accumulator's exponents, and nq == nh bit for bit.
+
+    Mutants this kills (each passed the suite before): ``np.tile`` -> ``np.repeat`` in
+    ``LowerConvTranspose`` (lowering/hw/contraction.py, the weight layout: nq != nh) and in
+    ``_accumulator_cap`` (lowering/quantize.py, the bias cap: the bias exponents)."""
+    up = grouped_upsampler()
+    x = torch.randn(3, 4, 6)
+    module = from_torch(up, x)
+    nanoir.quantize(module, [x.numpy()], weight_per_channel=True, rounding=rounding)
+    kw = _fake_quant_exps(module, "weight").reshape(-1)
+    assert kw.size == 2 and kw[0] != kw[1]  # the case: exponents differ inside a group
+    (kx,) = [
+        int(dense_to_numpy(op.exp).reshape(-1)[0])
+        for op in module.walk()
+        if isinstance(op, FakeQuantOp) and isinstance(op.input, BlockArgument)
+    ]
+    acc = kx + np.array([kw[o % 2] for o in range(4)])  # exp(x) + exp(w)[o mod O/g]
+    assert _fake_quant_exps(module, "bias").reshape(-1).tolist() == acc.tolist()
+    hw = lower_to_hw(module.clone())
+    (conv,) = [op for op in hw.walk() if isinstance(op, nh.ConvTransposeOp)]
+    assert nh.fixed_of(conv.result).exp_list == acc.tolist()
+    for v in (x.numpy(), 3 * torch.randn(2, 4, 6).numpy()):  # another batch, saturating
+        (want,) = run(module, v, dtype=np.float64)
+        (got,) = run(hw, v)
+        assert got.tobytes() == want.tobytes()
