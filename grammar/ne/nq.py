@@ -26,7 +26,9 @@ and/or a `writer` function next to its row.
     BatchNormalization   nf.batch_norm            epsilon; momentum is training-only
     Transpose            nf.transpose
     MatMul               nf.matmul
-    PRelu                nf.prelu                 1-D slope only
+    PRelu                nf.prelu                 1-D slope only, per channel (dim 1) as torch's
+                                                  PReLU (ONNX's reader translates ONNX's
+                                                  right-aligned slope before this row)
     ConvTranspose        nf.conv_transpose        output_padding; no output_shape/auto_pad
     DepthToSpace         nf.depth_to_space        blocksize; mode DCR (ONNX default) or CRD
     SpaceToDepth         nf.space_to_depth        blocksize; mode=CRD written for torch's
@@ -629,7 +631,7 @@ def _flatten(n: NodeSpec) -> Operation:
             f"axis {axis} of Flatten node '{n.name}' is out of range for {shape_str(src)}",
             attr="axis",
         )
-    return _dims_to_type(x, flatten_dims(src, axis % (len(src) + 1) if axis < 0 else axis))
+    return _dims_to_type(x, flatten_dims(src, axis + len(src) if axis < 0 else axis))  # ONNX
 
 
 def flatten_dims(src: Sequence[int], axis: int) -> list[int]:
@@ -733,6 +735,8 @@ NQ_OPS: tuple[NqOp, ...] = (
         "Transpose", nf.TransposeOp, attrs=(AttrMap("perm", "perm", "ints"),), converter=_transpose
     ),
     NqOp("MatMul", nf.MatmulOp, inputs=(2, 2)),
+    # A 1-D slope is per channel (dim 1), torch's rule, whatever the rank; ONNX aligns a slope
+    # from the right, so the ONNX reader translates its slope before reaching this row.
     NqOp("PRelu", nf.PReluOp, inputs=(2, 2), check=_prelu_check),
     NqOp(
         "ConvTranspose",

@@ -4,19 +4,35 @@ NumPy when every input is a constant, so that the ops reading them see plain att
 
 ``FOLDABLE`` maps an ONNX op type to its evaluation (ONNX semantics); ``Shape`` and
 ``ConstantOfShape`` are evaluated by the reader itself (they read a value's type or a tensor
-attribute). A folded constant may have at most ``MAX_FOLDED`` elements. ``Cast`` needs the
-``onnx`` extra (`pip install nanoir[onnx]`), imported on first use, as the reader does.
+attribute). ``Cast`` needs the ``onnx`` extra (`pip install nanoir[onnx]`), imported on first
+use, as the reader does.
+
+A file of a few hundred bytes can ask for gigabytes (a Concat of one constant 2,000 times, a
+Gather of many indices, a huge ConstantOfShape), so the reader bounds the work before computing:
+``folded_size`` is a result's element count from its operands' shapes alone; a result may have
+at most ``MAX_FOLDED`` elements, all the folded results of one model ``MAX_FOLDED_TOTAL``
+together, and a shape operand (of Reshape, Expand, Tile, ConstantOfShape) ``MAX_SHAPE_ENTRIES``
+entries.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from nanoir.grammar.ne.syntax_tree import AttrValue
 from numpy.typing import NDArray
 
-__all__ = ["FOLDABLE", "MAX_FOLDED", "plain"]
+__all__ = [
+    "FOLDABLE",
+    "MAX_FOLDED",
+    "MAX_FOLDED_TOTAL",
+    "MAX_SHAPE_ENTRIES",
+    "SHAPE_OPERAND",
+    "folded_size",
+    "plain",
+]
 
 
 def _onnx_dtype(code: int) -> Any:
@@ -56,9 +72,35 @@ def _unsqueeze(args: list[Any], attrs: dict[str, AttrValue]) -> Any:
     return out
 
 
-MAX_FOLDED = 1 << 24
-"""The most elements a folded constant may have (a fuzzed ConstantOfShape could ask for more
-memory than there is)."""
+MAX_FOLDED = 1 << 20
+"""The most elements one folded constant may have (shape computations are small; 8 MiB of int64)."""
+
+MAX_FOLDED_TOTAL = 1 << 24
+"""The most elements all the folded constants of one model may have together."""
+
+MAX_SHAPE_ENTRIES = 64
+"""The most entries a shape operand may have (a tensor of rank 64 is already absurd)."""
+
+SHAPE_OPERAND: dict[str, int] = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+"""Op type -> the index of its shape operand (Tile's repeats)."""
+
+
+def folded_size(op_type: str, args: list[Any], attrs: dict[str, AttrValue]) -> int:
+    """The element count of the folded result, from the operands' shapes alone (an upper
+    bound for Slice), computed with Python ints before anything is allocated."""
+    if op_type == "ConstantOfShape":
+        return math.prod(int(d) for d in args[0].reshape(-1))
+    if op_type == "Concat":
+        return sum(int(a.size) for a in args if a is not None)
+    if op_type == "Gather":
+        data, indices = args[0], args[1]
+        axis = int(attrs.get("axis", 0))  # type: ignore[arg-type]
+        if not -data.ndim <= axis < data.ndim:
+            return 0  # NumPy refuses it without allocating
+        rest = math.prod(d for i, d in enumerate(data.shape) if i != axis % data.ndim)
+        return rest * int(indices.size)
+    return int(args[0].size)  # Reshape, Transpose, Cast, Squeeze, Unsqueeze keep it; Slice cuts
+
 
 FOLDABLE: dict[str, Any] = {
     "Shape": None,  # from the SSA value's type (see _Reader._fold)

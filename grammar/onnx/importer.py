@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +64,15 @@ from nanoir.grammar.ne.schema import (
     set_hint,
 )
 from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
-from nanoir.grammar.onnx.fold import FOLDABLE, MAX_FOLDED, plain
+from nanoir.grammar.onnx.fold import (
+    FOLDABLE,
+    MAX_FOLDED,
+    MAX_FOLDED_TOTAL,
+    MAX_SHAPE_ENTRIES,
+    SHAPE_OPERAND,
+    folded_size,
+    plain,
+)
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from numpy.typing import NDArray
@@ -196,6 +204,23 @@ class _PendingQ:
     op: FakeQuantOp | None = None
 
 
+def _all_tensors(graph: Any) -> Iterator[Any]:
+    """Every TensorProto of a graph: initializers, sparse ones, node attributes, subgraphs."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)
+
+
 def _label(node: Any, index: int) -> str:
     if not isinstance(node.name, str) or not isinstance(node.op_type, str):
         return f"#{index}"
@@ -217,23 +242,79 @@ class _Reader:
         self.pending: dict[str, _PendingQ] = {}
         self.warned_bn = False
         self.current = ""  # the node being read, for messages
+        self.defined: dict[str, str] = {}  # tensor name -> what defines it, for messages
+        self.folded = 0  # elements of all folded constants so far (MAX_FOLDED_TOTAL)
+        self.bypassed: set[Operation] = set()  # ops dropped at the end if nothing reads them
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str) -> OnnxImportError:
         where = f"node {self.current}: " if self.current else ""
         return OnnxImportError(f"{self.filename}: {where}{message}")
 
+    # -- validity -----------------------------------------------------------------------------
+    def _define(self, name: str, what: str) -> None:
+        """Record a tensor's definition; a second one is refused (onnxruntime refuses it; read
+        on, the last definition would silently win)."""
+        if not name:
+            return
+        if name in self.defined:
+            raise self.error(f"it defines '{name}', which is already {self.defined[name]}")
+        self.defined[name] = f"the output of node {self.current}" if self.current else what
+
+    def _refuse_external_data(self) -> None:
+        """Tensors still stored as external data are refused: read without a folder (stdin,
+        bytes), their relative locations would resolve against the working directory."""
+        for tensor in _all_tensors(self.graph):
+            if tensor.data_location == self.onnx.TensorProto.EXTERNAL:
+                where = dict((e.key, e.value) for e in tensor.external_data).get("location", "")
+                raise self.error(
+                    f"tensor '{tensor.name}' is stored as external data ('{where}'), and the "
+                    "model was read without a folder to find it in (from stdin or bytes); "
+                    "read the model from its file instead"
+                )
+
+    def _check_model(self) -> None:
+        """`onnx.checker`'s full check (structure, schemas, single definitions, types by strict
+        inference), except that a declared shape may disagree with the inferred one: graph
+        outputs are checked against what the reader computed, and NanoEngine-PyTorch's files
+        declare padded shapes that inference does not reproduce."""
+        copy = self.onnx.ModelProto()
+        copy.CopyFrom(self.model)
+        infos = [*copy.graph.output, *copy.graph.value_info]
+        for info in infos:
+            if info.type.HasField("tensor_type"):
+                info.type.tensor_type.ClearField("shape")
+        for info in copy.graph.output:
+            if info.type.HasField("tensor_type"):
+                info.type.tensor_type.shape.SetInParent()  # the checker wants one; unused here
+        try:
+            self.onnx.checker.check_model(copy)
+            for info in copy.graph.output:
+                info.type.tensor_type.ClearField("shape")
+            self.onnx.shape_inference.infer_shapes(copy, check_type=True, strict_mode=True)
+        except Exception as e:  # ValidationError, InferenceError, or a C++ error
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            detail = " ".join(lines[:3]) if lines else type(e).__name__
+            raise self.error(f"the model is not valid ONNX: {detail}") from None
+
     # -- the whole graph --------------------------------------------------------------------
     def run(self) -> ModuleOp:
         if not self.model.HasField("graph"):
             raise self.error("the model has no graph")
+        newest = int(self.onnx.defs.onnx_opset_version())
         for domain in self.model.opset_import:
             if domain.domain in ("", "ai.onnx") and domain.version < 7:
                 raise self.error(f"opset {domain.version} is older than nanoir reads (7)")
+            if domain.domain in ("", "ai.onnx") and domain.version > newest:
+                raise self.error(
+                    f"opset {domain.version} is newer than any ONNX defines ({newest})"
+                )
+        self._refuse_external_data()
         numpy_helper = self.onnx.numpy_helper
         if len(self.graph.sparse_initializer):
             raise self.error("sparse initializers are not read")
         for init in self.graph.initializer:
+            self._define(init.name, "an initializer")
             try:
                 self.static[init.name] = plain(numpy_helper.to_array(init))
                 self.types[init.name] = int(init.data_type)
@@ -248,6 +329,7 @@ class _Reader:
         arg_types = [self._value_type(i, "input") for i in inputs]
         block = Block(arg_types=arg_types)
         for arg, info in zip(block.args, inputs):
+            self._define(info.name, "a graph input")
             self.values[info.name] = arg
             set_hint(arg, info.name)
         for index, node in enumerate(self.graph.node):
@@ -267,9 +349,14 @@ class _Reader:
             results.append(value)
         if not results:
             raise self.error("the graph has no outputs")
+        self._check_model()
+        ret = ReturnOp(*results)
         for op in (*self.const_ops, *self.ops):
+            if op in self.bypassed and not any(r.uses for r in op.results):
+                op.erase()
+                continue
             block.add_op(op)
-        block.add_op(ReturnOp(*results))
+        block.add_op(ret)
         func = FuncOp("main", (arg_types, [r.type for r in results]), Region(block))
         module = ModuleOp([func])
         try:
@@ -410,6 +497,9 @@ class _Reader:
             outputs.pop()
         if not outputs:
             raise self.error("the node has no outputs")
+        for name in node.output:
+            self._define(name, "")
+        self._bound_shape_operand(node, domain)
         if domain == "" and node.op_type == "Constant":
             self._constant_node(node, outputs)
             return
@@ -452,9 +542,12 @@ class _Reader:
                 f"nanoir does not read the op {shown} (it reads {NANOENGINE_DOMAIN}::Q, "
                 f"QuantizeLinear/DequantizeLinear, Constant, Identity and {known})"
             )
+        slope = self._prelu_slope(inputs) if op_type == "PRelu" and len(inputs) == 2 else None
         spec_inputs: list[NodeInput] = []
         for i, name in enumerate(inputs):
-            if op_type == "Q" and i == 1:
+            if slope is not None and i == 1:
+                spec_inputs.append(slope)
+            elif op_type == "Q" and i == 1:
                 spec_inputs.append(self._exponent(name))
             elif name in self.static and self.static[name].dtype.kind in "iu":
                 spec_inputs.append(self._int_const(name))
@@ -557,17 +650,19 @@ class _Reader:
         if op_type in BY_OP_TYPE and not all(a is None or a.dtype.kind in "iub" for a in args):
             return False
         try:
+            attrs = {} if op_type == "ConstantOfShape" else self._attrs(node)  # value: a tensor
+            if op_type == "ConstantOfShape" and np.any(args[0] < 0):
+                raise self.error(f"it makes a constant of shape {args[0].tolist()}")
+            self._bound_fold(folded_size(op_type, args, attrs))
             if op_type == "ConstantOfShape":
                 fill = np.zeros(1, np.float32)
                 for attr in node.attribute:
                     if attr.name == "value":
                         fill = np.asarray(self.onnx.numpy_helper.to_array(attr.t)).reshape(-1)
-                dims = [int(d) for d in args[0]]
-                if any(d < 0 for d in dims) or math.prod(dims) > MAX_FOLDED:
-                    raise self.error(f"it makes a constant of shape {dims}")
+                dims = [int(d) for d in args[0].reshape(-1)]
                 result = np.full(dims, fill[0], dtype=fill.dtype)
             else:
-                result = FOLDABLE[op_type](args, self._attrs(node))
+                result = FOLDABLE[op_type](args, attrs)
         except OnnxImportError:
             raise
         except Exception as e:
@@ -576,6 +671,34 @@ class _Reader:
             ) from None
         self.static[outputs[0]] = np.asarray(result)
         return True
+
+    def _bound_fold(self, size: int) -> None:
+        """Refuse a folded constant too large to compute, before computing it."""
+        if size > MAX_FOLDED:
+            raise self.error(
+                f"its constant result would have {size} elements; nanoir folds shape "
+                f"computations of at most {MAX_FOLDED} elements"
+            )
+        if self.folded + size > MAX_FOLDED_TOTAL:
+            raise self.error(
+                f"its constant result ({size} elements) would bring the model's folded "
+                f"constants to {self.folded + size} elements; nanoir folds at most "
+                f"{MAX_FOLDED_TOTAL} in all"
+            )
+        self.folded += size
+
+    def _bound_shape_operand(self, node: Any, domain: str) -> None:
+        """A constant shape operand (Reshape's shape, Expand's, Tile's repeats,
+        ConstantOfShape's input) has at most MAX_SHAPE_ENTRIES entries."""
+        index = SHAPE_OPERAND.get(node.op_type) if domain == "" else None
+        if index is None or len(node.input) <= index:
+            return
+        name = node.input[index]
+        if name in self.static and self.static[name].size > MAX_SHAPE_ENTRIES:
+            raise self.error(
+                f"its shape operand '{name}' has {self.static[name].size} entries; nanoir "
+                f"reads shapes of at most {MAX_SHAPE_ENTRIES} dims"
+            )
 
     def _constant_node(self, node: Any, outputs: list[str]) -> None:
         if len(outputs) != 1 or len(node.attribute) != 1:
@@ -679,6 +802,45 @@ class _Reader:
             outputs = outputs[:1]
         return attrs, inputs, outputs
 
+    def _prelu_slope(self, inputs: list[str]) -> SSAValue:
+        """PRelu's slope as nf.prelu's: ONNX broadcasts the slope from the right, so only a
+        slope that is 1 on every dim but the channel dim (1) once padded on the left to the
+        input's rank is per channel (`[C, 1, 1]` of NCHW, `[C]` of a rank-2 input) and one of
+        ones is a scalar; it becomes a 1-D `[C]` or `[1]` slope. Any other is refused.
+        (The `.ne` PRelu row keeps torch's rule, a 1-D slope per channel, unchanged.)"""
+        x_shape = nf.tensor_shape(self._ssa(inputs[0], "it"))
+        name = inputs[1]
+        static = name in self.static and self.static[name].dtype.kind == "f"
+        shape = list(self.static[name].shape if static else nf.tensor_shape(self._ssa(name, "it")))
+        padded = [1] * (len(x_shape) - len(shape)) + shape
+        if len(shape) > len(x_shape) or any(d != 1 for i, d in enumerate(padded) if i != 1):
+            raise self.error(
+                f"its slope '{name}' of shape {shape_str(shape)} does not broadcast per channel "
+                f"or as a scalar against the input's {shape_str(x_shape)} (ONNX aligns the slope "
+                "to the last dims; nanoir reads a slope of shape [C, 1, ..., 1], [C] of a rank-2 "
+                "input, or a single value)"
+            )
+        flat = [padded[1] if len(padded) > 1 else 1]
+        if static and shape != flat:  # a constant of its own: others may read the [C, 1, 1]
+            const = ConstTensor.from_numpy(name, self.static[name].reshape(flat))
+            op: Operation = nf.ConstantOp(dense_from_const(const), name)
+            set_hint(op.results[0], name)
+            self.const_ops.append(op)
+            self.init_values.add(op.results[0])
+            return op.results[0]
+        value = self._ssa(name, "it")
+        if shape == flat:
+            return value
+        source = value.owner
+        if isinstance(source, nf.ReshapeOp) and list(nf.tensor_shape(source.input)) == flat:
+            self.bypassed.add(source)  # nanoir's own export: Reshape([C] -> [C, 1, 1])
+            return source.input
+        op = nf.ReshapeOp(value, flat)
+        if value in self.init_values:
+            self.init_values.add(op.results[0])
+        self.ops.append(op)
+        return op.results[0]
+
     def _resize_sizes(
         self, attrs: dict[str, AttrValue], inputs: list[str]
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -726,9 +888,17 @@ class _Reader:
 
     # -- standard QDQ -----------------------------------------------------------------------
     def _qdq_params(
-        self, node: Any, inputs: Sequence[str], shape: Sequence[int], what: str
+        self,
+        node: Any,
+        inputs: Sequence[str],
+        shape: Sequence[int],
+        what: str,
+        codes_type: int | None = None,
     ) -> tuple[int, NDArray[np.int8], int]:
-        """(bits, exp broadcastable against a tensor of `shape`, zero point type)."""
+        """(bits, exp broadcastable against a tensor of `shape`, zero point type).
+
+        `codes_type` is the element type of a DequantizeLinear's codes when its QuantizeLinear
+        fixed it (`output_dtype`): without a zero point, the codes' type is the zero point's."""
         rank = len(shape)
         if len(inputs) < 2 or not inputs[1]:
             raise self.error(f"{what} needs a scale")
@@ -754,6 +924,8 @@ class _Reader:
             and attrs["output_dtype"]
         ):
             zero_type = attrs["output_dtype"]  # type: ignore[assignment]
+        elif codes_type is not None:
+            zero_type = codes_type
         elif what == "DequantizeLinear" and inputs[0] in self.static:
             zero_type = self._tensor_type(inputs[0])
         if zero_type is None:
@@ -823,7 +995,7 @@ class _Reader:
             q = self.pending[src]
             x = self._ssa(q.x, "it")
             bits, exp, zero_type = self._qdq_params(
-                node, inputs, nf.tensor_shape(x), "DequantizeLinear"
+                node, inputs, nf.tensor_shape(x), "DequantizeLinear", q.zero_type
             )
             if (bits, zero_type) != (q.bits, q.zero_type) or not np.array_equal(exp, q.exp):
                 raise self.error(
