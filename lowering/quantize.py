@@ -38,11 +38,11 @@ from nanoir.lowering.quantize_calibrate import (
     calibrate,
     exp_shape,
     load_calibration,
-    load_exponents,
     mse_candidates,
     progress_bar,
     tensor_exps,
 )
+from nanoir.lowering.quantize_import import checked_exponents, load_exponents
 from nanoir.lowering.quantize_rules import (
     ALLOWED_BITS,
     DEFAULT_LR,
@@ -194,26 +194,14 @@ form ``nanoir.qat.export_exponents`` writes; ``bits`` and ``rounding`` then over
 options for that tensor, and ``axis`` must be the tensor's channel axis)."""
 
 
-def _import_record(t: Target, record: Any) -> np.ndarray:
-    """Apply a ``{"exp", "bits", "rounding", "axis"}`` record to ``t``; return its exponents."""
-    if not isinstance(record, Mapping):
-        return np.asarray(record, dtype=np.int64).reshape(-1)
-    unknown = set(record) - {"exp", "bits", "rounding", "axis"}
-    if "exp" not in record or unknown:
-        raise QuantizeError(
-            f'quantize: the exponents of {t.name} need an "exp" entry and '
-            "may have bits, rounding and axis; got " + ", ".join(sorted(record))
-        )
-    if record.get("bits") is not None:
-        if record["bits"] not in ALLOWED_BITS:
-            raise QuantizeError(
-                f"quantize: {t.name} asks for {record['bits']} bits; allowed: "
-                f"{', '.join(map(str, ALLOWED_BITS))}"
-            )
-        t.bits = int(record["bits"])
-    if record.get("rounding") is not None:
-        t.rounding = parse_rounding(record["rounding"])
-    k = np.asarray(record["exp"], dtype=np.int64).reshape(-1)
+def _import_record(t: Target, record: np.ndarray | dict[str, Any]) -> np.ndarray:
+    """Apply a checked record (``checked_exponents``) to ``t``; return its exponents."""
+    if not isinstance(record, dict):
+        return record
+    if "bits" in record:
+        t.bits = record["bits"]
+    if "rounding" in record:
+        t.rounding = record["rounding"]
     if "axis" in record:
         t.per_channel = record["axis"] is not None
         if t.per_channel and record["axis"] != t.channel_axis:
@@ -221,7 +209,7 @@ def _import_record(t: Target, record: Any) -> np.ndarray:
                 f"quantize: {t.name} is per channel along axis "
                 f"{t.channel_axis}, not {record['axis']}"
             )
-    return k
+    return record["exp"]
 
 
 def quantize_function(
@@ -233,15 +221,15 @@ def quantize_function(
     progress: bool | None = None,
 ) -> list[Target]:
     """Insert fake-quants into ``func``; returns what was quantized, with its exponents."""
+    exponents = checked_exponents(exponents)
     targets = find_targets(func, config)
-    exponents = dict(exponents or {})
     for t in targets:
         if t.name in exponents:
             # Imported (QAT) exponents decide per tensor or per channel by their count
             # (or by the record's axis).
             record = exponents.pop(t.name)
             k = _import_record(t, record)
-            if not (isinstance(record, Mapping) and "axis" in record):
+            if not (isinstance(record, dict) and "axis" in record):
                 t.per_channel = k.size > 1
             shape = exp_shape(t)
             if t.channel_axis is None and k.size > 1 or k.size != int(np.prod(shape)):

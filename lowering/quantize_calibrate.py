@@ -1,6 +1,6 @@
 """Where quantize's exponents come from: a weight's own values, calibration batches run through
-the float program (NanoEngine's absmax rule or the least squared error power of two), or an
-imported JSON of QAT exponents; and the checked loading of calibration and exponent files.
+the float program (NanoEngine's absmax rule or the least squared error power of two); and the
+checked loading of calibration files (imported QAT exponents: ``quantize_import``).
 """
 
 from __future__ import annotations
@@ -227,11 +227,14 @@ class progress_bar:
 def load_calibration(path: str, batch_size: int) -> list[tuple[np.ndarray, ...]]:
     """Batches from a ``.npy`` (one input) or ``.npz`` (one array per input, in file order).
 
-    A file that cannot be read, is not a NumPy file, is truncated, or holds NaN or infinity is
-    a ``QuantizeError`` naming the file (and the batch with the bad value).
+    A file that cannot be read, is not a regular file (a FIFO, device or directory: checked
+    before it is opened, so nothing blocks or reads without end), is not a NumPy file, is
+    truncated, or holds NaN or infinity is a ``QuantizeError`` naming the file (and the batch
+    with the bad value). Its size is bounded by the header check, not by a fixed limit:
+    calibration data may be large.
     """
     try:
-        arrays = load_arrays(path)
+        arrays = load_arrays(path, regular_only=True)
     except Error as e:
         raise QuantizeError(f"quantize: calibration data: {e}") from None
     n = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
@@ -259,28 +262,3 @@ def _check_finite(arrays: Sequence[np.ndarray], where: str) -> None:
             raise QuantizeError(
                 f"quantize: {where}{input_} holds {what}; calibration data must be finite"
             )
-
-
-def load_exponents(path: str) -> dict[str, Any]:
-    """Imported exponents from a JSON object of tensor name to an int, a list of ints, or a
-    record ``{"exp": ..., "bits": ..., "rounding": ..., "axis": ...}`` (see ``Exponents``)."""
-    import json
-
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise QuantizeError(f"quantize: cannot read exponents {path!r}: {e}") from None
-
-    def ints(v: Any) -> bool:
-        return isinstance(v, int) or (isinstance(v, list) and all(isinstance(i, int) for i in v))
-
-    ok = isinstance(data, dict) and all(
-        ints(v) or (isinstance(v, dict) and ints(v.get("exp"))) for v in data.values()
-    )
-    if not ok:
-        raise QuantizeError(
-            f"quantize: {path!r} must map tensor names to an int, a list "
-            'of ints, or a record {"exp": ..., "bits": ..., ...}'
-        )
-    return data

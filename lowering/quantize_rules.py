@@ -7,6 +7,8 @@ so a rule means the same thing everywhere.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -28,6 +30,32 @@ DEFAULT_LR = {"ema": 0.1, "lsq": 0.01}
 
 class QuantizeError(DiagnosticException, Error):
     """The program or the options cannot be quantized as asked."""
+
+
+def checked_bits(bits: object, what: str) -> int:
+    """``bits`` as one of :data:`ALLOWED_BITS`; ``bool``, ``None``, NaN and non-integer floats
+    are refused (``True == 1`` would otherwise pass as 1 bit), an integral float is its int.
+    ``what`` is the message's subject, with ``{bits}`` where the value goes."""
+    value: object = bits
+    if isinstance(bits, float) and math.isfinite(bits) and bits.is_integer():
+        value = int(bits)
+    elif isinstance(bits, numbers.Integral) and not isinstance(bits, bool):
+        value = int(bits)  # also NumPy's integers
+    if isinstance(value, bool) or not isinstance(value, int) or value not in ALLOWED_BITS:
+        shown = type(bits).__name__
+        if isinstance(bits, float | bool) or bits is None:
+            shown = repr(bits)
+        elif isinstance(value, int):
+            shown = (
+                str(value) if value.bit_length() <= 64 else f"a {value.bit_length()}-bit integer"
+            )
+        elif isinstance(bits, str):
+            shown = repr(bits[:20])
+        raise QuantizeError(
+            f"quantize: {what.replace('{bits}', shown)}; "
+            f"allowed: {', '.join(map(str, ALLOWED_BITS))}"
+        )
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,10 +93,11 @@ class QuantRule:
             raise QuantizeError(
                 f"quantize: rule pattern {self.pattern!r} is not a regex: {e}"
             ) from None
-        if self.bits is not None and self.bits not in ALLOWED_BITS:
-            raise QuantizeError(
-                f"quantize: rule {self.pattern!r} asks for {self.bits} bits; "
-                f"allowed: {', '.join(map(str, ALLOWED_BITS))}"
+        if self.bits is not None:
+            object.__setattr__(
+                self,
+                "bits",
+                checked_bits(self.bits, f"rule {self.pattern!r} asks for {{bits}} bits"),
             )
         if self.kind not in (None, "weight", "bias", "act"):
             raise QuantizeError(f"quantize: rule kind {self.kind!r} is not weight, bias or act")
@@ -149,10 +178,9 @@ class QuantConfig:
             ("bias", self.bias_bits),
             ("act", self.act_bits),
         ):
-            if bits not in ALLOWED_BITS:
-                raise QuantizeError(
-                    f"quantize: {label}_bits = {bits}; allowed: {', '.join(map(str, ALLOWED_BITS))}"
-                )
+            object.__setattr__(
+                self, f"{label}_bits", checked_bits(bits, f"{label}_bits = {{bits}}")
+            )
         if self.calibrator not in ("absmax", "mse"):
             raise QuantizeError(f"quantize: calibrator {self.calibrator!r} is not absmax or mse")
 

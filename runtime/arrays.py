@@ -25,6 +25,8 @@ __all__ = ["load_array", "load_arrays"]
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_MAX_BYTES = 2**63 - 1
+"""No array holds more bytes than this (NumPy's sizes are signed 64-bit)."""
 
 
 def _size(n: float) -> str:
@@ -33,6 +35,12 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    """A header's shape for a message, its dims never printed whole if huge."""
+    dims = [str(d) if abs(d).bit_length() <= 64 else f"<{abs(d).bit_length()}-bit>" for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
 def _read_npy(stream: IO[bytes], size: int, name: str) -> np.ndarray:
@@ -78,6 +86,12 @@ def _check_npy_header(stream: IO[bytes], size: int, name: str) -> tuple[tuple[in
         raise FileFormatError(
             f"{name}: holds {dtype} values; nanoir reads numeric arrays (bool, int, uint or float)"
         )
+    if any(d < 0 for d in shape) or math.prod(d for d in shape if d) * dtype.itemsize > _MAX_BYTES:
+        # NumPy's reader takes a negative dim as -1 ("the rest") or overflows on a huge one.
+        raise FileFormatError(
+            f"{name}: its header promises an array of shape {_shape_text(shape)}: "
+            f"{'a dim is negative' if any(d < 0 for d in shape) else 'too large to exist'}"
+        )
     needed = math.prod(shape) * dtype.itemsize
     held = size - stream.tell()
     if needed > held:
@@ -88,19 +102,50 @@ def _check_npy_header(stream: IO[bytes], size: int, name: str) -> tuple[tuple[in
     return tuple(shape), dtype
 
 
-def load_arrays(path: str | os.PathLike[str], *, archive: bool = True) -> list[np.ndarray]:
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _check_name(name: str) -> None:
+    if "\0" in name:
+        raise FileAccessError(f"cannot read {name!r}: the path holds a NUL byte", name)
+
+
+def load_arrays(
+    path: str | os.PathLike[str], *, archive: bool = True, regular_only: bool = False
+) -> list[np.ndarray]:
     """The arrays of a ``.npy`` file (one) or a ``.npz`` archive (each, in file order).
 
     The header is checked against the file's size before anything is allocated, so a
     truncated or corrupt file is a ``FileFormatError`` that says what is wrong (an empty
-    file, not a NumPy file, a header promising more data than there is, a non-numeric
-    dtype). With ``archive=False`` a ``.npz`` is an error too: one array was expected.
-    Non-regular files (FIFOs, ``/dev/stdin``) are read whole first.
+    file, not a NumPy file, a header promising more data than there is, a negative or
+    impossible dim, a non-numeric dtype). With ``archive=False`` a ``.npz`` is an error too:
+    one array was expected. Non-regular files (FIFOs, ``/dev/stdin``) are read whole first,
+    once their first bytes are NumPy's or zip's magic (so ``/dev/zero`` is refused at once);
+    with ``regular_only`` they are refused before they are opened (``os.stat``; a FIFO is
+    then opened non-blocking and checked again, so nothing waits for a writer).
     """
     name = os.fspath(path)
+    _check_name(name)
     try:
-        f = open(path, "rb")
+        if regular_only:
+            mode = os.stat(name).st_mode
+            if not stat.S_ISREG(mode):
+                raise FileAccessError(
+                    f"cannot read {name}: it is {_kind(mode)}; only a regular file is read", name
+                )
+            f = os.fdopen(os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
+        else:
+            f = open(path, "rb")
     except OSError as e:
+        if isinstance(e, FileAccessError):
+            raise
         raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
     with f:
         try:
@@ -108,12 +153,24 @@ def load_arrays(path: str | os.PathLike[str], *, archive: bool = True) -> list[n
             stream: IO[bytes] = f
             if stat.S_ISREG(st.st_mode):
                 size = st.st_size
+            elif regular_only:
+                raise FileAccessError(
+                    f"cannot read {name}: it is {_kind(st.st_mode)}; only a regular file is read",
+                    name,
+                )
             else:
-                stream = io.BytesIO(f.read())
+                head = f.read(len(_NPY_MAGIC))
+                if head and head != _NPY_MAGIC and not head.startswith(_ZIP_MAGIC):
+                    raise FileFormatError(
+                        f"{name}: not a .npy file (it does not start with NumPy's magic bytes)"
+                    )
+                stream = io.BytesIO(head + f.read())
                 size = len(stream.getvalue())  # type: ignore[attr-defined]
             head = stream.read(len(_NPY_MAGIC))
             stream.seek(0)
         except OSError as e:
+            if isinstance(e, FileAccessError):
+                raise
             raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
         if size == 0:
             raise FileFormatError(f"{name}: the file is empty (0 bytes), not a .npy array")
@@ -152,6 +209,7 @@ def load_array(path: str | os.PathLike[str], *, mmap: bool = False) -> np.ndarra
     if not mmap:
         return load_arrays(path, archive=False)[0]
     name = os.fspath(path)
+    _check_name(name)
     try:
         regular = stat.S_ISREG(os.stat(path).st_mode)
     except OSError as e:
