@@ -16,7 +16,8 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
   ``convert``; imports torch, on first use);
 - ``nanoir.draw(module, "g.svg")`` draws the op graph with Graphviz (``.svg``/``.png``/``.pdf``;
   ``nanoir-opt X --emit=dot`` writes the DOT text);
-- ``nanoir.Error`` is the base of every error nanoir raises for bad input.
+- ``nanoir.Error`` is the base of every error nanoir raises for bad input;
+- ``nanoir.__version__`` is the installed package's version (its metadata).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ __all__ = [
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | {"__version__"})
 
 
 # Lazy (PEP 562): ``import nanoir`` loads no xDSL, NumPy or torch; each name loads its module on
@@ -73,7 +74,19 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 
+def _version() -> str:
+    """nanoir's version from the installed package's metadata (pyproject.toml's ``version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nanoir")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _version()
     if name not in _LAZY:
         raise AttributeError(f"module 'nanoir' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from nanoir.errors import FileAccessError, FileFormatError
 from nanoir.errors import os_reason as _reason
-from nanoir.files import check_output_path, write_atomically
+from nanoir.files import check_output_path, check_path_name, write_atomically
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -45,6 +45,7 @@ def parse(text: str, name: str = "<string>") -> ModuleOp:
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """The contents of ``path``; an unreadable path is a ``FileAccessError`` naming it."""
+    check_path_name(os.fspath(path), "read")
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -118,6 +119,7 @@ def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> Non
     (``onnx_flavor="nanoengine"``, opset 17 + ``t2e.qmodel::Q``); what the flavour cannot
     express is an ``OnnxExportError`` naming the op (see ``nanoir.grammar.onnx.exporter``).
     """
+    check_path_name(os.fspath(path))
     path = Path(path)
     contents: str | bytes
     if path.suffix == ".ne":

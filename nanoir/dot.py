@@ -56,7 +56,7 @@ from xdsl.utils.target import Target
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nh import FixedAttr
 from nanoir.errors import Error, FileFormatError
-from nanoir.files import check_output_path, write_atomically, writes_through
+from nanoir.files import check_output_path, check_path_name, write_atomically, writes_through
 from nanoir.lowering.analysis.attributes import (
     MEM_ATTR,
     OUT_ATTR,
@@ -307,6 +307,7 @@ def draw(module: ModuleOp, path: str | os.PathLike[str]) -> None:
     atomically; a special file such as ``/dev/stdout`` is written through (SVG unless its
     name has one of those suffixes), never replaced."""
     name = os.fspath(path)
+    check_path_name(name)
     suffix = os.path.splitext(name)[1].lower().lstrip(".")
     if suffix not in (*FORMATS, "dot", "gv") and writes_through(name):
         suffix = "svg"  # a device or pipe such as /dev/stdout: SVG text

@@ -23,7 +23,14 @@ from typing import IO
 from nanoir.errors import FileAccessError
 from nanoir.errors import os_reason as _reason
 
-__all__ = ["Contents", "Writer", "check_output_path", "write_atomically", "writes_through"]
+__all__ = [
+    "Contents",
+    "Writer",
+    "check_output_path",
+    "check_path_name",
+    "write_atomically",
+    "writes_through",
+]
 
 Writer = Callable[[IO[bytes]], None]
 Contents = str | bytes | Writer
@@ -48,12 +55,19 @@ def _is_inherited(path: str) -> bool:
     return False
 
 
+def check_path_name(name: str | bytes, action: str = "write") -> None:
+    """A ``FileAccessError`` for a name no system call takes (a NUL byte), before the OS
+    raises a bare ``ValueError`` for it."""
+    if ("\0" if isinstance(name, str) else b"\0") in name:
+        raise FileAccessError(f"cannot {action} {name!r}: the path holds a NUL byte", name)
+
+
 def writes_through(path: str | os.PathLike[str]) -> bool:
     """Whether ``write_atomically`` writes into ``path`` in place: an existing file that is
     not a regular file (a device, FIFO, socket ...) or an open descriptor's name such as
     ``/dev/stdout``."""
     name = os.fspath(path)
-    if not name:
+    if not name or "\0" in name:
         return False
     if _is_inherited(name):
         return True
@@ -81,11 +95,12 @@ def check_output_path(path: str | os.PathLike[str]) -> None:
     """Fail early, before any work, if ``path`` obviously cannot be written.
 
     A ``FileAccessError`` if it is a directory, or its directory is missing, not a
-    directory, or not writable. Nothing is created.
+    directory, or not writable, or the name holds a NUL byte. Nothing is created.
     """
     name = os.fspath(path)
     if not name:
         raise FileAccessError("cannot write to an empty path", name)
+    check_path_name(name)
     if _is_inherited(name):
         return
     target = os.path.realpath(name)

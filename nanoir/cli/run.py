@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
+import nanoir
 from nanoir.api import load
 from nanoir.cli.entry import run_main
 from nanoir.errors import Error
@@ -40,6 +42,11 @@ from nanoir.runtime.interpreter import find_function, run
 
 def _arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nanoir-run", description="Run a nanoir program with NumPy.")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"nanoir-run {nanoir.__version__} (xdsl {metadata.version('xdsl')})",
+    )
     p.add_argument("program", help="a .mlir, .ne or .onnx program")
     p.add_argument(
         "-i",
