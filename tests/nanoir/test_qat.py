@@ -222,6 +222,55 @@ def test_conv_transpose_is_per_channel_along_axis_1(groups: int, bits: int, lear
     assert np.array_equal(y_hw, qat.evaluate(q, x))
 
 
+def _exps_of(module: ModuleOp, name: str | None) -> list[int]:
+    """The exponents of the fake-quant of constant ``name`` (None: of the input)."""
+    from nanoir.dialects.dense import dense_to_numpy
+    from xdsl.ir import BlockArgument
+
+    (fq,) = [
+        op
+        for op in module.walk()
+        if isinstance(op, FakeQuantOp)
+        and (
+            isinstance(op.input, BlockArgument)
+            if name is None
+            else getattr(getattr(getattr(op.input, "op", None), "sym_name", None), "data", None)
+            == name
+        )
+    ]
+    return dense_to_numpy(fq.exp).astype(np.int64).reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("learner", ["ema", "lsq"])
+def test_grouped_conv_transpose_bias_cap_tiles_per_group(learner: str) -> None:
+    """Two groups of two output channels whose weight exponents ``[a, b]`` differ inside a
+    group, and a bias whose own exponents are far finer: each bias exponent is capped at its
+    channel's accumulator ``exp(x) + exp(w)[o mod O/g]`` (``[a, b, a, b]`` plus exp(x),
+    the rule of nh.conv_transpose written here), in training and in ``convert``.
+
+    Mutant this kills (it passed the suite before): ``np.tile`` -> ``np.repeat`` of the
+    weight's exponents in ``QATModule._cap`` (nanoir/qat/api.py)."""
+    from torch import nn
+
+    torch.manual_seed(3)
+    up = nn.ConvTranspose1d(4, 4, 3, stride=2, groups=2)
+    with torch.no_grad():
+        up.weight.mul_(torch.tensor([8.0, 1 / 8]).reshape(1, 2, 1))
+        up.bias.copy_(torch.tensor([1e-4, -2e-4, 3e-4, -1e-4]))
+    x = np.random.default_rng(0).standard_normal((3, 4, 6)).astype(np.float32)
+    q = qat.prepare(up.eval(), (torch.from_numpy(x),), learner=learner)
+    qat.calibrate(q, [x])
+    q.quantizer("bias").set_exponents([20, 20, 20, 20])  # its own exponents: never binding
+    module = assert_exact(q, x)
+    (kx,), kw = _exps_of(module, None), _exps_of(module, "weight")
+    assert len(kw) == 2 and kw[0] != kw[1]  # the case: exponents differ inside a group
+    want = [kx + kw[o % 2] for o in range(4)]
+    assert _exps_of(module, "bias") == want
+    q.train()
+    q(torch.from_numpy(x))
+    assert q.quantizer("bias").last_k.reshape(-1).tolist() == want
+
+
 # --------------------------------------------------------------------------------------------
 # Same placement and semantics as quantize; calibrate starts from the PTQ program
 # --------------------------------------------------------------------------------------------
@@ -399,6 +448,68 @@ def test_ema_one_bit_per_channel_and_near_zero_channels() -> None:
     )
     assert q.int_exponents().flatten().tolist() == [0, -2, -2]
     assert y[0, 0] == 1.0 and y[1, 3] == -0.25 and y[1, 0] == 0.25  # sign * 2**k, 0 -> +
+
+
+@pytest.mark.parametrize(
+    ("absmax", "target"),
+    [
+        (56.0, 0.9 * (128 / 56)),  # t = 2.2857: above 2 (and below 2.5), so times 0.9
+        (64.0, 2.0),  # t = 2 exactly: kept
+        (60.0, 0.9 * (128 / 60)),  # t = 2.1333
+        (256.0, 0.5),  # t = 0.5 exactly: kept
+        (284.0, (128 / 284) / 0.9),  # t = 0.4507: below 0.5, so divided by 0.9
+    ],
+)
+def test_ema_target_thresholds(absmax: float, target: float) -> None:
+    """NanoEngine's target ``t = 2**(b-1) / absmax`` is multiplied by 0.9 when ``t > 2`` and
+    divided by 0.9 when ``t < 0.5``, exactly at those bounds (the oracle is the rule written
+    here, not the code). With rate 1 the new scale is the target itself.
+
+    Mutants this kills (the first passed the suite before): the ``t > 2`` threshold moved
+    (``t > 2.5``, ``t >= 2``) and the ``t < 0.5`` one (``t <= 0.5``, ``t < 0.45``) in
+    ``Quantizer._update_ema`` (nanoir/qat/quantizer.py)."""
+    q = qat.Quantizer("a", "act", 8, (1,), None, RoundingMode.TRUNC, "ema", 1.0, 16)
+    q.train()
+    q(torch.tensor([[absmax / 2, -absmax]], dtype=torch.float64))
+    assert math.isclose(q.scale.item(), target, rel_tol=1e-12)
+    q = qat.Quantizer("a", "act", 8, (1,), None, RoundingMode.TRUNC, "ema", 0.25, 16)
+    q.train()
+    q(torch.tensor([absmax]))
+    assert math.isclose(q.scale.item(), 0.75 * 128 + 0.25 * target, rel_tol=1e-12)
+
+
+def test_ema_exponents_just_below_a_power_of_two() -> None:
+    """``Quantizer.exponents()`` is ``floor(log2 s)`` exactly: a scale one ulp below ``2**k``
+    has exponent ``k - 1`` (a float ``log2`` rounds it up to ``k``), clamped to -60..60.
+
+    Mutant this kills (it passed the suite before): ``floor_log2(self.scale)`` ->
+    ``torch.floor(torch.log2(self.scale))`` in ``Quantizer.exponents`` (a test of
+    ``floor_log2`` alone does not see what ``exponents`` calls)."""
+    below = [math.nextafter(2.0**k, 0.0) for k in (3, 0, -4, 10)]
+    scales = [*below, 8.0, math.nextafter(8.0, 9.0), 2.0**70, 2.0**-70]
+    q = qat.Quantizer("w", "weight", 8, (len(scales), 1), 0, RoundingMode.TRUNC, "ema", 0.1, 4)
+    with torch.no_grad():
+        q.scale.copy_(torch.tensor(scales, dtype=torch.float64).reshape(-1, 1))
+    assert q.exponents().reshape(-1).tolist() == [2, -1, -5, 9, 3, 3, 60, -60]
+    assert q.int_exponents().reshape(-1).tolist() == [2, -1, -5, 9, 3, 3, 60, -60]
+
+
+@pytest.mark.parametrize("learner", ["ema", "lsq"])
+def test_per_tensor_bias_cap_binds_at_the_smallest(learner: str) -> None:
+    """A per-tensor bias under per-channel accumulator caps ``[3, 5, 7]`` takes the smallest
+    (as ``quantize`` does), here below its own exponent 7: the values are fake-quantized at
+    exponent 3 (the NumPy oracle below: trunc to multiples of 2**-3, saturated at 8 bits).
+
+    Mutant this kills (it passed the suite before): ``cap.min()`` -> ``cap.max()`` for a
+    per-tensor quantizer in ``Quantizer.forward`` (nanoir/qat/quantizer.py)."""
+    q = qat.Quantizer("b", "bias", 8, (1,), None, RoundingMode.TRUNC, learner, 0.1, 3)
+    assert q.int_exponents().tolist() == [7]  # 2**(b-1): its own exponent
+    q.eval()
+    x = torch.tensor([0.3, -0.3, 5.2, -17.0, 40.0], dtype=torch.float64)
+    y = q(x, torch.tensor([5.0, 3.0, 7.0], dtype=torch.float64))
+    assert q.last_k.reshape(-1).tolist() == [3]
+    want = np.clip(np.trunc(x.numpy() * 8), -128, 127) / 8
+    assert y.detach().numpy().tolist() == want.tolist()
 
 
 def test_ema_floor_log2_is_exact() -> None:
