@@ -221,6 +221,11 @@ def _all_tensors(graph: Any) -> Iterator[Any]:
                 yield from _all_tensors(sub)
 
 
+def _dims(shape: Sequence[int]) -> str:
+    """A shape as ONNX tools print it: `[1, 3, 2, 3]`, `?` for a dynamic dim."""
+    return "[" + ", ".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape) + "]"
+
+
 def _label(node: Any, index: int) -> str:
     if not isinstance(node.name, str) or not isinstance(node.op_type, str):
         return f"#{index}"
@@ -815,8 +820,8 @@ class _Reader:
         padded = [1] * (len(x_shape) - len(shape)) + shape
         if len(shape) > len(x_shape) or any(d != 1 for i, d in enumerate(padded) if i != 1):
             raise self.error(
-                f"its slope '{name}' of shape {shape_str(shape)} does not broadcast per channel "
-                f"or as a scalar against the input's {shape_str(x_shape)} (ONNX aligns the slope "
+                f"its slope '{name}' of shape {_dims(shape)} does not broadcast per channel or "
+                f"as a scalar against the input's shape {_dims(x_shape)} (ONNX aligns the slope "
                 "to the last dims; nanoir reads a slope of shape [C, 1, ..., 1], [C] of a rank-2 "
                 "input, or a single value)"
             )
