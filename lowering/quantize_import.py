@@ -8,8 +8,9 @@ exponents or as bit widths. Integral floats (``3.0``) are integers.
 
 An exponent file is read only if it is a regular file (never a FIFO, device or directory,
 checked with ``os.stat`` before it is opened, and again on the open descriptor, which is opened
-non-blocking) of at most ``EXPONENT_FILE_LIMIT`` bytes; JSON nested too deeply and integers too
-long to print are refused, not raised as ``RecursionError``/``ValueError``. Hand-written: the
+non-blocking) of at most ``EXPONENT_FILE_LIMIT`` bytes; JSON nested more than
+``MAX_JSON_DEPTH`` deep (counted before parsing) and integers too long to print are refused,
+not raised as ``RecursionError``/``ValueError``. Hand-written: the
 JSON-schema validators (``jsonschema``, ``pydantic``) would check types but neither the range
 message asked for here nor the file kind and size before reading.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Mapping
 from typing import Any
@@ -27,12 +29,18 @@ import numpy as np
 from nanoir.lowering.quantize_rules import QuantizeError, checked_bits, parse_rounding
 from nanoir.runtime.numerics import quant
 
-__all__ = ["EXPONENT_FILE_LIMIT", "checked_exponents", "load_exponents"]
+__all__ = ["EXPONENT_FILE_LIMIT", "MAX_JSON_DEPTH", "checked_exponents", "load_exponents"]
 
 EXPONENT_FILE_LIMIT = 16 * 2**20
 """The largest exponent file read (16 MiB; QAT's own files are a few KiB)."""
 
+MAX_JSON_DEPTH = 32
+"""The deepest JSON nesting read: QAT's files nest 3 deep (object, record, list)."""
+
 _RECORD_KEYS = ("exp", "bits", "rounding", "axis")
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_OPENERS = np.frombuffer(b"[{", dtype=np.uint8)
+_CLOSERS = np.frombuffer(b"]}", dtype=np.uint8)
 
 
 class _LongInt(str):
@@ -186,6 +194,17 @@ def _read_regular_file(name: str, limit: int) -> bytes:
     return data
 
 
+def _nesting(data: bytes) -> int:
+    """The deepest ``[``/``{`` nesting of JSON text outside its strings (one pass, no
+    recursion), so the depth is bounded before the parser (recursive in C) sees it."""
+    text = _JSON_STRING.sub(b'""', data)
+    b = np.frombuffer(text, dtype=np.uint8)
+    if not b.size:
+        return 0
+    step = np.isin(b, _OPENERS).astype(np.int64) - np.isin(b, _CLOSERS)
+    return int(np.cumsum(step).max())
+
+
 def load_exponents(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Imported exponents from a JSON object of tensor name to an int, a list of ints, or a
     record ``{"exp": ..., "bits": ..., "rounding": ..., "axis": ...}`` (``nanoir.qat``'s
@@ -196,9 +215,14 @@ def load_exponents(path: str | os.PathLike[str]) -> dict[str, Any]:
     def long_int(text: str) -> int | _LongInt:
         return int(text) if len(text) <= 40 else _LongInt(text)
 
+    if _nesting(data) > MAX_JSON_DEPTH:
+        raise QuantizeError(
+            f"quantize: cannot read exponents {name!r}: the JSON is nested more than "
+            f"{MAX_JSON_DEPTH} deep (an exponent file needs 3: object, record, list)"
+        )
     try:
         parsed = json.loads(data, parse_int=long_int)
-    except RecursionError:
+    except RecursionError:  # the depth count above misread the text (not UTF-8, say)
         raise QuantizeError(
             f"quantize: cannot read exponents {name!r}: the JSON is nested too deeply"
         ) from None
