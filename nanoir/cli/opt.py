@@ -25,6 +25,7 @@ from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseE
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+import nanoir
 from nanoir.api import decode_text
 from nanoir.cli.entry import run_main
 from nanoir.cli.ne_target import NanoEngineTarget, read_nanoengine
@@ -37,12 +38,13 @@ from nanoir.grammar.ne.errors import NanoEngineError
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
 
 
-def _read_onnx(stream: IO[bytes], filename: str) -> ModuleOp:
-    """Import ONNX bytes; import warnings go to stderr as one line each."""
+def _read_onnx(stream: IO[bytes], filename: str, from_file: bool) -> ModuleOp:
+    """Import ONNX bytes; import warnings go to stderr as one line each. External data is
+    looked for beside an input file only: read from stdin, a model has no folder."""
     # lazy: registered as a frontend at start-up; the ONNX reader loads only when a file is read
     from nanoir.grammar.onnx.importer import OnnxImportWarning, import_onnx_bytes
 
-    base = os.path.dirname(os.path.abspath(filename)) if os.path.exists(filename) else None
+    base = os.path.dirname(os.path.abspath(filename)) if from_file else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", OnnxImportWarning)
         try:
@@ -73,7 +75,8 @@ class _BufferedOutput(io.StringIO):
 class NanoirOptMain(xDSLOptMain):
     """xDSLOptMain with nanoir's dialects, passes and targets, and located diagnostics."""
 
-    version_format = "nanoir-opt (xdsl {xdsl_version})"
+    # `--version`: nanoir's own version (the package metadata), xDSL's beside it.
+    version_format = f"nanoir-opt {nanoir.__version__} (xdsl {{xdsl_version}})"
 
     def register_all_dialects(self) -> None:
         for name, factory in ALL_DIALECTS.items():
@@ -107,7 +110,9 @@ class NanoirOptMain(xDSLOptMain):
             read_nanoengine(stream, self.get_input_name())
         )
         # ONNX (NanoEngine-PyTorch's export or QDQ), by the `.onnx` extension or `-f onnx`.
-        self.available_frontends["onnx"] = lambda stream: _read_onnx(stream, self.get_input_name())
+        self.available_frontends["onnx"] = lambda stream: _read_onnx(
+            stream, self.get_input_name(), self.args.input_file is not None
+        )
 
     def get_input_stream(self) -> tuple[IO[bytes], str]:
         """The input file and its extension; a clear error for an unknown extension (unless
