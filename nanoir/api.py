@@ -95,6 +95,7 @@ def load(path: str | Path) -> ModuleOp:
     for MLIR; ``FileFormatError`` for another extension or a file that is not UTF-8 text,
     ``FileAccessError`` for a path that cannot be read.
     """
+    check_path_name(os.fspath(path), "read")
     path = Path(path)
     if _program_format(path) == ".ne":
         # lazy: each format's reader or writer loads on first use
