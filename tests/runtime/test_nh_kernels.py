@@ -1000,6 +1000,93 @@ def test_avg_pool_matches_fake_quant_of_the_mean(
     assert np.array_equal(real(got, exp), quant.fake_quant(mean, width, exp, mode))
 
 
+@pytest.mark.parametrize("mode", MODES, ids=[m.value for m in MODES])
+@pytest.mark.parametrize("include_pad", [True, False])
+@pytest.mark.parametrize(
+    ("kernel", "pads", "size"),
+    [
+        ([2], [1, 0], [7]),  # kernel = stride, a begin pad only
+        ([3], [1, 0], [10]),
+        ([2], [0, 1], [7]),  # an end pad only
+        ([2, 2], [1, 0, 0, 0], [5, 4]),  # a begin pad on the first spatial dim only
+        ([2, 3], [0, 1, 0, 0], [4, 7]),
+    ],
+)
+def test_avg_pool_kernel_equal_to_stride_with_one_sided_pads(
+    kernel: list[int], pads: list[int], size: list[int], include_pad: bool, mode: RoundingMode
+) -> None:
+    """Windows that tile the rows (kernel = stride) but start in a one-sided pad: every
+    window mean, counted with or without the pad, rounded as an exact rational (the oracle
+    is the loop below, not a kernel).
+
+    Mutant this kills (it passed the suite before): ``and not any(begins)`` dropped from
+    the whole-tensor kernel's reshape-sum condition in ``avg_pool`` (runtime/nh.py), or
+    ``ends`` in its place; either reads windows shifted by the begin pad."""
+    n = len(kernel)
+    shape = [2, 3, *size]
+    x = codes(np.random.default_rng(sum(pads) + n), 8, shape)
+    out = infer_pool_shape(shape, kernel, strides=kernel, pads=pads)
+    layout = "BCM" if n == 1 else "BCMD"
+    tin, tout = fixed_type(8, shape, 0, layout), fixed_type(8, out, 0, layout)
+    props = {
+        "kernel": ints(kernel),
+        "strides": ints(kernel),
+        "pads": ints(pads),
+        "count_include_pad": BoolAttr.from_bool(include_pad),
+        "rounding": RoundingModeAttr(mode),
+    }
+    module = program(
+        [tin], lambda a: [nh.AvgPoolOp.create(operands=a, result_types=[tout], properties=props)]
+    )
+    (got,) = run(module, x)
+    want = np.zeros(out, dtype=np.int64)
+    for index in np.ndindex(*out):
+        b, c, *o = index
+        total, inside = 0, 0
+        for tap in np.ndindex(*kernel):
+            pos = [oi * k + t - pads[i] for i, (oi, k, t) in enumerate(zip(o, kernel, tap))]
+            if all(0 <= p < s for p, s in zip(pos, size)):
+                total += int(x[(b, c, *pos)])
+                inside += 1
+        count = math.prod(kernel) if include_pad else inside
+        want[index] = fraction_round(Fraction(total, count), mode)
+    assert got.tolist() == want.tolist()
+
+
+def test_conv_transpose_past_float32_is_exact() -> None:
+    """1152 products of +2**14 or +127**2 per output (1x1 transposed conv, 1152 input
+    channels): the sum passes 2**24 and is odd, so no float32 computation returns it.
+    A second output whose sum stays below 2**24 is exact too.
+
+    Mutant this kills (it passed the suite before): the float32/float64 choice in
+    ``nh.conv_transpose``'s kernel (runtime/nh.py, ``worst <= F32_EXACT``) widened so that
+    such sums are computed in float32."""
+    rng = np.random.default_rng(11)
+    c = 1152
+    x_sign = rng.random((1, c, 1)) < 0.5
+    if (~x_sign).sum() % 2 == 0:
+        x_sign[0, 0, 0] = ~x_sign[0, 0, 0]  # an odd count of odd products 127 * 127
+    x = np.where(x_sign, -128, 127)
+    w = np.zeros((c, 2, 1), dtype=np.int64)
+    w[:, 0, 0] = np.where(x_sign[0, :, 0], -128, 127)  # output 0: every product > 0
+    w[:, 1, 0] = rng.integers(-3, 4, c)  # output 1: small
+    module = program(
+        [fixed_type(8, [1, c, 1], 0, "BCM")],
+        lambda a: [
+            wc := constant(w, 8, 0, "CCD"),
+            nh.ConvTransposeOp.create(
+                operands=[a[0], wc.result], result_types=[fixed_type(32, [1, 2, 1], 0, "BCM")]
+            ),
+        ],
+    )
+    (got,) = run(module, x.astype(np.int8))
+    want = np.einsum("c,co->o", x[0, :, 0], w[:, :, 0])  # int64
+    assert int(want[0]) > F32_EXACT and int(want[0]) % 2 == 1
+    assert got.reshape(-1).tolist() == want.tolist()
+    naive = kernels.conv_transpose(x.astype(np.float32), w.astype(np.float32))
+    assert int(naive[0, 0, 0]) != int(want[0])  # plain float32 would be wrong here
+
+
 def test_avg_pool_of_binary_codes_must_stay_binary() -> None:
     tin, tout = fixed_type(1, (1, 1, 4), 0, "BCM"), fixed_type(1, (1, 1, 2), 0, "BCM")
     module = program(
