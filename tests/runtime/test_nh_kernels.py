@@ -1005,11 +1005,17 @@ def test_avg_pool_matches_fake_quant_of_the_mean(
 @pytest.mark.parametrize(
     ("kernel", "pads", "size"),
     [
-        ([2], [1, 0], [7]),  # kernel = stride, a begin pad only
+        # Kernel = stride and a begin pad, sizes where the windows fit in the unpadded rows
+        # (out * kernel <= size, the reshape-sum's own condition) and where they do not.
+        ([2], [1, 0], [8]),
+        ([2], [1, 0], [7]),
         ([3], [1, 0], [10]),
+        ([5], [1, 1], [10]),  # symmetric
         ([2], [0, 1], [7]),  # an end pad only
-        ([2, 2], [1, 0, 0, 0], [5, 4]),  # a begin pad on the first spatial dim only
-        ([2, 3], [0, 1, 0, 0], [4, 7]),
+        ([2], [0, 1], [8]),
+        ([2, 2], [1, 0, 0, 0], [6, 4]),  # a begin pad on the first spatial dim only
+        ([2, 2], [1, 0, 0, 0], [5, 4]),
+        ([2, 3], [0, 1, 0, 0], [4, 9]),  # on the second only
     ],
 )
 def test_avg_pool_kernel_equal_to_stride_with_one_sided_pads(
