@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 
-from nanoir.errors import Error
+from nanoir.errors import ArgumentError, Error
 
 __all__ = [
     "FunctionNotFoundError",
@@ -37,6 +37,13 @@ def find_function(module: ModuleOp | FuncOp, name: str | None = None) -> FuncOp:
     """The function to use: ``name``, else the only function, else ``@main``."""
     if isinstance(module, FuncOp):
         return module
+    if not isinstance(module, ModuleOp):
+        raise ArgumentError(
+            f"module must be a program (a ModuleOp from nanoir.load, parse or from_torch), "
+            f"got {type(module).__name__}"
+        )
+    if name is not None and not isinstance(name, str):
+        raise ArgumentError(f"function must be a name (str), got {type(name).__name__}")
     funcs = [op for op in module.body.block.ops if isinstance(op, FuncOp)]
     if name is not None:
         for f in funcs:

@@ -14,6 +14,26 @@ class Error(Exception):
     """Base class of nanoir's own errors: the message says what and where."""
 
 
+class ArgumentError(TypeError, ValueError, Error):
+    """A bad argument to a public function: the wrong type, or a value it does not take.
+
+    Python raises ``TypeError`` for the one and ``ValueError`` for the other; this keeps both
+    bases, so code written against either (or against what a call raised before) still works.
+    """
+
+
+def int_argument(name: str, value: object, lo: int, hi: int | None = None) -> int:
+    """``value`` as an ``int`` in ``lo..hi`` (``hi`` None: no upper bound), else
+    :class:`ArgumentError` naming ``name``; ``bool`` is refused, NumPy integers are taken."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ArgumentError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    n = value.__index__()  # type: ignore[attr-defined]
+    if n < lo or (hi is not None and n > hi):
+        bounds = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ArgumentError(f"{name} must be {bounds}, got {n}")
+    return n
+
+
 class FileFormatError(ValueError, Error):
     """A file whose name or contents nanoir cannot read (or a name it cannot write)."""
 

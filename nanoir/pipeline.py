@@ -15,11 +15,13 @@ Stages, in order (``stop`` names the last one run):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
 from nanoir.context import make_context
+from nanoir.errors import ArgumentError
 from nanoir.frontend import from_torch
 from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.lower_to_hw import lower_to_hw
@@ -38,10 +40,25 @@ def compile_model(
     stream: dict[str, Any] | None = None,
     **quantize_options: Any,
 ) -> ModuleOp:
-    """Run the pipeline on a ``torch.nn.Module`` up to and including the stage ``stop``."""
-    if stop not in STAGES:
-        raise ValueError(f"stop must be one of {', '.join(STAGES)}, got {stop!r}")
-    module = from_torch(model, tuple(example_inputs))
+    """Run the pipeline on a ``torch.nn.Module`` up to and including the stage ``stop``.
+
+    Bad arguments (``stop`` not a stage name, ``stream`` not a dict of ``stream-plan``
+    options) raise :class:`~nanoir.errors.ArgumentError` before any stage runs.
+    """
+    if not isinstance(stop, str) or stop not in STAGES:
+        raise ArgumentError(f"stop must be one of {', '.join(STAGES)}, got {stop!r}")
+    if stream is not None and not isinstance(stream, dict):
+        raise ArgumentError(
+            f"stream must be a dict of stream-plan options, got {type(stream).__name__}"
+        )
+    allowed = {f.name for f in fields(StreamPlanPass)}
+    unknown = sorted(map(str, set(stream or {}) - allowed))
+    if unknown:
+        raise ArgumentError(
+            f"stream has unknown option(s) {', '.join(unknown)} "
+            f"(stream-plan takes {', '.join(sorted(allowed))})"
+        )
+    module = from_torch(model, example_inputs)
     if stop == "nf":
         return module
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from nanoir.errors import Error
 
-__all__ = ["Builder", "ExecutionError", "Kernel"]
+__all__ = ["Builder", "ExecutionError", "Kernel", "as_array"]
 
 Kernel = Callable[..., tuple[Any, ...]]
 Builder = Callable[[Any, np.dtype[Any]], Kernel]
@@ -23,3 +23,15 @@ Builder = Callable[[Any, np.dtype[Any]], Kernel]
 
 class ExecutionError(RuntimeError, Error):
     """A program could not run: names the op (or input), the shapes and the offending value."""
+
+
+def as_array(index: int, value: Any) -> np.ndarray:
+    """Input ``index`` as a NumPy array of numbers, else an :class:`ExecutionError` saying why
+    (a ragged list, a string, ``None`` ...), before any kernel sees it."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise ExecutionError(f"input {index} is not an array: {e}") from e
+    if array.dtype.kind not in "fiu":
+        raise ExecutionError(f"input {index} has non-numeric dtype {array.dtype}")
+    return array

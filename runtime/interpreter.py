@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nh import FixedAttr, code_range
-from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
 from nanoir.runtime.nq import NQ_BUILDERS
@@ -30,6 +30,8 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, TensorTy
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
+
+from nanoir.errors import ArgumentError
 
 Observer = Callable[[Operation, tuple[Any, ...]], None]
 
@@ -97,7 +99,7 @@ def check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
     integer arrays only, never converted to the plan's dtype, and every code must fit the
     argument's width: the nh kernels rely on it for exactness.
     """
-    array = np.asarray(value)
+    array = as_array(index, value)
     if isinstance(t, TensorType):
         expected = t.get_shape()
         if len(expected) != array.ndim or any(
@@ -220,7 +222,18 @@ def compile_module(
     func = find_function(module, function)
     if dtype is None:
         dtype = {"nf": np.float32, "nq": np.float64, "nh": np.int64}[level_of(func)]
-    return compile_function(func, default_builders(), np.dtype(dtype))
+    return compile_function(func, default_builders(), numeric_dtype(dtype))
+
+
+def numeric_dtype(dtype: Any) -> np.dtype[Any]:
+    """``dtype`` as a NumPy float or integer dtype, else :class:`ArgumentError`."""
+    try:
+        d = np.dtype(dtype)
+    except TypeError as e:
+        raise ArgumentError(f"dtype must be a NumPy float or integer dtype, got {dtype!r}") from e
+    if d.kind not in "fiu":
+        raise ArgumentError(f"dtype must be a NumPy float or integer dtype, got {d}")
+    return d
 
 
 def run(

@@ -55,7 +55,7 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
-from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.numerics import kernels, quant
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
@@ -912,9 +912,18 @@ def quantize_inputs(func: FuncOp, inputs: Sequence[Any]) -> list[Any]:
     attrs = func.arg_attrs.data if func.arg_attrs is not None else ()
     out: list[Any] = []
     for i, x in enumerate(inputs):
-        a = np.asarray(x)
+        if x is None:  # a streamed input with no rows this step
+            out.append(None)
+            continue
+        a = as_array(i, x)
         d = attrs[i].data if i < len(attrs) else {}
         if np.issubdtype(a.dtype, np.floating) and "nq.bits" in d:
+            if np.isnan(a).any():
+                at = tuple(int(j) for j in np.argwhere(np.isnan(a))[0])
+                raise ExecutionError(
+                    f"input {i} has NaN at index {at}, which has no integer code "
+                    "(an nh program quantizes its float inputs; +-inf saturates)"
+                )
             exp = np.frombuffer(d["nq.exp"].data.data, dtype=_exp_dtype(d["nq.exp"]))
             exp = exp.reshape(d["nq.exp"].get_type().get_shape()).astype(np.int64)
             a = quant.quantize_to_int(a, d["nq.bits"].value.data, exp, d["nq.rounding"].data)

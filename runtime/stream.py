@@ -81,7 +81,9 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
-__all__ = ["StreamRunner", "stream"]
+from nanoir.errors import ArgumentError, int_argument
+
+__all__ = ["StreamRunner", "check_mem_dim", "stream"]
 
 _FUSABLE = (nh.RequantOp, nh.ReluOp, nh.ClampOp, FakeQuantOp, nf.ReluOp, nf.ClampOp)
 """Elementwise ops: each output element depends on its input element only, so running them
@@ -646,6 +648,21 @@ def _repeats_grid(chain: list[_NodeRun], k: int, dtype: np.dtype[Any]) -> bool:
     return np.dtype(dtype) == np.float32 and bits <= 24 and int(np.abs(e1).max(initial=0)) <= 90
 
 
+def check_mem_dim(func: FuncOp, mem_dim: Any) -> int:
+    """``mem_dim`` as an int in 1..rank-1 of the inputs it streams (dim 0 is the batch), and a
+    dim of at least one input, else :class:`ArgumentError`."""
+    ranks = [
+        len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
+    ]
+    dim = int_argument("mem_dim", mem_dim, -(2**63))
+    if not 1 <= dim < max(ranks, default=0):
+        raise ArgumentError(
+            f"mem_dim must be in 1..rank-1 of the inputs of @{func.sym_name.data} it streams "
+            f"(dim 0 is the batch; input ranks: {', '.join(map(str, ranks)) or 'none'}), got {dim}"
+        )
+    return dim
+
+
 class StreamRunner:
     """Runs a program one step at a time along ``mem_dim`` (see the module docstring).
 
@@ -665,6 +682,7 @@ class StreamRunner:
         raw: bool = False,
     ):
         func = find_function(module, function)
+        mem_dim = check_mem_dim(func, mem_dim)
         self.graph = build_graph(func, mem_dim)  # first: it names ops that cannot stream
         self.plan = compile_module(func, dtype=dtype)
         self.func: FuncOp = func
@@ -816,19 +834,21 @@ class StreamRunner:
 
     def push(self, *rows: Any) -> list[np.ndarray | None]:
         """Feed the next rows of every input; return the output rows now computable."""
+        return self._push_checked(self.check(rows))
+
+    def check(self, rows: Sequence[Any]) -> list[np.ndarray | None]:
+        """The rows of one ``push`` converted and checked as ``run`` checks whole inputs
+        (quantized first at the nh level; NaN refused there), changing no state."""
         if len(rows) != len(self.graph.inputs):
             raise ExecutionError(
                 f"@{self.func.sym_name.data} takes {len(self.graph.inputs)} inputs, got {len(rows)}"
             )
         if self.integer:
-            rows = tuple(
-                None if r is None else q for r, q in zip(rows, quantize_inputs(self.func, rows))
-            )
-        checked = [
+            rows = quantize_inputs(self.func, rows)
+        return [
             None if r is None else check_input(i, r, self._arg_types[i], self.plan.dtype)
             for i, r in enumerate(rows)
         ]
-        return self._push_checked(checked)
 
     def _push_checked(self, rows: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
         """``push`` of rows already converted and checked (``stream`` checks whole inputs)."""
@@ -909,8 +929,16 @@ def stream(
     A ``runner`` made for the same module reuses its compiled kernels (it is reset, and its
     ``raw`` applies); its ``cache_peaks`` can be read afterwards.
     """
-    if step < 1:
+    step = int_argument("stream: step", step, -(2**63))
+    if step < 1:  # an ExecutionError, as before ArgumentError existed
         raise ExecutionError(f"stream: step must be >= 1, got {step}")
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        raise ArgumentError(
+            f"stream: inputs must be a list of arrays (one per program input), "
+            f"got {type(inputs).__name__}"
+        )
+    if runner is not None and not isinstance(runner, StreamRunner):
+        raise ArgumentError(f"stream: runner must be a StreamRunner, got {type(runner).__name__}")
     if runner is None:
         runner = StreamRunner(module, mem_dim=mem_dim, function=function, dtype=dtype, raw=raw)
     else:

@@ -9,7 +9,11 @@ as soon as they can be computed (NanoEngine's incremental streaming inference).
     streamer.reset()                          # a new stream, same compiled kernels
 
 Each output's rows arrive exactly once and equal the whole-tensor run's rows
-(``nanoir.run``), bit for bit at the nh level. What it holds between pushes is the stream
+(``nanoir.run``), bit for bit at the nh level. A push is checked against the program input
+before anything runs: its dtype kind (float or integer, fixed by the first push with rows),
+rank, and every dim but the streamed one (the batch and any dynamic dim fixed by the first
+push with rows, until ``reset``), as ``nanoir.run`` checks the whole input; a refused push
+(:class:`~nanoir.runtime.base.ExecutionError`) changes nothing, and the stream goes on. What it holds between pushes is the stream
 plan's caches (``nanoir.stream_plan``), so memory stays flat over an arbitrarily long stream;
 ``warmup`` says, per output, how many input rows it takes before its first row.
 """
@@ -22,11 +26,13 @@ from typing import Any
 import numpy as np
 from nanoir.dialects.nh import width_of
 from nanoir.lowering.analysis.plan import plan_function
-from nanoir.runtime.base import ExecutionError
+from nanoir.runtime.base import ExecutionError, as_array
 from nanoir.runtime.stream import StreamRunner
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import SSAValue
+
+from nanoir.errors import ArgumentError
 
 __all__ = ["Streamer"]
 
@@ -40,6 +46,11 @@ class Streamer:
     for an output without that dim (a whole-stream result such as a pooled class score) until
     ``flush()``. ``flush()`` ends the stream and returns the rest; ``reset()`` starts a new
     stream with the same compiled kernels. ``raw=True`` returns nh codes instead of reals.
+
+    ``mem_dim`` is an int in 1..rank-1 of the inputs it streams. A push whose rows ``run``
+    would refuse as part of the whole input (a NaN at the nh level, a code out of range, the
+    wrong shape or dtype) raises before anything runs and leaves the stream as it was; one
+    that fails while running (a NaN reaching an ``nq.fake_quant``) ends the stream: ``reset()``.
     """
 
     def __init__(
@@ -51,17 +62,22 @@ class Streamer:
         dtype: Any = None,
         raw: bool = False,
     ):
+        if not isinstance(raw, (bool, np.bool_)):
+            raise ArgumentError(f"raw must be True or False, got {raw!r}")
         self._runner = StreamRunner(
-            module, mem_dim=mem_dim, function=function, dtype=dtype, raw=raw
+            module, mem_dim=mem_dim, function=function, dtype=dtype, raw=bool(raw)
         )
-        self.mem_dim = mem_dim
+        self.mem_dim = self._runner.dim
         results = self._runner.results
-        plan = plan_function(self._runner.func, mem_dim, [(mem_dim, 1)])
+        plan = plan_function(self._runner.func, self.mem_dim, [(self.mem_dim, 1)])
         self.warmup: tuple[int, ...] = tuple(plan.warmup_rows.get(v, 0) for v in results)
         """Per output, the input rows it takes before its first row (its warm-up latency)."""
         self._dtypes = [self._result_dtype(v, raw) for v in results]
-        self._batch: int | None = None
-        self._flushed = False
+        self._declared = [
+            t.get_shape() if isinstance(t, TensorType) else None
+            for t in (a.type for a in self._runner.graph.inputs)
+        ]
+        self.reset()
 
     @property
     def num_inputs(self) -> int:
@@ -83,45 +99,90 @@ class Streamer:
             return np.dtype(np.float64)
         return np.dtype(f"int{max(8, width_of(value))}")
 
-    def _empty(self, index: int) -> np.ndarray | None:
+    def _empty(self, index: int, batch: int) -> np.ndarray | None:
         value = self._runner.results[index]
         t = value.type
         if not isinstance(t, TensorType) or len(t.get_shape()) <= self.mem_dim:
             return None
-        shape = [self._batch or 0, *t.get_shape()[1:]]
+        shape = [batch, *t.get_shape()[1:]]
         shape[self.mem_dim] = 0
         return np.zeros(shape, dtype=self._dtypes[index])
 
-    def _outputs(self, outs: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
-        return [self._empty(k) if y is None else y for k, y in enumerate(outs)]
+    def _outputs(
+        self, outs: Sequence[np.ndarray | None], batch: int | None = None
+    ) -> list[np.ndarray | None]:
+        """``outs`` with an empty array for each output with no rows yet, of the stream's
+        batch (before the first push with rows: the batch of this push's 0-row arrays)."""
+        b = self._batch if self._batch is not None else batch or 0
+        return [self._empty(k, b) if y is None else y for k, y in enumerate(outs)]
+
+    def _check(self, index: int, rows: Any) -> np.ndarray | None:
+        """Input ``index``'s chunk as an array, checked against the input's dtype kind, rank
+        and every dim but ``mem_dim`` (declared, or fixed by the first push with rows)."""
+        if rows is None:
+            return None
+        a = as_array(index, rows)
+        declared = self._declared[index]
+        if not self._runner.streamed[index] or declared is None:
+            return a  # a whole input: the runner checks it as run does
+        fixed = self._shape[index]
+        want = ["?" if d == DYNAMIC_INDEX else str(d) for d in (fixed or declared)]
+        want[self.mem_dim] = "?"
+        if a.ndim != len(declared) or any(w != "?" and int(w) != n for w, n in zip(want, a.shape)):
+            since = " (its other dims fixed by the first push with rows)" if fixed else ""
+            raise ExecutionError(
+                f"Streamer.push: input {index} has shape {tuple(a.shape)}, expected "
+                f"{'x'.join(want)}{since}"
+            )
+        kind = "float" if a.dtype.kind == "f" else "integer"
+        if self._kind[index] not in (None, kind):
+            raise ExecutionError(
+                f"Streamer.push: input {index} is {a.dtype} ({kind}), but this stream's earlier "
+                f"rows were {self._kind[index]} (reset() starts a new stream)"
+            )
+        return a
 
     def push(self, *rows: Any) -> list[np.ndarray | None]:
         """Feed the next rows of every input; return each output's rows that became ready."""
+        if self._failed is not None:
+            raise ExecutionError(
+                f"push after a failed push ({self._failed}): the stream has ended (reset() first)"
+            )
         if self._flushed:
             raise ExecutionError("push after flush(): the stream has ended (reset() first)")
         if len(rows) != self.num_inputs:
             raise ExecutionError(
                 f"Streamer.push takes {self.num_inputs} input(s) (one chunk each), got {len(rows)}"
             )
-        if self._batch is None:
-            sizes = [np.shape(r)[0] for r in rows if r is not None and np.ndim(r)]
-            self._batch = sizes[0] if sizes else None
+        arrays = [self._check(i, r) for i, r in enumerate(rows)]
         # Chunks with no rows are no news: the runner wants None for them.
         chunks = [
-            None
-            if r is not None
-            and np.ndim(r) > self.mem_dim
-            and np.shape(r)[self.mem_dim] == 0
-            and self._runner.streamed[i]
-            else r
-            for i, r in enumerate(rows)
+            None if a is not None and self._runner.streamed[i] and a.shape[self.mem_dim] == 0 else a
+            for i, a in enumerate(arrays)
         ]
         if all(c is None for c in chunks):
-            return [self._empty(k) for k in range(self.num_outputs)]
-        return self._outputs(self._runner.push(*chunks))
+            batches = [a.shape[0] for a in arrays if a is not None and a.ndim]
+            return self._outputs([None] * self.num_outputs, batches[0] if batches else None)
+        checked = self._runner.check(chunks)  # raises before any state changes
+        for i, c in enumerate(chunks):
+            if c is not None and self._runner.streamed[i] and self._shape[i] is None:
+                self._shape[i] = c.shape
+                self._kind[i] = "float" if c.dtype.kind == "f" else "integer"
+                if self._batch is None:
+                    self._batch = c.shape[0]
+        try:
+            outs = self._runner._push_checked(checked)
+        except Exception as e:
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
+        return self._outputs(outs)
 
     def flush(self) -> list[np.ndarray | None]:
         """End the stream (its end padding) and return every output's remaining rows."""
+        if self._failed is not None:
+            raise ExecutionError(
+                f"flush after a failed push ({self._failed}): the stream has ended (reset() first)"
+            )
         if self._flushed:
             raise ExecutionError("flush() called twice (reset() starts a new stream)")
         self._flushed = True
@@ -130,5 +191,8 @@ class Streamer:
     def reset(self) -> None:
         """Start a new stream (the batch size may change), keeping the compiled kernels."""
         self._runner.reset()
-        self._batch = None
+        self._batch: int | None = None
+        self._shape: list[tuple[int, ...] | None] = [None] * self.num_inputs
+        self._kind: list[str | None] = [None] * self.num_inputs
         self._flushed = False
+        self._failed: str | None = None

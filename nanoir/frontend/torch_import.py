@@ -54,6 +54,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
+from nanoir.errors import ArgumentError
 from nanoir.frontend.errors import FrontendError
 from nanoir.runtime.numerics.shapes import ShapeError
 
@@ -972,6 +973,11 @@ def supported_aten_ops() -> list[str]:
 def _as_tuple(example_inputs: Any) -> tuple[Any, ...]:
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)):
+        raise ArgumentError(
+            "example_inputs must be a tensor or a tuple of tensors, "
+            f"got {type(example_inputs).__name__}"
+        )
     return tuple(example_inputs)
 
 
@@ -984,6 +990,8 @@ def export(
     input is one shared ``Dim("batch")``; batch-1 examples are doubled first, since
     torch.export would specialize a size-1 dim.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise ArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     inputs = _as_tuple(example_inputs)
     dynamic_shapes = None
     if dynamic_batch:
