@@ -25,6 +25,7 @@ from nanoir.grammar.ne.exporter import export_nanoengine
 from nanoir.grammar.ne.fast import fast_items
 from nanoir.grammar.ne.importer import import_nanoengine
 from nanoir.grammar.ne.parser import parse_nanoengine
+from nanoir.grammar.ne.syntax_tree import Comment
 
 from nanoir.testing.programs import examples
 from nanoir.testing.text import join_tokens, tokens_and_gaps
@@ -51,7 +52,21 @@ func runtime(){}
 CORPUS = [*SAMPLES, NQ, HW, WORDS]
 
 _TOKEN = re.compile(r"//[^\n]*|0x[0-9A-Fa-f]*|-?[0-9.][0-9.eE+-]*|[A-Za-z_][A-Za-z0-9_]*|\S")
-GAPS = ["", " ", "  ", "\n", "\t", "\r\n", "\f", " \n\n ", "// note\n", " //x\r\n", "\v", "\u00a0"]
+GAPS = [
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "\r\n",
+    "\f",
+    " \n\n ",
+    "// note\n",
+    " //x\r\n",
+    "\v",
+    "\u00a0",
+    "//x\r",
+]
 
 
 def full(value: object) -> object:
@@ -108,6 +123,31 @@ def test_a_comment_inside_a_declaration_goes_to_lark() -> None:
     program = parse_nanoengine(text)
     assert program.declarations == parse_nanoengine(SAMPLES[0]).declarations
     assert full(program.items) == full(lark(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "// note\rlet t: Tensor<Any> = {shape:BC=[-1, 2]};\n",
+        "let t: Tensor<Any> = {shape:BC=[-1, 2]}; // a\rlet u: Tensor<Any> = {shape:C=[3]};\n",
+        "// one\r// two\r\n\rlet t: Tensor<Any> = {shape:BC=[-1, 2]};\r",
+        "func init(){ a.do(); } // x\rfunc runtime(){ b.do(); }\n",
+    ],
+)
+def test_a_lone_carriage_return_ends_a_comment(text: str) -> None:
+    """A comment runs to the end of the line, and a lone ``\\r`` ends it as the grammar says
+    (``COMMENT: //[^\\r\\n]*``): what follows the ``\\r`` is read, by the fast path as by
+    Lark, which must agree (and the fast path must take these texts).
+
+    Mutant this kills (it passed the suite before): the fast path's comment pattern
+    ``//[^\\r\\n]*`` -> ``//[^\\n]*`` (grammar/ne/fast.py, ``_GAP``), which swallows the
+    declaration after the ``\\r``."""
+    assert assert_agree(text)
+    items = fast(text)
+    assert isinstance(items, tuple)
+    comments = [i for i in items if isinstance(i, Comment)]
+    assert comments and all("\r" not in c.text for c in comments)
+    assert len(items) - len(comments) == text.count("let ") + text.count("func ")
 
 
 @pytest.mark.parametrize(
