@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,12 +78,14 @@ GOOD_ATTRS = (
 # -- 1. the hang --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("length", [26, 40, 1000, 200_000])
+@pytest.mark.parametrize("length", [26, 40, 60, 1000, 200_000])
 def test_unterminated_string_is_an_error_not_a_hang(length: int) -> None:
+    """The bound is on the work, not a tight clock: xDSL's pattern takes about 10 s at 26
+    characters and doubles with each one (days at 40, millennia at 60), while the linear
+    lexer reads 200,000 in about 0.05 s; a 60 s guard separates the two by orders of
+    magnitude on any machine, however loaded, and never flakes on a slow one."""
     text = 'func.func @f() attributes {a = "' + "x" * length + "} {\n  func.return\n}\n"
-    start = time.perf_counter()
-    err = parse_error(text, seconds=5.0)
-    assert time.perf_counter() - start < 1.0
+    err = parse_error(text, seconds=60.0)
     assert "error: unterminated string literal: no closing '\"' on this line" in str(err)
     assert str(err).startswith("bad.mlir:1:32\n")
     assert len(str(err).splitlines()[1]) < 200  # a long line is cut around the caret
@@ -191,9 +192,29 @@ def test_nesting_up_to_the_limit_parses_verifies_and_prints() -> None:
     assert "builtin.module" in str(nanoir.parse(text))
 
 
-def test_brackets_in_strings_and_comments_do_not_count() -> None:
-    text = '"test.op"() {a = "' + "[" * 500 + '"} : () -> ()  // ' + "{" * 500 + "\n"
-    nanoir.parse(text)
+@pytest.mark.parametrize(
+    ("value", "comment"),
+    [
+        ("[" * 500, "{" * 500),
+        ('\\"' + "(" * 100, "<" * 100),  # an escaped quote does not end the string
+        ("<" * 70 + "->" * 40, "[" * 100 + '"'),  # nor does a quote in a comment open one
+    ],
+)
+def test_brackets_in_strings_and_comments_do_not_count(value: str, comment: str) -> None:
+    """Brackets inside a string or a comment are not nesting: the text parses, with the
+    string intact; the same brackets outside them are refused as too deep (the control).
+
+    Mutants this kills: the string or the comment alternative dropped from
+    ``_NESTING_TOKENS`` (nanoir/diagnostics.py), or its escape handling."""
+    text = f'"test.op"() {{a = "{value}"}} : () -> ()  // {comment}\n'
+    module = nanoir.parse(text)
+    op = next(iter(module.body.block.ops))
+    assert op.attributes["a"].data == value.replace("\\", "")  # type: ignore[attr-defined]
+    bare = value.replace('\\"', "").replace("->", "")
+    closing = {"[": "]", "(": ")", "<": ">", "{": "}"}
+    nested = bare + "".join(closing[c] for c in reversed(bare))
+    err = parse_error(f'"test.op"() {{a = {nested}}} : () -> ()\n')
+    assert "nesting too deep" in str(err)
 
 
 # -- 5. huge splats -------------------------------------------------------------------------------
