@@ -309,6 +309,14 @@ class HwLowering:
         self.emit(req, hv.value.name_hint)
         return HwValue(req.result, hv.exps, hv.bits)
 
+    def with_zero(self, hv: HwValue) -> HwValue:
+        """``hv`` in a container that holds the code 0: ``i1`` codes are only -1 and +1, so an
+        op whose result can be 0 on them (relu, clamp, an average) reads them as ``i2`` codes
+        (a zero-shift requant); any other value is returned as it is."""
+        if self.declared(hv) != 1:
+            return hv
+        return HwValue(self.widen(hv, 2).value, hv.exps, 2)
+
     def relayout(self, op: Operation, hv: HwValue, layout: str) -> HwValue:
         """The same codes under another layout name (a no-op reshape); they need one
         exponent (per-channel ones that are all equal count)."""

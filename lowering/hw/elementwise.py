@@ -4,7 +4,8 @@
   growth); mul adds exponents; a float constant operand (``x + 2``) is used at the exponent
   where it is an integer; division by a constant whose reciprocal is dyadic is a product;
 - relu keeps codes and exponents; clamp compares codes on a grid fine enough that both bounds
-  are whole codes.
+  are whole codes. Both can make a 0 from binary ``i1`` codes (±1, no 0), so they read such
+  codes widened to ``i2`` (``HwLowering.with_zero``).
 
     %a = nf.add %xq, %yq          ─▶   %y2 = nh.requant %yq {shift = [-2]} : i16 <5>
     (%xq exp 5, %yq exp 3)             %a = nh.add %xq, %y2 : (i8 <5>, i16 <5>) -> i16 <5>
@@ -120,24 +121,26 @@ class LowerDiv(HwPattern):
 
 
 class LowerRelu(HwPattern):
-    """``nf.relu`` → ``nh.relu`` on the codes."""
+    """``nf.relu`` → ``nh.relu`` on the codes (``i1`` codes first widened to ``i2``: the
+    relu of -1 is 0, which ``i1`` cannot hold)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.ReluOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
-        a = hw.get(op, op.input)
+        a = hw.with_zero(hw.get(op, op.input))
         new = nh.ReluOp.create(operands=[a.value], result_types=[a.value.type])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, a.exps, a.bits))
 
 
 class LowerClamp(HwPattern):
-    """Clamp on codes, on a grid fine enough that both bounds are whole codes."""
+    """Clamp on codes, on a grid fine enough that both bounds are whole codes (``i1`` codes
+    first widened to ``i2``: a bound between -1 and +1 makes a 0)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.ClampOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
-        a = hw.get(op, op.input)
+        a = hw.with_zero(hw.get(op, op.input))
         bounds = [b.value.data for b in (op.min, op.max) if b is not None]
         needed = dyadic_exponent(np.array(bounds)) if bounds else None
         if bounds and needed is None:

@@ -6,6 +6,7 @@
   is recorded in the argument attributes ``nq.bits``/``nq.exp``/``nq.rounding``);
 - ``FuseAvgPoolFakeQuant``: ``fake_quant(avg_pool(x))`` is one exact integer division (trunc
   and floor modes): ``trunc(trunc(S / n) / 2**s) == trunc(S / (n 2**s))``, the same for floor;
+  to 1 bit, the sign of ``floor(S / n)``, which is the sign of ``S``;
 - ``FuseLookupTableFakeQuant``: ``fake_quant(f(x))`` for an elementwise float-only ``f``
   (trait ``LookupTable``: sigmoid, tanh, hardswish, ...) on an input of at most 8 bits is a
   table computed from the same float64 kernels;
@@ -173,8 +174,6 @@ class FuseAvgPoolFakeQuant(HwPattern):
             return
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
-        if bits == 1:
-            raise hw.fail(op, "quantizes an average to 1 bit; not supported on hw")
         x = hw.get(pool, pool.input)
         in_shape = nf.tensor_shape(pool.input)
         props: dict[str, Attribute]
@@ -189,11 +188,18 @@ class FuseAvgPoolFakeQuant(HwPattern):
             props = {"kernel": int_array(kernel), "strides": int_array(kernel)}
         else:
             props = {k: v for k, v in pool.properties.items()}
-        out_exps = expand(nh_exp, x.rank)
+        out_exps, pool_mode = expand(nh_exp, x.rank), mode
+        if bits == 1:
+            # A 1-bit result is the mean's sign. The nq kernel divides an exact window sum S
+            # by a positive count, keeping its sign, and floor(S / n) >= 0 exactly when
+            # S >= 0: the codes are pooled on their own grid, rounding toward -inf.
+            out_exps, pool_mode = x.exps, RoundingMode.FLOOR
         finer = np.maximum(x.exps, out_exps)
         if (finer != x.exps).any():
             # A finer output grid: shift the codes left first, so one division remains.
             x = hw.shift_to(pool, x, finer)
+        # The mean of binary i1 codes (±1) can be 0: it is taken on i2 codes.
+        x = hw.with_zero(x)
         override = props.get("divisor_override")
         window = int(np.prod(array_values(props["kernel"]) or ()))  # type: ignore[arg-type]
         if isinstance(override, IntegerAttr) and 0 < override.value.data < window:
@@ -202,8 +208,8 @@ class FuseAvgPoolFakeQuant(HwPattern):
             bits_needed = bits_of_bound(np.array([x.max_abs * -(-window // override.value.data)]))
             x = HwValue(hw.widen(x, container_width(bits_needed)).value, x.exps, bits_needed)
         pooled_exps = x.exps
-        props["rounding"] = RoundingModeAttr(mode)
-        if mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR) and (x.exps != out_exps).any():
+        props["rounding"] = RoundingModeAttr(pool_mode)
+        if pool_mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR) and (x.exps != out_exps).any():
             # Rounding the mean and then shifting it would round twice (exact only for trunc
             # and floor, whose roundings compose): divide by n * 2**shift in one rounding.
             varying = [i for i, d in enumerate(out_exps.shape) if d > 1]
