@@ -64,9 +64,11 @@ def run_nanoir(data: bytes, x: np.ndarray) -> np.ndarray:
 
 @st.composite
 def prelu_case(draw: st.DrawFn) -> tuple[list[int], list[int]]:
-    """An input shape and a slope shape that broadcasts to it unidirectionally (ONNX)."""
+    """An input shape and a slope shape that broadcasts to it unidirectionally (ONNX). Dims
+    are mostly 1 or 3, so that the channel count often equals a later dim (where aligning
+    the slope on the wrong side still verifies but computes the wrong thing)."""
     rank = draw(st.integers(1, 4))
-    x_shape = [draw(st.integers(1, 4)) for _ in range(rank)]
+    x_shape = [draw(st.sampled_from([1, 3, 3, 2])) for _ in range(rank)]
     slope_rank = draw(st.integers(0, rank))
     tail = x_shape[rank - slope_rank :]
     slope = [d if draw(st.booleans()) else 1 for d in tail]
@@ -89,9 +91,9 @@ def test_prelu_reads_as_onnx_broadcasts_or_is_refused(
     onnxruntime's exactly, or the file is refused, naming the node, the slope's shape and the
     input's, exactly when the slope is not per channel or a scalar.
 
-    Mutants killed: the reader passing a 1-D `[C]` slope straight to the per-channel row (the
-    old behaviour: `[1,3,2,3]` with slope `[3]` differed by 30.4), accepting `[C]` on any rank
-    >= 2, and refusing `[C, 1, 1]`."""
+    Mutants killed: the reader passing the slope straight to the per-channel row (the old
+    behaviour: `[1,3,2,3]` with slope `[3]` differed by 30.4), a 1-D `[C]` slope taken per
+    channel on any rank >= 2, and the slope aligned from the left (torch's rule)."""
     x_shape, slope_shape = case
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(x_shape) * 8).astype(np.float32)
