@@ -687,6 +687,14 @@ class StreamRunner:
         self.plan = compile_module(func, dtype=dtype)
         self.func: FuncOp = func
         self.integer = level_of(func) == "nh"
+        self._nan_refused = [
+            level_of(func) == "nq"
+            and bool(a.uses)
+            and all(isinstance(u.operation, FakeQuantOp) for u in a.uses)
+            for a in func.args
+        ]
+        """Per input, whether its every use is an ``nq.fake_quant``, which refuses NaN: then
+        ``check`` refuses a NaN up front, as ``run`` would, before a window fails mid-step."""
         self.raw = raw
         self.dim = mem_dim
         self.constants = {
@@ -845,10 +853,18 @@ class StreamRunner:
             )
         if self.integer:
             rows = quantize_inputs(self.func, rows)
-        return [
+        checked = [
             None if r is None else check_input(i, r, self._arg_types[i], self.plan.dtype)
             for i, r in enumerate(rows)
         ]
+        for i, a in enumerate(checked):
+            if a is not None and self._nan_refused[i] and np.isnan(a).any():
+                at = tuple(int(j) for j in np.argwhere(np.isnan(a))[0])
+                raise ExecutionError(
+                    f"input {i} has NaN at index {at}, which has no integer code "
+                    "(its nq.fake_quant refuses NaN; +-inf saturates)"
+                )
+        return checked
 
     def _push_checked(self, rows: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
         """``push`` of rows already converted and checked (``stream`` checks whole inputs)."""

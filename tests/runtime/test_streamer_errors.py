@@ -1,0 +1,251 @@
+"""``nanoir.Streamer`` refuses a push exactly when ``nanoir.run`` refuses the same input, with a
+``nanoir.Error`` and before anything runs (the stream goes on without it); what it accepts,
++-inf included, streams equal to the whole run bit for bit (nq, nh; nf float32 sums in
+another order, so to 1e-5). ``mem_dim`` is an int in
+1..rank-1 of the streamed inputs.
+
+Mutants this file catches (each re-applied by hand, in a copy, and seen to fail here):
+
+- ``quantize_inputs`` without its NaN check (an nh NaN push is the bare ValueError of
+  ``quantize_to_int`` again): ``test_a_push_is_refused_exactly_when_run_refuses``,
+  ``test_nan_is_a_nanoir_error_in_run_and_push``;
+- ``Streamer._check`` skipping the channel check (a 0-row push with 5 channels accepted):
+  ``test_a_zero_row_push_is_checked_and_fixes_no_batch`` and the property;
+- the batch fixed by the first push whatever its rows (``c.shape[self.mem_dim] > 0`` dropped
+  from the chunk filter, so a 0-row push fixes the batch): ``test_a_zero_row_push_...``;
+- the shapes fixed before the runner's checks (``self._shape`` set before ``check``), so an
+  nh NaN push refused by the runner still fixes the batch: the property;
+- ``StreamRunner._nan_refused`` all False (an nq NaN push fails mid-step and ends the
+  stream): ``test_an_nq_nan_push_is_refused_up_front``;
+- ``check_mem_dim`` without its range check: ``test_mem_dim_must_be_a_streamed_dim``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from xdsl.dialects.builtin import ModuleOp
+
+import nanoir
+from nanoir.testing.programs import examples, streaming_program
+
+LONG_ENOUGH = 7
+"""Rows the whole run needs at least (c3's window reads 5 rows of h)."""
+
+
+def _programs() -> dict[str, ModuleOp]:
+    nf = nanoir.parse(streaming_program())
+    module = nanoir.parse(streaming_program())
+    x = np.random.default_rng(0).standard_normal((2, 4, 24)).astype(np.float32)
+    nanoir.quantize(module, [x], act_bits=8, weight_bits=4)
+    return {"nf": nf, "nq": module.clone(), "nh": lower_to_hw(module)}
+
+
+PROGRAMS = _programs()
+
+
+def _refused_by_run(program: ModuleOp, a: np.ndarray) -> bool:
+    """Whether ``nanoir.run`` refuses ``a`` as (the start of) a whole input, padded with zero
+    rows to a length the program takes; any error other than ``nanoir.Error`` propagates."""
+    filler = np.zeros((*a.shape[:2], LONG_ENOUGH), dtype=a.dtype)
+    try:
+        nanoir.run(program, np.concatenate([a, filler], axis=2))
+    except nanoir.Error:
+        return True
+    return False
+
+
+@st.composite
+def _chunk(draw: st.DrawFn) -> np.ndarray | None:
+    """One push: mostly well formed, sometimes with the wrong rank, channels or batch, +-inf,
+    NaN, integer codes (some out of i8), or no array at all."""
+    if draw(st.integers(0, 15)) == 0:
+        return None
+    rows = draw(st.integers(0, 6))
+    batch = draw(st.sampled_from([2, 2, 2, 2, 1, 3]))
+    channels = draw(st.sampled_from([4, 4, 4, 4, 4, 3, 5]))
+    rank = draw(st.sampled_from([3] * 8 + [2, 4]))
+    shape = {2: (batch, channels), 3: (batch, channels, rows), 4: (batch, channels, rows, 1)}
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    dtype = draw(st.sampled_from([np.float32, np.float32, np.float64, np.int16]))
+    if dtype == np.int16:
+        a = rng.integers(-128, 128, size=shape[rank]).astype(np.int16)
+        if a.size and draw(st.integers(0, 3)) == 0:
+            a.flat[draw(st.integers(0, a.size - 1))] = 300  # not an i8 code
+        return a
+    a = (rng.standard_normal(shape[rank]) * 2).astype(dtype)
+    for special in draw(st.lists(st.sampled_from([np.inf, -np.inf, np.nan]), max_size=2)):
+        if a.size:
+            a.flat[draw(st.integers(0, a.size - 1))] = special
+    return a
+
+
+def _kind(a: np.ndarray) -> str:
+    return "float" if a.dtype.kind == "f" else "integer"
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.sampled_from(sorted(PROGRAMS)), st.lists(_chunk(), max_size=8))
+def test_a_push_is_refused_exactly_when_run_refuses(
+    level: str, chunks: list[np.ndarray | None]
+) -> None:
+    """The oracle is written here: the wrong rank or channel count, a batch or dtype kind
+    other than the first push with rows had, or an input ``nanoir.run`` refuses (NaN at the
+    nh and nq levels, a code outside i8 at nh); whatever is accepted streams equal to the
+    whole run of the accepted rows."""
+    program = PROGRAMS[level]
+    streamer = nanoir.Streamer(program, mem_dim=2)
+    batch: int | None = None
+    kind: str | None = None
+    accepted: list[np.ndarray] = []
+    pieces: list[list[np.ndarray]] = [[], []]
+
+    def keep(outs: list[np.ndarray | None], b: int) -> None:
+        for k, y in enumerate(outs):
+            assert y is not None and y.ndim == 3
+            if y.shape[2]:
+                pieces[k].append(y)
+            else:
+                assert y.shape[0] == b  # an empty array of the stream's batch
+
+    for a in chunks:
+        if a is None:
+            refused = False
+        elif a.ndim != 3 or a.shape[1] != 4:
+            refused = True
+            if a.ndim == 3:
+                assert _refused_by_run(program, a)
+        elif (batch is not None and a.shape[0] != batch) or kind not in (None, _kind(a)):
+            refused = True  # not one whole input with the rows before it
+        else:
+            refused = _refused_by_run(program, a)
+            nan = a.dtype.kind == "f" and bool(np.isnan(a).any())
+            if level != "nf" and nan:
+                assert refused  # the levels that quantize the input refuse NaN
+        event(f"{level} push {'refused' if refused else 'accepted'}")
+        if refused:
+            with pytest.raises(nanoir.Error):
+                streamer.push(a)
+            continue
+        outs = streamer.push(a)
+        if a is not None and a.shape[2]:
+            batch = batch if batch is not None else a.shape[0]
+            kind = kind or _kind(a)
+            accepted.append(a)
+        keep(outs, batch if batch is not None else (a.shape[0] if a is not None else 0))
+    # Make the stream long enough for the whole run, then end it.
+    last = np.ones((batch or 2, 4, LONG_ENOUGH), np.int16 if kind == "integer" else np.float32)
+    accepted.append(last)
+    keep(streamer.push(last), batch or 2)
+    keep(streamer.flush(), batch or 2)
+    whole = np.concatenate(accepted, axis=2)
+    want = nanoir.run(program, whole)
+    for k, w in enumerate(want):
+        got = np.concatenate(pieces[k], axis=2)
+        assert got.dtype == w.dtype and got.shape == w.shape
+        if level == "nf":  # float32 sums in another order (and NaN passes through)
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+        else:
+            assert got.tobytes() == w.tobytes()
+
+
+def test_nan_is_a_nanoir_error_in_run_and_push() -> None:
+    """nh programs quantize float inputs; NaN has no code: ``run``, ``stream`` and a push say
+    so with an ``ExecutionError`` naming the input and where, and the stream goes on."""
+    x = np.random.default_rng(1).standard_normal((2, 4, 9)).astype(np.float32)
+    bad = x.copy()
+    bad[1, 2, 3] = np.nan
+    hw = PROGRAMS["nh"]
+    for call in (
+        lambda: nanoir.run(hw, bad),
+        lambda: nanoir.stream(hw, [bad]),
+        lambda: nanoir.Streamer(hw).push(bad),
+    ):
+        with pytest.raises(nanoir.Error, match=r"input 0 has NaN at index \(1, 2, 3\)"):
+            call()
+    streamer = nanoir.Streamer(hw)
+    with pytest.raises(nanoir.Error):
+        streamer.push(bad)
+    got = [np.concatenate(p, axis=2) for p in zip(streamer.push(x), streamer.flush())]
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, nanoir.run(hw, x)))
+
+
+def test_an_nq_nan_push_is_refused_up_front() -> None:
+    """An nq program's input feeds ``nq.fake_quant`` only, which refuses NaN: the push says so
+    before any window runs, so the stream is not left half-stepped and goes on."""
+    x = np.random.default_rng(2).standard_normal((2, 4, 9)).astype(np.float32)
+    bad = x[:, :, :2].copy()
+    bad[0, 0, 1] = np.nan
+    nq = PROGRAMS["nq"]
+    with pytest.raises(nanoir.Error):
+        nanoir.run(nq, np.concatenate([bad, x], axis=2))
+    streamer = nanoir.Streamer(nq)
+    parts = [streamer.push(x[:, :, :3])]
+    with pytest.raises(nanoir.Error, match=r"input 0 has NaN at index \(0, 0, 1\)"):
+        streamer.push(bad)
+    parts += [streamer.push(x[:, :, 3:]), streamer.flush()]
+    for k, w in enumerate(nanoir.run(nq, x)):
+        assert np.concatenate([p[k] for p in parts], axis=2).tobytes() == w.tobytes()
+
+
+def test_a_zero_row_push_is_checked_and_fixes_no_batch() -> None:
+    x = np.random.default_rng(3).standard_normal((2, 4, 8)).astype(np.float32)
+    hw = PROGRAMS["nh"]
+    streamer = nanoir.Streamer(hw)
+    with pytest.raises(nanoir.Error, match=r"input 0 has shape \(2, 5, 0\), expected \?x4x\?"):
+        streamer.push(np.zeros((2, 5, 0), np.float32))
+    empty = streamer.push(np.zeros((3, 4, 0), np.float32))  # batch 3, but no rows
+    assert [y.shape for y in empty] == [(3, 3, 0), (3, 5, 0)]
+    first = streamer.push(x[:, :, :4])  # the first push with rows fixes batch 2
+    with pytest.raises(nanoir.Error, match=r"input 0 has shape \(3, 4, 0\), expected 2x4x\?"):
+        streamer.push(np.zeros((3, 4, 0), np.float32))
+    with pytest.raises(nanoir.Error, match=r"input 0 has shape \(1, 4, 2\), expected 2x4x\?"):
+        streamer.push(x[:1, :, 4:6])
+    with pytest.raises(nanoir.Error, match="int16 .integer., but this stream's earlier rows"):
+        streamer.push(np.zeros((2, 4, 1), np.int16))
+    assert [y.shape for y in streamer.push(x[:, :, 4:4])] == [(2, 3, 0), (2, 5, 0)]
+    rest, end = streamer.push(x[:, :, 4:]), streamer.flush()
+    for k, w in enumerate(nanoir.run(hw, x)):
+        assert np.concatenate([first[k], rest[k], end[k]], axis=2).tobytes() == w.tobytes()
+    streamer.reset()  # a new stream may have another batch
+    assert streamer.push(x[:1, :, :2])[0].shape[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("mem_dim", "message"),
+    [
+        (-1, r"mem_dim must be in 1\.\.rank-1 .* got -1"),
+        (0, r"mem_dim must be in 1\.\.rank-1 .*dim 0 is the batch.* got 0"),
+        (3, r"mem_dim must be in 1\.\.rank-1 .*input ranks: 3\), got 3"),
+        ("2", "mem_dim must be an int, got str '2'"),
+        (None, "mem_dim must be an int, got NoneType"),
+        (2.0, "mem_dim must be an int, got float"),
+        (True, "mem_dim must be an int, got bool"),
+    ],
+)
+def test_mem_dim_must_be_a_streamed_dim(mem_dim: object, message: str) -> None:
+    for level in ("nh", "nf"):
+        with pytest.raises(nanoir.errors.ArgumentError, match=message):
+            nanoir.Streamer(PROGRAMS[level], mem_dim)  # type: ignore[arg-type]
+        with pytest.raises(nanoir.errors.ArgumentError, match=message):
+            nanoir.stream(PROGRAMS[level], [np.zeros((1, 4, 8), np.float32)], mem_dim=mem_dim)  # type: ignore[arg-type]
+    assert nanoir.Streamer(PROGRAMS["nh"], np.int64(2)).mem_dim == 2
+
+
+def test_inf_streams_equal_to_the_whole_run() -> None:
+    """+-inf saturates where the input is quantized (nh, nq) and passes through nf: the same
+    either way, at every level."""
+    x = np.random.default_rng(4).standard_normal((2, 4, 12)).astype(np.float32)
+    x[0, 1, 2], x[1, 3, 7], x[0, 0, 11] = np.inf, -np.inf, np.inf
+    for level, program in PROGRAMS.items():
+        streamer = nanoir.Streamer(program)
+        parts = [streamer.push(x[:, :, a : a + 3]) for a in range(0, 12, 3)] + [streamer.flush()]
+        for k, w in enumerate(nanoir.run(program, x)):
+            got = np.concatenate([p[k] for p in parts], axis=2)
+            if level == "nf":  # float32 sums in another order
+                np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, equal_nan=True)
+            else:
+                assert np.isfinite(got).all() and got.tobytes() == w.tobytes(), level
