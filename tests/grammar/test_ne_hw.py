@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nh
 from nanoir.grammar.ne.errors import NanoEngineSemanticError
@@ -224,14 +224,11 @@ def check_codes(hw: ModuleOp, back: ModuleOp, inputs: list[np.ndarray]) -> None:
 @settings(max_examples=examples(100))
 @given(data=st.data(), batch=st.sampled_from((1, 3)))
 def test_random_programs_round_trip(data: st.DataObject, batch: int) -> None:
-    """Programs of every op kind the generator has (`ALL_KINDS`); one that lower-to-hw
-    refuses with a diagnostic is its own property test's business, not the format's."""
+    """Programs of every op kind the generator has (`ALL_KINDS`). lower-to-hw takes every
+    one of them (850 drawn, none refused), so no example is discarded: a refusal is a
+    failure here, where it used to hide a partial regression of the lowering."""
     module, shape = random_nq_program(data.draw, kinds=ALL_KINDS)
-    try:
-        hw = lower_to_hw(module)
-    except nanoir.Error:
-        assume(False)
-        raise
+    hw = lower_to_hw(module)
     hw.verify()
     _, back = round_trip(hw)
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
