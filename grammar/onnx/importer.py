@@ -24,6 +24,9 @@ same op type mean the same. What ONNX says differently is translated before that
 - `BatchNormalization` with `training_mode=1` (NanoEngine-PyTorch writes it even for
   inference) warns once and is read with its stored running statistics; its extra outputs
   (the updated statistics) must be unused;
+- `PRelu`'s slope broadcasts from the right in ONNX, per channel (dim 1) in the row: a slope
+  that is 1 on every dim but dim 1 once aligned (`[C, 1, 1]` of NCHW, `[C]` of a rank-2 input)
+  or a single value is read as the row's 1-D slope; any other slope is refused;
 - `Constant` nodes and `Identity` make no op; trailing optional outputs nobody reads (MaxPool's
   Indices) are dropped.
 
@@ -35,7 +38,12 @@ symbolic dims dynamic (`tensor<?x3x8x8xf32>` for a batch `N`). Node names are re
 
 Every problem is one `OnnxImportError` (a `nanoir.errors.FileFormatError`) naming the file and
 the node: bad protobuf, missing initializers or values, an op nanoir does not map, a `Q` with
-the wrong arity or `bit_len`, a QDQ pair with a non-power-of-two scale or a non-zero zero point.
+the wrong arity or `bit_len`, a QDQ pair with a non-power-of-two scale or a non-zero zero point;
+a tensor defined twice, an opset newer than ONNX's, what `onnx.checker` and strict type
+inference refuse (declared shapes aside: value_info shapes are not used, graph outputs are
+compared with what the reader computes); tensors stored as external data when the model was
+read without a folder (stdin, bytes: never looked for in the working directory); shape
+computations too large to fold (`fold.py`'s bounds, checked before computing).
 """
 
 from __future__ import annotations
@@ -280,9 +288,10 @@ class _Reader:
 
     def _check_model(self) -> None:
         """`onnx.checker`'s full check (structure, schemas, single definitions, types by strict
-        inference), except that a declared shape may disagree with the inferred one: graph
-        outputs are checked against what the reader computed, and NanoEngine-PyTorch's files
-        declare padded shapes that inference does not reproduce."""
+        inference), except that declared shapes are not compared with inferred ones: value_info
+        shapes are hints the reader does not use, and graph outputs are compared with the
+        shapes the reader computes (`run`). Runs after the reader, whose messages are better
+        located, on a copy of the model."""
         copy = self.onnx.ModelProto()
         copy.CopyFrom(self.model)
         infos = [*copy.graph.output, *copy.graph.value_info]
