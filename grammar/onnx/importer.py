@@ -146,7 +146,9 @@ def import_onnx_bytes(
 ) -> ModuleOp:
     """The nf/nq IR of ONNX file contents; `OnnxImportError` for anything it cannot read.
 
-    `base_dir` is where tensors stored as external data are looked for (none if None)."""
+    `base_dir` is where tensors stored as external data are looked for; with None (stdin,
+    bytes) a model with external data is refused, never resolved against the working
+    directory."""
     onnx = _onnx(filename)
     try:
         model = onnx.load_model_from_string(raw)
