@@ -288,19 +288,27 @@ class _Reader:
                     "read the model from its file instead"
                 )
 
-    def _check_model(self) -> None:
+    def _check_model(self, results: Sequence[SSAValue]) -> None:
         """`onnx.checker`'s full check (structure, schemas, single definitions, types by strict
         inference), except that declared shapes are not compared with inferred ones: value_info
         shapes are hints the reader does not use, and graph outputs are compared with the
         shapes the reader computes (`run`). Runs after the reader, whose messages are better
-        located, on a copy of the model."""
+        located, on a copy of the model. A graph output declared with no type (onnxruntime
+        reads it) is checked with the element type the reader computed for it."""
+        for out in self.graph.output:
+            if out.type.HasField("tensor_type") and not out.type.tensor_type.elem_type:
+                raise self.error(f"graph output '{out.name}' has element type UNDEFINED")
         copy = self.onnx.ModelProto()
         copy.CopyFrom(self.model)
         infos = [*copy.graph.output, *copy.graph.value_info]
         for info in infos:
             if info.type.HasField("tensor_type"):
                 info.type.tensor_type.ClearField("shape")
-        for info in copy.graph.output:
+        for info, value in zip(copy.graph.output, results):
+            if info.type.WhichOneof("value") is None:
+                elt = value.type.get_element_type() if isinstance(value.type, TensorType) else None
+                codes = {t: code for code, t in _FLOAT_TYPES.items()}
+                info.type.tensor_type.elem_type = codes.get(elt, 0)  # type: ignore[arg-type]
             if info.type.HasField("tensor_type"):
                 info.type.tensor_type.shape.SetInParent()  # the checker wants one; unused here
         try:
@@ -365,7 +373,7 @@ class _Reader:
             results.append(value)
         if not results:
             raise self.error("the graph has no outputs")
-        self._check_model()
+        self._check_model(results)
         ret = ReturnOp(*results)
         for op in (*self.const_ops, *self.ops):
             if op in self.bypassed and not any(r.uses for r in op.results):

@@ -323,6 +323,34 @@ def test_a_declared_shape_inference_disagrees_with_is_not_refused_by_the_checker
     )
 
 
+def test_a_graph_output_declared_without_a_type_reads() -> None:
+    """onnxruntime reads a graph output declared with no type; so does nanoir, though
+    `onnx.checker` requires one (an element type UNDEFINED, which onnxruntime refuses, is
+    refused: the checker misses it). Mutants killed: checking the model as declared (refused:
+    "Field 'type' of 'value_info' is required"); no check of UNDEFINED."""
+
+    def data(out: onnx.ValueInfoProto) -> bytes:
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"], name="r")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [out],
+        )
+        return helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 17)]
+        ).SerializeToString()
+
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    untyped = data(helper.make_empty_tensor_value_info("y"))
+    np.testing.assert_array_equal(run_ort(untyped, x), np.maximum(x, 0))
+    np.testing.assert_array_equal(run_nanoir(untyped, x), np.maximum(x, 0))
+    undefined = data(helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None))
+    with pytest.raises(Exception):  # noqa: B017  onnxruntime's own error types
+        run_ort(undefined, x)
+    with pytest.raises(OnnxImportError, match="graph output 'y' has element type UNDEFINED"):
+        run_nanoir(undefined, x)
+
+
 def test_quantize_linear_with_output_dtype_int8_reads() -> None:
     """`QuantizeLinear(output_dtype=INT8)` (no zero point) -> `DequantizeLinear`: int8 codes,
     half to even, equal to onnxruntime. Mutant killed: the DequantizeLinear taking ONNX's
