@@ -82,6 +82,8 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.transforms.dead_code_elimination import region_dce
 
+from nanoir.errors import ArgumentError
+
 
 class LowerReturn(HwPattern):
     """``func.return`` of nq values → ``func.return`` of their nh values."""
@@ -172,6 +174,8 @@ def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
 
 def lower_to_hw(module: ModuleOp, *, allow_overflow: bool = False) -> ModuleOp:
     """Lower every function of an nq program to nh, in place; returns the module."""
+    if not isinstance(module, ModuleOp):
+        raise ArgumentError(f"module must be a program (a ModuleOp), got {type(module).__name__}")
     for op in list(module.body.block.ops):
         if isinstance(op, FuncOp):
             new = lower_function(op, allow_overflow=allow_overflow)

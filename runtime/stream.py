@@ -649,16 +649,18 @@ def _repeats_grid(chain: list[_NodeRun], k: int, dtype: np.dtype[Any]) -> bool:
 
 
 def check_mem_dim(func: FuncOp, mem_dim: Any) -> int:
-    """``mem_dim`` as an int in 1..rank-1 of the inputs it streams (dim 0 is the batch), and a
-    dim of at least one input, else :class:`ArgumentError`."""
+    """``mem_dim`` as an int in 2..rank-1 of the inputs it streams, else
+    :class:`ArgumentError`: dim 0 is the batch and dim 1 the channels, which the stream plan
+    never splits, and at least one input must have the dim."""
     ranks = [
         len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
     ]
     dim = int_argument("mem_dim", mem_dim, -(2**63))
-    if not 1 <= dim < max(ranks, default=0):
+    if not 2 <= dim < max(ranks, default=0):
         raise ArgumentError(
-            f"mem_dim must be in 1..rank-1 of the inputs of @{func.sym_name.data} it streams "
-            f"(dim 0 is the batch; input ranks: {', '.join(map(str, ranks)) or 'none'}), got {dim}"
+            f"mem_dim must be a spatial dim of the inputs of @{func.sym_name.data} it streams, "
+            f"in 2..rank-1 (dim 0 is the batch, dim 1 the channels; input ranks: "
+            f"{', '.join(map(str, ranks)) or 'none'}), got {dim}"
         )
     return dim
 

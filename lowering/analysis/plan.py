@@ -31,6 +31,8 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
+from nanoir.errors import ArgumentError, int_argument
+
 __all__ = [
     "BufferPlan",
     "CacheBuffer",
@@ -222,6 +224,11 @@ def parse_steps(
 ) -> tuple[tuple[int, int], ...]:
     """``"2:1,3:5"`` (or ``[(2, 1), (3, 5)]``) as checked ``(dim, step)`` pairs; the streamed
     dim comes first, with step 1 unless given."""
+    mem_dim = int_argument("mem_dim", mem_dim, -(2**63))
+    if steps is not None and not isinstance(steps, (str, Sequence)):
+        raise ArgumentError(
+            f'steps must be "dim:step,..." or (dim, step) pairs, got {type(steps).__name__}'
+        )
     if mem_dim < 2:
         raise StreamPlanError(f"stream-plan: mem_dim {mem_dim} must be a spatial dim (>= 2)")
     pairs: list[tuple[int, int]] = []

