@@ -450,6 +450,38 @@ def test_ema_one_bit_per_channel_and_near_zero_channels() -> None:
     assert y[0, 0] == 1.0 and y[1, 3] == -0.25 and y[1, 0] == 0.25  # sign * 2**k, 0 -> +
 
 
+@pytest.mark.parametrize("learner", ["ema", "lsq"])
+def test_per_tensor_bias_cap_binds_in_export_convert_and_training(learner: str) -> None:
+    """A per-tensor bias (rule ``/pt``) of a conv with per-channel weight exponents ``kw``
+    and a bias far finer than any: its one exponent is ``min(kx + kw)`` (written here),
+    in the exported exponents, in the converted program and in a training forward.
+
+    Mutants this kills: ``cap.min()`` -> ``cap.max()`` for a per-tensor bias in
+    ``export_exponents`` (nanoir/qat/api.py; it passed the suite before) and in
+    ``Quantizer.forward`` (nanoir/qat/quantizer.py)."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    conv = nn.Conv1d(2, 3, 3)
+    with torch.no_grad():
+        conv.weight.mul_(torch.tensor([8.0, 1.0, 1 / 8]).reshape(3, 1, 1))
+        conv.bias.copy_(torch.tensor([1e-4, -2e-4, 3e-4]))
+    x = np.random.default_rng(0).standard_normal((3, 2, 7)).astype(np.float32)
+    q = qat.prepare(conv.eval(), (torch.from_numpy(x),), rules=("bias@.*=8/pt",), learner=learner)
+    qat.calibrate(q, [x])
+    q.quantizer("bias").set_exponents([20])  # its own exponent: never binding
+    exported = qat.export_exponents(q)
+    (kx,), kw = exported["input"]["exp"], exported["weight"]["exp"]
+    assert len(set(kw)) == 3  # the case: the caps differ per channel
+    want = min(kx + k for k in kw)
+    assert exported["bias"]["exp"] == [want]
+    module = assert_exact(q, x)
+    assert _exps_of(module, "bias") == [want]
+    q.train()
+    q(torch.from_numpy(x))
+    assert q.quantizer("bias").last_k.reshape(-1).tolist() == [want]
+
+
 @pytest.mark.parametrize(
     ("absmax", "target"),
     [
