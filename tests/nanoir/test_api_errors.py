@@ -10,11 +10,11 @@ missing files. ``test_every_public_function_has_a_row`` keeps it complete as the
 Rows marked ``_elsewhere(...)`` fail today in code another change owns; they are strict
 ``xfail``s, so the suite says when they start to pass (then drop the mark).
 
-Mutants this file catches (re-applied by hand in a copy, each seen to fail here):
-``find_function`` without its ModuleOp check (run/compile_module/Streamer/stream/stream_plan
-of None raise AttributeError); ``compile_model`` raising a bare ValueError for ``stop``;
-``numeric_dtype`` passing ``np.dtype`` through unchecked (``dtype=str`` accepted);
-``as_array`` without its try (a ragged list is a bare ValueError).
+Mutants this file catches (each applied in a copy and seen to fail here): ``find_function``
+without its ModuleOp check (run/compile_module/Streamer/stream/stream_plan of None raise
+AttributeError); ``compile_model`` raising a bare ValueError for ``stop``; ``numeric_dtype``
+without its kind check (``dtype=str`` accepted); ``as_array`` catching nothing (a ragged list
+is a bare ValueError).
 """
 
 from __future__ import annotations

@@ -5,19 +5,20 @@ another order, so to 1e-5). ``mem_dim`` is an int in
 2..rank-1 of the streamed inputs (the issue says 1..rank-1, but the stream plan never
 splits dim 1, the channels, and streaming along it failed deep in a kernel).
 
-Mutants this file catches (each re-applied by hand, in a copy, and seen to fail here):
+Mutants this file catches (each applied in a copy and seen to fail the named tests):
 
 - ``quantize_inputs`` without its NaN check (an nh NaN push is the bare ValueError of
-  ``quantize_to_int`` again): ``test_a_push_is_refused_exactly_when_run_refuses``,
-  ``test_nan_is_a_nanoir_error_in_run_and_push``;
-- ``Streamer._check`` skipping the channel check (a 0-row push with 5 channels accepted):
-  ``test_a_zero_row_push_is_checked_and_fixes_no_batch`` and the property;
-- the batch fixed by the first push whatever its rows (``c.shape[self.mem_dim] > 0`` dropped
-  from the chunk filter, so a 0-row push fixes the batch): ``test_a_zero_row_push_...``;
-- the shapes fixed before the runner's checks (``self._shape`` set before ``check``), so an
-  nh NaN push refused by the runner still fixes the batch: the property;
-- ``StreamRunner._nan_refused`` all False (an nq NaN push fails mid-step and ends the
-  stream): ``test_an_nq_nan_push_is_refused_up_front``;
+  ``quantize_to_int`` again): the property and ``test_nan_is_a_nanoir_error_in_run_and_push``;
+- ``Streamer._check`` without the dim comparison (a 0-row push with 5 channels accepted):
+  the property and ``test_a_zero_row_push_is_checked_and_fixes_no_batch``;
+- 0-row chunks handed to the runner (``== 0`` in the chunk filter made ``== -1``, so a 0-row
+  push fixes the batch): the same two;
+- the shape never fixed (``if False`` for the first push with rows): the 0-row test;
+- the dtype kind unchecked: the property and the 0-row test;
+- the shapes fixed before the runner's checks, so an nh NaN push that is refused still fixes
+  the batch: the property;
+- ``StreamRunner._nan_refused`` all False (an nq NaN push fails mid-step and ends the stream):
+  ``test_an_nq_nan_push_is_refused_up_front``;
 - ``check_mem_dim`` without its range check: ``test_mem_dim_must_be_a_streamed_dim``.
 """
 
