@@ -121,18 +121,21 @@ class Streamer:
         and every dim but ``mem_dim`` (declared, or fixed by the first push with rows)."""
         if rows is None:
             return None
-        a = as_array(index, rows)
+        a = rows if type(rows) is np.ndarray and rows.dtype.kind in "fiu" else as_array(index, rows)
         declared = self._declared[index]
         if not self._runner.streamed[index] or declared is None:
             return a  # a whole input: the runner checks it as run does
         fixed = self._shape[index]
-        want = ["?" if d == DYNAMIC_INDEX else str(d) for d in (fixed or declared)]
-        want[self.mem_dim] = "?"
-        if a.ndim != len(declared) or any(w != "?" and int(w) != n for w, n in zip(want, a.shape)):
+        want = fixed or declared
+        shape, dim = a.shape, self.mem_dim
+        if len(shape) != len(want) or any(
+            w != DYNAMIC_INDEX and w != n and d != dim for d, (w, n) in enumerate(zip(want, shape))
+        ):
+            text = ["?" if d == dim or w == DYNAMIC_INDEX else str(w) for d, w in enumerate(want)]
             since = " (its other dims fixed by the first push with rows)" if fixed else ""
             raise ExecutionError(
-                f"Streamer.push: input {index} has shape {tuple(a.shape)}, expected "
-                f"{'x'.join(want)}{since}"
+                f"Streamer.push: input {index} has shape {tuple(shape)}, expected "
+                f"{'x'.join(text)}{since}"
             )
         kind = "float" if a.dtype.kind == "f" else "integer"
         if self._kind[index] not in (None, kind):
