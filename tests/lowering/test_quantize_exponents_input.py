@@ -10,8 +10,12 @@ Mutants checked (each, applied in a private copy, fails a test here):
   properties and ``test_edges_of_the_range``;
 - the bool check in ``_exponent`` removed: ``test_hostile_values_are_refused``;
 - ``checked_bits`` accepting ``True`` (the bool test removed): ``test_bits_must_be_ints``;
-- the ``os.stat`` kind check in ``_read_regular_file`` removed (open first): the FIFO and
-  ``/dev/zero`` subprocess tests time out or fail;
+- the ``os.stat`` kind check in ``_read_regular_file`` removed (the descriptor's check
+  still refuses): ``test_the_kind_is_checked_before_any_open``; removed together with
+  ``O_NONBLOCK`` (a plain open first): the FIFO subprocess test times out as well;
+- ``O_NONBLOCK`` dropped from the open (in quantize_import or arrays):
+  ``test_a_path_swapped_for_a_fifo_after_the_stat`` times out;
+- the descriptor's ``fstat`` re-check removed: the same test (a FIFO read as empty JSON);
 - the size limit check removed: ``test_exponent_file_size_limit``;
 - the ``_nesting`` depth check removed (``RecursionError`` or a parsed deep list instead):
   ``test_deep_json_is_refused``;
@@ -315,6 +319,59 @@ def test_a_fifo_is_refused_without_waiting(tmp_path: Path, option: str) -> None:
     os.mkfifo(fifo)
     proc = _opt_quantize(tmp_path, f'{option}="{fifo}"', timeout=30)
     _one_message(proc, str(fifo), "FIFO", "only a regular file")
+
+
+def test_the_kind_is_checked_before_any_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``os.stat`` decides first: a FIFO, device or directory is never opened at all."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    opened: list[Any] = []
+
+    def no_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(path)  # never really opened: a FIFO would block this process
+        raise AssertionError(f"{path} was opened")
+
+    monkeypatch.setattr(os, "open", no_open)
+    monkeypatch.setattr("builtins.open", no_open)
+    for path, kind in [(fifo, "FIFO"), ("/dev/zero", "a device"), (tmp_path, "a directory")]:
+        with pytest.raises(QuantizeError, match=kind):
+            load_exponents(path)
+        with pytest.raises(QuantizeError, match=kind):
+            QuantizePass(calibration=str(path)).apply(nanoir.make_context(), net())
+    assert opened == []
+
+
+SWAPPED = """
+import os, sys
+from nanoir.lowering.quantize_import import load_exponents
+from nanoir.runtime.arrays import load_arrays
+fifo, regular, which = sys.argv[1:]
+real_stat = os.stat
+os.stat = lambda p, *a, **k: real_stat(regular if os.fspath(p) == fifo else p, *a, **k)
+try:
+    load_exponents(fifo) if which == "exponents" else load_arrays(fifo, regular_only=True)
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+@pytest.mark.parametrize("which", ["exponents", "calibration"])
+def test_a_path_swapped_for_a_fifo_after_the_stat(tmp_path: Path, which: str) -> None:
+    """The stat says "regular file" (as if the path were replaced by a FIFO just after it):
+    the open does not block (O_NONBLOCK) and the open descriptor is checked again. Without a
+    writer a blocking open would wait forever, so this runs in a subprocess with a timeout."""
+    fifo, regular = tmp_path / "pipe", _write(tmp_path, "{}")
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-c", SWAPPED, str(fifo), str(regular), which],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "FIFO (named pipe); only a regular file is read" in proc.stdout
 
 
 def test_exponent_file_size_limit(tmp_path: Path) -> None:
