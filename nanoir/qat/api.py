@@ -59,7 +59,7 @@ Abbreviations: ema = exponential moving average, lsq = learned step size quantiz
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     BytesAttr,
     DenseIntOrFPElementsAttr,
     ModuleOp,
@@ -404,19 +405,72 @@ def calibrate(
     """Start every exponent from nanoir's calibrators (``absmax``, NanoEngine's rule, or
     ``mse``; default the one given to :func:`prepare`) on ``batches`` (NumPy arrays, torch
     tensors, or ``(inputs, labels)`` pairs), run through the float program with the current
-    weights: afterwards the module computes the PTQ program ``quantize`` gives."""
+    weights: afterwards the module computes the PTQ program ``quantize`` gives. A batch input
+    that is not a real numeric array of the input's shape with at least one row is refused
+    with a :class:`QATError` naming the batch."""
 
     config = qat.config
     if calibrator is not None:
         config = qz.QuantConfig(**{**config.__dict__, "calibrator": calibrator})
     module = float_program(qat)
-    targets = qz.quantize_function(
-        find_function(module, qat.function), batches, config, progress=progress
-    )
+    func = find_function(module, qat.function)
+    checked = _checked_batches(batches, [value_shape(a) for a in func.body.block.args])
+    targets = qz.quantize_function(func, checked, config, progress=progress)
     for t in targets:
         assert t.exps is not None
         qat.quantizer(t.name).set_exponents(np.asarray(t.exps).reshape(-1))
     return qat
+
+
+_KINDS = {"U": "strings", "S": "bytes", "c": "complex numbers", "M": "dates", "m": "durations"}
+
+
+def _spelled(shape: Sequence[int]) -> str:
+    return "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape)
+
+
+def _checked_batches(
+    batches: Iterable[Any], shapes: Sequence[Sequence[int]]
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """``batches`` read as ``quantize`` reads them (a batch is one array, or a tuple or list
+    whose first items are the inputs, e.g. ``(inputs, labels)``), each input refused with a
+    :class:`QATError` naming the batch unless it is a real numeric array with at least one row:
+    ``quantize`` would fail on it deep inside, with a bare ``ValueError``."""
+    try:
+        iterator = iter(batches)
+    except TypeError:
+        raise QATError(
+            "nanoir.qat.calibrate: batches must be an iterable of batches (arrays, tensors or "
+            f"(inputs, labels) pairs), got {type(batches).__name__}"
+        ) from None
+    for index, batch in enumerate(iterator):
+        items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
+        arrays = []
+        for i, (item, shape) in enumerate(zip(items, shapes)):
+            where = f"nanoir.qat.calibrate: batch {index}" + (
+                f" input {i}" if len(shapes) > 1 else ""
+            )
+            want = f"expected a real numeric array shaped {_spelled(shape)}"
+            if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
+                item = item.detach().cpu().numpy()
+            a = np.asarray(item) if item is not None else None
+            if a is None or a.dtype.kind not in "biufO":
+                what = "None" if a is None else f"an array of {_KINDS.get(a.dtype.kind, a.dtype)}"
+                raise QATError(f"{where} is {what}; {want}")
+            try:
+                a = a.astype(np.float64)
+            except (TypeError, ValueError):
+                raise QATError(f"{where} holds values that are not numbers; {want}") from None
+            if a.ndim != len(shape) or any(
+                d not in (DYNAMIC_INDEX, n) for d, n in zip(shape, a.shape)
+            ):
+                raise QATError(f"{where} has shape {_spelled(a.shape)}; {want}")
+            if a.ndim and a.shape[0] == 0:
+                raise QATError(
+                    f"{where} has no rows (shape {_spelled(a.shape)}); {want}, with at least one row"
+                )
+            arrays.append(a)
+        yield tuple(arrays) if len(items) >= len(shapes) else items
 
 
 def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
