@@ -191,7 +191,9 @@ Exponents = Mapping[str, "int | Sequence[int] | np.ndarray | Mapping[str, Any]"]
 """Imported exponents by tensor name: ``k``, ``[k per channel]``, or a record
 ``{"exp": k or [k, ...], "bits": b, "rounding": mode, "axis": channel axis or None}`` (the
 form ``nanoir.qat.export_exponents`` writes; ``bits`` and ``rounding`` then override the
-options for that tensor, and ``axis`` must be the tensor's channel axis)."""
+options for that tensor, and ``axis`` must be the tensor's channel axis). Each is the user's
+statement, used as given: an integer in -60..60, else a ``QuantizeError`` naming the tensor and
+the value (``quantize_import.checked_exponents``), never clamped."""
 
 
 def _import_record(t: Target, record: np.ndarray | dict[str, Any]) -> np.ndarray:
@@ -316,7 +318,8 @@ class QuantizePass(ModulePass):
     name = "quantize"
 
     calibration: str | None = None
-    """A .npy (single input) or .npz (one array per input) file of calibration inputs."""
+    """A .npy (single input) or .npz (one array per input) file of calibration inputs (a
+    regular file: no FIFO, device or directory)."""
     batch_size: int = 32
     """Calibration batch size along the leading dim of the calibration arrays."""
     weight_bits: int = 8
@@ -338,7 +341,8 @@ class QuantizePass(ModulePass):
     function: str | None = None
     """The function to quantize (default: the only one, or @main)."""
     exponents: str | None = None
-    """A JSON file ``{"tensor name": k or [k per channel]}`` of imported (QAT) exponents."""
+    """A JSON file ``{"tensor name": k or [k per channel]}`` of imported (QAT) exponents: a
+    regular file of at most 16 MiB, each exponent an integer in -60..60."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.batch_size <= 0:
