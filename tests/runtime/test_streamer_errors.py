@@ -19,7 +19,9 @@ Mutants this file catches (each applied in a copy and seen to fail the named tes
   the batch: the property;
 - ``StreamRunner._nan_refused`` all False (an nq NaN push fails mid-step and ends the stream):
   ``test_an_nq_nan_push_is_refused_up_front``;
-- ``check_mem_dim`` without its range check: ``test_mem_dim_must_be_a_streamed_dim``.
+- ``check_mem_dim`` without its range check: ``test_mem_dim_must_be_a_streamed_dim``;
+- ``Streamer.push`` not recording a failure while running (``self._failed`` left None):
+  ``test_a_push_that_fails_while_running_ends_the_stream``.
 """
 
 from __future__ import annotations
@@ -252,3 +254,33 @@ def test_inf_streams_equal_to_the_whole_run() -> None:
                 np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-5, equal_nan=True)
             else:
                 assert np.isfinite(got).all() and got.tobytes() == w.tobytes(), level
+
+
+RELU_THEN_QUANT = """func.func @main(%x: tensor<?x2x?xf32>) -> tensor<?x2x?xf32> {
+  %r = nf.relu %x : tensor<?x2x?xf32>
+  %q = nq.fake_quant %r {bits = 8 : i64, exp = dense<3> : tensor<1xi8>} : tensor<?x2x?xf32>
+  func.return %q : tensor<?x2x?xf32>
+}"""
+
+
+def test_a_push_that_fails_while_running_ends_the_stream() -> None:
+    """Here the input reaches its fake-quant through a relu, so a NaN is found only by the
+    window that quantizes it: that push raises, and so does every later push or flush (the
+    caches are half stepped) until ``reset``, after which the stream is as new."""
+    module = nanoir.parse(RELU_THEN_QUANT)
+    x = np.arange(8, dtype=np.float32).reshape(1, 2, 4) / 8
+    bad = x.copy()
+    bad[0, 1, 2] = np.nan
+    with pytest.raises(nanoir.Error, match="contains NaN"):
+        nanoir.run(module, bad)
+    streamer = nanoir.Streamer(module)
+    streamer.push(x)
+    with pytest.raises(nanoir.Error, match="contains NaN"):
+        streamer.push(bad)
+    with pytest.raises(nanoir.Error, match="push after a failed push .*reset"):
+        streamer.push(x)
+    with pytest.raises(nanoir.Error, match="flush after a failed push .*reset"):
+        streamer.flush()
+    streamer.reset()
+    (got,) = streamer.push(x)
+    assert got.tobytes() == nanoir.run(module, x)[0].tobytes()
