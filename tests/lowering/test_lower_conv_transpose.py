@@ -189,9 +189,9 @@ def test_grouped_per_channel_exponents_are_tiled_per_group(rounding: str) -> Non
     ``[a, b, a, b]``, never repeat as ``[a, a, b, b]``. Checked against that rule written
     here: quantize's bias cap, the nh accumulator's exponents, and nq == nh bit for bit.
 
-    Mutants this kills (each passed the suite before): ``np.tile`` -> ``np.repeat`` in
-    ``LowerConvTranspose`` (lowering/hw/contraction.py, the weight layout: nq != nh) and in
-    ``_accumulator_cap`` (lowering/quantize.py, the bias cap: the bias exponents)."""
+    Mutants it kills (checked in a copy; issue 19 lists both as surviving the suite): ``np.tile`` ->
+    ``np.repeat`` in ``LowerConvTranspose`` (lowering/hw/contraction.py, the weight layout: nq !=
+    nh) and in ``_accumulator_cap`` (lowering/quantize.py, the bias cap: the bias exponents)."""
     up = grouped_upsampler()
     x = torch.randn(3, 4, 6)
     module = from_torch(up, x)

@@ -3,9 +3,9 @@ per output channel, so lowering adds it to the integer sums exactly. A per-tenso
 one exponent for every channel: the smallest of the channels' caps (the oracle below is
 that rule, computed from the program's own input and weight exponents).
 
-Mutant this kills (it passed the suite before): ``cap.min()`` -> ``cap.max()`` for a
-per-tensor bias in ``quantize_function`` (lowering/quantize.py).
-"""
+Mutant it kills (checked in a copy; it passed tests/lowering/test_quantize*.py before):
+``cap.min()`` -> ``cap.max()`` for a per-tensor bias in ``quantize_function``
+(lowering/quantize.py)."""
 
 from __future__ import annotations
 

@@ -248,8 +248,8 @@ def test_grouped_conv_transpose_bias_cap_tiles_per_group(learner: str) -> None:
     channel's accumulator ``exp(x) + exp(w)[o mod O/g]`` (``[a, b, a, b]`` plus exp(x),
     the rule of nh.conv_transpose written here), in training and in ``convert``.
 
-    Mutant this kills (it passed the suite before): ``np.tile`` -> ``np.repeat`` of the
-    weight's exponents in ``QATModule._cap`` (nanoir/qat/api.py)."""
+    Mutant it kills (checked in a copy; issue 19 lists it as surviving the suite): ``np.tile`` ->
+    ``np.repeat`` of the weight's exponents in ``QATModule._cap`` (nanoir/qat/api.py)."""
     from torch import nn
 
     torch.manual_seed(3)
@@ -457,7 +457,7 @@ def test_per_tensor_bias_cap_binds_in_export_convert_and_training(learner: str) 
     in the exported exponents, in the converted program and in a training forward.
 
     Mutants this kills: ``cap.min()`` -> ``cap.max()`` for a per-tensor bias in
-    ``export_exponents`` (nanoir/qat/api.py; it passed the suite before) and in
+    ``export_exponents`` (nanoir/qat/api.py; it passed test_qat.py before) and in
     ``Quantizer.forward`` (nanoir/qat/quantizer.py)."""
     from torch import nn
 
@@ -497,9 +497,9 @@ def test_ema_target_thresholds(absmax: float, target: float) -> None:
     divided by 0.9 when ``t < 0.5``, exactly at those bounds (the oracle is the rule written
     here, not the code). With rate 1 the new scale is the target itself.
 
-    Mutants this kills (the first passed the suite before): the ``t > 2`` threshold moved
-    (``t > 2.5``, ``t >= 2``) and the ``t < 0.5`` one (``t <= 0.5``, ``t < 0.45``) in
-    ``Quantizer._update_ema`` (nanoir/qat/quantizer.py)."""
+    Mutants it kills (checked in a copy; issue 19 lists the first as surviving the suite): the ``t >
+    2`` threshold moved (``t > 2.5``, ``t >= 2``) and the ``t < 0.5`` one (``t <= 0.5``, ``t <
+    0.45``) in ``Quantizer._update_ema`` (nanoir/qat/quantizer.py)."""
     q = qat.Quantizer("a", "act", 8, (1,), None, RoundingMode.TRUNC, "ema", 1.0, 16)
     q.train()
     q(torch.tensor([[absmax / 2, -absmax]], dtype=torch.float64))
@@ -514,9 +514,9 @@ def test_ema_exponents_just_below_a_power_of_two() -> None:
     """``Quantizer.exponents()`` is ``floor(log2 s)`` exactly: a scale one ulp below ``2**k``
     has exponent ``k - 1`` (a float ``log2`` rounds it up to ``k``), clamped to -60..60.
 
-    Mutant this kills (it passed the suite before): ``floor_log2(self.scale)`` ->
-    ``torch.floor(torch.log2(self.scale))`` in ``Quantizer.exponents`` (a test of
-    ``floor_log2`` alone does not see what ``exponents`` calls)."""
+    Mutant it kills (checked in a copy; issue 19 lists it as surviving the suite):
+    ``floor_log2(self.scale)`` -> ``torch.floor(torch.log2(self.scale))`` in ``Quantizer.exponents``
+    (a test of ``floor_log2`` alone does not see what ``exponents`` calls)."""
     below = [math.nextafter(2.0**k, 0.0) for k in (3, 0, -4, 10)]
     scales = [*below, 8.0, math.nextafter(8.0, 9.0), 2.0**70, 2.0**-70]
     q = qat.Quantizer("w", "weight", 8, (len(scales), 1), 0, RoundingMode.TRUNC, "ema", 0.1, 4)
@@ -532,8 +532,8 @@ def test_per_tensor_bias_cap_binds_at_the_smallest(learner: str) -> None:
     (as ``quantize`` does), here below its own exponent 7: the values are fake-quantized at
     exponent 3 (the NumPy oracle below: trunc to multiples of 2**-3, saturated at 8 bits).
 
-    Mutant this kills (it passed the suite before): ``cap.min()`` -> ``cap.max()`` for a
-    per-tensor quantizer in ``Quantizer.forward`` (nanoir/qat/quantizer.py)."""
+    Mutant it kills (checked in a copy; issue 19 lists it as surviving the suite): ``cap.min()`` ->
+    ``cap.max()`` for a per-tensor quantizer in ``Quantizer.forward`` (nanoir/qat/quantizer.py)."""
     q = qat.Quantizer("b", "bias", 8, (1,), None, RoundingMode.TRUNC, learner, 0.1, 3)
     assert q.int_exponents().tolist() == [7]  # 2**(b-1): its own exponent
     q.eval()

@@ -1025,9 +1025,9 @@ def test_avg_pool_kernel_equal_to_stride_with_one_sided_pads(
     window mean, counted with or without the pad, rounded as an exact rational (the oracle
     is the loop below, not a kernel).
 
-    Mutant this kills (it passed the suite before): ``and not any(begins)`` dropped from
-    the whole-tensor kernel's reshape-sum condition in ``avg_pool`` (runtime/nh.py), or
-    ``ends`` in its place; either reads windows shifted by the begin pad."""
+    Mutant it kills (checked in a copy; issue 19 lists it as surviving the suite): ``and not
+    any(begins)`` dropped from the whole-tensor kernel's reshape-sum condition in ``avg_pool``
+    (runtime/nh.py), or ``ends`` in its place; either reads windows shifted by the begin pad."""
     n = len(kernel)
     shape = [2, 3, *size]
     x = codes(np.random.default_rng(sum(pads) + n), 8, shape)
@@ -1064,9 +1064,9 @@ def test_conv_transpose_past_float32_is_exact() -> None:
     channels): the sum passes 2**24 and is odd, so no float32 computation returns it.
     A second output whose sum stays below 2**24 is exact too.
 
-    Mutant this kills (it passed the suite before): the float32/float64 choice in
-    ``nh.conv_transpose``'s kernel (runtime/nh.py, ``worst <= F32_EXACT``) widened so that
-    such sums are computed in float32."""
+    Mutant it kills (checked in a copy; issue 19 lists it as surviving the suite): the
+    float32/float64 choice in ``nh.conv_transpose``'s kernel (runtime/nh.py, ``worst <= F32_EXACT``)
+    widened so that such sums are computed in float32."""
     rng = np.random.default_rng(11)
     c = 1152
     x_sign = rng.random((1, c, 1)) < 0.5

@@ -100,9 +100,10 @@ def test_fused_conv_requant_relu_is_taken_and_exact(mode: str, shifts: list[int]
     oracle (int64 windows, integer rounding) and the whole run, at steps 1, 2 and 5. The data
     reach rounding ties and negative sums with a remainder (checked), where the modes differ.
 
-    Mutants this kills (they passed the suite before): in ``fused_requant``
-    (runtime/stream_fast.py), half_up's offset ``2**(s-1)`` changed (``2**s``, none) or its
-    rounding ``floor`` -> ``rint``; trunc's ``np.trunc`` -> ``np.floor`` or ``np.rint``."""
+    Mutants it kills (checked in a copy; issue 19 lists this kernel's as surviving the suite): in
+    ``fused_requant`` (runtime/stream_fast.py), half_up's offset ``2**(s-1)`` changed (``2**s``,
+    none) or its rounding ``floor`` -> ``rint``; trunc's ``np.trunc`` -> ``np.floor`` or
+    ``np.rint``."""
     import nanoir
 
     rng = np.random.default_rng(len(shifts) * 10 + shifts[0])
