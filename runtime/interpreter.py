@@ -251,6 +251,8 @@ def run(
     lower-to-hw) say, integer inputs are taken as codes, and the outputs come back as exact
     real values (``code * 2**-exp``) — or as the raw codes with ``raw=True``.
     """
+    if not isinstance(raw, (bool, np.bool_)):
+        raise ArgumentError(f"raw must be True or False, got {raw!r}")
     plan = compile_module(module, function=function, dtype=dtype)
     if level_of(plan.func) != "nh":
         return plan(*inputs)

@@ -959,6 +959,8 @@ def stream(
         raise ArgumentError(f"stream: runner must be a StreamRunner, got {type(runner).__name__}")
     if runner is None:
         runner = StreamRunner(module, mem_dim=mem_dim, function=function, dtype=dtype, raw=raw)
+    elif runner.func is not find_function(module, function):
+        raise ArgumentError("stream: runner was made for another program than module")
     else:
         runner.reset()
     func, dim = runner.func, runner.dim

@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import SSAValue
 
-from nanoir.errors import ArgumentError
+from nanoir.errors import ArgumentError, int_argument
 
 __all__ = ["Streamer"]
 
@@ -89,6 +89,7 @@ class Streamer:
 
     def streams_input(self, index: int) -> bool:
         """Whether input ``index`` arrives row by row (it has the streamed dim), not whole."""
+        index = int_argument("index", index, 0, self.num_inputs - 1)
         return self._runner.streamed[index]
 
     def _result_dtype(self, value: SSAValue, raw: bool) -> np.dtype[Any]:
