@@ -13,9 +13,10 @@ Each output's rows arrive exactly once and equal the whole-tensor run's rows
 before anything runs: its dtype kind (float or integer, fixed by the first push with rows),
 rank, and every dim but the streamed one (the batch and any dynamic dim fixed by the first
 push with rows, until ``reset``), as ``nanoir.run`` checks the whole input; a refused push
-(:class:`~nanoir.runtime.base.ExecutionError`) changes nothing, and the stream goes on. What it holds between pushes is the stream
-plan's caches (``nanoir.stream_plan``), so memory stays flat over an arbitrarily long stream;
-``warmup`` says, per output, how many input rows it takes before its first row.
+(:class:`~nanoir.runtime.base.ExecutionError`) changes nothing, and the stream goes on.
+What it holds between pushes is the stream plan's caches (``nanoir.stream_plan``), so memory
+stays flat over an arbitrarily long stream; ``warmup`` says, per output, how many input rows it
+takes before its first row.
 """
 
 from __future__ import annotations
@@ -47,10 +48,12 @@ class Streamer:
     ``flush()``. ``flush()`` ends the stream and returns the rest; ``reset()`` starts a new
     stream with the same compiled kernels. ``raw=True`` returns nh codes instead of reals.
 
-    ``mem_dim`` is an int in 1..rank-1 of the inputs it streams. A push whose rows ``run``
-    would refuse as part of the whole input (a NaN at the nh level, a code out of range, the
-    wrong shape or dtype) raises before anything runs and leaves the stream as it was; one
-    that fails while running (a NaN reaching an ``nq.fake_quant``) ends the stream: ``reset()``.
+    ``mem_dim`` is an int in 2..rank-1 of the inputs it streams (dim 0 is the batch, dim 1
+    the channels). A push whose rows ``run`` would refuse as part of the whole input (NaN
+    where the input is quantized: nh, or an nq input read by fake-quants only; a code out of
+    range; the wrong shape or dtype) raises before anything runs and leaves the stream as it
+    was; one that fails while running (a NaN reaching a fake-quant through other ops) ends
+    the stream until ``reset()``.
     """
 
     def __init__(

@@ -236,7 +236,8 @@ def test_mem_dim_must_be_a_streamed_dim(mem_dim: object, message: str) -> None:
         with pytest.raises(nanoir.errors.ArgumentError, match=message):
             nanoir.Streamer(PROGRAMS[level], mem_dim)  # type: ignore[arg-type]
         with pytest.raises(nanoir.errors.ArgumentError, match=message):
-            nanoir.stream(PROGRAMS[level], [np.zeros((1, 4, 8), np.float32)], mem_dim=mem_dim)  # type: ignore[arg-type]
+            x = np.zeros((1, 4, 8), np.float32)
+            nanoir.stream(PROGRAMS[level], [x], mem_dim=mem_dim)  # type: ignore[arg-type]
     assert nanoir.Streamer(PROGRAMS["nh"], np.int64(2)).mem_dim == 2
 
 
