@@ -27,7 +27,7 @@ stays exact.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,8 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+
+from nanoir.errors import ArgumentError, batches_argument
 
 __all__ = [
     "ALLOWED_BITS",
@@ -298,7 +300,16 @@ def quantize(
     ``calibration`` is an iterable of batches (arrays, tuples of arrays, torch tensors or
     ``(inputs, labels)`` pairs from a DataLoader); ``options`` are :class:`QuantConfig` fields.
     """
+    if calibration is not None:
+        batches_argument("calibration", calibration)
     if config is None:
+        unknown = sorted(set(options) - {f.name for f in fields(QuantConfig)})
+        if unknown:
+            raise ArgumentError(
+                f"quantize: unknown option(s) {', '.join(unknown)} (options: "
+                + ", ".join(f.name for f in fields(QuantConfig))
+                + ")"
+            )
         rules = tuple(
             r if isinstance(r, QuantRule) else QuantRule.parse(r) for r in options.pop("rules", ())
         )

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nanoir.errors import FileAccessError, FileFormatError
+from nanoir.errors import ArgumentError, FileAccessError, FileFormatError, path_argument
 from nanoir.errors import os_reason as _reason
 from nanoir.files import check_output_path, check_path_name, write_atomically
 
@@ -36,6 +36,10 @@ PROGRAM_FORMATS = {".mlir": "MLIR", ".ne": "NanoEngine", ".onnx": "ONNX"}
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
     """Parse and verify MLIR text; errors are ``ParseError``/``NanoirDiagnostic`` with a location."""
+    if not isinstance(text, str):
+        raise ArgumentError(f"text must be MLIR text (a str), got {type(text).__name__}")
+    if not isinstance(name, str):
+        raise ArgumentError(f"name must be a str, got {type(name).__name__}")
     # lazy: each format's reader or writer loads on first use
     from nanoir.context import make_context
     from nanoir.diagnostics import parse_and_verify
@@ -95,8 +99,8 @@ def load(path: str | Path) -> ModuleOp:
     for MLIR; ``FileFormatError`` for another extension or a file that is not UTF-8 text,
     ``FileAccessError`` for a path that cannot be read.
     """
-    check_path_name(os.fspath(path), "read")
-    path = Path(path)
+    path = Path(path_argument("path", path))
+    check_path_name(str(path), "read")
     if _program_format(path) == ".ne":
         # lazy: each format's reader or writer loads on first use
         from nanoir.grammar.ne.importer import import_nanoengine_bytes
@@ -120,8 +124,13 @@ def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> Non
     (``onnx_flavor="nanoengine"``, opset 17 + ``t2e.qmodel::Q``); what the flavour cannot
     express is an ``OnnxExportError`` naming the op (see ``nanoir.grammar.onnx.exporter``).
     """
-    check_path_name(os.fspath(path))
-    path = Path(path)
+    # lazy: xDSL loads only when a program is saved
+    from xdsl.dialects.builtin import ModuleOp
+
+    if not isinstance(module, ModuleOp):
+        raise ArgumentError(f"module must be a program (a ModuleOp), got {type(module).__name__}")
+    path = Path(path_argument("path", path))
+    check_path_name(str(path))
     contents: str | bytes
     if path.suffix == ".ne":
         # lazy: each format's reader or writer loads on first use

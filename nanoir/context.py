@@ -7,6 +7,8 @@ from collections.abc import Callable
 from xdsl.context import Context
 from xdsl.ir import Dialect
 
+from nanoir.errors import bool_argument
+
 
 def _builtin() -> Dialect:
     from xdsl.dialects.builtin import Builtin
@@ -68,6 +70,7 @@ ALL_DIALECTS: dict[str, Callable[[], Dialect]] = {
 
 def make_context(*, allow_unregistered: bool = False) -> Context:
     """A context that knows every dialect in :data:`ALL_DIALECTS`."""
+    bool_argument("allow_unregistered", allow_unregistered)
     ctx = Context(allow_unregistered=allow_unregistered)
     for name, factory in ALL_DIALECTS.items():
         ctx.register_dialect(name, factory)

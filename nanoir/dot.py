@@ -55,7 +55,7 @@ from xdsl.utils.target import Target
 
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nh import FixedAttr
-from nanoir.errors import Error, FileFormatError
+from nanoir.errors import ArgumentError, Error, FileFormatError, path_argument
 from nanoir.files import check_output_path, check_path_name, write_atomically, writes_through
 from nanoir.lowering.analysis.attributes import (
     MEM_ATTR,
@@ -306,7 +306,9 @@ def draw(module: ModuleOp, path: str | os.PathLike[str]) -> None:
     suffix (``.dot`` writes the DOT text and needs no Graphviz). The file is written
     atomically; a special file such as ``/dev/stdout`` is written through (SVG unless its
     name has one of those suffixes), never replaced."""
-    name = os.fspath(path)
+    if not isinstance(module, ModuleOp):
+        raise ArgumentError(f"module must be a program (a ModuleOp), got {type(module).__name__}")
+    name = path_argument("path", path)
     check_path_name(name)
     suffix = os.path.splitext(name)[1].lower().lstrip(".")
     if suffix not in (*FORMATS, "dot", "gv") and writes_through(name):

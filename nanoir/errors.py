@@ -34,6 +34,33 @@ def int_argument(name: str, value: object, lo: int, hi: int | None = None) -> in
     return n
 
 
+def path_argument(name: str, value: object) -> str:
+    """``value`` as a path string (``str`` or ``os.PathLike`` of ``str``), else
+    :class:`ArgumentError` naming ``name``."""
+    if isinstance(value, str | os.PathLike):
+        path = os.fspath(value)  # type: ignore[arg-type]
+        if isinstance(path, str):
+            return path
+    raise ArgumentError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
+
+
+def bool_argument(name: str, value: object) -> bool:
+    """``value`` if it is ``True`` or ``False``, else :class:`ArgumentError` naming ``name``."""
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def batches_argument(name: str, value: object) -> None:
+    """Refuse (:class:`ArgumentError` naming ``name``) what is not an iterable of batches:
+    a non-iterable, or a string (which iterates its characters)."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise ArgumentError(
+            f"{name} must be an iterable of batches (each an array or a tuple of arrays, one "
+            f"per input), got {type(value).__name__}"
+        )
+
+
 class FileFormatError(ValueError, Error):
     """A file whose name or contents nanoir cannot read (or a name it cannot write)."""
 

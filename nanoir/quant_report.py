@@ -30,7 +30,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import Weighted
-from nanoir.errors import Error, FileFormatError
+from nanoir.errors import Error, FileFormatError, batches_argument
 from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.runtime.interpreter import (
     Plan,
@@ -286,6 +286,7 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
     """Measure every fake-quant of a quantized program on ``data`` (an iterable of batches,
     each an array or a tuple of arrays, one per input)."""
     func = find_function(module, function)
+    batches_argument("data", data)
     twin, mapping = float_twin(module, function)
     twin_func = find_function(twin, function)
     builders = default_builders()
