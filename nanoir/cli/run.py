@@ -176,11 +176,12 @@ def _check_stream_options(func: FuncOp, mem_dim: int, step: int) -> None:
         len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
     ]
     rank = max(ranks, default=0)
-    if not 0 <= mem_dim < rank:
+    if not 2 <= mem_dim < rank:
         raise UsageError(
-            f"--mem-dim {mem_dim} is not a dim of @{func.sym_name.data}'s inputs: they have at "
-            f"most {rank} dims, so the streamed dim is one of 0..{rank - 1}"
-            if rank
+            f"--mem-dim {mem_dim} is not a dim of @{func.sym_name.data}'s inputs to stream: they "
+            f"have at most {rank} dims, so the streamed dim is one of 2..{rank - 1} (dim 0 is "
+            "the batch, dim 1 the channels)"
+            if rank > 2
             else f"--stream: @{func.sym_name.data} has no tensor inputs to stream"
         )
 

@@ -328,13 +328,20 @@ ROWS = [
         "run-mem-dim-negative",
         "run",
         ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--mem-dim", "-1", "-o", "{out}.npy"),
-        "--mem-dim -1 is not a dim of @main's inputs: they have at most 3 dims",
+        "--mem-dim -1 is not a dim of @main's inputs to stream: they have at most 3 dims, so "
+        "the streamed dim is one of 2..2",
     ),
     Row(
         "run-mem-dim-too-big",
         "run",
         ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--mem-dim", "99", "-o", "{out}.npy"),
         "--mem-dim 99 is not a dim",
+    ),
+    Row(
+        "run-mem-dim-channels",
+        "run",
+        ("{ws}/good.mlir", "-i", "{ws}/x.npy", "--stream", "--mem-dim", "1", "-o", "{out}.npy"),
+        "--mem-dim 1 is not a dim of @main's inputs to stream",
     ),
     Row(
         "run-step-zero",
