@@ -209,6 +209,11 @@ class HwLowering:
         )
         shift = target - current
         if (shift == 0).all():
+            flat = np.asarray(target).reshape(-1)
+            if hv.exps.size > 1 and (flat == flat[0]).all():
+                # Equal per-channel exponents asked for as one: one (the nh type already
+                # says so, see fixed), as after a shift below.
+                return HwValue(hv.value, np.full((1,) * rank, flat[0], np.int64), hv.bits, hv.codes)
             return hv
         if (shift < 0).any():
             raise self.fail(op, "would need a right shift to align operands (inexact)")

@@ -154,3 +154,26 @@ def test_conv1d_relu_at_act_bits_1() -> None:
     xs = np.random.default_rng(1).standard_normal((4, 2, 10))
     (y,) = lower_and_compare(nq, xs)
     assert y.shape == (4, 3, 8) and len(np.unique(y)) == 1 and y.flat[0] > 0
+
+
+EQUAL_PER_CHANNEL_THEN_TRANSPOSE = """\
+func.func @main(%x: tensor<?x2x3xf32>) -> tensor<?x6x2xf32> {
+  %xq = nq.fake_quant %x {bits = 4 : i64, exp = dense<[[1], [1]]> : tensor<2x1xi8>} : tensor<?x2x3xf32>
+  %t = nf.transpose %xq {perm = array<i64: 0, 2, 1>} : tensor<?x2x3xf32> -> tensor<?x3x2xf32>
+  %y = nf.concat %t, %t {axis = 1 : i64} : (tensor<?x3x2xf32>, tensor<?x3x2xf32>) -> tensor<?x6x2xf32>
+  func.return %y : tensor<?x6x2xf32>
+}
+"""
+
+
+def test_equal_per_channel_exponents_through_a_transpose_then_concat() -> None:
+    """Found by the property test above (not a 1-bit case): per-channel exponents that are all
+    equal, moved off the channel dim by a transpose, then joined along the channels, raised a
+    bare NumPy broadcasting ValueError in the lowering (a zero-shift ``shift_to`` kept the
+    per-channel exponents it was asked to make one). Mutant caught: ``shift_to`` returning
+    its value unchanged when no shift is needed."""
+    x = np.random.default_rng(3).standard_normal((2, 2, 3)) * 3
+    (y,) = lower_and_compare(nanoir.parse(EQUAL_PER_CHANNEL_THEN_TRANSPOSE), x)
+    q = np.clip(np.trunc(x * 2), -8, 7) / 2
+    t = q.transpose(0, 2, 1)
+    np.testing.assert_array_equal(y, np.concatenate([t, t], axis=1))
