@@ -25,8 +25,10 @@ no longer helps the optimiser, which matters little when fine-tuning a trained f
 **Forward** (the nq semantics, :func:`nanoir.runtime.numerics.quant.fake_quant`): with exponent ``k``,
 b > 1: ``clamp(round(x * 2**k), -2**(b-1), 2**(b-1) - 1) / 2**k`` with the rounding mode
 (trunc, floor, half_up, half_even); b = 1: ``(x >= 0 ? 1 : -1) * 2**k``. In float64 every
-operation is exact where ``nanoir.run`` is exact, so ``qat.eval()(x.double())`` equals
-``nanoir.run(convert(qat), x)`` bit for bit. Ops the exactness does not cover (``sigmoid``,
+operation is exact where ``nanoir.run`` is exact, and rounds where it rounds (a conv's bias is
+added to the finished sum, as nanoir's kernel adds it: with an input exponent of 60, from
+calibrating on zeros, sum and bias need more than 53 bits), so ``qat.eval()(x.double())``
+equals ``nanoir.run(convert(qat), x)`` bit for bit. Ops the exactness does not cover (``sigmoid``,
 ``tanh``: transcendental) take their forward value from nanoir's own NumPy kernel (the
 gradient is torch's).
 
