@@ -82,6 +82,8 @@ from nanoir.context import make_context
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
+from nanoir.errors import ArgumentError, batches_argument, int_argument, path_argument
+from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
@@ -363,7 +365,7 @@ def prepare(
     if isinstance(model, ModuleOp):
         module = model.clone()
     else:
-        module = from_torch(model, tuple(example_inputs))
+        module = from_torch(model, example_inputs)
     FoldBnPass().apply(make_context(), module)
     qat = QATModule(module, config, function)
     with torch.no_grad():
@@ -376,8 +378,18 @@ def prepare(
     return qat
 
 
+def _qat_argument(qat: object, function: str) -> QATModule:
+    if not isinstance(qat, QATModule):
+        raise ArgumentError(
+            f"nanoir.qat.{function}: qat must be a QATModule (from nanoir.qat.prepare), "
+            f"got {type(qat).__name__}"
+        )
+    return qat
+
+
 def float_program(qat: QATModule) -> ModuleOp:
     """The folded nf program with the module's current constants written in."""
+    _qat_argument(qat, "float_program")
 
     module = qat.nf_module.clone()
     func = find_function(module, qat.function)
@@ -411,6 +423,7 @@ def calibrate(
     that is not a real numeric array of the input's shape with at least one row is refused
     with a :class:`QATError` naming the batch."""
 
+    _qat_argument(qat, "calibrate")
     config = qat.config
     if calibrator is not None:
         config = qz.QuantConfig(**{**config.__dict__, "calibrator": calibrator})
@@ -479,6 +492,7 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
     """The exponents as ``quantize(exponents=...)`` reads them back (and as a JSON object):
     ``{name: {"exp": [k, ...], "bits": b, "rounding": mode, "axis": axis or None}}``, biases
     capped as ``quantize`` caps them for the current exponents."""
+    _qat_argument(qat, "export_exponents")
     was_training = qat.training
     qat.eval()
     out: dict[str, dict[str, Any]] = {}
@@ -514,8 +528,13 @@ def _bias_caps(qat: QATModule) -> dict[str, np.ndarray | None]:
 
 
 def save_exponents(qat: QATModule, path: str | Path) -> None:
-    """Write :func:`export_exponents` as JSON (``quantize{exponents="..."}`` reads it)."""
-    Path(path).write_text(json.dumps(export_exponents(qat), indent=1) + "\n")
+    """Write :func:`export_exponents` as JSON (``quantize{exponents="..."}`` reads it),
+    atomically (``nanoir.files.write_atomically``: no partial file, a bad path is a
+    ``FileAccessError`` naming it)."""
+    _qat_argument(qat, "save_exponents")
+    name = path_argument("path", path)
+    check_output_path(name)
+    write_atomically(name, json.dumps(export_exponents(qat), indent=1) + "\n")
 
 
 def convert(qat: QATModule) -> ModuleOp:
@@ -523,6 +542,7 @@ def convert(qat: QATModule) -> ModuleOp:
     exponents through ``quantize``. ``nanoir.run`` on it equals ``qat.eval()`` on float64
     inputs bit for bit, and it lowers to nh as any quantized program does."""
 
+    _qat_argument(qat, "convert")
     module = float_program(qat)
     qz.quantize_function(
         find_function(module, qat.function), None, qat.config, export_exponents(qat)
@@ -551,6 +571,9 @@ def train(
     and cross entropy unless given; with ``cosine`` every group's rate decays to 0 along a
     half cosine over the run. Returns the mean loss per epoch. A progress bar shows on a
     terminal (``progress=None``) or when asked."""
+    _qat_argument(qat, "train")
+    batches_argument("data", data)
+    epochs = int_argument("epochs", epochs, 0)
     loss_fn = loss_fn or F.cross_entropy
     optimizer = optimizer or torch.optim.Adam(qat.param_groups(lr), lr=lr)
     batches = data if isinstance(data, Sequence) else None
@@ -585,7 +608,21 @@ def train(
 @torch.no_grad()
 def evaluate(qat: QATModule, *inputs: Any, dtype: torch.dtype = torch.float64) -> Any:
     """The module's eval-mode output as NumPy, computed in ``dtype`` (float64: the values
-    ``nanoir.run(convert(qat), ...)`` gives)."""
+    ``nanoir.run(convert(qat), ...)`` gives). Inputs of another count or shape than the
+    program's are refused with a :class:`QATError`."""
+    _qat_argument(qat, "evaluate")
+    func = find_function(qat.nf_module, qat.function)
+    shapes = [value_shape(a) for a in func.body.block.args]
+    if len(inputs) != len(shapes):
+        raise QATError(
+            f"nanoir.qat.evaluate: the program takes {len(shapes)} inputs, got {len(inputs)}"
+        )
+    for i, (x, shape) in enumerate(zip(inputs, shapes)):
+        got = tuple(np.shape(x))
+        if len(got) != len(shape) or any(d not in (DYNAMIC_INDEX, n) for d, n in zip(shape, got)):
+            raise QATError(
+                f"nanoir.qat.evaluate: input {i} has shape {_spelled(got)}; expected {_spelled(shape)}"
+            )
     was_training = qat.training
     qat.eval()
     out = qat(*[torch.as_tensor(np.asarray(x)).to(dtype) for x in inputs])

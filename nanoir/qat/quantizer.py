@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from nanoir.errors import Error
+from nanoir.errors import ArgumentError, Error
+from nanoir.lowering.quantize_rules import checked_bits
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 
@@ -61,8 +62,31 @@ def _pow2(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return table[k.detach().to(torch.int64) + _POW2_LIMIT]
 
 
+def tensor_argument(name: str, value: object) -> torch.Tensor:
+    """``value`` if it is a float torch tensor, else :class:`ArgumentError` naming ``name``."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        what = (
+            f"a {value.dtype} tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+        )
+        raise ArgumentError(f"{name} must be a float torch.Tensor, got {what}")
+    return value
+
+
+def mode_argument(mode: object) -> RoundingMode:
+    """``mode`` as a :class:`RoundingMode` (its name is taken too), else :class:`ArgumentError`:
+    the rounding is chosen by identity below, so a plain string must not fall through."""
+    try:
+        return RoundingMode(mode)
+    except ValueError:
+        raise ArgumentError(
+            f"mode must be one of {', '.join(m.value for m in RoundingMode)}, got {mode!r}"
+        ) from None
+
+
 def round_codes(v: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
     """:func:`nanoir.runtime.numerics.quant.round_to_int` in torch: integer-valued, by ``mode``."""
+    tensor_argument("v", v)
+    mode = mode_argument(mode)
     if mode is RoundingMode.TRUNC:
         return torch.trunc(v)
     if mode is RoundingMode.FLOOR:
@@ -78,6 +102,10 @@ def fake_quant_value(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, inside)``: :func:`nanoir.runtime.numerics.quant.fake_quant` in torch, and where the clamp
     left the rounded code unchanged (all True for 1-bit). ``k`` holds integers."""
+    tensor_argument("x", x)
+    if not isinstance(k, torch.Tensor):
+        raise ArgumentError(f"k must be a torch.Tensor of integers, got {type(k).__name__}")
+    mode = mode_argument(mode)
     scale = _pow2(k, x.dtype)
     if bits == 1:
         q = torch.where(x >= 0, scale, -scale)
@@ -144,6 +172,7 @@ class _FakeQuant(torch.autograd.Function):
 def floor_log2(s: torch.Tensor) -> torch.Tensor:
     """``floor(log2 s)`` for ``s > 0``, exactly (from the binary exponent, as
     :func:`nanoir.runtime.numerics.quant.exp_from_absmax` does)."""
+    tensor_argument("s", s)
     _, e = torch.frexp(s)
     return (e - 1).to(s.dtype)
 
@@ -167,6 +196,14 @@ class Quantizer(nn.Module):
         lr: float,
         per_channel_elements: int,
     ):
+        if not isinstance(name, str):
+            raise ArgumentError(f"Quantizer: name must be a str, got {type(name).__name__}")
+        if kind not in ("act", "weight", "bias", "const"):
+            raise ArgumentError(f"Quantizer: kind must be act, weight, bias or const, got {kind!r}")
+        bits = checked_bits(bits, f"Quantizer {name!r} asks for {{bits}} bits")
+        if learner not in ("ema", "lsq"):
+            raise ArgumentError(f"Quantizer: learner must be ema or lsq, got {learner!r}")
+        rounding = mode_argument(rounding)
         super().__init__()
         self.name, self.kind, self.bits = name, kind, bits
         self.exp_shape, self.axis = tuple(exp_shape), axis

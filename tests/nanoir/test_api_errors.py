@@ -7,9 +7,6 @@ program is expected, a float where an int is), wrong shapes, ranks and dtypes of
 where the level refuses it, unknown option names and values, a program of the wrong level,
 missing files. ``test_every_public_function_has_a_row`` keeps it complete as the API grows.
 
-Rows marked ``_elsewhere(...)`` fail today in code another change owns; they are strict
-``xfail``s, so the suite says when they start to pass (then drop the mark).
-
 Mutants this file catches (each applied in a copy and seen to fail here): ``find_function``
 without its ModuleOp check (run/compile_module/Streamer/stream/stream_plan of None raise
 AttributeError); ``compile_model`` raising a bare ValueError for ``stop``; ``numeric_dtype``
@@ -54,12 +51,6 @@ def _nf() -> Any:
 def _qat() -> Any:
     return nanoir.qat.prepare(MODEL, (TX,))
 
-
-def _elsewhere(owner: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"not a nanoir.Error yet; {owner}")
-
-
-QAT = "nanoir/qat/, reported"
 
 CASES: list[Any] = [
     # name, call, what the message must say (a regex naming the argument and what it takes)
@@ -200,82 +191,39 @@ CASES: list[Any] = [
     ("qat.QATModule", lambda: nanoir.qat.QATModule(None, None), r"module must be a program"),
     ("qat.prepare", lambda: nanoir.qat.prepare(None, (TX,)), r"model must be a torch"),
     ("qat.prepare", lambda: nanoir.qat.prepare(MODEL, (TX,), act_bits="x"), r"act_bits"),
-    pytest.param(
-        "qat.prepare",
-        lambda: nanoir.qat.prepare(MODEL, None),
-        r"example_inputs",
-        marks=_elsewhere(QAT),
-    ),
+    pytest.param("qat.prepare", lambda: nanoir.qat.prepare(MODEL, None), r"example_inputs"),
     ("qat.calibrate", lambda: nanoir.qat.calibrate(_qat(), [TX], calibrator="x"), r"calibrator"),
-    pytest.param(
-        "qat.calibrate", lambda: nanoir.qat.calibrate(None, [TX]), r"qat", marks=_elsewhere(QAT)
-    ),
+    pytest.param("qat.calibrate", lambda: nanoir.qat.calibrate(None, [TX]), r"qat"),
     ("qat.calibrate", lambda: nanoir.qat.calibrate(_qat(), [TX[:0]]), r"rows|empty"),
     ("qat.calibrate", lambda: nanoir.qat.calibrate(_qat(), ["abc"]), r"numeric|number"),
-    pytest.param(
-        "qat.train", lambda: nanoir.qat.train(None, [], epochs=1), r"qat", marks=_elsewhere(QAT)
-    ),
-    pytest.param(
-        "qat.train",
-        lambda: nanoir.qat.train(_qat(), [(TX, TX)], epochs="x"),
-        r"epochs",
-        marks=_elsewhere(QAT),
-    ),
-    pytest.param(
-        "qat.train",
-        lambda: nanoir.qat.train(_qat(), None, epochs=1),
-        r"data",
-        marks=_elsewhere(QAT),
-    ),
-    pytest.param("qat.convert", lambda: nanoir.qat.convert(None), r"qat", marks=_elsewhere(QAT)),
-    pytest.param(
-        "qat.evaluate", lambda: nanoir.qat.evaluate(None, TX), r"qat", marks=_elsewhere(QAT)
-    ),
+    pytest.param("qat.train", lambda: nanoir.qat.train(None, [], epochs=1), r"qat"),
+    pytest.param("qat.train", lambda: nanoir.qat.train(_qat(), [(TX, TX)], epochs="x"), r"epochs"),
+    pytest.param("qat.train", lambda: nanoir.qat.train(_qat(), None, epochs=1), r"data"),
+    pytest.param("qat.convert", lambda: nanoir.qat.convert(None), r"qat"),
+    pytest.param("qat.evaluate", lambda: nanoir.qat.evaluate(None, TX), r"qat"),
     pytest.param(
         "qat.evaluate",
         lambda: nanoir.qat.evaluate(_qat(), torch.zeros(2, 5, 24)),
         r"shape|channels",
-        marks=_elsewhere(QAT),
     ),
+    pytest.param("qat.export_exponents", lambda: nanoir.qat.export_exponents(None), r"qat"),
     pytest.param(
-        "qat.export_exponents",
-        lambda: nanoir.qat.export_exponents(None),
-        r"qat",
-        marks=_elsewhere(QAT),
-    ),
-    pytest.param(
-        "qat.save_exponents",
-        lambda: nanoir.qat.save_exponents(None, "/tmp/e.json"),
-        r"qat",
-        marks=_elsewhere(QAT),
+        "qat.save_exponents", lambda: nanoir.qat.save_exponents(None, "/tmp/e.json"), r"qat"
     ),
     pytest.param(
         "qat.save_exponents",
         lambda: nanoir.qat.save_exponents(_qat(), MISSING),
         r"nonexistent-nanoir-dir",
-        marks=_elsewhere(QAT),
     ),
-    pytest.param(
-        "qat.float_program", lambda: nanoir.qat.float_program(None), r"qat", marks=_elsewhere(QAT)
-    ),
-    pytest.param(
-        "qat.Quantizer", lambda: nanoir.qat.Quantizer(*[None] * 9), r"name", marks=_elsewhere(QAT)
-    ),
+    pytest.param("qat.float_program", lambda: nanoir.qat.float_program(None), r"qat"),
+    pytest.param("qat.Quantizer", lambda: nanoir.qat.Quantizer(*[None] * 9), r"name"),
     pytest.param(
         "qat.fake_quant_value",
         lambda: nanoir.qat.fake_quant_value(None, 8, torch.tensor(3), "half_even"),
         r"x",
-        marks=_elsewhere(QAT),
     ),
-    pytest.param(
-        "qat.floor_log2", lambda: nanoir.qat.floor_log2(None), r"s", marks=_elsewhere(QAT)
-    ),
-    pytest.param(
-        "qat.round_codes",
-        lambda: nanoir.qat.round_codes(None, "half_even"),
-        r"v",
-        marks=_elsewhere(QAT),
-    ),
+    pytest.param("qat.floor_log2", lambda: nanoir.qat.floor_log2(None), r"s"),
+    pytest.param("qat.round_codes", lambda: nanoir.qat.round_codes(None, "half_even"), r"v"),
 ]
 
 
