@@ -614,3 +614,18 @@ def test_train_helper_and_errors() -> None:
         qat.prepare(model, (x[:2],), learner="sgd")
     with pytest.raises(qat.QATError, match="unexpected keyword"):
         qat.prepare(model, (x[:2],), weight_bitz=4)
+
+
+@pytest.mark.parametrize("mode", list(RoundingMode))
+def test_round_codes_takes_a_rounding_by_name(mode: RoundingMode) -> None:
+    """A rounding given by its name rounds as that mode (NumPy oracle written here); the
+    modes were compared by identity, so a name fell through to half_up."""
+    v = torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -1.2, 1.7], dtype=torch.float64)
+    x = v.numpy()
+    expected = {
+        RoundingMode.TRUNC: np.trunc(x),
+        RoundingMode.FLOOR: np.floor(x),
+        RoundingMode.HALF_EVEN: np.round(x),
+        RoundingMode.HALF_UP: np.floor(x + 0.5),
+    }[mode]
+    assert (qat.round_codes(v, str(mode.value)).numpy() == expected).all()
