@@ -23,6 +23,7 @@ from nanoir.runtime.arrays import load_arrays
 from nanoir.runtime.interpreter import compile_function, default_builders
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
+from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
@@ -113,19 +114,59 @@ def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
     return np.sum(x, axis=axes, keepdims=axis is not None).reshape(-1)
 
 
-def _as_batches(calibration: Iterable[Any], num_inputs: int) -> Iterable[tuple[np.ndarray, ...]]:
+_KINDS = {"U": "strings", "S": "bytes", "c": "complex numbers", "M": "dates", "m": "durations"}
+
+
+def spelled_shape(shape: Sequence[int]) -> str:
+    """``2x?x8``: a shape as messages spell it, ``?`` for a dynamic dim."""
+    return "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape)
+
+
+def checked_batch_array(
+    item: Any, shape: Sequence[int], where: str, error: type[Exception] = QuantizeError
+) -> np.ndarray:
+    """One input of a calibration batch as a float64 array, or ``error`` naming ``where``
+    unless it is a real numeric array of ``shape`` (``?`` dims free) with at least one row:
+    the float program would fail on it deep inside, with a bare ``ValueError``. Shared by
+    ``quantize`` and ``nanoir.qat.calibrate``."""
+    want = f"expected a real numeric array shaped {spelled_shape(shape)}"
+    if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
+        item = item.detach().cpu().numpy()
+    a = np.asarray(item) if item is not None else None
+    if a is None or a.dtype.kind not in "biufO":
+        what = "None" if a is None else f"an array of {_KINDS.get(a.dtype.kind, a.dtype)}"
+        raise error(f"{where} is {what}; {want}")
+    try:
+        a = a.astype(np.float64)
+    except (TypeError, ValueError):
+        raise error(f"{where} holds values that are not numbers; {want}") from None
+    if a.ndim != len(shape) or any(d not in (DYNAMIC_INDEX, n) for d, n in zip(shape, a.shape)):
+        raise error(f"{where} has shape {spelled_shape(a.shape)}; {want}")
+    if a.ndim and a.shape[0] == 0:
+        raise error(
+            f"{where} has no rows (shape {spelled_shape(a.shape)}); {want}, with at least one row"
+        )
+    return a
+
+
+def _as_batches(
+    calibration: Iterable[Any], shapes: Sequence[Sequence[int]]
+) -> Iterable[tuple[np.ndarray, ...]]:
     for index, batch in enumerate(calibration):
         items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
-        if len(items) < num_inputs:
+        if len(items) < len(shapes):
             raise QuantizeError(
                 f"quantize: a calibration batch has {len(items)} arrays; the program takes "
-                f"{num_inputs} inputs"
+                f"{len(shapes)} inputs"
             )
-        arrays = []
-        for item in items[:num_inputs]:
-            if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
-                item = item.detach().cpu().numpy()
-            arrays.append(np.asarray(item, dtype=np.float64))
+        arrays = [
+            checked_batch_array(
+                item,
+                shape,
+                f"quantize: calibration batch {index}" + (f" input {i}" if len(shapes) > 1 else ""),
+            )
+            for i, (item, shape) in enumerate(zip(items, shapes))
+        ]
         _check_finite(arrays, f"calibration batch {index}")
         yield tuple(arrays)
 
@@ -144,7 +185,7 @@ def calibrate(
         return
     plan = compile_function(func, default_builders(), np.dtype(np.float64))
     stats = {v: _Stats() for v in acts}
-    batches = list(_as_batches(calibration, len(func.body.block.args)))
+    batches = list(_as_batches(calibration, [_shape(a) for a in func.body.block.args]))
     if not batches:
         raise QuantizeError("quantize: the calibration data is empty")
     passes = 2 if config.calibrator == "mse" else 1

@@ -87,6 +87,7 @@ from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
+from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
 from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
@@ -437,13 +438,6 @@ def calibrate(
     return qat
 
 
-_KINDS = {"U": "strings", "S": "bytes", "c": "complex numbers", "M": "dates", "m": "durations"}
-
-
-def _spelled(shape: Sequence[int]) -> str:
-    return "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape)
-
-
 def _checked_batches(
     batches: Iterable[Any], shapes: Sequence[Sequence[int]]
 ) -> Iterator[tuple[np.ndarray, ...]]:
@@ -460,31 +454,15 @@ def _checked_batches(
         ) from None
     for index, batch in enumerate(iterator):
         items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
-        arrays = []
-        for i, (item, shape) in enumerate(zip(items, shapes)):
-            where = f"nanoir.qat.calibrate: batch {index}" + (
-                f" input {i}" if len(shapes) > 1 else ""
+        arrays = [
+            checked_batch_array(
+                item,
+                shape,
+                f"nanoir.qat.calibrate: batch {index}" + (f" input {i}" if len(shapes) > 1 else ""),
+                QATError,
             )
-            want = f"expected a real numeric array shaped {_spelled(shape)}"
-            if hasattr(item, "detach"):  # a torch tensor (e.g. from a DataLoader)
-                item = item.detach().cpu().numpy()
-            a = np.asarray(item) if item is not None else None
-            if a is None or a.dtype.kind not in "biufO":
-                what = "None" if a is None else f"an array of {_KINDS.get(a.dtype.kind, a.dtype)}"
-                raise QATError(f"{where} is {what}; {want}")
-            try:
-                a = a.astype(np.float64)
-            except (TypeError, ValueError):
-                raise QATError(f"{where} holds values that are not numbers; {want}") from None
-            if a.ndim != len(shape) or any(
-                d not in (DYNAMIC_INDEX, n) for d, n in zip(shape, a.shape)
-            ):
-                raise QATError(f"{where} has shape {_spelled(a.shape)}; {want}")
-            if a.ndim and a.shape[0] == 0:
-                raise QATError(
-                    f"{where} has no rows (shape {_spelled(a.shape)}); {want}, with at least one row"
-                )
-            arrays.append(a)
+            for i, (item, shape) in enumerate(zip(items, shapes))
+        ]
         yield tuple(arrays) if len(items) >= len(shapes) else items
 
 
@@ -621,7 +599,7 @@ def evaluate(qat: QATModule, *inputs: Any, dtype: torch.dtype = torch.float64) -
         got = tuple(np.shape(x))
         if len(got) != len(shape) or any(d not in (DYNAMIC_INDEX, n) for d, n in zip(shape, got)):
             raise QATError(
-                f"nanoir.qat.evaluate: input {i} has shape {_spelled(got)}; expected {_spelled(shape)}"
+                f"nanoir.qat.evaluate: input {i} has shape {spelled_shape(got)}; expected {spelled_shape(shape)}"
             )
     was_training = qat.training
     qat.eval()

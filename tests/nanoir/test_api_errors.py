@@ -130,6 +130,10 @@ CASES: list[Any] = [
     ("quantize", lambda: nanoir.quantize(None, [X]), r"module must be a program"),
     ("quantize", lambda: nanoir.quantize(_nf(), [NAN]), r"NaN"),
     ("quantize", lambda: nanoir.quantize(_nf(), [X[:, :3]]), r"shape"),
+    ("quantize", lambda: nanoir.quantize(_nf(), [X[:0]]), r"batch 0 has no rows"),
+    ("quantize", lambda: nanoir.quantize(_nf(), ["abc"]), r"batch 0 is an array of strings"),
+    ("quantize", lambda: nanoir.quantize(_nf(), [None]), r"batch 0 is None"),
+    ("quantize", lambda: nanoir.quantize(_nf(), [X.astype(np.complex64)]), r"complex numbers"),
     ("quantize", lambda: nanoir.quantize(_nf(), [X], act_bits=0), r"act_bits"),
     ("quantize", lambda: nanoir.quantize(_nf(), [X], exponents=MISSING), r"nonexistent-nano"),
     pytest.param(
