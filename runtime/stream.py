@@ -4,7 +4,9 @@
 and returns the output rows that became computable; ``finish()`` ends the stream (feeding the
 end padding) and returns the rest. ``stream(module, inputs, step=1)`` does both for whole
 inputs. The concatenated rows equal the whole-tensor run (``nanoir.runtime.interpreter.run``)
-bit for bit, at the float (nf), quantized (nq) and integer (nh) levels. As ``run`` does, an nh
+bit for bit at the quantized (nq) and integer (nh) levels; at the float (nf) level up to float
+rounding (a float32 product's terms may be summed in another order when BLAS is handed another
+number of rows: 1 ulp seen). As ``run`` does, an nh
 program takes float inputs (quantized as its argument attributes say) or integer codes, and
 returns exact real values, or the raw codes with ``raw=True``.
 
