@@ -13,8 +13,10 @@ state the same semantics in one line each. Abbreviations: bn = batch normalizati
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 from nanoir.dialects.traits import (
     ChannelWise,
     Contraction,
@@ -65,7 +67,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     IRDLOperation,
@@ -291,6 +293,53 @@ class HardSwishOp(UnaryFloatOp):
 
     name = "nf.hardswish"
     traits = traits_def(FloatOnly(), LookupTable(kernels.hardswish))
+
+
+@irdl_op_definition
+class SiluOp(UnaryFloatOp):
+    """SiLU (Swish): ``x * sigmoid(x)``; a lookup table over the input codes at the hw level.
+
+    ```mlir
+    %y = nf.silu %x : tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.silu"
+    traits = traits_def(FloatOnly(), LookupTable(kernels.silu))
+
+
+@dataclass(frozen=True)
+class _GeluTable(LookupTable):
+    """GELU's table: its form is a string property, not one of :class:`LookupTable`'s floats."""
+
+    def evaluate(self, op: Operation, x: np.ndarray) -> np.ndarray:
+        assert isinstance(op, GeluOp)
+        return np.asarray(kernels.gelu(x, op.approximate.data))
+
+
+@irdl_op_definition
+class GeluOp(UnaryFloatOp):
+    """GELU, ``x * Phi(x)``: exact (``approximate = "none"``, through erf) or torch's tanh
+    approximation (``"tanh"``); a lookup table over the input codes at the hw level.
+
+    ```mlir
+    %y = nf.gelu %x {approximate = "tanh"} : tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.gelu"
+    approximate = prop_def(StringAttr, default_value=StringAttr("none"))
+    traits = traits_def(FloatOnly(), _GeluTable(kernels.gelu))
+
+    def __init__(self, input: SSAValue, approximate: str = "none"):
+        super().__init__(input, {"approximate": StringAttr(approximate)})
+
+    def verify_(self) -> None:
+        if self.approximate.data not in kernels.GELU_APPROXIMATIONS:
+            raise VerifyException(
+                f"nf.gelu: approximate must be one of {', '.join(kernels.GELU_APPROXIMATIONS)}, "
+                f"not {self.approximate.data!r}"
+            )
 
 
 @irdl_op_definition
@@ -1287,6 +1336,8 @@ NF = Dialect(
         TanhOp,
         HardSigmoidOp,
         HardSwishOp,
+        SiluOp,
+        GeluOp,
         ClampOp,
         LeakyReluOp,
         PReluOp,

@@ -46,6 +46,7 @@ for _op, _fn in (
     (nf.TanhOp, kernels.tanh),
     (nf.HardSigmoidOp, kernels.hardsigmoid),
     (nf.HardSwishOp, kernels.hardswish),
+    (nf.SiluOp, kernels.silu),
 ):
     NF_BUILDERS[_op] = _unary(_fn)
 
@@ -75,6 +76,12 @@ def clamp(op: nf.ClampOp, dtype: np.dtype[Any]) -> Kernel:
 def leaky_relu(op: nf.LeakyReluOp, dtype: np.dtype[Any]) -> Kernel:
     alpha = op.alpha.value.data
     return lambda x: (kernels.leaky_relu(x, alpha),)
+
+
+@impl(nf.GeluOp)
+def gelu(op: nf.GeluOp, dtype: np.dtype[Any]) -> Kernel:
+    approximate = op.approximate.data
+    return lambda x: (kernels.gelu(x, approximate),)
 
 
 @impl(nf.PReluOp)

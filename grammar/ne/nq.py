@@ -39,6 +39,9 @@ and/or a `writer` function next to its row.
     Split                nf.split                 axis, split as attributes (opset < 13); one
                                                   output per piece
     HardSwish            nf.hardswish
+    Swish                nf.silu                  alpha=1 only (ONNX opset 24's Swish; the ONNX
+                                                  writer spells it Sigmoid + Mul for opset 21)
+    Gelu                 nf.gelu                  approximate (none, tanh; ONNX opset 20's)
     HardSigmoid          nf.hardsigmoid           alpha=1/6, beta=0.5 only (torch's; ONNX's
                                                   defaults 0.2/0.5 stay nf.custom)
     (Identity, and any other op type: see import_nq)
@@ -68,6 +71,7 @@ from nanoir.grammar.ne.node import (
 )
 from nanoir.grammar.ne.schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
 from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
+from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
 from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr
@@ -445,6 +449,32 @@ def _hard_sigmoid_attrs(op: nf.HardSigmoidOp) -> Attrs:
     return tuple((key, Float.from_value(value)) for key, value in _HARD_SIGMOID)
 
 
+def _swish(n: NodeSpec) -> Operation:
+    n.allow("alpha")
+    n.one_output()
+    alpha = n.float("alpha", 1.0)
+    if alpha != 1.0:
+        raise Unsupported(f"Swish with alpha={alpha} (nf.silu is alpha=1)")
+    (x,) = n.values(1, 1)
+    return nf.SiluOp(x)
+
+
+def _gelu(n: NodeSpec) -> Operation:
+    n.allow("approximate")
+    n.one_output()
+    form = n.name_attr("approximate", "none")
+    if form not in GELU_APPROXIMATIONS:
+        raise NodeProblem(
+            f"approximate of Gelu node '{n.name}' must be none or tanh", attr="approximate"
+        )
+    (x,) = n.values(1, 1)
+    return nf.GeluOp(x, form)
+
+
+def _gelu_attrs(op: nf.GeluOp) -> Attrs:
+    return (("approximate", op.approximate.data),)
+
+
 def _gemm(n: NodeSpec) -> Operation:
     n.allow("alpha", "beta", "transA", "transB")
     n.one_output()
@@ -754,6 +784,8 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
     NqOp("Pad", nf.PadOp, converter=_pad, writer=_pad_attrs),  # type: ignore[arg-type]
     NqOp("HardSwish", nf.HardSwishOp),
+    NqOp("Swish", nf.SiluOp, converter=_swish),
+    NqOp("Gelu", nf.GeluOp, converter=_gelu, writer=_gelu_attrs),  # type: ignore[arg-type]
     NqOp("HardSigmoid", nf.HardSigmoidOp, converter=_hard_sigmoid, writer=_hard_sigmoid_attrs),  # type: ignore[arg-type]
     NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
 )

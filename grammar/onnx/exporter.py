@@ -8,8 +8,9 @@ Every nf op is written by its row of the `.ne` nq level (`ne.nq.NQ_OPS`): the ro
 gives the op type and the attributes, exactly as for a `.ne` file, and this module turns
 them into a `NodeProto`. What ONNX spells differently from the `.ne` rows (which use the
 opset < 11 attribute forms) is translated here: Pad's `pads`/`value`, Split's `split`,
-Clip's `min`/`max` and Resize's sizes (or scales) become constant inputs, and Reshape's
-shape is an int64 initializer (`-1` for the dynamic dim). Float constants are initializers
+Clip's `min`/`max` and Resize's sizes (or scales) become constant inputs, `nf.silu` (`.ne`
+Swish, ONNX opset 24) is written `Mul(x, Sigmoid(x))`, and Reshape's shape is an int64
+initializer (`-1` for the dynamic dim). Float constants are initializers
 named after the `nf.constant`; a dynamic dim is a symbolic dim (`N` for the batch).
 
 Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
@@ -52,8 +53,9 @@ What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`
 op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other
 than 2 in the nanoengine flavour (QDQ writes it as MatMul of the transposed weight + Add), a
 SpaceToDepth in CRD mode (ONNX's is DCR only), a ConvTranspose whose output_padding is not
-below its strides, a quantizer whose exponents vary along more than one dim, a 2- or 3-bit
-activation with per-channel exponents, an exponent whose scale is no normal float32.
+below its strides, nf.gelu in the nanoengine flavour (opset 17 has no Gelu), a quantizer
+whose exponents vary along more than one dim, a 2- or 3-bit activation with per-channel
+exponents, an exponent whose scale is no normal float32.
 """
 
 from __future__ import annotations
@@ -364,8 +366,18 @@ class _Writer:
                 f"not below its strides {attrs['strides']} has no ONNX ConvTranspose form "
                 "(onnxruntime rejects it)"
             )
+        if op_type == "Gelu" and self.flavor == "nanoengine":
+            raise OnnxExportError(
+                "onnx export (nanoengine flavour): nf.gelu has no ONNX op at opset 17 (Gelu is "
+                "opset 20's); write onnx_flavor='qdq'"
+            )
         outputs = self.result_names(op)
         base = outputs[0]
+        if op_type == "Swish":  # opset 24's; x * Sigmoid(x) at opsets 17 and 21
+            sigmoid = self.fresh(f"{base}_sigmoid")
+            self.add_node("Sigmoid", inputs, [sigmoid])
+            self.add_node("Mul", [inputs[0], sigmoid], outputs)
+            return
         if op_type == "Reshape":
             dims = [-1 if d == DYNAMIC_INDEX else d for d in nf.tensor_shape(op.results[0])]
             inputs.append(self.const(f"{base}_shape", np.asarray(dims, np.int64)))

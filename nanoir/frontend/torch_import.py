@@ -56,6 +56,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
 from nanoir.frontend.errors import FrontendError
+from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.shapes import ShapeError
 
 __all__ = [
@@ -614,6 +615,13 @@ def _unary(op_type: type[nf.UnaryFloatOp]) -> Handler:
     return handle
 
 
+def _gelu(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    approximate = str(a.get("approximate", "none"))
+    if approximate not in GELU_APPROXIMATIONS:
+        raise _Unsupported(f"gelu with approximate={approximate!r} (none or tanh)")
+    return imp.emit(nf.GeluOp(imp.tensor(a["self"]), approximate)).result
+
+
 def _relu6(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.ClampOp(imp.tensor(a["self"]), 0.0, 6.0)).result
 
@@ -903,6 +911,8 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.tanh.default": _unary(nf.TanhOp),
     "aten.hardsigmoid.default": _unary(nf.HardSigmoidOp),
     "aten.hardswish.default": _unary(nf.HardSwishOp),
+    "aten.silu.default": _unary(nf.SiluOp),
+    "aten.gelu.default": _gelu,
     "aten.relu6.default": _relu6,
     "aten.hardtanh.default": _hardtanh,
     "aten.clamp.default": _clamp,

@@ -136,6 +136,11 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
         return lambda x: (torch.clamp(x + 3, 0, 6) / 6,)
     if isinstance(op, nf.HardSwishOp):
         return lambda x: (x * torch.clamp(x + 3, 0, 6) / 6,)
+    if isinstance(op, nf.SiluOp):
+        return _exact_unary(kernels.silu, F.silu)
+    if isinstance(op, nf.GeluOp):
+        form = op.approximate.data
+        return _exact_unary(lambda x: kernels.gelu(x, form), lambda x: F.gelu(x, approximate=form))
     if isinstance(op, nf.ClampOp):
         lo = None if op.min is None else op.min.value.data
         hi = None if op.max is None else op.max.value.data

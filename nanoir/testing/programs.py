@@ -178,6 +178,8 @@ LUT_FUNCTIONS: dict[str, tuple[Callable[[SSAValue], Operation], ...]] = {
     "lut": (nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp),
     "hardsigmoid": (nf.HardSigmoidOp,),
     "leaky_relu": tuple(_leaky_relu(a) for a in (0.01, 0.1, 0.25)),
+    "silu": (nf.SiluOp,),
+    "gelu": (nf.GeluOp, lambda x: nf.GeluOp(x, "tanh")),
 }
 """The float-only elementwise ops each lookup-table kind draws from."""
 
@@ -204,6 +206,8 @@ ALL_KINDS = BASE_KINDS + (
     "mul_branches",
     "add_constant",
     "matmul_branches",
+    "silu",
+    "gelu",
 )
 """Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
 lowering's and the streaming executor's property tests draw from these."""

@@ -58,6 +58,7 @@ __all__ = [
     "conv_output_size",
     "conv_transpose",
     "depth_to_space",
+    "gelu",
     "hardsigmoid",
     "hardswish",
     "leaky_relu",
@@ -71,6 +72,7 @@ __all__ = [
     "relu",
     "reshape",
     "sigmoid",
+    "silu",
     "space_to_depth",
     "split",
     "tanh",
@@ -490,6 +492,36 @@ def hardswish(x: Array) -> Array:
     """``x * relu6(x + 3) / 6`` (``torch.nn.functional.hardswish``), multiplied before dividing
     as PyTorch does."""
     return x * np.clip(x + 3, 0, 6) / 6
+
+
+def silu(x: Array) -> Array:
+    """``x * sigmoid(x)`` (SiLU, Swish; ``torch.nn.functional.silu``)."""
+    return x * sigmoid(x)
+
+
+GELU_APPROXIMATIONS = ("none", "tanh")
+"""The forms of :func:`gelu`, by torch's (and ONNX's) ``approximate`` name."""
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def gelu(x: Array, approximate: str = "none") -> Array:
+    """GELU, ``torch.nn.functional.gelu``: ``x * (1 + erf(x / sqrt(2))) / 2`` for
+    ``approximate="none"``, ``x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x**3))) / 2`` for
+    ``"tanh"``. Computed in float64 and rounded once to ``x``'s dtype (so a float32 tail such
+    as gelu(-8) = -4.9e-15 is not lost to ``1 + erf`` cancelling in float32). NumPy has no
+    erf: it is libm's (``math.erf``), per element."""
+    x = np.asarray(x)
+    x64 = np.asarray(x, np.float64)
+    if approximate == "none":
+        inner = np.asarray(_erf(x64 * math.sqrt(0.5)), np.float64)
+    elif approximate == "tanh":
+        inner = np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 * x64 * x64))
+    else:
+        raise ValueError(
+            f"gelu: approximate must be one of {GELU_APPROXIMATIONS}, not {approximate!r}"
+        )
+    return (0.5 * x64 * (1 + inner)).astype(x.dtype, copy=False)
 
 
 # --------------------------------------------------------------------------------------------

@@ -72,7 +72,15 @@ def test_lookup_table_ops_are_float_only_unary_elementwise(op: type[Operation]) 
 
 def test_the_lookup_tables() -> None:
     lut = {o.name for o in ALL_OPS if o.has_trait(LookupTable)}
-    assert lut == {"nf.sigmoid", "nf.tanh", "nf.hardsigmoid", "nf.hardswish", "nf.leaky_relu"}
+    assert lut == {
+        "nf.sigmoid",
+        "nf.tanh",
+        "nf.hardsigmoid",
+        "nf.hardswish",
+        "nf.leaky_relu",
+        "nf.silu",
+        "nf.gelu",
+    }
     assert {o.name for o in ALL_OPS if o.has_trait(FloatOnly)} == lut
 
 
@@ -84,6 +92,9 @@ def test_the_lookup_tables() -> None:
         nf.HardSigmoidOp(arg(4)),
         nf.HardSwishOp(arg(4)),
         nf.LeakyReluOp(arg(4), 0.125),
+        nf.SiluOp(arg(4)),
+        nf.GeluOp(arg(4)),
+        nf.GeluOp(arg(4), "tanh"),
     ],
     ids=lambda o: o.name,
 )

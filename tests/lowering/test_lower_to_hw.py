@@ -75,6 +75,8 @@ NEW_KINDS = {
     "mul_branches": "nf.mul",
     "add_constant": "nf.add",
     "matmul_branches": "nf.matmul",
+    "silu": "nf.silu",
+    "gelu": "nf.gelu",
 }
 
 
