@@ -18,6 +18,15 @@ func.func @clamp_bounds(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+func.func @gelu_form(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = nf.gelu %x {approximate = "fast"} : tensor<4xf32>
+  func.return %y : tensor<4xf32>
+}
+// CHECK: invalid.mlir:22:3
+// CHECK: error: nf.gelu: approximate must be one of none, tanh, not 'fast'
+
+// -----
+
 func.func @no_broadcast(%x: tensor<?x16x8x8xf32>, %y: tensor<3x1x1xf32>) -> tensor<?x16x8x8xf32> {
   %z = nf.add %x, %y : (tensor<?x16x8x8xf32>, tensor<3x1x1xf32>) -> tensor<?x16x8x8xf32>
   func.return %z : tensor<?x16x8x8xf32>

@@ -158,3 +158,17 @@ func.func @conv_transpose_and_block_ops(%x: tensor<?x8x4x4xf32>, %w: tensor<8x4x
   %2 = nf.space_to_depth %x {block = 2 : i64, mode = "DCR"} : tensor<?x8x4x4xf32> -> tensor<?x32x2x2xf32>
   func.return %0, %1, %2 : tensor<?x4x8x8xf32>, tensor<?x2x8x8xf32>, tensor<?x32x2x2xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @silu_gelu
+func.func @silu_gelu(%x: tensor<?x16x7xf32>) -> tensor<?x16x7xf32> {
+  // CHECK-NEXT: %0 = nf.silu %x : tensor<?x16x7xf32>
+  // CHECK-NEXT: %1 = nf.gelu %0 : tensor<?x16x7xf32>
+  // CHECK-NEXT: %2 = nf.gelu %1 {approximate = "tanh"} : tensor<?x16x7xf32>
+  // GENERIC: "nf.gelu"(%{{.*}}) <{approximate = "tanh"}> : (tensor<?x16x7xf32>) -> tensor<?x16x7xf32>
+  %0 = nf.silu %x : tensor<?x16x7xf32>
+  %1 = nf.gelu %0 {approximate = "none"} : tensor<?x16x7xf32>
+  %2 = nf.gelu %1 {approximate = "tanh"} : tensor<?x16x7xf32>
+  func.return %2 : tensor<?x16x7xf32>
+}
