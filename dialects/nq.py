@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IntegerAttr,
     IntegerType,
+    StringAttr,
     TensorType,
     i64,
 )
@@ -40,6 +41,7 @@ from xdsl.irdl import (
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -91,6 +93,11 @@ class FakeQuantOp(IRDLOperation):
     %w4 = nq.fake_quant %w {bits = 4 : i64, exp = dense<[[[[3]]], [[[2]]]]> : tensor<2x1x1x1xi8>,
         rounding = #nq.rounding<half_even>} : tensor<2x3x3x3xf32>
     ```
+
+    ``origin`` (optional) says why the exponent is not the one the value's own range gives:
+    quantize chose it for a join so that the program lowers to integers (``join:%layer1.0``,
+    an add or concat; ``input:%conv`` or ``acc:%conv``, a conv's accumulator). ``.mlir`` keeps
+    it, the quantization report shows it; ``.ne`` and ONNX drop it (it changes no number).
     """
 
     name = "nq.fake_quant"
@@ -100,6 +107,7 @@ class FakeQuantOp(IRDLOperation):
     bits = prop_def(IntegerAttr[I64])
     exp = prop_def(DenseIntOrFPElementsAttr)
     rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    origin = opt_prop_def(StringAttr)
     traits = traits_def(Pure(), Elementwise(("exp",)))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input)"

@@ -43,6 +43,7 @@ from nanoir.lowering.quantize_calibrate import (
     tensor_exps,
 )
 from nanoir.lowering.quantize_import import checked_exponents, load_exponents
+from nanoir.lowering.quantize_joins import settle
 from nanoir.lowering.quantize_rules import (
     ALLOWED_BITS,
     DEFAULT_LR,
@@ -226,6 +227,7 @@ def quantize_function(
 ) -> list[Target]:
     """Insert fake-quants into ``func``; returns what was quantized, with its exponents."""
     exponents = checked_exponents(exponents)
+    names = set(exponents)
     targets = find_targets(func, config)
     for t in targets:
         if t.name in exponents:
@@ -262,16 +264,23 @@ def quantize_function(
             )
         calibrate(func, missing, calibration, config, progress=progress)
     rewriter = Rewriter()
+    imported = [id(t) for t in targets if t.name in names and t.kind != "bias"]
+    inserted: dict[int, FakeQuantOp] = {}
     for t in targets:
         if t.kind != "bias":
-            _insert(t, config, rewriter)
-    for t in targets:
-        if t.kind != "bias":
-            continue
+            inserted[id(t)] = _insert(t, config, rewriter)
+    biases = [t for t in targets if t.kind == "bias"]
+    for t in biases:
         if t.exps is None:
             t.exps = tensor_exps(
                 _constant_array(t.value), t.bits, t.channel_axis, config.calibrator, config.rounding
             ).reshape(exp_shape(t))
+    # Joins and accumulators that could not lower get coarser exponents (quantize_joins).
+    settle(func, biases, [inserted[i] for i in imported], config.rounding)
+    for t in targets:
+        if t.kind != "bias":
+            t.exps = dense_to_numpy(inserted[id(t)].exp).astype(np.int64).reshape(exp_shape(t))
+    for t in biases:
         users = [
             u.operation for u in t.value.uses if isinstance(u.operation, WEIGHTED) and u.index == 2
         ]

@@ -85,6 +85,12 @@ class ReportRow:
     """Quantized value against its own float input (this fake-quant's error), dB."""
     sqnr_vs_float: float
     """Quantized value against the float program's tensor (error accumulated so far), dB."""
+    origin: str = ""
+    """Why the exponent is not the one the value's own range gives (the fake-quant's
+    ``origin``: quantize chose it for a join so that the program lowers), else empty."""
+    sqnr_own: float | None = None
+    """With an ``origin``: the SQNR (as ``sqnr``) at the exponent the value's own range on
+    this data would have given (the absmax rule), so the cost of the join shows."""
 
     @property
     def exp_text(self) -> str:
@@ -100,7 +106,18 @@ class QuantReport:
     output_sqnr: list[float] = field(default_factory=list)
 
     def __str__(self) -> str:
-        header = ("tensor", "kind", "bits", "exp", "saturated", "SQNR dB", "vs float dB")
+        header: tuple[str, ...] = (
+            "tensor",
+            "kind",
+            "bits",
+            "exp",
+            "saturated",
+            "SQNR dB",
+            "vs float dB",
+        )
+        joined = any(r.origin for r in self.rows)
+        if joined:  # two more columns, only when quantize chose an exponent for a join
+            header += ("own-range SQNR dB", "origin")
         lines = [header] + [
             (
                 r.name,
@@ -111,6 +128,7 @@ class QuantReport:
                 f"{r.sqnr:.1f}",
                 f"{r.sqnr_vs_float:.1f}",
             )
+            + ((f"{r.sqnr_own:.1f}" if r.sqnr_own is not None else "", r.origin) if joined else ())
             for r in self.rows
         ]
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -276,6 +294,22 @@ def float_twin(
     return twin, mapping
 
 
+def _own_sqnr(op: FakeQuantOp, exps: np.ndarray, xs: list[np.ndarray]) -> float:
+    """SQNR of ``op`` on ``xs`` at the exponents the absmax rule gives them (per channel
+    where ``exps`` is), instead of the exponents quantize chose for a join."""
+    rank = xs[0].ndim
+    k = exps.reshape((1,) * (rank - exps.ndim) + exps.shape) if exps.ndim < rank else exps
+    axes = tuple(i for i in range(rank) if k.shape[i] == 1)
+    absmax = np.max([np.max(np.abs(x), axis=axes, keepdims=True) for x in xs], axis=0)
+    bits = op.bits.value.data
+    own = np.clip(quant.exp_from_absmax(absmax, bits), *quant.CALIB_EXP_RANGE)
+    signal = sum(float(np.sum(x * x)) for x in xs)
+    noise = sum(
+        float(np.sum((quant.fake_quant(x, bits, own, op.rounding_mode) - x) ** 2)) for x in xs
+    )
+    return sqnr_db(signal, noise)
+
+
 def _to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
@@ -298,6 +332,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
     twin_values = {v: op for op, v in mapping.items()}
     out_signal: list[float] = []
     out_noise: list[float] = []
+    seen: dict[FakeQuantOp, list[np.ndarray]] = {}
+    """The inputs of fake-quants with an origin, for the SQNR at their own-range exponent."""
 
     for batch in data:
         items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
@@ -331,6 +367,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
         q_out = qplan(*inputs, observe=observe_q)
         f_out = fplan(*inputs, observe=observe_f)
         for op, (x, q) in quantized.items():
+            if op.origin is not None:
+                seen.setdefault(op, []).append(x)
             accs[op].add_local(x, q, op.bits.value.data, exps[op])
             if op in floats:
                 accs[op].add_float(floats[op], q)
@@ -349,11 +387,14 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                 x, q = qplan.constants[slot_in], qplan.constants[slot_out]
                 accs[op].add_local(x, q, op.bits.value.data, exps[op])
                 accs[op].add_float(x, q)
+                if op.origin is not None:
+                    seen[op] = [x]
 
     result = QuantReport()
     for i, op in enumerate(fqs):
         name, kind = _name(op, i)
         a = accs[op]
+        origin = op.origin.data if op.origin is not None else ""
         result.rows.append(
             ReportRow(
                 name=name,
@@ -363,6 +404,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                 saturation=a.saturated / a.count if a.count else 0.0,
                 sqnr=sqnr_db(a.signal, a.noise),
                 sqnr_vs_float=sqnr_db(a.float_signal, a.float_noise),
+                origin=origin,
+                sqnr_own=_own_sqnr(op, exps[op], seen[op]) if origin and seen.get(op) else None,
             )
         )
     result.output_sqnr = [sqnr_db(s, n) for s, n in zip(out_signal, out_noise)]

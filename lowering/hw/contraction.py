@@ -29,6 +29,7 @@ from nanoir.lowering.hw.core import (
     HwLowering,
     HwPattern,
     HwValue,
+    value_label,
 )
 from xdsl.dialects.builtin import IntegerType, TensorType
 from xdsl.ir import Attribute, Operation, OpResult, SSAValue
@@ -90,7 +91,7 @@ def accumulate(
                 raise hw.fail(
                     op,
                     f"may overflow i32 once aligned to its bias: worst case "
-                    f"|acc| = {worst} > {ACC_LIMIT}",
+                    f"|acc| = {worst} > {ACC_LIMIT}; {_exponents_text(x, w, b, acc_exps)}",
                 )
             shape = [1] * rank
             shape[channel_axis] = out_c
@@ -99,7 +100,11 @@ def accumulate(
             return acc_exps.reshape(shape), None, np.asarray(bound)
         codes = b.codes.reshape(-1).astype(object) * [2 ** int(s) for s in shift]
         if any(abs(int(c)) > ACC_LIMIT for c in codes):
-            raise hw.fail(op, "has a bias that does not fit i32 at the accumulator exponent")
+            raise hw.fail(
+                op,
+                "has a bias that does not fit i32 at the accumulator exponent; "
+                + _exponents_text(x, w, b, acc_exps),
+            )
         codes = np.array([int(c) for c in codes], dtype=np.int64)
         bound = bound + np.abs(codes).astype(object)
         t = TensorType(IntegerType(32), [out_c], fixed(acc_exps, 1, "C"))
@@ -120,11 +125,28 @@ def accumulate(
         raise hw.fail(
             op,
             f"may overflow its i32 accumulator: worst case |acc| = {worst} "
-            f"> {ACC_LIMIT} (input codes up to {x.max_abs})",
+            f"> {ACC_LIMIT} (input codes up to {x.max_abs}); "
+            + _exponents_text(x, w, None if bias is None else hw.get(op, bias), acc_exps),
         )
     shape = [1] * rank
     shape[channel_axis] = out_c
     return acc_exps.reshape(shape), bias_value, np.asarray(bound)
+
+
+def _exps_text(exps: np.ndarray) -> str:
+    lo, hi = int(np.min(exps)), int(np.max(exps))
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+def _exponents_text(x: HwValue, w: HwValue, b: HwValue | None, acc: np.ndarray) -> str:
+    """Which exponents to change: the accumulator is at exp(input) + exp(weight)."""
+    parts = (
+        f"the accumulator is at exponent {_exps_text(acc)} = input {value_label(x)} "
+        f"({_exps_text(x.exps)}) + weight {value_label(w)} ({_exps_text(w.exps)})"
+    )
+    if b is not None:
+        parts += f", the bias {value_label(b)} at {_exps_text(b.exps)}"
+    return parts + ": a smaller input or weight exponent (a larger step) lowers the bound"
 
 
 def add_late_bias(

@@ -86,6 +86,11 @@ class HwValue:
         return 1 if self.bits == 1 else 2 ** (self.bits - 1)
 
 
+def value_label(hv: HwValue) -> str:
+    """``%name`` of a lowered value for messages (its nq name), or ``a value``."""
+    return f"%{hv.value.name_hint}" if hv.value.name_hint else "a value"
+
+
 class HwLowering:
     """The state of lowering one nq function: the lowered values and the insertion point."""
 
@@ -219,7 +224,14 @@ class HwLowering:
             raise self.fail(op, "would need a right shift to align operands (inexact)")
         bits = hv.bits + int(shift.max()) + (1 if hv.bits == 1 else 0)
         if bits > 32:
-            raise self.fail(op, f"aligning operands needs {bits}-bit codes, more than i32")
+            raise self.fail(
+                op,
+                f"aligning operands needs {bits}-bit codes, more than i32: "
+                f"{value_label(hv)} (exponent {int(current.min())}, {hv.bits}-bit codes) "
+                f"would shift onto exponent {int(target.max())}; the operand at exponent "
+                f"{int(target.max())} needs an exponent of at most "
+                f"{int(current.min()) + 32 - hv.bits} (or {value_label(hv)} a finer one)",
+            )
         if hv.codes is not None:
             codes = expand(hv.codes, rank).astype(np.int64) << shift
             return self.make_constant(codes, target, "const", None)

@@ -35,6 +35,7 @@ from nanoir.lowering.hw.core import (
     HwPattern,
     HwValue,
 )
+from nanoir.lowering.hw.elementwise import check_alignment
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
@@ -81,6 +82,7 @@ class LowerConcat(HwPattern):
                 if p.exps.size != 1:
                     raise hw.fail(op, "joins per-channel exponents along a non-channel dim")
                 target = max(target, p.exps.reshape(-1)[0])
+            check_alignment(hw, op, parts, np.array(target).reshape((1,) * rank))
             parts = [hw.shift_to(op, p, np.array(target).reshape((1,) * rank)) for p in parts]
             exps = np.array(target).reshape((1,) * rank)
         bits = max(p.bits for p in parts)

@@ -26,10 +26,34 @@ from nanoir.lowering.hw.core import (
     HwLowering,
     HwPattern,
     HwValue,
+    value_label,
 )
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Attribute, Operation
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
+
+
+def check_alignment(
+    hw: HwLowering, op: Operation, parts: list[HwValue], target: np.ndarray
+) -> None:
+    """Refuse, naming the finest operand and the exponent it needs, when shifting another
+    operand onto ``target`` (as ``shift_to`` will) needs more than i32."""
+    finest = max(parts, key=lambda p: int(p.exps.max()))
+    for p in parts:
+        if p is finest or p.codes is not None:
+            continue
+        rank = max(p.rank, target.ndim)
+        shift = int((expand(target, rank) - expand(p.exps, rank)).max())
+        bits = p.bits + shift + (1 if p.bits == 1 else 0)
+        if bits > 32:
+            top = int(finest.exps.max())
+            raise hw.fail(
+                op,
+                f"aligning operands needs {bits}-bit codes, more than i32: "
+                f"{value_label(p)} ({p.bits}-bit codes) would shift {shift} places onto "
+                f"{value_label(finest)} at exponent {top}; give {value_label(finest)} an "
+                f"exponent of at most {top - (bits - 32)}",
+            )
 
 
 def exact_sum(
@@ -39,6 +63,7 @@ def exact_sum(
     out_shape = nf.tensor_shape(op.results[0])
     rank = len(out_shape)
     target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
+    check_alignment(hw, op, [a, b], target)
     a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
     bits = max(a2.bits, b2.bits, 2) + 1
     width = min(max(hw.declared(a2), hw.declared(b2), 2) + 1, 32)

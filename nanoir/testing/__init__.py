@@ -2,6 +2,8 @@
 
 - :mod:`nanoir.testing.models`: plain-torch test networks (``TEST_MODELS``, ``make_test_model``,
   ``randomize_batch_norm``, ...; needs torch), re-exported here;
+- :mod:`nanoir.testing.proof_models`: the larger proof networks of issue 20's joins
+  (``PROOF_MODELS``, ``make_proof_model``; needs torch), a registry of their own;
 - :mod:`nanoir.testing.programs`: random nq programs for property tests (needs hypothesis);
 - :mod:`nanoir.testing.text`: token-level mutation of program text for fuzz tests.
 """
@@ -11,7 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+_PROOF = ("PROOF_MODELS", "make_proof_model")
+
 __all__ = [
+    "PROOF_MODELS",
     "TEST_MODELS",
     "KWSNet",
     "LeNet5",
@@ -19,6 +24,7 @@ __all__ = [
     "ResNet18",
     "SampleNet",
     "import_folded",
+    "make_proof_model",
     "make_test_model",
     "randomize_batch_norm",
 ]
@@ -32,4 +38,5 @@ def __getattr__(name: str) -> Any:
     # Lazy (PEP 562): the models import torch, which ``nanoir.testing.programs`` does not need.
     if name not in __all__:
         raise AttributeError(f"module 'nanoir.testing' has no attribute {name!r}")
-    return getattr(importlib.import_module("nanoir.testing.models"), name)
+    module = "nanoir.testing.proof_models" if name in _PROOF else "nanoir.testing.models"
+    return getattr(importlib.import_module(module), name)

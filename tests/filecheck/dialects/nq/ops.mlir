@@ -16,5 +16,9 @@ func.func @fake_quant(%x: tensor<?x3x1x5xf32>, %w: tensor<2x3x3x3xf32>, %b: tens
   // Full-shape exponents.
   // CHECK-NEXT: %bq = nq.fake_quant %b {bits = 8 : i64, exp = dense<[7, 6]> : tensor<2xi8>} : tensor<2xf32>
   %bq = nq.fake_quant %b {bits = 8 : i64, exp = dense<[7, 6]> : tensor<2xi8>} : tensor<2xf32>
+  // An exponent chosen for a join keeps its origin.
+  // CHECK-NEXT: %j = nq.fake_quant %x {bits = 8 : i64, exp = dense<5> : tensor<1xi8>, origin = "join:%layer1.0"} : tensor<?x3x1x5xf32>
+  // GENERIC: %j = "nq.fake_quant"(%x) <{bits = 8 : i64, exp = dense<5> : tensor<1xi8>, origin = "join:%layer1.0", rounding = #nq.rounding<trunc>}> : (tensor<?x3x1x5xf32>) -> tensor<?x3x1x5xf32>
+  %j = nq.fake_quant %x {bits = 8 : i64, exp = dense<5> : tensor<1xi8>, origin = "join:%layer1.0"} : tensor<?x3x1x5xf32>
   func.return %q : tensor<?x3x1x5xf32>
 }
