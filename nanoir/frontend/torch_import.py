@@ -693,6 +693,36 @@ def _adaptive_avg_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Valu
     return imp.emit(nf.AdaptiveAvgPoolOp(x, size)).result
 
 
+def _adaptive_max_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``(output, indices)``, the indices unused. torch's window ``j`` of an ``L -> o`` dim
+    is ``[floor(j L / o), ceil((j + 1) L / o))``: when ``o`` divides ``L`` that is a max pool
+    with kernel = stride = ``L / o``; when ``L`` divides ``o`` it is one element, index
+    ``floor(j L / o)``, which is nearest upsampling. Other sizes have windows of varying
+    size and overlap, and are refused."""
+    x = imp.tensor(a["self"])
+    spatial = nf.tensor_shape(x)[2:]
+    out = _ints(a["output_size"], len(spatial))
+    kernel: list[int] = []
+    for length, o in zip(spatial, out):
+        if length == DYNAMIC_INDEX:
+            raise _Unsupported("adaptive max pooling of a dynamic spatial dim")
+        if length % o == 0:
+            kernel.append(length // o)
+        elif o % length == 0:
+            kernel.append(1)
+        else:
+            raise _Unsupported(
+                f"adaptive max pooling of {length} to {o} (windows of varying size; only an "
+                "output size dividing the input size, or a multiple of it, is a max pool)"
+            )
+    y = x
+    if any(k != 1 for k in kernel):
+        y = imp.emit(nf.MaxPoolOp(x, kernel, strides=_unless(kernel, 1))).result
+    if list(nf.tensor_shape(y)[2:]) != list(out):
+        y = imp.emit(nf.UpsampleNearestOp(y, out)).result
+    return [y, None]  # type: ignore[return-value]
+
+
 def _mean(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """A mean over all spatial dims (``x.mean((2, 3))``) is a global average pool."""
     x = imp.tensor(a["self"])
@@ -927,6 +957,8 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.adaptive_avg_pool1d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.adaptive_max_pool1d.default": _adaptive_max_pool,
+    "aten.adaptive_max_pool2d.default": _adaptive_max_pool,
     "aten.mean.dim": _mean,
     # data movement
     "aten.cat.default": _cat,
