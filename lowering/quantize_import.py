@@ -21,13 +21,15 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from nanoir.lowering.quantize_rules import QuantizeError, checked_bits, parse_rounding
+from nanoir.runtime.arrays import open_regular_file
 from nanoir.runtime.numerics import quant
+
+from nanoir.errors import FileAccessError
 
 __all__ = ["EXPONENT_FILE_LIMIT", "MAX_JSON_DEPTH", "checked_exponents", "load_exponents"]
 
@@ -152,41 +154,26 @@ def checked_exponents(exponents: Any, where: str = "") -> dict[str, Any]:
     return checked
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def _read_regular_file(name: str, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes; nothing else is opened."""
     where = f"quantize: cannot read exponents {name!r}"
     if "\0" in name:
         raise QuantizeError(f"{where}: the path holds a NUL byte")
     try:
-        st = os.stat(name)
-        if not stat.S_ISREG(st.st_mode):
-            raise QuantizeError(f"{where}: it is {_kind(st.st_mode)}; only a regular file is read")
-        if st.st_size > limit:
+        f = open_regular_file(name)
+    except FileAccessError as e:
+        raise QuantizeError(f"quantize: {e}") from None
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
             raise QuantizeError(
-                f"{where}: it holds {st.st_size} bytes; an exponent file holds at most "
+                f"{where}: it holds {size} bytes; an exponent file holds at most "
                 f"{limit // 2**20} MiB"
             )
-        # Non-blocking: had the path become a FIFO since the stat, opening it would wait.
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise QuantizeError(f"{where}: it is {_kind(mode)}; only a regular file is read")
+        try:
             data = f.read(limit + 1)
-    except OSError as e:
-        raise QuantizeError(f"{where}: {e.strerror or e}") from None
+        except OSError as e:
+            raise QuantizeError(f"{where}: {e.strerror or e}") from None
     if len(data) > limit:
         raise QuantizeError(
             f"{where}: it holds more than {limit // 2**20} MiB; an exponent file holds at most that"

@@ -102,14 +102,42 @@ def _check_npy_header(stream: IO[bytes], size: int, name: str) -> tuple[tuple[in
     return tuple(shape), dtype
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages (``a FIFO (named pipe)``, ``a device``, ...)."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
         return "a FIFO (named pipe)"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
     return "not a regular file"
+
+
+def open_regular_file(name: str) -> IO[bytes]:
+    """``name`` opened for reading if it is a regular file, else a ``FileAccessError``:
+    ``os.stat`` decides before anything is opened, and the open is non-blocking and checked
+    again (``fstat``), so a path swapped for a FIFO in between waits for no writer. Used
+    wherever only a regular file may be read (calibration arrays, exponent files)."""
+    try:
+        mode = os.stat(name).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileAccessError(
+                f"cannot read {name}: it is {file_kind(mode)}; only a regular file is read", name
+            )
+        f = os.fdopen(os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
+    except OSError as e:
+        if isinstance(e, FileAccessError):
+            raise
+        raise FileAccessError(f"cannot read {name}: {_reason(e)}", name, e.errno) from None
+    mode = os.fstat(f.fileno()).st_mode
+    if not stat.S_ISREG(mode):
+        f.close()
+        raise FileAccessError(
+            f"cannot read {name}: it is {file_kind(mode)}; only a regular file is read", name
+        )
+    return f
 
 
 def _check_name(name: str) -> None:
@@ -133,31 +161,19 @@ def load_arrays(
     """
     name = os.fspath(path)
     _check_name(name)
-    try:
-        if regular_only:
-            mode = os.stat(name).st_mode
-            if not stat.S_ISREG(mode):
-                raise FileAccessError(
-                    f"cannot read {name}: it is {_kind(mode)}; only a regular file is read", name
-                )
-            f = os.fdopen(os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
-        else:
+    if regular_only:
+        f = open_regular_file(name)
+    else:
+        try:
             f = open(path, "rb")
-    except OSError as e:
-        if isinstance(e, FileAccessError):
-            raise
-        raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
+        except OSError as e:
+            raise FileAccessError(f"cannot read {name}: {_reason(e)}", path, e.errno) from None
     with f:
         try:
             st = os.fstat(f.fileno())
             stream: IO[bytes] = f
             if stat.S_ISREG(st.st_mode):
                 size = st.st_size
-            elif regular_only:
-                raise FileAccessError(
-                    f"cannot read {name}: it is {_kind(st.st_mode)}; only a regular file is read",
-                    name,
-                )
             else:
                 head = f.read(len(_NPY_MAGIC))
                 if head and head != _NPY_MAGIC and not head.startswith(_ZIP_MAGIC):

@@ -10,10 +10,11 @@ Mutants checked (each, applied in a private copy, fails a test here):
   properties and ``test_edges_of_the_range``;
 - the bool check in ``_exponent`` removed: ``test_hostile_values_are_refused``;
 - ``checked_bits`` accepting ``True`` (the bool test removed): ``test_bits_must_be_ints``;
-- the ``os.stat`` kind check in ``_read_regular_file`` removed (the descriptor's check
+- the ``os.stat`` kind check in ``runtime.arrays.open_regular_file`` (which the exponent and
+  calibration readers share) removed (the descriptor's check
   still refuses): ``test_the_kind_is_checked_before_any_open``; removed together with
   ``O_NONBLOCK`` (a plain open first): the FIFO subprocess test times out as well;
-- ``O_NONBLOCK`` dropped from the open (in quantize_import or arrays):
+- ``O_NONBLOCK`` dropped from ``open_regular_file``'s open:
   ``test_a_path_swapped_for_a_fifo_after_the_stat`` times out;
 - the descriptor's ``fstat`` re-check removed: the same test (a FIFO read as empty JSON);
 - the size limit check removed: ``test_exponent_file_size_limit``;
