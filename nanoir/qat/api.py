@@ -98,22 +98,6 @@ from nanoir.qat.quantizer import (
 from nanoir.qat.steps import build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
 
-__all__ = [
-    "QATError",
-    "QATModule",
-    "Quantizer",
-    "calibrate",
-    "convert",
-    "evaluate",
-    "export_exponents",
-    "fake_quant_value",
-    "float_program",
-    "floor_log2",
-    "prepare",
-    "round_codes",
-    "save_exponents",
-    "train",
-]
 
 _THROUGH = (nf.ReshapeOp, nf.PadOp, nf.UpsampleNearestOp)
 """Ops a bias cap looks through to find a layer input's fake-quant (as ``quantize``)."""

@@ -23,18 +23,6 @@ from nanoir.context import make_context
 from nanoir.frontend import from_torch
 from nanoir.lowering.fold_bn import FoldBnPass
 
-__all__ = [
-    "TEST_MODELS",
-    "KWSNet",
-    "LeNet5",
-    "MobileNetV2Stack",
-    "ResNet18",
-    "SampleNet",
-    "import_folded",
-    "make_test_model",
-    "randomize_batch_norm",
-]
-
 
 def _randn(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
