@@ -9,20 +9,22 @@ Imports torch (the ``torch`` extra); ``import nanoir`` does not import this pack
 from __future__ import annotations
 
 from nanoir.qat.api import (
-    QATError,
     QATModule,
-    Quantizer,
     calibrate,
     convert,
     evaluate,
     export_exponents,
-    fake_quant_value,
     float_program,
-    floor_log2,
     prepare,
-    round_codes,
     save_exponents,
     train,
+)
+from nanoir.qat.quantizer import (
+    QATError,
+    Quantizer,
+    fake_quant_value,
+    floor_log2,
+    round_codes,
 )
 
 __all__ = [

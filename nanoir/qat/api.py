@@ -91,13 +91,9 @@ from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shap
 from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
-    fake_quant_value,
-    floor_log2,
-    round_codes,
 )
 from nanoir.qat.steps import build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
-
 
 _THROUGH = (nf.ReshapeOp, nf.PadOp, nf.UpsampleNearestOp)
 """Ops a bias cap looks through to find a layer input's fake-quant (as ``quantize``)."""
