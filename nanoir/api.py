@@ -34,10 +34,10 @@ PROGRAM_FORMATS = {".mlir": "MLIR", ".ne": "NanoEngine", ".onnx": "ONNX"}
 # Programs
 
 
-def parse(text: str, name: str = "<string>") -> ModuleOp:
+def parse(text: str | bytes, name: str = "<string>") -> ModuleOp:
     """Parse and verify MLIR text; errors are ``ParseError``/``NanoirDiagnostic`` with a location."""
-    if not isinstance(text, str):
-        raise ArgumentError(f"text must be MLIR text (a str), got {type(text).__name__}")
+    if not isinstance(text, str | bytes):
+        raise ArgumentError(f"text must be MLIR text (str or bytes), got {type(text).__name__}")
     if not isinstance(name, str):
         raise ArgumentError(f"name must be a str, got {type(name).__name__}")
     # lazy: each format's reader or writer loads on first use
