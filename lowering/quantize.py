@@ -15,7 +15,9 @@ Exponents: weights from their values; activations from calibration data (the flo
 on batches) with NanoEngine's absmax rule (``k = floor(log2(2**(b-1) / absmax))``) or the
 power of two minimising squared error; or imported (QAT) exponents by tensor name. A bias's
 exponent is capped at its accumulator's (input + weight exponent) so lowering to integers
-stays exact.
+stays exact, and where values meet (add, sub, concat, a conv's accumulator) calibrated
+exponents are made coarser where lower-to-hw could not align them in i32
+(``quantize_joins``; the fake-quant's ``origin`` says which join chose it).
 
     %y = nf.conv %x, %w, %b ...               %xq = nq.fake_quant %x {bits = 8, exp = dense<5>}
                                     ─▶        %wq = nq.fake_quant %w {bits = 8, exp = dense<[[[[7]]], ...]>}

@@ -109,13 +109,15 @@ class Settler:
             return
         where = f"join:%{op.results[0].name_hint or op.name}"
         # A part that is 0 everywhere takes the finest exponent of the others: no shift.
-        everything = [f for g in groups_ for f in g]
+        everything = list(dict.fromkeys(f for g in groups_ for f in g))
+        exps_of = {f: get_exps(f) for f in everything}
+        live = [f for f in everything if not (exps_of[f] >= ZERO_EXP).all()]
         for f in everything:
-            others = [o for o in everything if o is not f and not (get_exps(o) >= ZERO_EXP).all()]
-            exps = get_exps(f)
-            if others and (exps >= ZERO_EXP).any():
-                finest = max(int(get_exps(o).max()) for o in others)
-                self.lower(f, np.where(exps >= ZERO_EXP, finest, exps), where)
+            exps = exps_of[f]
+            if (exps >= ZERO_EXP).any():
+                others = [int(exps_of[o].max()) for o in live if o is not f]
+                if others:
+                    self.lower(f, np.where(exps >= ZERO_EXP, max(others), exps), where)
         # Every operand's shift onto the finest must fit: bits + (finest - own) <= 31.
         cap = min(int(get_exps(f).min()) + ALIGN_BITS - _bits(f) for f in everything)
         for f in everything:
@@ -130,11 +132,11 @@ class Settler:
         fw = ws[0]
         if _bits(fw) == 1 or any(_bits(f) == 1 for f in xs):
             return
-        w = constant_array(fw.input)
-        if w is None:
+        if not isinstance(fw.input, OpResult) or not isinstance(fw.input.op, nf.ConstantOp):
             return
         name = f"%{op.results[0].name_hint or op.name}"
-        w = w.astype(np.float64)
+        w_shape = nf.tensor_shape(fw.input)
+        exact: dict[bytes, np.ndarray] = {}
         b = None if bias is None else constant_array(bias.value)
         x_adjustable = self.adjustable(xs)
         if (
@@ -157,10 +159,9 @@ class Settler:
             kx, x_bits = self._x_exps(op, xs)
             kw = self._w_per_out(op, fw)
             acc = kx + kw
-            terms = self._terms(op, fw, w)
             max_abs = 2 ** (x_bits - 1)
-            sums = terms.astype(object) * max_abs
             bias_part = np.zeros(len(acc), dtype=object)
+            late = np.ones(len(acc), dtype=object)
             if b is not None and bias is not None:
                 assert bias.exps is not None
                 if bias.bits > 1:
@@ -180,7 +181,16 @@ class Settler:
                     dtype=object,
                 )
                 late = np.array([2 ** int(max(k - a, 0)) for a, k in zip(acc, kb)], dtype=object)
-                sums = sums * late
+            # Codes of at most 2**(b-1) each bound the sums without reading the weights; the
+            # actual codes (as lower-to-hw counts them) only when that bound does not fit.
+            per_out = int(np.prod(w_shape)) // max(len(acc), 1)
+            loose = np.full(len(acc), per_out * 2 ** (_bits(fw) - 1), dtype=object)
+            if all(int(v) <= ACC_LIMIT for v in loose * max_abs * late + bias_part):
+                return
+            key = get_exps(fw).tobytes()
+            if key not in exact:
+                exact[key] = self._terms(op, fw)
+            sums = exact[key].astype(object) * max_abs * late
             worst = sums + bias_part
             over = np.array([int(v) > ACC_LIMIT for v in worst])
             if not over.any():
@@ -260,8 +270,11 @@ class Settler:
         return np.repeat(per_group.max(axis=1), out_c // groups), _bits(xs[0]) + shift
 
     @staticmethod
-    def _terms(op: Operation, fw: FakeQuantOp, w: np.ndarray) -> np.ndarray:
+    def _terms(op: Operation, fw: FakeQuantOp) -> np.ndarray:
         """``sum |w codes|`` per output channel, as lower-to-hw bounds it."""
+        w = constant_array(fw.input)
+        assert w is not None
+        w = w.astype(np.float64)
         codes = quant.quantize_to_int(w, _bits(fw), get_exps(fw), fw.rounding_mode).astype(np.int64)
         if isinstance(op, nf.ConvTransposeOp):
             groups = op.groups.value.data

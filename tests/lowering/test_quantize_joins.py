@@ -100,7 +100,9 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
     for _ in range(draw(st.integers(1, 6))):
         v = values[draw(st.integers(0, len(values) - 1))]
         kind = draw(
-            st.sampled_from(("conv", "residual", "concat_conv", "split_conv", "deep_concat"))
+            st.sampled_from(
+                ("conv", "residual", "concat_conv", "split_conv", "deep_concat", "scale")
+            )
         )
         if kind == "conv":
             y = b.conv(v, C, draw(weights), draw(biases), draw(scales))
@@ -121,6 +123,15 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
             y = b.conv(halves[1], C // 2, draw(weights), draw(biases), draw(scales))
             cat = b.add(nf.ConcatOp([halves[0], y], 1))
             values.append(b.conv(cat, C, draw(weights), draw(biases), 1.0))
+        elif kind == "scale":
+            # v * a named per-channel constant (zero, tiny or ordinary), joined back to v.
+            k = draw(st.sampled_from((0.0, 1e-6, 1.0)))
+            c = b.rng.uniform(0.5, 1.5, (1, C, 1, 1)) * k
+            if draw(st.booleans()):
+                c[0, 0] = 0.0
+            b.n += 1
+            y = b.add(nf.MulOp(v, b.constant(c, f"s{b.n}")), f"s{b.n}")
+            values.append(b.add(nf.AddOp(v, y), f"join{len(values)}"))
         else:
             # DenseNet-like: each new map is concatenated with everything before it.
             feats = [v]
