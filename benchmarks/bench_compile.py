@@ -2,10 +2,12 @@
 
 Networks (``compile_models.py``): generated chains, residual stacks and dense concatenations
 of about 100, 1,000 and 10,000 nf ops (4 channels, 8x8 input: arithmetic is negligible, so
-the time is the compiler's), DenseNet-121 (growth 32, blocks 6-12-24-16, 64x64 input, BN with
-torch's initial statistics) and ResNet-18 (``nanoir.testing``, 224x224). Each network is
-compiled in its own worker process, one thread (OMP/OpenBLAS/MKL and torch), torch warmed up
-by exporting a small model first. Stages, timed one after the other as ``compile_model``
+the time is the compiler's); DenseNet-121 (growth 32, blocks 6-12-24-16, 64x64 input, BN
+with torch's initial statistics: with random ones lower-to-hw refuses a BN after a concat);
+RepVGG-A0 (64x64, the three-branch training form, random BN statistics: its identity-branch
+BNs become checked integer affines); ResNet-18 (``nanoir.testing``, 224x224). Each network
+is compiled in its own worker process, one thread (OMP/OpenBLAS/MKL and torch), torch warmed
+up by exporting a small model first. Stages, timed one after the other as ``compile_model``
 runs them:
 
 - ``export``: ``torch.export`` + ``run_decompositions`` (torch's work, not nanoir's);
@@ -13,18 +15,23 @@ runs them:
 - ``fold-bn``; ``quantize`` (absmax, one calibration batch of 1); ``lower-to-hw``;
 - ``stream-plan`` (``mem_dim`` 2, defaults).
 
-Columns: nf ops (the function's ops after import, constants and the return excluded), seconds per stage and
-microseconds per op per stage; the last table gives, per kind and stage, the time per op at
-the largest size over the time per op at the smallest (linear growth: about 1; the target is
-within 2x). ``--profile DIR`` writes a cProfile of each worker to ``DIR/<name>.prof``.
+The stages run with the cyclic garbage collector off, as ``compile_model`` runs them
+(``nanoir.pipeline.paused_gc``); ``--keep-gc`` leaves it on, as before that change.
+
+Columns: nf ops (the function's ops after import, constants and the return excluded),
+seconds per stage and microseconds per op per stage; the last table gives, per kind and
+stage, the time per op at the largest size over the time per op at the smallest (linear
+growth: about 1; the target is within 2x). ``--profile DIR`` writes a cProfile of each
+worker to ``DIR/<name>.prof``.
 
     python benchmarks/bench_compile.py [--sizes 100,1000,10000] [--kinds chain,residual,dense]
-        [--models DenseNet121,ResNet18] [--profile DIR]
+        [--models DenseNet121,RepVGGA0,ResNet18] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -45,11 +52,17 @@ def build(name: str) -> tuple[Any, Any]:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from compile_models import DenseNet121, generated
+    from compile_models import DenseNet121, RepVGGA0, generated
 
     if name == "DenseNet121":
         torch.manual_seed(0)
         return DenseNet121().eval(), torch.randn(1, 3, 64, 64)
+    if name == "RepVGGA0":
+        from nanoir.testing import randomize_batch_norm
+
+        torch.manual_seed(0)
+        model = randomize_batch_norm(RepVGGA0()).eval()
+        return model, torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     if name == "ResNet18":
         from nanoir.testing import make_test_model
 
@@ -85,7 +98,7 @@ def repeat_body(module: Any, times: int) -> None:
     ret.operands = (current,)
 
 
-def worker(name: str, profile: str | None) -> dict[str, Any]:
+def worker(name: str, profile: str | None, keep_gc: bool = False) -> dict[str, Any]:
     import cProfile
 
     import torch
@@ -100,6 +113,8 @@ def worker(name: str, profile: str | None) -> dict[str, Any]:
     import nanoir
     from nanoir.frontend.torch_import import export, import_program
 
+    if not keep_gc:
+        gc.disable()  # as compile_model's stages run (nanoir.pipeline.paused_gc)
     # Warm torch up (first export, dispatcher caches) on a small model.
     warm, wx = build("chain:10")
     import_program(export(warm, (wx,)))
@@ -140,10 +155,11 @@ def worker(name: str, profile: str | None) -> dict[str, Any]:
     stage("stream-plan", StreamPlanPass().apply, nanoir.make_context(), module)
     if prof and profile:
         prof.dump_stats(profile)
+    gc.enable()
     return {"name": name, "ops": ops, "times": times}
 
 
-def run_worker(name: str, profile_dir: str | None) -> dict[str, Any]:
+def run_worker(name: str, profile_dir: str | None, keep_gc: bool) -> dict[str, Any]:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -151,6 +167,8 @@ def run_worker(name: str, profile_dir: str | None) -> dict[str, Any]:
         "MKL_NUM_THREADS": "1",
     }
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name]
+    if keep_gc:
+        cmd.append("--keep-gc")
     if profile_dir:
         safe = name.replace(":", "_")
         cmd += ["--profile-file", os.path.join(profile_dir, f"{safe}.prof")]
@@ -164,13 +182,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--kinds", default="chain,residual,dense")
-    parser.add_argument("--models", default="DenseNet121,ResNet18")
+    parser.add_argument("--models", default="DenseNet121,RepVGGA0,ResNet18")
     parser.add_argument("--profile", metavar="DIR", help="write a cProfile per worker")
+    parser.add_argument("--keep-gc", action="store_true", help="leave the garbage collector on")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--profile-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.profile_file)))
+        print(json.dumps(worker(args.worker, args.profile_file, args.keep_gc)))
         return 0
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -180,7 +199,7 @@ def main() -> int:
     names += [m for m in args.models.split(",") if m]
     rows = []
     for name in names:
-        row = run_worker(name, args.profile)
+        row = run_worker(name, args.profile, args.keep_gc)
         rows.append(row)
         t = row["times"]
         print(f"# {name}: {row['ops']} ops, " + ", ".join(f"{s} {t[s]:.2f}s" for s in t))

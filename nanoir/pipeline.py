@@ -10,11 +10,16 @@ Stages, in order (``stop`` names the last one run):
 - ``nh``: ``lower-to-hw`` (integer ops, exact);
 - ``streamed``: ``stream-plan`` (per-node caches recorded on the program; ``stream`` gives its
   ``mem_dim`` and ``steps``).
+
+The stages run with Python's cyclic garbage collector paused (:func:`paused_gc`), which keeps
+the time per op flat as programs grow (``benchmarks/bench_compile.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import gc
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
 
@@ -29,6 +34,25 @@ from nanoir.lowering.quantize import quantize
 from nanoir.lowering.stream_plan import StreamPlanPass
 
 STAGES = ("nf", "folded", "nq", "nh", "streamed")
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off while the stages run, as it was after.
+
+    A program of N ops is millions of Python objects; each full collection walks all of them,
+    and the stages allocate enough to trigger one again and again, so the time per op grew
+    with N (stream-plan 4x slower per op at 10,000 ops than at 100). The cycles a stage
+    leaves (erased ops) are collected after it, by the next automatic collection. The
+    collector is process-wide: another thread's compile finishing re-enables it.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def compile_model(
@@ -58,6 +82,18 @@ def compile_model(
             f"stream has unknown option(s) {', '.join(unknown)} "
             f"(stream-plan takes {', '.join(sorted(allowed))})"
         )
+    with paused_gc():
+        return _run_stages(model, example_inputs, calibration, stop, stream, quantize_options)
+
+
+def _run_stages(
+    model: Any,
+    example_inputs: Sequence[Any],
+    calibration: Iterable[Any] | None,
+    stop: str,
+    stream: dict[str, Any] | None,
+    quantize_options: dict[str, Any],
+) -> ModuleOp:
     module = from_torch(model, example_inputs)
     if stop == "nf":
         return module

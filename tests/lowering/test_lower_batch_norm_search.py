@@ -159,3 +159,19 @@ def test_channels_with_the_same_parameters_keep_their_own_exponents() -> None:
     want = run(module, inputs, dtype=np.float64)[0]
     got = run(hw, inputs)[0]
     assert np.array_equal(got, want)
+
+
+def test_no_affine_once_the_first_exponent_overflows() -> None:
+    """A scale so large that ``M`` overflows i32 at the coarsest exponent: no affine, even for
+    codes that ``M = N = 0`` would give (mutant caught: the search going one exponent past
+    the first that does not fit)."""
+    codes = np.arange(-128, 128)
+    want = np.zeros((2, 256), dtype=np.int64)
+    a, b = np.array([2.0**60, 0.5]), np.array([0.0, 0.0])
+    exps = np.array([0, 0])
+    args = (codes, want, a, b, exps, exps, 8, RoundingMode.TRUNC, 8)
+    expected = [
+        definition(codes, want[c], a[c], b[c], 0, 0, 8, RoundingMode.TRUNC, 8) for c in (0, 1)
+    ]
+    assert expected == [None, (-32, 0, 0)]
+    assert affine_search_channels(*args) == expected
