@@ -27,6 +27,8 @@ same op type mean the same. What ONNX says differently is translated before that
 - `PRelu`'s slope broadcasts from the right in ONNX, per channel (dim 1) in the row: a slope
   that is 1 on every dim but dim 1 once aligned (`[C, 1, 1]` of NCHW, `[C]` of a rank-2 input)
   or a single value is read as the row's 1-D slope; any other slope is refused;
+- `Mul(x, Sigmoid(x))`, the Sigmoid read by that Mul alone, is one `nf.silu` (how the
+  exporter writes SiLU below opset 24);
 - `Constant` nodes and `Identity` make no op; trailing optional outputs nobody reads (MaxPool's
   Indices) are dropped.
 
@@ -559,6 +561,8 @@ class _Reader:
         elif domain == "" and node.op_type in BY_OP_TYPE and node.op_type != "Q":
             op_type = node.op_type
             attrs, inputs, outputs = self._translate(op_type, attrs, inputs, outputs, node)
+            if op_type == "Mul" and self._fuse_silu(inputs):
+                op_type, inputs = "Swish", [inputs[0]]
         else:
             known = ", ".join(sorted(k for k in BY_OP_TYPE if k != "Q"))
             shown = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
@@ -825,6 +829,28 @@ class _Reader:
         if op_type == "MaxPool" and len(outputs) > 1 and not self._readers(outputs[1:]):
             outputs = outputs[:1]
         return attrs, inputs, outputs
+
+    def _fuse_silu(self, inputs: list[str]) -> bool:
+        """Whether ``Mul(x, Sigmoid(x))`` (either order; put ``x`` first in ``inputs``) with
+        the Sigmoid read by this Mul alone: that is SiLU (``nf.silu``, `.ne`'s Swish), which
+        the exporter writes so below opset 24; the Sigmoid's op is dropped."""
+        if len(inputs) != 2:
+            return False
+        for x, s in (inputs, inputs[::-1]):
+            sig, xv = self.values.get(s), self.values.get(x)
+            owner = None if sig is None else sig.owner
+            if (
+                isinstance(owner, nf.SigmoidOp)
+                and xv is not None
+                and owner.input is xv
+                and len(self._readers([s])) == 1
+            ):
+                self.ops.remove(owner)
+                owner.erase(safe_erase=False)
+                del self.values[s]
+                inputs[:] = [x, s]
+                return True
+        return False
 
     def _prelu_slope(self, inputs: list[str]) -> SSAValue:
         """PRelu's slope as nf.prelu's: ONNX broadcasts the slope from the right, so only a

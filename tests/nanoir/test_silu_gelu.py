@@ -16,6 +16,8 @@ Mutants checked (each made the tests named fail, in a private copy):
   test_ne_round_trips_at_both_levels, test_onnx_nf_program_matches_onnxruntime;
 - the `.ne` Gelu row writing no ``approximate``: test_ne_round_trips_at_both_levels,
   test_onnx_nf_program_matches_onnxruntime;
+- the ONNX reader fusing ``Mul(y, Sigmoid(x))`` (no check that the Mul's other input is the
+  Sigmoid's), or a Sigmoid read elsewhere too: test_onnx_reader_fuses_only_x_times_its_own_sigmoid;
 - the ONNX writer writing SiLU as a bare Sigmoid: test_onnx_nf_program_matches_onnxruntime,
   test_onnx_nanoengine_flavour_writes_silu_and_refuses_gelu.
 """
@@ -267,7 +269,9 @@ def test_wide_or_per_channel_inputs_are_refused_naming_the_op(
 # ---------------------------------------------------------------------------------------
 
 
-def quantized_net(forms: tuple[str, ...], seed: int, act_bits: int = 8) -> tuple[ModuleOp, ...]:
+def quantized_net(
+    forms: tuple[str, ...], seed: int, act_bits: int = 8, rounding: str = "trunc"
+) -> tuple[ModuleOp, ...]:
     """A small conv net with ``forms`` after convs, quantized at ``act_bits``: (nq, x)."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
@@ -280,7 +284,7 @@ def quantized_net(forms: tuple[str, ...], seed: int, act_bits: int = 8) -> tuple
     module = nanoir.from_torch(model, (x,))
     gen = np.random.default_rng(seed)
     batches = [gen.standard_normal((4, 3, 11)) * 2 for _ in range(3)]
-    nanoir.quantize(module, batches, weight_bits=8, act_bits=act_bits)
+    nanoir.quantize(module, batches, weight_bits=8, act_bits=act_bits, rounding=rounding)
     return module, gen.standard_normal((3, 3, 11)) * 2
 
 
@@ -365,9 +369,81 @@ def test_onnx_nf_program_matches_onnxruntime(forms: tuple[str, ...], seed: int) 
         want = model(x).numpy()
     got = run_ort(data, x.numpy())
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(want).max()))
-    (back,) = run(import_onnx_bytes(data), x.numpy())
-    (ours,) = run(module, x.numpy())
-    np.testing.assert_allclose(back, ours, rtol=1e-6, atol=1e-6)
+    back = import_onnx_bytes(data)
+    assert nf_names(back) == nf_names(module)  # Mul(x, Sigmoid(x)) is read as nf.silu
+    np.testing.assert_array_equal(run(back, x.numpy())[0], run(module, x.numpy())[0])
+
+
+def test_onnx_reader_fuses_only_x_times_its_own_sigmoid() -> None:
+    """``Mul(x, Sigmoid(x))`` in either order is one nf.silu; ``Mul(y, Sigmoid(x))`` and a
+    Sigmoid read elsewhere too stay nf.sigmoid + nf.mul (the numbers are the same anyway)."""
+    h = onnx.helper
+
+    def model(nodes: list, outputs: list[str]) -> bytes:  # noqa: ANN001
+        info = [h.make_tensor_value_info(n, 1, ["N", 3]) for n in ("x", "y")]
+        out = [h.make_tensor_value_info(n, 1, None) for n in outputs]
+        graph = h.make_graph(nodes, "g", info, out)
+        m = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)])
+        m.ir_version = 10
+        return m.SerializeToString()
+
+    sig = h.make_node("Sigmoid", ["x"], ["s"])
+    cases = {
+        "x*s": ([sig, h.make_node("Mul", ["x", "s"], ["z"])], ["z"], ["nf.silu"]),
+        "s*x": ([sig, h.make_node("Mul", ["s", "x"], ["z"])], ["z"], ["nf.silu"]),
+        "y*s": ([sig, h.make_node("Mul", ["y", "s"], ["z"])], ["z"], ["nf.sigmoid", "nf.mul"]),
+        "s read twice": (
+            [sig, h.make_node("Mul", ["x", "s"], ["z"])],
+            ["z", "s"],
+            ["nf.sigmoid", "nf.mul"],
+        ),
+    }
+    x = np.linspace(-6, 6, 6, dtype=np.float32).reshape(2, 3)
+    y = x[::-1].copy()
+    for name, (nodes, outputs, ops) in cases.items():
+        data = model(nodes, outputs)
+        back = import_onnx_bytes(data)
+        assert nf_names(back) == ops, name
+        session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        want = session.run(None, {"x": x, "y": y})
+        got = run(back, x, y) if len(back.body.block.first_op.args) == 2 else run(back, x)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+def nf_names(module: ModuleOp) -> list[str]:
+    """The computing nf ops in order (constants and fake-quants may be placed otherwise)."""
+    return [
+        op.name for op in module.walk() if op.name.startswith("nf.") and op.name != "nf.constant"
+    ]
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(
+    forms=st.lists(st.sampled_from(FORMS), min_size=1, max_size=3).map(tuple),
+    seed=st.integers(0, 1000),
+)
+def test_onnx_nq_program_reads_back_and_lowers(forms: tuple[str, ...], seed: int) -> None:
+    """The QDQ file of an nq program (half_even) reads back as the same ops, computes the
+    same numbers bit for bit, and still lowers to nh (the SiLU read back is one op, so its
+    table is built); onnxruntime (float32 SiLU/GELU) is within one output step of nq."""
+    module, x = quantized_net(forms, seed, rounding="half_even")
+    data = export_onnx_bytes(module)
+    back = import_onnx_bytes(data)
+    assert nf_names(back) == nf_names(module)
+    (want,) = run(module, x)
+    np.testing.assert_array_equal(run(back, x)[0], want)
+    np.testing.assert_array_equal(run(lower_to_hw(back), x)[0], want)
+    (ort_out,) = [run_ort(data, x.astype(np.float32))]
+    step = np.ldexp(1.0, -int(module_out_exp(module)))
+    assert np.all(np.abs(ort_out - want) <= step)
+
+
+def module_out_exp(module: ModuleOp) -> int:
+    (ret,) = [op for op in module.walk() if isinstance(op, ReturnOp)]
+    fq = ret.operands[0].owner
+    assert isinstance(fq, FakeQuantOp)
+    return int(np.asarray(fq.exp.get_values()).reshape(-1)[0])
 
 
 def test_onnx_nanoengine_flavour_writes_silu_and_refuses_gelu() -> None:
