@@ -126,10 +126,12 @@ def test_channels_found_by_neighbours_and_none() -> None:
 
 
 def test_channels_with_the_same_parameters_keep_their_own_exponents() -> None:
-    """A lone batch norm whose channels repeat the same parameters but read inputs of other
-    scales (per-channel exponents): each channel gets its own affine, nq == nh bit for bit on
-    every input code. The pattern searches each kind of channel once; the kind must include
-    the exponents (mutants caught: x_exps or the output exponents left out of the key)."""
+    """A lone batch norm whose channels repeat the same parameters but not the same exponents:
+    each channel gets its own affine, nq == nh bit for bit on every input code. The pattern
+    searches each kind of channel once; the kind must include both exponents. Channels 0 and
+    1: the same output exponent (the bias dominates), input exponents 3 apart; channels 2 and
+    3: the same input exponent, output exponents apart (mutants caught: the input exponents,
+    or the output ones, left out of the kind)."""
     import torch
     from nanoir.lowering.fold_bn import FoldBnPass
     from nanoir.lowering.lower_to_hw import lower_to_hw
@@ -138,24 +140,27 @@ def test_channels_with_the_same_parameters_keep_their_own_exponents() -> None:
 
     import nanoir
 
-    bn = nn.BatchNorm2d(6).eval()
+    bn = nn.BatchNorm2d(4).eval()
     with torch.no_grad():
-        bn.weight.copy_(torch.tensor([1.5, 1.5, 1.5, 0.7, 0.7, 0.7]))
-        bn.bias.copy_(torch.tensor([0.3, 0.3, 0.3, -0.2, -0.2, -0.2]))
-        bn.running_mean.copy_(torch.tensor([0.1, 0.1, 0.1, -0.4, -0.4, -0.4]))
-        bn.running_var.copy_(torch.tensor([0.8, 0.8, 0.8, 1.7, 1.7, 1.7]))
-    scale = torch.tensor([1.0, 8.0, 0.25, 1.0, 16.0, 0.5]).reshape(1, 6, 1, 1)
-    x = torch.randn(2, 6, 4, 4, generator=torch.Generator().manual_seed(0)) * scale
+        bn.weight.copy_(torch.tensor([0.1, 0.1, 3.0, 3.0]))
+        bn.bias.copy_(torch.tensor([4.0, 4.0, 0.3, 0.3]))
+        bn.running_mean.zero_()
+        bn.running_var.fill_(1.0)
+    # Calibration: channel c spans exactly [-absmax[c], absmax[c]].
+    absmax = torch.tensor([1.0, 8.0, 1.0, 0.55]).reshape(1, 4, 1, 1)
+    x = torch.linspace(-1.0, 1.0, 16).reshape(1, 1, 4, 4) * absmax
     module = nanoir.from_torch(bn, (x,))
     FoldBnPass().apply(nanoir.make_context(), module)
     nanoir.quantize(module, [x.numpy()], act_per_channel=True)
     hw = lower_to_hw(module.clone())
-    # Every 8-bit input code of every channel, at each channel's own exponent (the nh input's).
     func = next(iter(hw.body.block.ops))
-    k = np.array([e.data for e in func.args[0].type.encoding.exps.data]).reshape(1, -1, 1, 1)
-    assert len(np.unique(k)) > 2  # the channels' inputs have their own exponents
+    k_in = [e.data for e in func.args[0].type.encoding.exps.data]
+    k_out = [e.data for e in func.function_type.outputs.data[0].encoding.exps.data]
+    assert k_in[0] != k_in[1] and k_out[0] == k_out[1]
+    assert k_in[2] == k_in[3] and k_out[2] != k_out[3]
+    # Every 8-bit input code of every channel, at each channel's own exponent.
     codes = np.arange(-128, 128, dtype=np.float64).reshape(16, 1, 4, 4)
-    inputs = np.ldexp(np.broadcast_to(codes, (16, 6, 4, 4)), -k)
+    inputs = np.ldexp(np.broadcast_to(codes, (16, 4, 4, 4)), -np.reshape(k_in, (1, 4, 1, 1)))
     want = run(module, inputs, dtype=np.float64)[0]
     got = run(hw, inputs)[0]
     assert np.array_equal(got, want)
@@ -175,3 +180,18 @@ def test_no_affine_once_the_first_exponent_overflows() -> None:
     ]
     assert expected == [None, (-32, 0, 0)]
     assert affine_search_channels(*args) == expected
+
+
+def test_an_accumulator_just_within_i32() -> None:
+    """A bias 2**-24 below 100 needs ``e = 24``, where ``|c * M + N|`` reaches 1.85e9, above
+    2**30 and within i32: found (mutant caught: the i32 bound on the accumulator's end points
+    tightened to 2**30)."""
+    codes = np.arange(-8, 8)
+    a, b = np.array([1.5]), np.array([100 - 2.0**-24])
+    want = quant.quantize_to_int(codes * a[0] + b[0], 8, 0, RoundingMode.TRUNC)
+    want = want.astype(np.int64).reshape(1, -1)
+    zero = np.array([0])
+    expected = definition(codes, want[0], a[0], b[0], 0, 0, 8, RoundingMode.TRUNC, 4)
+    assert expected == (24, 25165824, 1677721599)
+    found = affine_search_channels(codes, want, a, b, zero, zero, 8, RoundingMode.TRUNC, 4)
+    assert found == [expected]
