@@ -64,7 +64,10 @@ class ConvNet(torch.nn.Module):
 @pytest.mark.parametrize("weight_bits", [8, 1])
 @pytest.mark.parametrize("act_per_channel", [False, True])
 def test_zero_calibrated_conv_net_converts_exactly(weight_bits: int, act_per_channel: bool) -> None:
-    """The reported case: a conv net calibrated on zeros; its input exponent is 60."""
+    """The reported case: a conv net calibrated on zeros, whose input exponent was then 60.
+    Calibration now chooses a zero input's exponent from what it meets (issue 20), so the
+    test sets 60 itself, as a learned exponent may reach it: the extreme operands are what
+    the float64 order of the conv step is tested on."""
     torch.manual_seed(0)
     model = ConvNet().eval()
     q = qat.prepare(
@@ -74,6 +77,8 @@ def test_zero_calibrated_conv_net_converts_exactly(weight_bits: int, act_per_cha
         act_per_channel=act_per_channel,
     )
     qat.calibrate(q, [np.zeros((2, 3, 6, 6), np.float32)])
+    xq = q.quantizer("x")
+    xq.set_exponents(np.full(int(np.prod(xq.exp_shape)), 60))
     assert (q.exponents()["x"] == 60).all()
     x = np.random.default_rng(0).standard_normal((8, 3, 6, 6)) * 3
     assert_module_equals_program(q, x)
