@@ -18,8 +18,10 @@ runs them:
 The stages run with the cyclic garbage collector off, as ``compile_model`` runs them
 (``nanoir.pipeline.paused_gc``); ``--keep-gc`` leaves it on, as before that change.
 
-Columns: nf ops (the function's ops after import, constants and the return excluded),
-seconds per stage and microseconds per op per stage; the last table gives, per kind and
+Times are the worker's CPU time (``time.process_time``: one thread, so the machine's other
+load does not count), except the last column of the first table, torch -> nh wall-clock
+seconds (export to lower-to-hw). Columns: nf ops (the function's ops after import, constants
+and the return excluded), seconds per stage and microseconds per op per stage; the last table gives, per kind and
 stage, the time per op at the largest size over the time per op at the smallest (linear
 growth: about 1; the target is within 2x). ``--profile DIR`` writes a cProfile of each
 worker to ``DIR/<name>.prof``.
@@ -121,14 +123,16 @@ def worker(name: str, profile: str | None, keep_gc: bool = False) -> dict[str, A
     kind, _, size = name.partition(":")
     repeats = int(size) // REPEATED_BLOCK if size and int(size) > EXPORT_LIMIT else 1
     times: dict[str, float] = {}
+    wall: dict[str, float] = {}
     prof = cProfile.Profile() if profile else None
 
     def stage(label: str, fn: Any, *args: Any) -> Any:
         if prof:
             prof.enable()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = fn(*args)
-        times[label] = time.perf_counter() - start
+        times[label] = time.process_time() - cpu
+        wall[label] = time.perf_counter() - start
         if prof:
             prof.disable()
         return out
@@ -156,7 +160,7 @@ def worker(name: str, profile: str | None, keep_gc: bool = False) -> dict[str, A
     if prof and profile:
         prof.dump_stats(profile)
     gc.enable()
-    return {"name": name, "ops": ops, "times": times}
+    return {"name": name, "ops": ops, "times": times, "wall": wall}
 
 
 def run_worker(name: str, profile_dir: str | None, keep_gc: bool) -> dict[str, Any]:
@@ -207,13 +211,14 @@ def main() -> int:
 
     print()
     head = " | ".join(STAGES)
-    print(f"| network | nf ops | {head} | nanoir total s | torch -> nh s |")
+    print(f"| network | nf ops | {head} | nanoir total | torch -> nh, wall |")
     print("|---|---:|" + "---:|" * (len(STAGES) + 2))
     for row in rows:
         t = row["times"]
         cells = " | ".join(f"{t[s]:.2f}" if s in t else "—" for s in STAGES)
         nanoir_total = sum(t.get(s, 0.0) for s in NANOIR_STAGES)
-        to_nh = f"{sum(t[s] for s in STAGES if s != 'stream-plan'):.2f}" if "export" in t else "—"
+        w = row["wall"]
+        to_nh = f"{sum(w[s] for s in STAGES if s != 'stream-plan'):.2f}" if "export" in w else "—"
         print(f"| {row['name']} | {row['ops']} | {cells} | {nanoir_total:.2f} | {to_nh} |")
 
     print()

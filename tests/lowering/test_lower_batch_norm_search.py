@@ -4,12 +4,13 @@ whose nearest integers ``M ~ a 2**e``, ``N ~ b 2**(x_exp + e)`` (or, with at mos
 wrong, a neighbour pair) requantize every input code to ``want``, stopping at the first ``e``
 that does not fit i32.
 
-Mutants of ``affine_search_channels`` each test here caught (run in a private copy):
-``bound <= 4`` -> ``bound < 4`` (a candidate with 4 wrong sampled codes is dropped),
-``np.rint`` -> ``np.floor`` (M and N no longer the nearest integers), ``first_bad`` counted
-from the second exponent, the neighbour step skipped (``hit = None``), the rounds resuming at
-``e_idx`` instead of ``e_idx + 1`` (a channel stuck on one exponent: the test times out),
-``<= ACC_LIMIT`` on the accumulator end points -> ``< 2**30``.
+Mutants of ``affine_search_channels`` the tests here caught (run in a private copy):
+``bound <= 4`` -> ``bound < 4`` (a candidate with 4 wrong sampled codes dropped),
+``np.rint`` -> ``np.floor`` (M and N no longer the nearest integers), ``first_bad`` one
+exponent late, the neighbour step skipped (only ``wrong == 0`` settles a channel), the rounds
+resuming at ``e_idx + 2`` (a candidate exponent skipped), the accumulator end-point bound
+``<= ACC_LIMIT`` -> ``< 2**30``, and, in the pattern, either exponent left out of the kind of
+channel.
 """
 
 from __future__ import annotations
