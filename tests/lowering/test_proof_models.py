@@ -42,8 +42,9 @@ def _batches(model: object, n: int, seed: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", sorted(proof.PROOF_MODELS))
 def test_proof_model_lowers_exactly(name: str, bn: str) -> None:
     """``compile_model(..., stop="nh")`` on every rounding mode and 8/4-bit weights; nh ==
-    nq. Mutant caught (private copy): ``settle`` returning at once fails the zero-init and
-    fresh cases with the refusals listed in the module docstring."""
+    nq. Mutants caught (private copy): ``Settler.join`` returning at once (the zero-init
+    cases), ``sources`` not looking through concat and split (CSPTransition and MagikFront
+    with fresh BN: "may overflow i32 once aligned to its bias")."""
     model = proof.make_proof_model(name, bn)
     example = torch.from_numpy(_batches(model, 1, 0)[0])
     calibration = _batches(model, 2, 1)

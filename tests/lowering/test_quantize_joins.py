@@ -173,10 +173,11 @@ def test_calibrated_programs_lower_exactly(
 ) -> None:
     """Every program that quantizes lowers, and nq == nh.
 
-    Mutants caught (run in a private copy): ``Settler.join`` returning at once (a zero
-    residual branch: "aligning operands needs 62-bit codes"); ``sources`` not looking
-    through concat/split (an all-zero bias after a concat: "may overflow i32 once aligned to
-    its bias"); the accumulator loop returning before lowering (a huge bias: "may overflow").
+    Mutants caught (run in a private copy): ``settle`` returning at once, and
+    ``Settler.join`` returning at once (a zero residual branch: "aligning operands needs
+    62-bit codes"); the accumulator loop returning before it lowers anything (a huge bias:
+    "may overflow"). ``sources`` not looking through concat/split is caught by
+    tests/lowering/test_proof_models.py (CSPTransition and MagikFront with fresh BN).
     """
     module = data.draw(float_programs())
     rng = np.random.default_rng(seed)
@@ -234,7 +235,8 @@ def test_zero_branch_takes_the_shortcut_exponent() -> None:
 
 def test_imported_exponents_are_refused_with_the_value_named() -> None:
     """Exponents the user imports are used as given: the join then cannot lower, and the
-    refusal names the operand and the exponent to change."""
+    refusal names the operand and the exponent to change. Mutant caught: the add's
+    ``check_alignment`` skipped (``shift_to``'s message names only the shifted operand)."""
     module = _residual_with_zero_branch()
     x = np.random.default_rng(1).standard_normal((4, C, H, H))
     quantize(module, [x], exponents={"c1": 60}, progress=False)
@@ -289,3 +291,29 @@ def _without(module: ModuleOp, fq: FakeQuantOp) -> ModuleOp:
         list(func.function_type.inputs), [target.input.type]
     )
     return copy
+
+
+def test_dead_channel_takes_its_group_exponent() -> None:
+    """A per-channel activation whose channel 0 is 0 on every batch (a dead ReLU channel)
+    feeding a conv: that channel takes the finest exponent of the others (their own absmax
+    exponents, computed here with NumPy), the others keep theirs, and nq == nh. Mutant
+    caught: ``_settle_zero_channels`` skipped (the accumulator loop then leaves channel 0
+    finer than the others: their codes are shifted onto it)."""
+    b = _Builder(np.random.default_rng(0))
+    block = Block(arg_types=[TensorType(f32, [DYNAMIC_INDEX, C, H, H])])
+    x = b.add(nf.ReluOp(block.args[0]), "x")
+    y = b.conv(x, C, "random", "small", 1.0)
+    block.add_ops(b.ops)
+    block.add_op(ReturnOp(y))
+    ftype = FunctionType.from_lists([block.args[0].type], [y.type])
+    module = ModuleOp([FuncOp("main", ftype, Region(block))])
+    data = np.random.default_rng(1).standard_normal((4, C, H, H))
+    data[:, 0] = -np.abs(data[:, 0])  # channel 0 of relu(x) is 0 everywhere
+    quantize(module, [data], act_per_channel=True, progress=False)
+    absmax = np.maximum(data, 0).max(axis=(0, 2, 3))
+    own = np.floor(np.log2(128 / absmax[1:])).astype(int)
+    fq = _fq_of(module, "x")
+    got = dense_to_numpy(fq.exp).reshape(-1).tolist()
+    assert got == [int(own.max())] + own.tolist()
+    assert fq.origin is not None and fq.origin.data == "input:%c1"
+    _check_exact(module, [data])
