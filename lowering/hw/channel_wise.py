@@ -15,7 +15,10 @@ PReLU and batch norm.
   for every input code (every code of the input's bits), with ``|c * M + N|`` within i32,
   trying ``e`` from coarse to fine. If no ``e`` works (a wide input leaves ``M`` too few
   bits, or the float64 rounding of a value next to a rounding boundary cannot be matched),
-  the lowering says so. The result is ``nh.mul``, ``nh.add``, ``nh.requant``.
+  the lowering says so. The result is ``nh.mul``, ``nh.add``, ``nh.requant``. The search runs
+  once per kind of channel (same parameters and exponents) and for all of them at once as
+  array operations (``affine_search_channels``; DenseNet-121 has 34,000 BN channels on
+  16-bit codes).
 - ``LowerBatchNorm``: a BN not read only by fake-quants keeps a float result: diagnostic.
 
     %y = nf.prelu %xq, %aq                   ─▶   %y = nh.prelu %xq, %a {shift = 2 : i64} : i16 <7>
