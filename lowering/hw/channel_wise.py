@@ -337,14 +337,16 @@ class FuseBatchNormFakeQuant(HwPattern):
             mode,
             x.bits,
         )
-        found = [found_kinds[i] for i in kind.reshape(-1)]
-        for c, hit in enumerate(found):
+        found: list[tuple[int, int, int]] = []
+        for c, i in enumerate(kind.reshape(-1)):
+            hit = found_kinds[i]
             if hit is None:
                 raise hw.fail(
                     bn,
                     f"has no integer affine within i32 that reproduces the "
                     f"float64 rounding of its fake-quant on channel {c}",
                 )
+            found.append(hit)
         shape = (1, channels) + (1,) * (x.rank - 2)
         e = np.array([f[0] for f in found]).reshape(shape)
         m = hw.make_constant(np.array([f[1] for f in found]).reshape(shape), e, "const", None)
