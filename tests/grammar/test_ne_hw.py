@@ -379,7 +379,7 @@ def small_text() -> str:
             "shape=[2], data=0x4e34",
             r"hw.ne:\d+:\d+: error: data of Unpack node 'Unpack_n1': 6 packed 4-bit codes are Tensor<uint8_t> of shape \[3\]",
         ),
-        ("op_type=Relu", "op_type=Gelu", r"op type 'Gelu' of node 'Relu_n1' has no nh op"),
+        ("op_type=Relu", "op_type=Hardmax", r"op type 'Hardmax' of node 'Relu_n1' has no nh op"),
         (
             "Requant_n1_o0: Tensor<int8_t>",
             "Requant_n1_o0: Tensor<Any>",

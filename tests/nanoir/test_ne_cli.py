@@ -113,17 +113,17 @@ def test_unknown_op_types_warn_with_a_location(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     marked = SAMPLE.read_text().replace(
-        "let Relu_n1: Node = {\n    op_type=Relu", "let §Relu_n1: Node = {\n    op_type=Gelu"
+        "let Relu_n1: Node = {\n    op_type=Relu", "let §Relu_n1: Node = {\n    op_type=Hardmax"
     )
     text, line, column = located(marked)
-    src = tmp_path / "gelu.ne"
+    src = tmp_path / "hardmax.ne"
     src.write_text(text)
     assert main([str(src), "--emit=nanoengine"]) == 0
     captured = capsys.readouterr()
     assert captured.out == text
     assert (
         captured.err
-        == f"{src}:{line}:{column}: warning: op type 'Gelu' of node 'Relu_n1' is not known to nanoir; it is kept as nf.custom (it cannot run or be lowered)\n"
+        == f"{src}:{line}:{column}: warning: op type 'Hardmax' of node 'Relu_n1' is not known to nanoir; it is kept as nf.custom (it cannot run or be lowered)\n"
     )
 
 

@@ -8,7 +8,7 @@
 // RUN: not nanoir-opt %S/inputs/bad.ne -o %t.ne 2>&1 | filecheck %s --check-prefix=ERR
 // RUN: not test -e %t.ne
 
-// CHECK: small.ne:46:5: warning: op type 'Gelu' of node 'Gelu_n1' is not known to nanoir
+// CHECK: small.ne:46:5: warning: Gelu node 'Gelu_n1' is kept as nf.custom: attribute 'scale' is not one nanoir maps for Gelu
 // CHECK-LABEL: func.func @main(%input: tensor<?x1x?x4xf32>
 // CHECK-SAME: -> tensor<?x2x?x2xf32>
 // CHECK: %[[W:.*]] = nf.constant "conv_w"
