@@ -120,15 +120,20 @@ def _neighbours(
     bits: int,
     mode: quant.RoundingMode,
 ) -> tuple[int, int] | None:
-    """``(M, N)`` next to the nearest integers of ``m0`` and ``n0`` that give ``want``."""
-    for mm in sorted({math.floor(m0), math.ceil(m0)}, key=lambda v: abs(v - m0)):
-        for nn in sorted(range(n - 2, n + 3), key=lambda v: abs(v - n0)):
-            acc = c * mm + nn
-            if np.abs(acc).max(initial=0) <= ACC_LIMIT and np.array_equal(
-                quant.requant(acc, shift, bits, mode), want
-            ):
-                return mm, nn
-    return None
+    """``(M, N)`` next to the nearest integers of ``m0`` and ``n0`` that give ``want``: the
+    first in this order (``M`` then ``N`` by distance) that fits i32 and matches, all tried in
+    one array operation."""
+    pairs = [
+        (mm, nn)
+        for mm in sorted({math.floor(m0), math.ceil(m0)}, key=lambda v: abs(v - m0))
+        for nn in sorted(range(n - 2, n + 3), key=lambda v: abs(v - n0))
+    ]
+    mm_nn = np.array(pairs, dtype=np.int64)
+    acc = c[None, :] * mm_nn[:, :1] + mm_nn[:, 1:]
+    fits = np.abs(acc).max(axis=1, initial=0) <= ACC_LIMIT
+    good = fits & (quant.requant(acc, shift, bits, mode) == want[None, :]).all(axis=1)
+    hits = np.flatnonzero(good)
+    return pairs[int(hits[0])] if hits.size else None
 
 
 def affine_search(
