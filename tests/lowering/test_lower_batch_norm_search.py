@@ -7,11 +7,10 @@ that does not fit i32.
 Mutants of ``affine_search_channels`` the tests here caught (run in a private copy):
 ``bound <= 4`` -> ``bound < 4`` (a candidate with 4 wrong sampled codes dropped),
 ``np.rint`` -> ``np.floor`` (M and N no longer the nearest integers), ``first_bad`` one
-exponent late, the neighbour step skipped (only ``wrong == 0`` settles a channel) or its pairs taken in
-reverse order, the rounds
-resuming at ``e_idx + 2`` (a candidate exponent skipped), the accumulator end-point bound
-``<= ACC_LIMIT`` -> ``< 2**30``, and, in the pattern, either exponent left out of the kind of
-channel.
+exponent late, the neighbour step skipped (only ``wrong == 0`` settles a channel) or its
+pairs taken in reverse order, the rounds resuming at ``e_idx + 2`` (a candidate exponent
+skipped), the accumulator end-point bound ``<= ACC_LIMIT`` -> ``< 2**30``, and, in the
+pattern, either exponent left out of the kind of channel.
 """
 
 from __future__ import annotations
