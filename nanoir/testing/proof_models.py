@@ -11,16 +11,17 @@ Each reproduces, at a small size, a pattern of a third-party network whose calib
 - ``CSPTransition``: CSPNet's split, a branch of convs, concat and a transition conv
   (CSPResNet-50);
 - ``RepVGGBlock``: three parallel branches (3x3 conv-BN, 1x1 conv-BN, identity BN) summed;
-- ``MagikFront``: the conv front end of the Magik manual's sample network
-  (``/work/shared/samples/magik_crnn.py``, ``rnn="linear"``): ``Route`` concatenates a pooled
-  map with a conv of it and feeds a strided conv; then x2 zero unpooling and the ``Shortcut``
-  add.
+- ``MagikFront``: the conv front end of the sample CRNN of Ingenic's Magik manual (with
+  ``rnn="linear"``): ``Route`` concatenates a pooled map with a conv of it and feeds a
+  strided conv; then x2 zero unpooling and the ``Shortcut`` add.
 
 ``make_proof_model(name, bn)`` builds one with fixed seeds in ``eval()`` mode and BatchNorm
 statistics ``bn``: ``"realistic"`` (``randomize_batch_norm``), ``"zero_init"`` (realistic, then
 the weight and bias of every BatchNorm that ends a branch, ``last_bn``, zeroed as the zero-init
 recipe does) or ``"fresh"`` (torch's initial statistics: every BN-folded bias is exactly 0).
 These are bigger than ``TEST_MODELS``' and tested on their own (tests/lowering/test_proof_models.py).
+
+Importing this module needs torch (the ``torch`` extra).
 """
 
 from __future__ import annotations
