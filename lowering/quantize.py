@@ -389,6 +389,3 @@ class QuantizePass(ModulePass):
         quantize(
             op, batches, config=config, exponents=imported, function=self.function, progress=False
         )
-
-
-__all__ = ["QuantConfig", "QuantRule", "QuantizePass", "QuantizeError", "Target", "quantize"]
