@@ -25,6 +25,7 @@ from nanoir.runtime.numerics.shapes import (
 )
 from xdsl.dialects.builtin import (
     I64,
+    BoolAttr,
     DenseIntOrFPElementsAttr,
     IntegerAttr,
     IntegerType,
@@ -33,7 +34,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.utils import EnumAttribute
-from xdsl.ir import Dialect, SSAValue
+from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     ParsePropInAttrDict,
@@ -88,10 +89,17 @@ class FakeQuantOp(IRDLOperation):
     is ``rounding`` (default ``trunc``, toward zero); ``b == 1``:
     ``q = (x >= 0 ? +1 : -1) * 2**k`` (``2**k`` is the magnitude, not the step).
 
+    ``signed = false`` (optional; absent means signed, so older text prints unchanged) declares
+    unsigned codes for a tensor known non-negative: ``q = clamp(round(x * 2**k), 0, 2**b - 1) /
+    2**k``, the same step and one more bit of range over ``[0, max]``. It needs ``b > 1``: the
+    1-bit code is ``±1`` and has no unsigned form. Python reads it as ``op.is_signed``.
+
     ```mlir
     %q = nq.fake_quant %x {bits = 8 : i64, exp = dense<7> : tensor<1xi8>} : tensor<?x3x1x5xf32>
     %w4 = nq.fake_quant %w {bits = 4 : i64, exp = dense<[[[[3]]], [[[2]]]]> : tensor<2x1x1x1xi8>,
         rounding = #nq.rounding<half_even>} : tensor<2x3x3x3xf32>
+    %r = nq.fake_quant %y {bits = 8 : i64, exp = dense<4> : tensor<1xi8>, signed = false}
+        : tensor<?x8xf32>
     ```
 
     ``origin`` (optional) says why the exponent is not the one the value's own range gives:
@@ -108,6 +116,7 @@ class FakeQuantOp(IRDLOperation):
     exp = prop_def(DenseIntOrFPElementsAttr)
     rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
     origin = opt_prop_def(StringAttr)
+    signed = opt_prop_def(BoolAttr)
     traits = traits_def(Pure(), Elementwise(("exp",)))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input)"
@@ -118,26 +127,44 @@ class FakeQuantOp(IRDLOperation):
         bits: int,
         exp: DenseIntOrFPElementsAttr,
         rounding: RoundingMode = RoundingMode.TRUNC,
+        signed: bool = True,
     ):
-        super().__init__(
-            operands=[input],
-            result_types=[input.type],
-            properties={
-                "bits": IntegerAttr(bits, i64),
-                "exp": exp,
-                "rounding": RoundingModeAttr(rounding),
-            },
-        )
+        properties: dict[str, Attribute] = {
+            "bits": IntegerAttr(bits, i64),
+            "exp": exp,
+            "rounding": RoundingModeAttr(rounding),
+        }
+        if not signed:  # signed stays implicit, so default programs print as before
+            properties["signed"] = BoolAttr.from_bool(False)
+        super().__init__(operands=[input], result_types=[input.type], properties=properties)
 
     @property
     def rounding_mode(self) -> RoundingMode:
         return self.rounding.data
+
+    @property
+    def is_signed(self) -> bool:
+        """False when the codes are unsigned (``signed = false``); absent means signed."""
+        return self.signed is None or bool(self.signed.value.data)
+
+    def set_signed(self, signed: bool) -> None:
+        """Declare the codes signed (drops the property: the default) or unsigned."""
+        if signed:
+            if "signed" in self.properties:
+                del self.properties["signed"]
+        else:
+            self.properties["signed"] = BoolAttr.from_bool(False)
 
     def verify_(self) -> None:
         bits = self.bits.value.data
         if not 1 <= bits <= MAX_BITS:
             raise VerifyException(
                 f"nq.fake_quant: bits = {bits} is outside the supported 1..{MAX_BITS}"
+            )
+        if bits == 1 and not self.is_signed:
+            raise VerifyException(
+                "nq.fake_quant: signed = false needs bits > 1: the 1-bit code is ±1 (its sign is "
+                "all it holds), so it has no unsigned form"
             )
         exp_type = self.exp.get_type()
         if not isinstance(exp_type, TensorType) or not isinstance(

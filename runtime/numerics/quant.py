@@ -18,6 +18,10 @@ Conventions
   tensor, `[C, 1, 1, 1]` is per output channel of an OIHW weight, a `[C]` vector is per element
   of a `[C]` bias (NumPy aligns trailing axes, so a `[C]` exponent against NCHW data would apply
   along W), or `x`'s full shape. Exponents must have an integer dtype.
+- **Unsigned** codes (`signed=False`, for tensors known non-negative, b > 1 only) are
+  `0 .. 2**b - 1` at the same step `2**-k`: one more bit of resolution over `[0, max]`. The
+  functions below take `signed` as a keyword; the default `True` is the signed code above.
+  There is no unsigned 1-bit code (the ±1 code has no 0 and the sign is all it says).
 - Rounding modes (`RoundingMode`): `trunc` toward zero (NanoEngine; the default everywhere),
   `floor` (arithmetic shift right), `half_up` (add `2**(s-1)` then floor-shift, as TVM VTA: ties
   go toward +inf), `half_even` (ties to even).
@@ -128,6 +132,11 @@ def _check_bits(bits: int) -> int:
     return int(bits)
 
 
+def _check_signed(bits: int, signed: bool) -> None:
+    if not signed and bits == 1:
+        raise ValueError("1-bit codes are always signed (±1); an unsigned code needs bits > 1")
+
+
 def _as_int_array(value: ArrayLike, what: str) -> NDArray[np.int64]:
     """`value` as int64, refusing floats and bools rather than silently converting them."""
     arr = np.asarray(value)
@@ -163,33 +172,49 @@ def _as_float64(x: ArrayLike, what: str) -> NDArray[np.float64]:
 # Code ranges.
 
 
-def qmin(bits: int) -> int:
-    """Smallest code of a `bits`-wide signed code: -2**(bits-1); -1 for the 1-bit ±1 code.
+def qmin(bits: int, *, signed: bool = True) -> int:
+    """Smallest code of a `bits`-wide signed code: -2**(bits-1); -1 for the 1-bit ±1 code; 0 unsigned.
 
-    >>> qmin(8), qmin(4), qmin(2), qmin(1)
-    (-128, -8, -2, -1)
+    >>> qmin(8), qmin(4), qmin(2), qmin(1), qmin(8, signed=False)
+    (-128, -8, -2, -1, 0)
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
+    if not signed:
+        return 0
     return -1 if b == 1 else -(2 ** (b - 1))
 
 
-def qmax(bits: int) -> int:
-    """Largest code: 2**(bits-1) - 1; +1 for the 1-bit ±1 code (whose only codes are -1, +1).
+def qmax(bits: int, *, signed: bool = True) -> int:
+    """Largest code: 2**(bits-1) - 1; +1 for the 1-bit ±1 code; 2**bits - 1 unsigned.
 
-    >>> qmax(8), qmax(4), qmax(2), qmax(1)
-    (127, 7, 1, 1)
+    >>> qmax(8), qmax(4), qmax(2), qmax(1), qmax(8, signed=False)
+    (127, 7, 1, 1, 255)
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
+    if not signed:
+        return 2**b - 1
     return 1 if b == 1 else 2 ** (b - 1) - 1
 
 
-def code_dtype(bits: int) -> np.dtype[Any]:
+def code_dtype(bits: int, *, signed: bool = True) -> np.dtype[Any]:
     """The narrowest NumPy integer dtype holding every `bits`-wide code.
+
+    Unsigned codes get a *signed* dtype one size up (uint8 arithmetic wraps around, and every
+    nh kernel mixes codes with signed values), so `ui8` codes are int16 and `ui16` int32.
 
     >>> [str(code_dtype(b)) for b in (1, 8, 9, 16, 32)]
     ['int8', 'int8', 'int16', 'int16', 'int32']
+    >>> [str(code_dtype(b, signed=False)) for b in (2, 8, 16)]
+    ['int16', 'int16', 'int32']
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
+    if not signed:
+        return (
+            np.dtype(np.int16) if b <= 8 else np.dtype(np.int32) if b <= 16 else np.dtype(np.int64)
+        )
     if b <= 8:
         return np.dtype(np.int8)
     if b <= 16:
@@ -237,10 +262,11 @@ def round_to_int(
 
 
 def _codes_as_float(
-    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str
+    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str, signed: bool = True
 ) -> tuple[NDArray[np.float64], NDArray[np.int64], int]:
     """The integer codes of `x`, as integer-valued float64, plus the checked `k` and `b`."""
     b = _check_bits(bits)
+    _check_signed(b, signed)
     k = _as_exp(exp)
     m = RoundingMode(mode)
     v = _as_float64(x, "fake_quant input")
@@ -248,7 +274,7 @@ def _codes_as_float(
     if b == 1:
         # -0.0 >= 0 is True: zero (of either sign) maps to +1, as NanoEngine's x >= 0 test does.
         return np.broadcast_to(np.where(v >= 0, 1.0, -1.0), shape).copy(), k, b
-    lo, hi = float(qmin(b)), float(qmax(b))
+    lo, hi = float(qmin(b, signed=signed)), float(qmax(b, signed=signed))
     # ldexp multiplies by 2**k exactly; overflow to inf is harmless (it saturates below) and
     # underflow is only a problem for floor (patched below), so neither warns.
     with np.errstate(over="ignore", under="ignore"):
@@ -262,12 +288,18 @@ def _codes_as_float(
 
 
 def fake_quant(
-    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC
+    x: ArrayLike,
+    bits: int,
+    exp: ArrayLike,
+    mode: RoundingMode | str = RoundingMode.TRUNC,
+    *,
+    signed: bool = True,
 ) -> NDArray[np.float64]:
     """`nq.fake_quant`: round `x` onto the power-of-two grid and saturate, in float64.
 
     With `k = exp` broadcast against `x`:
     b > 1: `clamp(round(x * 2**k), qmin, qmax) / 2**k`; b == 1: `(x >= 0 ? +1 : -1) * 2**k`.
+    `signed=False` clamps to `0 .. 2**b - 1` instead (b > 1).
     float32 input is computed in float64 (exactly) and the result is float64, shaped as the
     broadcast of `x` and `exp`. NaN raises ValueError, ±inf saturates.
 
@@ -279,15 +311,22 @@ def fake_quant(
     [0.5, -0.5]
     >>> fake_quant([[5.0], [5.0]], 8, np.array([[0], [-1]])).tolist()  # per channel, k = -1: step 2
     [[5.0], [4.0]]
+    >>> fake_quant([-1.0, 0.3, 70.0], 4, 2, signed=False).tolist()  # codes 0..15
+    [0.0, 0.25, 3.75]
     """
-    codes, k, b = _codes_as_float(x, bits, exp, mode)
+    codes, k, b = _codes_as_float(x, bits, exp, mode, signed)
     return np.asarray(np.ldexp(codes, k if b == 1 else -k))
 
 
 def quantize_to_int(
-    x: ArrayLike, bits: int, exp: ArrayLike, mode: RoundingMode | str = RoundingMode.TRUNC
+    x: ArrayLike,
+    bits: int,
+    exp: ArrayLike,
+    mode: RoundingMode | str = RoundingMode.TRUNC,
+    *,
+    signed: bool = True,
 ) -> NDArray[np.signedinteger[Any]]:
-    """The integer codes of `fake_quant(x, bits, exp, mode)`, in `code_dtype(bits)` (1-bit: ±1).
+    """The codes of `fake_quant(x, bits, exp, mode)`, in `code_dtype(bits, signed=)` (1-bit: ±1).
 
     `dequantize(quantize_to_int(x, b, k, m), b, k)` equals `fake_quant(x, b, k, m)` bit for bit.
 
@@ -296,11 +335,13 @@ def quantize_to_int(
     >>> quantize_to_int([0.0, -0.1], 1, 3).tolist()
     [1, -1]
     """
-    codes, _, b = _codes_as_float(x, bits, exp, mode)
-    return codes.astype(code_dtype(b))
+    codes, _, b = _codes_as_float(x, bits, exp, mode, signed)
+    return codes.astype(code_dtype(b, signed=signed))
 
 
-def dequantize(codes: ArrayLike, bits: int, exp: ArrayLike) -> NDArray[np.float64]:
+def dequantize(
+    codes: ArrayLike, bits: int, exp: ArrayLike, *, signed: bool = True
+) -> NDArray[np.float64]:
     """Real values of integer codes: `codes * 2**-exp` for b > 1, `codes * 2**exp` for b == 1.
 
     Exact in float64 (codes are at most 32 bits wide). Codes outside `qmin..qmax` (1-bit: other
@@ -312,15 +353,17 @@ def dequantize(codes: ArrayLike, bits: int, exp: ArrayLike) -> NDArray[np.float6
     [0.25, -0.25]
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
     c = _as_int_array(codes, "codes")
     k = _as_exp(exp)
     if b == 1:
         if not np.isin(c, (-1, 1)).all():
             raise ValueError("1-bit codes must be -1 or +1")
         return np.asarray(np.ldexp(c.astype(np.float64), k))
-    if c.size and (int(c.min()) < qmin(b) or int(c.max()) > qmax(b)):
+    lo, hi = qmin(b, signed=signed), qmax(b, signed=signed)
+    if c.size and (int(c.min()) < lo or int(c.max()) > hi):
         raise ValueError(
-            f"codes out of the {b}-bit range {qmin(b)}..{qmax(b)}: min {int(c.min())}, max {int(c.max())}"
+            f"codes out of the {b}-bit range {lo}..{hi}: min {int(c.min())}, max {int(c.max())}"
         )
     return np.asarray(np.ldexp(c.astype(np.float64), -k))
 
@@ -389,7 +432,7 @@ def shift_round(
     return np.asarray(np.where(s > 0, q, np.where(s < 0, shifted, a)), dtype=np.int64)
 
 
-def saturate(v: ArrayLike, bits: int) -> NDArray[np.signedinteger[Any]]:
+def saturate(v: ArrayLike, bits: int, *, signed: bool = True) -> NDArray[np.signedinteger[Any]]:
     """Clamp integers to the `bits`-wide code range, as `code_dtype(bits)`; 1-bit: `v >= 0 ? +1 : -1`.
 
     >>> saturate(np.array([-300, -128, 5, 127, 300]), 8).tolist()
@@ -398,14 +441,21 @@ def saturate(v: ArrayLike, bits: int) -> NDArray[np.signedinteger[Any]]:
     [-1, 1, 1]
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
     a = _as_int_array(v, "v")
     if b == 1:
         return np.where(a >= 0, 1, -1).astype(np.int8)
-    return np.clip(a, qmin(b), qmax(b)).astype(code_dtype(b))
+    lo, hi = qmin(b, signed=signed), qmax(b, signed=signed)
+    return np.clip(a, lo, hi).astype(code_dtype(b, signed=signed))
 
 
 def requant(
-    acc: ArrayLike, shift: ArrayLike, bits: int, mode: RoundingMode | str = RoundingMode.TRUNC
+    acc: ArrayLike,
+    shift: ArrayLike,
+    bits: int,
+    mode: RoundingMode | str = RoundingMode.TRUNC,
+    *,
+    signed: bool = True,
 ) -> NDArray[np.signedinteger[Any]]:
     """`nh.requant`: `saturate_b(shift_round(acc, shift, mode))`; 1-bit: `acc >= 0 ? +1 : -1`.
 
@@ -422,6 +472,7 @@ def requant(
     [1, -1]
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
     a = _as_int_array(acc, "acc")
     s = _as_int_array(shift, "shift")
     a, s = np.broadcast_arrays(a, s)
@@ -432,7 +483,7 @@ def requant(
     left = s < 0
     a = np.where(left, np.clip(a, -(2**31), 2**31), a)
     s = np.where(left, np.maximum(s, -31), s)
-    return saturate(shift_round(a, s, mode), b)
+    return saturate(shift_round(a, s, mode), b, signed=signed)
 
 
 def div_round(
@@ -471,7 +522,12 @@ def div_round(
 
 
 def requant_codes(
-    acc: ArrayLike, shift: ArrayLike, bits: int, mode: RoundingMode | str = RoundingMode.TRUNC
+    acc: ArrayLike,
+    shift: ArrayLike,
+    bits: int,
+    mode: RoundingMode | str = RoundingMode.TRUNC,
+    *,
+    signed: bool = True,
 ) -> NDArray[np.signedinteger[Any]]:
     """:func:`nanoir.runtime.numerics.requant` for codes of at most 32 bits, in a few array passes.
 
@@ -496,12 +552,12 @@ def requant_codes(
         return saturate(a, 1)
     m = RoundingMode(mode)
     smin, smax = (int(s.min()), int(s.max())) if s.size else (0, 0)
-    lo, hi = qmin(b), qmax(b)
+    lo, hi = qmin(b, signed=signed), qmax(b, signed=signed)
     narrow = a.dtype.kind == "i" and a.dtype.itemsize <= 4
     if not narrow and (
         a.dtype.kind != "i" or a.size and (int(a.min()) < -(2**31) or int(a.max()) > 2**31)
     ):
-        return requant(a, s, b, mode)
+        return requant(a, s, b, mode, signed=signed)
     int32_modes = (
         m is RoundingMode.FLOOR
         or m is RoundingMode.TRUNC
@@ -523,7 +579,7 @@ def requant_codes(
             q += 1
             q >>= 1
         np.clip(q, lo, hi, out=q)
-        return q.astype(code_dtype(b))
+        return q.astype(code_dtype(b, signed=signed))
     x64 = a.astype(np.int64)
     if 0 <= smin and smax <= 32:
         one = np.int64(1)
@@ -539,8 +595,8 @@ def requant_codes(
     elif -31 <= smin and smax <= 0:
         x64 <<= -s
     else:
-        return requant(a, s, b, mode)
-    return np.clip(x64, lo, hi).astype(code_dtype(b))
+        return requant(a, s, b, mode, signed=signed)
+    return np.clip(x64, lo, hi).astype(code_dtype(b, signed=signed))
 
 
 # --------------------------------------------------------------------------------------------
@@ -576,7 +632,11 @@ def channel_absmax(x: ArrayLike, axis: int | None = None) -> NDArray[np.float64]
 
 
 def exp_from_absmax(
-    absmax: ArrayLike, bits: int, exp_range: tuple[int, int] = CALIB_EXP_RANGE
+    absmax: ArrayLike,
+    bits: int,
+    exp_range: tuple[int, int] = CALIB_EXP_RANGE,
+    *,
+    signed: bool = True,
 ) -> NDArray[np.int32]:
     """NanoEngine's rule, elementwise: `k = floor(log2(s))`, `s = 2**(b-1)/absmax` (b == 1: `s = absmax`).
 
@@ -592,8 +652,15 @@ def exp_from_absmax(
     [5, 7, 60]
     >>> exp_from_absmax([3.0, 1.0, 0.0], 1).tolist()   # log2 3 = 1.58 -> 1; 0 -> min
     [1, 0, -60]
+
+    `signed=False` (codes `0 .. 2**b - 1` over `[0, absmax]`): `s = 2**b/absmax`, one
+    exponent finer than signed.
+
+    >>> exp_from_absmax([3.0, 1.0], 8, signed=False).tolist()
+    [6, 8]
     """
     b = _check_bits(bits)
+    _check_signed(b, signed)
     lo, hi = exp_range
     if lo > hi:
         raise ValueError(f"exp_range must be (lowest, highest), got {exp_range}")
@@ -609,14 +676,20 @@ def exp_from_absmax(
         k = np.where(a == 0, lo, floor_log2)
     else:
         # floor(log2(2**(b-1) / a)) = (b - 1) - ceil(log2 a), an integer identity.
-        k = np.where(a == 0, hi, (b - 1) - ceil_log2)
+        top = b if not signed else b - 1
+        k = np.where(a == 0, hi, top - ceil_log2)
     return np.clip(k, lo, hi).astype(np.int32)
 
 
 def _squared_error(
-    v: NDArray[np.float64], bits: int, k: NDArray[np.int32], mode: RoundingMode, axis: int | None
+    v: NDArray[np.float64],
+    bits: int,
+    k: NDArray[np.int32],
+    mode: RoundingMode,
+    axis: int | None,
+    signed: bool = True,
 ) -> NDArray[np.float64]:
-    err = fake_quant(v, bits, k, mode) - v
+    err = fake_quant(v, bits, k, mode, signed=signed) - v
     return _per_channel(np.sum(err * err, axis=_reduced_axes(v.ndim, axis), keepdims=True), axis)
 
 
@@ -627,6 +700,8 @@ def exp_mse_optimal(
     mode: RoundingMode | str = RoundingMode.TRUNC,
     search: int = 3,
     exp_range: tuple[int, int] = CALIB_EXP_RANGE,
+    *,
+    signed: bool = True,
 ) -> NDArray[np.int32]:
     """The power-of-two exponent minimising the squared `fake_quant` error, per tensor or channel.
 
@@ -634,7 +709,8 @@ def exp_mse_optimal(
     (`exp_from_absmax`), within `exp_range`. A candidate replaces the current best only if its
     error is strictly smaller, and candidates are tried nearest to `k0` first, so ties keep the
     exponent closest to the absmax rule (and the error never exceeds the rule's). The result
-    has the shape of `channel_absmax(x, axis)`.
+    has the shape of `channel_absmax(x, axis)`. `signed=False` measures the error of unsigned
+    codes (negative values then cost their whole magnitude, whatever the exponent).
 
     >>> x = np.array([1.0] + [0.3] * 10)   # absmax rule, 2-bit: k0 = floor(log2(2/1)) = 1
     >>> exp_from_absmax(channel_absmax(x), 2).tolist(), exp_mse_optimal(x, 2).tolist()
@@ -648,13 +724,14 @@ def exp_mse_optimal(
     if np.isinf(v).any():
         raise ValueError("exp_mse_optimal input contains inf")
     lo, hi = exp_range
-    k0 = exp_from_absmax(channel_absmax(v, axis), b, exp_range)
+    _check_signed(b, signed)
+    k0 = exp_from_absmax(channel_absmax(v, axis), b, exp_range, signed=signed)
     best_k = k0
-    best_err = _squared_error(v, b, k0, m, axis)
+    best_err = _squared_error(v, b, k0, m, axis, signed)
     for distance in range(1, search + 1):
         for step in (-distance, distance):
             k = np.clip(k0 + step, lo, hi).astype(np.int32)
-            err = _squared_error(v, b, k, m, axis)
+            err = _squared_error(v, b, k, m, axis, signed)
             better = err < best_err
             best_k = np.where(better, k, best_k).astype(np.int32)
             best_err = np.where(better, err, best_err)
