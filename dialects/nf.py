@@ -12,7 +12,7 @@ state the same semantics in one line each. Abbreviations: bn = batch normalizati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -23,7 +23,10 @@ from nanoir.dialects.traits import (
     DataMovement,
     Elementwise,
     FloatOnly,
+    IntegerAlgorithm,
     LookupTable,
+    NonNegativeResult,
+    RowStep,
     SlidingWindow,
     TransposedWindow,
     Weighted,
@@ -37,6 +40,8 @@ from nanoir.dialects.traits import (
     transpose_rows,
 )
 from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics import softmax as softmax_numerics
+from nanoir.runtime.numerics.movement import check_indices, expand_shape, gather_shape
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     ShapeError,
@@ -65,6 +70,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     TensorType,
+    i1,
     i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
@@ -92,6 +98,8 @@ from xdsl.utils.exceptions import VerifyException
 
 FloatElement = base(Float16Type) | base(Float32Type) | base(Float64Type)
 FloatTensor = TensorType.constr(FloatElement)
+BoolTensor = TensorType.constr(i1)
+"""A boolean tensor (``tensor<...xi1>``): a softmax mask."""
 
 
 def int_array(values: Sequence[int]) -> DenseArrayBase:
@@ -155,7 +163,7 @@ class ConstantOp(IRDLOperation):
     """
 
     name = "nf.constant"
-    T: ClassVar = VarConstraint("T", FloatTensor)
+    T: ClassVar = VarConstraint("T", FloatTensor | BoolTensor)
     sym_name = opt_prop_def(StringAttr, prop_name="name")
     value = prop_def(ParamAttrConstraint(DenseIntOrFPElementsAttr, (T, AnyAttr())))
     result = result_def(T)
@@ -241,6 +249,7 @@ class ReluOp(UnaryFloatOp):
     """
 
     name = "nf.relu"
+    traits = traits_def(Pure(), Elementwise(), NonNegativeResult())
 
 
 @irdl_op_definition
@@ -253,7 +262,7 @@ class SigmoidOp(UnaryFloatOp):
     """
 
     name = "nf.sigmoid"
-    traits = traits_def(FloatOnly(), LookupTable(kernels.sigmoid))
+    traits = traits_def(FloatOnly(), LookupTable(kernels.sigmoid), NonNegativeResult())
 
 
 @irdl_op_definition
@@ -279,7 +288,7 @@ class HardSigmoidOp(UnaryFloatOp):
     """
 
     name = "nf.hardsigmoid"
-    traits = traits_def(FloatOnly(), LookupTable(kernels.hardsigmoid))
+    traits = traits_def(FloatOnly(), LookupTable(kernels.hardsigmoid), NonNegativeResult())
 
 
 @irdl_op_definition
@@ -352,6 +361,7 @@ class ClampOp(UnaryFloatOp):
     """
 
     name = "nf.clamp"
+    traits = traits_def(Pure(), Elementwise(), NonNegativeResult("min"))
     min = opt_prop_def(FloatAttr[Float64Type])
     max = opt_prop_def(FloatAttr[Float64Type])
 
@@ -1305,6 +1315,90 @@ class SpaceToDepthOp(_BlockOp):
     INFER: ClassVar = staticmethod(infer_space_to_depth_shape)
 
 
+def expand_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Expand: row by row along a kept dim; a size-1 dim grown to ``n`` emits ``n`` rows per
+    row; new leading dims (the rank grows) take the whole extent."""
+    x, y = tensor_shape(op.operands[0]), tensor_shape(op.results[0])
+    if len(x) != len(y) or len(x) <= dim:
+        return None if len(x) != len(y) else RowStep()
+    if x[dim] == y[dim]:
+        return RowStep(adjust="result_rows")
+    return RowStep(emit=y[dim], adjust="result_rows") if x[dim] == 1 else None
+
+
+def gather_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Gather: row by row along any dim but its axis; along the axis, the whole extent (an
+    index may point at any row)."""
+    rank = len(tensor_shape(op.operands[0]))
+    axis = op.properties["axis"].value.data % rank  # type: ignore[attr-defined]
+    return None if axis == dim else RowStep()
+
+
+@irdl_op_definition
+class ExpandOp(IRDLOperation):
+    """Broadcast to the result type's shape (PyTorch ``expand``, ONNX ``Expand``, ``.ne``
+    ``Expand``): the input is right-aligned, each of its dims equals the result's or is 1.
+
+    ```mlir
+    %y = nf.expand %x : tensor<?x3x1x6xf32> -> tensor<?x3x5x6xf32>
+    ```
+    """
+
+    name = "nf.expand"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure(), DataMovement(expand_rows))
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, shape: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        super().__init__(operands=[input], result_types=[TensorType(t.get_element_type(), shape)])
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        shape_guard(self, expand_shape, tensor_shape(self.input), tensor_shape(self.result))
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """The slices ``indices`` (constant, in ``[0, size)``) of the input along ``axis``, in
+    that order (ONNX ``Gather`` with 1-D indices, ``.ne`` ``Gather``; PyTorch ``x[:, idx]``).
+
+    ```mlir
+    %y = nf.gather %x {axis = 1 : i64, indices = array<i64: 2, 0, 0>}
+        : tensor<?x4x6xf32> -> tensor<?x3x6xf32>
+    ```
+    """
+
+    name = "nf.gather"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    axis = prop_def(IntegerAttr[I64])
+    indices = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), DataMovement(gather_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, axis: int, indices: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = gather_shape(t.get_shape(), axis, len(indices))
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"axis": IntegerAttr(axis, i64), "indices": int_array(indices)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x = tensor_shape(self.input)
+        axis, indices = self.axis.value.data, array_values(self.indices) or ()
+        shape = shape_guard(self, gather_shape, x, axis, len(indices))
+        shape_guard(self, check_indices, x, axis, indices)
+        check_result_shape(self, shape, self.result)
+
+
 @irdl_op_definition
 class CustomOp(IRDLOperation):
     """An op nanoir has no semantics for, kept losslessly (e.g. an unknown NanoEngine node
@@ -1324,6 +1418,123 @@ class CustomOp(IRDLOperation):
     attrs = prop_def(DictionaryAttr, default_value=DictionaryAttr({}))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
+
+
+def _axis_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Softmax over ``axis``: the whole extent along it; elementwise along other dims."""
+    rank = len(tensor_shape(op.operands[0]))
+    axis = op.properties["axis"].value.data % rank  # type: ignore[attr-defined]
+    if axis == dim:
+        return None
+    return Elementwise().row_step(op, dim, runtime)
+
+
+@dataclass(frozen=True)
+class _AlongAxis(WholeExtent):
+    """The whole extent along the op's ``axis`` (a row's sum), row by row along the others."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        return _axis_rows(op, dim, runtime)
+
+
+def _softmax_codes(op: Operation, q: np.ndarray, qin, qout, mask=None) -> np.ndarray:  # noqa: ANN001
+    axis = op.properties["axis"].value.data  # type: ignore[attr-defined]
+    fn = softmax_numerics.softmax_codes
+    if isinstance(op, LogSoftmaxOp):
+        return softmax_numerics.log_softmax_codes(q, axis, qin.exp, qin.bits, qout.exp, qout.bits)
+    return fn(q, axis, qin.exp, qin.bits, qout.exp, qout.bits, mask, signed=qout.signed)
+
+
+def _softmax_bound(op: Operation, qin, qout) -> str | None:  # noqa: ANN001
+    shape = tensor_shape(op.operands[0])
+    row = shape[op.properties["axis"].value.data % len(shape)]  # type: ignore[attr-defined]
+    if row == DYNAMIC_INDEX:
+        return "its softmax axis is dynamic"
+    kind = "log_softmax" if isinstance(op, LogSoftmaxOp) else "softmax"
+    return softmax_numerics.bound_error(kind, row, qin.bits, qin.exp, qout.exp)
+
+
+SOFTMAX_ALGORITHM = IntegerAlgorithm(_softmax_codes, _softmax_bound)
+"""Softmax's and log-softmax's integer algorithm (``nanoir.runtime.numerics.softmax``)."""
+
+
+class _SoftmaxBase(IRDLOperation):
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    input = operand_def(T)
+    result = result_def(T)
+    axis = prop_def(IntegerAttr[I64])
+    irdl_options = (ParsePropInAttrDict(),)
+
+    def verify_(self) -> None:
+        rank = len(tensor_shape(self.input))
+        axis = self.axis.value.data
+        if not -rank <= axis < max(rank, 1) or rank == 0:
+            raise VerifyException(f"{self.name}: axis {axis} is out of range for rank {rank}")
+
+
+@irdl_op_definition
+class SoftmaxOp(_SoftmaxBase):
+    """torch's ``softmax(x, axis)``, with an optional boolean ``mask`` (NumPy-broadcast
+    against ``x``; True = the position takes part): masked positions contribute nothing and
+    output exactly 0, a row with none taking part outputs all 0. Quantized, it is the integer
+    algorithm of ``nanoir.runtime.numerics.softmax`` (:class:`IntegerAlgorithm`): i-exp of
+    code differences from two tables, an integer sum, one half-up division per element;
+    measured worst error against torch's float64 softmax of the quantized input, 8-bit in and
+    out, over the property test's domain: one output step (the value 1.0 saturating to
+    ``127/128``; below that, half a step).
+
+    ```mlir
+    %y = nf.softmax %x {axis = -1 : i64} : (tensor<?x4x8xf32>) -> tensor<?x4x8xf32>
+    %z = nf.softmax %s, %m {axis = 3 : i64}
+        : (tensor<?x2x8x8xf32>, tensor<8x8xi1>) -> tensor<?x2x8x8xf32>
+    ```
+    """
+
+    name = "nf.softmax"
+    mask = opt_operand_def(BoolTensor)
+    traits = traits_def(Pure(), _AlongAxis(), SOFTMAX_ALGORITHM)
+    assembly_format = "$input (`,` $mask^)? attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: SSAValue, axis: int, mask: SSAValue | None = None):
+        super().__init__(
+            operands=[input, [] if mask is None else [mask]],
+            result_types=[input.type],
+            properties={"axis": IntegerAttr(axis, i64)},
+        )
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.mask is not None:
+            x, m = tensor_shape(self.input), tensor_shape(self.mask)
+            shape = shape_guard(self, broadcast_shapes, x, m)
+            if len(m) > len(x) or not shapes_compatible(shape, x):
+                raise VerifyException(
+                    f"nf.softmax: mask {shape_str(m)} does not broadcast to the input "
+                    f"{shape_str(x)}"
+                )
+
+
+@irdl_op_definition
+class LogSoftmaxOp(_SoftmaxBase):
+    """torch's ``log_softmax(x, axis)``: ``x - max - log(sum(exp(x - max)))``. Quantized, the
+    integer algorithm of ``nanoir.runtime.numerics.softmax`` (integer log from the sum's bit
+    length and an interpolated table); measured worst error against torch's float64
+    log-softmax of the quantized input, 8-bit in and out, over the property test's domain:
+    half an output step (plus 2**-20 steps from the integer log).
+
+    ```mlir
+    %y = nf.log_softmax %x {axis = 1 : i64} : (tensor<?x10xf32>) -> tensor<?x10xf32>
+    ```
+    """
+
+    name = "nf.log_softmax"
+    traits = traits_def(Pure(), _AlongAxis(), SOFTMAX_ALGORITHM)
+    assembly_format = "$input attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: SSAValue, axis: int):
+        super().__init__(
+            operands=[input], result_types=[input.type], properties={"axis": IntegerAttr(axis, i64)}
+        )
 
 
 NF = Dialect(
@@ -1361,6 +1572,10 @@ NF = Dialect(
         UpsampleNearestOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
+        ExpandOp,
+        GatherOp,
+        SoftmaxOp,
+        LogSoftmaxOp,
     ],
     [],
 )

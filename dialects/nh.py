@@ -27,6 +27,8 @@ import numpy as np
 from nanoir.dialects.nf import (
     array_values,
     check_result_shape,
+    expand_rows,
+    gather_rows,
     parse_named_constant,
     print_named_constant,
     shape_guard,
@@ -49,7 +51,8 @@ from nanoir.dialects.traits import (
     space_to_depth_rows,
     transpose_rows,
 )
-from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics import kernels, movement
+from nanoir.runtime.numerics.movement import check_indices, expand_shape, gather_shape
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
@@ -908,12 +911,29 @@ def _check_shift(op: IRDLOperation, shift: DenseArrayBase, x: SSAValue, y: SSAVa
 
 @irdl_op_definition
 class LutOp(IRDLOperation):
-    """Table lookup: ``y = table[x - lo]`` where ``lo`` is the input's smallest code (``i1``:
-    index 0 is code -1, index 1 is code +1); exact lowering of float-only elementwise ops.
+    """Table lookup, the exact lowering of float-only elementwise ops: ``y = T[x]`` where ``T``
+    is the sub-table of ``x``'s channel.
+
+    ``table`` holds one or more sub-tables back to back, in one of two forms:
+
+    - dense (no ``starts``): a sub-table has one entry per code of the input type, entry
+      ``x - lo`` for code ``x`` (``lo`` its smallest code; ``i1``: index 0 is -1, 1 is +1);
+    - segmented (``starts``, one per entry): entry ``i`` holds the value of every input code
+      from ``starts[i]`` up to the next start of its sub-table; each sub-table starts with
+      ``lo``, so an entry whose start is ``lo`` begins a sub-table. An i16 input's dense table
+      would have 65,536 entries per sub-table; the quantized output of a smooth function
+      changes at only a few hundred codes at 8 bits out, so lower-to-hw writes wide inputs
+      this way (a binary search over the starts).
+
+    ``channels`` (one per channel along the per-channel axis, the first ``C`` of the layout)
+    gives each channel's sub-table: per-channel input or result exponents need their own
+    table per distinct pair of exponents. Without it there is one sub-table.
 
     ```mlir
     %y = nh.lut %x {table = array<i64: 0, 0, 1, 1>}
         : tensor<?x16xi2, #nh.fixed<1, BC>> -> tensor<?x16xi8, #nh.fixed<7, BC>>
+    %z = nh.lut %w {table = array<i64: -1, 0, 1>, starts = array<i64: -32768, -5, 9>}
+        : tensor<?x16xi16, #nh.fixed<10, BC>> -> tensor<?x16xi2, #nh.fixed<0, BC>>
     ```
     """
 
@@ -921,25 +941,88 @@ class LutOp(IRDLOperation):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     table = prop_def(DenseArrayBase[I64])
+    starts = opt_prop_def(DenseArrayBase[I64])
+    channels = opt_prop_def(DenseArrayBase[I64])
     traits = traits_def(Pure(), Elementwise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def sub_tables(self) -> int:
+        """How many sub-tables ``table`` holds (the verifier checks the forms)."""
+        win = width_of(self.input)
+        if self.starts is not None:
+            lo, _ = code_range(win)
+            return sum(1 for s in array_values(self.starts) or () if s == lo)
+        entries = 2 if win == 1 else 2**win
+        return len(array_values(self.table) or ()) // entries
+
+    def channel_axis(self) -> int | None:
+        """The dim ``channels`` runs along: the per-channel axis of the input or result, else
+        the input layout's first ``C``."""
+        fx, fy = fixed_of(self.input), fixed_of(self.result)
+        per = fx if fx.is_per_channel else fy
+        return per.channel_axis
 
     def verify_(self) -> None:
         win, fx = check_nh_value(self, self.input, "input")
         wout, fy = check_nh_value(self, self.result, "result")
         check_result_shape(self, tensor_shape(self.input), self.result)
-        if win > 8:
-            raise VerifyException(f"nh.lut: input i{win} is too wide for a table (at most i8)")
-        if fx.is_per_channel or fy.is_per_channel:
-            raise VerifyException("nh.lut: input and result need per-tensor exponents")
         table = array_values(self.table) or ()
         lo, hi = code_range(win)
-        entries = 2 if win == 1 else hi - lo + 1
-        if len(table) != entries:
-            raise VerifyException(
-                f"nh.lut: table has {len(table)} entries, an i{win} input needs {entries}"
-            )
+        if self.starts is None:
+            if win > 16:
+                raise VerifyException(
+                    f"nh.lut: a dense table over i{win} codes is too large; give starts"
+                )
+            entries = 2 if win == 1 else hi - lo + 1
+            if not table or len(table) % entries:
+                raise VerifyException(
+                    f"nh.lut: table has {len(table)} entries, an i{win} input needs {entries} "
+                    "per sub-table"
+                )
+        else:
+            starts = array_values(self.starts) or ()
+            if len(starts) != len(table):
+                raise VerifyException(
+                    f"nh.lut: {len(starts)} starts for {len(table)} table entries"
+                )
+            if not starts or starts[0] != lo:
+                raise VerifyException(
+                    f"nh.lut: starts must begin with the input's lowest code {lo}"
+                )
+            for a, b in zip(starts, starts[1:]):
+                if not (b == lo or a < b <= hi):
+                    raise VerifyException(
+                        f"nh.lut: starts must increase within a sub-table and stay within "
+                        f"i{win} codes (got {a} then {b})"
+                    )
+        subs = self.sub_tables()
+        if fx.is_per_channel and fy.is_per_channel and fx.channel_axis != fy.channel_axis:
+            raise VerifyException("nh.lut: input and result exponents run along different dims")
+        if self.channels is None:
+            if fx.is_per_channel or fy.is_per_channel:
+                raise VerifyException(
+                    "nh.lut: per-channel exponents need channels (each channel's sub-table)"
+                )
+            if subs != 1:
+                raise VerifyException(f"nh.lut: {subs} sub-tables need channels to pick them")
+        else:
+            axis = self.channel_axis()
+            if axis is None:
+                raise VerifyException(
+                    "nh.lut: channels needs per-channel input or result exponents"
+                )
+            extent = tensor_shape(self.input)[axis]
+            chosen = array_values(self.channels) or ()
+            if len(chosen) != extent:
+                raise VerifyException(
+                    f"nh.lut: {len(chosen)} channels for {shape_str([extent])} along dim {axis}"
+                )
+            bad_channel = [c for c in chosen if not 0 <= c < subs]
+            if bad_channel:
+                raise VerifyException(
+                    f"nh.lut: channel sub-table {bad_channel[0]} is not one of the {subs}"
+                )
         olo, ohi = code_range(wout)
         bad = [v for v in table if not olo <= v <= ohi or (wout == 1 and v == 0)]
         if bad:
@@ -1447,6 +1530,63 @@ class SpaceToDepthOp(_BlockOp):
     traits = traits_def(Pure(), DataMovement(space_to_depth_rows))
 
 
+@irdl_op_definition
+class ExpandOp(IRDLOperation):
+    """``nf.expand`` on codes: broadcast to the result type's shape; exponents broadcast with
+    the codes (right-aligned, as the data).
+
+    ```mlir
+    %y = nh.expand %x : tensor<?x4x1xi8, #nh.fixed<5, BCM>> -> tensor<?x4x6xi8, #nh.fixed<5, BCM>>
+    ```
+    """
+
+    name = "nh.expand"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), DataMovement(expand_rows))
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        shape_guard(self, expand_shape, x, y)
+        check_nh_value(self, self.input, "input")
+        e = fixed_of(self.input).exp_array(len(x))
+        _check_moved(self, self.input, self.result, e.reshape((1,) * (len(y) - len(x)) + e.shape))
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """``nf.gather`` on codes: the slices ``indices`` along ``axis``; per-channel exponents
+    along ``axis`` are gathered with their channels.
+
+    ```mlir
+    %y = nh.gather %x {axis = 1 : i64, indices = array<i64: 2, 0>}
+        : tensor<?x4x6xi8, #nh.fixed<[5, 4, 3, 2], BCM>> -> tensor<?x2x6xi8, #nh.fixed<[3, 5], BCM>>
+    ```
+    """
+
+    name = "nh.gather"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    indices = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), DataMovement(gather_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x = tensor_shape(self.input)
+        axis, indices = self.axis.value.data, list(array_values(self.indices) or ())
+        shape = shape_guard(self, gather_shape, x, axis, len(indices))
+        shape_guard(self, check_indices, x, axis, indices)
+        check_result_shape(self, shape, self.result)
+        check_nh_value(self, self.input, "input")
+        e = fixed_of(self.input).exp_array(len(x))
+        axis %= len(x)
+        moved = e if e.shape[axis] == 1 else movement.gather(e, axis, indices)
+        _check_moved(self, self.input, self.result, moved)
+
+
 NH = Dialect(
     "nh",
     [
@@ -1473,6 +1613,8 @@ NH = Dialect(
         UpsampleNearestOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
+        ExpandOp,
+        GatherOp,
     ],
     [FixedAttr],
 )

@@ -14,8 +14,10 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
-from nanoir.runtime.base import Builder, Kernel
-from nanoir.runtime.numerics import kernels
+from nanoir.dialects.traits import IntegerAlgorithm
+from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.numerics import kernels, movement
+from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Operation
@@ -233,3 +235,45 @@ def depth_to_space(op: nf.DepthToSpaceOp, dtype: np.dtype[Any]) -> Kernel:
 def space_to_depth(op: nf.SpaceToDepthOp, dtype: np.dtype[Any]) -> Kernel:
     block, mode = op.block.value.data, op.mode.data
     return lambda x: (kernels.space_to_depth(x, block, mode),)
+
+
+@impl(nf.ExpandOp)
+def expand(op: nf.ExpandOp, dtype: np.dtype[Any]) -> Kernel:
+    shape = nf.tensor_shape(op.result)
+    return lambda x: (movement.expand(x, shape),)
+
+
+@impl(nf.GatherOp)
+def gather(op: nf.GatherOp, dtype: np.dtype[Any]) -> Kernel:
+    axis, indices = op.axis.value.data, list(array_values(op.indices) or ())
+    return lambda x: (movement.gather(x, axis, indices),)
+
+
+def _integer_algorithm(op: Operation, float_kernel: Kernel) -> Kernel:
+    """The op's float kernel, or its integer algorithm where fake-quants give both grids
+    (``IntegerAlgorithm``: the nq semantics)."""
+    trait = op.get_trait(IntegerAlgorithm)
+    assert trait is not None
+    grids = trait.quantization(op)
+    if isinstance(grids, str):
+        return float_kernel
+    reason = trait.bound_error(op, grids)
+
+    def run(x: Any, *rest: Any) -> tuple[Any, ...]:
+        if reason is not None:
+            raise ExecutionError(f"{op.name}: {reason}")
+        return (trait.run(op, grids, x, *rest).astype(x.dtype, copy=False),)
+
+    return run
+
+
+@impl(nf.SoftmaxOp)
+def softmax(op: nf.SoftmaxOp, dtype: np.dtype[Any]) -> Kernel:
+    axis = op.axis.value.data
+    return _integer_algorithm(op, lambda x, mask=None: (softmax_numerics.softmax(x, axis, mask),))
+
+
+@impl(nf.LogSoftmaxOp)
+def log_softmax(op: nf.LogSoftmaxOp, dtype: np.dtype[Any]) -> Kernel:
+    axis = op.axis.value.data
+    return _integer_algorithm(op, lambda x: (softmax_numerics.log_softmax(x, axis),))

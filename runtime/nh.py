@@ -53,10 +53,10 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nh
-from nanoir.dialects.nf import array_values
+from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
-from nanoir.runtime.numerics import kernels, quant
+from nanoir.runtime.numerics import kernels, movement, quant
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
 from numpy.typing import DTypeLike, NDArray
@@ -553,17 +553,36 @@ def requant(op: nh.RequantOp, dtype: np.dtype[Any]) -> Kernel:
 
 @impl(nh.LutOp)
 def lut(op: nh.LutOp, dtype: np.dtype[Any]) -> Kernel:
-    """``table[x - lo]``; an i1 input indexes with -1 -> 0 and +1 -> 1."""
+    """``table[x - lo]`` (an i1 input indexes with -1 -> 0 and +1 -> 1), offset by the
+    channel's sub-table; segmented tables (``starts``) find each code's entry by one binary
+    search over keys ``sub-table * 2**width + (start - lo)``, increasing across sub-tables."""
     width = width_of(op.input)
     table = np.asarray(array_values(op.table) or (), dtype=quant.code_dtype(width_of(op.result)))
     lo, _ = code_range(width)
+    rank = len(op.input.type.get_shape())  # type: ignore[union-attr]
+    span = 2 if width == 1 else 2**width
+    sub: NDArray[np.int64] | None = None
+    if op.channels is not None:
+        axis = op.channel_axis()
+        assert axis is not None
+        shape = [1] * rank
+        shape[axis] = -1
+        sub = np.asarray(array_values(op.channels), dtype=np.int64).reshape(shape)
+    keys: NDArray[np.int64] | None = None
+    if op.starts is not None:
+        starts = np.asarray(array_values(op.starts), dtype=np.int64)
+        keys = (np.cumsum(starts == lo) - 1) * span + (starts - lo)
 
     def run(x: IntArray) -> tuple[Any, ...]:
-        index = x.astype(np.intp)
+        index = x.astype(np.int64)
         if width == 1:
             index = (index + 1) >> 1
         else:
             index -= lo
+        if sub is not None:
+            index = index + sub * span
+        if keys is not None:
+            index = np.searchsorted(keys, index, side="right") - 1
         return (table[index],)
 
     return run
@@ -856,6 +875,20 @@ def depth_to_space(op: nh.DepthToSpaceOp, dtype: np.dtype[Any]) -> Kernel:
 def space_to_depth(op: nh.SpaceToDepthOp, dtype: np.dtype[Any]) -> Kernel:
     block, mode = op.block.value.data, op.mode.data
     return lambda x: (kernels.space_to_depth(x, block, mode),)
+
+
+@impl(nh.ExpandOp)
+def expand(op: nh.ExpandOp, dtype: np.dtype[Any]) -> Kernel:
+    """Broadcast the codes to the result type's shape (``?`` keeps the input's size)."""
+    shape = tensor_shape(op.result)
+    return lambda x: (movement.expand(x, shape),)
+
+
+@impl(nh.GatherOp)
+def gather(op: nh.GatherOp, dtype: np.dtype[Any]) -> Kernel:
+    """The code slices ``indices`` along ``axis``."""
+    axis, indices = op.axis.value.data, list(array_values(op.indices) or ())
+    return lambda x: (movement.gather(x, axis, indices),)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """lower-to-hw patterns for ops that move codes and keep their exponents: max pool, concat,
-reshape, transpose, pad, split, nearest upsampling.
+reshape, transpose, pad, split, nearest upsampling, expand, gather.
 
 A max pool picks codes (one exponent per channel, unchanged); concat joins codes (along the
 channel dim per-channel exponents concatenate, otherwise every part is first aligned to the
@@ -36,6 +36,7 @@ from nanoir.lowering.hw.core import (
     HwValue,
 )
 from nanoir.lowering.hw.elementwise import check_alignment
+from nanoir.runtime.numerics import movement
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Operation
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
@@ -269,6 +270,49 @@ class LowerBlock(HwPattern):
         cls = nh.DepthToSpaceOp if to_space else nh.SpaceToDepthOp
         new = cls.create(
             operands=[a.value], result_types=[t], properties={"block": op.block, "mode": op.mode}
+        )
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, exps, a.bits))
+
+
+class LowerExpand(HwPattern):
+    """``nf.expand`` → ``nh.expand``: codes broadcast, exponents with them; where the rank
+    grows, per-channel exponents are first aligned to one (the channel dim moves)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.ExpandOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        shape = nf.tensor_shape(op.result)
+        lead = len(shape) - a.rank
+        if lead:
+            a = per_tensor(hw, op, a)
+        full = expand(a.exps, a.rank)
+        exps = full.reshape((1,) * lead + full.shape)
+        layout = hw.layout_of(a) if not lead else None
+        t = hw.result_type(shape, exps, hw.declared(a), layout)
+        new = nh.ExpandOp.create(operands=[a.value], result_types=[t])
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, exps, a.bits))
+
+
+class LowerGather(HwPattern):
+    """``nf.gather`` → ``nh.gather``: the same slices; per-channel exponents along the
+    gathered axis are gathered with their channels."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.GatherOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        axis = op.axis.value.data % a.rank
+        indices = list(array_values(op.indices) or ())
+        full = expand(a.exps, a.rank)
+        exps = full if full.shape[axis] == 1 else movement.gather(full, axis, indices)
+        t = hw.result_type(nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a))
+        new = nh.GatherOp.create(
+            operands=[a.value],
+            result_types=[t],
+            properties={"axis": IntegerAttr(axis, i64), "indices": op.indices},
         )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits))

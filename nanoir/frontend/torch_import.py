@@ -622,6 +622,19 @@ def _gelu(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.GeluOp(imp.tensor(a["self"]), approximate)).result
 
 
+def _softmax(op_type: type[nf.SoftmaxOp | nf.LogSoftmaxOp]) -> Handler:
+    def handle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+        dtype = a.get("dtype")
+        if dtype is not None and not dtype.is_floating_point:
+            raise _Unsupported(f"{op_type.name.removeprefix('nf.')} into {dtype}")
+        if a.get("half_to_float"):
+            raise _Unsupported(f"{op_type.name.removeprefix('nf.')} with half_to_float")
+        return imp.emit(op_type(imp.tensor(a["self"]), int(a["dim"]))).result
+
+    handle.__doc__ = f"One ``{op_type.name}`` over ``dim`` (a float ``dtype`` is the import's)."
+    return handle
+
+
 def _relu6(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.ClampOp(imp.tensor(a["self"]), 0.0, 6.0)).result
 
@@ -907,6 +920,122 @@ def _channel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.ReshapeOp(swapped, shape)).result
 
 
+def _expand(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """expand (and ``copy``'s broadcast): one nf.expand to torch's result shape."""
+    x = imp.tensor(a["self"], imp.element_type(node))
+    return _expand_to(imp, x, imp.result_type(node).get_shape())
+
+
+def _expand_to(imp: _Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    src = nf.tensor_shape(x)
+    if tuple(src) == tuple(shape):
+        return x
+    lead = len(shape) - len(src)
+    if any(d == DYNAMIC_INDEX for d in shape[:lead]) or any(
+        t == DYNAMIC_INDEX and d != t for d, t in zip(src, shape[lead:])
+    ):
+        raise _Unsupported(
+            f"expanding {_shape_text(src)} to the dynamic dim of {_shape_text(shape)} (its "
+            "size is known only at run time); import with dynamic_batch=False"
+        )
+    return imp.emit(nf.ExpandOp(x, shape)).result
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ", ".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape) + "]"
+
+
+def _copy(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``aten.copy(self, src)`` (what torch.export makes of ``x[:, :c] = y``, before a
+    slice_scatter): ``src`` broadcast to ``self``'s shape."""
+    src = imp.tensor(a["src"], imp.element_type(node))
+    return _expand_to(imp, src, imp.result_type(node).get_shape())
+
+
+def _index(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``x[..., idx]`` with one constant integer index tensor: nf.gather along its dim (then
+    a reshape for a multi-dim ``idx``). Indexing a constant is folded by torch itself;
+    indices computed at run time are refused: nf.gather's indices are part of the program."""
+    elt = imp.element_type(node)
+    source, indices = a["self"], list(a["indices"])
+    consts = [imp.values.get(i) if isinstance(i, fx.Node) else None for i in indices]
+    if isinstance(imp.values.get(source), _TorchConstant) and all(
+        i is None or isinstance(c, _TorchConstant) for i, c in zip(indices, consts)
+    ):
+        base = imp.values[source].tensor  # type: ignore[union-attr]
+        folded = torch.ops.aten.index.Tensor(base, [c and c.tensor for c in consts])  # type: ignore[union-attr]
+        return _TorchConstant(folded, f"{imp.values[source].name}[{node.name}]")  # type: ignore[union-attr]
+    used = [k for k, i in enumerate(indices) if i is not None]
+    if len(used) != 1:
+        raise _Unsupported(f"indexing with {len(used)} index tensors (nf.gather takes one)")
+    axis, idx = used[0], indices[used[0]]
+    const = consts[axis]
+    if not isinstance(const, _TorchConstant):
+        raise _Unsupported(
+            f"index tensor '{getattr(idx, 'name', idx)}' is computed at run time; nanoir "
+            "gathers with constant indices only (a buffer or a literal list)"
+        )
+    if const.tensor.dtype.is_floating_point or const.tensor.dtype == torch.bool:
+        raise _Unsupported(f"index tensor '{const.name}' of dtype {const.tensor.dtype}")
+    x = imp.tensor(source, elt)
+    size = nf.tensor_shape(x)[axis]
+    flat = [int(i) for i in const.tensor.reshape(-1).tolist()]
+    if size == DYNAMIC_INDEX or any(not -size <= i < size for i in flat):
+        raise _Unsupported(f"index tensor '{const.name}' out of range for dim {axis}")
+    gathered = imp.emit(nf.GatherOp(x, axis, [i % size for i in flat])).result
+    target = imp.result_type(node)
+    if gathered.type == target:
+        return gathered
+    return imp.emit(nf.ReshapeOp(gathered, target.get_shape())).result
+
+
+def _unbind(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """unbind(dim): an nf.split into pieces of 1, each reshaped without the dim."""
+    x = imp.tensor(a["self"])
+    shape = nf.tensor_shape(x)
+    axis = _axis(int(a["dim"]), len(shape))
+    if shape[axis] == DYNAMIC_INDEX:
+        raise _Unsupported(f"unbinding the dynamic dim {axis}")
+    pieces = (
+        list(imp.emit(nf.SplitOp(x, axis, [1] * shape[axis])).results) if shape[axis] > 1 else [x]
+    )
+    dropped = [d for i, d in enumerate(shape) if i != axis]
+    return [imp.emit(nf.ReshapeOp(p, dropped)).result for p in pieces]
+
+
+def _slice_scatter(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """slice_scatter(x, src, dim, start, end) (``x[:, a:b] = ...`` and ``+=`` after
+    functionalization): the pieces of ``x`` around the slice and ``src`` joined by nf.concat,
+    whose lowering aligns parts of different exponents by exact shifts. Writing back the
+    slice just read is ``x`` itself."""
+    elt = imp.element_type(node)
+    x, src = imp.tensor(a["self"], elt), imp.tensor(a["src"], elt)
+    shape = nf.tensor_shape(x)
+    axis = _axis(int(a["dim"]), len(shape))
+    length = shape[axis]
+    start = 0 if a["start"] is None else int(a["start"])
+    end = None if a["end"] is None or a["end"] >= 2**62 else int(a["end"])
+    if (start, end, int(a["step"])) == (0, None, 1) and src.type == x.type:
+        return src  # the whole dim (torch.export writes one along a dynamic batch)
+    if int(a["step"]) != 1 or length == DYNAMIC_INDEX:
+        raise _Unsupported("slice_scatter with a step other than 1 or along a dynamic dim")
+    start, stop, _ = slice(start, end).indices(length)
+    if stop <= start:
+        return x
+    owner = src.owner if isinstance(src, OpResult) else None
+    if isinstance(owner, nf.SplitOp) and owner.input == x and owner.axis.value.data == axis:
+        sizes = list(nf.array_values(owner.sizes) or ())
+        begin = sum(sizes[: src.index])  # type: ignore[union-attr]
+        if (begin, begin + sizes[src.index]) == (start, stop):  # type: ignore[union-attr]
+            return x
+    if (start, stop) == (0, length):
+        return src
+    sizes = [s for s in (start, stop - start, length - stop) if s > 0]
+    pieces = list(imp.emit(nf.SplitOp(x, axis, sizes)).results)
+    pieces[1 if start > 0 else 0] = src
+    return imp.emit(nf.ConcatOp(pieces, axis)).result
+
+
 ATEN_HANDLERS: dict[str, Handler] = {
     # convolution and dense layers
     "aten.conv1d.default": _conv,
@@ -943,6 +1072,10 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.hardswish.default": _unary(nf.HardSwishOp),
     "aten.silu.default": _unary(nf.SiluOp),
     "aten.gelu.default": _gelu,
+    "aten.softmax.int": _softmax(nf.SoftmaxOp),
+    "aten._softmax.default": _softmax(nf.SoftmaxOp),
+    "aten.log_softmax.int": _softmax(nf.LogSoftmaxOp),
+    "aten._log_softmax.default": _softmax(nf.LogSoftmaxOp),
     "aten.relu6.default": _relu6,
     "aten.hardtanh.default": _hardtanh,
     "aten.clamp.default": _clamp,
@@ -990,6 +1123,11 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.pixel_unshuffle.default": _pixel_shuffle,
     "aten.channel_shuffle.default": _channel_shuffle,
     "aten.native_channel_shuffle.default": _channel_shuffle,
+    "aten.expand.default": _expand,
+    "aten.copy.default": _copy,
+    "aten.index.Tensor": _index,
+    "aten.unbind.int": _unbind,
+    "aten.slice_scatter.default": _slice_scatter,
     # no-ops at inference
     "aten.dropout.default": _dropout,
     "aten.clone.default": _identity,
