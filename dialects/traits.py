@@ -18,7 +18,9 @@ MLIR and xDSL keep facts about an op on the op (``traits = traits_def(...)``); a
 - :class:`Weighted`: operand 1 is a weight (its output channels along ``channel_axis``),
   operand 2 a bias (conv, conv_transpose, linear);
 - :class:`FloatOnly`: no integer arithmetic form; :class:`LookupTable`: lowered to an
-  ``nh.lut`` when a fake-quant reads it (its float function, :meth:`LookupTable.evaluate`).
+  ``nh.lut`` when a fake-quant reads it (its float function, :meth:`LookupTable.evaluate`);
+- :class:`IntegerAlgorithm`: no dyadic form either, but a documented integer algorithm on
+  codes defines it once quantized (softmax, log-softmax).
 
 Streaming (DESIGN.md, "Streaming"). Every trait above except the last three is a
 :class:`StreamingRule`: asked :meth:`~StreamingRule.row_step` for one dim, it says how the op
@@ -63,7 +65,9 @@ __all__ = [
     "DataMovement",
     "Elementwise",
     "FloatOnly",
+    "IntegerAlgorithm",
     "LookupTable",
+    "Quantized",
     "RowStep",
     "SlidingWindow",
     "StreamingRule",
@@ -421,3 +425,134 @@ class LookupTable(OpTrait):
         """The op's float result on ``x`` (float64)."""
         args = [op.properties[p].value.data for p in self.params]  # type: ignore[attr-defined]
         return np.asarray(self.function(x, *args))
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """A per-tensor quantized value: ``bits``, code exponent ``exp`` (value = code * 2**-exp;
+    for 1-bit, the nh exponent ``-k``) and whether the codes are signed."""
+
+    bits: int
+    exp: int
+    signed: bool = True
+
+
+def _fake_quant_spec(fq: Operation) -> Quantized | str:
+    bits = fq.properties["bits"].value.data  # type: ignore[attr-defined]
+    exps = {int(v) for v in fq.properties["exp"].get_values()}  # type: ignore[attr-defined]
+    if len(exps) != 1:
+        return f"its exponents {sorted(exps)} differ along a dim (per channel)"
+    signed = fq.properties.get("signed")
+    k = exps.pop()
+    return Quantized(bits, -k if bits == 1 else k, signed is None or bool(signed.value.data))  # type: ignore[attr-defined]
+
+
+def source_quantized(value: SSAValue) -> Quantized | str:
+    """The per-tensor grid ``value`` is on: its fake-quant's, looking back through data
+    movement (all of a concat's inputs on one grid); else the reason there is none."""
+    if not isinstance(value.owner, Operation):
+        return "it is a function argument with no fake-quant"
+    op = value.owner
+    if op.name == "nq.fake_quant":
+        return _fake_quant_spec(op)
+    if not op.has_trait(DataMovement) or not op.operands:
+        return f"it comes from {op.name}, not from a fake-quant"
+    specs = {source_quantized(v) for v in op.operands}
+    if len(specs) != 1:
+        return f"the inputs of {op.name} are on different grids"
+    return specs.pop()
+
+
+def result_quantized(op: Operation) -> Quantized | str:
+    """The per-tensor grid of ``op``'s result: the fake-quant that is its sole user."""
+    uses = list(op.results[0].uses)
+    if len(uses) != 1 or uses[0].operation.name != "nq.fake_quant":
+        return "its result is not read by one fake-quant alone"
+    return _fake_quant_spec(uses[0].operation)
+
+
+Codes = Callable[..., np.ndarray]
+"""``codes(op, q, input, output, *operands)``: the output codes of the integer algorithm for
+input codes ``q`` (float64 at nq, int64 at nh) on grid ``input``, into grid ``output``; the
+op's other operands (a mask) follow as arrays."""
+
+
+@dataclass(frozen=True)
+class IntegerAlgorithm(OpTrait):
+    """An op with no dyadic form whose quantized semantics is an integer algorithm on codes
+    (softmax, log-softmax; LayerNorm, GroupNorm): DESIGN.md, "Ops with no dyadic form".
+
+    Where the nq semantics lives: in the nq runtime kernel of the nf op itself. The program
+    stays "nf ops between fake-quants" (so ``.ne``, ONNX, QAT ``convert`` and the report need
+    no new nq op), and the kernel reads its quantization from the IR around it:
+
+    - the input grid from operand 0's fake-quant, looking back through data movement
+      (:func:`source_quantized`), per tensor;
+    - the output grid from the fake-quant that is the result's sole user
+      (:func:`result_quantized`), per tensor (the algorithm's own rounding, half up, puts the
+      result on that grid, so the fake-quant then changes nothing).
+
+    When both exist (quantize puts them there unless a rule skips one), :meth:`run` gives
+    ``codes(op, x * 2**k_in, ...) * 2**-k_out`` in float64: the algorithm on codes, every
+    intermediate an integer below ``2**53``. Otherwise the op runs its float (torch) kernel at
+    nq too, and lower-to-hw refuses it with :meth:`quantization`'s reason. The nh form runs
+    the same ``codes`` function on int64 codes, so nq == nh by construction (and by property
+    test). ``bound(op, input, output)`` says why the algorithm cannot run exactly (a sum that
+    could pass ``2**52``), or None (:meth:`bound_error`): lower-to-hw refuses then, naming
+    the op, and the nq kernel raises.
+    """
+
+    codes: Codes
+    bound: Callable[[Operation, Quantized, Quantized], str | None] | None = None
+    min_bits: int = 2
+    """Narrowest output the algorithm supports (1-bit outputs have no step)."""
+
+    def quantization(self, op: Operation) -> tuple[Quantized, Quantized] | str:
+        """The input and output grids, or why the op is not quantized at both ends."""
+        qin = source_quantized(op.operands[0])
+        if isinstance(qin, str):
+            return f"its input is not quantized per tensor: {qin}"
+        qout = result_quantized(op)
+        if isinstance(qout, str):
+            return qout
+        if qout.bits < self.min_bits:
+            return f"its output fake-quant has {qout.bits} bits (at least {self.min_bits})"
+        return qin, qout
+
+    def bound_error(self, op: Operation, grids: tuple[Quantized, Quantized]) -> str | None:
+        """Why the algorithm cannot run exactly on these grids, or None."""
+        return None if self.bound is None else self.bound(op, *grids)
+
+    def run(
+        self, op: Operation, grids: tuple[Quantized, Quantized], x: np.ndarray, *rest: np.ndarray
+    ) -> np.ndarray:
+        """The nq semantics: float64 ``x`` on the input grid to float64 on the output grid."""
+        qin, qout = grids
+        q = np.asarray(x, dtype=np.float64) * 2.0**qin.exp
+        return self.codes(op, q, qin, qout, *rest) * 2.0**-qout.exp
+
+
+@dataclass(frozen=True)
+class NonNegativeResult(OpTrait):
+    """The result is ``>= 0`` whatever the input (ReLU, sigmoid, hardsigmoid; a clamp only when
+    its ``min`` property is present and ``>= 0``, named by ``min_property``), so
+    ``quantize(unsigned="auto")`` may give its fake-quant unsigned codes (DESIGN.md, "Signed
+    and unsigned codes"): the fact lives on the op, not in a list in quantize."""
+
+    min_property: str | None = None
+
+    def holds(self, op: Operation) -> bool:
+        """Whether this op's result is non-negative (for a clamp: its min is set and >= 0)."""
+        if self.min_property is None:
+            return True
+        bound = op.properties.get(self.min_property)
+        return bound is not None and float(bound.value.data) >= 0  # type: ignore[attr-defined]
+
+
+def non_negative_result(value: SSAValue) -> bool:
+    """Whether ``value`` is an op result known ``>= 0`` by construction (:class:`NonNegativeResult`)."""
+    op = value.owner
+    if not isinstance(op, Operation):
+        return False
+    trait = op.get_trait(NonNegativeResult)
+    return trait is not None and trait.holds(op)

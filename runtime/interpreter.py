@@ -26,7 +26,7 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
 from nanoir.runtime.nq import NQ_BUILDERS
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, TensorType
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, NoneAttr, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
@@ -99,6 +99,8 @@ def check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
     integer arrays only, never converted to the plan's dtype, and every code must fit the
     argument's width: the nh kernels rely on it for exactness.
     """
+    if isinstance(t, TensorType) and _is_mask_type(t):
+        return _check_mask(index, value, t)
     array = as_array(index, value)
     if isinstance(t, TensorType):
         expected = t.get_shape()
@@ -114,6 +116,29 @@ def check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
     if np.issubdtype(array.dtype, np.floating) or np.issubdtype(dtype, np.floating):
         return np.ascontiguousarray(array, dtype=dtype)
     return array
+
+
+def _is_mask_type(t: TensorType) -> bool:
+    elt = t.get_element_type()
+    return isinstance(elt, IntegerType) and elt.width.data == 1 and t.encoding == NoneAttr()
+
+
+def _check_mask(index: int, value: Any, t: TensorType) -> np.ndarray:
+    """A boolean argument (``tensor<...xi1>``, a softmax mask): a bool (or 0/1 integer)
+    array of the argument's shape."""
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise ExecutionError(f"input {index} is not an array: {e}") from e
+    expected = t.get_shape()
+    if array.dtype.kind not in "biu":
+        raise ExecutionError(f"input {index} is a {array.dtype} array, but {t} takes booleans")
+    if len(expected) != array.ndim or any(
+        e != DYNAMIC_INDEX and e != a for e, a in zip(expected, array.shape)
+    ):
+        shape = "x".join("?" if d == DYNAMIC_INDEX else str(d) for d in expected)
+        raise ExecutionError(f"input {index} has shape {tuple(array.shape)}, expected {shape}")
+    return array.astype(bool)
 
 
 def _is_nh_type(t: TensorType) -> bool:
