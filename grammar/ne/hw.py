@@ -71,7 +71,8 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.matmul      MatMul
     nh.add/sub/mul Add/Sub/Mul
     nh.requant     Requant       rounding, shift; bit_len (derived: the output width)
-    nh.lut         Lut           table
+    nh.lut         Lut           channels (each channel's sub-table), starts (segmented form),
+                                 table
     nh.relu        Relu
     nh.clamp       Clip          max, min (integer codes)
     nh.max_pool    MaxPool       ceil_mode, dilations, kernel_shape, pads, strides
@@ -211,7 +212,15 @@ HW_OPS: tuple[HwOp, ...] = (
         props=(AttrMap("rounding", "rounding", "rounding"), AttrMap("shift", "shift", "ints")),
         derived=(("bit_len", lambda op: nh.width_of(op.results[0])),),
     ),
-    HwOp(nh.LutOp, "Lut", props=(AttrMap("table", "table", "ints"),)),
+    HwOp(
+        nh.LutOp,
+        "Lut",
+        props=(
+            AttrMap("channels", "channels", "ints"),
+            AttrMap("starts", "starts", "ints"),
+            AttrMap("table", "table", "ints"),
+        ),
+    ),
     HwOp(nh.ReluOp, "Relu"),
     HwOp(nh.ClampOp, "Clip", props=(AttrMap("max", "max", "int"), AttrMap("min", "min", "int"))),
     HwOp(

@@ -8,8 +8,9 @@
   and floor modes): ``trunc(trunc(S / n) / 2**s) == trunc(S / (n 2**s))``, the same for floor;
   to 1 bit, the sign of ``floor(S / n)``, which is the sign of ``S``;
 - ``FuseLookupTableFakeQuant``: ``fake_quant(f(x))`` for an elementwise float-only ``f``
-  (trait ``LookupTable``: sigmoid, tanh, hardswish, ...) on an input of at most 8 bits is a
-  table computed from the same float64 kernels;
+  (trait ``LookupTable``: sigmoid, tanh, hardswish, SiLU, GELU, ...) on an input of at most
+  16 bits is a table computed from the same float64 kernels (dense up to 8 bits, segmented
+  above; one sub-table per distinct pair of per-channel exponents);
 - ``RequantFakeQuant``: any other fake-quant is ``nh.requant`` (shift = exp in - exp out, with
   the fake-quant's rounding and saturation: the same function on the same rational).
 
@@ -230,7 +231,24 @@ class FuseAvgPoolFakeQuant(HwPattern):
 
 
 class FuseLookupTableFakeQuant(HwPattern):
-    """``fake_quant(f(x))``, ``f`` float-only and elementwise → ``nh.lut`` over every code."""
+    """``fake_quant(f(x))``, ``f`` float-only and elementwise → ``nh.lut``: ``f`` evaluated
+    (the same float64 kernel nq runs) on every code ``x`` can take, quantized as the
+    fake-quant does, so nh == nq by construction.
+
+    Up to 8-bit inputs the table is dense (one entry per code of the declared type, 256 at
+    most). Wider inputs get the segmented form (``starts``): a dense i16 table would be
+    65,536 entries (128 KiB of i16) per op and per channel exponent, while the fake-quant's
+    output of sigmoid/tanh/SiLU/GELU changes at most ``2**bits_out`` times per monotone
+    piece, so at 8 bits out a few hundred runs cover every code. Only the codes the input
+    can take (its bound) are evaluated (at most ``MAX_TABLE_CODES``); the first and last
+    runs extend to the type's end codes, which the input never holds.
+
+    Per-channel exponents, in or out, give one sub-table per distinct ``(exp in, exp out)``
+    pair, and ``channels`` maps each channel to its sub-table (along the input layout's
+    channel dim; an output varying along another dim moves the input's channels there).
+    """
+
+    MAX_TABLE_CODES = 2**16 + 1
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
@@ -245,34 +263,65 @@ class FuseLookupTableFakeQuant(HwPattern):
         hw = self.begin(op, rewriter)
         bits, mode, k, nh_exp = fake_quant_params(op)
         x = hw.get(producer, producer.operands[0])
-        width = hw.declared(x)  # the table covers every code the input's type can hold
-        if width > 8:
-            raise hw.fail(
-                producer,
-                f"has no integer form and its i{width} input is too "
-                "wide for a lookup table (at most i8)",
-            )
-        if x.exps.size != 1 or nh_exp.size != 1:
-            raise hw.fail(producer, "needs per-tensor exponents for a lookup table")
         others = [u for u in producer.results[0].uses if u.operation is not op]
         if others:
             raise hw.fail(
                 producer,
                 "is used other than by one fake-quant; its float result has no integer form",
             )
-        lo, hi = (-1, 1) if width == 1 else (quant.qmin(width), quant.qmax(width))
+        rank = x.rank
+        k_full = expand(k, rank)
+        x = HwValue(x.value, expand(x.exps, rank), x.bits, x.codes)
+        varying = sorted({i for e in (x.exps, k_full) for i, d in enumerate(e.shape) if d > 1})
+        if len(varying) > 1:
+            raise hw.fail(
+                producer,
+                f"has exponents that vary along dims {varying}; a lookup table takes one "
+                "channel dim",
+            )
+        if varying and hw.layout_of(x).find("C") != varying[0]:
+            x = hw.channels_at(producer, x, varying[0])
+        width = hw.declared(x)
+        lo, hi = nh.code_range(width)
+        reach_lo, reach_hi = max(lo, -x.max_abs), min(hi, x.max_abs)
+        if width > 8 and reach_hi - reach_lo + 1 > self.MAX_TABLE_CODES:
+            raise hw.fail(
+                producer,
+                f"has no integer form and its i{width} input can take "
+                f"{reach_hi - reach_lo + 1} codes; a lookup table covers at most "
+                f"{self.MAX_TABLE_CODES} (a 16-bit input)",
+            )
         codes = np.array([-1, 1]) if width == 1 else np.arange(lo, hi + 1)
-        e_in = int(x.exps.reshape(-1)[0])
-        reals = np.ldexp(codes.astype(np.float64), -e_in)
+        if width > 8:
+            codes = np.arange(reach_lo, reach_hi + 1)
         lut = producer.get_trait(LookupTable)
         assert lut is not None
-        values = lut.evaluate(producer, reals)
-        table = quant.quantize_to_int(values, bits, k.reshape(-1)[:1], mode).astype(np.int64)
-        out_exps = np.asarray(nh_exp).reshape((1,) * x.rank)
+        # One sub-table per distinct (exp in, exp out) pair, in channel order.
+        channel_count = x.shape[varying[0]] if varying else 1
+        e_in = np.broadcast_to(x.exps.reshape(-1), (channel_count,))
+        e_out = np.broadcast_to(k_full.reshape(-1), (channel_count,))
+        pairs: dict[tuple[int, int], int] = {}
+        channels = [pairs.setdefault((int(a), int(b)), len(pairs)) for a, b in zip(e_in, e_out)]
+        table: list[int] = []
+        starts: list[int] = []
+        for e, kc in pairs:
+            values = lut.evaluate(producer, np.ldexp(codes.astype(np.float64), -e))
+            sub = quant.quantize_to_int(values, bits, np.array([kc]), mode).astype(np.int64)
+            if width <= 8:
+                table += sub.tolist()
+                continue
+            change = np.flatnonzero(sub[1:] != sub[:-1]) + 1
+            run_starts = np.concatenate([[lo], codes[change]])
+            table += sub[np.concatenate([[0], change])].tolist()
+            starts += run_starts.tolist()
+        props: dict[str, Attribute] = {"table": int_array(table)}
+        if starts:
+            props["starts"] = int_array(starts)
+        if varying:
+            props["channels"] = int_array(channels)
+        out_exps = expand(nh_exp, rank)
         t = hw.result_type(x.shape, out_exps, container_width(bits), hw.layout_of(x))
-        new = nh.LutOp.create(
-            operands=[x.value], result_types=[t], properties={"table": int_array(table.tolist())}
-        )
+        new = nh.LutOp.create(operands=[x.value], result_types=[t], properties=props)
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, out_exps, bits))
 

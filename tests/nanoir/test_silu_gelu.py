@@ -246,22 +246,27 @@ def test_the_table_is_the_quantized_torch_function(
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize(
-    ("bits_in", "exps", "why"),
-    [(16, [4], "too wide for a lookup table"), (8, [3, 4], "per-tensor exponents")],
-)
-def test_wide_or_per_channel_inputs_are_refused_naming_the_op(
-    form: str, bits_in: int, exps: list[int], why: str
-) -> None:
-    """A table over 16-bit codes or with one exponent per channel is not built (today's
-    ``FuseLookupTableFakeQuant``): lower-to-hw refuses, naming the op and why."""
-    module = program(form, len(exps), bits_in, exps, 8, 4, RoundingMode.HALF_EVEN)
-    with pytest.raises(LowerToHwError, match=f"{'nf.silu' if form == 'silu' else 'nf.gelu'}"):
-        try:
-            lower_to_hw(module)
-        except LowerToHwError as e:
-            assert why in str(e)
-            raise
+def test_inputs_beyond_16_bits_are_refused_naming_the_op(form: str) -> None:
+    """The sum of two 16-bit values can take 2**17 + 1 codes (i32): more than a table
+    covers (16-bit and per-channel inputs are tables now, tests/nanoir/test_lut_wide.py):
+    lower-to-hw refuses, naming the op and why."""
+    call = (
+        "nf.silu %s" if form == "silu" else f'nf.gelu %s {{approximate = "{form[5:] or "none"}"}}'
+    )
+    text = f"""\
+func.func @main(%x: tensor<?x4xf32>, %y: tensor<?x4xf32>) -> tensor<?x4xf32> {{
+  %xq = nq.fake_quant %x {{bits = 16 : i64, exp = dense<8> : tensor<1xi8>}} : tensor<?x4xf32>
+  %yq = nq.fake_quant %y {{bits = 16 : i64, exp = dense<8> : tensor<1xi8>}} : tensor<?x4xf32>
+  %s = nf.add %xq, %yq : (tensor<?x4xf32>, tensor<?x4xf32>) -> tensor<?x4xf32>
+  %t = {call} : tensor<?x4xf32>
+  %tq = nq.fake_quant %t {{bits = 8 : i64, exp = dense<4> : tensor<1xi8>}} : tensor<?x4xf32>
+  func.return %tq : tensor<?x4xf32>
+}}
+"""
+    module = nanoir.parse(text)
+    name = "nf.silu" if form == "silu" else "nf.gelu"
+    with pytest.raises(LowerToHwError, match=f"{name}.*can take 131073 codes"):
+        lower_to_hw(module)
 
 
 # ---------------------------------------------------------------------------------------
