@@ -16,7 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
-from nanoir.runtime.numerics import kernels, movement
+from nanoir.runtime.numerics import kernels, movement, norm
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
@@ -235,6 +235,18 @@ def depth_to_space(op: nf.DepthToSpaceOp, dtype: np.dtype[Any]) -> Kernel:
 def space_to_depth(op: nf.SpaceToDepthOp, dtype: np.dtype[Any]) -> Kernel:
     block, mode = op.block.value.data, op.mode.data
     return lambda x: (kernels.space_to_depth(x, block, mode),)
+
+
+@impl(nf.LayerNormOp)
+def layer_norm(op: nf.LayerNormOp, dtype: np.dtype[Any]) -> Kernel:
+    dims, eps = op.normalized_dims.value.data, op.epsilon.value.data
+    return _integer_algorithm(op, lambda x, w, b: (norm.layer_norm(x, w, b, dims, eps),))
+
+
+@impl(nf.GroupNormOp)
+def group_norm(op: nf.GroupNormOp, dtype: np.dtype[Any]) -> Kernel:
+    groups, eps = op.groups.value.data, op.epsilon.value.data
+    return _integer_algorithm(op, lambda x, w, b: (norm.group_norm(x, w, b, groups, eps),))
 
 
 @impl(nf.ExpandOp)

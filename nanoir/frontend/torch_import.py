@@ -575,6 +575,50 @@ def _batch_norm_no_training(imp: _Importer, node: fx.Node, a: dict[str, Any]) ->
     return [_batch_norm_op(imp, node, a, float(a["eps"])), None, None]
 
 
+def _affine(imp: _Importer, a: dict[str, Any], x: SSAValue, shape: Sequence[int]):  # noqa: ANN202
+    """A norm's weight and bias, ones and zeros where torch has none."""
+    elt = x.type.get_element_type()  # type: ignore[union-attr]
+    w = imp.tensor(a["weight"]) if a["weight"] is not None else imp.fill(1.0, shape, elt)
+    b = imp.tensor(a["bias"]) if a["bias"] is not None else imp.fill(0.0, shape, elt)
+    return w, b
+
+
+def _layer_norm_op(imp: _Importer, a: dict[str, Any]) -> SSAValue:
+    x = imp.tensor(a["input"])
+    shape = [int(d) for d in a["normalized_shape"]]
+    if not shape or list(nf.tensor_shape(x)[len(nf.tensor_shape(x)) - len(shape) :]) != shape:
+        raise _Unsupported(f"layer_norm over {shape}, not the input's last dims")
+    w, b = _affine(imp, a, x, shape)
+    return imp.emit(nf.LayerNormOp(x, w, b, len(shape), float(a["eps"]))).result
+
+
+def _layer_norm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    return _layer_norm_op(imp, a)
+
+
+def _native_layer_norm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``(output, mean, rstd)``; only the output has an nf form."""
+    return [_layer_norm_op(imp, a), None, None]
+
+
+def _group_norm_op(imp: _Importer, a: dict[str, Any], groups: int) -> SSAValue:
+    x = imp.tensor(a["input"])
+    shape = nf.tensor_shape(x)
+    if len(shape) < 2 or groups < 1 or shape[1] % groups:
+        raise _Unsupported(f"group_norm of {groups} groups on shape {list(shape)}")
+    w, b = _affine(imp, a, x, shape[1:2])
+    return imp.emit(nf.GroupNormOp(x, w, b, groups, float(a["eps"]))).result
+
+
+def _group_norm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    return _group_norm_op(imp, a, int(a["num_groups"]))
+
+
+def _native_group_norm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``(output, mean, rstd)``; only the output has an nf form."""
+    return [_group_norm_op(imp, a, int(a["group"])), None, None]
+
+
 _BINARY: dict[str, type[nf.BinaryFloatOp]] = {
     "add": nf.AddOp,
     "sub": nf.SubOp,
@@ -1051,6 +1095,10 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.bmm.default": _matmul,
     # normalization
     "aten.batch_norm.default": _batch_norm,
+    "aten.layer_norm.default": _layer_norm,
+    "aten.native_layer_norm.default": _native_layer_norm,
+    "aten.group_norm.default": _group_norm,
+    "aten.native_group_norm.default": _native_group_norm,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm_no_training,
     # elementwise arithmetic
     "aten.add.Tensor": _binary,

@@ -43,7 +43,7 @@ so nq == nh by construction.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -53,11 +53,14 @@ __all__ = [
     "NormBoundError",
     "NormPlan",
     "group_norm",
+    "group_norm_codes",
     "group_rows",
     "isqrt",
     "layer_norm",
+    "layer_norm_codes",
     "norm_plan",
     "normalize_codes",
+    "plan_for",
 ]
 
 _LIMIT = 2**62
@@ -127,6 +130,7 @@ class NormPlan:
     rounding: RoundingMode
     nudge: int
     """``ceil(e 2**P) + 1``: how far trunc and floor move the accumulator first."""
+    out_signed: bool = True
 
 
 def _bit_length(v: np.ndarray) -> np.ndarray:
@@ -239,9 +243,65 @@ def normalize_codes(
     acc = z * g
     if bias is not None:
         kc = np.asarray(bias_exp).astype(np.int64)
-        acc = acc + (np.asarray(bias).astype(np.int64) << (plan.out_exp + plan.guard - kc))
+        # (a shift below 0 only where the plan knew every bias code is 0)
+        shift = np.maximum(plan.out_exp + plan.guard - kc, 0)
+        acc = acc + (np.asarray(bias).astype(np.int64) << shift)
     if plan.rounding is RoundingMode.FLOOR:
         acc = acc + plan.nudge
     elif plan.rounding is RoundingMode.TRUNC:
         acc = acc + np.sign(acc) * plan.nudge
-    return requant(acc, plan.guard, plan.out_bits, plan.rounding)
+    return requant(acc, plan.guard, plan.out_bits, plan.rounding, signed=plan.out_signed)
+
+
+def plan_for(
+    n: int,
+    in_bits: int,
+    in_exp: int,
+    eps: float,
+    weight: np.ndarray,
+    weight_exp: int,
+    bias: np.ndarray,
+    bias_exp: int,
+    out_exp: int,
+    out_bits: int,
+    rounding: RoundingMode | str,
+    out_signed: bool = True,
+) -> NormPlan:
+    """:func:`norm_plan` for per-tensor weight and bias codes (``in_bits`` counts the sign)."""
+    wmax = int(np.abs(np.asarray(weight, np.int64)).max(initial=0))
+    cmax = int(np.abs(np.asarray(bias, np.int64)).max(initial=0))
+    scaled = math.ceil(cmax * Fraction(2) ** (out_exp - bias_exp))
+    plan = norm_plan(
+        n,
+        in_bits,
+        in_exp,
+        eps,
+        [weight_exp],
+        [wmax],
+        out_exp,
+        out_bits,
+        rounding,
+        scaled,
+        [bias_exp] if cmax else [],
+    )
+    return replace(plan, out_signed=out_signed)
+
+
+def layer_norm_codes(
+    q: np.ndarray, dims: int, g: np.ndarray, kg: int, c: np.ndarray, kc: int, plan: NormPlan
+) -> np.ndarray:
+    """LayerNorm over the last ``dims`` dims of the codes ``q``: :func:`normalize_codes`."""
+    q = np.asarray(q)
+    rows = q.reshape(-1, plan.n) if q.size else q.reshape(0, plan.n)
+    return normalize_codes(rows, g, np.array(kg), plan, c, np.array(kc), q.shape)
+
+
+def group_norm_codes(
+    q: np.ndarray, groups: int, g: np.ndarray, kg: int, c: np.ndarray, kc: int, plan: NormPlan
+) -> np.ndarray:
+    """GroupNorm of ``[N, C, *spatial]`` codes, per-channel ``g`` and ``c``."""
+    q = np.asarray(q)
+    channel = (-1,) + (1,) * (q.ndim - 2)
+    rows = q.reshape(q.shape[0] * groups, plan.n)
+    g, c = np.asarray(g).reshape(channel), np.asarray(c).reshape(channel)
+    return normalize_codes(rows, g, np.array(kg), plan, c, np.array(kc), q.shape)
