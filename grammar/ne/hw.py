@@ -88,6 +88,8 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
                                  outputs, `exp` per output (see above)
     nh.depth_to_space  DepthToSpace  blocksize, mode (DCR or CRD)
     nh.space_to_depth  SpaceToDepth  blocksize, mode
+    nh.gather      Gather        axis, indices (1-D, constant)
+    nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept)
     nh.upsample_nearest  Resize  axes, coordinate_transformation_mode=asymmetric, mode=nearest,
                                  nearest_mode=floor, sizes (all derived / fixed)
     (argument)     Q             bit_len, rounding + in_s[1], the exponent constant
@@ -119,6 +121,7 @@ from nanoir.grammar.ne.node import AttrMap
 from nanoir.grammar.ne.schema import HW_DTYPES
 from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
 from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.movement import expand_shape_operand
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
@@ -284,6 +287,23 @@ HW_OPS: tuple[HwOp, ...] = (
             ("mode", lambda op: "nearest"),
             ("nearest_mode", lambda op: "floor"),
             ("sizes", lambda op: tuple(tensor_shape(op.results[0])[2:])),
+        ),
+    ),
+    HwOp(
+        nh.GatherOp,
+        "Gather",
+        props=(AttrMap("axis", "axis", "int"), AttrMap("indices", "indices", "ints")),
+    ),
+    HwOp(
+        nh.ExpandOp,
+        "Expand",
+        derived=(
+            (
+                "shape",
+                lambda op: tuple(
+                    expand_shape_operand(tensor_shape(op.operands[0]), tensor_shape(op.results[0]))
+                ),
+            ),
         ),
     ),
 )

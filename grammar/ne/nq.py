@@ -38,6 +38,10 @@ and/or a `writer` function next to its row.
                                                   attributes (ONNX opset < 11)
     Split                nf.split                 axis, split as attributes (opset < 13); one
                                                   output per piece
+    Gather               nf.gather                axis, indices (1-D) as an attribute, or
+                                                  ONNX's integer constant input 1
+    Expand               nf.expand                shape as an attribute (1 = keep the dim), or
+                                                  ONNX's integer constant input 1
     HardSwish            nf.hardswish
     Swish                nf.silu                  alpha=1 only (ONNX opset 24's Swish; the ONNX
                                                   writer spells it Sigmoid + Mul for opset 21)
@@ -72,6 +76,7 @@ from nanoir.grammar.ne.node import (
 from nanoir.grammar.ne.schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
 from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
+from nanoir.runtime.numerics.movement import expand_shape_operand
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
 from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr
@@ -425,6 +430,80 @@ def _split(n: NodeSpec) -> Operation:
 
 def _split_attrs(op: nf.SplitOp) -> Attrs:
     return (("axis", op.axis.value.data), ("split", tuple(array_values(op.sizes) or ())))
+
+
+def _int_list(n: NodeSpec, key: str, what: str) -> tuple[tuple[int, ...], SSAValue]:
+    """`key` as an attribute (`.ne`) or as an integer constant input 1 (ONNX's spelling);
+    the data input."""
+    if len(n.inputs) == 2 and isinstance(n.inputs[1], ConstTensor) and not n.has(key):
+        const = n.inputs[1]
+        if is_float_dtype(const.dtype):
+            raise NodeProblem(
+                f"the {what} of {n.op_type} node '{n.name}' must be integers", input=1
+            )
+        if len(const.shape) != 1:
+            raise Unsupported(f"{n.op_type} with {len(const.shape)}-D {what} (nanoir maps 1-D)")
+        values = tuple(int(v) for v in const.to_numpy())
+        if not isinstance(n.inputs[0], SSAValue):
+            raise Unsupported(f"input 0 '{n.inputs[0].name}' is not a float tensor")
+        return values, n.inputs[0]
+    (x,) = n.values(1, 1)
+    got = n.ints(key)
+    if got is None:
+        raise NodeProblem(f"{n.op_type} node '{n.name}' needs its {what} ('{key}')")
+    return got, x
+
+
+def _gather(n: NodeSpec) -> Operation:
+    """Gather along `axis` with 1-D constant `indices` (negative ones count from the end)."""
+    n.allow("axis", "indices")
+    n.one_output()
+    indices, x = _int_list(n, "indices", "indices")
+    shape = _shape(x)
+    axis = n.int("axis", 0)
+    if not -len(shape) <= axis < len(shape):
+        raise NodeProblem(
+            f"axis {axis} of Gather node '{n.name}' is out of range for {len(shape)} dims",
+            attr="axis",
+        )
+    size = shape[axis % len(shape)]
+    if size == DYNAMIC_INDEX:
+        raise Unsupported("Gather along a dynamic dim")
+    if any(not -size <= i < size for i in indices):
+        raise NodeProblem(
+            f"indices {list(indices)} of Gather node '{n.name}' are out of range for {size}"
+        )
+    return nf.GatherOp(x, axis % len(shape), [i % size for i in indices])
+
+
+def _gather_attrs(op: nf.GatherOp) -> Attrs:
+    return (("axis", op.axis.value.data), ("indices", tuple(array_values(op.indices) or ())))
+
+
+def _expand(n: NodeSpec) -> Operation:
+    """Expand to `shape` by ONNX's broadcast (a 1 keeps the input's dim, also a dynamic one)."""
+    n.allow("shape")
+    n.one_output()
+    wanted, x = _int_list(n, "shape", "shape")
+    src = _shape(x)
+    rank = max(len(src), len(wanted))
+    a = (1,) * (rank - len(src)) + tuple(src)
+    b = (1,) * (rank - len(wanted)) + tuple(wanted)
+    dims = []
+    for d, w in zip(a, b):
+        if w == 1 or d == w:
+            dims.append(d)
+        elif d == 1 and w > 1:
+            dims.append(w)
+        else:
+            raise NodeProblem(
+                f"Expand node '{n.name}' cannot broadcast {shape_str(src)} to {list(wanted)}"
+            )
+    return nf.ExpandOp(x, dims)
+
+
+def _expand_attrs(op: nf.ExpandOp) -> Attrs:
+    return (("shape", tuple(expand_shape_operand(_shape(op.input), _shape(op.result)))),)
 
 
 _HARD_SIGMOID = (("alpha", 1 / 6), ("beta", 0.5))
@@ -788,6 +867,8 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Gelu", nf.GeluOp, converter=_gelu, writer=_gelu_attrs),  # type: ignore[arg-type]
     NqOp("HardSigmoid", nf.HardSigmoidOp, converter=_hard_sigmoid, writer=_hard_sigmoid_attrs),  # type: ignore[arg-type]
     NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
+    NqOp("Gather", nf.GatherOp, converter=_gather, writer=_gather_attrs),  # type: ignore[arg-type]
+    NqOp("Expand", nf.ExpandOp, converter=_expand, writer=_expand_attrs),  # type: ignore[arg-type]
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
 

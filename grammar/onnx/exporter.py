@@ -10,7 +10,7 @@ them into a `NodeProto`. What ONNX spells differently from the `.ne` rows (which
 opset < 11 attribute forms) is translated here: Pad's `pads`/`value`, Split's `split`,
 Clip's `min`/`max` and Resize's sizes (or scales) become constant inputs, `nf.silu` (`.ne`
 Swish, ONNX opset 24) is written `Mul(x, Sigmoid(x))`, and Reshape's shape is an int64
-initializer (`-1` for the dynamic dim). Float constants are initializers
+initializer (`-1` for the dynamic dim), as are Gather's indices and Expand's shape. Float constants are initializers
 named after the `nf.constant`; a dynamic dim is a symbolic dim (`N` for the batch).
 
 Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
@@ -386,6 +386,9 @@ class _Writer:
             value = attrs.pop("value", 0.0)
             if attrs.get("mode") == "constant":
                 inputs.append(self.const(f"{base}_value", np.asarray(value, np.float32)))
+        elif op_type in ("Gather", "Expand"):  # indices / shape: an int64 input at every opset
+            key = "indices" if op_type == "Gather" else "shape"
+            inputs.append(self.const(f"{base}_{key}", np.asarray(attrs.pop(key), np.int64)))
         elif op_type == "Split":
             split = attrs.pop("split", None)
             if split:

@@ -285,11 +285,24 @@ class _Importer:
                 outputs = self._outputs(node)
             else:  # get_attr / call_module do not survive torch.export
                 raise FrontendError(f"unexpected FX node {node.op} {node.target}")
-        block.add_ops([*self.constant_ops, *self.body_ops, ReturnOp(*outputs)])
+        ret = ReturnOp(*outputs)
+        block.add_ops([*self.constant_ops, *self._live(self.body_ops), ret])
         ftype = FunctionType.from_lists(block.arg_types, [v.type for v in outputs])
         module = ModuleOp([FuncOp(function_name, ftype, Region(block))])
         module.verify()
         return module
+
+    @staticmethod
+    def _live(ops: list[Operation]) -> list[Operation]:
+        """``ops`` without those whose results nothing reads (the slice torch.export reads
+        before a ``slice_scatter`` that writes it back unchanged), last first."""
+        kept: list[Operation] = []
+        for op in reversed(ops):
+            if op.results and all(not r.uses for r in op.results):
+                op.drop_all_references()
+                continue
+            kept.append(op)
+        return kept[::-1]
 
     def _reject_unsupported(self, graph: fx.Graph) -> None:
         """One error listing every unsupported op, before any conversion."""
