@@ -1499,7 +1499,7 @@ class SoftmaxOp(_SoftmaxBase):
     input = operand_def(T)
     mask = opt_operand_def(BoolTensor)
     result = result_def(T)
-    traits = traits_def(Pure(), _AlongAxis(), SOFTMAX_ALGORITHM)
+    traits = traits_def(Pure(), _AlongAxis(), SOFTMAX_ALGORITHM, NonNegativeResult())
     assembly_format = "$input (`,` $mask^)? attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, input: SSAValue, axis: int, mask: SSAValue | None = None):

@@ -1587,6 +1587,108 @@ class GatherOp(IRDLOperation):
         _check_moved(self, self.input, self.result, moved)
 
 
+# --------------------------------------------------------------------------------------------
+# Ops defined by an integer algorithm: softmax, log-softmax (nanoir.runtime.numerics.softmax)
+# --------------------------------------------------------------------------------------------
+
+
+class _SoftmaxCodesOp(IRDLOperation):
+    """Base of nh.softmax and nh.log_softmax: the integer algorithm of
+    ``nanoir.runtime.numerics.softmax`` over ``axis``, with its i-exp tables as properties
+    (built for the input fake-quant's bits, which may be narrower than the input's width;
+    a code difference past the tables' reach reads their last entry)."""
+
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    bits = prop_def(IntegerAttr[I64])
+    """Output bits (the result saturates to them; its width may be wider)."""
+    exp_hi = prop_def(DenseArrayBase[I64])
+    exp_lo = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        win, fx = check_nh_value(self, self.input, "input")
+        wout, fy = check_nh_value(self, self.result, "result")
+        check_result_shape(self, tensor_shape(self.input), self.result)
+        rank = len(tensor_shape(self.input))
+        axis = self.axis.value.data
+        if rank == 0 or not -rank <= axis < rank:
+            raise VerifyException(f"{self.name}: axis {axis} is out of range for rank {rank}")
+        if fx.is_per_channel or fy.is_per_channel:
+            raise VerifyException(f"{self.name}: input and result need per-tensor exponents")
+        bits = self.bits.value.data
+        if not 2 <= bits <= wout:
+            raise VerifyException(f"{self.name}: bits {bits} do not fit the result's i{wout}")
+        hi, lo = array_values(self.exp_hi) or (), array_values(self.exp_lo) or ()
+        if not hi or len(lo) == 0 or len(lo) & (len(lo) - 1):
+            raise VerifyException(
+                f"{self.name}: exp tables of {len(hi)} and {len(lo)} entries (both non-empty, "
+                "the low table's size a power of two)"
+            )
+        if any(not 0 <= v <= 2**30 for v in hi) or any(not 0 <= v <= 2**22 for v in lo):
+            raise VerifyException(
+                f"{self.name}: exp table entries must lie in 0..2**30 (high) and 0..2**22 (low)"
+            )
+
+
+@irdl_op_definition
+class SoftmaxOp(_SoftmaxCodesOp):
+    """Integer softmax over ``axis``: ``d = max - x`` (masked positions excluded),
+    ``e = floor((exp_hi[d >> m] * exp_lo[d & (2**m - 1)] + 2**21) / 2**22)`` (``2**m`` =
+    ``len(exp_lo)``; ``e <= 2**30``), ``S = sum(e)`` in i64 (``<= N * 2**30``), then
+    ``y = sat_bits(floor((e * 2**k + S/2) / S))`` with ``k`` the result's exponent (half up);
+    a fully masked row gives 0. ``mask`` (optional, i1, NumPy-broadcast against the input;
+    true = takes part) is a compile-time constant.
+
+    ```mlir
+    %y = nh.softmax %x {axis = 1 : i64, bits = 8 : i64, exp_hi = array<i64: ...>,
+        exp_lo = array<i64: ...>} : tensor<?x10xi8, #nh.fixed<4, BC>> -> tensor<?x10xi8, #nh.fixed<7, BC>>
+    ```
+    """
+
+    name = "nh.softmax"
+    mask = opt_prop_def(DenseIntOrFPElementsAttr)
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.mask is None:
+            return
+        t = self.mask.get_type()
+        elt = t.get_element_type()  # type: ignore[union-attr]
+        if not isinstance(elt, IntegerType) or elt.width.data != 1:
+            raise VerifyException(f"nh.softmax: mask must hold i1, not {elt}")
+        x, m = tensor_shape(self.input), tuple(t.get_shape())  # type: ignore[union-attr]
+        try:
+            shape = broadcast_shapes(x, m)
+        except Exception:
+            shape = None
+        if shape is None or len(m) > len(x) or tuple(shape) != tuple(x):
+            raise VerifyException(
+                f"nh.softmax: mask {shape_str(m)} does not broadcast to the input {shape_str(x)}"
+            )
+
+
+@irdl_op_definition
+class LogSoftmaxOp(_SoftmaxCodesOp):
+    """Integer log-softmax over ``axis``: ``e`` and ``S`` as ``nh.softmax``, then
+    ``y = sat_bits(floor(((x - max) * 2**a - ln30(S) * 2**b + 2**(c-1)) / 2**c))`` with
+    ``ln30(S) = round(ln(S / 2**30) * 2**30)`` from the bit length of ``S`` and a 1025-entry
+    table of ``ln(1 + f)``, interpolated (``nanoir.runtime.numerics.softmax.ln_fixed``), and
+    ``c = max(k_in - k, 30 - k, 0)``, ``a = k - k_in + c``, ``b = k - 30 + c``; every
+    intermediate below ``2**52``.
+
+    ```mlir
+    %y = nh.log_softmax %x {axis = 1 : i64, bits = 8 : i64, exp_hi = array<i64: ...>,
+        exp_lo = array<i64: ...>} : tensor<?x10xi8, #nh.fixed<4, BC>> -> tensor<?x10xi8, #nh.fixed<3, BC>>
+    ```
+    """
+
+    name = "nh.log_softmax"
+
+
 NH = Dialect(
     "nh",
     [
@@ -1615,6 +1717,8 @@ NH = Dialect(
         SpaceToDepthOp,
         ExpandOp,
         GatherOp,
+        SoftmaxOp,
+        LogSoftmaxOp,
     ],
     [FixedAttr],
 )

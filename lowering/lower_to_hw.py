@@ -73,6 +73,7 @@ from nanoir.lowering.hw.fake_quant import (
     QuantizeInput,
     RequantFakeQuant,
 )
+from nanoir.lowering.hw.softmax import LowerSoftmax
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -128,6 +129,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerBlock,
     LowerExpand,
     LowerGather,
+    LowerSoftmax,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

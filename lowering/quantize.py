@@ -256,6 +256,10 @@ def quantize_function(
             t.exps = tensor_exps(
                 x, t.bits, t.channel_axis, config.calibrator, config.rounding
             ).reshape(exp_shape(t))
+    for t in targets:  # a softmax's output lies in [0, 1]: its exponent is that range's
+        if t.exps is None and t.kind == "act" and isinstance(t.value.owner, nf.SoftmaxOp):
+            ones = np.ones(exp_shape(t))
+            t.exps = quant.exp_from_absmax(ones, t.bits, signed=getattr(t, "signed", True))
     missing = [t for t in targets if t.exps is None and t.kind == "act"]
     if missing:
         if calibration is None:

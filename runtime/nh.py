@@ -53,10 +53,12 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nh
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.numerics import kernels, movement, quant
+from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
 from numpy.typing import DTypeLike, NDArray
@@ -967,3 +969,31 @@ def quantize_inputs(func: FuncOp, inputs: Sequence[Any]) -> list[Any]:
 def _exp_dtype(attr: Any) -> str:
     width = attr.get_type().get_element_type().width.data
     return {8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[width]
+
+
+def _softmax_builder(op: nh.SoftmaxOp | nh.LogSoftmaxOp, dtype: np.dtype[Any]) -> Kernel:
+    """The integer algorithm of ``nanoir.runtime.numerics.softmax`` on int64 codes, with the
+    op's tables (the same function nq runs in float64)."""
+    axis, bits = op.axis.value.data, op.bits.value.data
+    tables = (
+        np.asarray(array_values(op.exp_hi), dtype=np.int64),
+        np.asarray(array_values(op.exp_lo), dtype=np.int64),
+    )
+    k_in, k_out = nh.fixed_of(op.input).exp_list[0], nh.fixed_of(op.result).exp_list[0]
+    out_dtype = quant.code_dtype(width_of(op.result))
+    if isinstance(op, nh.LogSoftmaxOp):
+        return lambda x: (
+            softmax_numerics.log_softmax_codes(
+                x.astype(np.int64), axis, k_in, 0, k_out, bits, tables
+            ).astype(out_dtype),
+        )
+    mask = None if op.mask is None else dense_to_numpy(op.mask).astype(bool)
+    return lambda x: (
+        softmax_numerics.softmax_codes(
+            x.astype(np.int64), axis, k_in, 0, k_out, bits, mask, tables
+        ).astype(out_dtype),
+    )
+
+
+NH_BUILDERS[nh.SoftmaxOp] = _softmax_builder
+NH_BUILDERS[nh.LogSoftmaxOp] = _softmax_builder
