@@ -174,6 +174,7 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
         target.bits,
         exp_attr(exps.reshape(-1).tolist(), list(exps.shape)),
         target.rounding or config.rounding,
+        signed=target.signed,
     )
     if isinstance(value, BlockArgument):
         block = value.block
@@ -369,6 +370,8 @@ class QuantizePass(ModulePass):
     exponents: str | None = None
     """A JSON file ``{"tensor name": k or [k per channel]}`` of imported (QAT) exponents: a
     regular file of at most 16 MiB, each exponent an integer in -60..60."""
+    unsigned: str = "never"
+    """``never`` (signed codes) or ``auto``: unsigned codes for activations known non-negative."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.batch_size <= 0:
@@ -383,6 +386,7 @@ class QuantizePass(ModulePass):
             rules=tuple(QuantRule.parse(r) for r in self.rules),
             calibrator=self.calibrator,
             rounding=rounding,
+            unsigned=self.unsigned,
         )
         batches = (
             None

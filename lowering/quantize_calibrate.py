@@ -41,20 +41,29 @@ def exp_shape(target: Target) -> tuple[int, ...]:
 
 
 def tensor_exps(
-    x: np.ndarray, bits: int, axis: int | None, calibrator: str, mode: RoundingMode
+    x: np.ndarray,
+    bits: int,
+    axis: int | None,
+    calibrator: str,
+    mode: RoundingMode,
+    *,
+    signed: bool = True,
 ) -> np.ndarray:
-    """Exponents of one tensor from its values (reduced dims kept as 1)."""
-    absmax = quant.channel_absmax(x, axis)
+    """Exponents of one tensor from its values (reduced dims kept as 1); unsigned codes cover
+    ``[0, max]`` with ``2**b - 1`` codes."""
+    absmax = quant.channel_absmax(x if signed else np.maximum(x, 0.0), axis)
     if calibrator != "mse":
-        return quant.exp_from_absmax(absmax, bits)
+        return quant.exp_from_absmax(absmax, bits, signed=signed)
     mean_abs = _channel_mean_abs(x, axis)
-    candidates = mse_candidates(absmax.reshape(-1), mean_abs.reshape(-1), bits)
+    candidates = mse_candidates(absmax.reshape(-1), mean_abs.reshape(-1), bits, signed=signed)
     shape = [1] * x.ndim
     if axis is not None:
         shape[axis] = -1
     errors = np.stack(
         [
-            _reduce((quant.fake_quant(x, bits, k.reshape(shape), mode) - x) ** 2, axis)
+            _reduce(
+                (quant.fake_quant(x, bits, k.reshape(shape), mode, signed=signed) - x) ** 2, axis
+            )
             for k in candidates
         ]
     )
@@ -66,7 +75,9 @@ def _channel_mean_abs(x: np.ndarray, axis: int | None) -> np.ndarray:
     return np.mean(np.abs(x), axis=axes, keepdims=axis is not None).reshape(-1)
 
 
-def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.ndarray:
+def mse_candidates(
+    absmax: np.ndarray, mean_abs: np.ndarray, bits: int, *, signed: bool = True
+) -> np.ndarray:
     """Exponents the ``mse`` calibrator tries, per channel: ``[candidates, channels]``, the
     preferred one (kept on ties) first.
 
@@ -82,7 +93,7 @@ def mse_candidates(absmax: np.ndarray, mean_abs: np.ndarray, bits: int) -> np.nd
         k0 = quant.exp_from_absmax(mean_abs, 1).astype(np.int64)
         offsets: tuple[int, ...] = (0, 1, -1, 2)
     else:
-        k0 = quant.exp_from_absmax(absmax, bits).astype(np.int64)
+        k0 = quant.exp_from_absmax(absmax, bits, signed=signed).astype(np.int64)
         offsets = (*range(min(bits + 1, 8) + 1), -1)
     return np.clip(np.stack([k0 + d for d in offsets]), *quant.CALIB_EXP_RANGE)
 
@@ -192,7 +203,9 @@ def calibrate(
 
     def observe_absmax(value: SSAValue, x: np.ndarray) -> None:
         t = acts[value]
-        m = quant.channel_absmax(x, t.channel_axis).reshape(-1)
+        # Unsigned codes cover [0, max]: only the positive part sets the range.
+        m = quant.channel_absmax(x if t.signed else np.maximum(x, 0.0), t.channel_axis)
+        m = m.reshape(-1)
         s = stats[value]
         s.absmax = m if s.absmax is None else np.maximum(s.absmax, m)
         if t.bits == 1:  # the 1-bit mse start is mean |x|
@@ -208,7 +221,9 @@ def calibrate(
         if axis is not None:
             shape[axis] = -1
         for i, k in enumerate(s.candidates):
-            err = quant.fake_quant(x, t.bits, k.reshape(shape), config.rounding) - x
+            err = (
+                quant.fake_quant(x, t.bits, k.reshape(shape), config.rounding, signed=t.signed) - x
+            )
             s.sse[i] += _reduce(err * err, axis)
 
     with progress_bar(progress, len(batches) * passes) as advance:
@@ -230,7 +245,9 @@ def calibrate(
                 for v, s in stats.items():
                     assert s.absmax is not None
                     mean_abs = s.abs_sum / max(s.count, 1) if s.abs_sum is not None else s.absmax
-                    s.candidates = mse_candidates(s.absmax, mean_abs, acts[v].bits)
+                    s.candidates = mse_candidates(
+                        s.absmax, mean_abs, acts[v].bits, signed=acts[v].signed
+                    )
                     s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
     for v, t in acts.items():
         s = stats[v]
@@ -238,7 +255,7 @@ def calibrate(
         if s.sse is not None and s.candidates is not None:
             k = _least_error(s.candidates, s.sse)
         else:
-            k = quant.exp_from_absmax(s.absmax, t.bits)
+            k = quant.exp_from_absmax(s.absmax, t.bits, signed=t.signed)
         t.exps = np.asarray(k, dtype=np.int64).reshape(exp_shape(t))
 
 

@@ -1,5 +1,6 @@
-"""quantize's options: the rule grammar (``[kind@]REGEX=BITS[/pc|/pt][:learner[@lr]]`` or
-``=skip``), per-kind defaults, rounding modes and exponent learners, as one frozen config.
+"""quantize's options: the rule grammar (``[kind@]REGEX=BITS[u][/pc|/pt][/u|/s][:learner[@lr]]``
+or ``=skip``), per-kind defaults, rounding modes, signedness and exponent learners, as one frozen
+config.
 
 The quantize pass, ``nanoir.qat`` and the CLI all read options through :class:`QuantConfig`,
 so a rule means the same thing everywhere.
@@ -73,7 +74,9 @@ class QuantRule:
     QAT exponent learner ``ema`` or ``lsq`` (alias ``learned``) with an optional rate
     ``:LR``: ``weight@layer1\\..*=4/pc``, ``fc=skip``, ``fc\\.weight=1/pt/lsq:0.05``,
     ``act@.*=ema:0.2``. Unset parts take the options' defaults; ``quantize`` ignores the
-    learner (it matters to :mod:`nanoir.qat` only).
+    learner (it matters to :mod:`nanoir.qat` only). Signedness of an activation: ``u``
+    (unsigned codes ``0..2**b-1``, also written after the bits, ``relu1=8u``) or ``s``
+    (signed, overriding ``unsigned="auto"``): ``act@.*relu.*=u``, ``head=4/s``.
     """
 
     pattern: str
@@ -85,6 +88,8 @@ class QuantRule:
     """``ema`` or ``lsq`` (see :data:`LEARNERS`); None takes the options' default."""
     lr: float | None = None
     """The learner's rate; None takes the options' (or the learner's) default."""
+    signed: bool | None = None
+    """False: unsigned codes (``u``); True: signed (``s``); None: the options decide."""
 
     def __post_init__(self) -> None:
         try:
@@ -124,14 +129,19 @@ class QuantRule:
         per_channel: bool | None = None
         learner: str | None = None
         lr: float | None = None
+        signed: bool | None = None
         bad = QuantizeError(
-            f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt and "
+            f"quantize: rule spec {spec!r} must be skip, or BITS, pc or pt, u or s and "
             "a learner (ema or lsq, optionally :LR), separated by /"
         )
         for part in spec.split("/"):
             name, colon, rate = part.partition(":")
-            if part.isdigit() and bits is None:
+            if part[:-1].isdigit() and part.endswith("u") and bits is None and signed is None:
+                bits, signed = int(part[:-1]), False
+            elif part.isdigit() and bits is None:
                 bits = int(part)
+            elif part in ("u", "s") and signed is None:
+                signed = part == "s"
             elif part in ("pc", "pt") and per_channel is None:
                 per_channel = part == "pc"
             elif name in (*LEARNERS, "learned") and learner is None:
@@ -144,7 +154,13 @@ class QuantRule:
             else:
                 raise bad
         return QuantRule(
-            pattern, bits=bits, per_channel=per_channel, kind=kind, learner=learner, lr=lr
+            pattern,
+            bits=bits,
+            per_channel=per_channel,
+            kind=kind,
+            learner=learner,
+            lr=lr,
+            signed=signed,
         )
 
     def matches(self, name: str, kind: str) -> bool:
@@ -170,9 +186,14 @@ class QuantConfig:
     """The QAT exponent learner of tensors no rule names one for (``ema`` or ``lsq``)."""
     lr: float | None = None
     """Its rate (None: :data:`DEFAULT_LR` of the learner)."""
+    unsigned: str = "never"
+    """``never`` (signed codes everywhere, the default; ``False`` is accepted) or ``auto``
+    (``True``): an activation known non-negative by construction (the ``NonNegativeResult``
+    trait: ReLU, ReLU6, sigmoid, ...) gets unsigned codes. Rules override it per tensor."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "learner", _learner(self.learner))
+        object.__setattr__(self, "unsigned", parse_unsigned(self.unsigned))
         for label, bits in (
             ("weight", self.weight_bits),
             ("bias", self.bias_bits),
@@ -202,6 +223,13 @@ class QuantConfig:
                 )
         return bits, per_channel
 
+    def resolve_signed(self, name: str, kind: str) -> bool | None:
+        """A tensor's signedness as the first matching rule sets it (None: not set by it)."""
+        for rule in self.rules:
+            if rule.matches(name, kind):
+                return None if rule.skip else rule.signed
+        return None
+
     def resolve_learner(self, name: str, kind: str) -> tuple[str, float]:
         """(learner, lr) of a tensor for QAT: from the first matching rule, else the defaults."""
         learner, lr = self.learner, self.lr
@@ -226,6 +254,16 @@ def _learner(name: str) -> str:
     if name not in LEARNERS:
         raise QuantizeError(f"quantize: learner {name!r} is not one of ema, lsq (learned)")
     return name
+
+
+def parse_unsigned(value: object) -> str:
+    """``unsigned`` as ``never`` or ``auto`` (``False``/``True`` are accepted as those)."""
+    if value is False or value == "never":
+        return "never"
+    if value is True or value == "auto":
+        return "auto"
+    shown = repr(value)[:40]
+    raise QuantizeError(f"quantize: unsigned {shown} is not one of never, auto (False, True)")
 
 
 def parse_rounding(value: str | RoundingMode) -> RoundingMode:

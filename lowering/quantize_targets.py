@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import DataMovement, Weighted, weight_reader
+from nanoir.dialects.traits import DataMovement, Weighted, non_negative_result, weight_reader
 from nanoir.lowering.quantize_rules import (
     QuantConfig,
+    QuantizeError,
 )
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import IntegerType, TensorType
@@ -37,6 +38,8 @@ class Target:
     """The name rules match (``name`` before it was made unique)."""
     weight_axis: int = 0
     """A weight's output-channel axis: 0 (conv, linear), 1 (conv_transpose's ``[C, O/g, *K]``)."""
+    signed: bool = True
+    """False: unsigned codes ``0..2**b-1`` (``unsigned="auto"`` or a rule's ``u``)."""
 
     @property
     def channel_axis(self) -> int | None:
@@ -99,6 +102,30 @@ def _constant_kind(value: SSAValue) -> str | None:
     return "const"
 
 
+def _signed(
+    config: QuantConfig, value: SSAValue, name: str, unique: str, kind: str, bits: int
+) -> bool:
+    """Signed or unsigned codes: a rule's ``u``/``s``, else unsigned for an activation known
+    non-negative (``NonNegativeResult``) under ``unsigned="auto"``. A rule may ask unsigned for
+    any activation (negative values then saturate to 0; the report marks it)."""
+    asked = config.resolve_signed(name, "act" if kind == "const" else kind)
+    if asked is False:
+        if kind != "act":
+            raise QuantizeError(
+                f"quantize: a rule asks unsigned codes for {kind} {unique}; unsigned codes are "
+                "for activations (the results of ops and function inputs)"
+            )
+        if bits == 1:
+            raise QuantizeError(
+                f"quantize: a rule asks unsigned codes for {unique} at 1 bit; the 1-bit code is "
+                "±1 and has no unsigned form"
+            )
+        return False
+    if asked is None and config.unsigned == "auto" and kind == "act" and bits > 1:
+        return not non_negative_result(value)
+    return True
+
+
 def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
     """The tensors of ``func`` to quantize, in program order.
 
@@ -135,6 +162,7 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
                 per_channel,
                 rule_name=name,
                 weight_axis=_weight_axis(value) if kind == "weight" else 0,
+                signed=_signed(config, value, name, unique, kind, bits),
             )
         )
 
