@@ -27,6 +27,7 @@ from nanoir.dialects.traits import (
     IntegerAlgorithm,
     LookupTable,
     NonNegativeResult,
+    Normalising,
     Quantized,
     RowStep,
     SlidingWindow,
@@ -35,6 +36,7 @@ from nanoir.dialects.traits import (
     WholeExtent,
     axis_rows,
     depth_to_space_rows,
+    normalised_dims,
     pad_rows,
     reshape_rows,
     scale_rows,
@@ -1549,24 +1551,6 @@ class LogSoftmaxOp(_SoftmaxBase):
 # --------------------------------------------------------------------------------------------
 
 
-def _normalised_dims(op: Operation) -> range:
-    rank = len(tensor_shape(op.operands[0]))
-    if isinstance(op, LayerNormOp):
-        return range(rank - op.normalized_dims.value.data, rank)
-    return range(1, rank)
-
-
-@dataclass(frozen=True)
-class _Normalising(WholeExtent):
-    """The whole extent along the normalised dims (a group's sums); row by row along the
-    others (weight and bias are constants over the normalised dims)."""
-
-    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
-        if tuple(runtime) != (op.operands[0],) or dim in _normalised_dims(op):
-            return None
-        return RowStep()
-
-
 def _constant_codes(op: Operation, index: int) -> tuple[np.ndarray, int] | str:
     """Operand ``index``'s codes and per-tensor exponent, from its fake-quant of a constant."""
     what = ("weight", "bias")[index - 1]
@@ -1583,10 +1567,10 @@ def _constant_codes(op: Operation, index: int) -> tuple[np.ndarray, int] | str:
     return np.rint(data * 2.0**grid.exp).astype(np.int64), grid.exp
 
 
-def _norm_plan(
+def norm_plan_of(
     op: Operation, qin: Quantized, qout: Quantized, g: np.ndarray, kg: int, c: np.ndarray, kc: int
 ) -> norm_numerics.NormPlan:
-    dims = _normalised_dims(op)
+    dims = normalised_dims(op)
     shape = tensor_shape(op.operands[0])
     n = int(np.prod([shape[d] for d in dims], dtype=np.int64))
     if isinstance(op, GroupNormOp):
@@ -1602,7 +1586,7 @@ def _norm_plan(
 
 def _norm_bound(op: Operation, qin: Quantized, qout: Quantized) -> str | None:
     shape = tensor_shape(op.operands[0])
-    if any(shape[d] == DYNAMIC_INDEX for d in _normalised_dims(op)):
+    if any(shape[d] == DYNAMIC_INDEX for d in normalised_dims(op)):
         return "normalises over a dynamic dim"
     weight, bias = _constant_codes(op, 1), _constant_codes(op, 2)
     for part in (weight, bias):
@@ -1610,7 +1594,7 @@ def _norm_bound(op: Operation, qin: Quantized, qout: Quantized) -> str | None:
             return part
     assert not isinstance(weight, str) and not isinstance(bias, str)
     try:
-        _norm_plan(op, qin, qout, weight[0], weight[1], bias[0], bias[1])
+        norm_plan_of(op, qin, qout, weight[0], weight[1], bias[0], bias[1])
     except norm_numerics.NormBoundError as e:
         return str(e)
     return None
@@ -1626,7 +1610,7 @@ def _norm_codes(
     kg, kc = grids[0].exp, grids[1].exp
     g = np.rint(np.asarray(w, np.float64) * 2.0**kg).astype(np.int64)
     c = np.rint(np.asarray(b, np.float64) * 2.0**kc).astype(np.int64)
-    plan = _norm_plan(op, qin, qout, g, kg, c, kc)
+    plan = norm_plan_of(op, qin, qout, g, kg, c, kc)
     codes = np.rint(q).astype(np.int64)
     if isinstance(op, LayerNormOp):
         dims = op.normalized_dims.value.data
@@ -1646,7 +1630,7 @@ class _NormBase(IRDLOperation):
     bias = operand_def(FloatTensor)
     result = result_def(T)
     epsilon = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(1e-5, Float64Type()))
-    traits = traits_def(Pure(), _Normalising(), NORM_ALGORITHM)
+    traits = traits_def(Pure(), Normalising(), NORM_ALGORITHM)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = (
         "$input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)"

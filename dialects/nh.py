@@ -40,6 +40,7 @@ from nanoir.dialects.traits import (
     Contraction,
     DataMovement,
     Elementwise,
+    Normalising,
     SlidingWindow,
     TransposedWindow,
     Weighted,
@@ -1689,10 +1690,140 @@ class LogSoftmaxOp(_SoftmaxCodesOp):
     name = "nh.log_softmax"
 
 
+# --------------------------------------------------------------------------------------------
+# LayerNorm and GroupNorm, integer algorithm (nanoir.runtime.numerics.norm)
+# --------------------------------------------------------------------------------------------
+
+
+class _NormCodesOp(IRDLOperation):
+    """Base of nh.layer_norm and nh.group_norm: the integer algorithm of
+    ``nanoir.runtime.numerics.norm`` with its static plan as properties."""
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    result = result_def(TensorType)
+    bits = prop_def(IntegerAttr[I64])
+    """Output bits (the result saturates to them; its width may be wider)."""
+    max_shift = prop_def(IntegerAttr[I64])
+    eps_term = prop_def(IntegerAttr[I64])
+    guard = prop_def(IntegerAttr[I64])
+    nudge = prop_def(IntegerAttr[I64])
+    rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    traits = traits_def(Pure(), Normalising())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)"
+    )
+
+    def reduced(self) -> int:
+        """Codes per normalised group (static)."""
+        raise NotImplementedError
+
+    def verify_(self) -> None:
+        for label, v in (("input", self.input), ("weight", self.weight), ("bias", self.bias)):
+            _, f = check_nh_value(self, v, label)
+            if f.is_per_channel:
+                raise VerifyException(f"{self.name}: {label} needs a per-tensor exponent")
+        wout, fy = check_nh_value(self, self.result, "result")
+        if fy.is_per_channel:
+            raise VerifyException(f"{self.name}: result needs a per-tensor exponent")
+        check_result_shape(self, tensor_shape(self.input), self.result)
+        bits = self.bits.value.data
+        if not 2 <= bits <= wout:
+            raise VerifyException(f"{self.name}: bits {bits} do not fit the result's i{wout}")
+        for name in ("max_shift", "eps_term", "guard", "nudge"):
+            value = getattr(self, name).value.data
+            if not 0 <= value < 2**62:
+                raise VerifyException(f"{self.name}: {name} {value} is not in 0..2**62")
+        if self.max_shift.value.data > 30:
+            raise VerifyException(f"{self.name}: max_shift {self.max_shift.value.data} > 30")
+
+
+@irdl_op_definition
+class LayerNormOp(_NormCodesOp):
+    """Integer LayerNorm over the last ``normalized_dims`` dims (``n`` codes per row): i64
+    ``S1 = sum x``, ``S2 = sum x**2``, ``V = n S2 - S1**2``; per row ``h = clamp((61 -
+    bitlen(V + (eps_term >> 2 max_shift) + 1)) // 2, 0, max_shift)``, ``sigma = max(isqrt(V
+    4**h + (eps_term >> 2 (max_shift - h))), 1)``; per element ``z = round_half_up((n x - S1)
+    2**(h + F) / sigma)`` with ``F = k_out + guard - k_w``, ``acc = z w + b 2**(k_out + guard
+    - k_b)`` (i64), moved by ``nudge`` (up for floor, away from zero for trunc), then
+    ``sat_bits(round(acc 2**-guard))`` with ``rounding``. Every intermediate below 2**62.
+
+    ```mlir
+    %y = nh.layer_norm %x, %w, %b {normalized_dims = 1 : i64, bits = 8 : i64,
+        max_shift = 30 : i64, eps_term = 11258999 : i64, guard = 24 : i64, nudge = 3 : i64}
+        : (tensor<?x4x16xi8, #nh.fixed<4, BCD>>, tensor<16xi8, #nh.fixed<6, C>>,
+           tensor<16xi8, #nh.fixed<7, C>>) -> tensor<?x4x16xi8, #nh.fixed<5, BCD>>
+    ```
+    """
+
+    name = "nh.layer_norm"
+    normalized_dims = prop_def(IntegerAttr[I64])
+
+    def reduced(self) -> int:
+        shape = tensor_shape(self.input)
+        return int(np.prod(shape[len(shape) - self.normalized_dims.value.data :]))
+
+    def verify_(self) -> None:
+        super().verify_()
+        x = tensor_shape(self.input)
+        dims = self.normalized_dims.value.data
+        if not 1 <= dims <= len(x) or DYNAMIC_INDEX in x[len(x) - dims :]:
+            raise VerifyException(
+                f"nh.layer_norm: normalized_dims {dims} must name static trailing dims of "
+                f"{shape_str(x)}"
+            )
+        for label, v in (("weight", self.weight), ("bias", self.bias)):
+            if tensor_shape(v) != x[len(x) - dims :]:
+                raise VerifyException(
+                    f"nh.layer_norm: {label} shape {shape_str(tensor_shape(v))} is not the "
+                    f"normalised shape {shape_str(x[len(x) - dims :])}"
+                )
+
+
+@irdl_op_definition
+class GroupNormOp(_NormCodesOp):
+    """Integer GroupNorm of ``[N, C, *spatial]``: ``nh.layer_norm``'s algorithm on each group
+    of ``C / groups`` channels and every position, per-channel ``weight`` and ``bias``.
+
+    ```mlir
+    %y = nh.group_norm %x, %w, %b {groups = 2 : i64, bits = 8 : i64, max_shift = 30 : i64,
+        eps_term = 0 : i64, guard = 24 : i64, nudge = 3 : i64}
+        : (tensor<?x8x100xi8, #nh.fixed<4, BCM>>, tensor<8xi8, #nh.fixed<6, C>>,
+           tensor<8xi8, #nh.fixed<7, C>>) -> tensor<?x8x100xi8, #nh.fixed<5, BCM>>
+    ```
+    """
+
+    name = "nh.group_norm"
+    groups = prop_def(IntegerAttr[I64])
+
+    def reduced(self) -> int:
+        shape = tensor_shape(self.input)
+        return int(np.prod(shape[1:])) // self.groups.value.data
+
+    def verify_(self) -> None:
+        super().verify_()
+        x = tensor_shape(self.input)
+        groups = self.groups.value.data
+        if len(x) < 2 or DYNAMIC_INDEX in x[1:] or groups < 1 or x[1] % groups:
+            raise VerifyException(
+                f"nh.group_norm: {shape_str(x)} does not split into {groups} groups of static "
+                "channels and positions"
+            )
+        for label, v in (("weight", self.weight), ("bias", self.bias)):
+            if tensor_shape(v) != (x[1],):
+                raise VerifyException(
+                    f"nh.group_norm: {label} shape {shape_str(tensor_shape(v))} is not [{x[1]}]"
+                )
+
+
 NH = Dialect(
     "nh",
     [
         ConstantOp,
+        LayerNormOp,
+        GroupNormOp,
         ConvOp,
         ConvTransposeOp,
         LinearOp,

@@ -67,6 +67,7 @@ __all__ = [
     "FloatOnly",
     "IntegerAlgorithm",
     "LookupTable",
+    "Normalising",
     "Quantized",
     "RowStep",
     "SlidingWindow",
@@ -556,3 +557,25 @@ def non_negative_result(value: SSAValue) -> bool:
         return False
     trait = op.get_trait(NonNegativeResult)
     return trait is not None and trait.holds(op)
+
+
+def normalised_dims(op: Operation) -> range:
+    """The dims a LayerNorm (``normalized_dims`` property: the last ones) or a GroupNorm
+    (every dim but the batch) reduces over."""
+    rank = len(_shape(op.operands[0]))
+    dims = op.properties.get("normalized_dims")
+    if dims is not None:
+        return range(rank - dims.value.data, rank)  # type: ignore[attr-defined]
+    return range(1, rank)
+
+
+@dataclass(frozen=True)
+class Normalising(WholeExtent):
+    """LayerNorm and GroupNorm (nf and nh): the whole extent along the normalised dims (a
+    group's sums need all of it; a dynamic one is refused by stream-plan), row by row along
+    the others (weight and bias are constants over the normalised dims)."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        if tuple(runtime) != (op.operands[0],) or dim in normalised_dims(op):
+            return None
+        return ROW

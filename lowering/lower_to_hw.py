@@ -73,6 +73,7 @@ from nanoir.lowering.hw.fake_quant import (
     QuantizeInput,
     RequantFakeQuant,
 )
+from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.softmax import LowerSoftmax
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
@@ -130,6 +131,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerExpand,
     LowerGather,
     LowerSoftmax,
+    LowerNorm,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

@@ -57,7 +57,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
-from nanoir.runtime.numerics import kernels, movement, quant
+from nanoir.runtime.numerics import kernels, movement, norm, quant
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
@@ -891,6 +891,35 @@ def gather(op: nh.GatherOp, dtype: np.dtype[Any]) -> Kernel:
     """The code slices ``indices`` along ``axis``."""
     axis, indices = op.axis.value.data, list(array_values(op.indices) or ())
     return lambda x: (movement.gather(x, axis, indices),)
+
+
+def _norm_plan(op: nh.LayerNormOp | nh.GroupNormOp) -> norm.NormPlan:
+    return norm.NormPlan(
+        op.reduced(),
+        op.max_shift.value.data,
+        op.eps_term.value.data,
+        op.guard.value.data,
+        nh.fixed_of(op.result).exp_list[0],
+        op.bits.value.data,
+        op.rounding.data,
+        op.nudge.value.data,
+    )
+
+
+@impl(nh.LayerNormOp)
+def layer_norm(op: nh.LayerNormOp, dtype: np.dtype[Any]) -> Kernel:
+    """``nanoir.runtime.numerics.norm.layer_norm_codes``: the same function nq runs."""
+    plan, dims = _norm_plan(op), op.normalized_dims.value.data
+    kg, kc = nh.fixed_of(op.weight).exp_list[0], nh.fixed_of(op.bias).exp_list[0]
+    return lambda x, w, b: (norm.layer_norm_codes(x, dims, w, kg, b, kc, plan),)
+
+
+@impl(nh.GroupNormOp)
+def group_norm(op: nh.GroupNormOp, dtype: np.dtype[Any]) -> Kernel:
+    """``nanoir.runtime.numerics.norm.group_norm_codes``: the same function nq runs."""
+    plan, groups = _norm_plan(op), op.groups.value.data
+    kg, kc = nh.fixed_of(op.weight).exp_list[0], nh.fixed_of(op.bias).exp_list[0]
+    return lambda x, w, b: (norm.group_norm_codes(x, groups, w, kg, b, kc, plan),)
 
 
 # --------------------------------------------------------------------------------------------
