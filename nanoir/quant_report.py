@@ -1,6 +1,8 @@
 """The per-layer quantization report: how much each fake-quant costs, measured on data.
 
-For every ``nq.fake_quant`` of a quantized program: its bits and exponent(s), the saturation
+For every ``nq.fake_quant`` of a quantized program: its bits (``8u``: unsigned codes
+``0..2**b-1``; ``8u*``: unsigned on a value not known non-negative, a rule's choice, where
+negative values saturate to 0) and exponent(s), the saturation
 rate (the share of values clipped at the code range), the SQNR of the quantized value against
 its own input (the error this fake-quant adds), and the SQNR against the same tensor in the
 float program (the error accumulated up to here); and the SQNR of each program output against
@@ -29,7 +31,7 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import Weighted
+from nanoir.dialects.traits import Weighted, non_negative_result
 from nanoir.errors import Error, FileFormatError, batches_argument
 from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.runtime.interpreter import (
@@ -59,11 +61,14 @@ class _Acc:
     float_signal: float = 0.0
     float_noise: float = 0.0
 
-    def add_local(self, x: np.ndarray, q: np.ndarray, bits: int, exp: np.ndarray) -> None:
+    def add_local(
+        self, x: np.ndarray, q: np.ndarray, bits: int, exp: np.ndarray, signed: bool = True
+    ) -> None:
         self.count += x.size
         if bits > 1:
             raw = quant.round_to_int(np.ldexp(x, np.broadcast_to(exp, x.shape)), "trunc")
-            self.saturated += int(((raw < quant.qmin(bits)) | (raw > quant.qmax(bits))).sum())
+            lo, hi = quant.qmin(bits, signed=signed), quant.qmax(bits, signed=signed)
+            self.saturated += int(((raw < lo) | (raw > hi)).sum())
         self.signal += float(np.sum(x * x))
         self.noise += float(np.sum((q - x) ** 2))
 
@@ -91,6 +96,18 @@ class ReportRow:
     sqnr_own: float | None = None
     """With an ``origin``: the SQNR (as ``sqnr``) at the exponent the value's own range on
     this data would have given (the absmax rule), so the cost of the join shows."""
+    signed: bool = True
+    """False for unsigned codes (``signed = false``)."""
+    known_non_negative: bool = True
+    """For unsigned codes: whether the value is non-negative by construction (its producer's
+    ``NonNegativeResult`` trait); False when a rule asked unsigned codes anyway."""
+
+    @property
+    def bits_text(self) -> str:
+        """``8``, ``8u`` (unsigned) or ``8u*`` (unsigned, not known non-negative)."""
+        if self.signed:
+            return str(self.bits)
+        return f"{self.bits}u" + ("" if self.known_non_negative else "*")
 
     @property
     def exp_text(self) -> str:
@@ -122,7 +139,7 @@ class QuantReport:
             (
                 r.name,
                 r.kind,
-                str(r.bits),
+                r.bits_text,
                 r.exp_text,
                 f"{100 * r.saturation:.2f}%",
                 f"{r.sqnr:.1f}",
@@ -140,6 +157,10 @@ class QuantReport:
             for line in lines
         ]
         text.insert(1, "  ".join("-" * w for w in widths))
+        if any(not r.signed and not r.known_non_negative for r in self.rows):
+            text.append(
+                "u* unsigned codes on a value not known non-negative: negatives saturate to 0"
+            )
         for i, s in enumerate(self.output_sqnr):
             text.append(f"output {i}: SQNR {s:.1f} dB against the float program")
         return "\n".join(text)
@@ -234,7 +255,7 @@ def report_figure(rep: QuantReport, *, title: str | None = None) -> Any:
     ax_exp.grid(axis="y", alpha=0.3)
     ax_exp.set_xticks(xs)
     ax_exp.set_xticklabels(
-        [f"{r.name} ({r.kind}, {r.bits}b)" for r in rows], rotation=45, ha="right", fontsize=8
+        [f"{r.name} ({r.kind}, {r.bits_text}b)" for r in rows], rotation=45, ha="right", fontsize=8
     )
     ax_exp.set_xlim(-0.6, len(rows) - 0.4)
     if rows:
@@ -301,11 +322,14 @@ def _own_sqnr(op: FakeQuantOp, exps: np.ndarray, xs: list[np.ndarray]) -> float:
     k = exps.reshape((1,) * (rank - exps.ndim) + exps.shape) if exps.ndim < rank else exps
     axes = tuple(i for i in range(rank) if k.shape[i] == 1)
     absmax = np.max([np.max(np.abs(x), axis=axes, keepdims=True) for x in xs], axis=0)
-    bits = op.bits.value.data
-    own = np.clip(quant.exp_from_absmax(absmax, bits), *quant.CALIB_EXP_RANGE)
+    bits, signed = op.bits.value.data, op.is_signed
+    if not signed:  # unsigned codes cover [0, max]
+        absmax = np.max([np.max(np.maximum(x, 0), axis=axes, keepdims=True) for x in xs], axis=0)
+    own = np.clip(quant.exp_from_absmax(absmax, bits, signed=signed), *quant.CALIB_EXP_RANGE)
     signal = sum(float(np.sum(x * x)) for x in xs)
     noise = sum(
-        float(np.sum((quant.fake_quant(x, bits, own, op.rounding_mode) - x) ** 2)) for x in xs
+        float(np.sum((quant.fake_quant(x, bits, own, op.rounding_mode, signed=signed) - x) ** 2))
+        for x in xs
     )
     return sqnr_db(signal, noise)
 
@@ -369,7 +393,7 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
         for op, (x, q) in quantized.items():
             if op.origin is not None:
                 seen.setdefault(op, []).append(x)
-            accs[op].add_local(x, q, op.bits.value.data, exps[op])
+            accs[op].add_local(x, q, op.bits.value.data, exps[op], op.is_signed)
             if op in floats:
                 accs[op].add_float(floats[op], q)
         for i, (q, f) in enumerate(zip(q_out, f_out)):
@@ -385,7 +409,7 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
             slot_in, slot_out = qplan.slot_of[op.input], qplan.slot_of[op.result]
             if slot_in in qplan.constants and slot_out in qplan.constants:
                 x, q = qplan.constants[slot_in], qplan.constants[slot_out]
-                accs[op].add_local(x, q, op.bits.value.data, exps[op])
+                accs[op].add_local(x, q, op.bits.value.data, exps[op], op.is_signed)
                 accs[op].add_float(x, q)
                 if op.origin is not None:
                     seen[op] = [x]
@@ -406,6 +430,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                 sqnr_vs_float=sqnr_db(a.float_signal, a.float_noise),
                 origin=origin,
                 sqnr_own=_own_sqnr(op, exps[op], seen[op]) if origin and seen.get(op) else None,
+                signed=op.is_signed,
+                known_non_negative=op.is_signed or non_negative_result(op.input),
             )
         )
     result.output_sqnr = [sqnr_db(s, n) for s, n in zip(out_signal, out_noise)]
