@@ -36,6 +36,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.lowering.quantize_bias import add_zero_biases, correct_biases
 from nanoir.lowering.quantize_calibrate import (
     calibrate,
     exp_shape,
@@ -227,10 +228,18 @@ def quantize_function(
     exponents: Exponents | None = None,
     *,
     progress: bool | None = None,
+    bias_correction: bool | None = None,
 ) -> list[Target]:
-    """Insert fake-quants into ``func``; returns what was quantized, with its exponents."""
+    """Insert fake-quants into ``func``; returns what was quantized, with its exponents.
+
+    ``bias_correction`` (None: on when there is calibration data) corrects every conv/linear
+    bias for the mean quantization error at its output (``quantize_bias``)."""
     exponents = checked_exponents(exponents)
     names = set(exponents)
+    correct = calibration is not None and bias_correction is not False
+    if correct:
+        calibration = list(calibration)  # read twice: calibrating, then correcting
+        add_zero_biases(func, config)
     targets = find_targets(func, config)
     for t in targets:
         if t.name in exponents:
@@ -284,21 +293,35 @@ def quantize_function(
             ).reshape(exp_shape(t))
     # Joins and accumulators that could not lower get coarser exponents (quantize_joins).
     settle(func, biases, [inserted[i] for i in imported], config.rounding)
+    if correct:
+        assert calibration is not None
+        if correct_biases(
+            func, biases, calibration, config, imported=names, bias_cap=_capped_bias_exps
+        ):
+            # The corrected values' exponents, settled and capped as any bias's.
+            settle(func, biases, [inserted[i] for i in imported], config.rounding)
     for t in targets:
         if t.kind != "bias":
             t.exps = dense_to_numpy(inserted[id(t)].exp).astype(np.int64).reshape(exp_shape(t))
     for t in biases:
-        users = [
-            u.operation for u in t.value.uses if isinstance(u.operation, WEIGHTED) and u.index == 2
-        ]
-        for user in users:
-            cap = _accumulator_cap(user)
-            if cap is not None and t.bits > 1:
-                # A per-tensor bias takes the smallest of per-channel caps.
-                cap = cap.min() if t.exps.size == 1 else cap
-                t.exps = np.minimum(t.exps.reshape(-1), cap).reshape(t.exps.shape)
+        assert t.exps is not None
+        t.exps = _capped_bias_exps(t, t.exps)
         _insert(t, config, rewriter)
     return targets
+
+
+def _capped_bias_exps(t: Target, exps: np.ndarray) -> np.ndarray:
+    """A bias's exponents ``exps`` capped at the accumulator of every op adding it."""
+    users = [
+        u.operation for u in t.value.uses if isinstance(u.operation, WEIGHTED) and u.index == 2
+    ]
+    for user in users:
+        cap = _accumulator_cap(user)
+        if cap is not None and t.bits > 1:
+            # A per-tensor bias takes the smallest of per-channel caps.
+            cap = cap.min() if exps.size == 1 else cap
+            exps = np.minimum(exps.reshape(-1), cap).reshape(exps.shape)
+    return exps
 
 
 def quantize(
@@ -309,13 +332,21 @@ def quantize(
     exponents: Exponents | None = None,
     function: str | None = None,
     progress: bool | None = None,
+    bias_correction: bool | None = None,
     **options: Any,
 ) -> list[Target]:
     """Quantize a float (nf) program in place: ``nanoir.quantize(module, batches, act_bits=8)``.
 
     ``calibration`` is an iterable of batches (arrays, tuples of arrays, torch tensors or
     ``(inputs, labels)`` pairs from a DataLoader); ``options`` are :class:`QuantConfig` fields.
+    ``bias_correction`` (default: on when ``calibration`` is given) shifts each conv/linear
+    bias by the mean quantization error at its output on the calibration data
+    (``quantize_bias``); ``False`` gives the uncorrected program.
     """
+    if bias_correction is not None and not isinstance(bias_correction, bool | np.bool_):
+        raise ArgumentError(
+            f"quantize: bias_correction must be True, False or None, got {bias_correction!r}"
+        )
     if calibration is not None:
         batches_argument("calibration", calibration)
     if config is None:
@@ -335,7 +366,14 @@ def quantize(
     elif options:
         raise QuantizeError("quantize: pass either config= or keyword options, not both")
     func = find_function(module, function)
-    return quantize_function(func, calibration, config, exponents, progress=progress)
+    return quantize_function(
+        func,
+        calibration,
+        config,
+        exponents,
+        progress=progress,
+        bias_correction=None if bias_correction is None else bool(bias_correction),
+    )
 
 
 @dataclass(frozen=True)
@@ -370,6 +408,9 @@ class QuantizePass(ModulePass):
     exponents: str | None = None
     """A JSON file ``{"tensor name": k or [k per channel]}`` of imported (QAT) exponents: a
     regular file of at most 16 MiB, each exponent an integer in -60..60."""
+    bias_correction: bool = True
+    """Correct each conv/linear bias for the mean quantization error at its output on the
+    calibration data (no effect without ``calibration``)."""
     unsigned: str = "never"
     """``never`` (signed codes) or ``auto``: unsigned codes for activations known non-negative."""
 
@@ -395,5 +436,11 @@ class QuantizePass(ModulePass):
         )
         imported = None if self.exponents is None else load_exponents(self.exponents)
         quantize(
-            op, batches, config=config, exponents=imported, function=self.function, progress=False
+            op,
+            batches,
+            config=config,
+            exponents=imported,
+            function=self.function,
+            progress=False,
+            bias_correction=self.bias_correction,
         )

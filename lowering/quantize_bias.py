@@ -1,0 +1,310 @@
+"""Empirical bias correction: each conv/linear bias absorbs the mean error quantization left there.
+
+NanoEngine's rounding (``trunc``) moves every value half a step toward zero on average, and the
+shrink compounds layer after layer: a deep network's output ends at a fraction of its float
+scale. Bias correction (Nagel et al. 2019, "Data-Free Quantization", in its empirical form on
+calibration data, as Brevitas' ``bias_correction_mode`` and AIMET do) removes that systematic
+part. For every ``Weighted`` op (conv, conv_transpose, linear) in program order, on the
+calibration batches::
+
+    e[c] = mean over batches and positions of (conv(xq, wq) + q(b))[c] - conv(x, w, b)[c]
+    b'[c] = b[c] - e[c]
+
+where ``xq, wq, q(b)`` are the quantized program's values at the op (upstream corrections
+already applied, so later layers correct what is left) and the float side is the program with
+every fake-quant removed, the original biases in place. Both programs run once, op by op and
+side by side over all batches (a correction must be known before the quantized values below
+it are), so the cost is two forward passes of the calibration data, not one per layer.
+
+An op without a bias gets a zero one first (:func:`add_zero_biases`, named after its weight:
+``conv1.weight`` -> ``conv1.bias``), quantized like any bias; a bias whose rule is ``skip``,
+a 1-bit bias and a bias constant read by anything else than its one op are not corrected.
+The corrected values replace the float bias constants, so the nf program under the fake-quants
+is no longer the original float program (compare against a copy taken before quantize).
+
+The new values need their own exponents: :func:`correct_biases` leaves each bias target with
+the exponents its new values give (or the imported ones), and quantize then settles joins and
+caps biases exactly as for any bias (``quantize_joins.settle``, the accumulator cap), so
+lower-to-hw still lowers and nq == nh: bias correction only changes constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nf
+from nanoir.dialects.dense import constant_array, numpy_to_dense
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.lowering.quantize_calibrate import _as_batches, exp_shape, tensor_exps
+from nanoir.lowering.quantize_joins import get_exps, sources
+from nanoir.lowering.quantize_rules import QuantConfig
+from nanoir.lowering.quantize_targets import WEIGHTED, Target, _shape
+from nanoir.runtime.base import ExecutionError
+from nanoir.runtime.interpreter import default_builders
+from nanoir.runtime.numerics import quant
+from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Operation, OpResult, SSAValue
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.traits import ConstantLike
+
+__all__ = ["add_zero_biases", "bias_name", "correct_biases", "mean_error"]
+
+BiasCap = Callable[[Target, np.ndarray], np.ndarray]
+"""quantize's final cap of a bias's exponents at its users' accumulators."""
+
+
+def bias_name(op: Operation, taken: set[str]) -> str:
+    """A name for ``op``'s new bias: its weight's with ``.bias`` for ``.weight``
+    (``conv1.weight`` -> ``conv1.bias``), else the result's, made unique against ``taken``."""
+    weight = op.operands[1]
+    stem = None
+    if isinstance(weight, OpResult) and isinstance(weight.op, nf.ConstantOp):
+        if weight.op.sym_name is not None:
+            stem = weight.op.sym_name.data.removesuffix(".weight")
+    stem = stem or op.results[0].name_hint or "layer"
+    name, i = f"{stem}.bias", 0
+    while name in taken:
+        i += 1
+        name = f"{stem}.bias_{i}"
+    return name
+
+
+def add_zero_biases(func: FuncOp, config: QuantConfig) -> list[nf.ConstantOp]:
+    """Give every conv/linear without a bias a zero ``nf.constant`` bias (its rule's name,
+    :func:`bias_name`), unless its bias rule is ``skip`` or 1-bit; returns the new constants.
+
+    A zero bias computes the same float program; it is where the correction goes."""
+    taken = {
+        op.sym_name.data
+        for op in func.body.block.ops
+        if isinstance(op, nf.ConstantOp) and op.sym_name is not None
+    }
+    rewriter = Rewriter()
+    added: list[nf.ConstantOp] = []
+    for op in list(func.body.block.ops):
+        if not isinstance(op, WEIGHTED) or op.bias is not None:
+            continue
+        name = bias_name(op, taken)
+        resolved = config.resolve(name, "bias")
+        if resolved is None or resolved[0] == 1:
+            continue
+        out_t = op.result.type
+        assert isinstance(out_t, TensorType)
+        channels = _shape(op.result)[-1 if isinstance(op, nf.LinearOp) else 1]
+        zero = np.zeros(channels, dtype=np.float64)
+        const = nf.ConstantOp(numpy_to_dense(zero, out_t.get_element_type()), name=name)
+        rewriter.insert_op(const, InsertPoint.before(op))
+        op.operands = [*op.operands, const.result]
+        taken.add(name)
+        added.append(const)
+    return added
+
+
+def mean_error(q: np.ndarray, f: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
+    """Per channel along ``axis``: ``sum(q - f)`` over every other dim, and the count summed."""
+    d = np.moveaxis(np.asarray(q, np.float64) - np.asarray(f, np.float64), axis, -1)
+    return d.reshape(-1, d.shape[-1]).sum(axis=0), d.size // max(d.shape[-1], 1)
+
+
+def _own_exps(t: Target, values: np.ndarray, config: QuantConfig) -> np.ndarray:
+    """A bias's exponents from its values, as quantize sets them before any cap."""
+    return tensor_exps(values, t.bits, t.channel_axis, config.calibrator, config.rounding).reshape(
+        exp_shape(t)
+    )
+
+
+def _settled_cap(op: Operation, t: Target, exps: np.ndarray) -> np.ndarray:
+    """``exps`` capped at the op's accumulator, the finest input exponent plus the weight's
+    (looking through concat and split, as ``quantize_joins.settle`` caps a bias); quantize
+    settles the final exponents, this is the estimate the correction runs with."""
+    xs, ws = sources(op.operands[0]), sources(op.operands[1])
+    if not xs or not ws or len(ws) != 1 or t.bits <= 1:
+        return exps
+    if ws[0].bits.value.data == 1 or any(f.bits.value.data == 1 for f in xs):
+        return exps
+    out_c = _shape(op.results[0])[-1 if isinstance(op, nf.LinearOp) else 1]
+    kw = get_exps(ws[0]).reshape(-1)
+    if isinstance(op, nf.ConvTransposeOp):
+        kw = np.tile(kw, out_c // kw.size)
+    acc = max(int(get_exps(f).max()) for f in xs) + np.broadcast_to(kw, (out_c,))
+    cap = acc if exps.size > 1 else acc.min()
+    return np.minimum(exps.reshape(-1), cap).reshape(exps.shape)
+
+
+class _SideBySide:
+    """The float and the quantized program's values, per calibration batch, op by op."""
+
+    def __init__(
+        self,
+        func: FuncOp,
+        batches: Sequence[tuple[np.ndarray, ...]],
+        quantized: dict[SSAValue, np.ndarray],
+    ):
+        self.quantized = quantized
+        """Bias constants not corrected: their quantized values (the program's)."""
+        self.builders = default_builders()
+        self.n = len(batches)
+        self.fl: dict[SSAValue, list[Any]] = {}
+        self.qv: dict[SSAValue, list[Any]] = {}
+        self.const: set[SSAValue] = set()
+        for i, arg in enumerate(func.body.block.args):
+            self.fl[arg] = self.qv[arg] = [b[i] for b in batches]
+
+    def kernel(self, op: Operation) -> Callable[..., tuple[Any, ...]]:
+        kernel = self.builders.get(type(op))
+        if kernel is None:
+            raise ExecutionError(f"quantize: bias correction cannot run {op.name}")
+        return kernel(op, np.dtype(np.float64))
+
+    def run(self, op: Operation, kernel: Callable[..., tuple[Any, ...]], side: dict, i: int):
+        try:
+            return kernel(*[side[v][i] for v in op.operands])
+        except Exception as e:
+            raise ExecutionError(f"quantize: bias correction: {op.name} failed: {e}") from e
+
+    def step(self, op: Operation) -> None:
+        """Evaluate ``op`` on both sides (a fake-quant is the identity on the float side)."""
+        kernel = self.kernel(op)
+        if op.has_trait(ConstantLike) or all(v in self.const for v in op.operands):
+            self.const.update(op.results)
+            n = 1
+        else:
+            n = self.n
+        if isinstance(op, FakeQuantOp):
+            self.fl[op.result] = self.fl[op.input]
+        else:
+            self._side(op, kernel, self.fl, n)
+        if all(self.qv[v] is self.fl[v] for v in op.operands) and not isinstance(op, FakeQuantOp):
+            for r in op.results:
+                self.qv[r] = self.fl[r]
+        else:
+            self._side(op, kernel, self.qv, n)
+        for r in op.results:
+            if r in self.quantized:
+                self.qv[r] = [self.quantized[r]] * self.n
+
+    def _side(self, op: Operation, kernel: Callable[..., Any], side: dict, n: int) -> None:
+        outs = [self.run(op, kernel, side, i) for i in range(n)]
+        for j, r in enumerate(op.results):
+            side[r] = [o[j] for o in outs] * (self.n if n == 1 else 1)
+
+    def drop(self, value: SSAValue) -> None:
+        self.fl.pop(value, None)
+        self.qv.pop(value, None)
+
+
+def correct_biases(
+    func: FuncOp,
+    biases: Sequence[Target],
+    calibration: Iterable[Any],
+    config: QuantConfig,
+    *,
+    imported: set[str],
+    bias_cap: BiasCap,
+) -> bool:
+    """Correct the biases of ``func`` (see the module docstring) and set each bias target's
+    ``exps`` to its values' own (imported ones kept), for quantize to settle and cap; returns
+    False when there was nothing to run (no batches).
+
+    ``func`` is quantize's program after ``settle``: fake-quants on activations and weights,
+    biases still float constants whose targets carry their settled exponents; ``bias_cap`` is
+    quantize's final cap, so the quantized side adds each bias as the program will."""
+    block = func.body.block
+    batches = list(_as_batches(calibration, [_shape(a) for a in block.args]))
+    if not batches:
+        return False
+    of_op: dict[Operation, Target] = {}
+    for t in biases:
+        uses = list(t.value.uses)
+        if (
+            t.bits > 1
+            and len(uses) == 1
+            and isinstance(uses[0].operation, WEIGHTED)
+            and uses[0].index == 2
+        ):
+            of_op[uses[0].operation] = t
+    last_use: dict[SSAValue, Operation] = {}
+    ops = list(block.ops)
+    for op in ops:
+        for v in op.operands:
+            last_use[v] = op
+    corrected = {id(t) for t in of_op.values()}
+    quantized: dict[SSAValue, np.ndarray] = {}
+    for t in biases:
+        if id(t) not in corrected:
+            values = constant_array(t.value)
+            assert values is not None and t.exps is not None
+            exps = bias_cap(t, t.exps)
+            quantized[t.value] = quant.fake_quant(
+                values.astype(np.float64), t.bits, exps, t.rounding or config.rounding
+            )
+    sides = _SideBySide(func, batches, quantized)
+    new_values: dict[int, np.ndarray] = {}
+    for op in ops:
+        if isinstance(op, ReturnOp):
+            break
+        t = of_op.get(op)
+        if t is None:
+            sides.step(op)
+        else:
+            new_values[id(t)] = _correct(op, t, sides, config, imported, bias_cap)
+        for v in op.operands:
+            if last_use.get(v) is op:
+                sides.drop(v)
+    for t in biases:
+        if id(t) in new_values:
+            const = t.value.owner
+            assert isinstance(const, nf.ConstantOp)
+            t_type = const.result.type
+            assert isinstance(t_type, TensorType)
+            const.value = numpy_to_dense(new_values[id(t)], t_type.get_element_type())
+        if t.name not in imported:
+            values = constant_array(t.value)
+            assert values is not None
+            t.exps = _own_exps(t, values.astype(np.float64), config)
+    return True
+
+
+def _correct(
+    op: Operation,
+    t: Target,
+    sides: _SideBySide,
+    config: QuantConfig,
+    imported: set[str],
+    bias_cap: BiasCap,
+) -> np.ndarray:
+    """Run ``op`` on both sides with its bias corrected; return the corrected bias."""
+    kernel = sides.kernel(op)
+    x, w, b = op.operands[0], op.operands[1], op.operands[2]
+    original = constant_array(b)
+    assert original is not None
+    elt = np.asarray(original).dtype
+    bias = np.asarray(original, np.float64)
+    axis = -1 if isinstance(op, nf.LinearOp) else 1
+    shape = [1] * len(_shape(op.results[0]))
+    shape[axis] = -1
+
+    def quantized_bias(values: np.ndarray) -> np.ndarray:
+        exps = t.exps if t.name in imported else _own_exps(t, values, config)
+        assert exps is not None
+        exps = bias_cap(t, _settled_cap(op, t, exps))
+        return quant.fake_quant(values, t.bits, exps, t.rounding or config.rounding)
+
+    floats, pres = [], []
+    total = np.zeros(bias.shape, np.float64)
+    count = 0
+    for i in range(sides.n):
+        f = kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
+        pre = kernel(sides.qv[x][i], sides.qv[w][i])[0]
+        s, c = mean_error(pre + quantized_bias(bias).reshape(shape), f, axis)
+        total, count = total + s, count + c
+        floats.append(f)
+        pres.append(pre)
+    corrected = (bias - total / max(count, 1)).astype(elt).astype(np.float64)
+    qb = quantized_bias(corrected).reshape(shape)
+    sides.fl[op.results[0]] = floats
+    sides.qv[op.results[0]] = [p + qb for p in pres]
+    return corrected
