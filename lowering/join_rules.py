@@ -1,0 +1,338 @@
+"""The join rules of quantize on exponents alone: NumPy arrays and a small graph, no IR.
+
+:mod:`nanoir.lowering.quantize_joins` describes a quantized program as this graph and applies
+the rules (post-training quantize, ``settle``); ``nanoir.qat`` describes the program its module
+interprets the same way and applies them to its learned exponents at every forward, so the
+module, its ``convert`` and lower-to-hw agree. Why each rule exists is in quantize_joins'
+docstring; here is only what they compute.
+
+A :class:`Quant` is one fake-quant: bits, exponents (as ``nq.fake_quant`` stores them) and,
+for a constant, its values. The rules work on *code exponents*, the grid of the integer codes
+lower-to-hw aligns: ``k`` for b > 1, ``-k`` for 1-bit (a 1-bit exponent is the magnitude
+``2**k`` of codes ±1). "Lowering" a code exponent is always a coarser grid: a larger step for
+b > 1, a larger magnitude for 1-bit. 1-bit operands follow the same rules with two
+differences, both from lower-to-hw: a 1-bit code shifted by ``s > 0`` places needs ``s + 2``
+bits (``HwLowering.shift_to``), and a 1-bit tensor is never "0 everywhere" (its codes are ±1,
+so its calibrated exponent of -60 is the least magnitude, not an unmeasured step: it is not
+given its neighbour's exponent, only capped where alignment needs it). A 1-bit weight's codes
+are ±1 at every exponent, so the accumulator rule changes it only where it was 0 everywhere
+(exponent -60, the least magnitude: nothing was measured) and the aligned bias dominates: its
+magnitude grows to the least one that fits, which costs less than the input's step (the input
+feeds other ops too, and a real 1-bit weight's magnitude is the layer's gain, never changed). A
+1-bit bias is not capped at its accumulator (as quantize's final bias cap), only aligned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from nanoir.lowering.hw.codes import ACC_LIMIT
+from nanoir.lowering.hw.contraction import transposed_bound_terms
+from nanoir.runtime.numerics import quant
+
+__all__ = [
+    "ALIGN_BITS",
+    "MAX_ROUNDS",
+    "ZERO_EXP",
+    "Join",
+    "Quant",
+    "Rules",
+    "Weighted",
+    "aligned_bits",
+    "code_exps",
+]
+
+ZERO_EXP = quant.CALIB_EXP_RANGE[1]
+"""The exponent calibration gives a tensor that is 0 everywhere (nothing to measure)."""
+EXP_FLOOR = quant.CALIB_EXP_RANGE[0]
+"""The exponent calibration gives a 1-bit tensor that is 0 everywhere (the least magnitude)."""
+ALIGN_BITS = 31
+"""Bits an aligned add/concat operand may take: i32 with one bit of growth for the sum."""
+MAX_ROUNDS = 64
+
+
+@dataclass(eq=False)
+class Quant:
+    """One fake-quant: ``exps`` as ``nq.fake_quant`` stores them (int64, its ``exp`` shape).
+
+    ``values`` are a constant's (float64; or a function that reads them, called at most once,
+    only if a rule needs the codes), for a weight's or bias's codes; ``fixed`` exponents
+    (imported by the user) are never changed; ``origin`` is the first rule that changed them.
+    """
+
+    bits: int
+    exps: np.ndarray
+    rounding: quant.RoundingMode = quant.RoundingMode.TRUNC
+    values: np.ndarray | Callable[[], np.ndarray] | None = None
+    fixed: bool = False
+    origin: str | None = None
+
+    def array(self) -> np.ndarray:
+        """The constant's values (read now if they were given as a function)."""
+        assert self.values is not None, "only a constant has values"
+        if callable(self.values):
+            self.values = np.asarray(self.values(), dtype=np.float64)
+        return self.values
+
+
+@dataclass(eq=False)
+class Join:
+    """An add, sub or concat: the fake-quants each operand carries (through data movement)."""
+
+    name: str
+    operands: list[list[Quant]]
+
+
+@dataclass(eq=False)
+class Weighted:
+    """A conv, conv_transpose or linear: input parts ``xs``, a constant weight ``w`` (values
+    set, ``w_size`` elements) and an optional bias ``b`` (values set). ``groups`` is the
+    conv's (1 for linear); ``transposed`` the (strides, dilations) of a conv_transpose, whose
+    weight is ``[C, O/g, *K]`` with ``per_group = O/g`` exponents along axis 1."""
+
+    name: str
+    xs: list[Quant]
+    w: Quant
+    b: Quant | None
+    out_c: int
+    w_size: int
+    groups: int = 1
+    linear: bool = False
+    transposed: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    per_group: int = 0
+
+
+def code_exps(q: Quant) -> np.ndarray:
+    """The exponents of ``q``'s integer codes: ``k``, or ``-k`` for 1-bit."""
+    return -q.exps if q.bits == 1 else q.exps
+
+
+def aligned_bits(bits: int, shift: int) -> int:
+    """Bits of ``bits``-bit codes shifted left ``shift`` places (as ``HwLowering.shift_to``
+    counts them: a 1-bit code ±1 shifted is ±2**s, ``s + 2`` bits)."""
+    return bits + shift + (1 if bits == 1 and shift > 0 else 0)
+
+
+def _width(q: Quant) -> int:
+    """Bits a join operand takes once shifted (at least once: 1-bit codes grow a sign bit)."""
+    return 2 if q.bits == 1 else q.bits
+
+
+def _zero(q: Quant) -> np.ndarray:
+    """Where ``q`` was 0 on every calibration batch (never for 1-bit: its codes are ±1)."""
+    return q.exps >= ZERO_EXP if q.bits > 1 else np.zeros(q.exps.shape, dtype=bool)
+
+
+@dataclass
+class Rules:
+    """One application of the rules to a graph (:meth:`settle`); ``changed`` during a round."""
+
+    joins: Sequence[Join]
+    weighted: Sequence[Weighted]
+    changed: bool = False
+    bias_exps: dict[Quant, np.ndarray] = field(default_factory=dict)
+    """Each bias's exponents after :meth:`settle`: its own, capped at its accumulators'."""
+
+    def settle(self) -> dict[Quant, np.ndarray]:
+        """Change exponents until every join can lower (or nothing more can change); returns
+        :attr:`bias_exps`."""
+        biases = list(dict.fromkeys(wt.b for wt in self.weighted if wt.b is not None))
+        for _ in range(MAX_ROUNDS):
+            self.changed = False
+            for j in self.joins:
+                self.join(j)
+            self.bias_exps = {b: b.exps.copy() for b in biases}
+            for wt in self.weighted:
+                self.accumulate(wt)
+            if not self.changed:
+                break
+        return self.bias_exps
+
+    def lower(self, q: Quant, cap: np.ndarray | int, origin: str) -> None:
+        """Cap ``q``'s code exponents at ``cap`` (broadcast), recording ``origin`` if they moved."""
+        old = q.exps
+        cap_ = np.broadcast_to(cap, old.shape) if np.ndim(cap) else cap
+        if q.bits == 1:
+            new = np.minimum(np.maximum(old, -np.asarray(cap_)), quant.CALIB_EXP_RANGE[1])
+        else:
+            new = np.maximum(np.minimum(old, cap_), quant.CALIB_EXP_RANGE[0])
+        if (new != old).any():
+            q.exps = np.asarray(new, dtype=np.int64).reshape(old.shape)
+            if q.origin is None:
+                q.origin = origin
+            self.changed = True
+
+    # -- add / sub / concat -------------------------------------------------------------------
+
+    def join(self, j: Join) -> None:
+        if len(j.operands) < 2 or any(not g or any(q.fixed for q in g) for g in j.operands):
+            return
+        where = f"join:{j.name}"
+        everything = list(dict.fromkeys(q for g in j.operands for q in g))
+        # A part that is 0 everywhere takes the finest exponent of the others: no shift.
+        codes = {q: code_exps(q) for q in everything}
+        zero = {q: _zero(q) for q in everything}
+        live = [q for q in everything if not zero[q].all()]
+        for q in everything:
+            if zero[q].any():
+                others = [int(codes[o].max()) for o in live if o is not q]
+                if others:
+                    self.lower(q, np.where(zero[q], max(others), q.exps), where)
+        # Every operand's shift onto the finest must fit: bits + (finest - own) <= 31.
+        cap = min(int(code_exps(q).min()) + ALIGN_BITS - _width(q) for q in everything)
+        for q in everything:
+            self.lower(q, cap, where)
+
+    # -- conv / linear ------------------------------------------------------------------------
+
+    def accumulate(self, wt: Weighted) -> None:  # noqa: C901 - the rule, step by step
+        xs, fw, bias = wt.xs, wt.w, wt.b
+        exact: dict[bytes, np.ndarray] = {}
+        x_adjustable = not any(f.fixed for f in xs)
+        if bias is not None and x_adjustable and all(_zero(f).all() for f in xs):
+            # An input that is 0 everywhere: put the accumulator on the bias's grid.
+            kb = code_exps(Quant(bias.bits, self.bias_exps[bias]))
+            need = int(np.min(kb.reshape(-1) - self._w_per_out(wt)))
+            for f in xs:
+                self.lower(f, need, f"input:{wt.name}")
+        if x_adjustable and len(xs) == 1 and xs[0].exps.size > 1 and xs[0].bits > 1:
+            # Channels that are 0 everywhere take the finest exponent of their group's
+            # others: summed channels are aligned to the finest, and 60 would dictate it.
+            self._settle_zero_channels(wt, xs[0])
+        for _ in range(MAX_ROUNDS):
+            kx, x_bits = self._x_exps(wt)
+            kw = self._w_per_out(wt)
+            acc = kx + kw
+            max_abs = 2 ** (x_bits - 1)
+            bias_part = np.zeros(len(acc), dtype=object)
+            late = np.ones(len(acc), dtype=object)
+            if bias is not None:
+                own = self.bias_exps[bias]
+                if bias.bits > 1:
+                    own = np.minimum(own.reshape(-1), acc if own.size > 1 else acc.min())
+                    self.bias_exps[bias] = own.reshape(self.bias_exps[bias].shape)
+                k = np.broadcast_to(self.bias_exps[bias].reshape(-1), acc.shape)
+                kb = -k if bias.bits == 1 else k
+                codes = quant.quantize_to_int(
+                    bias.array().reshape(-1), bias.bits, k, bias.rounding
+                ).astype(np.int64)
+                codes = np.broadcast_to(codes, acc.shape)
+                bias_part = np.array(
+                    [abs(int(c)) * 2 ** int(max(a - e, 0)) for c, a, e in zip(codes, acc, kb)],
+                    dtype=object,
+                )
+                late = np.array([2 ** int(max(e - a, 0)) for a, e in zip(acc, kb)], dtype=object)
+            # Codes of at most 2**(b-1) each bound the sums without reading the weights; the
+            # actual codes (as lower-to-hw counts them) only when that bound does not fit.
+            per_out = wt.w_size // max(len(acc), 1)
+            loose = np.full(len(acc), per_out * 2 ** (fw.bits - 1), dtype=object)
+            if all(int(v) <= ACC_LIMIT for v in loose * max_abs * late + bias_part):
+                return
+            key = fw.exps.tobytes()
+            if key not in exact:
+                exact[key] = self._terms(wt)
+            sums = exact[key].astype(object) * max_abs * late
+            worst = sums + bias_part
+            over = np.array([int(v) > ACC_LIMIT for v in worst])
+            if not over.any():
+                return
+            excess = max(int(v) for v in worst) / ACC_LIMIT
+            step = max(1, math.floor(math.log2(excess)))
+            bias_dominant = any(int(bp) > int(s) for bp, s, o in zip(bias_part, sums, over) if o)
+            finest = max(int(code_exps(f).max()) for f in xs)
+            spread = finest - min(int(code_exps(f).min()) for f in xs)
+            if bias_dominant and self._unmeasured_weight(wt, over):
+                # A 1-bit weight that was 0 everywhere (the least magnitude, 2**-60): its
+                # magnitude is free, and the least one that fits costs less than the input.
+                self.lower(fw, self._lower_channels(wt, over, step, code=True), f"acc:{wt.name}")
+            elif x_adjustable and (bias_dominant or spread > 0):
+                # The aligned bias, or the input's finest channels (or concat parts) shifted
+                # onto the others, dominate: a larger step for the finest part of the input.
+                for f in xs:
+                    self.lower(
+                        f,
+                        finest - (step if bias_dominant else min(step, spread)),
+                        f"acc:{wt.name}",
+                    )
+            elif not fw.fixed and fw.bits > 1:
+                if fw.exps.size == 1:
+                    self.lower(fw, int(fw.exps.reshape(-1)[0]) - step, f"acc:{wt.name}")
+                else:
+                    self.lower(fw, self._lower_channels(wt, over, step), f"acc:{wt.name}")
+            else:
+                return
+
+    def _settle_zero_channels(self, wt: Weighted, fx: Quant) -> None:
+        flat = fx.exps.reshape(-1)
+        if flat.size % wt.groups:
+            return
+        per_group = flat.reshape(wt.groups, -1).copy()
+        for g in per_group:
+            live = g[g < ZERO_EXP]
+            if live.size and live.size < g.size:
+                g[g >= ZERO_EXP] = live.max()
+        self.lower(fx, per_group.reshape(fx.exps.shape), f"input:{wt.name}")
+
+    @staticmethod
+    def _hit(wt: Weighted, over: np.ndarray) -> np.ndarray:
+        """The weight's exponents (flat) behind the output channels ``over``."""
+        size = wt.w.exps.size
+        if size == 1:
+            return np.array([over.any()])
+        return over.reshape(-1, size).any(axis=0) if wt.transposed is not None else over
+
+    @classmethod
+    def _unmeasured_weight(cls, wt: Weighted, over: np.ndarray) -> bool:
+        fw = wt.w
+        hit = cls._hit(wt, over)
+        return fw.bits == 1 and not fw.fixed and bool((fw.exps.reshape(-1)[hit] <= EXP_FLOOR).all())
+
+    @classmethod
+    def _lower_channels(
+        cls, wt: Weighted, over: np.ndarray, step: int, code: bool = False
+    ) -> np.ndarray:
+        """The weight's code exponents (``code``) or exponents, ``step`` lower where ``over``."""
+        kw = code_exps(wt.w) if code else wt.w.exps
+        flat = kw.reshape(-1) - np.where(cls._hit(wt, over), step, 0)
+        return flat.reshape(kw.shape)
+
+    @staticmethod
+    def _w_per_out(wt: Weighted) -> np.ndarray:
+        kw = code_exps(wt.w).reshape(-1)
+        if wt.transposed is not None:
+            return np.tile(np.broadcast_to(kw, (wt.per_group,)), wt.groups)
+        return np.broadcast_to(kw, (wt.out_c,)).copy()
+
+    @staticmethod
+    def _x_exps(wt: Weighted) -> tuple[np.ndarray, int]:
+        """Per output channel input code exponent after lower-to-hw's alignment, and the bits."""
+        xs, out_c = wt.xs, wt.out_c
+        codes = [code_exps(f) for f in xs]
+        per_tensor = all(c.size == 1 for c in codes)
+        finest = max(int(c.max()) for c in codes)
+        coarsest = min(int(c.min()) for c in codes)
+        if per_tensor or len(xs) > 1 or wt.linear:
+            # One exponent: concat parts (and linear features) aligned to the finest.
+            bits = max(aligned_bits(f.bits, finest - int(c.min())) for f, c in zip(xs, codes))
+            return np.full(out_c, finest), bits
+        kx = codes[0].reshape(-1)
+        if kx.size % wt.groups:
+            return np.full(out_c, finest), aligned_bits(xs[0].bits, finest - coarsest)
+        per_group = kx.reshape(wt.groups, -1)
+        shift = int((per_group.max(axis=1, keepdims=True) - per_group).max())
+        return np.repeat(per_group.max(axis=1), out_c // wt.groups), aligned_bits(xs[0].bits, shift)
+
+    @staticmethod
+    def _terms(wt: Weighted) -> np.ndarray:
+        """``sum |w codes|`` per output channel, as lower-to-hw bounds it."""
+        fw = wt.w
+        codes = quant.quantize_to_int(fw.array(), fw.bits, fw.exps, fw.rounding).astype(np.int64)
+        if wt.transposed is not None:
+            strides, dils = wt.transposed
+            shape = codes.shape
+            grouped = codes.reshape(wt.groups, shape[0] // wt.groups, shape[1], *shape[2:])
+            return np.concatenate([transposed_bound_terms(g, strides, dils) for g in grouped])
+        return np.abs(codes).reshape(codes.shape[0], -1).sum(axis=1)
