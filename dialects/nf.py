@@ -1454,8 +1454,6 @@ def _softmax_codes(op: Operation, q: np.ndarray, qin, qout, mask=None) -> np.nda
 def _softmax_bound(op: Operation, qin, qout) -> str | None:  # noqa: ANN001
     shape = tensor_shape(op.operands[0])
     row = shape[op.properties["axis"].value.data % len(shape)]  # type: ignore[attr-defined]
-    if row == DYNAMIC_INDEX:
-        return "its softmax axis is dynamic"
     kind = "log_softmax" if isinstance(op, LogSoftmaxOp) else "softmax"
     return softmax_numerics.bound_error(kind, row, qin.bits, qin.exp, qout.exp)
 

@@ -129,14 +129,17 @@ def bound_error(kind: str, row: int, in_bits: int, in_exp: int, out_exp: int) ->
     """Why the algorithm cannot run exactly for rows of ``row`` elements, or None.
 
     ``kind`` is ``softmax`` or ``log_softmax``; every intermediate must stay below ``2**52``
-    (exact in float64 and in int64).
+    (exact in float64 and in int64). A dynamic ``row`` (negative) is taken at its largest,
+    ``2**21`` elements (the kernels check the actual row).
 
     >>> bound_error("softmax", 10, 8, 4, 7) is None
     True
     >>> bound_error("softmax", 2**23, 8, 4, 7)
     'a row of 8388608 elements is too long: the sum of its exp values needs 8388608 * 2**31 <= 2**52'
     """
-    n = max(row, 1)
+    n = max(row, 1)  # a dynamic row (negative) is checked at run time; bound its log here
+    if row < 0:
+        n = EXACT // 2 ** (EXP_FRAC + 1)
     total = n * 2**EXP_FRAC
     if 2 * total > EXACT:
         return f"a row of {n} elements is too long: the sum of its exp values needs {n} * 2**31 <= 2**52"
@@ -170,6 +173,9 @@ def _exp_codes(
     """``(d, e, S)``: code differences to the row max (<= 0), ``exp`` at ``EXP_FRAC`` bits
     (0 where masked) and the row sums."""
     dt = q.dtype
+    row = q.shape[axis] if q.ndim else 1
+    if 2 * row * 2**EXP_FRAC > EXACT:
+        raise ValueError(bound_error("softmax", row, 1, 0, 0))
     if mask is None:
         top = np.max(q, axis=axis, keepdims=True)
     else:
