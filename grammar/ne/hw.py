@@ -295,6 +295,27 @@ HW_OPS: tuple[HwOp, ...] = (
         props=(AttrMap("axis", "axis", "int"), AttrMap("indices", "indices", "ints")),
     ),
     HwOp(
+        nh.SoftmaxOp,
+        "Softmax",
+        props=(
+            AttrMap("axis", "axis", "int"),
+            AttrMap("bit_len", "bits", "int"),
+            AttrMap("exp_hi", "exp_hi", "ints"),
+            AttrMap("exp_lo", "exp_lo", "ints"),
+            AttrMap("mask", "mask", "mask"),
+        ),
+    ),
+    HwOp(
+        nh.LogSoftmaxOp,
+        "LogSoftmax",
+        props=(
+            AttrMap("axis", "axis", "int"),
+            AttrMap("bit_len", "bits", "int"),
+            AttrMap("exp_hi", "exp_hi", "ints"),
+            AttrMap("exp_lo", "exp_lo", "ints"),
+        ),
+    ),
+    HwOp(
         nh.ExpandOp,
         "Expand",
         derived=(

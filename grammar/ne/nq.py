@@ -48,6 +48,8 @@ and/or a `writer` function next to its row.
     Gelu                 nf.gelu                  approximate (none, tanh; ONNX opset 20's)
     HardSigmoid          nf.hardsigmoid           alpha=1/6, beta=0.5 only (torch's; ONNX's
                                                   defaults 0.2/0.5 stay nf.custom)
+    Softmax, LogSoftmax  nf.softmax,              axis (ONNX opset 13's, default -1); one input
+                         nf.log_softmax           (a masked nf.softmax is not written)
     (Identity, and any other op type: see import_nq)
 
 Written attributes are in alphabetical order with defaults spelled out, as the reference
@@ -792,6 +794,7 @@ def _prelu_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> Non
 # The table
 # ---------------------------------------------------------------------------------------
 
+
 NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Q", FakeQuantOp, const_input="exp", converter=_q, writer=_fake_quant_attrs),  # type: ignore[arg-type]
     NqOp("Conv", nf.ConvOp, padded=True, converter=_conv, writer=_conv_attrs),  # type: ignore[arg-type]
@@ -869,6 +872,8 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
     NqOp("Gather", nf.GatherOp, converter=_gather, writer=_gather_attrs),  # type: ignore[arg-type]
     NqOp("Expand", nf.ExpandOp, converter=_expand, writer=_expand_attrs),  # type: ignore[arg-type]
+    NqOp("Softmax", nf.SoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
+    NqOp("LogSoftmax", nf.LogSoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
 

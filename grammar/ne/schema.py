@@ -19,11 +19,13 @@ is that one definition, so a key, a codec or a naming rule cannot drift between 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import array_values, int_array
@@ -278,6 +280,27 @@ def _name_attr(value: AttrValue) -> Attribute:
     return StringAttr(value)
 
 
+def _mask_value(attr: Attribute) -> AttrValue:
+    """A boolean mask (``dense<...> : tensor<...xi1>``) as ``[[shape], [0/1 values]]``."""
+    from nanoir.dialects.dense import dense_to_numpy
+
+    data = dense_to_numpy(attr)
+    return (tuple(int(d) for d in data.shape), tuple(int(v != 0) for v in data.reshape(-1)))
+
+
+def _mask_attr(value: AttrValue) -> Attribute:
+    from nanoir.dialects.dense import numpy_to_dense
+
+    ok = isinstance(value, tuple) and len(value) == 2 and all(isinstance(p, tuple) for p in value)
+    shape, bits = value if ok else ((), ())  # type: ignore[misc]
+    if not ok or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError("must be [[shape], [values]] (a boolean mask)")
+    if any(v not in (0, 1) for v in bits) or len(bits) != math.prod(shape):  # type: ignore[arg-type]
+        raise ValueError(f"must hold {math.prod(shape)} values, each 0 or 1")  # type: ignore[arg-type]
+    data = np.asarray(bits, dtype=np.int8).reshape(shape)  # type: ignore[arg-type]
+    return numpy_to_dense(data, IntegerType(1))
+
+
 _PROP_KINDS: dict[
     str, tuple[Callable[[Attribute], AttrValue], Callable[[AttrValue], Attribute]]
 ] = {
@@ -287,6 +310,7 @@ _PROP_KINDS: dict[
     "rounding": (lambda a: a.data.value, _rounding_attr),  # type: ignore[attr-defined]
     "float": (lambda a: Float.from_value(a.value.data), _float_attr),  # type: ignore[attr-defined]
     "name": (lambda a: a.data, _name_attr),  # type: ignore[attr-defined]
+    "mask": (_mask_value, _mask_attr),
 }
 """Property kind -> (property -> attribute value, attribute value -> property)."""
 
