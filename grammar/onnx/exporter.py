@@ -53,7 +53,10 @@ What ONNX cannot say is an `OnnxExportError` (a `nanoir.Error`, an `ExportError`
 op: an nf op without an NQ_OPS row (`nf.custom`, nh ops), nf.linear on a value of rank other
 than 2 in the nanoengine flavour (QDQ writes it as MatMul of the transposed weight + Add), a
 SpaceToDepth in CRD mode (ONNX's is DCR only), a ConvTranspose whose output_padding is not
-below its strides, nf.gelu in the nanoengine flavour (opset 17 has no Gelu), a quantizer
+below its strides, nf.gelu in the nanoengine flavour (opset 17 has no Gelu), nf.softmax /
+nf.log_softmax between fake-quants (their nq semantics is an integer algorithm, not ONNX's
+float Softmax; float ones are written as Softmax/LogSoftmax with opset 13's axis) or with a
+mask, a quantizer
 whose exponents vary along more than one dim, a 2- or 3-bit activation with per-channel
 exponents, an exponent whose scale is no normal float32.
 """
@@ -67,6 +70,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import IntegerAlgorithm
 from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.nq import row_of
 from nanoir.grammar.ne.schema import main_function
@@ -366,6 +370,8 @@ class _Writer:
                 f"not below its strides {attrs['strides']} has no ONNX ConvTranspose form "
                 "(onnxruntime rejects it)"
             )
+        if op_type in ("Softmax", "LogSoftmax"):
+            self._check_softmax(op)
         if op_type == "Gelu" and self.flavor == "nanoengine":
             raise OnnxExportError(
                 "onnx export (nanoengine flavour): nf.gelu has no ONNX op at opset 17 (Gelu is "
@@ -403,6 +409,21 @@ class _Writer:
         elif op_type == "PRelu":
             self._prelu_slope(op, inputs, base)
         self.add_node(op_type, inputs, outputs, attrs)
+
+    def _check_softmax(self, op: Operation) -> None:
+        """Float Softmax/LogSoftmax (opset 13's one-axis semantics, torch's) for a float op;
+        quantized at both ends, the op is its integer algorithm, which has no ONNX op here."""
+        trait = op.get_trait(IntegerAlgorithm)
+        if trait is not None and not isinstance(trait.quantization(op), str):
+            raise OnnxExportError(
+                f"onnx export: {op.name} between fake-quants is an integer algorithm "
+                "(nanoir.runtime.numerics.softmax) that ONNX's float Softmax does not compute "
+                "bit for bit; export the float (nf) program, or run the nq program in nanoir"
+            )
+        if isinstance(op, nf.SoftmaxOp) and op.mask is not None:
+            raise OnnxExportError(
+                "onnx export: nf.softmax with a mask has no ONNX Softmax form (no mask input)"
+            )
 
     def _linear_as_matmul(self, op: nf.LinearOp, inputs: list[str]) -> None:
         """nf.linear over the last dim of a value of rank other than 2 (Gemm is 2-D only):

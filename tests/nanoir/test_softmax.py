@@ -419,3 +419,63 @@ def test_ne_round_trips_at_both_levels(case) -> None:  # noqa: ANN001
     hw_back = import_nanoengine(hw_text)
     assert export_nanoengine(hw_back) == hw_text
     np.testing.assert_array_equal(run(hw_back, x, raw=True)[0], run(hw, x, raw=True)[0])
+
+
+# ---------------------------------------------------------------------------------------
+# ONNX
+# ---------------------------------------------------------------------------------------
+
+
+class _Both(nn.Module):
+    def __init__(self, a: int, b: int):
+        super().__init__()
+        self.a, self.b = a, b
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, self.a) * 3 + torch.log_softmax(x, self.b)
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    data=st.data(),
+    flavor=st.sampled_from(("qdq", "nanoengine")),
+    seed=st.integers(0, 2**16),
+)
+def test_onnx_nf_program_matches_onnxruntime(shape, data, flavor: str, seed: int) -> None:  # noqa: ANN001
+    """An nf program is written as ONNX Softmax/LogSoftmax (opset 13's one-axis semantics):
+    onnxruntime equals nanoir within 1e-6 relative, and the reader gives back the same ops."""
+    import onnxruntime as ort
+    from nanoir.grammar.onnx.exporter import export_onnx_bytes
+    from nanoir.grammar.onnx.importer import import_onnx_bytes
+
+    rank = len(shape) + 1
+    a, b = data.draw(st.integers(-rank, rank - 1)), data.draw(st.integers(-rank, rank - 1))
+    x = np.random.default_rng(seed).normal(size=(2, *shape)).astype(np.float32) * 4
+    module = nanoir.from_torch(_Both(a, b), (torch.from_numpy(x),))
+    raw = export_onnx_bytes(module, flavor)
+    session = ort.InferenceSession(raw)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x})
+    (want,) = run(module, x)
+    assert np.abs(got - want).max() <= 1e-6 * max(1.0, float(np.abs(want).max()))
+    back = import_onnx_bytes(raw)
+    kinds = [(o.name, o.axis.value.data) for o in back.walk() if o.name.endswith("softmax")]
+    assert kinds == [("nf.softmax", a), ("nf.log_softmax", b)]
+    np.testing.assert_allclose(run(back, x)[0], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_onnx_refuses_the_quantized_op_and_a_mask(kind: str) -> None:
+    """Between fake-quants the op is the integer algorithm: the writer refuses, naming it;
+    a masked nf.softmax has no ONNX Softmax form either (its boolean mask is refused)."""
+    from nanoir.grammar.onnx.exporter import OnnxExportError, export_onnx_bytes
+
+    module = program(kind, (4,), -1, 8, 4, 8, 5, RoundingMode.HALF_EVEN, RoundingMode.HALF_EVEN)
+    with pytest.raises(OnnxExportError, match=rf"nf.{kind} between fake-quants"):
+        export_onnx_bytes(module, "qdq")
+    block = Block(arg_types=[TensorType(f32, (2, 4)), TensorType(i1, (4,))])
+    y = nf.SoftmaxOp(block.args[0], -1, block.args[1])
+    block.add_ops([y, ReturnOp(y.result)])
+    ftype = FunctionType.from_lists(block.arg_types, [y.result.type])
+    with pytest.raises(OnnxExportError, match=r"tensor<4xi1> is not a float|with a mask"):
+        export_onnx_bytes(ModuleOp([FuncOp("main", ftype, Region(block))]), "qdq")
