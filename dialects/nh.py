@@ -10,7 +10,10 @@ vectors ``C`` (DESIGN.md).
 
 Element widths: ``i2``/``i4``/``i8``/``i16`` data, ``i32`` accumulators, and ``i1`` for binary
 data whose codes are ``-1`` and ``+1`` (NanoEngine's 1-bit: sign times ``2**k``, so a 1-bit
-value quantized with exponent ``k`` has codes ``±1`` at nh exponent ``-k``). Constants keep
+value quantized with exponent ``k`` has codes ``±1`` at nh exponent ``-k``). Unsigned data
+(``nq.fake_quant`` with ``signed = false``) is ``ui2``/``ui4``/``ui8``/``ui16`` (xDSL's
+unsigned ``IntegerType``), codes ``0..2**b-1``: as signed operands of arithmetic they take
+``b + 1`` bits (:func:`signed_bits`); there is no ``ui1`` or ``ui32``. Constants keep
 their codes in ``i8``/``i16``/``i32`` storage; the result type carries the logical width.
 
 Every integer op is exact: it is defined on mathematical integers, and its verifier proves
@@ -109,11 +112,38 @@ EXP_MIN, EXP_MAX = -128, 127
 """Range of a fixed-point exponent: NanoEngine stores exponents as ``int8``."""
 
 
-def code_range(width: int) -> tuple[int, int]:
-    """Smallest and largest code of an ``i<width>`` nh value (``i1`` holds ``-1`` and ``+1``)."""
+def code_range(width: int, signed: bool = True) -> tuple[int, int]:
+    """Smallest and largest code of an ``i<width>`` nh value (``i1`` holds ``-1`` and ``+1``);
+    ``signed=False``: of a ``ui<width>`` value, ``0..2**width-1``."""
+    if not signed:
+        return 0, 2**width - 1
     if width == 1:
         return -1, 1
     return -(2 ** (width - 1)), 2 ** (width - 1) - 1
+
+
+def is_unsigned(value: SSAValue | Attribute) -> bool:
+    """Whether an nh value (or tensor type) holds unsigned codes (``ui<b>``)."""
+    t = value.type if isinstance(value, SSAValue) else value
+    elt = t.get_element_type() if isinstance(t, TensorType) else None
+    return isinstance(elt, IntegerType) and elt.signedness.data == Signedness.UNSIGNED
+
+
+def value_code_range(value: SSAValue | Attribute) -> tuple[int, int]:
+    """Smallest and largest code of an nh value (or tensor type), signed or unsigned."""
+    t = value.type if isinstance(value, SSAValue) else value
+    assert isinstance(t, TensorType) and isinstance(t.get_element_type(), IntegerType)
+    return code_range(t.get_element_type().width.data, not is_unsigned(t))
+
+
+def signed_bits(value: SSAValue) -> int:
+    """Bits a value's codes need as signed integers: its width, one more when unsigned."""
+    return width_of(value) + (1 if is_unsigned(value) else 0)
+
+
+def type_text(value: SSAValue) -> str:
+    """``i8`` or ``ui8``: a value's element type for messages."""
+    return ("ui" if is_unsigned(value) else "i") + str(width_of(value))
 
 
 @irdl_attr_definition
@@ -255,10 +285,15 @@ class FixedAttr(ParametrizedAttribute):
 
 
 def fixed_type(
-    element_width: int, shape: Sequence[int], exp: int | Sequence[int], layout: str
+    element_width: int,
+    shape: Sequence[int],
+    exp: int | Sequence[int],
+    layout: str,
+    signed: bool = True,
 ) -> TensorType:
-    """``tensor<shape x i<width>, #nh.fixed<exp, layout>>``."""
-    return TensorType(IntegerType(element_width), shape, FixedAttr(exp, layout))
+    """``tensor<shape x i<width>, #nh.fixed<exp, layout>>`` (``ui<width>`` if not signed)."""
+    elt = IntegerType(element_width, Signedness.SIGNLESS if signed else Signedness.UNSIGNED)
+    return TensorType(elt, shape, FixedAttr(exp, layout))
 
 
 def fixed_of(value: SSAValue) -> FixedAttr:
@@ -293,10 +328,17 @@ def check_nh_type(where: str, t: Attribute, label: str) -> tuple[int, FixedAttr]
             f"{where}: {label} has element type {elt}; the nh level holds only integers"
         )
     width = elt.width.data
-    if elt.signedness.data != Signedness.SIGNLESS:
+    unsigned = elt.signedness.data == Signedness.UNSIGNED
+    if unsigned and width not in DATA_WIDTHS[1:]:
+        raise VerifyException(
+            f"{where}: {label} has element type {elt}; unsigned nh codes are "
+            + ", ".join(f"ui{w}" for w in DATA_WIDTHS[1:])
+            + " (1-bit codes are ±1, accumulators signed i32)"
+        )
+    if elt.signedness.data == Signedness.SIGNED:
         raise VerifyException(
             f"{where}: {label} has element type {elt}; nh codes are signless integers "
-            f"(two's complement), e.g. i{width}"
+            f"(two's complement), e.g. i{width}, or unsigned (ui{width})"
         )
     if width not in WIDTHS:
         raise VerifyException(
@@ -522,12 +564,13 @@ class ConstantOp(IRDLOperation):
             )
         codes = self.codes()
         if codes.size:
-            lo, hi = code_range(width)
+            lo, hi = value_code_range(self.result)
             bad = codes[(codes < lo) | (codes > hi) | ((codes == 0) & (width == 1))]
             if bad.size:
                 allowed = "-1 or +1" if width == 1 else f"{lo}..{hi}"
                 raise VerifyException(
-                    f"nh.constant: code {int(bad.flat[0])} does not fit i{width} ({allowed})"
+                    f"nh.constant: code {int(bad.flat[0])} does not fit "
+                    f"{type_text(self.result)} ({allowed})"
                 )
 
 
@@ -791,6 +834,11 @@ class AlignedBinaryOp(IRDLOperation):
         ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
         check_exps_equal(self, "operands must be aligned to one exponent", ea, eb)
         check_exps_equal(self, "the result keeps the operands' exponent", ea, er)
+        wa, wb = signed_bits(self.lhs), signed_bits(self.rhs)  # ui<b> operands take b + 1
+        if is_unsigned(self.result):
+            raise VerifyException(
+                f"{self.name}: the result must be signed, got {type_text(self.result)}"
+            )
         check_fits(self, max(max(wa, wb), 2) + 1, self.result)
 
 
@@ -845,7 +893,11 @@ class MulOp(IRDLOperation):
         check_result_shape(self, shape, self.result)
         ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
         check_exps_equal(self, "result exponent must be lhs + rhs exponent", ea + eb, er)
-        check_fits(self, wa + wb, self.result)
+        if is_unsigned(self.result):
+            raise VerifyException(
+                f"nh.mul: the result must be signed, got {type_text(self.result)}"
+            )
+        check_fits(self, signed_bits(self.lhs) + signed_bits(self.rhs), self.result)
 
 
 # --------------------------------------------------------------------------------------------
@@ -952,7 +1004,7 @@ class LutOp(IRDLOperation):
         """How many sub-tables ``table`` holds (the verifier checks the forms)."""
         win = width_of(self.input)
         if self.starts is not None:
-            lo, _ = code_range(win)
+            lo, _ = value_code_range(self.input)
             return sum(1 for s in array_values(self.starts) or () if s == lo)
         entries = 2 if win == 1 else 2**win
         return len(array_values(self.table) or ()) // entries
@@ -969,7 +1021,7 @@ class LutOp(IRDLOperation):
         wout, fy = check_nh_value(self, self.result, "result")
         check_result_shape(self, tensor_shape(self.input), self.result)
         table = array_values(self.table) or ()
-        lo, hi = code_range(win)
+        lo, hi = value_code_range(self.input)
         if self.starts is None:
             if win > 16:
                 raise VerifyException(
@@ -1024,10 +1076,12 @@ class LutOp(IRDLOperation):
                 raise VerifyException(
                     f"nh.lut: channel sub-table {bad_channel[0]} is not one of the {subs}"
                 )
-        olo, ohi = code_range(wout)
+        olo, ohi = value_code_range(self.result)
         bad = [v for v in table if not olo <= v <= ohi or (wout == 1 and v == 0)]
         if bad:
-            raise VerifyException(f"nh.lut: table entry {bad[0]} does not fit i{wout}")
+            raise VerifyException(
+                f"nh.lut: table entry {bad[0]} does not fit {type_text(self.result)}"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1168,8 +1222,16 @@ def _pool_verify(
         ceil_mode=bool(op.ceil_mode.value.data),
     )
     check_result_shape(op, shape, op.result)
-    if same_width and wx != wy:
-        raise VerifyException(f"{op.name}: result i{wy} must have the input's width i{wx}")
+    if same_width and (wx != wy or is_unsigned(op.input) != is_unsigned(op.result)):
+        raise VerifyException(
+            f"{op.name}: result {type_text(op.result)} must have the input's type "
+            f"{type_text(op.input)}"
+        )
+    if not same_width and is_unsigned(op.result) and not is_unsigned(op.input):
+        raise VerifyException(
+            f"{op.name}: an unsigned result {type_text(op.result)} needs an unsigned input, got "
+            f"{type_text(op.input)}"
+        )
     if shift is None:
         check_exps_equal(op, "pooling keeps the exponent", fx.exp_array(), fy.exp_array())
     elif (_check_shift(op, shift, op.input, op.result) < 0).any():
@@ -1201,9 +1263,19 @@ class ConcatOp(IRDLOperation):
         axis = self.axis.value.data
         shape = shape_guard(self, infer_concat_shape, [tensor_shape(v) for v in self.inputs], axis)
         check_result_shape(self, shape, self.result)
+        if is_unsigned(self.result):
+            signed_in = [i for i, v in enumerate(self.inputs) if not is_unsigned(v)]
+            if signed_in:
+                raise VerifyException(
+                    f"nh.concat: an unsigned result {type_text(self.result)} needs unsigned "
+                    f"inputs; input {signed_in[0]} is {type_text(self.inputs[signed_in[0]])}"
+                )
+        else:  # a ui<b> input in a signed result needs b + 1 bits
+            widths = [signed_bits(v) for v in self.inputs]
         if wy < max(widths):
             raise VerifyException(
-                f"nh.concat: result i{wy} is narrower than an input i{max(widths)}"
+                f"nh.concat: result {type_text(self.result)} is narrower than an input "
+                f"i{max(widths)}"
             )
         axis %= len(shape)
         exps = [fixed_of(v).exp_array() for v in self.inputs]
@@ -1246,8 +1318,11 @@ class ReshapeOp(IRDLOperation):
     def verify_(self) -> None:
         wx, fx = check_nh_value(self, self.input, "input")
         wy, fy = check_nh_value(self, self.result, "result")
-        if wx != wy:
-            raise VerifyException(f"nh.reshape: element width changes from i{wx} to i{wy}")
+        if wx != wy or is_unsigned(self.input) != is_unsigned(self.result):
+            raise VerifyException(
+                f"nh.reshape: element type changes from {type_text(self.input)} to "
+                f"{type_text(self.result)}"
+            )
         x, y = tensor_shape(self.input), tensor_shape(self.result)
         if DYNAMIC_INDEX not in x and DYNAMIC_INDEX not in y and int(np.prod(x)) != int(np.prod(y)):
             raise VerifyException(
@@ -1308,8 +1383,10 @@ def _check_moved(
     """Data movement keeps the element width, and the exponents (``move``: as they move)."""
     wx, fx = check_nh_value(op, x, "input")
     wy, fy = check_nh_value(op, y, "result")
-    if wx != wy:
-        raise VerifyException(f"{op.name}: element width changes from i{wx} to i{wy}")
+    if wx != wy or is_unsigned(x) != is_unsigned(y):
+        raise VerifyException(
+            f"{op.name}: element type changes from {type_text(x)} to {type_text(y)}"
+        )
     rank = len(tensor_shape(y))
     want = fx.exp_array(len(tensor_shape(x))) if move is None else move
     check_exps_equal(op, "data movement keeps the exponents", want, fy.exp_array(rank))
@@ -1382,10 +1459,13 @@ class PadOp(IRDLOperation):
             [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)],
             self.result,
         )
-        wy, _ = check_nh_value(self, self.result, "result")
-        lo, hi = code_range(wy)
+        check_nh_value(self, self.result, "result")
+        lo, hi = value_code_range(self.result)
         if self.mode.data == "constant" and not lo <= self.value.value.data <= hi:
-            raise VerifyException(f"nh.pad: value {self.value.value.data} is not an i{wy} code")
+            raise VerifyException(
+                f"nh.pad: value {self.value.value.data} is not "
+                f"{'a' if is_unsigned(self.result) else 'an'} {type_text(self.result)} code"
+            )
         _check_moved(self, self.input, self.result)
 
 

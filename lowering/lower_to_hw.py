@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.channel_wise import FuseBatchNormFakeQuant, LowerBatchNorm, LowerPRelu
 from nanoir.lowering.hw.contraction import LowerConv, LowerConvTranspose, LowerLinear, LowerMatmul
 from nanoir.lowering.hw.core import (
@@ -139,13 +138,6 @@ PATTERNS: tuple[type[HwPattern], ...] = (
 
 def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
     """The nh form of one nq function (a new ``func.func``; ``func`` is left emptied)."""
-    unsigned = next(
-        (o for o in func.walk() if isinstance(o, FakeQuantOp) and not o.is_signed), None
-    )
-    if unsigned is not None:  # until lower-to-hw carries unsigned codes (issue 20, section 4)
-        raise LowerToHwError(
-            f"lower-to-hw: {unsigned.name} with signed = false (unsigned codes) is not lowered yet"
-        )
     hw = HwLowering(func, allow_overflow=allow_overflow)
     block = func.body.block
     old_args = list(block.args)

@@ -226,11 +226,6 @@ def _absmax(a: NDArray[Any]) -> int:
     return max(-int(a.min()), int(a.max()))
 
 
-def _declared_bound(width: int) -> int:
-    lo, hi = code_range(width)
-    return max(-lo, hi)
-
-
 class _Operand:
     """What a product kernel knows about one operand: a bound on its codes, and for a
     constant (an ``nh.constant`` result, the same read-only array on every call) its actual
@@ -238,7 +233,8 @@ class _Operand:
 
     def __init__(self, value: SSAValue):
         self.width = width_of(value)
-        self.declared = _declared_bound(self.width)
+        lo, hi = nh.value_code_range(value)  # ui8: up to 255
+        self.declared = max(-lo, hi)
         self.constant = isinstance(value.owner, nh.ConstantOp)
         self._source: NDArray[Any] | None = None
         self._absmax = 0
@@ -281,11 +277,14 @@ def _first_outside(y: NDArray[Any], lo: int, hi: int) -> tuple[int, tuple[int, .
     return int(y[index]), index
 
 
-def _check_fits(op: Operation, y: NDArray[Any], width: int, what: str = "result") -> None:
-    """Raise unless every code of ``y`` is a valid ``i<width>`` code (``i1``: -1 or +1)."""
+def _check_fits(
+    op: Operation, y: NDArray[Any], width: int, what: str = "result", signed: bool = True
+) -> None:
+    """Raise unless every code of ``y`` is a valid ``i<width>`` code (``i1``: -1 or +1;
+    ``signed=False``: a ``ui<width>`` code)."""
     if y.size == 0:
         return
-    lo, hi = code_range(width)
+    lo, hi = code_range(width, signed)
     found = _first_outside(y, lo, hi)
     if found is None and width == 1:
         zeros = np.argwhere(y == 0)
@@ -295,7 +294,8 @@ def _check_fits(op: Operation, y: NDArray[Any], width: int, what: str = "result"
         allowed = "-1 or +1" if width == 1 else f"{lo}..{hi}"
         raise ExecutionError(
             f"{_name(op)}: {what} value {value} at index {index} (shape {tuple(y.shape)}) "
-            f"does not fit i{width} ({allowed}); the program's types are wrong for this input"
+            f"does not fit {'' if signed else 'u'}i{width} ({allowed}); the program's types "
+            "are wrong for this input"
         )
 
 
@@ -496,8 +496,8 @@ def matmul(op: nh.MatmulOp, dtype: np.dtype[Any]) -> Kernel:
 def _static_range(op: Operation, fn: Callable[[int, int], int]) -> tuple[int, int]:
     """The result range of ``fn`` over the operands' declared code ranges (its extremes lie at
     the ranges' corners for +, - and *)."""
-    a = code_range(width_of(op.operands[0]))
-    b = code_range(width_of(op.operands[1]))
+    a = nh.value_code_range(op.operands[0])
+    b = nh.value_code_range(op.operands[1])
     corners = [fn(x, y) for x in a for y in b]
     return min(corners), max(corners)
 
@@ -549,8 +549,8 @@ def requant(op: nh.RequantOp, dtype: np.dtype[Any]) -> Kernel:
         shift: NDArray[np.int64] = shifts.reshape(shape) if len(shifts) > 1 else shifts.reshape(())
     else:
         shift = shifts.reshape(())
-    bits, mode = width_of(op.result), op.rounding.data
-    return lambda x: (requant_codes(x, shift, bits, mode),)
+    bits, mode, signed = width_of(op.result), op.rounding.data, not nh.is_unsigned(op.result)
+    return lambda x: (requant_codes(x, shift, bits, mode, signed=signed),)
 
 
 @impl(nh.LutOp)
@@ -559,8 +559,9 @@ def lut(op: nh.LutOp, dtype: np.dtype[Any]) -> Kernel:
     channel's sub-table; segmented tables (``starts``) find each code's entry by one binary
     search over keys ``sub-table * 2**width + (start - lo)``, increasing across sub-tables."""
     width = width_of(op.input)
-    table = np.asarray(array_values(op.table) or (), dtype=quant.code_dtype(width_of(op.result)))
-    lo, _ = code_range(width)
+    out_dtype = quant.code_dtype(width_of(op.result), signed=not nh.is_unsigned(op.result))
+    table = np.asarray(array_values(op.table) or (), dtype=out_dtype)
+    lo, _ = nh.value_code_range(op.input)  # 0 for ui<b> codes
     rank = len(op.input.type.get_shape())  # type: ignore[union-attr]
     span = 2 if width == 1 else 2**width
     sub: NDArray[np.int64] | None = None
@@ -595,8 +596,8 @@ def lut(op: nh.LutOp, dtype: np.dtype[Any]) -> Kernel:
 # --------------------------------------------------------------------------------------------
 
 
-def _is_code(v: int, width: int) -> bool:
-    lo, hi = code_range(width)
+def _is_code(v: int, width: int, signed: bool = True) -> bool:
+    lo, hi = code_range(width, signed)
     return lo <= v <= hi and not (width == 1 and v == 0)
 
 
@@ -619,16 +620,16 @@ def clamp(op: nh.ClampOp, dtype: np.dtype[Any]) -> Kernel:
     """``min(max(x, min), max)`` on codes. A bound beyond the width's codes never applies
     (below the lowest or above the highest code); one that is not itself a code (e.g. above the
     highest) makes every clamped element an error."""
-    width = width_of(op.input)
-    lo, hi = code_range(width)
+    width, signed = width_of(op.input), not nh.is_unsigned(op.input)
+    lo, hi = code_range(width, signed)
     mn = None if op.min is None else op.min.value.data
     mx = None if op.max is None else op.max.value.data
     lower = None if mn is None or mn <= lo else mn
     upper = None if mx is None or mx >= hi else mx
-    checked = (lower is not None and not _is_code(lower, width)) or (
-        upper is not None and not _is_code(upper, width)
+    checked = (lower is not None and not _is_code(lower, width, signed)) or (
+        upper is not None and not _is_code(upper, width, signed)
     )
-    storage = quant.code_dtype(width)
+    storage = quant.code_dtype(width, signed=signed)
 
     def run(x: IntArray) -> tuple[Any, ...]:
         y = x if x.dtype.itemsize >= storage.itemsize else x.astype(storage)
@@ -639,7 +640,7 @@ def clamp(op: nh.ClampOp, dtype: np.dtype[Any]) -> Kernel:
         if upper is not None:
             y = np.minimum(y, upper)
         if checked:
-            _check_fits(op, y, width)
+            _check_fits(op, y, width, signed=signed)
         return (y,)
 
     return run
@@ -753,8 +754,8 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
         if len(shifts) > 1 and per_channel.channel_axis is not None:
             shape[per_channel.channel_axis] = len(shifts)
         scale = (np.int64(1) << np.asarray(shifts, dtype=np.int64)).reshape(shape)
-    width = width_of(op.result)
-    storage = quant.code_dtype(width)
+    width, signed = width_of(op.result), not nh.is_unsigned(op.result)
+    storage = quant.code_dtype(width, signed=signed)
     # The mean of codes lies between the lowest and highest code; only a divisor_override
     # smaller than the window, or i1's missing 0, can leave the code set.
     checked = width == 1 or (override is not None and override < math.prod(kernel))
@@ -797,7 +798,7 @@ def avg_pool(op: nh.AvgPoolOp, dtype: np.dtype[Any]) -> Kernel:
             divisor = divisor * scale
         y = div_round(total, divisor, mode)
         if checked:
-            _check_fits(op, y, width)
+            _check_fits(op, y, width, signed=signed)
         return (y.astype(storage),)
 
     return run
@@ -940,7 +941,7 @@ def dequantize(codes: IntArray, t: TensorType) -> NDArray[np.float64]:
     exp = enc.exp_array(codes.ndim)
     if width == 1:
         return quant.dequantize(codes, 1, -exp)  # quant's 1-bit rule: code * 2**k
-    return quant.dequantize(codes, width, exp)
+    return quant.dequantize(codes, width, exp, signed=not nh.is_unsigned(t))
 
 
 def output_exponents(func: FuncOp) -> list[NDArray[np.int64] | None]:
@@ -990,7 +991,10 @@ def quantize_inputs(func: FuncOp, inputs: Sequence[Any]) -> list[Any]:
                 )
             exp = np.frombuffer(d["nq.exp"].data.data, dtype=_exp_dtype(d["nq.exp"]))
             exp = exp.reshape(d["nq.exp"].get_type().get_shape()).astype(np.int64)
-            a = quant.quantize_to_int(a, d["nq.bits"].value.data, exp, d["nq.rounding"].data)
+            signed = i >= len(func.args) or not nh.is_unsigned(func.args[i].type)
+            a = quant.quantize_to_int(
+                a, d["nq.bits"].value.data, exp, d["nq.rounding"].data, signed=signed
+            )
         out.append(a)
     return out
 

@@ -196,7 +196,7 @@ def fast_conv(
         1, (k,), array_values(op.strides), array_values(op.pads), array_values(op.dilations)
     )
     inner = channels * k
-    lo, hi = code_range(width_of(op.input))
+    lo, hi = nh.value_code_range(op.input)  # ui8 inputs: |code| up to 255
     plan = plan_exact_matmul(inner, max(-lo, hi), _absmax(w), 0 if b is None else _absmax(b))
     fdt = plan.float_dtype
     if not plan.fits_i32 or fdt.kind != "f" or plan.chunk < inner:
@@ -311,10 +311,11 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
     )
     addf = (add.astype(np.float64) * scale).astype(pdt)
     has_add = bool(np.any(addf != 0))
-    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    signed = not nh.is_unsigned(op.result)
+    lo, hi = code_range(bits, signed)
     if len(ops) == 2:
         lo = 0
-    cdt = code_dtype(bits)
+    cdt = code_dtype(bits, signed=signed)
     rnd = {
         RoundingMode.TRUNC: np.trunc,
         RoundingMode.FLOOR: np.floor,
@@ -406,12 +407,13 @@ def fast_requant(
     s32: Any = smin if smin == smax else np.asarray(shift).astype(np.int32)
     mask: Any = (1 << s32) - 1
     s_half: Any = s32 - 1
-    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-    cdt = code_dtype(bits)
+    signed = not nh.is_unsigned(op.result)
+    lo, hi = code_range(bits, signed)
+    cdt = code_dtype(bits, signed=signed)
 
     def run(a: np.ndarray) -> tuple[np.ndarray]:
         if a.dtype.kind != "i" or a.dtype.itemsize > 4:
-            return (requant_codes(a, shift, bits, mode),)
+            return (requant_codes(a, shift, bits, mode, signed=signed),)
         x = a.astype(np.int32, copy=False)
         if mode is RoundingMode.FLOOR:
             q = x >> s32
@@ -554,7 +556,7 @@ def fast_avg_pool(op: Operation, dim: int) -> Callable[[np.ndarray], tuple[Any]]
         if len(shifts) > 1 and per_channel.channel_axis is not None:
             shape[per_channel.channel_axis] = len(shifts)
         scale = (np.int64(1) << np.asarray(shifts, dtype=np.int64)).reshape(shape)
-    storage = code_dtype(width)
+    storage = code_dtype(width, signed=not nh.is_unsigned(op.result))
 
     def run(x: np.ndarray) -> tuple[Any] | None:
         batch, channels, rows = x.shape

@@ -296,6 +296,12 @@ class FuseBatchNormFakeQuant(HwPattern):
             return
         hw = self.begin(op, rewriter)
         bits, mode, _, nh_exp = fake_quant_params(op)
+        if not op.is_signed:
+            raise hw.fail(
+                bn,
+                "is fake-quantized to unsigned codes (signed = false); its integer affine is "
+                "searched for signed codes only: quantize its output signed",
+            )
         # Channels along dim 1 (a linear's [B, M, C] result is renamed so, see channels_at).
         x = hw.channels_at(bn, hw.get(bn, bn.input), 1)
         # Every code the input can hold: its bits (what the accumulator bounds rely on too).

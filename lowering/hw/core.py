@@ -43,6 +43,7 @@ from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DictionaryAttr,
     IntegerType,
+    Signedness,
     TensorType,
 )
 from xdsl.dialects.func import FuncOp
@@ -65,7 +66,8 @@ class HwValue:
     exps: np.ndarray
     """Exponents broadcastable against the value (ones except the channel axis)."""
     bits: int
-    """Signed bits its codes need (1 = binary ±1)."""
+    """Signed bits its codes need (1 = binary ±1; ``b + 1`` for unsigned ``ui<b>`` codes, so
+    every bound below, computed as if signed, covers ``0..2**b-1``)."""
     codes: np.ndarray | None = None
     """The codes, when the value is a compile-time constant."""
 
@@ -178,10 +180,21 @@ class HwLowering:
         return HwValue(op.result, exps_full, bits, codes)
 
     def result_type(
-        self, shape: Sequence[int], exps: np.ndarray, width: int, layout: str | None = None
+        self,
+        shape: Sequence[int],
+        exps: np.ndarray,
+        width: int,
+        layout: str | None = None,
+        signed: bool = True,
     ) -> TensorType:
         layout = layout or runtime_layout(len(shape))
-        return TensorType(IntegerType(width), shape, fixed(exps, len(shape), layout))
+        elt = IntegerType(width, Signedness.SIGNLESS if signed else Signedness.UNSIGNED)
+        return TensorType(elt, shape, fixed(exps, len(shape), layout))
+
+    @staticmethod
+    def signed(hv: HwValue) -> bool:
+        """False when ``hv``'s nh type holds unsigned codes (``ui<b>``); data movement keeps it."""
+        return not nh.is_unsigned(hv.value)
 
     @staticmethod
     def declared(hv: HwValue) -> int:
@@ -271,15 +284,23 @@ class HwLowering:
         nh_exp: np.ndarray,
         mode: RoundingMode,
         name: str | None,
+        signed: bool = True,
     ) -> HwValue:
-        """``hv`` requantized to ``bits`` at ``nh_exp``, as a fake-quant of its value does."""
+        """``hv`` requantized to ``bits`` at ``nh_exp``, as a fake-quant of its value does
+        (``signed=False``: to unsigned ``ui<bits>`` codes, saturating at ``0..2**bits-1``)."""
         rank = hv.rank
         out_exps = (
             nh_exp.reshape((1,) * (rank - nh_exp.ndim) + nh_exp.shape)
             if (nh_exp.ndim <= rank)
             else nh_exp
         )
-        if (hv.exps == out_exps).all() and hv.bits <= bits and hv.bits != 1 and bits != 1:
+        same_kind = (
+            signed and self.signed(hv)
+            if signed
+            else (not self.signed(hv) and self.declared(hv) == bits and hv.codes is None)
+        )
+        fits = hv.bits <= (bits if signed else bits + 1)
+        if (hv.exps == out_exps).all() and fits and same_kind and hv.bits != 1 and bits != 1:
             # Already on this grid and within range: the fake-quant is the identity. The value
             # still takes the fake-quant's exponents: per-channel exponents that are all equal
             # become per-tensor ones (the nh type already says so, see fixed), so that ops
@@ -290,8 +311,11 @@ class HwLowering:
         if hv.codes is not None:
             # A constant expression: requantize now.
             real_shift = hv.exps - out_exps
-            codes = quant.requant(hv.codes, real_shift, bits, mode).astype(np.int64)
-            return self.make_constant(codes, out_exps, "const", None, bits)
+            codes = quant.requant(hv.codes, real_shift, bits, mode, signed=signed)
+            # Unsigned constant codes are kept in a signed container one bit wider.
+            return self.make_constant(
+                codes.astype(np.int64), out_exps, "const", None, bits + (0 if signed else 1)
+            )
         layout = self.layout_of(hv)
         varying = [i for i, d in enumerate(np.shape(out_exps)) if d > 1]
         if len(varying) == 1 and layout.find("C") != varying[0]:
@@ -300,7 +324,7 @@ class HwLowering:
             hv = self.channels_at(op, hv, varying[0])
             layout = self.layout_of(hv)
         try:
-            t = self.result_type(hv.shape, out_exps, container_width(bits), layout)
+            t = self.result_type(hv.shape, out_exps, container_width(bits), layout, signed)
         except ValueError as e:
             raise self.fail(op, f"has exponents the hw level cannot carry: {e}") from None
         shift = hv.exps - out_exps
@@ -313,11 +337,12 @@ class HwLowering:
             },
         )
         self.emit(req, name)
-        return HwValue(req.result, out_exps, bits)
+        return HwValue(req.result, out_exps, bits if signed else bits + 1)
 
     def widen(self, hv: HwValue, width: int) -> HwValue:
-        """The same codes in a wider container (a zero-shift requant)."""
-        if self.declared(hv) == width:
+        """The same codes in a wider signed container (a zero-shift requant); unsigned
+        ``ui<b>`` codes become signed ``i<width>`` ones (``width > b``)."""
+        if self.declared(hv) == width and self.signed(hv):
             return hv
         t = self.result_type(hv.shape, hv.exps, width, self.layout_of(hv))
         req = nh.RequantOp.create(
@@ -340,7 +365,7 @@ class HwLowering:
         if (hv.exps != hv.exps.flat[0]).any():
             raise self.fail(op, "needs per-tensor exponents here")
         one = np.full((1,) * max(hv.rank, 1), hv.exps.flat[0], dtype=np.int64)
-        t = self.result_type(hv.shape, one, self.declared(hv), layout)
+        t = self.result_type(hv.shape, one, self.declared(hv), layout, self.signed(hv))
         new = nh.ReshapeOp.create(operands=[hv.value], result_types=[t])
         self.emit(new, hv.value.name_hint)
         return HwValue(new.result, one, hv.bits, hv.codes)

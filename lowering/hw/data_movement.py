@@ -49,7 +49,9 @@ class LowerMaxPool(HwPattern):
     def match_and_rewrite(self, op: nf.MaxPoolOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
         a = hw.get(op, op.input)
-        t = hw.result_type(nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a))
+        t = hw.result_type(
+            nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
+        )
         props = {k: v for k, v in op.properties.items()}
         new = nh.MaxPoolOp.create(operands=[a.value], result_types=[t], properties=props)
         hw.emit(new, op.result.name_hint)
@@ -87,10 +89,14 @@ class LowerConcat(HwPattern):
             parts = [hw.shift_to(op, p, np.array(target).reshape((1,) * rank)) for p in parts]
             exps = np.array(target).reshape((1,) * rank)
         bits = max(p.bits for p in parts)
-        width = max(hw.declared(p) for p in parts)
-        t = hw.result_type(nf.tensor_shape(op.result), exps, width, layout)
-        if len({hw.declared(p) for p in parts}) > 1:
+        kinds = {(hw.declared(p), hw.signed(p)) for p in parts}
+        if len(kinds) == 1:  # one element type (ui<b> stays unsigned)
+            width, signed = kinds.pop()
+        else:  # signed, as wide as the widest part needs (a ui<b> part takes b + 1 bits)
+            width = max(container_width(p.bits) for p in parts)
+            width, signed = max(width, *(hw.declared(p) for p in parts)), True
             parts = [hw.widen(p, width) for p in parts]
+        t = hw.result_type(nf.tensor_shape(op.result), exps, width, layout, signed)
         new = nh.ConcatOp.create(
             operands=[p.value for p in parts],
             result_types=[t],
@@ -121,7 +127,7 @@ class LowerReshape(HwPattern):
             if exps.size == 1
             else exps.reshape((1, -1) + (1,) * (len(out_shape) - 2))
         )
-        t = hw.result_type(out_shape, exps, hw.declared(a))
+        t = hw.result_type(out_shape, exps, hw.declared(a), None, hw.signed(a))
         new = nh.ReshapeOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits, None))
@@ -149,7 +155,7 @@ class LowerTranspose(HwPattern):
         ):
             a = per_tensor(hw, op, a)
             moved = np.transpose(expand(a.exps, a.rank), perm)
-        t = hw.result_type(nf.tensor_shape(op.result), moved, hw.declared(a))
+        t = hw.result_type(nf.tensor_shape(op.result), moved, hw.declared(a), None, hw.signed(a))
         new = nh.TransposeOp.create(
             operands=[a.value], result_types=[t], properties={"perm": op.perm}
         )
@@ -182,9 +188,12 @@ class LowerPad(HwPattern):
             bits = max(a.bits, bits_of_codes(np.array([code])))
             if bits > 32:
                 raise hw.fail(op, f"pads with {value}, a {bits}-bit code, more than i32")
-            if container_width(bits) > hw.declared(a):
-                a = hw.widen(a, container_width(bits))
-        t = hw.result_type(nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a))
+            lo, hi = nh.value_code_range(a.value)
+            if not lo <= code <= hi:  # (a ui<b> value's bits already count a sign bit)
+                a = hw.widen(a, max(container_width(bits), hw.declared(a)))
+        t = hw.result_type(
+            nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
+        )
         new = nh.PadOp.create(
             operands=[a.value],
             result_types=[t],
@@ -212,7 +221,7 @@ class LowerSplit(HwPattern):
             start += size
         layout = hw.layout_of(a)
         types = [
-            hw.result_type(nf.tensor_shape(r), e, hw.declared(a), layout)
+            hw.result_type(nf.tensor_shape(r), e, hw.declared(a), layout, hw.signed(a))
             for r, e in zip(op.results, pieces)
         ]
         new = nh.SplitOp.create(
@@ -234,7 +243,9 @@ class LowerUpsampleNearest(HwPattern):
     def match_and_rewrite(self, op: nf.UpsampleNearestOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
         a = hw.get(op, op.input)
-        t = hw.result_type(nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a))
+        t = hw.result_type(
+            nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
+        )
         new = nh.UpsampleNearestOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, a.exps, a.bits))
@@ -266,7 +277,9 @@ class LowerBlock(HwPattern):
             a = hw.shift_to(op, a, target.reshape(shape))
             exps = block_moved_exps(to_space, expand(a.exps, a.rank), block, mode)
             assert exps is not None
-        t = hw.result_type(nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a))
+        t = hw.result_type(
+            nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
+        )
         cls = nh.DepthToSpaceOp if to_space else nh.SpaceToDepthOp
         new = cls.create(
             operands=[a.value], result_types=[t], properties={"block": op.block, "mode": op.mode}
@@ -290,7 +303,7 @@ class LowerExpand(HwPattern):
         full = expand(a.exps, a.rank)
         exps = full.reshape((1,) * lead + full.shape)
         layout = hw.layout_of(a) if not lead else None
-        t = hw.result_type(shape, exps, hw.declared(a), layout)
+        t = hw.result_type(shape, exps, hw.declared(a), layout, hw.signed(a))
         new = nh.ExpandOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits))
@@ -308,7 +321,9 @@ class LowerGather(HwPattern):
         indices = list(array_values(op.indices) or ())
         full = expand(a.exps, a.rank)
         exps = full if full.shape[axis] == 1 else movement.gather(full, axis, indices)
-        t = hw.result_type(nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a))
+        t = hw.result_type(
+            nf.tensor_shape(op.result), exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
+        )
         new = nh.GatherOp.create(
             operands=[a.value],
             result_types=[t],

@@ -66,7 +66,8 @@ def exact_sum(
     check_alignment(hw, op, [a, b], target)
     a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
     bits = max(a2.bits, b2.bits, 2) + 1
-    width = min(max(hw.declared(a2), hw.declared(b2), 2) + 1, 32)
+    # (a ui<b> operand counts b + 1 signed bits)
+    width = min(max(nh.signed_bits(a2.value), nh.signed_bits(b2.value), 2) + 1, 32)
     layout = hw.runtime_layout_for(out_shape, a2, b2)
     try:
         t = hw.result_type(out_shape, target, container_width(width), layout)
@@ -98,7 +99,7 @@ def product(hw: HwLowering, op: Operation, a: HwValue, b: HwValue) -> HwValue:
         bits = 2
     if bits > 32:
         raise hw.fail(op, f"needs {bits}-bit products, more than i32")
-    width = min(hw.declared(a) + hw.declared(b), 32)
+    width = min(nh.signed_bits(a.value) + nh.signed_bits(b.value), 32)
     layout = hw.runtime_layout_for(out_shape, a, b)
     try:
         t = hw.result_type(out_shape, exps, container_width(width), layout)

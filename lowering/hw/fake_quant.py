@@ -14,6 +14,11 @@
 - ``RequantFakeQuant``: any other fake-quant is ``nh.requant`` (shift = exp in - exp out, with
   the fake-quant's rounding and saturation: the same function on the same rational).
 
+A fake-quant with ``signed = false`` gives unsigned ``ui<b>`` codes (saturating at
+``0..2**b-1``) in each of these; the lowered value then counts ``b + 1`` signed bits for every
+bound downstream (``HwValue.bits``). A folded unsigned constant keeps its codes in a signed
+container one bit wider.
+
     %w = nf.constant "w" dense<...>                      %w = nh.constant "w" dense<[[...]]> : i4 <[2, 3]>
     %wq = nq.fake_quant %w {bits = 4, exp = [2, 3]}      %p = nh.avg_pool %xq {kernel = [3, 3], rounding = trunc}
     %p = nf.avg_pool %xq {kernel = [3, 3]}          ─▶   %pq = nh.requant %p {shift = [2], rounding = trunc} : i8 <3>
@@ -102,7 +107,8 @@ class FoldConstantFakeQuant(HwPattern):
             return
         hw = self.begin(op, rewriter)
         bits, mode, k, nh_exp = fake_quant_params(op)
-        codes = quant.quantize_to_int(data, bits, k, mode).astype(np.int64)
+        signed = op.is_signed
+        codes = quant.quantize_to_int(data, bits, k, mode, signed=signed).astype(np.int64)
         exps = reduce_constant_exps(
             hw, op, np.broadcast_to(expand(nh_exp, data.ndim), codes.shape), codes.ndim
         )
@@ -113,6 +119,7 @@ class FoldConstantFakeQuant(HwPattern):
         assert isinstance(src, OpResult) and isinstance(src.op, nf.ConstantOp)
         name = src.op.sym_name.data if src.op.sym_name is not None else None
         role, layout = ("weight", reader.layout(codes.ndim)) if reader else ("const", None)
+        bits = bits if signed else bits + 1  # ui<b> codes as signed constants
         hw.set(op.result, hw.make_constant(codes, exps, role, name, bits, layout))
 
 
@@ -140,7 +147,7 @@ class QuantizeInput(HwPattern):
         shape = t.get_shape()
         exps = nh_exp.reshape((1,) * (len(shape) - nh_exp.ndim) + nh_exp.shape)
         try:
-            new_t = hw.result_type(shape, exps, container_width(bits))
+            new_t = hw.result_type(shape, exps, container_width(bits), None, op.is_signed)
         except ValueError as e:
             raise hw.fail(op, f"cannot be a hw input: {e}") from None
         block = arg.block
@@ -158,7 +165,8 @@ class QuantizeInput(HwPattern):
             )
         )
         hw.input_index[arg] = len(hw.new_args) - 1
-        hw.set(op.result, HwValue(new_arg, exps, bits))
+        # An unsigned input is ui<bits> (the runtime quantizes it as its type says).
+        hw.set(op.result, HwValue(new_arg, exps, bits + (0 if op.is_signed else 1)))
 
 
 class FuseAvgPoolFakeQuant(HwPattern):
@@ -222,12 +230,19 @@ class FuseAvgPoolFakeQuant(HwPattern):
             shift = x.exps - pooled_exps
             props["shift"] = int_array(hw.shift_list(pool, shift, hw.layout_of(x), x.rank))
         t = hw.result_type(
-            nf.tensor_shape(pool.result), pooled_exps, hw.declared(x), hw.layout_of(x)
+            nf.tensor_shape(pool.result),
+            pooled_exps,
+            hw.declared(x),
+            hw.layout_of(x),
+            hw.signed(x),  # the mean of ui<b> codes is a ui<b> code
         )
         new = nh.AvgPoolOp.create(operands=[x.value], result_types=[t], properties=props)
         hw.emit(new, pool.result.name_hint)
         pooled = HwValue(new.result, np.asarray(pooled_exps).copy(), x.bits)
-        hw.set(op.result, hw.requant(op, pooled, bits, nh_exp, mode, op.result.name_hint))
+        hw.set(
+            op.result,
+            hw.requant(op, pooled, bits, nh_exp, mode, op.result.name_hint, op.is_signed),
+        )
 
 
 class FuseLookupTableFakeQuant(HwPattern):
@@ -282,7 +297,7 @@ class FuseLookupTableFakeQuant(HwPattern):
         if varying and hw.layout_of(x).find("C") != varying[0]:
             x = hw.channels_at(producer, x, varying[0])
         width = hw.declared(x)
-        lo, hi = nh.code_range(width)
+        lo, hi = nh.value_code_range(x.value)  # ui<b> inputs: codes 0..2**b-1
         reach_lo, reach_hi = max(lo, -x.max_abs), min(hi, x.max_abs)
         if width > 8 and reach_hi - reach_lo + 1 > self.MAX_TABLE_CODES:
             raise hw.fail(
@@ -306,7 +321,9 @@ class FuseLookupTableFakeQuant(HwPattern):
         starts: list[int] = []
         for e, kc in pairs:
             values = lut.evaluate(producer, np.ldexp(codes.astype(np.float64), -e))
-            sub = quant.quantize_to_int(values, bits, np.array([kc]), mode).astype(np.int64)
+            sub = quant.quantize_to_int(
+                values, bits, np.array([kc]), mode, signed=op.is_signed
+            ).astype(np.int64)
             if width <= 8:
                 table += sub.tolist()
                 continue
@@ -320,10 +337,10 @@ class FuseLookupTableFakeQuant(HwPattern):
         if varying:
             props["channels"] = int_array(channels)
         out_exps = expand(nh_exp, rank)
-        t = hw.result_type(x.shape, out_exps, container_width(bits), hw.layout_of(x))
+        t = hw.result_type(x.shape, out_exps, container_width(bits), hw.layout_of(x), op.is_signed)
         new = nh.LutOp.create(operands=[x.value], result_types=[t], properties=props)
         hw.emit(new, op.result.name_hint)
-        hw.set(op.result, HwValue(new.result, out_exps, bits))
+        hw.set(op.result, HwValue(new.result, out_exps, bits + (0 if op.is_signed else 1)))
 
 
 class RequantFakeQuant(HwPattern):
@@ -337,4 +354,4 @@ class RequantFakeQuant(HwPattern):
         bits, mode, _, nh_exp = fake_quant_params(op)
         name = op.result.name_hint or op.input.name_hint
         hv = hw.get(op, op.input)
-        hw.set(op.result, hw.requant(op, hv, bits, nh_exp, mode, name))
+        hw.set(op.result, hw.requant(op, hv, bits, nh_exp, mode, name, op.is_signed))
