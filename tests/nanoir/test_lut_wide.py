@@ -5,14 +5,17 @@ streamed == whole, and the verifier's located refusals.
 
 Mutants checked (each made the tests named fail, in a private copy):
 - the kernel searching with ``side="left"`` (a code on a run's start takes the previous
-  run): test_nh_is_nq_on_every_code, test_kernel_matches_a_reference;
+  run): test_nh_is_nq_on_every_code, test_kernel_matches_a_reference, and the 16-bit cases
+  of test_ne_round_trips and test_streamed_is_whole;
 - the kernel ignoring ``channels`` (every channel reads sub-table 0):
-  test_nh_is_nq_on_every_code, test_kernel_matches_a_reference, test_streamed_is_whole;
-- lower-to-hw keying sub-tables by the input exponent only (per-channel output exponents
-  share a table): test_nh_is_nq_on_every_code;
+  test_nh_is_nq_on_every_code, test_kernel_matches_a_reference, test_ne_round_trips,
+  test_streamed_is_whole;
+- lower-to-hw giving every channel the first channel's output exponent (sub-tables keyed by
+  the input exponent only): test_nh_is_nq_on_every_code, test_ne_round_trips,
+  test_streamed_is_whole;
 - lower-to-hw starting each run one code late (``codes[change] + 1``):
-  test_nh_is_nq_on_every_code, test_table_is_torchs_function_quantized;
-- the `.ne` Lut row without ``starts``: test_ne_round_trips.
+  test_nh_is_nq_on_every_code, test_table_is_torchs_function_quantized (every function);
+- the `.ne` Lut row without ``starts``: test_ne_round_trips (16 bits).
 """
 
 from __future__ import annotations
