@@ -82,6 +82,7 @@ from nanoir.context import make_context
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import Quantized
 from nanoir.errors import ArgumentError, batches_argument, int_argument, path_argument
 from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
@@ -92,11 +93,36 @@ from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
 )
-from nanoir.qat.steps import build_step, tensor_key, value_shape
+from nanoir.qat.steps import IntegerAlgorithmStep, build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
 
 _THROUGH = (nf.ReshapeOp, nf.PadOp, nf.UpsampleNearestOp)
 """Ops a bias cap looks through to find a layer input's fake-quant (as ``quantize``)."""
+
+
+def _algorithm_grids(
+    module: QATModule, in_slot: int, out_slot: int
+) -> Callable[[], tuple[Quantized, Quantized] | None]:
+    """The input's and output's per-tensor quantization of an ``IntegerAlgorithm`` op at
+    this forward (the input quantizer's exponent as applied, the output's current one), or
+    None where either is missing or per channel: the op's ``IntegerAlgorithmStep.grids``."""
+
+    def grids() -> tuple[Quantized, Quantized] | None:
+        kin, kout = module._source.get(in_slot), module._quant_of.get(out_slot)
+        if kin is None or kout is None:
+            return None
+        qi, qo = module.quantizers[kin], module.quantizers[kout]
+        if qi.last_k is None or qi.bits < 2 or qo.bits < 2:
+            return None
+        k_in, k_out = (
+            set(qi.last_k.reshape(-1).tolist()),
+            set(qo.int_exponents().reshape(-1).tolist()),
+        )
+        if len(k_in) != 1 or len(k_out) != 1:
+            return None
+        return Quantized(qi.bits, int(k_in.pop())), Quantized(qo.bits, int(k_out.pop()))
+
+    return grids
 
 
 class QATModule(nn.Module):
@@ -200,7 +226,10 @@ class QATModule(nn.Module):
                         source[outs[0]] = key
                 continue
             args = [slot_of(v) for v in op.operands]
-            self._steps.append(("op", build_step(op), args, outs))
+            step = build_step(op)
+            if isinstance(step, IntegerAlgorithmStep):  # its forward reads both quantizers
+                step.grids = _algorithm_grids(self, args[0], outs[0])
+            self._steps.append(("op", step, args, outs))
             if isinstance(op, _THROUGH) and args[0] in source:
                 source[outs[0]] = source[args[0]]
             if isinstance(op, qz.WEIGHTED) and len(args) > 2:

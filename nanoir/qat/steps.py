@@ -23,12 +23,13 @@ from xdsl.ir import SSAValue
 
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
+from nanoir.dialects.traits import IntegerAlgorithm, Quantized
 from nanoir.qat.quantizer import QATError
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics.shapes import window_params
 
-__all__ = ["Step", "build_step", "tensor_key", "value_shape"]
+__all__ = ["IntegerAlgorithmStep", "Step", "build_step", "tensor_key", "value_shape"]
 
 # --------------------------------------------------------------------------------------------
 # The module: an interpreter of the folded nf program in torch
@@ -78,6 +79,75 @@ class _NumpyForward(torch.autograd.Function):
 
 def _exact_unary(np_fn: Any, torch_fn: Any) -> Step:
     return lambda x: (_NumpyForward.apply(x, np_fn, torch_fn),)
+
+
+Grids = Callable[[], "tuple[Quantized, Quantized] | None"]
+
+
+class _AlgorithmForward(torch.autograd.Function):
+    """Value from the nq integer algorithm (float64 on codes), gradient from torch's float
+    op on the same input (straight-through: the algorithm's rounding has no gradient)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, np_fn: Any, torch_fn: Any) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.torch_fn = torch_fn
+        y = np_fn(x.detach().cpu().numpy().astype(np.float64))
+        return torch.from_numpy(np.ascontiguousarray(y)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            xd = x.detach().requires_grad_(True)
+            (grad,) = torch.autograd.grad(ctx.torch_fn(xd), xd, g)
+        return grad, None, None
+
+
+class IntegerAlgorithmStep:
+    """An op defined by an integer algorithm (``IntegerAlgorithm``: softmax, log-softmax).
+
+    ``grids`` (set by the module that owns the quantizers) gives the input's and the output's
+    current per-tensor quantization; with both, the forward is the nq semantics
+    (``IntegerAlgorithm.run``, so ``convert`` is bit for bit) and the gradient torch's float
+    op's; without, the op is torch's float op (as nq runs it then).
+    """
+
+    def __init__(self, op: Any):
+        self.op = op
+        self.trait = op.get_trait(IntegerAlgorithm)
+        self.axis = op.axis.value.data
+        self.grids: Grids | None = None
+
+    def torch_fn(self, mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        axis = self.axis
+        if isinstance(self.op, nf.LogSoftmaxOp):
+            return lambda x: torch.log_softmax(x, axis)
+        if mask is None:
+            return lambda x: torch.softmax(x, axis)
+        m = mask.to(torch.bool)
+
+        def masked(x: torch.Tensor) -> torch.Tensor:
+            y = torch.softmax(x.masked_fill(~m, float("-inf")), axis)
+            return torch.nan_to_num(y, nan=0.0)
+
+        return masked
+
+    def __call__(self, x: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor]:
+        mask = rest[0] if rest else None
+        torch_fn = self.torch_fn(mask)
+        grids = None if self.grids is None else self.grids()
+        if grids is None:
+            return (torch_fn(x),)
+        arrays = [r.detach().cpu().numpy() for r in rest]
+        reason = self.trait.bound_error(self.op, grids)
+        if reason is not None:
+            raise QATError(f"nanoir.qat: {self.op.name}: {reason}")
+
+        def np_fn(v: np.ndarray) -> np.ndarray:
+            return self.trait.run(self.op, grids, v, *arrays)
+
+        return (_AlgorithmForward.apply(x, np_fn, torch_fn),)
 
 
 def _window_geometry(op: Any, x: torch.Tensor, dilations: Any) -> Any:
@@ -138,6 +208,8 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
         return lambda x: (x * torch.clamp(x + 3, 0, 6) / 6,)
     if isinstance(op, nf.SiluOp):
         return _exact_unary(kernels.silu, F.silu)
+    if op.has_trait(IntegerAlgorithm):
+        return IntegerAlgorithmStep(op)
     if isinstance(op, nf.GeluOp):
         form = op.approximate.data
         return _exact_unary(lambda x: kernels.gelu(x, form), lambda x: F.gelu(x, approximate=form))

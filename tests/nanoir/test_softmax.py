@@ -479,3 +479,81 @@ def test_onnx_refuses_the_quantized_op_and_a_mask(kind: str) -> None:
     ftype = FunctionType.from_lists(block.arg_types, [y.result.type])
     with pytest.raises(OnnxExportError, match=r"tensor<4xi1> is not a float|with a mask"):
         export_onnx_bytes(ModuleOp([FuncOp("main", ftype, Region(block))]), "qdq")
+
+
+# ---------------------------------------------------------------------------------------
+# QAT
+# ---------------------------------------------------------------------------------------
+
+
+class _Net(nn.Module):
+    def __init__(self, kind: str, axis: int):
+        super().__init__()
+        self.fc, self.kind, self.axis = nn.Linear(6, 10), kind, axis
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(torch, self.kind)(self.fc(x).reshape(-1, 2, 5), self.axis)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("axis", (-1, 1))
+def test_qat_trains_through_and_converts_bit_for_bit(kind: str, axis: int) -> None:
+    """A few QAT steps through the op, then convert: nanoir.run of the nq program equals the
+    module in eval mode bit for bit (the forward is the integer algorithm), and lowers to nh
+    with the same numbers."""
+    torch.manual_seed(1)
+    model = _Net(kind, axis)
+    x = torch.randn(16, 6)
+    q = nanoir.qat.prepare(model, (x,))
+    nanoir.qat.calibrate(q, [x.numpy()])
+    opt = torch.optim.SGD(q.parameters(), lr=0.05)
+    for _ in range(3):
+        loss = q(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    q.eval()
+    module = nanoir.qat.convert(q)
+    xe = torch.randn(8, 6, dtype=torch.float64)
+    with torch.no_grad():
+        want = q(xe).numpy()
+    (got,) = run(module, xe.numpy())
+    np.testing.assert_array_equal(got, want)
+    (hw,) = run(lower_to_hw(module.clone()), xe.numpy())
+    np.testing.assert_array_equal(hw, want)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_qat_forward_is_nq_and_backward_is_torchs(kind: str) -> None:
+    """The step's forward is the nq kernel's value; its gradient is torch's float op's on the
+    same input (straight-through), with and without a mask."""
+    from nanoir.dialects.traits import Quantized
+    from nanoir.runtime.numerics import softmax as sm
+
+    from nanoir.qat.steps import IntegerAlgorithmStep, build_step
+
+    rng = np.random.default_rng(3)
+    codes = rng.integers(-128, 128, size=(3, 7)).astype(np.float64)
+    x = torch.tensor(codes / 16, requires_grad=True)
+    mask = torch.from_numpy(rng.random(7) < 0.6) if kind == "softmax" else None
+    block = Block(arg_types=[TensorType(f32, (3, 7)), TensorType(i1, (7,))])
+    op = nf_op(kind, block.args[0], 1, block.args[1] if mask is not None else None)
+    step = build_step(op)
+    assert isinstance(step, IntegerAlgorithmStep)
+    k_out = 7 if kind == "softmax" else 4
+    step.grids = lambda: (Quantized(8, 4), Quantized(8, k_out))
+    (y,) = step(x, *([] if mask is None else [mask]))
+    if kind == "softmax":
+        want = sm.softmax_codes(codes, 1, 4, 8, k_out, 8, None if mask is None else mask.numpy())
+    else:
+        want = sm.log_softmax_codes(codes, 1, 4, 8, k_out, 8)
+    np.testing.assert_array_equal(y.detach().numpy(), want * 2.0**-k_out)
+    g = torch.from_numpy(rng.normal(size=(3, 7)))
+    (grad,) = torch.autograd.grad(y, x, g)
+    xr = x.detach().clone().requires_grad_(True)
+    if kind == "log_softmax":
+        ref = torch.log_softmax(xr, 1)
+    else:
+        ref = torch.nan_to_num(torch.softmax(xr.masked_fill(~mask, float("-inf")), 1), nan=0.0)
+    (grad_ref,) = torch.autograd.grad(ref, xr, g)
+    np.testing.assert_allclose(grad.numpy(), grad_ref.numpy(), rtol=1e-12, atol=1e-15)
