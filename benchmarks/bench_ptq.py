@@ -7,7 +7,9 @@ tools):
 - float reference: the torch module in float64 on the evaluation images;
 - ``ORT``: ``torch.onnx.export(..., dynamo=False, opset_version=17)``, then onnxruntime's
   ``quantize_static``: QDQ format, int8 per-channel weights, uint8 activations (its default,
-  with a zero point), ``CalibrationMethod.MinMax``; run with onnxruntime's CPU provider;
+  with a zero point), ``CalibrationMethod.MinMax``; run with onnxruntime's CPU provider (the
+  reference of the gaps); ``ORT s8`` the same with int8 symmetric activations (no zero point,
+  what signed codes cost at a free scale);
 - ``nanoir``: ``compile_model(stop="folded")`` once, then ``nanoir.quantize`` per
   configuration and ``nanoir.run`` of the nq program (float64 fake-quant semantics, equal to
   the nh program's outputs by construction; ``--nh`` checks it on 4 images per configuration).
@@ -37,11 +39,13 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
+import logging  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -162,11 +166,33 @@ class _Reader:
         return next(self.feeds, None)
 
 
+def _export(model: Any, example: Any, path: Path) -> None:
+    """The float ONNX file: TorchScript exporter, opset 17, batch dim dynamic."""
+    import torch
+
+    torch.onnx.export(
+        model,
+        (example,),
+        str(path),
+        dynamo=False,
+        opset_version=17,
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "n"}, "y": {0: "n"}},
+    )
+
+
 def ort_outputs(
-    model: Any, calibration: np.ndarray, evaluation: np.ndarray, folder: Path
+    model: Any,
+    calibration: np.ndarray,
+    evaluation: np.ndarray,
+    folder: Path,
+    symmetric: bool = False,
 ) -> np.ndarray:
-    """onnxruntime's quantize_static (QDQ, per-channel int8 weights, uint8 activations,
-    MinMax) of the exported model, run on the evaluation images."""
+    """onnxruntime's quantize_static (QDQ, per-channel int8 weights, uint8 activations with
+    a zero point, MinMax) of the exported model, run on the evaluation images; with
+    ``symmetric``, int8 activations without zero point (as nanoir's signed codes, at a free
+    scale)."""
     import onnxruntime as ort
     import torch
     from onnxruntime.quantization import (
@@ -176,18 +202,13 @@ def ort_outputs(
         quantize_static,
     )
 
+    ort.set_default_logger_severity(3)  # errors only: not every unused initializer it drops
     fp32, int8 = folder / "model.onnx", folder / "model.qdq.onnx"
     example = torch.from_numpy(calibration[:2])
-    torch.onnx.export(
-        model,
-        (example,),
-        str(fp32),
-        dynamo=False,
-        opset_version=17,
-        input_names=["x"],
-        output_names=["y"],
-        dynamic_axes={"x": {0: "n"}, "y": {0: "n"}},
-    )
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice
+        warnings.simplefilter("ignore")
+        _export(model, example, fp32)
+    logging.getLogger().setLevel(logging.ERROR)  # quantize_static's "consider pre-processing"
     quantize_static(
         str(fp32),
         str(int8),
@@ -195,8 +216,9 @@ def ort_outputs(
         quant_format=QuantFormat.QDQ,
         per_channel=True,
         weight_type=QuantType.QInt8,
-        activation_type=QuantType.QUInt8,
+        activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
         calibrate_method=CalibrationMethod.MinMax,
+        extra_options={"ActivationSymmetric": symmetric},
     )
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
@@ -232,7 +254,8 @@ class Worst:
 
     drop_row: str
     drop_db: float
-    """The largest fall of the SQNR against float below the minimum of all earlier rows."""
+    """The largest fall of an activation's SQNR against float below the lowest of the
+    activations before it in program order (the input's quantizer is where it starts)."""
     drop_to: float
     local_row: str
     local_db: float
@@ -243,24 +266,23 @@ def worst_layers(program: Any, evaluation: np.ndarray) -> Worst:
     import nanoir
 
     rows = nanoir.report(program, batches(evaluation)).rows
-    best = (0.0, "", math.nan)
-    floor = math.inf
-    for row in rows:
-        if row.kind != "weight" and row.kind != "bias" and math.isfinite(row.sqnr_vs_float):
-            drop = (floor if math.isfinite(floor) else 0.0) - row.sqnr_vs_float
-            if not math.isfinite(floor):  # the first activation: its own fall from exact
-                drop = math.inf
-            if drop > best[0] or not best[1]:
-                best = (drop, row.name, row.sqnr_vs_float)
-            floor = min(floor, row.sqnr_vs_float)
+    acts = [r for r in rows if r.kind == "act" and math.isfinite(r.sqnr_vs_float)]
+    drop, at, to = 0.0, acts[0].name if acts else "", acts[0].sqnr_vs_float if acts else math.nan
+    floor = to
+    for row in acts[1:]:
+        if floor - row.sqnr_vs_float > drop:
+            drop, at, to = floor - row.sqnr_vs_float, row.name, row.sqnr_vs_float
+        floor = min(floor, row.sqnr_vs_float)
     local = min(rows, key=lambda r: r.sqnr)
-    return Worst(best[1], best[0], best[2], f"{local.name} ({local.kind})", local.sqnr)
+    return Worst(at, drop, to, f"{local.name} ({local.kind})", local.sqnr)
 
 
 @dataclass
 class Result:
     name: str
     ort: float
+    ort_symmetric: float
+    """ORT with int8 symmetric activations (no zero point): what the sign bit costs it."""
     nanoir: dict[str, float | None]
     nh: dict[str, str]
     worst: Worst | None
@@ -281,6 +303,8 @@ def measure(
     reference = float_reference(model, evaluation)
     with tempfile.TemporaryDirectory() as folder:
         ort = sqnr_db(reference, ort_outputs(model, calibration, evaluation, Path(folder)))
+        symmetric = ort_outputs(model, calibration, evaluation, Path(folder), symmetric=True)
+        ort_symmetric = sqnr_db(reference, symmetric)
     folded = nanoir.compile_model(model, (torch.from_numpy(calibration[:2]),), stop="folded")
     scores: dict[str, float | None] = {}
     nh: dict[str, str] = {}
@@ -300,7 +324,7 @@ def measure(
     ran = {k: v for k, v in scores.items() if v is not None}
     best = max(ran, key=lambda k: ran[k])
     worst = worst_layers(programs[best], evaluation)
-    return Result(name, ort, scores, nh, worst, best, time.process_time() - start)
+    return Result(name, ort, ort_symmetric, scores, nh, worst, best, time.process_time() - start)
 
 
 def _db(x: float | None) -> str:
@@ -317,10 +341,12 @@ def table(results: list[Result], configs: list[Config], size: int) -> str:
     lines = [
         f"nanoir {nanoir.__version__}, onnxruntime {onnxruntime.__version__}; images {size}x{size} "
         "(fixed shapes for the small nets); 32 calibration, 64 evaluation images; output SQNR "
-        "(dB) against float torch in float64; gap = ORT - nanoir (positive: nanoir behind).",
+        "(dB) against float torch in float64; ORT MinMax: uint8 activations with a zero point "
+        "(the reference); ORT s8: int8 symmetric activations; gap = ORT MinMax - nanoir "
+        "(positive: nanoir behind).",
         "",
-        "| model | ORT MinMax | " + " | ".join(f"{n} (gap)" for n in names) + " |",
-        "|---|---:|" + "---:|" * len(names),
+        "| model | ORT MinMax | ORT s8 | " + " | ".join(f"{n} (gap)" for n in names) + " |",
+        "|---|---:|---:|" + "---:|" * len(names),
     ]
     gaps: dict[str, list[float]] = {n: [] for n in names}
     for r in results:
@@ -332,10 +358,12 @@ def table(results: list[Result], configs: list[Config], size: int) -> str:
                 continue
             gaps[n].append(r.ort - s)
             cells.append(f"{s:.1f} ({r.ort - s:+.1f})")
-        lines.append(f"| {r.name} | {r.ort:.1f} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {r.name} | {r.ort:.1f} | {r.ort_symmetric:.1f} | " + " | ".join(cells) + " |"
+        )
     medians = {n: statistics.median(g) if g else None for n, g in gaps.items()}
     lines.append(
-        "| **median gap** | | "
+        "| **median gap** | | | "
         + " | ".join("n/a" if medians[n] is None else f"{medians[n]:+.1f}" for n in names)
         + " |"
     )
@@ -365,9 +393,8 @@ def table(results: list[Result], configs: list[Config], size: int) -> str:
     for r in results:
         w = r.worst
         assert w is not None
-        fall = "first" if math.isinf(w.drop_db) else f"{w.drop_db:.1f} dB"
         lines.append(
-            f"| {r.name} | {r.best} | {w.drop_row} ({fall}) | {w.drop_to:.1f} | "
+            f"| {r.name} | {r.best} | {w.drop_row} (-{w.drop_db:.1f} dB) | {w.drop_to:.1f} | "
             f"{w.local_row} | {w.local_db:.1f} | {r.seconds:.0f} |"
         )
     return "\n".join(lines)
@@ -397,7 +424,7 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
     for name in names:
         result = measure(name, args.size, configs, found, args.nh)
         emit(
-            f"{name}: ORT {result.ort:.1f} dB, nanoir "
+            f"{name}: ORT {result.ort:.1f} dB (s8 {result.ort_symmetric:.1f}), nanoir "
             + ", ".join(f"{k} {_db(v)}" for k, v in result.nanoir.items())
             + f" ({result.seconds:.0f} s CPU)"
         )
