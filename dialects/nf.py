@@ -33,6 +33,7 @@ from nanoir.dialects.traits import (
     SlidingWindow,
     TransposedWindow,
     Weighted,
+    WholeAlongAxis,
     WholeExtent,
     axis_rows,
     depth_to_space_rows,
@@ -1426,23 +1427,6 @@ class CustomOp(IRDLOperation):
     assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
 
 
-def _axis_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
-    """Softmax over ``axis``: the whole extent along it; elementwise along other dims."""
-    rank = len(tensor_shape(op.operands[0]))
-    axis = op.properties["axis"].value.data % rank  # type: ignore[attr-defined]
-    if axis == dim:
-        return None
-    return Elementwise().row_step(op, dim, runtime)
-
-
-@dataclass(frozen=True)
-class _AlongAxis(WholeExtent):
-    """The whole extent along the op's ``axis`` (a row's sum), row by row along the others."""
-
-    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
-        return _axis_rows(op, dim, runtime)
-
-
 def _softmax_codes(op: Operation, q: np.ndarray, qin, qout, mask=None) -> np.ndarray:  # noqa: ANN001
     axis = op.properties["axis"].value.data  # type: ignore[attr-defined]
     fn = softmax_numerics.softmax_codes
@@ -1499,7 +1483,7 @@ class SoftmaxOp(_SoftmaxBase):
     input = operand_def(T)
     mask = opt_operand_def(BoolTensor)
     result = result_def(T)
-    traits = traits_def(Pure(), _AlongAxis(), SOFTMAX_ALGORITHM, NonNegativeResult())
+    traits = traits_def(Pure(), WholeAlongAxis(), SOFTMAX_ALGORITHM, NonNegativeResult())
     assembly_format = "$input (`,` $mask^)? attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, input: SSAValue, axis: int, mask: SSAValue | None = None):
@@ -1535,7 +1519,7 @@ class LogSoftmaxOp(_SoftmaxBase):
     """
 
     name = "nf.log_softmax"
-    traits = traits_def(Pure(), _AlongAxis(), SOFTMAX_ALGORITHM)
+    traits = traits_def(Pure(), WholeAlongAxis(), SOFTMAX_ALGORITHM)
     assembly_format = "$input attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, input: SSAValue, axis: int):

@@ -47,6 +47,7 @@ from nanoir.dialects.traits import (
     SlidingWindow,
     TransposedWindow,
     Weighted,
+    WholeAlongAxis,
     axis_rows,
     depth_to_space_rows,
     pad_rows,
@@ -1686,7 +1687,7 @@ class _SoftmaxCodesOp(IRDLOperation):
     """Output bits (the result saturates to them; its width may be wider)."""
     exp_hi = prop_def(DenseArrayBase[I64])
     exp_lo = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), WholeAlongAxis())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 

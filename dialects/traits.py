@@ -75,6 +75,7 @@ __all__ = [
     "TransposedWindow",
     "Weighted",
     "Window",
+    "WholeAlongAxis",
     "WholeExtent",
     "weight_reader",
 ]
@@ -288,6 +289,20 @@ class TransposedWindow(SlidingWindow):
         return RowStep(
             warm + -(-pb // s) + 1, 1, s, warm, e // s - 1 + -(-pb // s), adjust="transposed"
         )
+
+
+@dataclass(frozen=True)
+class WholeAlongAxis(WholeExtent):
+    """A reduction over the op's ``axis`` property (softmax's row sum): the whole extent
+    along that axis (the stream planner then waits for every row, and refuses a dynamic
+    one, saying so), elementwise along the other dims (a constant mask, operand or ``mask``
+    property, that varies along one of them makes it whole there too)."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        rank = len(_shape(op.operands[0]))
+        if op.properties["axis"].value.data % rank == dim:  # type: ignore[attr-defined]
+            return None
+        return Elementwise(("mask",)).row_step(op, dim, runtime)  # a mask varying along dim
 
 
 RowsAlong = Callable[[Operation, int, Collection[SSAValue]], "RowStep | None"]
