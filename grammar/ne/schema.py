@@ -27,6 +27,7 @@ from typing import Protocol
 
 import numpy as np
 from nanoir.dialects import nh
+from nanoir.dialects.dense import dense_to_numpy, numpy_to_dense
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nf import array_values, int_array
 from nanoir.dialects.nq import RoundingModeAttr
@@ -282,15 +283,11 @@ def _name_attr(value: AttrValue) -> Attribute:
 
 def _mask_value(attr: Attribute) -> AttrValue:
     """A boolean mask (``dense<...> : tensor<...xi1>``) as ``[[shape], [0/1 values]]``."""
-    from nanoir.dialects.dense import dense_to_numpy
-
     data = dense_to_numpy(attr)
     return (tuple(int(d) for d in data.shape), tuple(int(v != 0) for v in data.reshape(-1)))
 
 
 def _mask_attr(value: AttrValue) -> Attribute:
-    from nanoir.dialects.dense import numpy_to_dense
-
     ok = isinstance(value, tuple) and len(value) == 2 and all(isinstance(p, tuple) for p in value)
     shape, bits = value if ok else ((), ())  # type: ignore[misc]
     if not ok or not all(isinstance(d, int) and d >= 0 for d in shape):

@@ -16,11 +16,13 @@ from nanoir.dialects.traits import (
     DataMovement,
     Elementwise,
     FloatOnly,
+    IntegerAlgorithm,
     LookupTable,
     RowStep,
     SlidingWindow,
     StreamingRule,
     Weighted,
+    WholeAlongAxis,
     WholeExtent,
     scale_rows,
 )
@@ -146,7 +148,10 @@ def test_the_other_facts() -> None:
     }
     assert named(Contraction) == {"nf.linear", "nh.linear", "nf.matmul", "nh.matmul"}
     assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu", "nh.prelu"}
-    assert named(WholeExtent) == {"nf.adaptive_avg_pool"}
+    softmax = {"nf.softmax", "nf.log_softmax", "nh.softmax", "nh.log_softmax"}
+    assert named(WholeAlongAxis) == softmax
+    assert named(WholeExtent) - named(WholeAlongAxis) == {"nf.adaptive_avg_pool"}
+    assert {"nf.softmax", "nf.log_softmax"} <= named(IntegerAlgorithm)
     assert {
         "nf.relu",
         "nf.add",
