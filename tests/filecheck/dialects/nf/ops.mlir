@@ -172,3 +172,17 @@ func.func @silu_gelu(%x: tensor<?x16x7xf32>) -> tensor<?x16x7xf32> {
   %2 = nf.gelu %1 {approximate = "tanh"} : tensor<?x16x7xf32>
   func.return %2 : tensor<?x16x7xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @softmax
+func.func @softmax(%x: tensor<?x2x8x8xf32>, %m: tensor<8x8xi1>) -> tensor<?x2x8x8xf32> {
+  // CHECK-NEXT: %0 = nf.softmax %x {axis = -1 : i64} : (tensor<?x2x8x8xf32>) -> tensor<?x2x8x8xf32>
+  // CHECK-NEXT: %1 = nf.softmax %0, %m {axis = 3 : i64} : (tensor<?x2x8x8xf32>, tensor<8x8xi1>) -> tensor<?x2x8x8xf32>
+  // CHECK-NEXT: %2 = nf.log_softmax %1 {axis = 1 : i64} : (tensor<?x2x8x8xf32>) -> tensor<?x2x8x8xf32>
+  // GENERIC: "nf.softmax"(%{{.*}}, %{{.*}}) <{axis = 3 : i64}> : (tensor<?x2x8x8xf32>, tensor<8x8xi1>) -> tensor<?x2x8x8xf32>
+  %0 = nf.softmax %x {axis = -1 : i64} : (tensor<?x2x8x8xf32>) -> tensor<?x2x8x8xf32>
+  %1 = nf.softmax %0, %m {axis = 3 : i64} : (tensor<?x2x8x8xf32>, tensor<8x8xi1>) -> tensor<?x2x8x8xf32>
+  %2 = nf.log_softmax %1 {axis = 1 : i64} : (tensor<?x2x8x8xf32>) -> tensor<?x2x8x8xf32>
+  func.return %2 : tensor<?x2x8x8xf32>
+}
