@@ -1,0 +1,190 @@
+"""LayerNorm (and the integer algorithm it shares with GroupNorm) at every level built so far:
+torch -> nf (float64 kernel against torch), the integer algorithm's error against a float64
+oracle written here, nq == nh bit for bit, the i64 bound refusal, streamed == whole.
+
+Mutants seen to fail these tests in a private copy (/tmp/copy-layernorm), each named in the
+test that caught it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.runtime.numerics import norm
+from torch import nn
+
+import nanoir
+from nanoir.testing.programs import examples
+
+MODES = ("trunc", "floor", "half_up", "half_even")
+
+
+def oracle(q: np.ndarray, k: int, g: np.ndarray, kg: int, c: np.ndarray, kc: int, eps: float):
+    """torch's LayerNorm over the last dim, float64, on dequantized codes (written here)."""
+    x = q.astype(np.float64) * 2.0**-k
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * (g * 2.0**-kg) + c * 2.0**-kc
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    n=st.integers(1, 200),
+    rows=st.integers(1, 3),
+    in_bits=st.sampled_from([4, 8, 16]),
+    out_bits=st.sampled_from([8, 16]),
+    mode=st.sampled_from(MODES),
+    eps=st.sampled_from([1e-12, 1e-5, 1e-3, 0.5]),
+    seed=st.integers(0, 2**32 - 1),
+    spread=st.integers(0, 15),
+)
+def test_integer_algorithm_within_one_output_step(
+    n: int, rows: int, in_bits: int, out_bits: int, mode: str, eps: float, seed: int, spread: int
+) -> None:
+    """|codes - torch(dequantized)| <= 1 output step (saturation aside), every mode and width;
+    the output exponent is the finest that holds torch's largest value.
+
+    Mutants caught: no nudge for trunc/floor (1.0001 steps); isqrt without its correction
+    (``s`` from the float root alone); the per-row shift fixed at 0."""
+    rng = np.random.default_rng(seed)
+    top = 2 ** (in_bits - 1)
+    q = rng.integers(-top, top, (rows, n)) >> min(spread, in_bits - 1)
+    k = int(rng.integers(-2, in_bits))
+    g, kg = rng.integers(-128, 128, n), int(rng.integers(4, 9))
+    c, kc = rng.integers(-128, 128, n), int(rng.integers(2, 9))
+    f = oracle(q, k, g, kg, c, kc, eps)
+    amax = float(np.abs(f).max())
+    ko = min(int(np.floor(np.log2((2 ** (out_bits - 1) - 1) / amax))), 40) if amax > 0 else 0
+    plan = norm.plan_for(n, in_bits, k, eps, g, kg, c, kc, ko, out_bits, mode)
+    y = norm.layer_norm_codes(q, 1, g, kg, c, kc, plan)
+    lo, hi = -(2 ** (out_bits - 1)), 2 ** (out_bits - 1) - 1
+    err = np.abs(y - np.clip(f * 2.0**ko, lo, hi))
+    assert err.max() <= 1.0, (err.max(), plan)
+
+
+def test_isqrt_is_exact_floor() -> None:
+    """Against Python's math.isqrt on the edges of every square up to 2**62."""
+    import math
+
+    roots = np.array([0, 1, 2, 3, 2**20 + 7, 2**31 - 1, 2**31], np.int64)
+    v = np.concatenate([roots * roots - 1, roots * roots, roots * roots + 1])
+    v = v[(v >= 0) & (v <= 2**62)]
+    assert norm.isqrt(v).tolist() == [math.isqrt(int(a)) for a in v]
+
+
+class _LayerNorms(nn.Module):
+    """Both ConvNeXt forms: LayerNorm(C) after permute(0, 2, 3, 1) and back (LayerNorm2d),
+    then a LayerNorm over the last ``dims`` dims (no affine when ``affine`` is False)."""
+
+    def __init__(self, c: int, shape: list[int], affine: bool, eps: float):
+        super().__init__()
+        self.conv = nn.Conv2d(3, c, 1)
+        self.ln_c = nn.LayerNorm(c, eps=eps)
+        self.ln = nn.LayerNorm(shape, elementwise_affine=affine, eps=eps)
+        with torch.no_grad():
+            self.ln_c.weight.uniform_(-2, 2)
+            self.ln_c.bias.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln_c(self.conv(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.ln(y)
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(
+    c=st.integers(1, 6),
+    h=st.integers(1, 5),
+    w=st.integers(1, 5),
+    dims=st.integers(1, 3),
+    affine=st.booleans(),
+    eps=st.sampled_from([1e-5, 1e-6, 0.1]),
+)
+def test_nf_matches_torch(c: int, h: int, w: int, dims: int, affine: bool, eps: float) -> None:
+    """nf (float64 kernel) vs torch in float64 within 1e-5 * max(1, max |torch|)."""
+    torch.manual_seed(0)
+    model = _LayerNorms(c, [c, h, w][3 - dims :], affine, eps).eval().double()
+    x = torch.randn(2, 3, h, w, dtype=torch.float64)
+    module = nanoir.from_torch(model.float(), (x.float(),))
+    (y,) = nanoir.run(module, x.numpy(), dtype=np.float64)
+    expected = model.double()(x).detach().numpy()
+    assert np.abs(y - expected).max() <= 1e-5 * max(1.0, float(np.abs(expected).max()))
+    names = {op.name for op in module.walk()}
+    assert "nf.layer_norm" in names
+
+
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    c=st.integers(2, 5),
+    h=st.integers(1, 4),
+    dims=st.integers(1, 3),
+    bits=st.sampled_from([8, 16]),
+    mode=st.sampled_from(MODES),
+    seed=st.integers(0, 1000),
+)
+def test_nq_equals_nh(c: int, h: int, dims: int, bits: int, mode: str, seed: int) -> None:
+    """quantize, then lower-to-hw: the nh codes equal the nq integer algorithm's bit for bit.
+
+    Mutants caught: the nh kernel reading the weight exponent of the bias; lower-to-hw
+    writing the plan's nudge as 0."""
+    torch.manual_seed(seed)
+    model = _LayerNorms(c, [c, h, 3][3 - dims :], True, 1e-5).eval()
+    x = torch.randn(2, 3, h, 3)
+    module = nanoir.from_torch(model, (x,))
+    calib = [torch.randn(4, 3, h, 3).numpy() for _ in range(2)]
+    nanoir.quantize(module, calib, act_bits=bits, rounding=mode)
+    hw = lower_to_hw(module.clone())
+    assert {"nh.layer_norm"} <= {op.name for op in hw.walk()}
+    for _ in range(2):
+        xs = np.random.default_rng(seed).normal(size=(3, 3, h, 3)) * 2
+        (yq,) = nanoir.run(module, xs)
+        (yh,) = nanoir.run(hw, xs)
+        assert np.array_equal(yq, yh)
+
+
+def test_quantized_layer_norm_is_the_integer_algorithm() -> None:
+    """The nq kernel runs the integer algorithm, not the float kernel then a fake-quant: on a
+    row where they differ, the nq result is the algorithm's (computed here from the codes).
+
+    Mutant caught: the nq builder always returning the float kernel."""
+    model = nn.Sequential(nn.LayerNorm(64, eps=1e-5)).eval()
+    x = torch.randn(8, 64)
+    module = nanoir.from_torch(model, (x,))
+    nanoir.quantize(module, [x.numpy()], act_bits=8, rounding="trunc")
+    (yq,) = nanoir.run(module, x.numpy())
+    hw = lower_to_hw(module.clone())
+    (codes,) = nanoir.run(hw, x.numpy(), raw=True)
+    (yh,) = nanoir.run(hw, x.numpy())
+    assert np.array_equal(yq, yh)
+    ratio = yh / np.where(codes == 0, 1, codes)
+    step = float(ratio[codes != 0].flat[0])
+    assert np.array_equal(codes * step, yq)
+
+
+def test_i64_bound_refused_naming_the_op() -> None:
+    """A LayerNorm over 2**15 16-bit codes: n**2 4**15 = 2**60 leaves i64; the nq kernel
+    (already during quantize's bias correction) and lower-to-hw refuse it, naming
+    nf.layer_norm and the reason."""
+    n = 2**15
+    model = nn.Sequential(nn.LayerNorm(n)).eval()
+    x = torch.randn(1, n)
+    module = nanoir.from_torch(model, (x,))
+    with pytest.raises(nanoir.Error, match=r"nf\.layer_norm.*leaves i64"):
+        nanoir.quantize(module, [x.numpy()], act_bits=16)
+        lower_to_hw(module)
+
+
+def test_streamed_equals_whole_along_another_dim() -> None:
+    """LayerNorm over the last dim streams along dim 2 row by row, bit for bit."""
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.LayerNorm(5)).eval()
+    x = torch.randn(1, 2, 6, 5)
+    module = nanoir.from_torch(model, (x,))
+    nanoir.quantize(module, [torch.randn(4, 2, 6, 5).numpy()], act_bits=8)
+    hw = lower_to_hw(module)
+    xs = np.random.default_rng(0).normal(size=(1, 2, 6, 5))
+    (whole,) = nanoir.run(hw, xs)
+    (streamed,) = nanoir.stream(hw, [xs], mem_dim=2, step=1)
+    assert np.array_equal(whole, streamed)
