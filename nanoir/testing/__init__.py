@@ -4,6 +4,8 @@
   ``randomize_batch_norm``, ...; needs torch), re-exported here;
 - :mod:`nanoir.testing.proof_models`: the larger proof networks of issue 20's joins
   (``PROOF_MODELS``, ``make_proof_model``; needs torch), a registry of their own;
+- :mod:`nanoir.testing.op_proof_models`: issue 21's networks of modern ops (``OP_PROOF_MODELS``,
+  ``make_op_proof_model``; needs torch), another registry of their own;
 - :mod:`nanoir.testing.programs`: random nq programs for property tests (needs hypothesis);
 - :mod:`nanoir.testing.text`: token-level mutation of program text for fuzz tests.
 """
@@ -14,8 +16,10 @@ import importlib
 from typing import Any
 
 _PROOF = ("PROOF_MODELS", "make_proof_model")
+_OP_PROOF = ("OP_PROOF_MODELS", "make_op_proof_model")
 
 __all__ = [
+    "OP_PROOF_MODELS",
     "PROOF_MODELS",
     "TEST_MODELS",
     "KWSNet",
@@ -24,6 +28,7 @@ __all__ = [
     "ResNet18",
     "SampleNet",
     "import_folded",
+    "make_op_proof_model",
     "make_proof_model",
     "make_test_model",
     "randomize_batch_norm",
@@ -39,4 +44,6 @@ def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module 'nanoir.testing' has no attribute {name!r}")
     module = "nanoir.testing.proof_models" if name in _PROOF else "nanoir.testing.models"
+    if name in _OP_PROOF:
+        module = "nanoir.testing.op_proof_models"
     return getattr(importlib.import_module(module), name)
