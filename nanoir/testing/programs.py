@@ -208,6 +208,7 @@ ALL_KINDS = BASE_KINDS + (
     "matmul_branches",
     "silu",
     "gelu",
+    "softmax",
 )
 """Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
 lowering's and the streaming executor's property tests draw from these."""
@@ -300,6 +301,13 @@ def random_nq_program(
             values.append(b.add(nf.ConcatOp([v, other], axis=1)).results[0])
         elif kind in LUT_FUNCTIONS:
             values.append(b.lut(v, LUT_FUNCTIONS[kind]))
+        elif kind == "softmax":  # an integer algorithm between per-tensor fake-quants
+            x = b.fake_quant(v, bits=draw(st.sampled_from((4, 8))), per_channel_axis=None)
+            axis = draw(st.integers(1, len(shape) - 1)) * draw(st.sampled_from((1, -1)))
+            log = draw(st.booleans())
+            op = nf.LogSoftmaxOp(x, axis) if log else nf.SoftmaxOp(x, axis)
+            y = b.add(op).results[0]
+            values.append(b.fake_quant(y, bits=8, exp=3 if log else 7, per_channel_axis=None))
         elif kind == "prelu":
             n = shape[1] if draw(st.booleans()) else 1
             slope = b.constant(b.rng.uniform(-0.5, 1.5, n), f"prelu{i}.weight")

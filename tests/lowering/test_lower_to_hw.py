@@ -77,6 +77,7 @@ NEW_KINDS = {
     "matmul_branches": "nf.matmul",
     "silu": "nf.silu",
     "gelu": "nf.gelu",
+    "softmax": "nf.softmax",
 }
 
 
