@@ -54,6 +54,8 @@ def test_sqnr_of_a_known_noise() -> None:
 
 
 def test_images_are_normalised_smooth_seeded_and_disjoint() -> None:
+    """Mutants seen to fail it: the normalisation dropped; white noise in place of the 1/f
+    noise (neighbour correlation 0.63)."""
     calibration, evaluation = benchmark_images((3, 32, 32))
     assert calibration.shape == (32, 3, 32, 32) and evaluation.shape == (64, 3, 32, 32)
     assert calibration.dtype == np.float32
@@ -71,6 +73,8 @@ def test_images_are_normalised_smooth_seeded_and_disjoint() -> None:
 
 @pytest.mark.parametrize("name", sorted(TIMM_PARAMS_M))
 def test_timm_architectures_have_timms_parameter_counts(name: str) -> None:
+    """Mutant seen to fail it: MobileNetV3's squeeze-excitation reduced from the block's
+    input channels instead of the expanded ones."""
     model = PTQ_MODELS[name].build()
     count = sum(p.numel() for p in model.parameters()) / 1e6
     assert round(count, 2) == TIMM_PARAMS_M[name]
@@ -87,15 +91,21 @@ def test_every_network_runs_at_the_benchmark_size() -> None:
 
 def test_benchmark_runs_on_the_kws_net() -> None:
     """Both tools give useful SQNRs (KWS-2D at 8 bits: ORT MinMax 37.6 dB, nanoir absmax/trunc
-    15.3, mse/half_even 34.7 when written), half_even well above trunc, nq == nh."""
+    15.3, mse/half_even 34.7 when written), half_even well above trunc, nq == nh.
+
+    Mutants seen to fail it (in a private copy): every configuration run with quantize's
+    defaults (config options dropped); ORT scoring its float model instead of the QDQ one.
+    """
     lines: list[str] = []
     (result,) = bench_ptq.main(["--models", "KWS-2D", "--nh"], emit=lines.append)
     text = "\n".join(lines)
     assert "| KWS-2D |" in text and "median gap" in text
-    assert math.isfinite(result.ort) and result.ort > 25
+    # 8-bit codes cannot come near float32's ~130 dB: a finite SQNR below 60 dB means the
+    # quantized model ran (at 8 bits the ideal uniform quantizer gives about 50 dB).
+    assert 25 < result.ort < 60 and 25 < result.ort_symmetric < 60
     for config in ("absmax/trunc", "mse/half_even"):
         score = result.nanoir[config]
-        assert score is not None and math.isfinite(score) and score > 8
+        assert score is not None and 8 < score < 60
         assert result.nh[config] == "yes"
     assert result.nanoir["mse/half_even"] > result.nanoir["absmax/trunc"] + 6  # type: ignore[operator]
 
