@@ -1550,10 +1550,19 @@ def _constant_codes(op: Operation, index: int) -> tuple[np.ndarray, int] | str:
 
 
 def norm_plan_of(
-    op: Operation, qin: Quantized, qout: Quantized, g: np.ndarray, kg: int, c: np.ndarray, kc: int
+    op: Operation,
+    qin: Quantized,
+    qout: Quantized,
+    g: np.ndarray,
+    kg: int,
+    c: np.ndarray,
+    kc: int,
+    shape: tuple[int, ...] | None = None,
 ) -> norm_numerics.NormPlan:
+    """The integer algorithm's plan for ``op`` on these grids and constants (``shape``: the
+    input's, by default its static type's)."""
     dims = normalised_dims(op)
-    shape = tensor_shape(op.operands[0])
+    shape = tensor_shape(op.operands[0]) if shape is None else shape
     n = int(np.prod([shape[d] for d in dims], dtype=np.int64))
     if isinstance(op, GroupNormOp):
         n //= op.groups.value.data
@@ -1567,14 +1576,14 @@ def norm_plan_of(
 
 
 def _norm_bound(op: Operation, qin: Quantized, qout: Quantized) -> str | None:
-    shape = tensor_shape(op.operands[0])
-    if any(shape[d] == DYNAMIC_INDEX for d in normalised_dims(op)):
-        return "normalises over a dynamic dim"
     weight, bias = _constant_codes(op, 1), _constant_codes(op, 2)
     for part in (weight, bias):
         if isinstance(part, str):
             return part
     assert not isinstance(weight, str) and not isinstance(bias, str)
+    shape = tensor_shape(op.operands[0])
+    if any(shape[d] == DYNAMIC_INDEX for d in normalised_dims(op)):
+        return None  # the plan is made for each run's shape (nq); lower-to-hw refuses it
     try:
         norm_plan_of(op, qin, qout, weight[0], weight[1], bias[0], bias[1])
     except norm_numerics.NormBoundError as e:
@@ -1592,8 +1601,11 @@ def _norm_codes(
     kg, kc = grids[0].exp, grids[1].exp
     g = np.rint(np.asarray(w, np.float64) * 2.0**kg).astype(np.int64)
     c = np.rint(np.asarray(b, np.float64) * 2.0**kc).astype(np.int64)
-    plan = norm_plan_of(op, qin, qout, g, kg, c, kc)
     codes = np.rint(q).astype(np.int64)
+    try:
+        plan = norm_plan_of(op, qin, qout, g, kg, c, kc, codes.shape)
+    except norm_numerics.NormBoundError as e:
+        raise ValueError(f"{op.name}: {e}") from None
     if isinstance(op, LayerNormOp):
         dims = op.normalized_dims.value.data
         return norm_numerics.layer_norm_codes(codes, dims, g, kg, c, kc, plan)
@@ -1620,7 +1632,7 @@ class _NormBase(IRDLOperation):
 
     def check_affine(self, expected: tuple[int, ...]) -> None:
         for label, v in (("weight", self.weight), ("bias", self.bias)):
-            if tensor_shape(v) != expected:
+            if not shapes_compatible(tensor_shape(v), expected):
                 raise VerifyException(
                     f"{self.name}: {label} shape {shape_str(tensor_shape(v))} is not "
                     f"{shape_str(expected)}"

@@ -90,6 +90,10 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.space_to_depth  SpaceToDepth  blocksize, mode
     nh.gather      Gather        axis, indices (1-D, constant)
     nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept)
+    nh.layer_norm  LayerNorm     bit_len, eps_term, guard, max_shift, normalized_dims, nudge,
+                                 rounding (the plan of nanoir.runtime.numerics.norm); in_s[1]
+                                 and in_s[2] are the weight's and bias's codes
+    nh.group_norm  GroupNorm     bit_len, eps_term, groups, guard, max_shift, nudge, rounding
     nh.upsample_nearest  Resize  axes, coordinate_transformation_mode=asymmetric, mode=nearest,
                                  nearest_mode=floor, sizes (all derived / fixed)
     (argument)     Q             bit_len, rounding + in_s[1], the exponent constant
@@ -313,6 +317,32 @@ HW_OPS: tuple[HwOp, ...] = (
             AttrMap("bit_len", "bits", "int"),
             AttrMap("exp_hi", "exp_hi", "ints"),
             AttrMap("exp_lo", "exp_lo", "ints"),
+        ),
+    ),
+    HwOp(
+        nh.LayerNormOp,
+        "LayerNorm",
+        props=(
+            AttrMap("bit_len", "bits", "int"),
+            AttrMap("eps_term", "eps_term", "int"),
+            AttrMap("guard", "guard", "int"),
+            AttrMap("max_shift", "max_shift", "int"),
+            AttrMap("normalized_dims", "normalized_dims", "int"),
+            AttrMap("nudge", "nudge", "int"),
+            AttrMap("rounding", "rounding", "rounding"),
+        ),
+    ),
+    HwOp(
+        nh.GroupNormOp,
+        "GroupNorm",
+        props=(
+            AttrMap("bit_len", "bits", "int"),
+            AttrMap("eps_term", "eps_term", "int"),
+            AttrMap("groups", "groups", "int"),
+            AttrMap("guard", "guard", "int"),
+            AttrMap("max_shift", "max_shift", "int"),
+            AttrMap("nudge", "nudge", "int"),
+            AttrMap("rounding", "rounding", "rounding"),
         ),
     ),
     HwOp(

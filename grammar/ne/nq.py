@@ -785,6 +785,48 @@ def _batch_norm_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -
         )
 
 
+def _norm_eps(n: NodeSpec) -> float:
+    eps = n.float("epsilon", 1e-5)
+    if eps < 0:
+        raise NodeProblem(f"epsilon of {n.op_type} node '{n.name}' is negative", attr="epsilon")
+    return eps
+
+
+def _layer_norm(n: NodeSpec) -> Operation:
+    """ONNX LayerNormalization (opset 17): normalised from ``axis`` to the last dim; scale and
+    bias of the normalised shape (a missing bias has no nf form)."""
+    n.allow("axis", "epsilon", "stash_type")
+    n.one_output()
+    x, w, b = n.values(3, 3)
+    rank = _rank(x)
+    axis = n.int("axis", -1)
+    if not -rank <= axis < rank:
+        raise NodeProblem(f"axis {axis} of node '{n.name}' is out of range", attr="axis")
+    return nf.LayerNormOp(x, w, b, rank - axis % rank, _norm_eps(n))
+
+
+def _layer_norm_attrs(op: nf.LayerNormOp) -> Attrs:
+    return (
+        ("axis", -op.normalized_dims.value.data),
+        ("epsilon", Float.from_value(op.epsilon.value.data)),
+    )
+
+
+def _group_norm(n: NodeSpec) -> Operation:
+    """ONNX GroupNormalization (opset 21: per-channel scale and bias)."""
+    n.allow("epsilon", "num_groups", "stash_type")
+    n.one_output()
+    x, w, b = n.values(3, 3)
+    return nf.GroupNormOp(x, w, b, n.int("num_groups"), _norm_eps(n))
+
+
+def _group_norm_attrs(op: nf.GroupNormOp) -> Attrs:
+    return (
+        ("epsilon", Float.from_value(op.epsilon.value.data)),
+        ("num_groups", op.groups.value.data),
+    )
+
+
 def _prelu_check(n: NodeSpec, values: list[SSAValue], args: list[object]) -> None:
     if _rank(values[1]) != 1:
         raise Unsupported("nf.prelu takes a 1-D slope only")
@@ -874,6 +916,8 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Expand", nf.ExpandOp, converter=_expand, writer=_expand_attrs),  # type: ignore[arg-type]
     NqOp("Softmax", nf.SoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
     NqOp("LogSoftmax", nf.LogSoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
+    NqOp("LayerNormalization", nf.LayerNormOp, converter=_layer_norm, writer=_layer_norm_attrs),  # type: ignore[arg-type]
+    NqOp("GroupNormalization", nf.GroupNormOp, converter=_group_norm, writer=_group_norm_attrs),  # type: ignore[arg-type]
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
 

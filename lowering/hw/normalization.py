@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.dialects.traits import IntegerAlgorithm
+from nanoir.dialects.traits import IntegerAlgorithm, normalised_dims
 from nanoir.lowering.hw.codes import container_width
 from nanoir.lowering.hw.core import HwPattern, HwValue
-from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, i64
 from xdsl.ir import Attribute
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
@@ -45,6 +45,9 @@ class LowerNorm(HwPattern):
         if reason is not None:
             raise hw.fail(op, f"cannot run its integer algorithm exactly: {reason}")
         qin, qout = grids
+        shape = nf.tensor_shape(op.input)
+        if any(shape[d] == DYNAMIC_INDEX for d in normalised_dims(op)):
+            raise hw.fail(op, "normalises over a dynamic dim; nh needs its size")
         if not qout.signed or not qin.signed:
             raise hw.fail(op, "has unsigned codes, which lower-to-hw does not carry yet")
         x, w, b = (hw.get(op, v) for v in (op.input, op.weight, op.bias))

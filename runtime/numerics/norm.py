@@ -175,6 +175,8 @@ def norm_plan(
     eps_term = round(eps_0 * 4**h)
     wexps = [int(k) for k in np.asarray(weight_exps).reshape(-1)]
     wmax = [int(m) for m in np.asarray(weight_max).reshape(-1)]
+    if n == 1:  # D = 0: the output is the bias, whatever the weight and its exponent
+        wexps, wmax = [], []
     bexps = [int(k) for k in np.asarray(bias_exps).reshape(-1)]
     min_guard = max([0] + [kc - out_exp for kc in bexps])
     root = math.isqrt(max(n - 1, 1)) + 1  # > sqrt(n - 1) >= |D| / sqrt(V)
@@ -235,7 +237,7 @@ def normalize_codes(
     kg = np.asarray(weight_exp).astype(np.int64)
     frac = plan.out_exp + plan.guard - kg  # per element of the affine's broadcast
     hh = np.broadcast_to(h, d.shape).reshape(shape)
-    up = np.maximum(hh + frac, 0)
+    up = np.clip(hh + frac, 0, 62)  # (past 31 only where every D is 0: n == 1)
     num = d.reshape(shape) << up
     # A divisor shift past 31 leaves |z| < 1/2 either way (module docstring): capped, z = 0.
     den = np.broadcast_to(sigma, d.shape).reshape(shape) << np.minimum(up - hh - frac, 31)

@@ -121,12 +121,14 @@ def test_nf_matches_torch(c: int, h: int, w: int, dims: int, affine: bool, eps: 
     c=st.integers(2, 5),
     h=st.integers(1, 4),
     dims=st.integers(1, 3),
-    bits=st.sampled_from([8, 16]),
+    bits=st.sampled_from([4, 8, 16]),
     mode=st.sampled_from(MODES),
     seed=st.integers(0, 1000),
 )
 def test_nq_equals_nh(c: int, h: int, dims: int, bits: int, mode: str, seed: int) -> None:
     """quantize, then lower-to-hw: the nh codes equal the nq integer algorithm's bit for bit.
+    (One channel is left out: LayerNorm(1) outputs its bias, so the second LayerNorm reads
+    constant rows and outputs a calibrated-zero tensor at exponent 60, which the plan refuses.)
 
     Mutants caught: the nh kernel reading the weight exponent of the bias; lower-to-hw
     writing the plan's nudge as 0."""
