@@ -372,6 +372,8 @@ class _Writer:
             )
         if op_type in ("Softmax", "LogSoftmax"):
             self._check_softmax(op)
+        if op_type in ("LayerNormalization", "GroupNormalization"):
+            self._check_norm(op, op_type)
         if op_type == "Gelu" and self.flavor == "nanoengine":
             raise OnnxExportError(
                 "onnx export (nanoengine flavour): nf.gelu has no ONNX op at opset 17 (Gelu is "
@@ -423,6 +425,24 @@ class _Writer:
         if isinstance(op, nf.SoftmaxOp) and op.mask is not None:
             raise OnnxExportError(
                 "onnx export: nf.softmax with a mask has no ONNX Softmax form (no mask input)"
+            )
+
+    def _check_norm(self, op: Operation, op_type: str) -> None:
+        """Float LayerNormalization (opset 17) / GroupNormalization (opset 21's per-channel
+        scale and bias) for a float op; quantized at both ends, the op is its integer
+        algorithm, which ONNX's float op does not compute bit for bit."""
+        trait = op.get_trait(IntegerAlgorithm)
+        if trait is not None and not isinstance(trait.quantization(op), str):
+            raise OnnxExportError(
+                f"onnx export: {op.name} between fake-quants is an integer algorithm "
+                f"(nanoir.runtime.numerics.norm) that ONNX's float {op_type} does not compute "
+                "bit for bit; export the float (nf) program, or run the nq program in nanoir"
+            )
+        if op_type == "GroupNormalization" and self.flavor == "nanoengine":
+            raise OnnxExportError(
+                "onnx export (nanoengine flavour): nf.group_norm has no ONNX op at opset 17 "
+                "(GroupNormalization with per-channel scale is opset 21's); write "
+                "onnx_flavor='qdq'"
             )
 
     def _linear_as_matmul(self, op: nf.LinearOp, inputs: list[str]) -> None:
