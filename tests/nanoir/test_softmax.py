@@ -609,3 +609,41 @@ def test_dynamic_streamed_axis_is_refused_with_the_reason() -> None:
     hw = lower_to_hw(module.clone())
     (streamed,) = nanoir.stream(hw, [x], mem_dim=2, step=1)
     np.testing.assert_array_equal(streamed, run(hw, x)[0])
+
+
+def test_unsigned_output_at_nq_and_refused_by_lower_to_hw() -> None:
+    """softmax is a NonNegativeResult: ``quantize(unsigned="auto")`` gives its output unsigned
+    codes at exponent ``bits`` (the range [0, 1]); nq runs the algorithm into codes 0..255,
+    within one step of the NumPy oracle; lower-to-hw refuses the unsigned output, naming the
+    op (it carries no unsigned codes yet)."""
+    torch.manual_seed(0)
+    model = _Head("softmax").eval()
+    calib = np.random.default_rng(0).normal(size=(16, 6)).astype(np.float32)
+    module = nanoir.from_torch(model, (torch.from_numpy(calib),))
+    nanoir.quantize(module, [calib], unsigned="auto")
+    op = next(o for o in module.walk() if o.name == "nf.softmax")
+    (fq,) = [u.operation for u in op.results[0].uses]
+    assert not fq.is_signed and [int(v) for v in fq.exp.get_values()] == [8]
+    x = np.random.default_rng(1).normal(size=(32, 6))
+    (got,) = run(module, x, dtype=np.float64)
+    codes = got * 256
+    assert (codes == np.round(codes)).all() and codes.min() >= 0 and codes.max() <= 255
+    xq = run_until(module, op.input, x)
+    assert np.abs(got - numpy_oracle("softmax", xq, -1, None)).max() <= 2.0**-8
+    with pytest.raises(LowerToHwError, match=r"nf.softmax.*unsigned output"):
+        lower_to_hw(module)
+
+
+def run_until(module: ModuleOp, value, x: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """The nq value ``value`` on input ``x`` (by observing the run)."""
+    seen: dict = {}
+
+    def observe(op, results) -> None:  # noqa: ANN001
+        for r, v in zip(op.results, results):
+            if r is value:
+                seen["v"] = v
+
+    from nanoir.runtime.interpreter import compile_module
+
+    compile_module(module, dtype=np.float64)(x, observe=observe)
+    return seen["v"]
