@@ -8,10 +8,15 @@ failure as soon as the op lands (then remove the mark), and fails outright if it
 another reason.
 
 Mutants checked (each made the tests named fail, in a private copy):
-- the nf LayerNorm kernel dividing by ``n - 1``: test_nf_matches_torch[ConvNeXtBlock];
-- the lookup-table kernel ignoring ``channels``: test_lookup_tables_in_a_network
-  (per-channel), and nq == nh of MBConvSE under ``act_per_channel`` there;
-- a segmented table searched with ``side="left"``: test_lookup_tables_in_a_network (16-bit).
+- the nf LayerNorm kernel's variance divided by ``n - 1``: test_nf_matches_torch[ConvNeXtBlock];
+- the nf GroupNorm kernel without its per-channel weight: test_nf_matches_torch[TasNetBlock];
+- the frontend's slice_scatter leaving the slice unwritten: test_nf_matches_torch[GhostBlock];
+- the nf log_softmax normalising by ``log(sum(exp(x)))`` (not of ``x - max``):
+  test_nf_matches_torch[KeywordNet];
+- the nh LayerNorm / GroupNorm kernels reading the bias one exponent off:
+  test_nq_equals_nh[*-ConvNeXtBlock] / test_nq_equals_nh[*-TasNetBlock];
+- the lookup-table kernel ignoring ``channels``: test_lookup_tables_in_a_network[per-channel];
+- a segmented table searched with ``side="left"``: test_lookup_tables_in_a_network[16-bit].
 """
 
 from __future__ import annotations
