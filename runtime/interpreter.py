@@ -26,7 +26,14 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
 from nanoir.runtime.nq import NQ_BUILDERS
-from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerType, ModuleOp, NoneAttr, TensorType
+from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
+    IntegerType,
+    ModuleOp,
+    NoneAttr,
+    Signedness,
+    TensorType,
+)
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.traits import ConstantLike
@@ -156,7 +163,7 @@ def _check_codes(index: int, array: np.ndarray, t: TensorType) -> np.ndarray:
             f"input {index} is a {array.dtype} array, but the argument holds i{width} codes "
             f"of type {t}; pass integer codes (e.g. nanoir.runtime.numerics.quant.quantize_to_int)"
         )
-    lo, hi = code_range(width)
+    lo, hi = code_range(width, elt.signedness.data != Signedness.UNSIGNED)  # ui<b>: 0..2**b-1
     info = np.iinfo(array.dtype)
     # An int8 array cannot hold a code outside i8: check only what the dtype admits.
     if array.size and (info.min < lo or info.max > hi or width == 1):
@@ -167,7 +174,8 @@ def _check_codes(index: int, array: np.ndarray, t: TensorType) -> np.ndarray:
             at = tuple(int(i) for i in np.argwhere(bad)[0])
             allowed = "-1 or +1" if width == 1 else f"{lo}..{hi}"
             raise ExecutionError(
-                f"input {index} has code {int(array[at])} at index {at}, outside i{width} "
+                f"input {index} has code {int(array[at])} at index {at}, outside "
+                f"{'u' if lo == 0 else ''}i{width} "
                 f"({allowed})"
             )
     return array.astype(np.int64) if array.dtype.kind == "u" else array

@@ -438,11 +438,11 @@ def fast_fake_quant(op: Operation, dtype: np.dtype[Any]) -> Callable[..., tuple[
     to the reference, which raises)."""
     if not isinstance(op, FakeQuantOp):
         return None
-    bits, mode = op.bits.value.data, RoundingMode(op.rounding_mode)
+    bits, mode, signed = op.bits.value.data, RoundingMode(op.rounding_mode), op.is_signed
     exp = dense_to_numpy(op.exp).astype(np.int64)
     if bits <= 1 or bits > 64 or (exp.size and int(np.abs(exp).max()) > EXACT_EXP_LIMIT):
         return None
-    lo, hi = float(-(2 ** (bits - 1))), float(2 ** (bits - 1) - 1)
+    lo, hi = (float(v) for v in code_range(bits, signed))  # signed = false: 0..2**b-1
     # ldexp by k is a product by 2**k, both rounded once (to inf or to a subnormal alike):
     # |k| <= 960 makes 2**k and 2**-k normal floats.
     scale, unscale = np.ldexp(1.0, exp), np.ldexp(1.0, -exp)
@@ -454,7 +454,7 @@ def fast_fake_quant(op: Operation, dtype: np.dtype[Any]) -> Callable[..., tuple[
 
     def run(x: np.ndarray) -> tuple[Any]:
         if x.dtype.kind != "f":
-            return (reference(x, bits, exp, mode).astype(dtype, copy=False),)
+            return (reference(x, bits, exp, mode, signed=signed).astype(dtype, copy=False),)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             scaled = x * scale if x.dtype == np.float64 else x.astype(np.float64) * scale
             if rnd is not None and mode is not RoundingMode.FLOOR:
@@ -471,7 +471,7 @@ def fast_fake_quant(op: Operation, dtype: np.dtype[Any]) -> Callable[..., tuple[
         np.minimum(codes, hi, out=codes)
         total = codes.sum()
         if total != total:  # NaN: the reference raises
-            return (reference(x, bits, exp, mode).astype(dtype, copy=False),)
+            return (reference(x, bits, exp, mode, signed=signed).astype(dtype, copy=False),)
         codes *= unscale
         codes += 0.0  # -0.0 -> +0.0
         return (codes.astype(dtype, copy=False),)

@@ -1,0 +1,292 @@
+"""Unsigned codes for non-negative tensors (issue 20, section 4; DESIGN.md, "Signed and
+unsigned codes"): ``nq.fake_quant`` with ``signed = false`` against a NumPy oracle, the
+verifiers' refusals, ``quantize(unsigned=...)`` and its rules, and nq == nh bit for bit (and
+streamed == whole) on random programs whose fake-quants are unsigned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import NonNegativeResult
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.lowering.quantize_rules import QuantRule
+from nanoir.runtime.interpreter import run
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.stream import stream
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+
+import nanoir
+from nanoir.errors import Error
+from nanoir.testing.models import import_folded
+from nanoir.testing.programs import ALL_KINDS, BASE_KINDS, examples, random_nq_program
+
+# --------------------------------------------------------------------------------------------
+# The formula, against NumPy written here
+# --------------------------------------------------------------------------------------------
+
+
+def oracle(x: np.ndarray, bits: int, k: int, mode: str) -> np.ndarray:
+    """``clamp(round(x * 2**k), 0, 2**b - 1) / 2**k`` in NumPy (|x * 2**k| < 2**40: the
+    half_up sum below is exact)."""
+    s = x * 2.0**k
+    r = {
+        "trunc": np.trunc,
+        "floor": np.floor,
+        "half_up": lambda v: np.floor(v + 0.5),
+        "half_even": np.round,
+    }[mode](s)
+    return np.clip(r, 0, 2**bits - 1) / 2.0**k + 0.0
+
+
+FQ = """\
+func.func @main(%x: tensor<?x6xf32>) -> tensor<?x6xf32> {{
+  %q = nq.fake_quant %x {{bits = {bits} : i64, exp = dense<{k}> : tensor<1xi8>,
+    rounding = #nq.rounding<{mode}>, signed = false}} : tensor<?x6xf32>
+  func.return %q : tensor<?x6xf32>
+}}
+"""
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    bits=st.sampled_from((2, 4, 8, 16)),
+    k=st.integers(-6, 10),
+    mode=st.sampled_from([m.value for m in RoundingMode]),
+    data=st.lists(st.floats(-300, 300, width=32), min_size=6, max_size=6),
+)
+def test_unsigned_fake_quant_is_the_formula(bits: int, k: int, mode: str, data: list) -> None:
+    """``quant.fake_quant(signed=False)`` and the nq interpreter on ``signed = false`` are the
+    formula, ties and saturation at both ends included. Mutants seen failing this test (private
+    copy): the unsigned clamp at the signed range, and the nq kernel dropping ``signed``."""
+    x = np.array([data, [0.0, -0.0, 2.0**-k / 2, -(2.0**-k) / 2, 1e9, -1e9]], np.float32)
+    want = oracle(x.astype(np.float64), bits, k, mode)
+    got = quant.fake_quant(x, bits, k, mode, signed=False)
+    assert np.array_equal(got, want) and not np.signbit(got).any()
+    (y,) = run(nanoir.parse(FQ.format(bits=bits, k=k, mode=mode)), x)
+    assert np.array_equal(y, want)
+
+
+def test_unsigned_codes_and_calibration() -> None:
+    """Codes are 0..2**b-1 (int16 for 8-bit: uint8 arithmetic would wrap); absmax gives the
+    exponent with 2**b - 1 codes over [0, max] (one finer than signed)."""
+    codes = quant.quantize_to_int([-3.0, 0.5, 1000.0], 8, 2, signed=False)
+    assert codes.tolist() == [0, 2, 255] and codes.dtype == np.int16
+    assert quant.exp_from_absmax([1.0], 8, signed=False).tolist() == [8]  # 255/256 < 1 * 2**8
+    assert quant.exp_from_absmax([1.0], 8).tolist() == [7]
+    with pytest.raises(ValueError, match="1-bit codes are always signed"):
+        quant.fake_quant([1.0], 1, 0, signed=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals
+# --------------------------------------------------------------------------------------------
+
+
+def test_one_bit_unsigned_is_refused_by_the_verifier() -> None:
+    with pytest.raises(Error, match="signed = false needs bits > 1"):
+        nanoir.parse(FQ.format(bits=1, k=0, mode="trunc"))
+
+
+NH = """\
+func.func @main(%x: tensor<?x4x{t1}, #nh.fixed<3, BC>>) -> tensor<?x4x{t2}, #nh.fixed<3, BC>> {{
+  %y = {op} %x : tensor<?x4x{t1}, #nh.fixed<3, BC>> -> tensor<?x4x{t2}, #nh.fixed<3, BC>>
+  func.return %y : tensor<?x4x{t2}, #nh.fixed<3, BC>>
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("t1", "t2", "op", "message"),
+    [
+        ("ui1", "ui1", "nh.reshape", "unsigned nh codes are ui2, ui4, ui8, ui16"),
+        ("ui32", "ui32", "nh.reshape", "unsigned nh codes are ui2, ui4, ui8, ui16"),
+        ("si8", "si8", "nh.reshape", "nh codes are signless integers"),
+        ("ui8", "i8", "nh.reshape", "element type changes from ui8 to i8"),
+    ],
+)
+def test_nh_verifier_refusals(t1: str, t2: str, op: str, message: str) -> None:
+    with pytest.raises(Error, match=message):
+        nanoir.parse(NH.format(t1=t1, t2=t2, op=op))
+
+
+def test_nh_unsigned_arithmetic_is_refused_and_bounds_count_a_sign_bit() -> None:
+    """An add into ui16 is refused, into i16 accepted; ui8 * ui8 needs i18 (a ui8 operand is
+    9 signed bits; i8 * i8 fits i16). Mutant seen failing (private copy): ``signed_bits``
+    returning the width."""
+    add = """\
+func.func @main(%a: tensor<4x{a}, #nh.fixed<0, C>>) -> tensor<4x{r}, #nh.fixed<0, C>> {{
+  %y = nh.add %a, %a : (tensor<4x{a}, #nh.fixed<0, C>>, tensor<4x{a}, #nh.fixed<0, C>>)
+    -> tensor<4x{r}, #nh.fixed<0, C>>
+  func.return %y : tensor<4x{r}, #nh.fixed<0, C>>
+}}
+"""
+    with pytest.raises(Error, match="the result must be signed"):
+        nanoir.parse(add.format(a="ui8", r="ui16"))
+    nanoir.parse(add.format(a="ui8", r="i16")).verify()
+    mul = add.replace("nh.add", "nh.mul")
+    nanoir.parse(mul.format(a="i8", r="i16")).verify()
+    with pytest.raises(Error, match="may overflow; the exact result needs i18"):
+        nanoir.parse(mul.format(a="ui8", r="i16"))
+
+
+def test_quantize_refusals() -> None:
+    module, shape = import_folded("KWSNet")
+    cal = [np.random.default_rng(0).standard_normal((2, *shape)).astype(np.float32)]
+    with pytest.raises(Error, match="unsigned codes are for activations"):
+        nanoir.quantize(module.clone(), cal, rules=("features.0.weight=8u",))
+    with pytest.raises(Error, match="at 1 bit"):
+        nanoir.quantize(module.clone(), cal, rules=("features.2$=1/u",))
+    with pytest.raises(Error, match="is not one of never, auto"):
+        nanoir.quantize(module.clone(), cal, unsigned="sometimes")
+
+
+def test_rule_syntax() -> None:
+    assert QuantRule.parse("relu1=8u") == QuantRule("relu1", bits=8, signed=False)
+    assert QuantRule.parse("act@.*=u/pc") == QuantRule(
+        ".*", kind="act", per_channel=True, signed=False
+    )
+    assert QuantRule.parse("head=4/s").signed is True
+    with pytest.raises(Error, match="must be skip, or BITS"):
+        QuantRule.parse("x=8u/u")
+
+
+# --------------------------------------------------------------------------------------------
+# quantize(unsigned=...) on the test models
+# --------------------------------------------------------------------------------------------
+
+
+def _quantized(name: str, **options: object) -> tuple[ModuleOp, list[np.ndarray], np.ndarray]:
+    module, shape = import_folded(name)
+    rng = np.random.default_rng(0)
+    cal = [rng.standard_normal((4, *shape)).astype(np.float32) for _ in range(2)]
+    nanoir.quantize(module, cal, **options)
+    return module, cal, rng.standard_normal((3, *shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["KWSNet", "MobileNetV2Stack", "LeNet5"])
+def test_default_programs_are_unchanged(name: str) -> None:
+    """No option (or ``unsigned="never"``) prints no ``signed`` and lowers to no ``ui``
+    type; "auto" marks exactly the fake-quants of ``NonNegativeResult`` ops. Mutant seen
+    failing (private copy): auto also marking the conv outputs (the trait check dropped)."""
+    default, _, _ = _quantized(name)
+    never, _, _ = _quantized(name, unsigned="never")
+    auto, _, _ = _quantized(name, unsigned="auto")
+    assert str(default) == str(never)
+    assert "signed" not in str(default) and "xui" not in str(lower_to_hw(default.clone()))
+    for op in auto.walk():
+        if isinstance(op, FakeQuantOp):
+            src = op.input.owner
+            trait = src.get_trait(NonNegativeResult) if isinstance(src, Operation) else None
+            non_negative = trait is not None and trait.holds(src)  # type: ignore[arg-type]
+            assert op.is_signed != (non_negative and op.bits.value.data > 1)
+    assert "signed = false" in str(auto)
+
+
+@pytest.mark.parametrize(
+    ("name", "bits", "calibrator", "rounding"),
+    [
+        ("KWSNet", 8, "absmax", "trunc"),
+        ("KWSNet", 2, "mse", "half_even"),
+        ("MobileNetV2Stack", 4, "mse", "half_up"),
+        ("LeNet5", 16, "absmax", "floor"),
+        ("SampleNet", 8, "mse", "half_even"),
+    ],
+)
+def test_auto_lowers_exactly(name: str, bits: int, calibrator: str, rounding: str) -> None:
+    """``unsigned="auto"`` programs lower with ``ui`` types and nh == nq bit for bit; the raw
+    codes of an unsigned output are non-negative and below 2**b. Mutants seen failing
+    (private copy): requant saturating ui codes at the signed range (runtime), the lowering
+    keeping a signed type, HwValue.bits not counting the sign bit."""
+    module, _, x = _quantized(
+        name,
+        unsigned="auto",
+        act_bits=bits,
+        weight_bits=min(bits, 8),
+        calibrator=calibrator,
+        rounding=rounding,
+    )
+    hw = lower_to_hw(module.clone())
+    hw.verify()
+    assert "xui" in str(hw)
+    assert all(np.array_equal(a, b) for a, b in zip(run(module, x), run(hw, x)))
+
+
+def test_a_rule_may_ask_unsigned_for_anything_and_the_report_shows_it() -> None:
+    """A conv output (not known non-negative) made unsigned by a rule: negatives saturate to
+    0 at both levels, and the report marks it ``8u*``."""
+    module, cal, x = _quantized("KWSNet", rules=("features.1$=8u",))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(run(module, x), run(lower_to_hw(module.clone()), x))
+    )
+    text = str(nanoir.report(module, cal))
+    row = next(line for line in text.splitlines() if line.startswith("features.1 "))
+    assert " 8u* " in row and "negatives saturate to 0" in text
+
+
+# --------------------------------------------------------------------------------------------
+# Random programs: nq == nh and streamed == whole with unsigned fake-quants
+# --------------------------------------------------------------------------------------------
+
+
+def _make_unsigned(module: ModuleOp, draw: st.DrawFn) -> int:
+    """What ``unsigned="auto"`` does (a fake-quant of a ``NonNegativeResult`` op), plus a rule's
+    choice on other activations at random; returns how many fake-quants are unsigned."""
+    count = 0
+    for op in list(module.walk()):
+        if not isinstance(op, FakeQuantOp) or op.bits.value.data == 1:
+            continue
+        src = op.input.owner
+        if isinstance(src, Operation) and src.name in ("nf.constant", "nf.batch_norm"):
+            continue  # weights stay signed (quantize refuses them); a batch norm refuses
+        trait = src.get_trait(NonNegativeResult) if isinstance(src, Operation) else None
+        known = trait is not None and trait.holds(src)  # type: ignore[arg-type]
+        if known or draw(st.booleans()):
+            op.set_signed(False)
+            count += 1
+    return count
+
+
+def _check_exact(module: ModuleOp, x: np.ndarray) -> ModuleOp:
+    want = run(module, x)
+    hw = lower_to_hw(module.clone())
+    hw.verify()
+    got = run(hw, x)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and np.array_equal(g, w), np.flatnonzero(g != w)[:5]
+    for c in run(hw, x, raw=True):
+        assert np.issubdtype(np.asarray(c).dtype, np.integer)
+    return hw
+
+
+def _check_stream(module: ModuleOp, x: np.ndarray, step: int) -> None:
+    want = run(module, x)
+    got = stream(module, [x], step=step)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.tobytes() == w.tobytes()
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), kinds=st.sampled_from((BASE_KINDS, ALL_KINDS)))
+def test_random_unsigned_programs_lower_and_stream_exactly(
+    data: st.DataObject, kinds: tuple[str, ...]
+) -> None:
+    """Random programs (2/4/8-bit activations, every rounding mode, per tensor and per
+    channel) with unsigned fake-quants: nq == nh bit for bit, and streamed == whole at both
+    levels. Mutants seen failing (private copy): ``ui`` codes saturated at the signed range in
+    ``nh.requant``'s kernel, a lookup table indexed from the signed lowest code, the streaming
+    fast requant ignoring the signedness."""
+    module, shape = random_nq_program(data.draw, kinds=kinds)
+    _make_unsigned(module, data.draw)
+    module.verify()
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    x = rng.standard_normal((2, *shape[1:])) * data.draw(st.sampled_from((0.5, 2.0, 20.0)))
+    hw = _check_exact(module, x)
+    step = data.draw(st.integers(1, 4), label="step")
+    _check_stream(module, x, step)
+    _check_stream(hw, x, step)
