@@ -208,6 +208,13 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
         return lambda x: (x * torch.clamp(x + 3, 0, 6) / 6,)
     if isinstance(op, nf.SiluOp):
         return _exact_unary(kernels.silu, F.silu)
+    if isinstance(op, nf.LayerNormOp | nf.GroupNormOp):
+        # Its forward would need the weight's and bias's current (learned) exponents, which
+        # IntegerAlgorithmStep's grids (input and output only) do not carry yet.
+        raise QATError(
+            f"nanoir.qat: {op.name} has no QAT step yet (its integer algorithm reads the "
+            "learned exponents of its weight and bias); quantize it post-training"
+        )
     if op.has_trait(IntegerAlgorithm):
         return IntegerAlgorithmStep(op)
     if isinstance(op, nf.GeluOp):
