@@ -76,7 +76,7 @@ class Config:
 _MSE = {"calibrator": "mse", "rounding": "half_even"}
 CONFIGS = (
     Config("absmax/trunc", {}, off={"bias_correction": False}),
-    Config("mse/half_even", dict(_MSE), off={"bias_correction": False, "unsigned": False}),
+    Config("mse/half_even", dict(_MSE), off={"bias_correction": False, "unsigned": "never"}),
     Config("absmax/trunc +bc", {"bias_correction": True}, needs=("bias_correction",)),
     Config(
         "mse/half_even +unsigned",
