@@ -88,6 +88,7 @@ from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
+from nanoir.lowering.quantize_bias import add_zero_biases
 from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
 from nanoir.qat.quantizer import (
     QATError,
@@ -359,6 +360,7 @@ def prepare(
     example_inputs: Sequence[Any],
     *,
     function: str | None = None,
+    bias_correction: bool = True,
     **quantize_options: Any,
 ) -> QATModule:
     """A trainable :class:`QATModule` for ``model`` (a ``torch.nn.Module``, or an nf
@@ -369,15 +371,26 @@ def prepare(
     no rule names a learner for. Batch norm is folded first (see the module docstring).
     Weight exponents start from ``calibrator`` on the weights, as ``quantize`` sets them;
     activation exponents from the learner's init until :func:`calibrate`.
+
+    ``bias_correction`` mirrors ``quantize``'s: every conv/linear gets a bias (zero where it
+    had none) and :func:`calibrate` corrects the biases as ``quantize`` does. ``False`` keeps
+    the program as imported, the configuration that reproduces NanoEngine-PyTorch step for step.
     """
 
+    if not isinstance(bias_correction, bool):
+        raise ArgumentError(
+            f"nanoir.qat.prepare: bias_correction must be True or False, got {bias_correction!r}"
+        )
     config = _config(quantize_options)
     if isinstance(model, ModuleOp):
         module = model.clone()
     else:
         module = from_torch(model, example_inputs)
     FoldBnPass().apply(make_context(), module)
+    if bias_correction:
+        add_zero_biases(find_function(module, function), config)
     qat = QATModule(module, config, function)
+    qat.bias_correction = bias_correction
     with torch.no_grad():
         for value, t in qat.targets.items():
             if t.kind in ("weight", "const"):
@@ -440,10 +453,20 @@ def calibrate(
     module = float_program(qat)
     func = find_function(module, qat.function)
     checked = _checked_batches(batches, [value_shape(a) for a in func.body.block.args])
-    targets = qz.quantize_function(func, checked, config, progress=progress)
+    correct = getattr(qat, "bias_correction", False)
+    targets = qz.quantize_function(
+        func, checked, config, progress=progress, bias_correction=correct
+    )
     for t in targets:
         assert t.exps is not None
         qat.quantizer(t.name).set_exponents(np.asarray(t.exps).reshape(-1))
+        if correct and t.kind == "bias":  # the corrected bias, into the module
+            const = t.value.owner
+            assert isinstance(const, nf.ConstantOp) and const.sym_name is not None
+            with torch.no_grad():
+                qat.tensor(const.sym_name.data).copy_(
+                    torch.from_numpy(np.array(dense_to_numpy(const.value), dtype=np.float32))
+                )
     return qat
 
 
