@@ -240,7 +240,7 @@ def normalize_codes(
     up = np.clip(hh + frac, 0, 62)  # (past 31 only where every D is 0: n == 1)
     num = d.reshape(shape) << up
     # A divisor shift past 31 leaves |z| < 1/2 either way (module docstring): capped, z = 0.
-    den = np.broadcast_to(sigma, d.shape).reshape(shape) << np.minimum(up - hh - frac, 31)
+    den = np.broadcast_to(sigma, d.shape).reshape(shape) << np.clip(up - hh - frac, 0, 31)
     z = div_round(num, den, RoundingMode.HALF_UP)
     acc = z * g
     if bias is not None:
