@@ -83,6 +83,41 @@ def test_unsigned_codes_and_calibration() -> None:
         quant.fake_quant([1.0], 1, 0, signed=False)
 
 
+RELU = """\
+func.func @main(%x: tensor<?x5xf32>) -> tensor<?x5xf32> {
+  %r = nf.relu %x : tensor<?x5xf32>
+  %s = nf.sigmoid %x : tensor<?x5xf32>
+  %y = nf.add %r, %s : (tensor<?x5xf32>, tensor<?x5xf32>) -> tensor<?x5xf32>
+  func.return %y : tensor<?x5xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8, 16])
+def test_quantize_auto_calibrates_unsigned_exponents(bits: int) -> None:
+    """With ``unsigned="auto"`` the ReLU's and the sigmoid's fake-quants are unsigned, with
+    the largest ``k`` such that ``max * 2**k <= 2**b`` (Python integers here); the input and
+    the sum stay signed. Mutant seen failing (private copy): calibration choosing the
+    exponent for signed codes (``signed=`` dropped in ``calibrate``)."""
+    x = np.array([[-9.0, 0.3, 2.5, -0.1, 1.75], [0.0, 3.2, -4.0, 0.6, 1.0]], np.float32)
+    module = nanoir.parse(RELU)
+    nanoir.quantize(module, [x], act_bits=bits, unsigned="auto")
+    fqs = {op.input.name_hint: op for op in module.walk() if isinstance(op, FakeQuantOp)}
+
+    def largest_k(m: float) -> int:
+        k = -70
+        while m * 2.0 ** (k + 1) <= 2**bits:
+            k += 1
+        return k
+
+    relu_max = float(np.maximum(x, 0).max())
+    sigmoid_max = float((1 / (1 + np.exp(-x.astype(np.float64)))).max())
+    assert not fqs["r"].is_signed and not fqs["s"].is_signed
+    assert fqs["x"].is_signed and fqs["y"].is_signed
+    assert int(fqs["r"].exp.get_values()[0]) == largest_k(relu_max)
+    assert int(fqs["s"].exp.get_values()[0]) == largest_k(sigmoid_max)
+
+
 # --------------------------------------------------------------------------------------------
 # Refusals
 # --------------------------------------------------------------------------------------------
