@@ -76,36 +76,45 @@ def exps_of(base: int, per_channel: bool) -> list[int]:
 
 
 def program(
-    name: str, bits_in: int, e_in: list[int], bits_out: int, k_out: list[int], mode: RoundingMode
+    name: str,
+    bits_in: int,
+    e_in: list[int],
+    bits_out: int,
+    k_out: list[int],
+    mode: RoundingMode,
+    signed: tuple[bool, bool] = (True, True),
 ) -> ModuleOp:
     """``fake_quant(f(fake_quant(x)))`` on ``[?, 4, 7]``, each exponent list per tensor (one)
-    or per channel (four, along dim 1)."""
+    or per channel (four, along dim 1); ``signed`` for the input's and the output's codes."""
     channels = len(OFFSETS)
     block = Block(arg_types=[TensorType(f32, (DYNAMIC_INDEX, channels, 7))])
 
     def attr(exps: list[int]):  # noqa: ANN202
         return exp_attr(exps, [channels, 1]) if len(exps) > 1 else exp_attr(exps[0])
 
-    q = FakeQuantOp(block.args[0], bits_in, attr(e_in), mode)
+    q = FakeQuantOp(block.args[0], bits_in, attr(e_in), mode, signed[0])
     y = nf_op(name, q.results[0])
-    out = FakeQuantOp(y.results[0], bits_out, attr(k_out), mode)
+    out = FakeQuantOp(y.results[0], bits_out, attr(k_out), mode, signed[1])
     block.add_ops([q, y, out, ReturnOp(out.results[0])])
     ftype = FunctionType.from_lists([block.args[0].type], [out.results[0].type])
     return ModuleOp([FuncOp("main", ftype, Region(block))])
 
 
-def every_code(bits: int, e_in: list[int]) -> np.ndarray:
-    """``[N, 4, 7]`` holding every ``bits``-bit code in each channel, dequantized."""
-    codes = np.arange(-(2 ** (bits - 1)), 2 ** (bits - 1), dtype=np.float64)
+def every_code(bits: int, e_in: list[int], signed: bool = True) -> np.ndarray:
+    """``[N, 4, 7]`` holding every ``bits``-bit code (unsigned: ``0..2**bits-1``) in each
+    channel, dequantized."""
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2**bits)
+    codes = np.arange(lo, hi, dtype=np.float64)
     n = -(-codes.size // 7)
     x = np.repeat(np.resize(codes, n * 7).reshape(n, 1, 7), len(OFFSETS), axis=1)
     return np.ldexp(x, -np.broadcast_to(np.asarray(e_in).reshape(1, -1, 1), (1, len(OFFSETS), 1)))
 
 
 def quantized(
-    v: np.ndarray, bits: int, k: np.ndarray, mode: RoundingMode
+    v: np.ndarray, bits: int, k: np.ndarray, mode: RoundingMode, signed: bool = True
 ) -> tuple[np.ndarray, ...]:
-    """``v`` on the grid ``2**-k`` at ``bits`` (saturating), by NumPy, and a mask of the
+    """``v`` on the grid ``2**-k`` at ``bits`` (saturating; unsigned: at ``0..2**bits-1``),
+    by NumPy, and a mask of the
     elements off a rounding boundary (within 1e-9 of one, torch's and nanoir's float64 may
     legitimately land on neighbouring codes)."""
     s = np.ldexp(v, k)
@@ -115,7 +124,11 @@ def quantized(
     else:
         c = np.floor(s + 0.5) if mode == RoundingMode.HALF_UP else np.round(s)
         edge = np.abs(s - np.floor(s) - 0.5)
-    c = np.clip(c, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    c = (
+        np.clip(c, -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if signed
+        else np.clip(c, 0, 2**bits - 1)
+    )
     return np.ldexp(c, -k), edge > 1e-9 * np.maximum(1.0, np.abs(s))
 
 
@@ -134,6 +147,7 @@ SETTINGS = settings(
     mode=st.sampled_from(tuple(RoundingMode)),
     pc_in=st.booleans(),
     pc_out=st.booleans(),
+    signed=st.tuples(st.booleans(), st.booleans()),
 )
 def test_nh_is_nq_on_every_code(
     name: str,
@@ -144,26 +158,29 @@ def test_nh_is_nq_on_every_code(
     mode: RoundingMode,
     pc_in: bool,
     pc_out: bool,
+    signed: tuple[bool, bool],
 ) -> None:
     """Every input code of every channel (inputs up to ``2**r_in``, outputs up to
     ``2**r_out``): the lowered ``nh.lut`` gives nq's float64 numbers bit for bit, and both
-    are torch's function quantized here (off a rounding boundary: there, one step)."""
+    are torch's function quantized here (off a rounding boundary: there, one step); signed
+    or unsigned codes in and out."""
     e_in = exps_of(bits_in - 1 - r_in, pc_in)
     k_out = exps_of(bits_out - 1 - r_out, pc_out)
-    module = program(name, bits_in, e_in, bits_out, k_out, mode)
+    module = program(name, bits_in, e_in, bits_out, k_out, mode, signed)
     hw = lower_to_hw(module.clone())
     hw.verify()
     (lut,) = [op for op in hw.walk() if isinstance(op, nh.LutOp)]
     assert (lut.starts is not None) == (bits_in > 8)
     assert (lut.channels is not None) == (pc_in or pc_out)
-    x = every_code(bits_in, e_in)
+    x = every_code(bits_in, e_in, signed[0])
     (want_nq,) = run(module, x, dtype=np.float64)
     (got_nh,) = run(hw, x)
     np.testing.assert_array_equal(got_nh, want_nq)
     k = np.broadcast_to(np.asarray(k_out).reshape(1, -1, 1), (1, len(OFFSETS), 1))
-    want, clear = quantized(torch_fn(name, torch.from_numpy(x)).numpy(), bits_out, k, mode)
+    f = torch_fn(name, torch.from_numpy(x)).numpy()
+    want, clear = quantized(f, bits_out, k, mode, signed[1])
     np.testing.assert_array_equal(got_nh[clear], want[clear])
-    assert np.all(np.abs(got_nh - want)[~clear] <= np.ldexp(1.0, -k_out[0] + 1))
+    assert np.all((np.abs(got_nh - want) <= np.ldexp(1.0, -k))[~clear])
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
