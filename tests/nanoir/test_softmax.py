@@ -4,6 +4,26 @@ output step) -> nh (bit for bit) -> `.ne` at both levels -> streaming -> ONNX (o
 -> QAT (forward = nq, backward = torch's gradient).
 
 Mutants checked (each made the tests named fail, in a private copy):
+- the softmax division rounding down (no ``+ S/2``): test_measured_worst_error_at_8_bits;
+- lower-to-hw building its tables for ``k_in + 1``: test_nq_equals_nh_and_is_within_one_step;
+- the nh kernel ignoring the mask: test_nq_equals_nh_and_is_within_one_step;
+- the float kernel ignoring the mask: test_masked_nf_matches_torch;
+- the integer algorithm keeping masked positions' exps: test_nq_equals_nh_and_is_within_one_step;
+- the integer max taken over masked positions too: test_masked_positions_take_no_part;
+- the frontend dropping ``dim`` (always -1): test_nf_matches_torch;
+- the integer log without its interpolation: test_measured_worst_error_at_8_bits;
+- quantize calibrating the softmax output instead of the [0, 1] exponent:
+  test_quantize_and_lower;
+- the hw `.ne` row dropping the mask, the nq row dropping the axis:
+  test_ne_round_trips_at_both_levels;
+- the ONNX writer writing a quantized softmax: test_onnx_refuses_the_quantized_op_and_a_mask;
+- the QAT forward left float (no grids): test_qat_trains_through_and_converts_bit_for_bit;
+- the QAT gradient taken from ``exp``: test_qat_forward_is_nq_and_backward_is_torchs;
+- the streaming rule going row by row along the axis, or ignoring a mask that varies along
+  the streamed dim: test_streamed_is_whole;
+- the row bound not checked: test_row_too_long_is_refused.
+(Dropping the ``den > 0`` guard of a fully masked row is no mutant: ``e = 0`` there already
+rounds to 0.)
 """
 
 from __future__ import annotations
@@ -252,6 +272,21 @@ def test_nq_equals_nh_and_is_within_one_step(case) -> None:  # noqa: ANN001
     assert np.abs(got - want).max() <= 2.0**-k_out
     if mask is not None:
         assert (got[:, ~mask] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", (np.float64, np.int64))
+def test_masked_positions_take_no_part(dtype: type) -> None:
+    """Masked positions neither set the row's max nor add to its sum, in both dtypes: a row
+    whose masked codes are far above the rest (exp of the rest underflows against them) gives
+    the softmax of the unmasked codes alone; a fully masked row gives 0."""
+    from nanoir.runtime.numerics import softmax as sm
+
+    q = np.array([[127, -128, -120, -125], [127, 100, 5, -3]], dtype=dtype)
+    mask = np.array([[False, True, True, True], [False, False, False, False]])
+    got = sm.softmax_codes(q, 1, 0, 8, 7, 8, mask)
+    want = numpy_oracle("softmax", q.astype(np.float64), 1, mask)
+    assert np.abs(got / 128 - want).max() <= 0.5 / 128
+    assert (got[~mask] == 0).all() and got[0, 1:].sum() > 0
 
 
 def test_measured_worst_error_at_8_bits() -> None:
@@ -523,8 +558,10 @@ def test_qat_trains_through_and_converts_bit_for_bit(kind: str, axis: int) -> No
     np.testing.assert_array_equal(hw, want)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_qat_forward_is_nq_and_backward_is_torchs(kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "masked"), [("softmax", False), ("softmax", True), ("log_softmax", False)]
+)
+def test_qat_forward_is_nq_and_backward_is_torchs(kind: str, masked: bool) -> None:
     """The step's forward is the nq kernel's value; its gradient is torch's float op's on the
     same input (straight-through), with and without a mask."""
     from nanoir.dialects.traits import Quantized
@@ -535,7 +572,7 @@ def test_qat_forward_is_nq_and_backward_is_torchs(kind: str) -> None:
     rng = np.random.default_rng(3)
     codes = rng.integers(-128, 128, size=(3, 7)).astype(np.float64)
     x = torch.tensor(codes / 16, requires_grad=True)
-    mask = torch.from_numpy(rng.random(7) < 0.6) if kind == "softmax" else None
+    mask = torch.from_numpy(rng.random(7) < 0.6) if masked else None
     block = Block(arg_types=[TensorType(f32, (3, 7)), TensorType(i1, (7,))])
     op = nf_op(kind, block.args[0], 1, block.args[1] if mask is not None else None)
     step = build_step(op)
@@ -553,6 +590,8 @@ def test_qat_forward_is_nq_and_backward_is_torchs(kind: str) -> None:
     xr = x.detach().clone().requires_grad_(True)
     if kind == "log_softmax":
         ref = torch.log_softmax(xr, 1)
+    elif mask is None:
+        ref = torch.softmax(xr, 1)
     else:
         ref = torch.nan_to_num(torch.softmax(xr.masked_fill(~mask, float("-inf")), 1), nan=0.0)
     (grad_ref,) = torch.autograd.grad(ref, xr, g)
