@@ -36,7 +36,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.lowering.quantize_bias import add_zero_biases, correct_biases
+from nanoir.lowering.quantize_bias import add_zero_biases, correct_biases, float_kernels
 from nanoir.lowering.quantize_calibrate import (
     calibrate,
     exp_shape,
@@ -279,6 +279,8 @@ def quantize_function(
                 + (" ..." if len(missing) > 5 else "")
             )
         calibrate(func, missing, calibration, config, progress=progress)
+    # The float program's kernels, built before fake-quants change what some ops compute.
+    kernels = float_kernels(func) if correct else {}
     rewriter = Rewriter()
     imported = [id(t) for t in targets if t.name in names and t.kind != "bias"]
     inserted: dict[int, FakeQuantOp] = {}
@@ -296,7 +298,13 @@ def quantize_function(
     if correct:
         assert calibration is not None
         if correct_biases(
-            func, biases, calibration, config, imported=names, bias_cap=_capped_bias_exps
+            func,
+            biases,
+            calibration,
+            config,
+            imported=names,
+            bias_cap=_capped_bias_exps,
+            float_kernels=kernels,
         ):
             # The corrected values' exponents, settled and capped as any bias's.
             settle(func, biases, [inserted[i] for i in imported], config.rounding)

@@ -30,6 +30,7 @@ lower-to-hw still lowers and nq == nh: bias correction only changes constants.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -41,7 +42,7 @@ from nanoir.lowering.quantize_calibrate import _as_batches, exp_shape, tensor_ex
 from nanoir.lowering.quantize_joins import get_exps, sources
 from nanoir.lowering.quantize_rules import QuantConfig
 from nanoir.lowering.quantize_targets import WEIGHTED, Target, _shape
-from nanoir.runtime.base import ExecutionError
+from nanoir.runtime.base import ExecutionError, Kernel
 from nanoir.runtime.interpreter import default_builders
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import TensorType
@@ -50,26 +51,37 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import ConstantLike
 
-__all__ = ["add_zero_biases", "bias_name", "correct_biases", "mean_error"]
+__all__ = [
+    "BiasCorrectionWarning",
+    "add_zero_biases",
+    "bias_name",
+    "correct_biases",
+    "float_kernels",
+    "mean_error",
+]
+
+
+class BiasCorrectionWarning(UserWarning):
+    """Bias correction stopped early: an op of the quantized program could not run."""
+
 
 BiasCap = Callable[[Target, np.ndarray], np.ndarray]
 """quantize's final cap of a bias's exponents at its users' accumulators."""
 
 
 def bias_name(op: Operation, taken: set[str]) -> str:
-    """A name for ``op``'s new bias: its weight's with ``.bias`` for ``.weight``
-    (``conv1.weight`` -> ``conv1.bias``), else the result's, made unique against ``taken``."""
+    """A name for ``op``'s new bias: its weight's with ``bias`` for ``weight``
+    (``conv1.weight`` -> ``conv1.bias``), else the result's + ``.bias``, unique in ``taken``."""
     weight = op.operands[1]
-    stem = None
+    name = f"{op.results[0].name_hint or 'layer'}.bias"
     if isinstance(weight, OpResult) and isinstance(weight.op, nf.ConstantOp):
-        if weight.op.sym_name is not None:
-            stem = weight.op.sym_name.data.removesuffix(".weight")
-    stem = stem or op.results[0].name_hint or "layer"
-    name, i = f"{stem}.bias", 0
-    while name in taken:
+        if weight.op.sym_name is not None and weight.op.sym_name.data.endswith("weight"):
+            name = weight.op.sym_name.data.removesuffix("weight") + "bias"
+    unique, i = name, 0
+    while unique in taken:
         i += 1
-        name = f"{stem}.bias_{i}"
-    return name
+        unique = f"{name}_{i}"
+    return unique
 
 
 def add_zero_biases(func: FuncOp, config: QuantConfig) -> list[nf.ConstantOp]:
@@ -101,6 +113,19 @@ def add_zero_biases(func: FuncOp, config: QuantConfig) -> list[nf.ConstantOp]:
         taken.add(name)
         added.append(const)
     return added
+
+
+def float_kernels(func: FuncOp) -> dict[Operation, Kernel]:
+    """The float program's kernel of every op, built before fake-quants are inserted: an op
+    with an ``IntegerAlgorithm`` (softmax) runs its integer algorithm once fake-quants give
+    both its grids, and the float side of the correction must run the float program."""
+    builders = default_builders()
+    kernels: dict[Operation, Kernel] = {}
+    for op in func.body.block.ops:
+        builder = builders.get(type(op))
+        if builder is not None:
+            kernels[op] = builder(op, np.dtype(np.float64))
+    return kernels
 
 
 def mean_error(q: np.ndarray, f: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
@@ -142,9 +167,11 @@ class _SideBySide:
         func: FuncOp,
         batches: Sequence[tuple[np.ndarray, ...]],
         quantized: dict[SSAValue, np.ndarray],
+        float_kernels: dict[Operation, Kernel],
     ):
         self.quantized = quantized
         """Bias constants not corrected: their quantized values (the program's)."""
+        self.float_kernels = float_kernels
         self.builders = default_builders()
         self.n = len(batches)
         self.fl: dict[SSAValue, list[Any]] = {}
@@ -153,11 +180,17 @@ class _SideBySide:
         for i, arg in enumerate(func.body.block.args):
             self.fl[arg] = self.qv[arg] = [b[i] for b in batches]
 
-    def kernel(self, op: Operation) -> Callable[..., tuple[Any, ...]]:
+    def kernel(self, op: Operation) -> Kernel:
+        """``op``'s kernel in the quantized program."""
         kernel = self.builders.get(type(op))
         if kernel is None:
             raise ExecutionError(f"quantize: bias correction cannot run {op.name}")
         return kernel(op, np.dtype(np.float64))
+
+    def float_kernel(self, op: Operation) -> Kernel:
+        """``op``'s kernel in the float program."""
+        kernel = self.float_kernels.get(op)
+        return kernel if kernel is not None else self.kernel(op)
 
     def run(self, op: Operation, kernel: Callable[..., tuple[Any, ...]], side: dict, i: int):
         try:
@@ -167,7 +200,6 @@ class _SideBySide:
 
     def step(self, op: Operation) -> None:
         """Evaluate ``op`` on both sides (a fake-quant is the identity on the float side)."""
-        kernel = self.kernel(op)
         if op.has_trait(ConstantLike) or all(v in self.const for v in op.operands):
             self.const.update(op.results)
             n = 1
@@ -176,12 +208,12 @@ class _SideBySide:
         if isinstance(op, FakeQuantOp):
             self.fl[op.result] = self.fl[op.input]
         else:
-            self._side(op, kernel, self.fl, n)
-        if all(self.qv[v] is self.fl[v] for v in op.operands) and not isinstance(op, FakeQuantOp):
+            self._side(op, self.float_kernel(op), self.fl, n)
+        if op.has_trait(ConstantLike):
             for r in op.results:
                 self.qv[r] = self.fl[r]
         else:
-            self._side(op, kernel, self.qv, n)
+            self._side(op, self.kernel(op), self.qv, n)
         for r in op.results:
             if r in self.quantized:
                 self.qv[r] = [self.quantized[r]] * self.n
@@ -204,6 +236,7 @@ def correct_biases(
     *,
     imported: set[str],
     bias_cap: BiasCap,
+    float_kernels: dict[Operation, Kernel] | None = None,
 ) -> bool:
     """Correct the biases of ``func`` (see the module docstring) and set each bias target's
     ``exps`` to its values' own (imported ones kept), for quantize to settle and cap; returns
@@ -241,16 +274,28 @@ def correct_biases(
             quantized[t.value] = quant.fake_quant(
                 values.astype(np.float64), t.bits, exps, t.rounding or config.rounding
             )
-    sides = _SideBySide(func, batches, quantized)
+    sides = _SideBySide(func, batches, quantized, float_kernels or {})
     new_values: dict[int, np.ndarray] = {}
     for op in ops:
         if isinstance(op, ReturnOp):
             break
         t = of_op.get(op)
-        if t is None:
-            sides.step(op)
-        else:
-            new_values[id(t)] = _correct(op, t, sides, config, imported, bias_cap)
+        try:
+            if t is None:
+                sides.step(op)
+            else:
+                new_values[id(t)] = _correct(op, t, sides, config, imported, bias_cap)
+        except ExecutionError as e:
+            # (e.g. a softmax whose output exponent leaves its integer algorithm no room)
+            name = f" (%{op.results[0].name_hint})" if op.results[0].name_hint else ""
+            warnings.warn(
+                BiasCorrectionWarning(
+                    f"quantize: bias correction stopped at {op.name}{name}, which the "
+                    f"quantized program cannot run: {e}; the biases after it are not corrected"
+                ),
+                stacklevel=3,
+            )
+            break
         for v in op.operands:
             if last_use.get(v) is op:
                 sides.drop(v)
@@ -277,7 +322,7 @@ def _correct(
     bias_cap: BiasCap,
 ) -> np.ndarray:
     """Run ``op`` on both sides with its bias corrected; return the corrected bias."""
-    kernel = sides.kernel(op)
+    kernel, float_kernel = sides.kernel(op), sides.float_kernel(op)
     x, w, b = op.operands[0], op.operands[1], op.operands[2]
     original = constant_array(b)
     assert original is not None
@@ -297,7 +342,7 @@ def _correct(
     total = np.zeros(bias.shape, np.float64)
     count = 0
     for i in range(sides.n):
-        f = kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
+        f = float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
         pre = kernel(sides.qv[x][i], sides.qv[w][i])[0]
         s, c = mean_error(pre + quantized_bias(bias).reshape(shape), f, axis)
         total, count = total + s, count + c

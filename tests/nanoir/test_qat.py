@@ -276,8 +276,11 @@ def test_grouped_conv_transpose_bias_cap_tiles_per_group(learner: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("bias_correction", [True, False])
 @pytest.mark.parametrize("calibrator", ["absmax", "mse"])
-def test_calibrate_gives_the_ptq_program(calibrator: str) -> None:
+def test_calibrate_gives_the_ptq_program(calibrator: str, bias_correction: bool) -> None:
+    """prepare + calibrate + convert is quantize's program, with bias correction (the
+    corrected biases written into the module) and without."""
     model = small_cnn()
     x = np.random.default_rng(0).random((16, 1, 8, 8)).astype(np.float32)
     options = {
@@ -286,10 +289,11 @@ def test_calibrate_gives_the_ptq_program(calibrator: str) -> None:
         "rounding": "half_even",
         "rules": (QuantRule(r"^fc\.weight$", bits=1), "conv2=skip", "act@relu=4/pc"),
     }
-    q = qat.prepare(model, (torch.from_numpy(x[:2]),), **options)
+    example = (torch.from_numpy(x[:2]),)
+    q = qat.prepare(model, example, bias_correction=bias_correction, **options)
     qat.calibrate(q, [x[:8], x[8:]])
     ptq = nanoir.compile_model(
-        model, (torch.from_numpy(x[:2]),), [x[:8], x[8:]], stop="nq", **options
+        model, example, [x[:8], x[8:]], stop="nq", bias_correction=bias_correction, **options
     )
     assert str(qat.convert(q)) == str(ptq)
 

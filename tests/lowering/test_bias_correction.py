@@ -1,0 +1,341 @@
+"""Empirical bias correction (lowering/quantize_bias.py): each conv/linear bias absorbs the mean
+quantization error at its output, against NumPy/torch oracles written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.runtime.interpreter import compile_module
+from nanoir.runtime.numerics.quant import RoundingMode
+from torch import nn
+from xdsl.dialects.builtin import ModuleOp
+
+import nanoir
+from nanoir.testing.programs import ALL_KINDS, examples, random_nq_program
+
+
+def trunc_quant(x: np.ndarray, bits: int, k: np.ndarray) -> np.ndarray:
+    """NanoEngine's fake-quant, written out: truncate ``x * 2**k`` toward zero, saturate."""
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return np.clip(np.trunc(x * 2.0**k), lo, hi) / 2.0**k
+
+
+def absmax_exp(x: np.ndarray, bits: int, axes: tuple[int, ...] | None) -> np.ndarray:
+    """NanoEngine's absmax rule ``k = floor(log2(2**(b-1) / absmax))``, per channel kept."""
+    m = np.max(np.abs(x), axis=axes, keepdims=axes is not None)
+    return np.floor(np.log2(2.0 ** (bits - 1) / m)).astype(np.int64)
+
+
+def fake_quants(module: ModuleOp) -> dict[str, FakeQuantOp]:
+    """Fake-quants by the name of what they quantize (a constant's name, else the SSA name)."""
+    out = {}
+    for op in module.walk():
+        if isinstance(op, FakeQuantOp):
+            src = op.input.owner
+            name = src.sym_name.data if isinstance(src, nf.ConstantOp) else op.input.name_hint
+            out[name] = op
+    return out
+
+
+def constants(module: ModuleOp) -> dict[str, np.ndarray]:
+    return {
+        op.sym_name.data: dense_to_numpy(op.value).astype(np.float64)
+        for op in module.walk()
+        if isinstance(op, nf.ConstantOp) and op.sym_name is not None
+    }
+
+
+def exps(fq: FakeQuantOp) -> np.ndarray:
+    return dense_to_numpy(fq.exp).astype(np.int64)
+
+
+def check_exact(module: ModuleOp, x: np.ndarray) -> None:
+    """The nq program lowers and nh == nq bit for bit."""
+    want = nanoir.run(module, x, dtype=np.float64)
+    hw = lower_to_hw(module.clone())
+    got = nanoir.run(hw, x)
+    for g, w in zip(got, want, strict=True):
+        assert g.tobytes() == w.tobytes()
+
+
+# --------------------------------------------------------------------------------------------
+# One layer: the correction against an oracle computed here
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["conv", "linear"])
+def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
+    """A layer without a bias gets ``b' = -mean(layer(xq, wq) - layer(x, w))`` per output
+    channel, with ``xq, wq`` truncated on the absmax exponents (a zero bias quantizes to 0, so
+    nothing else enters). The layer runs in torch float64 here, the quantizer in NumPy.
+
+    Mutants caught (in a private copy): the correction's sign flipped; the mean taken over the
+    wrong axis (per position instead of per channel); the error measured without the input's
+    fake-quant (float input on the quantized side)."""
+    torch.manual_seed(0)
+    layer = nn.Conv2d(3, 5, 3, padding=1, bias=False) if kind == "conv" else nn.Linear(6, 4, False)
+    shape = (3, 6, 6) if kind == "conv" else (6,)
+    rng = np.random.default_rng(1)
+    calib = [rng.standard_normal((4, *shape)).astype(np.float32) for _ in range(3)]
+    module = nanoir.from_torch(layer.eval(), (torch.from_numpy(calib[0]),))
+    bits = 4
+    nanoir.quantize(module, calib, weight_bits=bits, act_bits=bits, progress=False)
+
+    x = np.concatenate(calib).astype(np.float64)
+    w = layer.weight.detach().numpy().astype(np.float64)
+    fqs = fake_quants(module)
+    kx = absmax_exp(x, bits, None)
+    kw = absmax_exp(w, bits, tuple(range(1, w.ndim)))
+    assert (exps(fqs["weight"]).reshape(-1) == kw.reshape(-1)).all()
+    input_name = next(n for n in fqs if n not in ("weight", "bias"))
+    assert exps(fqs[input_name]).reshape(-1) == kx.reshape(-1)
+    xq, wq = trunc_quant(x, bits, kx), trunc_quant(w, bits, kw)
+
+    def apply(a: np.ndarray, k: np.ndarray) -> np.ndarray:
+        ta, tk = torch.from_numpy(a), torch.from_numpy(k)
+        return (F.conv2d(ta, tk, padding=1) if kind == "conv" else ta @ tk.T).numpy()
+
+    err = apply(xq, wq) - apply(x, w)
+    axes = (0, 2, 3) if kind == "conv" else (0,)
+    want = -err.mean(axis=axes)
+    got = constants(module)["bias"]
+    assert np.abs(want).max() > 1e-3  # there is something to correct
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5, atol=1e-7)
+    check_exact(module, x)
+
+
+# --------------------------------------------------------------------------------------------
+# A chain: after correction the mean error at every layer's output is (near) zero
+# --------------------------------------------------------------------------------------------
+
+
+def _conv_chain(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for cin, cout in ((3, 8), (8, 8), (8, 6)):
+        conv = nn.Conv2d(cin, cout, 3, padding=1)
+        with torch.no_grad():
+            conv.bias.normal_(0.0, 0.2)
+        layers += [conv, nn.ReLU()]
+    return nn.Sequential(*layers[:-1]).eval()
+
+
+def _layer_errors(
+    float_module: ModuleOp, module: ModuleOp, x: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per conv, in order: the mean error per channel of the quantized program's conv result
+    (before its output fake-quant) against the float program's, and the bias step."""
+    seen: dict[str, list[np.ndarray]] = {"f": [], "q": []}
+
+    def observer(key: str):  # noqa: ANN202
+        def observe(op: object, results: tuple[np.ndarray, ...]) -> None:
+            if isinstance(op, nf.ConvOp):
+                seen[key].append(np.asarray(results[0], np.float64))
+
+        return observe
+
+    compile_module(float_module, dtype=np.float64)(x, observe=observer("f"))
+    compile_module(module)(x, observe=observer("q"))
+    steps = [
+        2.0 ** -exps(fq).reshape(-1)
+        for name, fq in fake_quants(module).items()
+        if name.endswith(".bias")
+    ]
+    return [
+        ((q - f).mean(axis=(0, 2, 3)), step)
+        for q, f, step in zip(seen["q"], seen["f"], steps, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("rounding", ["trunc", "floor", "half_even"])
+def test_mean_error_at_every_layer_is_near_zero(rounding: str) -> None:
+    """On the calibration data, each corrected conv's mean error per channel is at most one
+    step of its bias (what quantizing the corrected bias leaves); uncorrected, truncation's
+    shrink is many steps. Layers 2 and 3 are corrected after the layers above them.
+
+    Mutants caught (in a private copy): the quantized side not updated with the corrected
+    bias before the layers below run (layers 2-3 off); no bias correction at all."""
+    model = _conv_chain()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 3, 8, 8)).astype(np.float32)
+    float_module = nanoir.from_torch(model, (torch.from_numpy(x[:2]),))
+    corrected, plain = float_module.clone(), float_module.clone()
+    batches = [x[:8], x[8:]]
+    nanoir.quantize(corrected, batches, rounding=rounding, progress=False)
+    nanoir.quantize(plain, batches, rounding=rounding, bias_correction=False, progress=False)
+    for err, step in _layer_errors(float_module, corrected, x):
+        assert (np.abs(err) <= step * 1.001).all(), (err, step)
+    if rounding in ("trunc", "floor"):
+        worst = max(float(np.abs(e / s).max()) for e, s in _layer_errors(float_module, plain, x))
+        assert worst > 4
+    check_exact(corrected, x)
+
+
+# --------------------------------------------------------------------------------------------
+# Deep chain: truncation collapses without correction
+# --------------------------------------------------------------------------------------------
+
+
+def _deep_chain(depth: int = 32, width: int = 8) -> nn.Module:
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        lin = nn.Linear(width, width)
+        with torch.no_grad():
+            lin.weight.copy_(torch.eye(width) + 0.05 * torch.randn(width, width))
+            lin.bias.zero_()
+        layers += [lin, nn.ReLU()]
+    return nn.Sequential(*layers).eval()
+
+
+def test_deep_chain_does_not_collapse_in_trunc() -> None:
+    """32 near-identity linear + ReLU layers, 8-bit, ``trunc``: each layer shrinks its output
+    by about half a step, and uncorrected the output ends at under half its float scale
+    (about 3 dB SQNR); corrected it keeps its scale within 10% and 15 dB (measured: 0.23 /
+    3.0 dB against 0.96 / 18.1 dB). Both against the float program, computed by NumPy here.
+
+    Mutant caught (in a private copy): no bias correction (quantize ignoring the option)."""
+    model = _deep_chain()
+    rng = np.random.default_rng(0)
+    calib = [np.abs(rng.standard_normal((64, 8))).astype(np.float32) for _ in range(2)]
+    x = np.abs(rng.standard_normal((256, 8)))
+    ref = x
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            ref = ref @ layer.weight.detach().numpy().astype(np.float64).T
+        else:
+            ref = np.maximum(ref, 0.0)
+    module = nanoir.from_torch(model, (torch.from_numpy(calib[0][:2]),))
+    results = {}
+    for correct in (False, True):
+        q = module.clone()
+        nanoir.quantize(q, calib, bias_correction=correct, progress=False)
+        (y,) = nanoir.run(q, x)
+        sqnr = 10 * np.log10((ref**2).sum() / ((y - ref) ** 2).sum())
+        results[correct] = (sqnr, y.mean() / ref.mean())
+    assert results[False][0] < 6 and results[False][1] < 0.5, results
+    assert results[True][0] > 15 and 0.9 < results[True][1] < 1.1, results
+
+
+# --------------------------------------------------------------------------------------------
+# bias_correction=False is the uncorrected program; no data, nothing to correct
+# --------------------------------------------------------------------------------------------
+
+
+def _small_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16, 3, False))
+
+
+def test_without_correction_the_program_is_the_uncorrected_one() -> None:
+    """``bias_correction=False``: the float program under the fake-quants is the imported one,
+    op for op and constant for constant (no bias added to the bias-less linear), and every
+    exponent is NanoEngine's absmax rule computed here (the bias's capped at input + weight).
+
+    Mutant caught (in a private copy): correction applied whatever the option says."""
+    model = _small_net().eval()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 2, 4, 4)).astype(np.float32)
+    module = nanoir.from_torch(model, (torch.from_numpy(x[:2]),))
+    before = str(module)
+    nanoir.quantize(module, [x], bias_correction=False, progress=False)
+    stripped = module.clone()
+    for op in list(stripped.walk()):
+        if isinstance(op, FakeQuantOp):
+            op.results[0].replace_all_uses_with(op.operands[0])
+            op.detach()
+            op.erase()
+    assert str(stripped) == before
+    fqs = fake_quants(module)
+    assert "3.bias" not in fqs
+    w = model[0].weight.detach().numpy().astype(np.float64)
+    b = model[0].bias.detach().numpy().astype(np.float64)
+    kx = int(absmax_exp(x.astype(np.float64), 8, None).reshape(()))
+    kw = absmax_exp(w, 8, (1, 2, 3)).reshape(-1)
+    assert exps(fqs["0.weight"]).reshape(-1).tolist() == kw.tolist()
+    kb = np.minimum(np.floor(np.log2(2.0**7 / np.abs(b))).astype(np.int64), kx + kw)
+    assert exps(fqs["0.bias"]).reshape(-1).tolist() == kb.tolist()
+
+
+def test_no_calibration_data_means_nothing_to_correct() -> None:
+    """Imported exponents and no data: quantize runs as before, no bias added, no error."""
+    model = _small_net().eval()
+    x = np.ones((2, 2, 4, 4), np.float32)
+    module = nanoir.from_torch(model, (torch.from_numpy(x),))
+    calibrated = module.clone()
+    targets = nanoir.quantize(calibrated, [x], bias_correction=False, progress=False)
+    imported = {t.name: np.asarray(t.exps).reshape(-1).tolist() for t in targets}
+    nanoir.quantize(module, None, exponents=imported, progress=False)
+    assert str(module) == str(calibrated)
+    assert "3.bias" not in fake_quants(module)
+
+
+def test_bad_option_is_refused() -> None:
+    module = nanoir.from_torch(_small_net().eval(), (torch.ones(2, 2, 4, 4),))
+    with pytest.raises(nanoir.Error, match="bias_correction must be True, False or None"):
+        nanoir.quantize(module, [np.ones((2, 2, 4, 4))], bias_correction="yes")
+
+
+# --------------------------------------------------------------------------------------------
+# Random programs: corrected programs lower, nq == nh bit for bit
+# --------------------------------------------------------------------------------------------
+
+
+def _float_program(module: ModuleOp) -> ModuleOp:
+    """The nf program under a random nq program (every fake-quant removed)."""
+    for op in list(module.walk()):
+        if isinstance(op, FakeQuantOp):
+            op.results[0].replace_all_uses_with(op.operands[0])
+            op.detach()
+            op.erase()
+    return module
+
+
+KINDS = tuple(k for k in ALL_KINDS if k != "softmax")
+"""Every op kind but softmax: a log_softmax over a dim of size 1 is 0 everywhere and
+quantize gives it exponent 60, which its integer algorithm cannot run, corrected or not."""
+
+
+@settings(
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    data=st.data(),
+    rounding=st.sampled_from(tuple(RoundingMode)),
+    bits=st.sampled_from((2, 4, 8)),
+    calibrator=st.sampled_from(("absmax", "mse")),
+    scale=st.sampled_from((0.5, 4.0)),
+)
+def test_corrected_random_programs_lower_exactly(
+    data: st.DataObject, rounding: RoundingMode, bits: int, calibrator: str, scale: float
+) -> None:
+    """Random programs of every op kind, quantized with bias correction (zero biases added
+    where missing), lower, and nq == nh bit for bit on fresh data.
+
+    Mutant caught (in a private copy): the corrected biases keeping the exponents settled for
+    the old values (no second ``settle``): "may overflow i32 once aligned to its bias"."""
+    module, shape = random_nq_program(data.draw, kinds=KINDS)
+    _float_program(module)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    batches = [rng.standard_normal((2, *shape[1:])) * scale for _ in range(2)]
+    nanoir.quantize(
+        module,
+        batches,
+        rounding=rounding,
+        weight_bits=bits,
+        act_bits=bits,
+        calibrator=calibrator,
+        progress=False,
+    )
+    module.verify()
+    check_exact(module, rng.standard_normal((3, *shape[1:])) * scale)
