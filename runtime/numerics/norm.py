@@ -151,11 +151,13 @@ def norm_plan(
     rounding: RoundingMode | str,
     bias_max_scaled: int,
     bias_exps: list[int] | np.ndarray,
+    max_guard: int = _MAX_GUARD,
 ) -> NormPlan:
     """The plan for ``n`` codes of ``in_bits`` at ``in_exp``; the weight codes' exponents and
     their largest magnitude per exponent (``weight_max``), the bias exponents and
     ``bias_max_scaled`` = ``max |c| 2**(ko - kc)`` rounded up; :class:`NormBoundError` when no
-    plan keeps every intermediate below ``2**62`` with the error within half an output step."""
+    plan keeps every intermediate below ``2**62`` with the error within half an output step.
+    ``max_guard`` caps ``P`` (tests use a coarse one, where the trunc/floor nudge matters)."""
     if n < 1:
         raise NormBoundError(f"normalises over {n} elements")
     if out_bits < 2:
@@ -180,7 +182,7 @@ def norm_plan(
     bexps = [int(k) for k in np.asarray(bias_exps).reshape(-1)]
     min_guard = max([0] + [kc - out_exp for kc in bexps])
     root = math.isqrt(max(n - 1, 1)) + 1  # > sqrt(n - 1) >= |D| / sqrt(V)
-    guard = _MAX_GUARD
+    guard = max_guard
     while guard >= min_guard:
         frac = [out_exp + guard - kg for kg in wexps]
         fits = all(
@@ -268,6 +270,7 @@ def plan_for(
     out_bits: int,
     rounding: RoundingMode | str,
     out_signed: bool = True,
+    max_guard: int = _MAX_GUARD,
 ) -> NormPlan:
     """:func:`norm_plan` for per-tensor weight and bias codes (``in_bits`` counts the sign)."""
     wmax = int(np.abs(np.asarray(weight, np.int64)).max(initial=0))
@@ -285,6 +288,7 @@ def plan_for(
         rounding,
         scaled,
         [bias_exp] if cmax else [],
+        max_guard,
     )
     return replace(plan, out_signed=out_signed)
 
