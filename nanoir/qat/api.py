@@ -74,6 +74,7 @@ from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
     ModuleOp,
+    StringAttr,
 )
 from xdsl.dialects.func import ReturnOp
 from xdsl.ir import OpResult, SSAValue
@@ -90,6 +91,7 @@ from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.quantize_bias import add_zero_biases
 from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
+from nanoir.qat.joins import JoinRules
 from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
@@ -165,6 +167,7 @@ class QATModule(nn.Module):
         source: dict[int, str] = {}  # slot -> quantizer key it comes from
         self._result_slots: list[int] = []
         self._nbuf = 0
+        key_of: dict[SSAValue, str] = {}  # quantized value -> quantizer key (join rules)
 
         def add_quantizer(t: qz.Target) -> str:
             key = tensor_key(t.name, taken_q)
@@ -188,6 +191,7 @@ class QATModule(nn.Module):
                 lr,
                 total // channels,
             )
+            key_of[t.value] = key
             return key
 
         for arg in func.body.block.args:
@@ -246,6 +250,9 @@ class QATModule(nn.Module):
                     self._quant_of[o] = key
                     source[o] = key
         self._source = source
+        self._joins = JoinRules(
+            func, self.targets, key_of, self.quantizers, self.params, self._param_key
+        )
 
     # -- names -----------------------------------------------------------------------------
 
@@ -301,11 +308,13 @@ class QATModule(nn.Module):
             )
         xs = [torch.as_tensor(x) for x in inputs]
         dtype = next((x.dtype for x in xs if x.is_floating_point()), torch.float32)
+        ties = self._joins.ties()  # quantize's join rules on this step's exponents
         slots: dict[int, Any] = {}
         for s, x in zip(self._arg_slots, xs):
             slots[s] = x.to(dtype)
             if s in self._quant_of:
-                slots[s] = self.quantizers[self._quant_of[s]](slots[s])
+                key = self._quant_of[s]
+                slots[s] = self.quantizers[key](slots[s], tie=ties.get(key))
         pending_bias: dict[int, str] = dict(self._bias_of)
         for kind, fn, args, outs in self._steps:
             if kind == "param":
@@ -316,11 +325,14 @@ class QATModule(nn.Module):
                 for a in args:
                     if a in pending_bias:
                         key = pending_bias.pop(a)
-                        slots[a] = self.quantizers[key](slots[a], self._cap(key, slots))
+                        slots[a] = self.quantizers[key](
+                            slots[a], self._cap(key, slots), ties.get(key)
+                        )
                 values = fn(*[slots[a] for a in args])
             for o, v in zip(outs, values):
                 if o in self._quant_of:
-                    v = self.quantizers[self._quant_of[o]](v)
+                    key = self._quant_of[o]
+                    v = self.quantizers[key](v, tie=ties.get(key))
                 slots[o] = v
         results = tuple(slots[s] for s in self._result_slots)
         return results[0] if len(results) == 1 else results
@@ -467,6 +479,7 @@ def calibrate(
                 qat.tensor(const.sym_name.data).copy_(
                     torch.from_numpy(np.array(dense_to_numpy(const.value), dtype=np.float32))
                 )
+    qat._joins.calibrate(targets)  # noqa: SLF001 - the join rules' origins, as quantize's
     return qat
 
 
@@ -506,9 +519,10 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
     was_training = qat.training
     qat.eval()
     out: dict[str, dict[str, Any]] = {}
-    caps = _bias_caps(qat)
+    settled = qat._joins.settle()[1]  # noqa: SLF001 - the join rules, as the forward applies them
+    caps = _bias_caps(qat, settled)
     for key, q in qat.quantizers.items():
-        k = q.int_exponents().reshape(-1)
+        k = settled.get(key, q.int_exponents()).reshape(-1)
         cap = caps.get(key)
         if cap is not None:
             k = np.minimum(k, cap.min() if k.size == 1 else cap)
@@ -522,10 +536,12 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _bias_caps(qat: QATModule) -> dict[str, np.ndarray | None]:
-    """Bias caps from the current (eval) exponents, without running the module."""
-    for q in qat.quantizers.values():
-        q.last_k = q.exponents().detach()
+def _bias_caps(qat: QATModule, settled: dict[str, np.ndarray]) -> dict[str, np.ndarray | None]:
+    """Bias caps from the current (eval) exponents after the join rules (``settled``),
+    without running the module."""
+    for key, q in qat.quantizers.items():
+        k = settled.get(key)
+        q.last_k = q.exponents().detach() if k is None else torch.from_numpy(k.astype(np.float64))
     return {
         key: (
             None
@@ -554,9 +570,15 @@ def convert(qat: QATModule) -> ModuleOp:
 
     _qat_argument(qat, "convert")
     module = float_program(qat)
-    qz.quantize_function(
-        find_function(module, qat.function), None, qat.config, export_exponents(qat)
-    )
+    exponents = export_exponents(qat)
+    origins = {qat.quantizers[k].name: o for k, o in qat._joins.origins.items()}  # noqa: SLF001
+    targets = qz.quantize_function(find_function(module, qat.function), None, qat.config, exponents)
+    for t in targets:
+        # The join rule that chose an exponent, as quantize records it (the report shows it).
+        if t.name in origins:
+            for use in t.value.uses:
+                if isinstance(use.operation, FakeQuantOp) and use.operation.origin is None:
+                    use.operation.origin = StringAttr(origins[t.name])
     return module
 
 

@@ -266,11 +266,18 @@ class Quantizer(nn.Module):
 
     # -- forward ---------------------------------------------------------------------------
 
-    def forward(self, x: torch.Tensor, cap: torch.Tensor | None = None) -> torch.Tensor:
-        """Fake-quantize ``x``; ``cap`` (code exponents) bounds a bias's exponents."""
+    def forward(
+        self, x: torch.Tensor, cap: torch.Tensor | None = None, tie: np.ndarray | None = None
+    ) -> torch.Tensor:
+        """Fake-quantize ``x``; ``cap`` (code exponents) bounds a bias's exponents; ``tie``
+        (exponents, NaN where free) replaces the learner's exponents where a join rule set
+        them (``nanoir.qat.joins``: no gradient flows to the learner there)."""
         if self.learner == "ema" and self.training:
             self._update_ema(x)
         k = self.exponents()
+        if tie is not None:
+            t = torch.from_numpy(np.asarray(tie, dtype=np.float64)).to(k.dtype).reshape(k.shape)
+            k = torch.where(torch.isnan(t), k, t)
         if cap is not None:
             cap = cap.min() if k.numel() == 1 else cap  # as quantize: a per-tensor bias
             k = torch.minimum(k, cap.to(k.dtype).reshape(k.shape))
