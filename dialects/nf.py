@@ -256,7 +256,7 @@ class ReluOp(UnaryFloatOp):
     """
 
     name = "nf.relu"
-    traits = traits_def(Pure(), Elementwise(), NonNegativeResult())
+    traits = traits_def(Pure(), Elementwise(), NonNegativeResult(clips_negatives=True))
 
 
 @irdl_op_definition
@@ -368,7 +368,7 @@ class ClampOp(UnaryFloatOp):
     """
 
     name = "nf.clamp"
-    traits = traits_def(Pure(), Elementwise(), NonNegativeResult("min"))
+    traits = traits_def(Pure(), Elementwise(), NonNegativeResult("min", clips_negatives=True))
     min = opt_prop_def(FloatAttr[Float64Type])
     max = opt_prop_def(FloatAttr[Float64Type])
 

@@ -556,6 +556,10 @@ class NonNegativeResult(OpTrait):
     and unsigned codes"): the fact lives on the op, not in a list in quantize."""
 
     min_property: str | None = None
+    clips_negatives: bool = False
+    """True when a negative input gives what 0 gives (ReLU, a clamp with min >= 0; not sigmoid),
+    so the operand's own fake-quant may be unsigned too: its negative codes would saturate to
+    0, which the op maps where it maps every negative value."""
 
     def holds(self, op: Operation) -> bool:
         """Whether this op's result is non-negative (for a clamp: its min is set and >= 0)."""
@@ -572,6 +576,19 @@ def non_negative_result(value: SSAValue) -> bool:
         return False
     trait = op.get_trait(NonNegativeResult)
     return trait is not None and trait.holds(op)
+
+
+def negatives_unread(value: SSAValue) -> bool:
+    """Whether every reader of ``value`` maps negative values as it maps 0 (a ReLU, a clamp
+    with min >= 0: :attr:`NonNegativeResult.clips_negatives`), so unsigned codes for ``value``
+    change nothing those readers compute."""
+    uses = list(value.uses)
+    for use in uses:
+        op = use.operation
+        trait = op.get_trait(NonNegativeResult)
+        if trait is None or not trait.clips_negatives or not trait.holds(op):
+            return False
+    return bool(uses)
 
 
 def normalised_dims(op: Operation) -> range:

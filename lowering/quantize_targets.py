@@ -10,7 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import DataMovement, Weighted, non_negative_result, weight_reader
+from nanoir.dialects.traits import (
+    DataMovement,
+    Weighted,
+    negatives_unread,
+    non_negative_result,
+    weight_reader,
+)
 from nanoir.lowering.quantize_rules import (
     QuantConfig,
     QuantizeError,
@@ -105,9 +111,11 @@ def _constant_kind(value: SSAValue) -> str | None:
 def _signed(
     config: QuantConfig, value: SSAValue, name: str, unique: str, kind: str, bits: int
 ) -> bool:
-    """Signed or unsigned codes: a rule's ``u``/``s``, else unsigned for an activation known
-    non-negative (``NonNegativeResult``) under ``unsigned="auto"``. A rule may ask unsigned for
-    any activation (negative values then saturate to 0; the report marks it)."""
+    """Signed or unsigned codes: a rule's ``u``/``s``, else, under ``unsigned="auto"``,
+    unsigned for an activation known non-negative (``NonNegativeResult``) or read only by ops
+    that map negatives as 0 (a conv output read by its ReLU alone: ``negatives_unread``; then
+    the ReLU's input, not only its output, gets the extra bit). A rule may ask unsigned for any
+    activation (negative values then saturate to 0; the report marks it)."""
     asked = config.resolve_signed(name, "act" if kind == "const" else kind)
     if asked is False:
         if kind != "act":
@@ -122,7 +130,7 @@ def _signed(
             )
         return False
     if asked is None and config.unsigned == "auto" and kind == "act" and bits > 1:
-        return not non_negative_result(value)
+        return not (non_negative_result(value) or negatives_unread(value))
     return True
 
 

@@ -31,7 +31,7 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import Weighted, non_negative_result
+from nanoir.dialects.traits import Weighted, negatives_unread, non_negative_result
 from nanoir.errors import Error, FileFormatError, batches_argument
 from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.runtime.interpreter import (
@@ -100,7 +100,8 @@ class ReportRow:
     """False for unsigned codes (``signed = false``)."""
     known_non_negative: bool = True
     """For unsigned codes: whether the value is non-negative by construction (its producer's
-    ``NonNegativeResult`` trait); False when a rule asked unsigned codes anyway."""
+    ``NonNegativeResult`` trait) or read only by ops that map negatives as 0 (a ReLU); False
+    when a rule asked unsigned codes anyway."""
 
     @property
     def bits_text(self) -> str:
@@ -431,7 +432,9 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                 origin=origin,
                 sqnr_own=_own_sqnr(op, exps[op], seen[op]) if origin and seen.get(op) else None,
                 signed=op.is_signed,
-                known_non_negative=op.is_signed or non_negative_result(op.input),
+                known_non_negative=op.is_signed
+                or non_negative_result(op.input)
+                or negatives_unread(op.result),
             )
         )
     result.output_sqnr = [sqnr_db(s, n) for s, n in zip(out_signal, out_noise)]

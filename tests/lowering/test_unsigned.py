@@ -207,8 +207,9 @@ def _quantized(name: str, **options: object) -> tuple[ModuleOp, list[np.ndarray]
 @pytest.mark.parametrize("name", ["KWSNet", "MobileNetV2Stack", "LeNet5"])
 def test_default_programs_are_unchanged(name: str) -> None:
     """No option (or ``unsigned="never"``) prints no ``signed`` and lowers to no ``ui``
-    type; "auto" marks exactly the fake-quants of ``NonNegativeResult`` ops. Mutant seen
-    failing (private copy): auto also marking the conv outputs (the trait check dropped)."""
+    type; "auto" marks exactly the fake-quants of ``NonNegativeResult`` ops and of values read
+    only by a ReLU or a clamp at min >= 0. Mutant seen failing (private copy): auto marking
+    every activation (the trait check dropped)."""
     default, _, _ = _quantized(name)
     never, _, _ = _quantized(name, unsigned="never")
     auto, _, _ = _quantized(name, unsigned="auto")
@@ -219,7 +220,14 @@ def test_default_programs_are_unchanged(name: str) -> None:
             src = op.input.owner
             trait = src.get_trait(NonNegativeResult) if isinstance(src, Operation) else None
             non_negative = trait is not None and trait.holds(src)  # type: ignore[arg-type]
-            assert op.is_signed != (non_negative and op.bits.value.data > 1)
+            # ... or read only by ops that map negatives as 0 (a conv's ReLU)
+            clipped = all(
+                u.operation.name == "nf.relu"
+                or u.operation.name == "nf.clamp"
+                and u.operation.min.value.data >= 0
+                for u in op.result.uses
+            ) and bool(op.result.uses)
+            assert op.is_signed != ((non_negative or clipped) and op.bits.value.data > 1)
     assert "signed = false" in str(auto)
 
 
@@ -253,14 +261,16 @@ def test_auto_lowers_exactly(name: str, bits: int, calibrator: str, rounding: st
 
 
 def test_a_rule_may_ask_unsigned_for_anything_and_the_report_shows_it() -> None:
-    """A conv output (not known non-negative) made unsigned by a rule: negatives saturate to
-    0 at both levels, and the report marks it ``8u*``."""
-    module, cal, x = _quantized("KWSNet", rules=("features.1$=8u",))
+    """A pooled value read by a linear (not known non-negative, not read by a ReLU alone) made
+    unsigned by a rule: negatives saturate to 0 at both levels, and the report marks it
+    ``8u*``. Mutant seen failing (private copy): the report taking every unsigned value as
+    known non-negative."""
+    module, cal, x = _quantized("KWSNet", rules=("pool$=8u",))
     assert all(
         np.array_equal(a, b) for a, b in zip(run(module, x), run(lower_to_hw(module.clone()), x))
     )
     text = str(nanoir.report(module, cal))
-    row = next(line for line in text.splitlines() if line.startswith("features.1 "))
+    row = next(line for line in text.splitlines() if line.startswith("pool "))
     assert " 8u* " in row and "negatives saturate to 0" in text
 
 
