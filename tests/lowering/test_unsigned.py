@@ -118,6 +118,37 @@ def test_quantize_auto_calibrates_unsigned_exponents(bits: int) -> None:
     assert int(fqs["s"].exp.get_values()[0]) == largest_k(sigmoid_max)
 
 
+JOIN = """\
+func.func @main(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {
+  %r = nf.relu %a : tensor<?x4xf32>
+  %c = nf.constant "c" dense<[1.5e-4, -9.0e-5, 3.0e-5, 7.5e-5]> : tensor<4xf32>
+  %s = nf.add %r, %c : (tensor<?x4xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+  func.return %s : tensor<?x4xf32>
+}
+"""
+
+
+def test_joins_count_an_unsigned_operand_as_one_bit_wider() -> None:
+    """A 16-bit unsigned ReLU output (coarse) added to a tiny constant (fine): the constant's
+    exponent is capped so that the ReLU's codes, 17 signed bits, shift onto it within 31 bits
+    (``k_r + 31 - 17``, not the signed ``k_r + 15``), and the sum lowers with nh == nq.
+    Mutant seen failing (private copy): quantize_joins taking the unsigned operand's bits as
+    they are (no +1)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 4)) * 100.0
+    module = nanoir.parse(JOIN)
+    nanoir.quantize(module, [x], act_bits=16, unsigned="auto")
+    fqs = {op.input.name_hint: op for op in module.walk() if isinstance(op, FakeQuantOp)}
+    k_r = int(fqs["r"].exp.get_values()[0])
+    relu_max = float(np.maximum(x, 0).max())
+    assert relu_max * 2.0**k_r <= 2**16 < relu_max * 2.0 ** (k_r + 1)
+    assert not fqs["r"].is_signed
+    assert int(fqs["c"].exp.get_values()[0]) == k_r + 31 - 17
+    (want,) = run(module, x)
+    (got,) = run(lower_to_hw(module.clone()), x)
+    assert np.array_equal(got, want)
+
+
 # --------------------------------------------------------------------------------------------
 # Refusals
 # --------------------------------------------------------------------------------------------
