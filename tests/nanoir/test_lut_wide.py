@@ -16,6 +16,8 @@ Mutants checked (each made the tests named fail, in a private copy):
 - lower-to-hw starting each run one code late (``codes[change] + 1``):
   test_nh_is_nq_on_every_code, test_table_is_torchs_function_quantized (every function);
 - the `.ne` Lut row without ``starts``: test_ne_round_trips (16 bits).
+- the kernel indexing a ``ui<b>`` input from the signed lowest code (``code_range`` for
+  ``value_code_range``): test_nh_is_nq_on_every_code.
 """
 
 from __future__ import annotations
