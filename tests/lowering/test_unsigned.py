@@ -366,3 +366,48 @@ def test_random_unsigned_programs_lower_and_stream_exactly(
     step = data.draw(st.integers(1, 4), label="step")
     _check_stream(module, x, step)
     _check_stream(hw, x, step)
+
+
+# --------------------------------------------------------------------------------------------
+# The option through nanoir-opt and compile_model
+# --------------------------------------------------------------------------------------------
+
+
+def test_nanoir_opt_quantize_unsigned_option(tmp_path) -> None:  # noqa: ANN001
+    """``quantize{unsigned=auto}`` marks the ReLU's fake-quant, ``unsigned=never`` nothing, and
+    a bad value is one located error, not a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = tmp_path / "net.mlir"
+    src.write_text(RELU)
+    cal = tmp_path / "cal.npy"
+    np.save(cal, np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32))
+    exe = str(Path(sys.executable).parent / "nanoir-opt")
+
+    def opt(option: str) -> subprocess.CompletedProcess[str]:
+        spec = f'quantize{{calibration="{cal}" {option}}}'
+        return subprocess.run([exe, str(src), "-p", spec], capture_output=True, text=True)
+
+    auto, never, bad = opt("unsigned=auto"), opt("unsigned=never"), opt("unsigned=maybe")
+    assert auto.returncode == 0 and never.returncode == 0, auto.stderr + never.stderr
+    assert auto.stdout.count("signed = false") == 2  # the ReLU's and the sigmoid's
+    assert "signed" not in never.stdout
+    assert bad.returncode == 1 and "is not one of never, auto" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_compile_model_passes_unsigned_through() -> None:
+    import torch
+
+    from nanoir.testing.models import make_test_model
+
+    model = make_test_model("KWSNet")
+    x = model.make_example_input(2)  # type: ignore[operator]
+    cal = [np.random.default_rng(0).standard_normal(tuple(x.shape)).astype(np.float32)]
+    hw = nanoir.compile_model(model, (x,), cal, stop="nh", unsigned="auto")
+    assert "xui8" in str(hw)
+    default = nanoir.compile_model(model, (x,), cal, stop="nh")
+    assert "xui" not in str(default)
+    assert isinstance(x, torch.Tensor)
