@@ -28,6 +28,7 @@ order: the largest fall of the SQNR against float below every earlier row's) and
 own quantizer costs most (the lowest local SQNR). One thread everywhere.
 
     python benchmarks/bench_ptq.py [--models ResNet-18,CRNN] [--size 64] [--nh] [--out ptq.md]
+                                   [--jobs 2]
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -400,12 +402,28 @@ def table(results: list[Result], configs: list[Config], size: int) -> str:
     return "\n".join(lines)
 
 
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _measure(job: tuple[Any, ...]) -> Result:
+    return measure(*job)
+
+
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> list[Result]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", help="comma-separated subset of: " + ", ".join(PTQ_MODELS))
     parser.add_argument("--size", type=int, default=64, help="image size (default 64)")
     parser.add_argument("--nh", action="store_true", help="also check nq == nh on 4 images")
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="models measured at once, each in its own one-thread process (default 1)",
+    )
     args = parser.parse_args(argv)
     names = args.models.split(",") if args.models else list(PTQ_MODELS)
     unknown = [n for n in names if n not in PTQ_MODELS]
@@ -421,14 +439,21 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
             emit(f"note: quantize({option}=...) is not available here ({why}): n/a")
     configs = list(CONFIGS)
     results = []
-    for name in names:
-        result = measure(name, args.size, configs, found, args.nh)
+    jobs = [(name, args.size, configs, found, args.nh) for name in names]
+    if args.jobs > 1:
+        pool = ProcessPoolExecutor(args.jobs, initializer=_one_thread)
+        done: Any = pool.map(_measure, jobs)
+    else:
+        pool, done = None, map(_measure, jobs)
+    for result in done:
         emit(
-            f"{name}: ORT {result.ort:.1f} dB (s8 {result.ort_symmetric:.1f}), nanoir "
+            f"{result.name}: ORT {result.ort:.1f} dB (s8 {result.ort_symmetric:.1f}), nanoir "
             + ", ".join(f"{k} {_db(v)}" for k, v in result.nanoir.items())
             + f" ({result.seconds:.0f} s CPU)"
         )
         results.append(result)
+    if pool is not None:
+        pool.shutdown()
     text = table(results, configs, args.size)
     emit("")
     emit(text)
