@@ -18,6 +18,8 @@ Mutants checked (each made the tests named fail, in a private copy):
 - the `.ne` Lut row without ``starts``: test_ne_round_trips (16 bits).
 - the kernel indexing a ``ui<b>`` input from the signed lowest code (``code_range`` for
   ``value_code_range``): test_nh_is_nq_on_every_code.
+- lower-to-hw not moving the input's channel dim to the output's per-channel dim:
+  test_output_channels_along_the_last_dim.
 """
 
 from __future__ import annotations
@@ -355,3 +357,23 @@ func.func @main(%x: tensor<?x4{elt}, #nh.fixed{fixed}>) -> tensor<?x4xi8, #nh.fi
         nanoir.parse(text)
     message = str(info.value)
     assert why in message and ":2:" in message
+
+
+@pytest.mark.parametrize("mode", tuple(RoundingMode))
+def test_output_channels_along_the_last_dim(mode: RoundingMode) -> None:
+    """A per-tensor input and per-channel output exponents along dim 2 of ``[?, 7, 4]`` (a
+    transformer's features; the input's layout has its channel dim at 1): lower-to-hw moves
+    the input's channel dim there first, and nh == nq bit for bit."""
+    block = Block(arg_types=[TensorType(f32, (DYNAMIC_INDEX, 7, 4))])
+    q = FakeQuantOp(block.args[0], 8, exp_attr(4), mode)
+    y = nf.SiluOp(q.results[0])
+    out = FakeQuantOp(y.results[0], 8, exp_attr([5, 6, 7, 5], [1, 4]), mode)
+    block.add_ops([q, y, out, ReturnOp(out.results[0])])
+    ftype = FunctionType.from_lists([block.args[0].type], [out.results[0].type])
+    module = ModuleOp([FuncOp("main", ftype, Region(block))])
+    hw = lower_to_hw(module.clone())
+    hw.verify()
+    (lut,) = [op for op in hw.walk() if isinstance(op, nh.LutOp)]
+    assert lut.channel_axis() == 2 and list(lut.channels.get_values()) == [0, 1, 2, 0]
+    x = np.random.default_rng(3).standard_normal((5, 7, 4)) * 4
+    np.testing.assert_array_equal(run(hw, x)[0], run(module, x, dtype=np.float64)[0])
