@@ -1431,7 +1431,9 @@ def _softmax_codes(op: Operation, q: np.ndarray, qin, qout, mask=None) -> np.nda
     axis = op.properties["axis"].value.data  # type: ignore[attr-defined]
     fn = softmax_numerics.softmax_codes
     if isinstance(op, LogSoftmaxOp):
-        return softmax_numerics.log_softmax_codes(q, axis, qin.exp, qin.bits, qout.exp, qout.bits)
+        return softmax_numerics.log_softmax_codes(
+            q, axis, qin.exp, qin.bits, qout.exp, qout.bits, signed=qout.signed
+        )
     return fn(q, axis, qin.exp, qin.bits, qout.exp, qout.bits, mask, signed=qout.signed)
 
 

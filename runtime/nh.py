@@ -1013,17 +1013,18 @@ def _softmax_builder(op: nh.SoftmaxOp | nh.LogSoftmaxOp, dtype: np.dtype[Any]) -
         np.asarray(array_values(op.exp_lo), dtype=np.int64),
     )
     k_in, k_out = nh.fixed_of(op.input).exp_list[0], nh.fixed_of(op.result).exp_list[0]
-    out_dtype = quant.code_dtype(width_of(op.result))
+    signed = not nh.is_unsigned(op.result)
+    out_dtype = quant.code_dtype(width_of(op.result), signed=signed)
     if isinstance(op, nh.LogSoftmaxOp):
         return lambda x: (
             softmax_numerics.log_softmax_codes(
-                x.astype(np.int64), axis, k_in, 0, k_out, bits, tables
+                x.astype(np.int64), axis, k_in, 0, k_out, bits, tables, signed
             ).astype(out_dtype),
         )
     mask = None if op.mask is None else dense_to_numpy(op.mask).astype(bool)
     return lambda x: (
         softmax_numerics.softmax_codes(
-            x.astype(np.int64), axis, k_in, 0, k_out, bits, mask, tables
+            x.astype(np.int64), axis, k_in, 0, k_out, bits, mask, tables, signed
         ).astype(out_dtype),
     )
 

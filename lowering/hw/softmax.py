@@ -44,10 +44,6 @@ class LowerSoftmax(HwPattern):
         if reason is not None:
             raise hw.fail(op, f"cannot run its integer algorithm exactly: {reason}")
         qin, qout = grids
-        if not qout.signed:
-            raise hw.fail(
-                op, "has an unsigned output fake-quant, which lower-to-hw does not carry yet"
-            )
         x = hw.get(op, op.input)
         if x.exps.size and not (x.exps == qin.exp).all():
             raise hw.fail(op, f"reads codes at exponents {sorted(set(x.exps.flat))}, not {qin.exp}")
@@ -67,8 +63,11 @@ class LowerSoftmax(HwPattern):
             props["mask"] = numpy_to_dense(np.asarray(mask, dtype=bool).astype(np.int8), i1)
         rank = x.rank
         out_exps = np.full((1,) * rank, qout.exp, dtype=np.int64)
-        t = hw.result_type(x.shape, out_exps, container_width(qout.bits), hw.layout_of(x))
+        t = hw.result_type(
+            x.shape, out_exps, container_width(qout.bits), hw.layout_of(x), qout.signed
+        )
         cls = nh.SoftmaxOp if isinstance(op, nf.SoftmaxOp) else nh.LogSoftmaxOp
         new = cls.create(operands=[x.value], result_types=[t], properties=props)
         hw.emit(new, op.result.name_hint)
-        hw.set(op.result, HwValue(new.result, out_exps, qout.bits))
+        # ui<b> codes (an unsigned output fake-quant) count b + 1 signed bits downstream
+        hw.set(op.result, HwValue(new.result, out_exps, qout.bits + (0 if qout.signed else 1)))

@@ -264,6 +264,7 @@ def log_softmax_codes(
     out_exp: int,
     out_bits: int,
     tables: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None,
+    signed: bool = True,
 ) -> NDArray[Any]:
     """Integer log-softmax of codes ``q`` (float64 or int64) into ``out_bits`` codes at
     ``out_exp``: ``round((q - max) * 2**(out_exp - in_exp) - ln(S / 2**30) * 2**out_exp)``.
@@ -278,4 +279,4 @@ def log_softmax_codes(
     a, b = out_exp - in_exp + c, out_exp - LN_FRAC + c
     big = d * _const(2**a, dt) - ln_fixed(s) * _const(2**b, dt)
     y = np.floor_divide(big + _const(2**c // 2, dt), _const(2**c, dt))
-    return _saturate(y, out_bits)
+    return _saturate(y, out_bits, signed)

@@ -109,8 +109,10 @@ def program(
     mode_in: RoundingMode,
     mode_out: RoundingMode,
     mask: np.ndarray | None = None,
+    signed_out: bool = True,
 ) -> ModuleOp:
-    """``fake_quant(op(fake_quant(x)))`` on ``[?, *shape]``; a constant ``mask``."""
+    """``fake_quant(op(fake_quant(x)))`` on ``[?, *shape]``; a constant ``mask``; unsigned
+    output codes unless ``signed_out``."""
     block = Block(arg_types=[TensorType(f32, (DYNAMIC_INDEX, *shape))])
     q = FakeQuantOp(block.args[0], bits_in, exp_attr(k_in), mode_in)
     ops: list = [q]
@@ -122,7 +124,7 @@ def program(
         ops.append(c)
         m = c.result
     y = nf_op(kind, q.results[0], axis, m)
-    out = FakeQuantOp(y.results[0], bits_out, exp_attr(k_out), mode_out)
+    out = FakeQuantOp(y.results[0], bits_out, exp_attr(k_out), mode_out, signed=signed_out)
     ops += [y, out, ReturnOp(out.results[0])]
     block.add_ops(ops)
     ftype = FunctionType.from_lists([block.args[0].type], [out.results[0].type])
@@ -272,6 +274,25 @@ def test_nq_equals_nh_and_is_within_one_step(case) -> None:  # noqa: ANN001
     assert np.abs(got - want).max() <= 2.0**-k_out
     if mask is not None:
         assert (got[:, ~mask] == 0).all()
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(case=cases())
+def test_unsigned_output_nq_equals_nh(case) -> None:  # noqa: ANN001
+    """Unsigned output codes (0..2**b-1 at exponent ``bits``, one bit finer than signed):
+    nq == nh bit for bit, within one output step of the oracle."""
+    _, shape, axis, bits_in, bits_out, k_in, (mode_in, mode_out), masked, seed = case
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(3, *shape)) * 2.0 ** (bits_in - 3 - k_in)
+    mask = rng.random(shape) < 0.7 if masked else None
+    module = program(
+        "softmax", shape, axis, bits_in, k_in, bits_out, bits_out, mode_in, mode_out, mask, False
+    )
+    (got,) = run(module, x, dtype=np.float64)
+    hw = lower_to_hw(module.clone())
+    np.testing.assert_array_equal(run(hw, x)[0], got)
+    want = numpy_oracle("softmax", fake_quant_np(x, bits_in, k_in, mode_in), axis, mask)
+    assert np.abs(got - want).max() <= 2.0**-bits_out
 
 
 @pytest.mark.parametrize("dtype", (np.float64, np.int64))
@@ -650,11 +671,11 @@ def test_dynamic_streamed_axis_is_refused_with_the_reason() -> None:
     np.testing.assert_array_equal(streamed, run(hw, x)[0])
 
 
-def test_unsigned_output_at_nq_and_refused_by_lower_to_hw() -> None:
+def test_unsigned_output_lowers_with_nq_equal_to_nh() -> None:
     """softmax is a NonNegativeResult: ``quantize(unsigned="auto")`` gives its output unsigned
     codes at exponent ``bits`` (the range [0, 1]); nq runs the algorithm into codes 0..255,
-    within one step of the NumPy oracle; lower-to-hw refuses the unsigned output, naming the
-    op (it carries no unsigned codes yet)."""
+    within one step of the NumPy oracle, and lower-to-hw gives a ``ui8`` nh.softmax with the
+    same numbers."""
     torch.manual_seed(0)
     model = _Head("softmax").eval()
     calib = np.random.default_rng(0).normal(size=(16, 6)).astype(np.float32)
@@ -669,8 +690,10 @@ def test_unsigned_output_at_nq_and_refused_by_lower_to_hw() -> None:
     assert (codes == np.round(codes)).all() and codes.min() >= 0 and codes.max() <= 255
     xq = run_until(module, op.input, x)
     assert np.abs(got - numpy_oracle("softmax", xq, -1, None)).max() <= 2.0**-8
-    with pytest.raises(LowerToHwError, match=r"nf.softmax.*unsigned output"):
-        lower_to_hw(module)
+    hw = lower_to_hw(module)
+    (soft,) = [o for o in hw.walk() if isinstance(o, nh.SoftmaxOp)]
+    assert "ui8" in str(soft.result.type)
+    np.testing.assert_array_equal(run(hw, x)[0], got)
 
 
 def run_until(module: ModuleOp, value, x: np.ndarray) -> np.ndarray:  # noqa: ANN001
