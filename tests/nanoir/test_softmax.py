@@ -21,7 +21,8 @@ Mutants checked (each made the tests named fail, in a private copy):
 - the QAT gradient taken from ``exp``: test_qat_forward_is_nq_and_backward_is_torchs;
 - the streaming rule going row by row along the axis, or ignoring a mask that varies along
   the streamed dim: test_streamed_is_whole;
-- the row bound not checked: test_row_too_long_is_refused.
+- the row bound not checked: test_row_too_long_is_refused;
+- the nh kernel saturating an unsigned result as signed: test_unsigned_output_nq_equals_nh.
 (Dropping the ``den > 0`` guard of a fully masked row is no mutant: ``e = 0`` there already
 rounds to 0.)
 """
