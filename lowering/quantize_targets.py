@@ -12,6 +12,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import (
     DataMovement,
+    IntegerAlgorithm,
     Weighted,
     negatives_unread,
     non_negative_result,
@@ -24,7 +25,7 @@ from nanoir.lowering.quantize_rules import (
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import IntegerType, TensorType
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import OpResult, SSAValue
+from xdsl.ir import Operation, OpResult, SSAValue
 
 
 @dataclass
@@ -130,8 +131,23 @@ def _signed(
             )
         return False
     if asked is None and config.unsigned == "auto" and kind == "act" and bits > 1:
+        if _unsigned_unlowered(value):
+            return True
         return not (non_negative_result(value) or negatives_unread(value))
     return True
+
+
+def _unsigned_unlowered(value: SSAValue) -> bool:
+    """Whether lower-to-hw refuses unsigned codes for this value: out of or into an op defined
+    by an integer algorithm (softmax, layer/group norm), out of a batch norm (whose affine is
+    searched for signed codes). ``unsigned="auto"`` leaves those signed so that its programs
+    lower (a rule's ``u`` still asks, and lower-to-hw then names the op)."""
+    op = value.owner
+    if isinstance(op, nf.BatchNormOp) or (
+        isinstance(op, Operation) and op.has_trait(IntegerAlgorithm)
+    ):
+        return True
+    return any(u.operation.has_trait(IntegerAlgorithm) for u in value.uses)
 
 
 def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:

@@ -411,3 +411,41 @@ def test_compile_model_passes_unsigned_through() -> None:
     default = nanoir.compile_model(model, (x,), cal, stop="nh")
     assert "xui" not in str(default)
     assert isinstance(x, torch.Tensor)
+
+
+UNLOWERED = """\
+func.func @main(%x: tensor<?x3x6xf32>) -> tensor<?x3x6xf32> {
+  %g = nf.constant "g" dense<[1.0, 0.5, 2.0]> : tensor<3xf32>
+  %b = nf.constant "b" dense<[0.1, -0.2, 0.3]> : tensor<3xf32>
+  %m = nf.constant "m" dense<[0.0, 0.5, -0.5]> : tensor<3xf32>
+  %v = nf.constant "v" dense<[1.0, 2.0, 0.5]> : tensor<3xf32>
+  %n = nf.batch_norm %x, %g, %b, %m, %v : (tensor<?x3x6xf32>, tensor<3xf32>, tensor<3xf32>,
+    tensor<3xf32>, tensor<3xf32>) -> tensor<?x3x6xf32>
+  %r = nf.relu %n : tensor<?x3x6xf32>
+  %w = nf.constant "w" dense<1.0> : tensor<6xf32>
+  %c = nf.constant "c" dense<0.5> : tensor<6xf32>
+  %l = nf.layer_norm %r, %w, %c {normalized_dims = 1 : i64} : (tensor<?x3x6xf32>,
+    tensor<6xf32>, tensor<6xf32>) -> tensor<?x3x6xf32>
+  %lr = nf.relu %l : tensor<?x3x6xf32>
+  %s = nf.softmax %lr {axis = 2 : i64} : (tensor<?x3x6xf32>) -> tensor<?x3x6xf32>
+  func.return %s : tensor<?x3x6xf32>
+}
+"""
+
+
+def test_auto_leaves_signed_what_lower_to_hw_does_not_carry_unsigned() -> None:
+    """A batch norm, a layer norm and a softmax (lower-to-hw refuses unsigned codes out of
+    them, and into the integer algorithms, naming the op) keep signed fake-quants under
+    ``unsigned="auto"`` even where a ReLU alone reads them or the result is non-negative, and
+    so do the ReLU outputs a layer norm or softmax reads: the program lowers (nh == nq). The
+    ReLU's output read by a softmax stays signed too. Mutant seen failing (private copy): the
+    guard dropped."""
+    module = nanoir.parse(UNLOWERED)
+    x = np.random.default_rng(0).standard_normal((4, 3, 6)).astype(np.float32)
+    nanoir.quantize(module, [x], unsigned="auto", bias_correction=False)
+    fqs = {op.input.name_hint: op for op in module.walk() if isinstance(op, FakeQuantOp)}
+    assert fqs["n"].is_signed and fqs["l"].is_signed and fqs["s"].is_signed
+    assert fqs["r"].is_signed and fqs["lr"].is_signed
+    (want,) = run(module, x)
+    (got,) = run(lower_to_hw(module.clone()), x)
+    assert np.array_equal(got, want)
