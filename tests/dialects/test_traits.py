@@ -18,6 +18,7 @@ from nanoir.dialects.traits import (
     FloatOnly,
     IntegerAlgorithm,
     LookupTable,
+    Normalising,
     RowStep,
     SlidingWindow,
     StreamingRule,
@@ -150,8 +151,11 @@ def test_the_other_facts() -> None:
     assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu", "nh.prelu"}
     softmax = {"nf.softmax", "nf.log_softmax", "nh.softmax", "nh.log_softmax"}
     assert named(WholeAlongAxis) == softmax
-    assert named(WholeExtent) - named(WholeAlongAxis) == {"nf.adaptive_avg_pool"}
+    norms = {"nf.layer_norm", "nf.group_norm", "nh.layer_norm", "nh.group_norm"}
+    assert named(Normalising) == norms
+    assert named(WholeExtent) - named(WholeAlongAxis) - norms == {"nf.adaptive_avg_pool"}
     assert {"nf.softmax", "nf.log_softmax"} <= named(IntegerAlgorithm)
+    assert {"nf.layer_norm", "nf.group_norm"} <= named(IntegerAlgorithm)
     assert {
         "nf.relu",
         "nf.add",
