@@ -673,15 +673,15 @@ def test_dynamic_streamed_axis_is_refused_with_the_reason() -> None:
 
 
 def test_unsigned_output_lowers_with_nq_equal_to_nh() -> None:
-    """softmax is a NonNegativeResult: ``quantize(unsigned="auto")`` gives its output unsigned
-    codes at exponent ``bits`` (the range [0, 1]); nq runs the algorithm into codes 0..255,
+    """A rule asking unsigned codes for the softmax (``softmax=8u``) gives its output the
+    exponent ``bits`` (the range [0, 1] on 0..255); nq runs the algorithm into codes 0..255,
     within one step of the NumPy oracle, and lower-to-hw gives a ``ui8`` nh.softmax with the
-    same numbers."""
+    same numbers. (``unsigned="auto"`` leaves it signed, see tests/lowering/test_unsigned.py.)"""
     torch.manual_seed(0)
     model = _Head("softmax").eval()
     calib = np.random.default_rng(0).normal(size=(16, 6)).astype(np.float32)
     module = nanoir.from_torch(model, (torch.from_numpy(calib),))
-    nanoir.quantize(module, [calib], unsigned="auto")
+    nanoir.quantize(module, [calib], rules=("softmax=8u",))
     op = next(o for o in module.walk() if o.name == "nf.softmax")
     (fq,) = [u.operation for u in op.results[0].uses]
     assert not fq.is_signed and [int(v) for v in fq.exp.get_values()] == [8]
