@@ -273,8 +273,8 @@ def test_default_programs_are_unchanged(name: str) -> None:
     ],
 )
 def test_auto_lowers_exactly(name: str, bits: int, calibrator: str, rounding: str) -> None:
-    """``unsigned="auto"`` programs lower with ``ui`` types and nh == nq bit for bit; the raw
-    codes of an unsigned output are non-negative and below 2**b. Mutants seen failing
+    """``unsigned="auto"`` programs lower with ``ui`` types and nh == nq bit for bit. Mutants
+    seen failing
     (private copy): requant saturating ui codes at the signed range (runtime), the lowering
     keeping a signed type, HwValue.bits not counting the sign bit."""
     module, _, x = _quantized(
@@ -449,3 +449,26 @@ def test_auto_leaves_signed_what_lower_to_hw_does_not_carry_unsigned() -> None:
     (want,) = run(module, x)
     (got,) = run(lower_to_hw(module.clone()), x)
     assert np.array_equal(got, want)
+
+
+def test_raw_codes_of_an_unsigned_output() -> None:
+    """``run(hw, x, raw=True)`` of a ReLU output with unsigned 8-bit codes gives the codes
+    ``clip(trunc(relu(x) * 2**k), 0, 255)`` (NumPy here), above 127 included."""
+    text = """\
+func.func @main(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
+  %r = nf.relu %x : tensor<?x8xf32>
+  func.return %r : tensor<?x8xf32>
+}
+"""
+    module = nanoir.parse(text)
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32) * 3
+    nanoir.quantize(module, [x], unsigned="auto")
+    fq = next(
+        op for op in module.walk() if isinstance(op, FakeQuantOp) and op.input.name_hint == "r"
+    )
+    k = int(fq.exp.get_values()[0])
+    hw = lower_to_hw(module.clone())
+    assert "xui8" in str(hw)
+    (codes,) = run(hw, x, raw=True)
+    want = np.clip(np.trunc(np.maximum(x.astype(np.float64), 0) * 2.0**k), 0, 255)
+    assert np.array_equal(codes, want) and codes.max() > 127
