@@ -20,6 +20,8 @@ are ±1 at every exponent, so the accumulator rule changes it only where it was 
 magnitude grows to the least one that fits, which costs less than the input's step (the input
 feeds other ops too, and a real 1-bit weight's magnitude is the layer's gain, never changed). A
 1-bit bias is not capped at its accumulator (as quantize's final bias cap), only aligned.
+Unsigned codes (``signed = false``, ``0..2**b-1``) count ``b + 1`` signed bits, as
+lower-to-hw counts them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "Weighted",
     "aligned_bits",
     "code_exps",
+    "signed_bits",
 ]
 
 ZERO_EXP = quant.CALIB_EXP_RANGE[1]
@@ -69,6 +72,8 @@ class Quant:
     values: np.ndarray | Callable[[], np.ndarray] | None = None
     fixed: bool = False
     origin: str | None = None
+    signed: bool = True
+    """False: unsigned codes ``0..2**b-1``, which lower-to-hw counts as ``b + 1`` signed bits."""
 
     def array(self) -> np.ndarray:
         """The constant's values (read now if they were given as a function)."""
@@ -110,6 +115,11 @@ def code_exps(q: Quant) -> np.ndarray:
     return -q.exps if q.bits == 1 else q.exps
 
 
+def signed_bits(q: Quant) -> int:
+    """The signed bits ``q``'s codes take in lower-to-hw's bounds (``HwValue.bits``)."""
+    return q.bits + (0 if q.signed else 1)
+
+
 def aligned_bits(bits: int, shift: int) -> int:
     """Bits of ``bits``-bit codes shifted left ``shift`` places (as ``HwLowering.shift_to``
     counts them: a 1-bit code ±1 shifted is ±2**s, ``s + 2`` bits)."""
@@ -118,7 +128,7 @@ def aligned_bits(bits: int, shift: int) -> int:
 
 def _width(q: Quant) -> int:
     """Bits a join operand takes once shifted (at least once: 1-bit codes grow a sign bit)."""
-    return 2 if q.bits == 1 else q.bits
+    return 2 if q.bits == 1 else signed_bits(q)
 
 
 def _zero(q: Quant) -> np.ndarray:
@@ -316,14 +326,18 @@ class Rules:
         coarsest = min(int(c.min()) for c in codes)
         if per_tensor or len(xs) > 1 or wt.linear:
             # One exponent: concat parts (and linear features) aligned to the finest.
-            bits = max(aligned_bits(f.bits, finest - int(c.min())) for f, c in zip(xs, codes))
+            bits = max(
+                aligned_bits(signed_bits(f), finest - int(c.min())) for f, c in zip(xs, codes)
+            )
             return np.full(out_c, finest), bits
         kx = codes[0].reshape(-1)
         if kx.size % wt.groups:
-            return np.full(out_c, finest), aligned_bits(xs[0].bits, finest - coarsest)
+            return np.full(out_c, finest), aligned_bits(signed_bits(xs[0]), finest - coarsest)
         per_group = kx.reshape(wt.groups, -1)
         shift = int((per_group.max(axis=1, keepdims=True) - per_group).max())
-        return np.repeat(per_group.max(axis=1), out_c // wt.groups), aligned_bits(xs[0].bits, shift)
+        return np.repeat(per_group.max(axis=1), out_c // wt.groups), aligned_bits(
+            signed_bits(xs[0]), shift
+        )
 
     @staticmethod
     def _terms(wt: Weighted) -> np.ndarray:

@@ -173,6 +173,7 @@ def settle(
                 _constant_values(fq.input),
                 fq in fixed,
                 None if fq.origin is None else fq.origin.data,
+                fq.is_signed,
             )
         return quants[fq]
 

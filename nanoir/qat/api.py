@@ -190,6 +190,7 @@ class QATModule(nn.Module):
                 learner,
                 lr,
                 total // channels,
+                t.signed,
             )
             key_of[t.value] = key
             return key
@@ -379,7 +380,9 @@ def prepare(
     ``ModuleOp``) with the fake-quants ``quantize(**quantize_options)`` would insert.
 
     ``quantize_options`` are ``quantize``'s (bits, per-channel, ``rules``, ``calibrator``,
-    ``rounding``) plus ``learner`` (``ema`` or ``lsq``) and ``lr``, the defaults for tensors
+    ``rounding``, ``unsigned``: with ``"auto"`` or a rule's ``u`` the quantizer of a
+    non-negative activation clamps to the codes ``0..2**b-1`` and its EMA target is
+    ``2**b / max``, and :func:`convert` writes ``signed = false``) plus ``learner`` (``ema`` or ``lsq``) and ``lr``, the defaults for tensors
     no rule names a learner for. Batch norm is folded first (see the module docstring).
     Weight exponents start from ``calibrator`` on the weights, as ``quantize`` sets them;
     activation exponents from the learner's init until :func:`calibrate`.

@@ -65,7 +65,9 @@ class JoinRules:
             if key not in self.quants:
                 q = quantizers[key]
                 self.loaders[key] = self._loader(value, param_key)
-                self.quants[key] = Quant(q.bits, q.int_exponents(), q.rounding, self.loaders[key])
+                self.quants[key] = Quant(
+                    q.bits, q.int_exponents(), q.rounding, self.loaders[key], signed=q.signed
+                )
             return self.quants[key]
 
         def quant_of(value: SSAValue) -> Quant | None:

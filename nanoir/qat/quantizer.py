@@ -98,10 +98,11 @@ def round_codes(v: torch.Tensor, mode: RoundingMode) -> torch.Tensor:
 
 
 def fake_quant_value(
-    x: torch.Tensor, bits: int, k: torch.Tensor, mode: RoundingMode
+    x: torch.Tensor, bits: int, k: torch.Tensor, mode: RoundingMode, signed: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, inside)``: :func:`nanoir.runtime.numerics.quant.fake_quant` in torch, and where the clamp
-    left the rounded code unchanged (all True for 1-bit). ``k`` holds integers."""
+    left the rounded code unchanged (all True for 1-bit). ``k`` holds integers; ``signed=False``
+    clamps to the unsigned codes ``0..2**b-1``."""
     tensor_argument("x", x)
     if not isinstance(k, torch.Tensor):
         raise ArgumentError(f"k must be a torch.Tensor of integers, got {type(k).__name__}")
@@ -114,7 +115,9 @@ def fake_quant_value(
     codes = round_codes(v, mode)
     if mode is RoundingMode.FLOOR:
         codes = torch.where((x < 0) & (v == 0), -1.0, codes)
-    clamped = codes.clamp(float(quant.qmin(bits)), float(quant.qmax(bits)))
+    clamped = codes.clamp(
+        float(quant.qmin(bits, signed=signed)), float(quant.qmax(bits, signed=signed))
+    )
     inside = clamped == codes
     return (clamped + 0.0) / scale, inside  # dividing by a power of two is exact
 
@@ -141,8 +144,9 @@ class _FakeQuant(torch.autograd.Function):
         mode: RoundingMode,
         clip_1bit: torch.Tensor | None,
         grad_scale: float,
+        signed: bool = True,
     ) -> torch.Tensor:
-        q, inside = fake_quant_value(x, bits, k, mode)
+        q, inside = fake_quant_value(x, bits, k, mode, signed)
         if bits == 1:
             bound = 1.0 if clip_1bit is None else clip_1bit.to(x.dtype)
             inside = x.abs() <= bound
@@ -161,7 +165,7 @@ class _FakeQuant(torch.autograd.Function):
             else:
                 dq = -LN2 * torch.where(inside, q - x, q)
             grad_k = _sum_to(g * dq, ctx.k_shape) * ctx.grad_scale
-        return grad_x, grad_k, None, None, None, None
+        return grad_x, grad_k, None, None, None, None, None
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +199,7 @@ class Quantizer(nn.Module):
         learner: str,
         lr: float,
         per_channel_elements: int,
+        signed: bool = True,
     ):
         if not isinstance(name, str):
             raise ArgumentError(f"Quantizer: name must be a str, got {type(name).__name__}")
@@ -204,16 +209,21 @@ class Quantizer(nn.Module):
         if learner not in ("ema", "lsq"):
             raise ArgumentError(f"Quantizer: learner must be ema or lsq, got {learner!r}")
         rounding = mode_argument(rounding)
+        if not signed and bits == 1:
+            raise ArgumentError(f"Quantizer {name!r}: 1-bit codes (±1) have no unsigned form")
         super().__init__()
+        self.signed = bool(signed)
+        # The largest code's exponent: 2**(b-1) signed, 2**b unsigned (codes 0..2**b-1).
+        top = bits if not signed else bits - 1
         self.name, self.kind, self.bits = name, kind, bits
         self.exp_shape, self.axis = tuple(exp_shape), axis
         self.rounding, self.learner, self.lr = rounding, learner, lr
         self.n = max(per_channel_elements, 1)
         if learner == "ema":
-            init = 2.0 ** (bits - 1) if bits > 1 else self.n**-0.5
+            init = 2.0**top if bits > 1 else self.n**-0.5
             self.register_buffer("scale", torch.full(self.exp_shape, init, dtype=torch.float64))
         else:
-            init_k = float(bits - 1) if bits > 1 else math.floor(math.log2(self.n**-0.5))
+            init_k = float(top) if bits > 1 else math.floor(math.log2(self.n**-0.5))
             self.exponent = nn.Parameter(torch.full(self.exp_shape, init_k, dtype=torch.float32))
         self.last_k: torch.Tensor | None = None
         """The integer exponents of the latest forward (what a bias cap reads)."""
@@ -221,7 +231,7 @@ class Quantizer(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"{self.name!r}, {self.kind}, bits={self.bits}, shape={list(self.exp_shape)}, "
-            f"{self.rounding}, {self.learner}, lr={self.lr}"
+            f"{self.rounding}, {self.learner}, lr={self.lr}" + ("" if self.signed else ", unsigned")
         )
 
     # -- exponents -------------------------------------------------------------------------
@@ -251,14 +261,15 @@ class Quantizer(nn.Module):
     @torch.no_grad()
     def _update_ema(self, x: torch.Tensor) -> None:
         """NanoEngine's ``DyQuantize._update_scale`` (see the module docstring)."""
-        a = x.detach().abs().to(torch.float64)
+        # Unsigned codes cover [0, max]: only the positive part sets the range.
+        a = (x.detach().abs() if self.signed else x.detach().clamp(min=0)).to(torch.float64)
         if self.axis is None:
             a = a.amax().reshape(self.exp_shape)
         else:
             dims = [d for d in range(a.dim()) if d != self.axis]
             a = a.amax(dim=dims, keepdim=True) if dims else a
             a = a.reshape(self.exp_shape)
-        t = a.clone() if self.bits == 1 else 2.0 ** (self.bits - 1) / a
+        t = a.clone() if self.bits == 1 else 2.0 ** (self.bits - (1 if self.signed else 0)) / a
         t = torch.where(t > 2, t * 0.9, t)
         t = torch.where(t < 0.5, t / 0.9, t)
         updated = (1 - self.lr) * self.scale + self.lr * t
@@ -285,6 +296,8 @@ class Quantizer(nn.Module):
         clip = None
         if self.bits == 1 and self.learner == "lsq":
             clip = _pow2(k.detach() + 1, x.dtype)
-        qmax = quant.qmax(self.bits)
+        qmax = quant.qmax(self.bits, signed=self.signed)
         grad_scale = 1.0 / math.sqrt(self.n * qmax)
-        return _FakeQuant.apply(x, k.to(x.dtype), self.bits, self.rounding, clip, grad_scale)
+        return _FakeQuant.apply(
+            x, k.to(x.dtype), self.bits, self.rounding, clip, grad_scale, self.signed
+        )

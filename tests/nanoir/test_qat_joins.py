@@ -143,6 +143,7 @@ def check_joins_fit(module: ModuleOp) -> None:
     act_bits=st.sampled_from((1, 4, 8)),
     rounding=st.sampled_from(tuple(m.value for m in RoundingMode)),
     per_channel=st.booleans(),
+    unsigned=st.sampled_from(("never", "auto")),
     seed=st.integers(0, 2**16),
 )
 def test_trained_networks_convert_exactly_and_lower(
@@ -153,6 +154,7 @@ def test_trained_networks_convert_exactly_and_lower(
     act_bits: int,
     rounding: str,
     per_channel: bool,
+    unsigned: str,
     seed: int,
 ) -> None:
     """Prepare, calibrate, train with large rates, convert: convert == module, lowers, nq == nh.
@@ -174,6 +176,7 @@ def test_trained_networks_convert_exactly_and_lower(
         rounding=rounding,
         weight_per_channel=per_channel,
         act_per_channel=per_channel,
+        unsigned=unsigned,
         learner=learner,
         lr=0.5,
     )
@@ -315,3 +318,72 @@ def test_one_bit_operands_lower(
     (want,) = nanoir.run(module, xs)
     (got,) = nanoir.run(nanoir.lower_to_hw(module.clone()), xs)
     assert np.array_equal(got, want)
+
+
+# --------------------------------------------------------------------------------------------
+# Unsigned codes (quantize's unsigned="auto") in QAT
+# --------------------------------------------------------------------------------------------
+
+
+class ReluNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.conv1 = torch.nn.Conv2d(1, 4, 3)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3)
+        self.fc = torch.nn.Linear(64, 5)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(y.flatten(1))
+
+
+@pytest.mark.parametrize("learner", ["ema", "lsq"])
+@pytest.mark.parametrize("act_bits", [4, 8])
+def test_unsigned_auto_mirrors_quantize(learner: str, act_bits: int) -> None:
+    """``prepare(..., unsigned="auto")``: calibrate gives quantize's unsigned program (the
+    same text), the ReLU outputs' quantizers clamp to ``0..2**b-1`` (a NumPy fake-quant
+    written here is the oracle), and after training convert == module, lowers, nq == nh.
+
+    Mutants caught: the quantizer clamping unsigned codes to the signed range (the module's
+    output differs from convert's and from the oracle); the EMA target left at the signed
+    ``2**(b-1) / max`` (checked below against the unsigned rule written out)."""
+    model = ReluNet()
+    x = np.random.default_rng(0).standard_normal((16, 1, 8, 8)).astype(np.float32)
+    options = {"act_bits": act_bits, "unsigned": "auto", "rounding": "half_even"}
+    q = qat.prepare(
+        model, (torch.from_numpy(x[:2]),), learner=learner, lr=0.5, bias_correction=False, **options
+    )
+    qat.calibrate(q, [x[:8], x[8:]])
+    ptq = nanoir.compile_model(
+        model,
+        (torch.from_numpy(x[:2]),),
+        [x[:8], x[8:]],
+        stop="nq",
+        bias_correction=False,
+        **options,
+    )
+    converted = qat.convert(q)
+    assert str(converted) == str(ptq)
+    unsigned = [op for op in converted.walk() if isinstance(op, FakeQuantOp) and not op.is_signed]
+    assert len(unsigned) == 4  # the ReLUs' outputs and the conv outputs they alone read
+    relu = q.quantizer(unsigned[0].result.name_hint)
+    assert not relu.signed
+    # The quantizer against a NumPy fake-quant of unsigned codes.
+    v = torch.linspace(-3, 40, 301, dtype=torch.float64)
+    k = int(relu.int_exponents().reshape(-1)[0])
+    want = np.clip(np.round(v.numpy() * 2.0**k), 0, 2**act_bits - 1) / 2.0**k
+    relu.eval()
+    assert np.array_equal(relu(v).detach().numpy(), want)
+    if learner == "ema":  # one update from a known state: t = 2**b / max(x, 0)
+        relu.train()
+        relu.scale.fill_(1.0)
+        relu(torch.full((4,), -7.0, dtype=torch.float64).index_fill(0, torch.tensor([1]), 5.0))
+        target = 2.0**act_bits / 5.0
+        target = target * 0.9 if target > 2 else target
+        assert relu.scale.item() == pytest.approx(0.5 * 1.0 + 0.5 * target)
+    train_hard(q, x, steps=3, seed=1)
+    check_converts_and_lowers(q, x[:4].astype(np.float64))
