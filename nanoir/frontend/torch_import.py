@@ -273,6 +273,7 @@ class _Importer:
     def run(self, function_name: str) -> ModuleOp:
         graph = self.program.graph
         self._reject_unsupported(graph)
+        self._reject_runtime_indices(graph)
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs}
         block = Block()
         outputs: list[SSAValue] = []
@@ -291,6 +292,31 @@ class _Importer:
         module = ModuleOp([FuncOp(function_name, ftype, Region(block))])
         module.verify()
         return module
+
+    def _reject_runtime_indices(self, graph: fx.Graph) -> None:
+        """An ``aten.index.Tensor`` whose index tensor is an input or computed is refused
+        here, naming the node (its integer input would otherwise be refused by dtype alone)."""
+        from torch.export.graph_signature import InputKind
+
+        kinds = {s.arg.name: s.kind for s in self.program.graph_signature.input_specs}
+
+        def constant(n: Any) -> bool:
+            if not isinstance(n, fx.Node):
+                return n is None
+            if n.op == "placeholder":
+                return kinds.get(n.name) != InputKind.USER_INPUT
+            return ATEN_HANDLERS.get(str(n.target)) is _identity and constant(n.args[0])
+
+        for node in graph.nodes:
+            if str(node.target) != "aten.index.Tensor":
+                continue
+            for idx in node.args[1]:  # type: ignore[union-attr]
+                if not constant(idx):
+                    raise FrontendError(
+                        f"cannot import {_describe(node)}\n  reason: index tensor '{idx.name}' "
+                        "is computed at run time; nanoir gathers with constant indices only "
+                        "(a buffer or a literal list)"
+                    )
 
     @staticmethod
     def _live(ops: list[Operation]) -> list[Operation]:
@@ -1088,7 +1114,17 @@ def _slice_scatter(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     if (start, stop) == (0, length):
         return src
     sizes = [s for s in (start, stop - start, length - stop) if s > 0]
-    pieces = list(imp.emit(nf.SplitOp(x, axis, sizes)).results)
+    split = next(  # the split that read the slice, if any: its pieces are all read then
+        (
+            u.operation
+            for u in x.uses
+            if isinstance(u.operation, nf.SplitOp)
+            and u.operation.axis.value.data == axis
+            and list(nf.array_values(u.operation.sizes) or ()) == sizes
+        ),
+        None,
+    )
+    pieces = list((split or imp.emit(nf.SplitOp(x, axis, sizes))).results)
     pieces[1 if start > 0 else 0] = src
     return imp.emit(nf.ConcatOp(pieces, axis)).result
 
