@@ -47,6 +47,7 @@ from xdsl.dialects.builtin import (
     FunctionType,
     ModuleOp,
     TensorType,
+    i1,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
@@ -1129,6 +1130,68 @@ def _slice_scatter(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.ConcatOp(pieces, axis)).result
 
 
+def _attention_mask(imp: _Importer, a: dict[str, Any], q: SSAValue, k: SSAValue) -> SSAValue | None:
+    """The boolean softmax mask of scaled_dot_product_attention (True = takes part): a
+    boolean ``attn_mask``, a float one holding only 0 and -inf, or ``is_causal``'s
+    lower-triangular one. Never an additive -inf, which a fake-quant would saturate."""
+    given = a.get("attn_mask")
+    if given is not None and a.get("is_causal"):
+        raise _Unsupported("both attn_mask and is_causal")
+    if a.get("is_causal"):
+        rows, cols = nf.tensor_shape(q)[-2], nf.tensor_shape(k)[-2]
+        if DYNAMIC_INDEX in (rows, cols):
+            raise _Unsupported("is_causal with a dynamic sequence length")
+        mask = np.tril(np.ones((rows, cols), dtype=bool))
+    elif given is None:
+        return None
+    else:
+        const = imp.values.get(given)
+        if not isinstance(const, _TorchConstant):
+            raise _Unsupported(
+                f"attn_mask '{getattr(given, 'name', given)}' is computed at run time; nanoir "
+                "takes a constant mask (a buffer)"
+            )
+        t = const.tensor.detach().cpu()
+        if t.dtype == torch.bool:
+            mask = t.numpy()
+        elif t.dtype.is_floating_point and bool(((t == 0) | (t == -math.inf)).all()):
+            mask = (t == 0).numpy()
+        else:
+            raise _Unsupported(
+                f"attn_mask '{const.name}' of dtype {t.dtype} adds values other than 0 and "
+                "-inf to the scores (an additive bias); nanoir takes a boolean mask, or a "
+                "float one of 0 (takes part) and -inf (masked)"
+            )
+    op = nf.ConstantOp(numpy_to_dense(mask.astype(np.int8), i1))
+    imp.constant_ops.append(op)
+    return op.result
+
+
+def _attention(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """scaled_dot_product_attention as matmul(q, k^T), a mul by the scale (``scale`` or
+    1/sqrt(E)), a softmax over the last dim with the mask as its operand, matmul by v: each
+    part quantizes and lowers on its own."""
+    if float(a.get("dropout_p") or 0.0) != 0.0:
+        raise _Unsupported(f"attention dropout (dropout_p={a['dropout_p']}) at inference")
+    if a.get("enable_gqa"):
+        raise _Unsupported("grouped-query attention (enable_gqa=True)")
+    elt = imp.element_type(node)
+    q, k, v = (imp.tensor(a[n], elt) for n in ("query", "key", "value"))
+    rank, e = imp.rank(q), nf.tensor_shape(q)[-1]
+    scale = a.get("scale")
+    if scale is None:
+        if e == DYNAMIC_INDEX:
+            raise _Unsupported("a dynamic embedding dim (the default scale is 1/sqrt(E))")
+        scale = 1.0 / math.sqrt(e)
+    mask = _attention_mask(imp, a, q, k)
+    perm = [*range(imp.rank(k) - 2), imp.rank(k) - 1, imp.rank(k) - 2]
+    kt = imp.emit(nf.TransposeOp(k, perm)).result
+    scores = imp.emit(nf.MatmulOp(q, kt)).result
+    scaled = imp.emit(nf.MulOp(scores, imp.scalar(float(scale), elt))).result
+    weights = imp.emit(nf.SoftmaxOp(scaled, rank - 1, mask)).result
+    return imp.emit(nf.MatmulOp(weights, v)).result
+
+
 ATEN_HANDLERS: dict[str, Handler] = {
     # convolution and dense layers
     "aten.conv1d.default": _conv,
@@ -1225,6 +1288,7 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.index.Tensor": _index,
     "aten.unbind.int": _unbind,
     "aten.slice_scatter.default": _slice_scatter,
+    "aten.scaled_dot_product_attention.default": _attention,
     # no-ops at inference
     "aten.dropout.default": _dropout,
     "aten.clone.default": _identity,
