@@ -274,9 +274,10 @@ def test_default_programs_are_unchanged(name: str) -> None:
 )
 def test_auto_lowers_exactly(name: str, bits: int, calibrator: str, rounding: str) -> None:
     """``unsigned="auto"`` programs lower with ``ui`` types and nh == nq bit for bit. Mutants
-    seen failing
-    (private copy): requant saturating ui codes at the signed range (runtime), the lowering
-    keeping a signed type, HwValue.bits not counting the sign bit."""
+    seen failing (private copy): ``nh.requant``'s kernel saturating ui codes at the signed
+    range, the lowering giving an unsigned requant a signed type. (``HwValue.bits`` not
+    counting the sign bit survives here: test_lowering_counts_an_unsigned_value_as_one_bit_wider
+    catches it.)"""
     module, _, x = _quantized(
         name,
         unsigned="auto",
@@ -472,3 +473,28 @@ func.func @main(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
     (codes,) = run(hw, x, raw=True)
     want = np.clip(np.trunc(np.maximum(x.astype(np.float64), 0) * 2.0**k), 0, 255)
     assert np.array_equal(codes, want) and codes.max() > 127
+
+
+ALIGN = """\
+func.func @main(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
+  %xq = nq.fake_quant %x {bits = 16 : i64, exp = dense<0> : tensor<1xi8>} : tensor<?x4xf32>
+  %r = nf.relu %xq : tensor<?x4xf32>
+  %rq = nq.fake_quant %r {bits = 16 : i64, exp = dense<0> : tensor<1xi8>, signed = SIGNED}
+    : tensor<?x4xf32>
+  %c = nf.constant "c" dense<[1.5e-4, -9.0e-5, 3.0e-5, 7.5e-5]> : tensor<4xf32>
+  %cq = nq.fake_quant %c {bits = 16 : i64, exp = dense<16> : tensor<1xi8>} : tensor<4xf32>
+  %s = nf.add %rq, %cq : (tensor<?x4xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+  %sq = nq.fake_quant %s {bits = 16 : i64, exp = dense<0> : tensor<1xi8>} : tensor<?x4xf32>
+  func.return %sq : tensor<?x4xf32>
+}
+"""
+
+
+def test_lowering_counts_an_unsigned_value_as_one_bit_wider() -> None:
+    """16-bit codes shifted 16 places to meet a finer operand: 32 bits when signed (lowers),
+    33 when unsigned (codes up to 65535 << 16 pass i32): refused, naming the 17-bit codes.
+    Mutant seen failing (private copy): ``HwLowering.requant`` recording ``b`` instead of
+    ``b + 1`` signed bits for an unsigned result."""
+    lower_to_hw(nanoir.parse(ALIGN.replace("SIGNED", "true")))
+    with pytest.raises(Error, match="needs 33-bit codes.*17-bit codes"):
+        lower_to_hw(nanoir.parse(ALIGN.replace("SIGNED", "false")))
