@@ -145,6 +145,8 @@ class Rules:
     changed: bool = False
     bias_exps: dict[Quant, np.ndarray] = field(default_factory=dict)
     """Each bias's exponents after :meth:`settle`: its own, capped at its accumulators'."""
+    unmeasured: dict[Quant, np.ndarray] = field(default_factory=dict)
+    """Per 1-bit weight, where it was at the calibration floor when the rules first saw it."""
 
     def settle(self) -> dict[Quant, np.ndarray]:
         """Change exponents until every join can lower (or nothing more can change); returns
@@ -201,6 +203,8 @@ class Rules:
     def accumulate(self, wt: Weighted) -> None:  # noqa: C901 - the rule, step by step
         xs, fw, bias = wt.xs, wt.w, wt.b
         exact: dict[bytes, np.ndarray] = {}
+        if fw.bits == 1:
+            self.unmeasured.setdefault(fw, fw.exps.reshape(-1) <= EXP_FLOOR)
         x_adjustable = not any(f.fixed for f in xs)
         if bias is not None and x_adjustable and all(_zero(f).all() for f in xs):
             # An input that is 0 everywhere: put the accumulator on the bias's grid.
@@ -294,11 +298,14 @@ class Rules:
             return np.array([over.any()])
         return over.reshape(-1, size).any(axis=0) if wt.transposed is not None else over
 
-    @classmethod
-    def _unmeasured_weight(cls, wt: Weighted, over: np.ndarray) -> bool:
+    def _unmeasured_weight(self, wt: Weighted, over: np.ndarray) -> bool:
+        """Whether every weight channel behind ``over`` is a 1-bit one that was 0 everywhere
+        (at the floor when first seen: growing it once does not make it measured)."""
         fw = wt.w
-        hit = cls._hit(wt, over)
-        return fw.bits == 1 and not fw.fixed and bool((fw.exps.reshape(-1)[hit] <= EXP_FLOOR).all())
+        if fw.bits != 1 or fw.fixed:
+            return False
+        floor = self.unmeasured.setdefault(fw, fw.exps.reshape(-1) <= EXP_FLOOR)
+        return bool(floor[self._hit(wt, over)].all())
 
     @classmethod
     def _lower_channels(

@@ -387,3 +387,36 @@ def test_unsigned_auto_mirrors_quantize(learner: str, act_bits: int) -> None:
         assert relu.scale.item() == pytest.approx(0.5 * 1.0 + 0.5 * target)
     train_hard(q, x, steps=3, seed=1)
     check_converts_and_lowers(q, x[:4].astype(np.float64))
+
+
+def test_zero_one_bit_weight_grows_its_magnitude_not_the_input_step() -> None:
+    """A constant branch ``x + conv(x)`` whose conv weight is 0 (1-bit: calibrated to the
+    least magnitude, 2**-60) and whose bias is 0.75: the bias aligned onto 2**-60 products
+    overflows i32, and the rule grows the weight's magnitude (``acc:`` origin), leaving the
+    input's exponent at its own range (NumPy's absmax rule here) so the shortcut keeps it.
+
+    Mutant caught: the zero 1-bit weight left alone (the input's step grows instead, by
+    some 60 places: the shortcut is quantized to 0)."""
+    model = Net(["const_branch"], [1.0] * 4, 0)
+    x = np.random.default_rng(2).standard_normal((6, C, H, H)).astype(np.float32)
+    module = nanoir.compile_model(
+        model,
+        (torch.from_numpy(x[:2]),),
+        [x[:3], x[3:]],
+        stop="nq",
+        weight_bits=1,
+        act_bits=8,
+        bias_correction=False,
+    )
+    fqs = [op for op in module.walk() if isinstance(op, FakeQuantOp)]
+    (x_fq,) = [f for f in fqs if f.input.name_hint == "x"]
+    absmax = float(np.abs(x.astype(np.float64)).max())
+    assert dense_to_numpy(x_fq.exp).tolist() == [7 - int(np.ceil(np.log2(absmax)))]
+    assert x_fq.origin is None
+    (w_fq,) = [f for f in fqs if f.bits.value.data == 1]
+    assert w_fq.origin is not None and w_fq.origin.data.startswith("acc:")
+    assert int(dense_to_numpy(w_fq.exp).max()) > -60
+    xs = np.random.default_rng(3).standard_normal((3, C, H, H))
+    (want,) = nanoir.run(module, xs)
+    (got,) = nanoir.run(nanoir.lower_to_hw(module.clone()), xs)
+    assert np.array_equal(got, want)
