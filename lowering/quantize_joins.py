@@ -165,9 +165,8 @@ def settle(
             return None
         if fq not in quants:
             quants[fq] = Quant(
-                # An unsigned b-bit code (0..2**b-1) takes b + 1 signed bits once aligned or
-                # accumulated, so the join rules see it as that wide.
-                fq.bits.value.data + (0 if fq.is_signed else 1),
+                # (signed = false: the join rules count b + 1 signed bits, join_rules.signed_bits)
+                fq.bits.value.data,
                 get_exps(fq),
                 fq.rounding_mode,
                 _constant_values(fq.input),
