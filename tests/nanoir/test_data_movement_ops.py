@@ -127,7 +127,7 @@ def _inputs(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(cases(), st.integers(0, 2**16))
 def test_nf_matches_torch_in_float64(case, seed: int) -> None:  # noqa: ANN001
     """nf against torch, both in float64, within 1e-5 * max(1, max |torch|). Mutants:
@@ -166,7 +166,7 @@ def _quantized(model: nn.Module, shape, seed: int, bits: int, rounding: str, pc:
     return module, x
 
 
-@settings(max_examples=examples(25), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     cases(),
     st.integers(0, 2**16),
