@@ -377,7 +377,15 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
     if isinstance(op, nf.TransposeOp):
         perm = list(array_values(op.perm) or ())
         return lambda x: (x.permute(perm),)
-    if isinstance(op, nf.PadOp | nf.UpsampleNearestOp | nf.DepthToSpaceOp | nf.SpaceToDepthOp):
+    if isinstance(
+        op,
+        nf.PadOp
+        | nf.UpsampleNearestOp
+        | nf.DepthToSpaceOp
+        | nf.SpaceToDepthOp
+        | nf.ExpandOp
+        | nf.GatherOp,
+    ):
         return _gather_step(op)
     raise QATError(f"nanoir.qat: {op.name} has no torch forward")
 
