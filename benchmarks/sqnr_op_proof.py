@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from nanoir.dialects.nq import FakeQuantOp
+from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.runtime.interpreter import compile_function, default_builders, find_function
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.numerics import norm, softmax
@@ -89,7 +90,11 @@ def measure(name: str) -> list[tuple[str, str, float, float]]:
     model = make_op_proof_model(name)
     shape = tuple(model.make_example_input(8).shape)
     rng = np.random.default_rng(0)
-    module = nanoir.compile_model(model, (torch.randn(shape),), stop="folded")
+    # TinyViT's class token expand is imported at a static batch only (the frontend refuses
+    # expanding to a dynamic one).
+    dynamic = name != "TinyViT"
+    module = nanoir.from_torch(model, (torch.randn(shape),), dynamic_batch=dynamic)
+    FoldBnPass().apply(nanoir.make_context(), module)
     nanoir.quantize(
         module, [rng.standard_normal(shape) for _ in range(4)], weight_bits=8, act_bits=8
     )
@@ -98,9 +103,14 @@ def measure(name: str) -> list[tuple[str, str, float, float]]:
     fqs = [op for op in module.walk() if isinstance(op, FakeQuantOp)]
     assert len(fqs) == len(rep.rows)
     row_of = {fq.input: row for fq, row in zip(fqs, rep.rows)}
-    hw = nanoir.lower_to_hw(module.clone())
-    x = held_out[0]
-    assert all(np.array_equal(a, b) for a, b in zip(nanoir.run(hw, x), nanoir.run(module, x)))
+    try:
+        hw = nanoir.lower_to_hw(module.clone())
+    except nanoir.Error as e:
+        print(f"{name}: not lowered: {str(e).splitlines()[0]}")
+    else:
+        x = held_out[0]
+        same = zip(nanoir.run(hw, x), nanoir.run(module, x))
+        assert all(np.array_equal(a, b) for a, b in same)
     own = own_sqnr(module, held_out)
     found = []
     for op in module.walk():
