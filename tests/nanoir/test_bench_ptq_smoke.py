@@ -106,7 +106,8 @@ def test_benchmark_runs_on_the_kws_net() -> None:
     for config in ("absmax/trunc", "mse/half_even"):
         score = result.nanoir[config]
         assert score is not None and 8 < score < 60
-        assert result.nh[config] == "yes"
+    ran = [config for config, score in result.nanoir.items() if score is not None]
+    assert all(8 < result.nanoir[c] < 60 and result.nh[c] == "yes" for c in ran)  # type: ignore[operator]
     assert result.nanoir["mse/half_even"] > result.nanoir["absmax/trunc"] + 6  # type: ignore[operator]
 
 
