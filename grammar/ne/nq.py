@@ -10,7 +10,9 @@ builds an op from a node with `NqOp.build`; `export_nq` writes an op's attribute
 and/or a `writer` function next to its row.
 
     .ne op_type          IR op                    notes
-    Q                    nq.fake_quant            bits = bit_len; exp = the int constant in_s[1]
+    Q                    nq.fake_quant            bits = bit_len; exp = the int constant in_s[1];
+                                                  signed=0 for `signed = false` (nanoir's
+                                                  extension: the reference reads signed only)
     Conv                 nf.conv                  kernel_shape checked against the weight
     Gemm                 nf.linear                only alpha = beta = 1, transA = 0, transB = 1
     Add Sub Mul Div      nf.add nf.sub nf.mul nf.div
@@ -188,7 +190,7 @@ class NqOp:
 
 
 def _q(n: NodeSpec) -> Operation:
-    n.allow("bit_len", "rounding")
+    n.allow("bit_len", "rounding", "signed")
     n.one_output()
     if len(n.inputs) != 2:
         raise NodeProblem(f"Q node '{n.name}' takes 2 inputs (data, exponent), got {len(n.inputs)}")
@@ -210,13 +212,24 @@ def _q(n: NodeSpec) -> Operation:
         raise NodeProblem(
             f"rounding of Q node '{n.name}' must be one of {known}", attr="rounding"
         ) from None
-    return FakeQuantOp(data, bits, dense_from_const(exp), rounding)
+    signed = n.flag("signed", 1)  # nanoir's extension: signed=0 is unsigned codes 0..2**b-1
+    if not signed and bits == 1:
+        raise NodeProblem(
+            f"Q node '{n.name}' has signed=0 with bit_len=1: 1-bit codes are ±1 and have no "
+            "unsigned form",
+            attr="signed",
+        )
+    return FakeQuantOp(data, bits, dense_from_const(exp), rounding, signed)
 
 
 def _fake_quant_attrs(op: FakeQuantOp) -> Attrs:
+    """bit_len, rounding when not trunc, signed=0 when unsigned: a signed Q prints as the
+    reference's (which reads signed codes only), an unsigned one says so."""
     attrs: list[tuple[str, AttrValue]] = [("bit_len", op.bits.value.data)]
     if op.rounding_mode != RoundingMode.TRUNC:
         attrs.append(("rounding", op.rounding_mode.value))
+    if not op.is_signed:
+        attrs.append(("signed", 0))
     return tuple(attrs)
 
 
