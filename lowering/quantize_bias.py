@@ -130,8 +130,10 @@ def float_kernels(func: FuncOp) -> dict[Operation, Kernel]:
 
 def mean_error(q: np.ndarray, f: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
     """Per channel along ``axis``: ``sum(q - f)`` over every other dim, and the count summed."""
-    d = np.moveaxis(np.asarray(q, np.float64) - np.asarray(f, np.float64), axis, -1)
-    return d.reshape(-1, d.shape[-1]).sum(axis=0), d.size // max(d.shape[-1], 1)
+    d = np.asarray(q, np.float64) - np.asarray(f, np.float64)
+    axis %= d.ndim
+    others = tuple(i for i in range(d.ndim) if i != axis)
+    return d.sum(axis=others), d.size // max(d.shape[axis], 1)
 
 
 def _own_exps(t: Target, values: np.ndarray, config: QuantConfig) -> np.ndarray:

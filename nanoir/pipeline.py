@@ -6,7 +6,8 @@ Stages, in order (``stop`` names the last one run):
 
 - ``nf``: ``from_torch`` (float ops, PyTorch semantics);
 - ``folded``: ``fold-bn``;
-- ``nq``: ``quantize`` (the NanoEngine "Q" level; ``quantize_options`` are its options);
+- ``nq``: ``quantize`` (the NanoEngine "Q" level; ``quantize_options`` are its options, e.g.
+  ``bias_correction=False`` for the uncorrected program);
 - ``nh``: ``lower-to-hw`` (integer ops, exact);
 - ``streamed``: ``stream-plan`` (per-node caches recorded on the program; ``stream`` gives its
   ``mem_dim`` and ``steps``).
