@@ -140,8 +140,8 @@ def test_nq_equals_nh_and_ne_round_trips(
     """quantize, lower-to-hw: nh == nq bit for bit; both levels' `.ne` text reads back and
     writes the same bytes, and the read programs compute the same.
 
-    Mutants caught: the hw row leaving out nudge (read back as 0: wrong codes for trunc/floor);
-    nh.group_norm's kernel taking the groups as 1."""
+    Mutants caught: the hw GroupNorm row without nudge; nh.group_norm's kernel taking the
+    groups as 1."""
     module, x = _quantized(groups, per, spatial, length, bits, mode, seed)
     hw = lower_to_hw(module.clone())
     assert "nh.group_norm" in {op.name for op in hw.walk()}
@@ -175,7 +175,9 @@ def test_onnx_nf_matches_onnxruntime_and_reads_back() -> None:
 
 def test_onnx_refuses_quantized_norms_naming_the_op() -> None:
     """An nq program's norm is its integer algorithm: the QDQ writer refuses it by name; the
-    nanoengine flavour (opset 17) refuses GroupNorm even in float."""
+    nanoengine flavour (opset 17) refuses GroupNorm even in float.
+
+    Mutant caught: the writer's integer-algorithm refusal skipped."""
     model = nn.Sequential(nn.Conv1d(2, 4, 1), nn.GroupNorm(2, 4)).eval()
     x = torch.randn(2, 2, 5)
     module = nanoir.from_torch(model, (x,))
@@ -188,7 +190,9 @@ def test_onnx_refuses_quantized_norms_naming_the_op() -> None:
 
 def test_streamed_equals_whole() -> None:
     """GroupNorm over (C/G, L) needs the whole streamed dim: the plan takes it at once and
-    the streamed run equals the whole one."""
+    the streamed run equals the whole one.
+
+    Mutant caught: Normalising streaming the normalised dims row by row too."""
     module, x = _quantized(2, 2, 2, 6, 8, "trunc", 0)
     hw = lower_to_hw(module)
     (whole,) = nanoir.run(hw, x)

@@ -13,6 +13,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import import_nanoengine
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.numerics import norm
 from torch import nn
@@ -77,7 +79,7 @@ def test_bound_holds_at_a_coarse_guard(n: int, mode: str, guard: int, seed: int)
     error is a sizeable part of a step; the plan's nudge still keeps trunc and floor within
     one step of torch (the half modes within 1/2 + e).
 
-    Mutant caught: no nudge for trunc/floor (errors up to 1.09 steps)."""
+    Mutant caught: floor's nudge dropped (``acc + nudge`` -> ``acc``)."""
     rng = np.random.default_rng(seed)
     q = rng.integers(-128, 128, (4, n))
     g, c = rng.integers(-8, 8, n), rng.integers(-8, 8, n)
@@ -154,8 +156,7 @@ def test_nq_equals_nh(c: int, h: int, dims: int, bits: int, mode: str, seed: int
     (One channel is left out: LayerNorm(1) outputs its bias, so the second LayerNorm reads
     constant rows and outputs a calibrated-zero tensor at exponent 60, which the plan refuses.)
 
-    Mutants caught: the nh kernel reading the weight exponent of the bias; lower-to-hw
-    writing the plan's nudge as 0."""
+    Mutant caught: the nh kernel reading the bias's exponent for the weight's."""
     torch.manual_seed(seed)
     model = _LayerNorms(c, [c, h, 3][3 - dims :], True, 1e-5).eval()
     x = torch.randn(2, 3, h, 3)
@@ -171,29 +172,33 @@ def test_nq_equals_nh(c: int, h: int, dims: int, bits: int, mode: str, seed: int
         assert np.array_equal(yq, yh)
 
 
-def test_quantized_layer_norm_is_the_integer_algorithm() -> None:
-    """The nq kernel runs the integer algorithm, not the float kernel then a fake-quant: on a
-    row where they differ, the nq result is the algorithm's (computed here from the codes).
+def test_nh_and_its_ne_text_equal_nq_on_a_large_input() -> None:
+    """1.28 million outputs in floor mode: a handful fall within the plan's nudge of a
+    rounding boundary, so an nh program that loses the nudge differs from nq there. The nh
+    program is also written to `.ne` and read back.
 
-    Mutant caught: the nq builder always returning the float kernel."""
-    model = nn.Sequential(nn.LayerNorm(64, eps=1e-5)).eval()
-    x = torch.randn(8, 64)
-    module = nanoir.from_torch(model, (x,))
-    nanoir.quantize(module, [x.numpy()], act_bits=8, rounding="trunc")
-    (yq,) = nanoir.run(module, x.numpy())
+    Mutants caught: lower-to-hw writing nudge 0; the hw LayerNorm row without nudge; the nq
+    kernel running torch's float op and the fake-quant instead of the integer algorithm."""
+    model = nn.Sequential(nn.LayerNorm(64)).eval()
+    with torch.no_grad():
+        model[0].weight.uniform_(-1, 1)
+        model[0].bias.uniform_(-1, 1)
+    x = np.random.default_rng(0).normal(size=(20000, 64)).astype(np.float32)
+    module = nanoir.from_torch(model, (torch.from_numpy(x[:4]),))
+    nanoir.quantize(module, [x[:256]], act_bits=8, rounding="floor")
     hw = lower_to_hw(module.clone())
-    (codes,) = nanoir.run(hw, x.numpy(), raw=True)
-    (yh,) = nanoir.run(hw, x.numpy())
-    assert np.array_equal(yq, yh)
-    ratio = yh / np.where(codes == 0, 1, codes)
-    step = float(ratio[codes != 0].flat[0])
-    assert np.array_equal(codes * step, yq)
+    back = import_nanoengine(export_nanoengine(hw))
+    (yq,) = nanoir.run(module, x)
+    assert np.array_equal(nanoir.run(hw, x)[0], yq)
+    assert np.array_equal(nanoir.run(back, x)[0], yq)
 
 
 def test_i64_bound_refused_naming_the_op() -> None:
     """A LayerNorm over 2**15 16-bit codes: n**2 4**15 = 2**60 leaves i64; the nq kernel
     (already during quantize's bias correction) and lower-to-hw refuse it, naming
-    nf.layer_norm and the reason."""
+    nf.layer_norm and the reason.
+
+    Mutant caught: the ``2**60`` bound raised to ``2**90``."""
     n = 2**15
     model = nn.Sequential(nn.LayerNorm(n)).eval()
     x = torch.randn(1, n)
