@@ -1187,7 +1187,12 @@ def _attention(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     perm = [*range(imp.rank(k) - 2), imp.rank(k) - 1, imp.rank(k) - 2]
     kt = imp.emit(nf.TransposeOp(k, perm)).result
     scores = imp.emit(nf.MatmulOp(q, kt)).result
-    scaled = imp.emit(nf.MulOp(scores, imp.scalar(float(scale), elt))).result
+    # A named constant, so quantize gives the scale a weight's fake-quant (1/sqrt(E) is no
+    # short dyadic number: unquantized it would need a product wider than i32).
+    factor = nf.ConstantOp(numpy_to_dense(np.array(float(scale)), elt), name=f"{node.name}.scale")
+    factor.result.name_hint = name_hint(f"{node.name}.scale")
+    imp.constant_ops.append(factor)
+    scaled = imp.emit(nf.MulOp(scores, factor.result)).result
     weights = imp.emit(nf.SoftmaxOp(scaled, rank - 1, mask)).result
     return imp.emit(nf.MatmulOp(weights, v)).result
 
