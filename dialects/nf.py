@@ -1652,7 +1652,7 @@ class LayerNormOp(_NormBase):
     and squared codes, exact isqrt, one rounding division, exact affine and requant); worst
     error against torch's float64 op on the quantized input, weight and bias, over the
     property test's domain (4/8/16-bit in, 8/16-bit out, every rounding mode): 0.50003 output
-    steps for the half modes and 0.99996 for trunc and floor (bound: one step).
+    steps for the half modes and 0.999996 for trunc and floor (bound: one step).
 
     ```mlir
     %y = nf.layer_norm %x, %w, %b {normalized_dims = 1 : i64, epsilon = 1.0e-06 : f64}

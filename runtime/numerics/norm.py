@@ -12,30 +12,38 @@ fake-quantized constant), output codes at ``ko`` with ``bits`` and a rounding mo
 
 1. ``S1 = sum q``, ``S2 = sum q**2`` (i64) and, per element, ``D = n q - S1``; the variance
    times ``n**2`` is the integer ``V = n S2 - S1**2 <= n**2 4**(b-1)``.
-2. ``sigma = isqrt(V 4**h + E)`` (exact floor square root), ``E = round(n**2 eps 4**(k+h))``
-   the eps term at the same scale: ``sigma ~ 2**h n sqrt(var + eps)``; ``h`` (static) is the
-   largest that keeps ``V 4**h + E`` below ``2**62``.
+2. Per row a scale shift ``h <= H``: ``W = V 4**h + floor(E_H / 4**(H-h))``, where
+   ``E_H = round(n**2 eps 4**(k+H))`` is the eps term at the largest shift ``H <= 30``
+   (static), and ``h`` the largest that keeps ``W`` below ``2**62`` (from the bit length of
+   ``V + eps``, as CMSIS-NN normalises by a count of leading zeros); ``sigma = isqrt(W)``
+   (exact floor square root) ``~ 2**h n sqrt(var + eps)`` then has about 30 bits for every
+   row that is not constant, however small its variance.
 3. One rounding division per element: ``z = round(D 2**(h+F) / sigma)``, the normalised
    value with ``F = ko + P - kg`` fraction bits (half up).
 4. The affine, exact: ``acc = z g + c 2**(ko + P - kc)`` at exponent ``ko + P``; then the
    requant by ``P`` with the output's rounding mode and saturation.
 
-Error bound: with ``|z_true| <= sqrt(n - 1)`` and ``sqrt(V 4**h) >= 2**h sqrt(n - 1)`` for a
-row that is not constant, ``|acc 2**-P - t| <= e = max|g 2**(ko-kg)| 3 2**-h + max|g| 2**(-P-1)``
+Error bound: ``|D| / sqrt(V) <= sqrt(n - 1)`` and ``sigma >= 2**28`` for a row that is not
+constant (a constant row has ``D = 0``: the output is the bias, exactly), so
+``|acc 2**-P - t| <= e = max|g 2**(ko-kg)| (isqrt(n-1) + 1) 2**-27 + max|g| 2**(-P-1)``
 output steps, where ``t`` is torch's op in float64 on the dequantized codes, in output steps.
 For ``trunc`` and ``floor`` the accumulator is first moved by ``ceil(e 2**P) + 1`` away from
 zero (``trunc``) or up (``floor``), so that the rounding's own error (< 1 step) and ``e`` do not
 add: the output is then within ``max(1, 2e)`` steps of ``t``; the half modes are within
 ``1/2 + e``. :func:`norm_plan` keeps ``e <= 1/2``, so every output is within one step of torch
-(before saturation). ``P <= 24`` is the largest that keeps every product in i63.
+(before saturation). ``P <= 24`` is the largest that keeps every product below ``2**62``;
+the sums need ``n**2 4**(b-1) < 2**60`` (:class:`NormBoundError` otherwise: at 8 bits ``n``
+up to about ``2**23``, at 16 bits below ``2**15``).
 
-The plan (``h``, ``E``, ``P``, the nudge) is computed once per op from static facts
+The plan (``H``, ``E_H``, ``P``, the nudge) is computed once per op from static facts
 (:func:`norm_plan`); :func:`normalize_codes` runs it on codes. nq converts its float64 values
-to their codes (exact), runs it and scales back; nh runs it on its codes: the same function,
-so nq == nh by construction.
+to their codes (exact), runs it in int64 and scales back; nh runs it on its codes: the same
+function, so nq == nh by construction. Measured worst error (the property tests, 4/8/16-bit
+in, 8/16 out; 4,000 random cases): 0.50003 steps for the half modes, 0.999996 for trunc and
+floor.
 
 >>> q = np.array([[-3, 0, 3, 6]])
->>> plan = norm_plan(4, 8, 0, 1e-5, [1], [0], 4, 8, "half_even", 2, [0])
+>>> plan = norm_plan(4, 8, 0, 1e-5, [0], [1], 4, 8, "half_even", 0, [0])
 >>> normalize_codes(q, np.array([1]), np.array([0]), plan).tolist()  # torch: -1.34 -0.45 0.45 1.34
 [[-21, -7, 7, 21]]
 """
