@@ -291,3 +291,19 @@ func.func @block_mode(%x: tensor<?x8x4x4xf32>) -> tensor<?x2x8x8xf32> {
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
 // CHECK: error: nf.depth_to_space: mode 'RCD' is not CRD or DCR
+
+// -----
+
+func.func @expand_not_broadcast(%x: tensor<?x4x2xf32>) -> tensor<?x4x5xf32> {
+  %y = nf.expand %x : tensor<?x4x2xf32> -> tensor<?x4x5xf32>
+  func.return %y : tensor<?x4x5xf32>
+}
+// CHECK: error: nf.expand: expand: ?x4x2 does not broadcast to ?x4x5
+
+// -----
+
+func.func @gather_out_of_range(%x: tensor<?x4xf32>) -> tensor<?x2xf32> {
+  %y = nf.gather %x {axis = 1 : i64, indices = array<i64: 0, 4>} : tensor<?x4xf32> -> tensor<?x2xf32>
+  func.return %y : tensor<?x2xf32>
+}
+// CHECK: error: nf.gather: gather: indices [4] are out of range for size 4 of dim 1

@@ -186,3 +186,16 @@ func.func @softmax(%x: tensor<?x2x8x8xf32>, %m: tensor<8x8xi1>) -> tensor<?x2x8x
   %2 = nf.log_softmax %1 {axis = 1 : i64} : (tensor<?x2x8x8xf32>) -> tensor<?x2x8x8xf32>
   func.return %2 : tensor<?x2x8x8xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @data_movement
+func.func @data_movement(%x: tensor<?x4x1x6xf32>) -> (tensor<?x4x5x6xf32>, tensor<?x3x1x6xf32>) {
+  // CHECK-NEXT: %0 = nf.expand %x : tensor<?x4x1x6xf32> -> tensor<?x4x5x6xf32>
+  // GENERIC: "nf.expand"(%x) : (tensor<?x4x1x6xf32>) -> tensor<?x4x5x6xf32>
+  %0 = nf.expand %x : tensor<?x4x1x6xf32> -> tensor<?x4x5x6xf32>
+  // CHECK-NEXT: %1 = nf.gather %x {axis = 1 : i64, indices = array<i64: 3, 0, 3>} : tensor<?x4x1x6xf32> -> tensor<?x3x1x6xf32>
+  // GENERIC: "nf.gather"(%x) <{axis = 1 : i64, indices = array<i64: 3, 0, 3>}>
+  %1 = nf.gather %x {axis = 1 : i64, indices = array<i64: 3, 0, 3>} : tensor<?x4x1x6xf32> -> tensor<?x3x1x6xf32>
+  func.return %0, %1 : tensor<?x4x5x6xf32>, tensor<?x3x1x6xf32>
+}

@@ -463,3 +463,11 @@ func.func @conv_transpose_shape(%x: tensor<?x2x3xi8, #nh.fixed<5, BCM>>, %w: ten
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
 // CHECK: error: nh.conv_transpose: result shape
+
+// -----
+
+func.func @gather_keeps_exponents(%x: tensor<?x4xi8, #nh.fixed<[5, 4, 3, 2], BC>>) -> tensor<?x2xi8, #nh.fixed<[5, 4], BC>> {
+  %y = nh.gather %x {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<?x4xi8, #nh.fixed<[5, 4, 3, 2], BC>> -> tensor<?x2xi8, #nh.fixed<[5, 4], BC>>
+  func.return %y : tensor<?x2xi8, #nh.fixed<[5, 4], BC>>
+}
+// CHECK: error: nh.gather: data movement keeps the exponents: exponents [2, 5] and [5, 4] differ

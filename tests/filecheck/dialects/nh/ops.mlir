@@ -121,3 +121,16 @@ func.func @block_ops(%x: tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>>) -> (tensor<?x2x
   %2 = nh.depth_to_space %1 {block = 2 : i64, mode = "DCR"} : tensor<?x8x3x5xi8, #nh.fixed<4, BCMD>> -> tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
   func.return %0, %2 : tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>, tensor<?x2x6x10xi8, #nh.fixed<4, BCMD>>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @data_movement
+func.func @data_movement(%x: tensor<?x4x1x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>>) -> (tensor<?x4x5x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>>, tensor<?x2x1x6xi8, #nh.fixed<[2, 5], BCMD>>) {
+  // CHECK-NEXT: %0 = nh.expand %x : tensor<?x4x1x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>> -> tensor<?x4x5x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>>
+  // GENERIC: "nh.expand"(%x)
+  %0 = nh.expand %x : tensor<?x4x1x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>> -> tensor<?x4x5x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>>
+  // CHECK-NEXT: %1 = nh.gather %x {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<?x4x1x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>> -> tensor<?x2x1x6xi8, #nh.fixed<[2, 5], BCMD>>
+  // GENERIC: "nh.gather"(%x) <{axis = 1 : i64, indices = array<i64: 3, 0>}>
+  %1 = nh.gather %x {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<?x4x1x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>> -> tensor<?x2x1x6xi8, #nh.fixed<[2, 5], BCMD>>
+  func.return %0, %1 : tensor<?x4x5x6xi8, #nh.fixed<[5, 4, 3, 2], BCMD>>, tensor<?x2x1x6xi8, #nh.fixed<[2, 5], BCMD>>
+}
