@@ -8,6 +8,8 @@ test that caught it.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,7 @@ from nanoir.grammar.ne.importer import import_nanoengine
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.numerics import norm
 from torch import nn
+from xdsl.printer import Printer
 
 import nanoir
 from nanoir.testing.programs import examples
@@ -219,3 +222,44 @@ def test_streamed_equals_whole_along_another_dim() -> None:
     (whole,) = nanoir.run(hw, xs)
     (streamed,) = nanoir.stream(hw, [xs], mem_dim=2, step=1)
     assert np.array_equal(whole, streamed)
+
+
+class _NativeNorms(nn.Module):
+    """``aten.native_layer_norm`` / ``aten.native_group_norm`` called directly (torch.export
+    keeps them, with their mean and rstd outputs unused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(5)), nn.Parameter(torch.randn(5))
+        self.gw, self.gb = nn.Parameter(torch.randn(4)), nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _, _ = torch.ops.aten.native_layer_norm(x, [5], self.w, self.b, 1e-5)
+        z, _, _ = torch.ops.aten.native_group_norm(y, self.gw, self.gb, 2, 4, 15, 2, 1e-5)
+        return z
+
+
+def test_native_forms_and_mlir_round_trips() -> None:
+    """The native ATen forms import (nf vs torch in float64); the nf, nq and nh programs print
+    and parse back to the same text, custom and generic.
+
+    Mutant caught: the native_group_norm handler taking ``C`` for the group count."""
+    torch.manual_seed(0)
+    model = _NativeNorms().eval()
+    x = torch.randn(2, 4, 3, 5)
+    module = nanoir.from_torch(model, (x,), dynamic_batch=False)
+    assert [op.name for op in module.walk() if op.name.endswith("_norm")] == [
+        "nf.layer_norm",
+        "nf.group_norm",
+    ]
+    (y,) = nanoir.run(module, x.numpy(), dtype=np.float64)
+    expected = model.double()(x.double()).detach().numpy()
+    assert np.abs(y - expected).max() <= 1e-5 * max(1.0, float(np.abs(expected).max()))
+    nanoir.quantize(module, [x.numpy()])
+    hw = lower_to_hw(module.clone())
+    for program in (module, hw):
+        text = str(program)
+        assert str(nanoir.parse(text)) == text
+        stream = io.StringIO()
+        Printer(stream=stream, print_generic_format=True).print_op(program)
+        assert str(nanoir.parse(stream.getvalue())) == text
