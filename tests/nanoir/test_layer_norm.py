@@ -263,3 +263,40 @@ def test_native_forms_and_mlir_round_trips() -> None:
         stream = io.StringIO()
         Printer(stream=stream, print_generic_format=True).print_op(program)
         assert str(nanoir.parse(stream.getvalue())) == text
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "{bits = 8 : i64, max_shift",
+            "{bits = 9 : i64, max_shift",
+            "nh.layer_norm: bits 9 do not fit the result's i8",
+        ),
+        (
+            "normalized_dims = 1 : i64} : (tensor<?x16xi8",
+            "normalized_dims = 3 : i64} : (tensor<?x16xi8",
+            "nh.layer_norm: normalized_dims 3 must name static trailing dims",
+        ),
+        ("max_shift = ", "max_shift = 4", "nh.layer_norm: max_shift .* > 30"),
+        (
+            "normalized_dims = 1 : i64} : (tensor<?x16xf32>",
+            "normalized_dims = 5 : i64} : (tensor<?x16xf32>",
+            "nf.layer_norm: normalized_dims 5 is not in 1..2",
+        ),
+    ],
+)
+def test_verifiers_name_the_op(old: str, new: str, message: str) -> None:
+    """Bad nh.layer_norm / nf.layer_norm text is refused, naming the op and the values.
+
+    Mutant caught: nh's bits check skipped (the first case)."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16)).eval()
+    x = torch.randn(64, 8)
+    module = nanoir.from_torch(model, (x,))
+    text = str(module)
+    nanoir.quantize(module, [x.numpy()])
+    if "xf32" not in old:
+        text = str(lower_to_hw(module))
+    assert old in text
+    with pytest.raises(nanoir.Error, match=message):
+        nanoir.parse(text.replace(old, new, 1))
