@@ -52,6 +52,12 @@ and/or a `writer` function next to its row.
                                                   defaults 0.2/0.5 stay nf.custom)
     Softmax, LogSoftmax  nf.softmax,              axis (ONNX opset 13's, default -1); one input
                          nf.log_softmax           (a masked nf.softmax is not written)
+    LayerNormalization   nf.layer_norm            axis (opset 17's, default -1: from axis to
+                                                  the last dim), epsilon; scale and bias
+                                                  inputs (both required)
+    GroupNormalization   nf.group_norm            epsilon, num_groups; per-channel scale and
+                                                  bias (opset 21's; opset 18's per-group scale
+                                                  is refused by the shape check)
     (Identity, and any other op type: see import_nq)
 
 Written attributes are in alphabetical order with defaults spelled out, as the reference
