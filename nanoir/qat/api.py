@@ -309,7 +309,8 @@ class QATModule(nn.Module):
             )
         xs = [torch.as_tensor(x) for x in inputs]
         dtype = next((x.dtype for x in xs if x.is_floating_point()), torch.float32)
-        ties = self._joins.ties()  # quantize's join rules on this step's exponents
+        # quantize's join rules on this step's exponents (see nanoir.qat.joins)
+        ties = self._joins.ties(biases=not self.training)
         slots: dict[int, Any] = {}
         for s, x in zip(self._arg_slots, xs):
             slots[s] = x.to(dtype)

@@ -77,7 +77,10 @@ class JoinRules:
         def bias_of(op: Operation) -> Quant | None:
             if len(op.operands) < 3 or op.operands[2] not in key_of:
                 return None
+            self.biases.add(key_of[op.operands[2]])
             return quant(op.operands[2])
+
+        self.biases: set[str] = set()
 
         self.joins, self.weighted = describe(func, quant_of, bias_of)
         self.origins: dict[str, str] = {}
@@ -120,14 +123,16 @@ class JoinRules:
                 settled[key] = capped[q].reshape(q.exps.shape)
         return own, settled
 
-    def ties(self) -> dict[str, np.ndarray]:
+    def ties(self, biases: bool = True) -> dict[str, np.ndarray]:
         """The exponents the rules changed, by quantizer key: the settled exponent where it
-        differs from the learner's, NaN elsewhere (:meth:`Quantizer.forward`'s ``tie``)."""
+        differs from the learner's, NaN elsewhere (:meth:`Quantizer.forward`'s ``tie``).
+        Without ``biases`` (training): a bias is then capped by the module's forward at the
+        accumulator of this step's exponents, as before the rules (NanoEngine's order)."""
         own, settled = self.settle()
         return {
             key: np.where(settled[key] != own[key], settled[key], np.nan)
             for key in own
-            if (settled[key] != own[key]).any()
+            if (settled[key] != own[key]).any() and (biases or key not in self.biases)
         }
 
     def calibrate(self, targets: Iterable[Target]) -> None:
