@@ -67,8 +67,7 @@ def attention_cases(draw):  # noqa: ANN001, ANN201
 def test_attention_matches_torch_in_float64(case) -> None:  # noqa: ANN001
     """nf (float64) against torch's attention (float64) within 1e-5 * max(1, max |torch|);
     the mask is the softmax's operand, no -inf constant appears. Mutants: the default scale
-    1/E instead of 1/sqrt(E), the causal mask upper- instead of lower-triangular, a float
-    mask's -inf read as "takes part"."""
+    1/E instead of 1/sqrt(E); the causal mask upper- instead of lower-triangular."""
     model, qkv, kind = case
     if model.mask is not None and model.mask.dtype != torch.bool:
         model.mask = model.mask.double()
@@ -173,8 +172,8 @@ def _refusal(model: nn.Module, *inputs: torch.Tensor) -> str:
 
 def test_masks_nanoir_cannot_take_are_refused_naming_the_node() -> None:
     """An additive float mask (values other than 0/-inf), attention dropout: one error naming
-    the SDPA node and the reason. Mutant: the float mask taken as ``mask != -inf`` without
-    the check (no error)."""
+    the SDPA node and the reason. Mutant: the 0/-inf check on a float mask removed (the
+    bias is then read as a mask, no error)."""
     qkv = [torch.randn(2, 1, 3, 4) for _ in range(3)]
     bias = torch.zeros(3, 3)
     bias[0, 1] = 0.5

@@ -26,6 +26,7 @@ from nanoir.runtime.numerics.quant import RoundingMode
 from torch import nn
 
 import nanoir
+from nanoir import qat
 from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
@@ -130,9 +131,8 @@ def _inputs(shape: tuple[int, ...], seed: int) -> np.ndarray:
 @settings(max_examples=examples(20), deadline=None)
 @given(cases(), st.integers(0, 2**16))
 def test_nf_matches_torch_in_float64(case, seed: int) -> None:  # noqa: ANN001
-    """nf against torch, both in float64, within 1e-5 * max(1, max |torch|). Mutants:
-    gather ignoring its indices' order (sorted), expand from the last row instead of row 0,
-    slice_scatter placing src at the start of the dim."""
+    """nf against torch, both in float64, within 1e-5 * max(1, max |torch|). Mutants: the
+    gather kernel taking its indices sorted; slice_scatter returning its input unchanged."""
     model, shape = case
     torch.manual_seed(seed)
     model = model.double()
@@ -176,9 +176,8 @@ def _quantized(model: nn.Module, shape, seed: int, bits: int, rounding: str, pc:
 )
 def test_nq_equals_nh_bit_for_bit(case, seed, bits, rounding, pc) -> None:  # noqa: ANN001
     """quantize + lower-to-hw: the nh run (reals) equals the nq run element for element, and
-    the moves are nh.gather / nh.expand / nh.split + nh.concat. Mutants: nh.gather keeping
-    the input's per-channel exponents instead of gathering them (the verifier refuses, or
-    the codes are read at the wrong step), the concat of slice_scatter not aligning parts."""
+    the moves are nh.gather / nh.expand / nh.split + nh.concat. Mutant: LowerGather keeping
+    the input's per-channel exponents instead of gathering them with their channels."""
     model, shape = case
     torch.manual_seed(seed)
     module, x = _quantized(model, shape, seed, bits, rounding, pc)
@@ -204,8 +203,9 @@ def _named_outputs(module, outputs) -> dict[str, np.ndarray]:  # noqa: ANN001
 @given(cases(full=True), st.integers(0, 2**16), st.sampled_from((4, 8)))
 def test_ne_round_trip_both_levels(case, seed: int, bits: int) -> None:  # noqa: ANN001
     """Write `.ne` at the nq and the hw level, read it back: the program's output (named
-    `output`) is the same array. Mutants: the nq row writing indices in sorted order, the
-    Expand row's shape read as the result's shape for a kept dynamic dim."""
+    `output`) is the same array. Slice assignments are not drawn: their overwritten slice is
+    a split piece nothing reads, which the hw level refuses to write (NanoEngine takes
+    unread tensors for outputs). Mutant: the nq Gather row writing its indices sorted."""
     model, shape = case
     torch.manual_seed(seed)
     module, x = _quantized(model, shape, seed, bits, "trunc", False)
@@ -229,8 +229,8 @@ def test_ne_round_trip_both_levels(case, seed: int, bits: int) -> None:  # noqa:
 @given(cases(), st.integers(0, 2**16), st.sampled_from((1, 2)))
 def test_streamed_equals_whole(case, seed: int, step: int) -> None:  # noqa: ANN001
     """The nh program streamed along dim 2 (M) in steps of 1 or 2 rows equals its whole run
-    (the moves act along C or the last dim, row by row). Mutant: expand_rows saying
-    ``emit = size`` along a kept dim."""
+    (the moves act along C or the last dim, row by row). Mutant: expand_rows emitting 2
+    rows per row along a kept dim."""
     model, shape = case
     torch.manual_seed(seed)
     module, x = _quantized(model, shape, seed, 8, "trunc", False)
@@ -259,8 +259,7 @@ def test_along_the_streamed_dim(m: int, idx: list[int], seed: int) -> None:
     """Along M a gather needs the whole extent (an index may point anywhere) and the plan
     says so: the gather waits for every row; an expand of a 1-row dim emits its rows at
     once. Streamed still equals whole. Mutant: gather_rows returning a row step along its
-    own axis (the streamed run then gathers from a one-row window: wrong rows or an
-    index error)."""
+    own axis (caught by the row-step check)."""
     idx = [i % m for i in idx]
     torch.manual_seed(seed)
     model = AlongM(3, idx).eval()
@@ -279,7 +278,8 @@ def test_along_the_streamed_dim(m: int, idx: list[int], seed: int) -> None:
 def test_onnx_nf_matches_onnxruntime_and_reads_back(case, seed: int) -> None:  # noqa: ANN001
     """The nf program written as ONNX (Gather / Expand with int64 initializers, Split +
     Concat) runs in onnxruntime like nanoir's nf run, and reads back to the same program
-    outputs. Mutant: the writer passing Expand's result shape (with -1 for the batch)."""
+    outputs. Mutant: the writer passing Expand's result shape (-1 for the batch) as its
+    shape input."""
     model, shape = case
     torch.manual_seed(seed)
     x = _inputs(shape, seed)
@@ -366,3 +366,22 @@ def test_constant_indexing_folds_and_unbind_splits() -> None:
         want = model(x).numpy()
     (got,) = nanoir.run(module, x.numpy())
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(cases(), st.integers(0, 2**16))
+def test_qat_forward_is_the_nq_program(case, seed: int) -> None:  # noqa: ANN001
+    """nanoir.qat trains through the moves: the prepared module's forward (float64, eval)
+    equals the nq program ``convert`` gives, element for element. Mutant: nf.expand and
+    nf.gather left out of the QAT gather step (prepare refuses them)."""
+    model, shape = case
+    torch.manual_seed(seed)
+    x = torch.from_numpy(_inputs(shape, seed))
+    prepared = qat.prepare(model, (x,))
+    qat.calibrate(prepared, [_inputs(shape, seed + 1)])
+    prepared.eval()
+    with torch.no_grad():
+        got = prepared(x.double())
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    (want,) = nanoir.run(qat.convert(prepared), x.numpy().astype(np.float64))
+    np.testing.assert_array_equal(got.numpy(), want)
