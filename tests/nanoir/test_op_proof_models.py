@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from nanoir.dialects import nh
 from nanoir.lowering.fold_bn import FoldBnPass
-from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
+from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
 
 import nanoir
@@ -44,13 +44,6 @@ STATIC_BATCH: dict[str, str] = {
 
 MISSING: dict[str, dict[str, tuple[str, type[BaseException]]]] = {
     "dynamic": {"TinyViT": (STATIC_BATCH["TinyViT"], FrontendError)},
-    "nh": {
-        "TinyViT": (
-            "the attention scale 1/sqrt(E) of aten.scaled_dot_product_attention stays an "
-            "unquantized float constant: lower-to-hw's nf.mul needs 33-bit products",
-            LowerToHwError,
-        )
-    },
 }
 """Per test, networks blocked by an op that has not landed: the reason (naming the op) and
 the error it raises."""
