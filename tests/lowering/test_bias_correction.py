@@ -375,3 +375,35 @@ def test_corrected_bias_behind_a_concat_is_capped(rounding: str) -> None:
     kb = exps(fqs["conv.bias"]).reshape(-1)
     assert (kb <= kx + kw).all(), (kb, kx, kw)
     check_exact(module, x)
+
+
+def test_qat_prepare_mirrors_quantize_and_false_keeps_the_model() -> None:
+    """``nanoir.qat.prepare`` (default ``bias_correction=True``) gives the bias-less linear a
+    bias parameter and ``calibrate`` writes quantize's corrected biases into the module;
+    ``bias_correction=False`` (the NanoEngine-PyTorch configuration) keeps the model's
+    parameters as they are, before and after ``calibrate``.
+
+    Mutant caught (in a private copy): calibrate not writing the corrected biases back."""
+    from nanoir import qat
+
+    model = _small_net().eval()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 2, 4, 4)).astype(np.float32)
+    example = (torch.from_numpy(x[:2]),)
+    plain = qat.prepare(model, example, bias_correction=False)
+    assert "3.bias" not in plain._param_key  # noqa: SLF001
+    qat.calibrate(plain, [x])
+    for name in ("0.weight", "0.bias", "3.weight"):
+        want = dict(model.named_parameters())[name].detach().numpy()
+        assert np.array_equal(plain.tensor(name).detach().numpy(), want)
+
+    corrected = qat.prepare(model, example)
+    assert not corrected.tensor("3.bias").detach().numpy().any()  # zero until calibrated
+    qat.calibrate(corrected, [x])
+    module = nanoir.from_torch(model, example)
+    nanoir.quantize(module, [x], progress=False)
+    want = constants(module)
+    for name in ("0.bias", "3.bias"):
+        got = corrected.tensor(name).detach().numpy().astype(np.float64)
+        assert np.array_equal(got, want[name]), name
+    assert want["3.bias"].any()
