@@ -83,7 +83,7 @@ from nanoir.context import make_context
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import Quantized
+from nanoir.dialects.traits import DataMovement, Quantized
 from nanoir.errors import ArgumentError, batches_argument, int_argument, path_argument
 from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
@@ -96,34 +96,74 @@ from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
 )
-from nanoir.qat.steps import IntegerAlgorithmStep, build_step, tensor_key, value_shape
+from nanoir.qat.steps import IntegerAlgorithmStep, NormStep, build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
 
 _THROUGH = (nf.ReshapeOp, nf.PadOp, nf.UpsampleNearestOp)
 """Ops a bias cap looks through to find a layer input's fake-quant (as ``quantize``)."""
 
 
+def _current_k(module: QATModule, key: str, applied: bool) -> set[int]:
+    """A quantizer's integer exponents at this forward: as applied (``last_k``, the
+    quantizer has run), or its learner's with this forward's join-rule tie (it runs after)."""
+    q = module.quantizers[key]
+    if applied:
+        return set() if q.last_k is None else set(q.last_k.reshape(-1).long().tolist())
+    k = q.int_exponents().astype(np.float64)
+    tie = module._ties.get(key)
+    if tie is not None:
+        t = np.asarray(tie, dtype=np.float64).reshape(k.shape)
+        k = np.where(np.isnan(t), k, t)
+    return {int(v) for v in k.reshape(-1)}
+
+
+def _grid(module: QATModule, keys: list[str] | None, applied: bool) -> Quantized | None:
+    """The per-tensor grid of the quantizers ``keys`` (all on one exponent, as
+    ``source_quantized`` asks of a concat's inputs), or None."""
+    if not keys:
+        return None
+    qs = [module.quantizers[k] for k in keys]
+    ks = set().union(*(_current_k(module, k, applied) for k in keys))
+    if len(ks) != 1 or len({(q.bits, q.signed) for q in qs}) != 1:
+        return None
+    return Quantized(qs[0].bits, ks.pop(), qs[0].signed)
+
+
 def _algorithm_grids(
     module: QATModule, in_slot: int, out_slot: int
 ) -> Callable[[], tuple[Quantized, Quantized] | None]:
     """The input's and output's per-tensor quantization of an ``IntegerAlgorithm`` op at
-    this forward (the input quantizer's exponent as applied, the output's current one), or
-    None where either is missing or per channel: the op's ``IntegerAlgorithmStep.grids``."""
+    this forward (the input quantizers' exponents as applied, found through data movement as
+    ``source_quantized`` finds them; the output's current one with this forward's join-rule
+    tie), or None where either is missing or per channel: ``IntegerAlgorithmStep.grids``."""
 
     def grids() -> tuple[Quantized, Quantized] | None:
-        kin, kout = module._source.get(in_slot), module._quant_of.get(out_slot)
-        if kin is None or kout is None:
+        kout = module._quant_of.get(out_slot)
+        qi = _grid(module, module._alg_source.get(in_slot), True)
+        qo = _grid(module, None if kout is None else [kout], False)
+        if qi is None or qo is None or qi.bits < 2 or qo.bits < 2:
             return None
-        qi, qo = module.quantizers[kin], module.quantizers[kout]
-        if qi.last_k is None or qi.bits < 2 or qo.bits < 2:
+        return qi, qo
+
+    return grids
+
+
+def _norm_grids(
+    module: QATModule, args: list[int], out_slot: int
+) -> Callable[[], tuple[Quantized, Quantized, Quantized, Quantized, str] | None]:
+    """``_algorithm_grids`` and the weight's and bias's grids (fake-quantized constants, per
+    tensor, as applied) and the output's rounding mode: ``NormStep.grids``."""
+    inout = _algorithm_grids(module, args[0], out_slot)
+
+    def grids() -> tuple[Quantized, Quantized, Quantized, Quantized, str] | None:
+        ends = inout()
+        wkey, bkey = module._quant_of.get(args[1]), module._quant_of.get(args[2])
+        qw = _grid(module, None if wkey is None else [wkey], True)
+        qb = _grid(module, None if bkey is None else [bkey], True)
+        if ends is None or qw is None or qb is None:
             return None
-        k_in, k_out = (
-            set(qi.last_k.reshape(-1).tolist()),
-            set(qo.int_exponents().reshape(-1).tolist()),
-        )
-        if len(k_in) != 1 or len(k_out) != 1:
-            return None
-        return Quantized(qi.bits, int(k_in.pop())), Quantized(qo.bits, int(k_out.pop()))
+        rounding = module.quantizers[module._quant_of[out_slot]].rounding
+        return (*ends, qw, qb, rounding)
 
     return grids
 
@@ -165,6 +205,8 @@ class QATModule(nn.Module):
         self._bias_of: dict[int, str] = {}  # bias slot -> quantizer key
         self._bias_users: dict[str, list[tuple[int, int, int, int, bool]]] = {}
         source: dict[int, str] = {}  # slot -> quantizer key it comes from
+        # slot -> the quantizers source_quantized finds it on (through every data movement)
+        alg_source: dict[int, list[str]] = {}
         self._result_slots: list[int] = []
         self._nbuf = 0
         key_of: dict[SSAValue, str] = {}  # quantized value -> quantizer key (join rules)
@@ -200,6 +242,7 @@ class QATModule(nn.Module):
                 key = add_quantizer(self.targets[arg])
                 self._quant_of[slot_of(arg)] = key
                 source[slot_of(arg)] = key
+                alg_source[slot_of(arg)] = [key]
         for op in func.body.block.ops:
             if isinstance(op, ReturnOp):
                 self._result_slots = [slot_of(v) for v in op.arguments]
@@ -230,14 +273,21 @@ class QATModule(nn.Module):
                     else:
                         self._quant_of[outs[0]] = key
                         source[outs[0]] = key
+                        alg_source[outs[0]] = [key]
                 continue
             args = [slot_of(v) for v in op.operands]
             step = build_step(op)
             if isinstance(step, IntegerAlgorithmStep):  # its forward reads both quantizers
                 step.grids = _algorithm_grids(self, args[0], outs[0])
+            if isinstance(step, NormStep):  # and the weight's and bias's
+                step.grids = _norm_grids(self, args, outs[0])
             self._steps.append(("op", step, args, outs))
             if isinstance(op, _THROUGH) and args[0] in source:
                 source[outs[0]] = source[args[0]]
+            if op.has_trait(DataMovement) and all(a in alg_source for a in args):
+                moved = [k for a in args for k in alg_source[a]]
+                for o in outs:
+                    alg_source[o] = moved
             if isinstance(op, qz.WEIGHTED) and len(args) > 2:
                 bkey = self._bias_of.get(args[2])
                 if bkey is not None:
@@ -250,7 +300,10 @@ class QATModule(nn.Module):
                     key = add_quantizer(self.targets[r])
                     self._quant_of[o] = key
                     source[o] = key
+                    alg_source[o] = [key]
         self._source = source
+        self._alg_source = alg_source
+        self._ties: dict[str, Any] = {}
         self._joins = JoinRules(
             func, self.targets, key_of, self.quantizers, self.params, self._param_key
         )
@@ -311,6 +364,7 @@ class QATModule(nn.Module):
         dtype = next((x.dtype for x in xs if x.is_floating_point()), torch.float32)
         # quantize's join rules on this step's exponents (see nanoir.qat.joins)
         ties = self._joins.ties(biases=not self.training)
+        self._ties = ties  # what an IntegerAlgorithm step's output grid is tied to
         slots: dict[int, Any] = {}
         for s, x in zip(self._arg_slots, xs):
             slots[s] = x.to(dtype)

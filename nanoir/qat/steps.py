@@ -23,13 +23,14 @@ from xdsl.ir import SSAValue
 
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
-from nanoir.dialects.traits import IntegerAlgorithm, Quantized
+from nanoir.dialects.traits import IntegerAlgorithm, Quantized, normalised_dims
 from nanoir.qat.quantizer import QATError
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics.shapes import window_params
 
-__all__ = ["IntegerAlgorithmStep", "Step", "build_step", "tensor_key", "value_shape"]
+__all__ = ["IntegerAlgorithmStep", "NormStep", "Step", "build_step", "tensor_key", "value_shape"]
 
 # --------------------------------------------------------------------------------------------
 # The module: an interpreter of the folded nf program in torch
@@ -150,6 +151,95 @@ class IntegerAlgorithmStep:
         return (_AlgorithmForward.apply(x, np_fn, torch_fn),)
 
 
+class _NormForward(torch.autograd.Function):
+    """LayerNorm/GroupNorm: value from a NumPy function of input, weight and bias (the nq
+    integer algorithm, or nanoir's float kernel), gradient from torch's float op to all three
+    (straight-through: the algorithm's rounding has no gradient)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, np_fn: Any, torch_fn: Any
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, w, b)
+        ctx.torch_fn = torch_fn
+        arrays = [t.detach().cpu().numpy().astype(np.float64) for t in (x, w, b)]
+        return torch.from_numpy(np.ascontiguousarray(np_fn(*arrays))).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+            grads = torch.autograd.grad(ctx.torch_fn(*leaves), leaves, g)
+        return (*grads, None, None)
+
+
+NormGrids = Callable[[], "tuple[Quantized, Quantized, Quantized, Quantized, str] | None"]
+
+
+class NormStep:
+    """``nf.layer_norm`` / ``nf.group_norm`` (``IntegerAlgorithm`` with a weight and a bias).
+
+    ``grids`` (set by the module that owns the quantizers) gives the input's, output's,
+    weight's and bias's current per-tensor quantization and the output's rounding mode; with
+    them, the forward is the nq semantics (``nf._norm_codes``'s calls: the plan of
+    ``norm.plan_for`` on these codes, then ``layer_norm_codes``/``group_norm_codes``), so
+    ``convert`` is bit for bit; the gradient is torch's float op's to the input, weight and
+    bias. Without them, the op is nanoir's float kernel (as nq runs it then).
+    """
+
+    def __init__(self, op: nf.LayerNormOp | nf.GroupNormOp):
+        self.op = op
+        self.eps = op.epsilon.value.data
+        self.layer = isinstance(op, nf.LayerNormOp)
+        self.param = (
+            op.normalized_dims.value.data
+            if isinstance(op, nf.LayerNormOp)
+            else op.groups.value.data
+        )
+        self.grids: NormGrids | None = None
+
+    def torch_fn(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if self.layer:
+            shape = tuple(x.shape[x.dim() - self.param :])
+            return F.layer_norm(x, shape, w.reshape(shape), b.reshape(shape), self.eps)
+        return F.group_norm(x, self.param, w.reshape(-1), b.reshape(-1), self.eps)
+
+    def float_fn(self, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+        kernel = norm_numerics.layer_norm if self.layer else norm_numerics.group_norm
+        return kernel(x, w, b, self.param, self.eps)
+
+    def codes_fn(
+        self, grids: tuple[Quantized, Quantized, Quantized, Quantized, str]
+    ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        qin, qout, qw, qb, mode = grids
+
+        def run(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+            q = np.rint(x * 2.0**qin.exp).astype(np.int64)
+            g = np.rint(w * 2.0**qw.exp).astype(np.int64)
+            c = np.rint(b * 2.0**qb.exp).astype(np.int64)
+            dims = normalised_dims(self.op)
+            n = int(np.prod([q.shape[d] for d in dims], dtype=np.int64))
+            n = n if self.layer else n // self.param
+            in_bits = qin.bits + (0 if qin.signed else 1)
+            try:
+                plan = norm_numerics.plan_for(
+                    n, in_bits, qin.exp, self.eps, g, qw.exp, c, qb.exp,
+                    qout.exp, qout.bits, mode, qout.signed,
+                )  # fmt: skip
+            except norm_numerics.NormBoundError as e:
+                raise QATError(f"nanoir.qat: {self.op.name}: {e}") from None
+            fn = norm_numerics.layer_norm_codes if self.layer else norm_numerics.group_norm_codes
+            out = fn(q, self.param, g, qw.exp, c, qb.exp, plan)
+            return np.asarray(out, np.float64) * 2.0**-qout.exp
+
+        return run
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor]:
+        grids = None if self.grids is None else self.grids()
+        np_fn = self.float_fn if grids is None else self.codes_fn(grids)
+        return (_NormForward.apply(x, w, b, np_fn, self.torch_fn),)
+
+
 def _window_geometry(op: Any, x: torch.Tensor, dilations: Any) -> Any:
     """kernel, strides, dilations, begins, ends (with ceil overhang), out: nanoir's geometry."""
     kernel, strides, pads, dil = qz_window(op, dilations)
@@ -209,12 +299,7 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
     if isinstance(op, nf.SiluOp):
         return _exact_unary(kernels.silu, F.silu)
     if isinstance(op, nf.LayerNormOp | nf.GroupNormOp):
-        # Its forward would need the weight's and bias's current (learned) exponents, which
-        # IntegerAlgorithmStep's grids (input and output only) do not carry yet.
-        raise QATError(
-            f"nanoir.qat: {op.name} has no QAT step yet (its integer algorithm reads the "
-            "learned exponents of its weight and bias); quantize it post-training"
-        )
+        return NormStep(op)
     if op.has_trait(IntegerAlgorithm):
         return IntegerAlgorithmStep(op)
     if isinstance(op, nf.GeluOp):
