@@ -17,16 +17,19 @@ Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
 
 - ``"qdq"`` (opset 21): `QuantizeLinear` -> `DequantizeLinear` with scale `2**-exp` (a float32
   power of two), zero point 0, per tensor or per axis (the one dim along which `exp` varies).
-  Codes are int8 for 5-8 bits, int4 for 2-4 bits and int16 for 9-16 bits. QuantizeLinear
-  rounds half to even and saturates to the code type, so:
+  Codes are int8 for 5-8 bits, int4 for 2-4 bits and int16 for 9-16 bits; unsigned codes
+  (`signed = false`) are uint8, uint4 and uint16 with zero point 0 (standard ONNX, the
+  same power-of-two scale). QuantizeLinear rounds half to even and saturates to the code
+  type, so:
 
   * an activation quantizer (of a computed value) must round `half_even`: a `trunc`, `floor`
     or `half_up` one is refused (`OnnxExportError`, naming the op and pointing at the
     ``"nanoengine"`` flavour), never written silently wrong; so is a 1-bit activation (the
-    sign rule has no QuantizeLinear form), a >16-bit one, and a 2- or 3-bit one with
-    per-channel exponents (see the next point);
-  * a 2- or 3-bit activation (per tensor) is an int4 QuantizeLinear -> DequantizeLinear
-    followed by `Clip(qmin * 2**-k, qmax * 2**-k)`: the bounds are on the grid, so clamping
+    sign rule has no QuantizeLinear form), a >16-bit one, and one narrower than its code
+    type with per-channel exponents (see the next point);
+  * an activation narrower than its code type (2-3, 5-7 or 9-15 bits, per tensor) is an
+    int4/int8/int16 (uint...) QuantizeLinear -> DequantizeLinear followed by
+    `Clip(qmin * 2**-k, qmax * 2**-k)`: the bounds are on the grid, so clamping
     after rounding is the same as saturating the narrow code (a Clip *before* an int4
     QuantizeLinear would say the same, but onnxruntime 1.32's Clip/Q fusion fails on int4);
   * a quantizer of a constant (weights, biases, any named parameter) is written as its codes
@@ -39,7 +42,7 @@ Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
   broadcast as torch broadcasts it (`[1]`, `[C]` for a 1-D bias, `[C,1,1,1]` for a weight,
   `[1,C,1,1]` for per-channel activations: a shorter per-channel exponent gets leading 1s)
   and attribute `bit_len`. NanoEngine
-  truncates, so any other rounding is refused.
+  truncates and reads signed codes, so any other rounding and unsigned codes are refused.
 
 Running a QDQ file in onnxruntime 1.32: disable its graph optimizers `QDQPropagationTransformer`
 (it inserts a QuantizeLinear with a mismatched zero point type around a Reshape of opset-21
@@ -115,8 +118,13 @@ def _onnx() -> Any:
     return onnx
 
 
-def _code_type(bits: int, constant: bool) -> tuple[int, Any] | None:
-    """(ONNX element type, NumPy dtype) of `bits`-wide codes, or None if QDQ has none."""
+def _code_type(bits: int, constant: bool, signed: bool = True) -> tuple[int, Any] | None:
+    """(ONNX element type, NumPy dtype) of `bits`-wide codes, or None if QDQ has none.
+    Unsigned codes (2..16 bits: nq has no 1-bit unsigned form) are UINT4, UINT8 or UINT16."""
+    if not signed:
+        if bits <= 4:
+            return 21, np.uint8  # UINT4, given to onnx.helper as uint8 values
+        return (2, np.uint8) if bits <= 8 else (4, np.uint16)
     if bits <= 1:
         return (3, np.int8) if constant else None
     if bits <= 4:
@@ -245,6 +253,12 @@ class _Writer:
                     "NanoEngine's Q truncates toward zero, so only trunc rounding has this form "
                     "(write onnx_flavor='qdq' for half_even)"
                 )
+            if not op.is_signed:
+                raise OnnxExportError(
+                    f"onnx export (nanoengine flavour): nq.fake_quant '{out}' has unsigned codes "
+                    "(signed = false); NanoEngine's Q reads signed codes only (write "
+                    "onnx_flavor='qdq': uint QuantizeLinear with zero point 0)"
+                )
             rank = len(nf.tensor_shape(op.input))
             if exp.size > 1 and exp.ndim < rank:  # per channel: [1, C, 1, 1] as torch writes it
                 exp = exp.reshape((1,) * (rank - exp.ndim) + exp.shape)
@@ -265,18 +279,20 @@ class _Writer:
                 f"onnx export: nq.fake_quant '{out}' has an exponent beyond ±126, whose scale "
                 "is no normal float32"
             )
-        code = _code_type(bits, constant)
+        signed = op.is_signed
+        code = _code_type(bits, constant, signed)
+        packed = (21, 22)  # UINT4, INT4: written with onnx.helper, not from a NumPy array
         attrs = {} if axis is None else {"axis": axis}
         scale_name = self.const(f"{out}_scale", scale.astype(np.float32))
         if constant:
             assert isinstance(source, nf.ConstantOp)
             elem, dtype = code  # type: ignore[misc]  # constants always have a code type
             values = np.asarray(dense_to_numpy(source.value))
-            codes = quantize_to_int(values, bits, exp, mode).astype(dtype)
+            codes = quantize_to_int(values, bits, exp, mode, signed=signed).astype(dtype)
             base = source.sym_name.data if source.sym_name is not None else out
-            codes_name = self.const(f"{base}_codes", codes, elem if elem == 22 else None)
+            codes_name = self.const(f"{base}_codes", codes, elem if elem in packed else None)
             zero = self.const(
-                f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem == 22 else None
+                f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem in packed else None
             )
             self.add_node("DequantizeLinear", [codes_name, scale_name, zero], [out], attrs)
             return
@@ -295,25 +311,31 @@ class _Writer:
                 "onnx_flavor='nanoengine' (--emit=onnx-nanoengine)"
             )
         elem, dtype = code
-        if bits < 4 and axis is not None:
+        width = 4 if bits <= 4 else 8 if bits <= 8 else 16
+        container = f"{'' if signed else 'u'}int{width}"
+        if bits != width and axis is not None:
+            lo, hi = qmin(width, signed=signed), qmax(width, signed=signed)
             raise OnnxExportError(
                 f"onnx export (qdq flavour): nq.fake_quant '{out}' is a {bits}-bit activation "
-                "quantizer with per-channel exponents; int4 saturates at -8..7 and Clip "
-                "takes scalar bounds, so it has no QDQ form"
+                f"quantizer with per-channel exponents; {container} saturates at {lo}..{hi} "
+                "and Clip takes scalar bounds, so it has no QDQ form"
             )
-        zero = self.const(f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem == 22 else None)
+        zero = self.const(
+            f"{out}_zero", np.zeros(scale.shape, dtype), elem if elem in packed else None
+        )
         codes = self.fresh(f"{out}_codes")
         self.add_node("QuantizeLinear", [x, scale_name, zero], [codes], attrs)
-        if bits >= 4:
+        if bits == width:
             self.add_node("DequantizeLinear", [codes, scale_name, zero], [out], attrs)
             return
-        # 2-3 bits: int4 codes clamped to the narrow range after dequantizing (the bounds are
-        # on the grid, so clamping after rounding equals saturating the narrow code)
-        wide = self.fresh(f"{out}_int4")
+        # Narrower than its container (2-3, 5-7, 9-15 bits): the container's codes clamped to
+        # the narrow range after dequantizing (the bounds are on the grid, so clamping after
+        # rounding equals saturating the narrow code)
+        wide = self.fresh(f"{out}_{container}")
         self.add_node("DequantizeLinear", [codes, scale_name, zero], [wide], attrs)
         step = float(scale.reshape(-1)[0])
-        lo = self.const(f"{out}_min", np.asarray(qmin(bits) * step, np.float32))
-        hi = self.const(f"{out}_max", np.asarray(qmax(bits) * step, np.float32))
+        lo = self.const(f"{out}_min", np.asarray(qmin(bits, signed=signed) * step, np.float32))
+        hi = self.const(f"{out}_max", np.asarray(qmax(bits, signed=signed) * step, np.float32))
         self.add_node("Clip", [wide, lo, hi], [out])
 
     def _axis(self, op: FakeQuantOp, out: str, exp: Any, rank: int) -> tuple[int | None, Any]:

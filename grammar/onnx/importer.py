@@ -15,7 +15,9 @@ same op type mean the same. What ONNX says differently is translated before that
   `[1,C,1,1]`; kept as int8);
 - `QuantizeLinear` -> `DequantizeLinear` (standard QDQ) is `nq.fake_quant` with half-to-even
   rounding (QuantizeLinear's), `bits` from the zero point's type (int4/int8/int16) and
-  `exp = -log2(scale)`; the scale must be a power of two and the zero point 0.
+  `exp = -log2(scale)`; the scale must be a power of two and the zero point 0. Unsigned
+  codes (uint4/uint8/uint16, zero point 0; also a QuantizeLinear without a zero point, whose
+  codes are ONNX's default uint8) give `signed = false`.
   `DequantizeLinear` of an integer initializer (QDQ weights) is the dequantized float
   constant followed by an `nq.fake_quant` (exact: the values are on the grid);
 - inputs that newer opsets take instead of attributes (Pad's pads/constant_value/axes,
@@ -192,7 +194,8 @@ _FLOAT_TYPES: dict[int, Attribute] = {1: f32, 10: f16, 11: f64}
 _QDQ_BITS: dict[int, int] = {3: 8, 5: 16, 22: 4}
 """Signed QDQ code types (INT8, INT16, INT4) -> bits."""
 
-_UNSIGNED: dict[int, str] = {2: "uint8", 4: "uint16", 21: "uint4"}
+_UNSIGNED_BITS: dict[int, int] = {2: 8, 4: 16, 21: 4}
+"""Unsigned QDQ code types (UINT8, UINT16, UINT4) -> bits: `signed = false` fake-quants."""
 
 _RESIZE_DEFAULTS: dict[str, AttrValue] = {
     "antialias": 0,
@@ -980,15 +983,11 @@ class _Reader:
             zero_type = self._tensor_type(inputs[0])
         if zero_type is None:
             zero_type = 2  # ONNX's default: uint8
-        if zero_type in _UNSIGNED:
-            raise self.error(
-                f"it quantizes to {_UNSIGNED[zero_type]}; nanoir reads signed codes "
-                "(int4, int8, int16 zero point 0)"
-            )
-        bits = _QDQ_BITS.get(zero_type)
+        bits = _QDQ_BITS.get(zero_type) or _UNSIGNED_BITS.get(zero_type)
         if bits is None:
             raise self.error(
-                f"it quantizes to {self._type_name(zero_type)}; nanoir reads int4, int8 and int16"
+                f"it quantizes to {self._type_name(zero_type)}; nanoir reads int4, int8, int16, "
+                "uint4, uint8 and uint16"
             )
         values = scale.astype(np.float64).reshape(-1)
         mantissa, e = np.frexp(values)
@@ -1052,19 +1051,21 @@ class _Reader:
                     f"its scale or zero point differs from QuantizeLinear node '{q.node}''s"
                 )
             if q.op is None:
-                q.op = self._fake_quant(node, x, bits, exp, RoundingMode.HALF_EVEN)
+                signed = zero_type not in _UNSIGNED_BITS
+                q.op = self._fake_quant(node, x, bits, exp, RoundingMode.HALF_EVEN, signed)
                 self._add(node, q.op, outputs)
             else:
                 self.values[outputs[0]] = q.op.results[0]
             return
         if src in self.static and self.static[src].dtype.kind in "iu":
             codes = self.static[src]
-            bits, exp, _ = self._qdq_params(node, inputs, codes.shape, "DequantizeLinear")
+            bits, exp, zero_type = self._qdq_params(node, inputs, codes.shape, "DequantizeLinear")
             values = (codes.astype(np.float64) * np.exp2(-exp.astype(np.float64))).astype(
                 np.float32
             )
             const = self._constant(src, values)
-            op = self._fake_quant(node, const, bits, exp, RoundingMode.TRUNC)
+            signed = zero_type not in _UNSIGNED_BITS
+            op = self._fake_quant(node, const, bits, exp, RoundingMode.TRUNC, signed)
             self._add(node, op, outputs)
             return
         if src in self.values or src in self.static:
@@ -1075,10 +1076,17 @@ class _Reader:
         self._ssa(src, "it")  # the missing-value error
 
     def _fake_quant(
-        self, node: Any, x: SSAValue, bits: int, exp: NDArray[np.int8], mode: RoundingMode
+        self,
+        node: Any,
+        x: SSAValue,
+        bits: int,
+        exp: NDArray[np.int8],
+        mode: RoundingMode,
+        signed: bool = True,
     ) -> FakeQuantOp:
+        """uint codes (zero point 0) are a `signed = false` fake-quant at the same step."""
         const = ConstTensor.from_numpy("exp", exp)
-        op = FakeQuantOp(x, bits, dense_from_const(const), mode)
+        op = FakeQuantOp(x, bits, dense_from_const(const), mode, signed)
         try:
             op.verify()
         except VerifyException as e:
