@@ -143,12 +143,12 @@ def test_attention_blocks_import(kind: str, heads: int, n: int, seed: int) -> No
     st.integers(0, 2**16),
 )
 def test_attention_nq_equals_nh(causal: bool, heads: int, n: int, rounding: str, seed) -> None:  # noqa: ANN001
-    """The timm block quantized at 8 bits (rounding drawn; E = 3, so the scale 1/sqrt(3) is
+    """The timm block quantized at 8 bits (rounding drawn; E = 8, so the scale 1/sqrt(8) is
     no short dyadic number) lowers to nh (nh.softmax with the mask, nh.matmul) and runs bit
     for bit like the nq program. Mutant: the scale an unnamed (unquantized) constant:
     lower-to-hw then refuses the mul (33-bit products)."""
     torch.manual_seed(seed)
-    dim = 3 * heads
+    dim = 8 * heads
     model = TimmAttention(dim, heads, causal).eval()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, n, dim)).astype(np.float32)
