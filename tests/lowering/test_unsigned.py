@@ -132,8 +132,7 @@ def test_joins_count_an_unsigned_operand_as_one_bit_wider() -> None:
     """A 16-bit unsigned ReLU output (coarse) added to a tiny constant (fine): the constant's
     exponent is capped so that the ReLU's codes, 17 signed bits, shift onto it within 31 bits
     (``k_r + 31 - 17``, not the signed ``k_r + 15``), and the sum lowers with nh == nq.
-    Mutant seen failing (private copy): quantize_joins taking the unsigned operand's bits as
-    they are (no +1)."""
+    Mutant seen failing (private copy): ``join_rules.signed_bits`` not adding the sign bit."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 4)) * 100.0
     module = nanoir.parse(JOIN)
@@ -355,9 +354,9 @@ def test_random_unsigned_programs_lower_and_stream_exactly(
 ) -> None:
     """Random programs (2/4/8-bit activations, every rounding mode, per tensor and per
     channel) with unsigned fake-quants: nq == nh bit for bit, and streamed == whole at both
-    levels. Mutants seen failing (private copy): ``ui`` codes saturated at the signed range in
-    ``nh.requant``'s kernel, a lookup table indexed from the signed lowest code, the streaming
-    fast requant ignoring the signedness."""
+    levels. Mutants seen failing (private copy): a lookup table indexed from the signed lowest
+    code (in the lowering's table or in the nh kernel), the streaming fast requant and the
+    streaming fast fake-quant saturating at the signed range."""
     module, shape = random_nq_program(data.draw, kinds=kinds)
     _make_unsigned(module, data.draw)
     module.verify()
