@@ -66,7 +66,8 @@ class _Acc:
     ) -> None:
         self.count += x.size
         if bits > 1:
-            raw = quant.round_to_int(np.ldexp(x, np.broadcast_to(exp, x.shape)), "trunc")
+            e = exp.reshape(()) if exp.size == 1 else exp  # a scalar's exponent is [k]
+            raw = quant.round_to_int(np.ldexp(x, np.broadcast_to(e, x.shape)), "trunc")
             lo, hi = quant.qmin(bits, signed=signed), quant.qmax(bits, signed=signed)
             self.saturated += int(((raw < lo) | (raw > hi)).sum())
         self.signal += float(np.sum(x * x))

@@ -18,6 +18,8 @@ Mutants checked (each made the tests named fail, in a private copy):
   test_nq_equals_nh[*-ConvNeXtBlock] / test_nq_equals_nh[*-TasNetBlock];
 - the lookup-table kernel ignoring ``channels``: test_lookup_tables_in_a_network[per-channel];
 - a segmented table searched with ``side="left"``: test_lookup_tables_in_a_network[16-bit].
+- the report broadcasting a scalar constant's exponent ``[k]`` as it is (the bug it had):
+  test_report_measures_every_op[TinyViT].
 """
 
 from __future__ import annotations
@@ -144,3 +146,25 @@ def test_lookup_tables_in_a_network(options: dict, form: str) -> None:
     assert len(luts) == 5 and all(getattr(op, form) is not None for op in luts)
     for x in _inputs(model, 2, 2, batch=3):
         np.testing.assert_array_equal(run(hw, x)[0], run(module, x, dtype=np.float64)[0])
+
+
+@pytest.mark.parametrize("name", sorted(proof.OP_PROOF_MODELS))
+def test_report_measures_every_op(name: str) -> None:
+    """``nanoir.report`` runs on each quantized network (TinyViT's attention scale is a scalar
+    constant: its exponent ``[k]`` once failed to broadcast to the scalar, a ValueError) and
+    gives every fake-quanted op output of the network a finite SQNR above 10 dB against the
+    float program at 8 bits."""
+    model = proof.make_op_proof_model(name)
+    module = _import(name, model, _inputs(model, 1, 0)[0])
+    FoldBnPass().apply(nanoir.make_context(), module)
+    nanoir.quantize(module, _inputs(model, 2, 1), progress=False)
+    report = nanoir.report(module, _inputs(model, 2, 2))
+    fqs = [op for op in module.walk() if op.name == "nq.fake_quant"]
+    assert len(fqs) == len(report.rows)
+    outputs = {
+        fq.input: row
+        for fq, row in zip(fqs, report.rows)
+        if getattr(fq.input.owner, "name", "") in proof.OP_PROOF_OPS[name]
+    }
+    assert outputs or name == "GhostBlock"  # its split and concat add no fake-quant
+    assert all(10 < row.sqnr_vs_float < np.inf for row in outputs.values()), outputs
