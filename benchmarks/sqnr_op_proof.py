@@ -116,7 +116,8 @@ def measure(name: str) -> list[tuple[str, str, float, float]]:
     for op in module.walk():
         if op.name in OPS and op.results[0] in row_of:
             row = row_of[op.results[0]]
-            found.append((op.name, op.results[0].name_hint or "", own[op], row.sqnr_vs_float))
+            at = op.results[0].name_hint or ""
+            found.append((op.name, at, own[op], row.sqnr_vs_float))
     return found
 
 
