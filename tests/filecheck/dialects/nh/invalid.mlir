@@ -257,7 +257,7 @@ func.func @avg_pool_width(%x: tensor<?x4x8x8xi8, #nh.fixed<4, BCMD>>) -> tensor<
   func.return %y : tensor<?x4x4x4xi16, #nh.fixed<4, BCMD>>
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
-// CHECK: error: nh.avg_pool: result i16 must have the input's width i8
+// CHECK: error: nh.avg_pool: result i16 must have the input's type i8
 
 // -----
 
@@ -293,7 +293,7 @@ func.func @reshape_width(%x: tensor<?x4x2xi8, #nh.fixed<4, BCM>>) -> tensor<?x8x
   func.return %y : tensor<?x8xi16, #nh.fixed<4, BC>>
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
-// CHECK: error: nh.reshape: element width changes from i8 to i16
+// CHECK: error: nh.reshape: element type changes from i8 to i16
 
 // -----
 
@@ -325,12 +325,12 @@ func.func @signed_codes(%x: tensor<4xsi8, #nh.fixed<3, C>>) -> tensor<4xsi8, #nh
 
 // -----
 
-func.func @unsigned_codes(%x: tensor<4xi8, #nh.fixed<3, C>>) -> tensor<4xui8, #nh.fixed<3, C>> {
-  %y = nh.requant %x {shift = array<i64: 0>} : tensor<4xi8, #nh.fixed<3, C>> -> tensor<4xui8, #nh.fixed<3, C>>
-  func.return %y : tensor<4xui8, #nh.fixed<3, C>>
+func.func @unsigned_codes(%x: tensor<4xi8, #nh.fixed<3, C>>) -> tensor<4xui32, #nh.fixed<3, C>> {
+  %y = nh.requant %x {shift = array<i64: 0>} : tensor<4xi8, #nh.fixed<3, C>> -> tensor<4xui32, #nh.fixed<3, C>>
+  func.return %y : tensor<4xui32, #nh.fixed<3, C>>
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:3
-// CHECK: error: nh.requant: result has element type ui8; nh codes are signless integers
+// CHECK: error: nh.requant: result has element type ui32; unsigned nh codes are ui2, ui4, ui8, ui16
 
 // -----
 
