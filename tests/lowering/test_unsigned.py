@@ -238,8 +238,8 @@ def _quantized(name: str, **options: object) -> tuple[ModuleOp, list[np.ndarray]
 def test_default_programs_are_unchanged(name: str) -> None:
     """No option (or ``unsigned="never"``) prints no ``signed`` and lowers to no ``ui``
     type; "auto" marks exactly the fake-quants of ``NonNegativeResult`` ops and of values read
-    only by a ReLU or a clamp at min >= 0. Mutant seen failing (private copy): auto marking
-    every activation (the trait check dropped)."""
+    only by a ReLU or a clamp at min >= 0. Mutants seen failing (private copy): auto marking
+    every activation (the trait check dropped), auto ignoring values read by a ReLU alone."""
     default, _, _ = _quantized(name)
     never, _, _ = _quantized(name, unsigned="never")
     auto, _, _ = _quantized(name, unsigned="auto")
@@ -453,7 +453,8 @@ def test_auto_leaves_signed_what_lower_to_hw_does_not_carry_unsigned() -> None:
 
 def test_raw_codes_of_an_unsigned_output() -> None:
     """``run(hw, x, raw=True)`` of a ReLU output with unsigned 8-bit codes gives the codes
-    ``clip(trunc(relu(x) * 2**k), 0, 255)`` (NumPy here), above 127 included."""
+    ``clip(trunc(relu(x) * 2**k), 0, 255)`` (NumPy here), above 127 included. Mutant seen
+    failing (private copy): the interpreter range-checking the ui8 input's codes as i8."""
     text = """\
 func.func @main(%x: tensor<?x8xf32>) -> tensor<?x8xf32> {
   %r = nf.relu %x : tensor<?x8xf32>
