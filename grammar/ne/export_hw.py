@@ -42,6 +42,7 @@ from nanoir.grammar.ne.hw import (
 from nanoir.grammar.ne.layout import calls, reference_layout
 from nanoir.grammar.ne.schema import (
     HW_DTYPES,
+    UNSIGNED_HW_DTYPES,
     Attrs,
     Names,
     StreamPlan,
@@ -81,9 +82,10 @@ def _nh_type(value: SSAValue, what: str) -> tuple[str, str, tuple[int, ...], nh.
     t = value.type
     if isinstance(t, TensorType) and isinstance(t.encoding, nh.FixedAttr):
         elt = t.get_element_type()
-        if isinstance(elt, IntegerType) and elt.width.data in HW_DTYPES:
+        dtypes = UNSIGNED_HW_DTYPES if nh.is_unsigned(t) else HW_DTYPES
+        if isinstance(elt, IntegerType) and elt.width.data in dtypes:
             shape = tuple(-1 if d == DYNAMIC_INDEX else d for d in t.get_shape())
-            return HW_DTYPES[elt.width.data], t.encoding.layout.data, shape, t.encoding
+            return dtypes[elt.width.data], t.encoding.layout.data, shape, t.encoding
     raise ExportError(f"nanoengine export: {what} has type {t}, not an nh tensor")
 
 
@@ -193,6 +195,8 @@ class _HwExporter:
         rounding = attrs.get("nq.rounding")
         if isinstance(rounding, RoundingModeAttr) and rounding.data != RoundingMode.TRUNC:
             attrs_out.append(("rounding", rounding.data.value))
+        if nh.is_unsigned(arg):  # the nq level's extension: a ui<b> input is quantized unsigned
+            attrs_out.append(("signed", 0))
         in_s = (source, exp_const.name)
         self.nodes.append(
             RuntimeNode(
@@ -204,6 +208,11 @@ class _HwExporter:
     def constant(self, op: nh.ConstantOp) -> None:
         """`nh.constant` -> a data constant and the init Unpack node typing it."""
         _, _, _, fixed = _nh_type(op.result, "an nh.constant")
+        if nh.is_unsigned(op.result):
+            raise ExportError(
+                f"nanoengine export: nh.constant {nh.type_text(op.result)} holds unsigned codes; "
+                "Unpack writes signed codes only (lower-to-hw keeps constants signed)"
+            )
         width = nh.width_of(op.result)
         codes = op.codes()
         name = self.const_names.get(op) or self.ids.numbered("Constant", "_o0")

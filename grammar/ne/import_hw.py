@@ -51,6 +51,7 @@ from nanoir.grammar.ne.node import NodeProblem
 from nanoir.grammar.ne.schema import (
     EXP_MAX,
     EXP_MIN,
+    UNSIGNED_HW_DTYPES,
     WIDTH_OF_DTYPE,
     decode_prop,
     dense_from_const,
@@ -322,7 +323,8 @@ class _HwImporter:
         found = self.types.get(key)
         if found is None:
             shape = [DYNAMIC_INDEX if d == -1 else d for d in decl.shape]
-            found = nh.fixed_type(WIDTH_OF_DTYPE[decl.dtype], shape, exp, decl.layout)
+            signed = decl.dtype not in UNSIGNED_HW_DTYPES.values()  # uint<b>_t: ui<b> codes
+            found = nh.fixed_type(WIDTH_OF_DTYPE[decl.dtype], shape, exp, decl.layout, signed)
             self.types[key] = found
         return found
 
@@ -364,7 +366,7 @@ class _HwImporter:
     # -- nodes ----------------------------------------------------------------------------
     def _argument(self, q: RuntimeNode, source: RuntimeTensor) -> tuple[TensorType, DictionaryAttr]:
         """The argument a Q node stands for: its type and its quantization attributes."""
-        attrs = self._allow(q, "bit_len", "exp", "rounding")
+        attrs = self._allow(q, "bit_len", "exp", "rounding", "signed")
         if len(q.in_s) != 2:
             raise NodeProblem(
                 f"Q node '{q.name}' takes 2 inputs (data, exponent), got {len(q.in_s)}"
@@ -390,6 +392,20 @@ class _HwImporter:
         except ValueError as e:
             raise NodeProblem(f"rounding of Q node '{q.name}' {e}", attr="rounding") from None
         arg_type = self._declared_type(q, attrs)
+        signed = attrs.get("signed", 1)
+        if isinstance(signed, bool) or signed not in (0, 1):
+            raise NodeProblem(
+                f"attribute 'signed' of Q node '{q.name}' must be 0 or 1, got {_spelled(signed)}",
+                attr="signed",
+            )
+        if signed != (not nh.is_unsigned(arg_type)):  # nanoir's extension: signed=0, uint<b>_t
+            out = self.decls[q.out_s[0]]
+            raise NodeProblem(
+                f"Q node '{q.name}' has signed={signed}, but its output '{out.name}' is "
+                f"Tensor<{out.dtype}>: unsigned codes are signed=0 and Tensor<uint<b>_t>, signed "
+                "ones neither",
+                attr="signed" if "signed" in attrs else None,
+            )
         if tuple(source.shape) != tuple(self.decls[q.out_s[0]].shape):  # type: ignore[union-attr]
             raise NodeProblem(f"Q node '{q.name}' changes the shape of '{source.name}'")
         assert isinstance(rounding, RoundingModeAttr)
@@ -437,6 +453,11 @@ class _HwImporter:
             )
         data = self._const(node, 0)
         result_type = self._declared_type(node, attrs)
+        if nh.is_unsigned(result_type):
+            raise NodeProblem(
+                f"Unpack node '{node.name}' outputs unsigned codes "
+                f"(Tensor<{self.decls[node.out_s[0]].dtype}>); constants are signed codes"  # type: ignore[union-attr]
+            )
         width = WIDTH_OF_DTYPE[self.decls[node.out_s[0]].dtype]  # type: ignore[union-attr]
         if self._required(node, attrs, "bit_len") != width:
             raise NodeProblem(

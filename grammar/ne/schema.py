@@ -90,6 +90,7 @@ __all__ = [
     "dtype_of",
     "is_float_dtype",
     "HW_DTYPES",
+    "UNSIGNED_HW_DTYPES",
     "WIDTH_OF_DTYPE",
     "encode_value",
     "decode_value",
@@ -194,7 +195,13 @@ HW_DTYPES: dict[int, str] = {
     32: "int32_t",
 }
 """nh element width -> dtype of a computed tensor's declaration."""
-WIDTH_OF_DTYPE: dict[str, int] = {name: width for width, name in HW_DTYPES.items()}
+UNSIGNED_HW_DTYPES: dict[int, str] = {2: "uint2_t", 4: "uint4_t", 8: "uint8_t", 16: "uint16_t"}
+"""nh width of unsigned codes (`ui<b>`, from `signed = false` fake-quants) -> dtype: nanoir's
+extension (NanoEngine's tensors hold signed codes); there is no ui1 or ui32."""
+WIDTH_OF_DTYPE: dict[str, int] = {
+    name: width for table in (HW_DTYPES, UNSIGNED_HW_DTYPES) for width, name in table.items()
+}
+"""The nh width of a computed tensor's dtype, signed or unsigned."""
 
 # ---------------------------------------------------------------------------------------
 # Attribute values: as written, and as op properties
