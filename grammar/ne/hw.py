@@ -15,6 +15,10 @@ Tensors. Every nh value is a declared tensor whose dtype names its element width
 
     let Conv_n1_o0: Tensor<int32_t> = {shape:BCMD=[-1, 16, 6, 3]};
 
+Unsigned codes (`ui2 ui4 ui8 ui16`, from `signed = false` fake-quants) are declared
+`uint2_t uint4_t uint8_t uint16_t`: nanoir's extension, as `signed=0` on `Q` (NanoEngine's
+tensors hold signed codes; the reference reads neither).
+
 Its exponent(s) are the `exp` attribute of the node that computes it: `exp=7` per tensor,
 `exp=[9, 8, 9]` per channel along the first `C` of the layout, each from -128 to 127
 (NanoEngine stores exponents as int8; so do a Q's exponent constant's values). Every node states `exp`, also
@@ -52,8 +56,9 @@ the typed tensor:
   it is not the narrowest of i8/i16/i32 that holds them (what lower-to-hw picks).
 
 Inputs. A function argument is a float program input quantized by a runtime `Q` node, as in
-NanoEngine: `in_s=[input, exponent constant]` with `bit_len` (= `nq.bits`), `rounding`
-(= `nq.rounding`, written when not `trunc`, always set on import), and the exponent
+NanoEngine: `in_s=[input, exponent constant]` with `bit_len` (= `nq.bits`), `rounding` (=
+`nq.rounding`, written when not `trunc`, always set on import), `signed=0` when the argument
+is unsigned (`ui<b>`, its output declared `uint<b>_t`; the two must agree), and the exponent
 constant's data is `nq.exp` exactly (dtype and shape included). The argument's nh type is
 the Q output's declaration plus the node's `exp`. Only Q takes an exponent as a constant
 input (NanoEngine's Q signature); everywhere else an `exp` attribute keeps each node
@@ -96,7 +101,8 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.group_norm  GroupNorm     bit_len, eps_term, groups, guard, max_shift, nudge, rounding
     nh.upsample_nearest  Resize  axes, coordinate_transformation_mode=asymmetric, mode=nearest,
                                  nearest_mode=floor, sizes (all derived / fixed)
-    (argument)     Q             bit_len, rounding + in_s[1], the exponent constant
+    (argument)     Q             bit_len, rounding, signed (0 for ui<b>) + in_s[1], the
+                                 exponent constant
     (alias)        Identity      -
 
 Attributes that mirror a property are written exactly when the op has that property (an

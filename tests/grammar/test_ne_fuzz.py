@@ -40,6 +40,15 @@ from nanoir.testing.text import tokens_and_gaps as split_tokens
 SMALL = (Path(__file__).parent / "inputs" / "small.ne").read_text()
 SMALL_HW = (Path(__file__).parent / "inputs" / "small_hw.ne").read_text()
 SAMPLE = (Path(__file__).resolve().parents[2] / "examples" / "readme_model.ne").read_text()
+# nanoir's unsigned-code extension (issue 20): Q with signed=0, at the hw level on a uint8_t output
+SAMPLE_UNSIGNED = SAMPLE.replace("attr=[bit_len=8]", "attr=[bit_len=8, signed=0]")
+SMALL_HW_UNSIGNED = (
+    SMALL_HW.replace("attr=[bit_len=8, exp=5],", "attr=[bit_len=8, exp=5, signed=0],")
+    .replace("let Q_n1_o0: Tensor<int8_t>", "let Q_n1_o0: Tensor<uint8_t>")
+    .replace(
+        "Conv_n1_Q_n1_o0: mem Tensor = {type=int8_t", "Conv_n1_Q_n1_o0: mem Tensor = {type=uint8_t"
+    )
+)
 
 VARIED = """\
 // constants
@@ -313,14 +322,14 @@ def test_hostile_integers_and_bom_parse_or_report(text: str) -> None:
 
 
 @settings(max_examples=400, deadline=None)
-@given(int_mutants([SMALL_HW]) | mutants([SMALL_HW]))
+@given(int_mutants([SMALL_HW, SMALL_HW_UNSIGNED]) | mutants([SMALL_HW, SMALL_HW_UNSIGNED]))
 def test_hostile_hw_programs_import_or_report(text: str) -> None:
     # A lone surrogate (from JUNK) becomes bytes that are not UTF-8: a located error too.
     assert_imports_or_reports(text.encode("utf-8", errors="surrogatepass"))
 
 
 @settings(max_examples=150, deadline=None)
-@given(int_mutants([SAMPLE]))
+@given(int_mutants([SAMPLE, SAMPLE_UNSIGNED]))
 def test_hostile_nq_programs_import_or_report(text: str) -> None:
     assert_imports_or_reports(text.encode())
 

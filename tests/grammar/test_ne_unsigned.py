@@ -141,9 +141,9 @@ def test_one_bit_unsigned_is_refused_at_the_attribute() -> None:
 @given(data=st.data())
 def test_random_programs_with_unsigned_fake_quants_round_trip(data: st.DataObject) -> None:
     """Random nq programs with a drawn subset of their (b > 1) fake-quants made unsigned:
-    export -> import gives the same quantizers (signedness, bits, exponents, rounding), a fixed point of export, and
-    the same numbers from `nanoir.run` (which an unsigned quantizer read as signed, or the
-    reverse, changes on negative and large inputs)."""
+    export -> import gives the same quantizers (signedness, bits, exponents, rounding), a
+    fixed point of export, and the same numbers from `nanoir.run` (which an unsigned quantizer
+    read as signed, or the reverse, changes on negative and large inputs)."""
     module, shape = random_nq_program(data.draw, kinds=BASE_KINDS)
     candidates = [op for op in fake_quants(module) if op.bits.value.data > 1]
     for op in candidates:
@@ -262,7 +262,8 @@ def test_hw_bad_signed_is_located(old: str, new: str, message: str) -> None:
 def test_random_unsigned_programs_round_trip_at_the_hw_level(data: st.DataObject) -> None:
     """Random nq programs with a drawn subset of their activation fake-quants (b > 1) made
     unsigned, lowered (ui<b> types): export -> import gives the same IR, a fixed point of
-    export, and the same codes from the nh runtime."""
+    export, and the same codes from the nh runtime. Kills (private copy): the reader typing
+    uint<b>_t outputs as signed i<b>."""
     module, shape = random_nq_program(data.draw, kinds=BASE_KINDS)
     for op in fake_quants(module):
         if op.bits.value.data > 1 and data.draw(st.booleans()):

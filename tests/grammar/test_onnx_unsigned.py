@@ -191,9 +191,8 @@ def test_nanoengine_flavour_refuses_unsigned() -> None:
     """NanoEngine's Q reads signed codes: writing an unsigned one there would be silently
     wrong, so it is an error naming the op."""
     module = one_quantizer(8, signed=False)
-    module.body.block.first_op.body.block.first_op.properties["rounding"] = RoundingModeAttr(  # type: ignore[union-attr]
-        RoundingMode.TRUNC
-    )
+    (fq,) = [op for op in module.walk() if isinstance(op, FakeQuantOp)]
+    fq.properties["rounding"] = RoundingModeAttr(RoundingMode.TRUNC)
     with pytest.raises(OnnxExportError, match="'u' has unsigned codes"):
         export_onnx_bytes(module, "nanoengine")
 
