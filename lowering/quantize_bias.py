@@ -20,7 +20,10 @@ An op without a bias gets a zero one first (:func:`add_zero_biases`, named after
 ``conv1.weight`` -> ``conv1.bias``), quantized like any bias; a bias whose rule is ``skip``,
 a 1-bit bias and a bias constant read by anything else than its one op are not corrected.
 The corrected values replace the float bias constants, so the nf program under the fake-quants
-is no longer the original float program (compare against a copy taken before quantize).
+is no longer the original float program: each corrected ``nf.constant`` keeps its float value
+in a discardable attribute, ``nq.uncorrected = dense<...>`` (zeros for an added bias), which
+``.mlir`` keeps and ``.ne`` and ONNX drop; :func:`restore_uncorrected` puts those values back,
+for whatever needs the float network the user gave (``nanoir.report``'s float program).
 
 The new values need their own exponents: :func:`correct_biases` leaves each bias target with
 the exponents its new values give (or the imported ones), and quantize then settles joins and
@@ -45,20 +48,25 @@ from nanoir.lowering.quantize_targets import WEIGHTED, Target, _shape
 from nanoir.runtime.base import ExecutionError, Kernel
 from nanoir.runtime.interpreter import default_builders
 from nanoir.runtime.numerics import quant
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, OpResult, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import ConstantLike
 
 __all__ = [
+    "UNCORRECTED",
     "BiasCorrectionWarning",
     "add_zero_biases",
     "bias_name",
     "correct_biases",
     "float_kernels",
     "mean_error",
+    "restore_uncorrected",
 ]
+
+UNCORRECTED = "nq.uncorrected"
+"""The attribute on a corrected bias ``nf.constant`` holding its float value before correction."""
 
 
 class BiasCorrectionWarning(UserWarning):
@@ -113,6 +121,20 @@ def add_zero_biases(func: FuncOp, config: QuantConfig) -> list[nf.ConstantOp]:
         taken.add(name)
         added.append(const)
     return added
+
+
+def restore_uncorrected(root: Operation) -> int:
+    """Give every corrected bias under ``root`` its float value back (``nq.uncorrected``,
+    dropped); returns how many. Removing the fake-quants of a bias-corrected program leaves the
+    corrected biases: this step is what makes it the float program again."""
+    n = 0
+    for op in root.walk():
+        if isinstance(op, nf.ConstantOp) and UNCORRECTED in op.attributes:
+            value = op.attributes.pop(UNCORRECTED)
+            assert isinstance(value, DenseIntOrFPElementsAttr)
+            op.value = value
+            n += 1
+    return n
 
 
 def float_kernels(func: FuncOp) -> dict[Operation, Kernel]:
@@ -307,6 +329,8 @@ def correct_biases(
             assert isinstance(const, nf.ConstantOp)
             t_type = const.result.type
             assert isinstance(t_type, TensorType)
+            if UNCORRECTED not in const.attributes:  # the first correction's input is the float
+                const.attributes[UNCORRECTED] = const.value
             const.value = numpy_to_dense(new_values[id(t)], t_type.get_element_type())
         if t.name not in imported:
             values = constant_array(t.value)

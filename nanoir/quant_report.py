@@ -6,7 +6,10 @@ negative values saturate to 0) and exponent(s), the saturation
 rate (the share of values clipped at the code range), the SQNR of the quantized value against
 its own input (the error this fake-quant adds), and the SQNR against the same tensor in the
 float program (the error accumulated up to here); and the SQNR of each program output against
-the float program's. The float program is the quantized one with every fake-quant removed.
+the float program's. The float program is the quantized one with every fake-quant removed
+and every bias that quantize's bias correction changed given back its float value (the
+``nq.uncorrected`` attribute the correction leaves on the constant), so "vs float" compares
+against the float network quantize was given, not against the corrected biases.
 
 SQNR = 10 log10(sum(reference²) / sum((quantized - reference)²)), in dB; ``inf`` when exact.
 
@@ -34,6 +37,7 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import Weighted, negatives_unread, non_negative_result
 from nanoir.errors import Error, FileFormatError, batches_argument
 from nanoir.files import check_output_path, write_atomically, writes_through
+from nanoir.lowering.quantize_bias import restore_uncorrected
 from nanoir.runtime.interpreter import (
     Plan,
     compile_function,
@@ -302,7 +306,8 @@ def _name(op: FakeQuantOp, index: int) -> tuple[str, str]:
 def float_twin(
     module: ModuleOp, function: str | None = None
 ) -> tuple[ModuleOp, dict[FakeQuantOp, SSAValue]]:
-    """A copy of ``module`` without fake-quants, and where each fake-quant's input went."""
+    """A copy of ``module`` without fake-quants and with the biases bias correction changed
+    back at their float values (``restore_uncorrected``), and where each fake-quant's input went."""
     twin = module.clone()
     func = find_function(module, function)
     twin_func = find_function(twin, function)
@@ -314,6 +319,7 @@ def float_twin(
         copy.result.replace_all_uses_with(copy.input)
         copy.detach()
         copy.erase()
+    restore_uncorrected(twin_func)
     return twin, mapping
 
 
