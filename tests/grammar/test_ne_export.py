@@ -103,7 +103,7 @@ FLOAT_SPELLINGS = [
     "1e+2",
     "0.125",
 ]
-UNKNOWN_OPS = ["Gather", "TopK", "Slice", "Unsqueeze", "ScatterND", "MyOp", "Softmax"]
+UNKNOWN_OPS = ["Where", "TopK", "Slice", "Unsqueeze", "ScatterND", "MyOp", "Einsum"]
 INT_DTYPES = [
     "int8_t",
     "int16_t",

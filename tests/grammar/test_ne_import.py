@@ -384,7 +384,7 @@ def test_conv_q_relu_compute_what_numpy_says() -> None:
 
 def test_unknown_op_types_are_kept_with_a_warning() -> None:
     text = one_node(
-        "Gather",
+        "TopK",
         "axis=0, big=-9223372036854775808, f=1e-05, g=.5, mode=nearest, nested=[[1, -2], [x], []]",
         ["x", "idx", "s", "x"],
         "let idx: Tensor<int64_t> = {shape=[2], data=0x0100000000000000FFFFFFFFFFFFFFFF} ;\n"
@@ -392,11 +392,11 @@ def test_unknown_op_types_are_kept_with_a_warning() -> None:
         y="[-1, 3, 1, 2]",
     )
     with pytest.warns(
-        NanoEngineImportWarning, match=r"<string>:\d+:\d+: warning: op type 'Gather' of node 'n'"
+        NanoEngineImportWarning, match=r"<string>:\d+:\d+: warning: op type 'TopK' of node 'n'"
     ):
         module = import_nanoengine(text)
     op = node_op(module, "n")
-    assert isinstance(op, nf.CustomOp) and op.op_type.data == "Gather"
+    assert isinstance(op, nf.CustomOp) and op.op_type.data == "TopK"
     assert [
         v.owner.sym_name.data if isinstance(v.owner, nf.ConstantOp) else v.name_hint
         for v in op.inputs
