@@ -75,9 +75,11 @@ def test_qat_norm_trains_and_converts_bit_for_bit(
 ) -> None:
     """prepare -> calibrate -> a few steps at a large rate -> convert: ``nanoir.run`` of the
     nq program equals the module in eval mode bit for bit on float64 inputs, and lowers to nh
-    with the same numbers. Mutants seen to fail it (private copy): NormStep forward as
-    nanoir's float kernel (grids ignored); the weight's exponent read as the output's; the
-    output's rounding mode fixed to trunc."""
+    with the same numbers. Mutants seen to fail it (private copy): the weight's codes read at
+    the output's exponent; the output's rounding mode fixed to trunc. (A float forward in
+    place of the algorithm passes here: the two differ only within the plan's error of a code
+    boundary, rare at this size; the next test's forward checks catch it.)
+    """
     torch.manual_seed(seed)
     model = _NormNet(kind, 4, length, groups, dims)
     x = torch.randn(16, 5)
@@ -147,8 +149,9 @@ def test_norm_step_backward_is_torchs_float_gradient(
     """The step's gradient to the input, weight and bias is torch's float op's on the same
     (quantized) inputs, within 1e-6, non-zero and finite; its forward is within one output
     step of torch's float op (the algorithm's own error bound, by the norm.py docstring).
-    Mutants seen to fail it: the backward returning None for the weight and bias; the
-    gradient of layer_norm without the affine."""
+    Mutants seen to fail it (private copy): the backward returning a gradient to the input
+    only; the forward as nanoir's float kernel whatever the grids.
+    """
     rng = np.random.default_rng(seed)
     shape = (3, 4, length)
     op, affine = _norm_op(kind, shape, 2, dims)
