@@ -106,6 +106,10 @@ def _constant_kind(value: SSAValue) -> str | None:
                 return "bias"
     if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
         return None  # a Python scalar such as ``x + 2``
+    if all(isinstance(u.operation, nf.DivOp) and u.index == 1 for u in value.uses):
+        # A divisor (``x / self.scale``): lower-to-hw multiplies by its dyadic reciprocal
+        # exactly; a fake-quant would make it a runtime value, which it cannot divide by.
+        return None
     return "const"
 
 
