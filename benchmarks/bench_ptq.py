@@ -81,6 +81,11 @@ CONFIGS = (
     Config("mse/half_even", dict(_MSE), off={"bias_correction": False, "unsigned": "never"}),
     Config("absmax/trunc +bc", {"bias_correction": True}, needs=("bias_correction",)),
     Config(
+        "mse/trunc +bc",
+        {"calibrator": "mse", "bias_correction": True},
+        needs=("bias_correction",),
+    ),
+    Config(
         "mse/half_even +unsigned",
         {**_MSE, "unsigned": "auto"},
         needs=("unsigned",),
