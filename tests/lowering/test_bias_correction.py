@@ -132,7 +132,9 @@ def _layer_errors(
     float_module: ModuleOp, module: ModuleOp, x: np.ndarray
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per conv, in order: the mean error per channel of the quantized program's conv result
-    (before its output fake-quant) against the float program's, and the bias step."""
+    (before its output fake-quant) against the float program's, less the half output step
+    added on purpose where the output rounds down on every value that counts (``floor``;
+    ``trunc`` read only by a ReLU), and the bias step."""
     seen: dict[str, list[np.ndarray]] = {"f": [], "q": []}
 
     def observer(key: str):  # noqa: ANN202
@@ -149,16 +151,30 @@ def _layer_errors(
         for name, fq in fake_quants(module).items()
         if name.endswith(".bias")
     ]
+    offsets = []
+    for op in module.walk():
+        if isinstance(op, nf.ConvOp):
+            (use,) = op.results[0].uses
+            fq = use.operation
+            assert isinstance(fq, FakeQuantOp)
+            readers = [u.operation for u in fq.results[0].uses]
+            mode = fq.rounding_mode
+            down = mode == RoundingMode.FLOOR or (
+                mode == RoundingMode.TRUNC and all(isinstance(r, nf.ReluOp) for r in readers)
+            )
+            offsets.append(2.0 ** (-exps(fq).reshape(-1) - 1) if down else 0.0)
     return [
-        ((q - f).mean(axis=(0, 2, 3)), step)
-        for q, f, step in zip(seen["q"], seen["f"], steps, strict=True)
+        ((q - f).mean(axis=(0, 2, 3)) - offset, step)
+        for q, f, offset, step in zip(seen["q"], seen["f"], offsets, steps, strict=True)
     ]
 
 
 @pytest.mark.parametrize("rounding", ["trunc", "floor", "half_even"])
 def test_mean_error_at_every_layer_is_near_zero(rounding: str) -> None:
-    """On the calibration data, each corrected conv's mean error per channel is at most one
-    step of its bias (what quantizing the corrected bias leaves); uncorrected, truncation's
+    """On the calibration data, each corrected conv's mean error per channel is at most two
+    steps of its bias (what quantizing the corrected bias leaves, and the uncorrected bias's own
+    quantization error, measured at its exponent before correction moved the bias by the
+    rounding offset and with it the exponent); uncorrected, truncation's
     shrink is many steps. Layers 2 and 3 are corrected after the layers above them.
 
     Mutants caught (in a private copy): the quantized side not updated with the corrected
@@ -172,7 +188,7 @@ def test_mean_error_at_every_layer_is_near_zero(rounding: str) -> None:
     nanoir.quantize(corrected, batches, rounding=rounding, progress=False)
     nanoir.quantize(plain, batches, rounding=rounding, bias_correction=False, progress=False)
     for err, step in _layer_errors(float_module, corrected, x):
-        assert (np.abs(err) <= step * 1.001).all(), (err, step)
+        assert (np.abs(err) <= step * 2.001).all(), (err, step)
     if rounding in ("trunc", "floor"):
         worst = max(float(np.abs(e / s).max()) for e, s in _layer_errors(float_module, plain, x))
         assert worst > 4
@@ -407,3 +423,31 @@ def test_qat_prepare_mirrors_quantize_and_false_keeps_the_model() -> None:
         got = corrected.tensor(name).detach().numpy().astype(np.float64)
         assert np.array_equal(got, want[name]), name
     assert want["3.bias"].any()
+
+
+@pytest.mark.parametrize("rounding", ["trunc", "floor"])
+def test_rounding_down_before_a_relu_becomes_round_half_up(rounding: str) -> None:
+    """A linear layer read by a ReLU, output rounded ``trunc`` or ``floor``: with bias
+    correction the codes after the ReLU are the float result's rounded half up: the mean error
+    over positive outputs is within 0.1 step of 0 for ``floor`` (0.4 for ``trunc``, whose
+    shrink of inputs and weights toward zero also lowers positive outputs: measured -0.30),
+    where rounding down without the offset leaves it near -0.5 step or below.
+
+    Mutant caught (in a private copy): ``_rounding_offset`` returning 0."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU()).eval()
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((256, 16)).astype(np.float32)
+    module = nanoir.from_torch(model, (torch.from_numpy(x[:2]),))
+    nanoir.quantize(module, [x[:128], x[128:]], rounding=rounding, progress=False)
+    (y,) = nanoir.run(module, x)
+    f = model.double()(torch.from_numpy(x).double()).detach().numpy()
+    *_, out_fq = (op for op in module.walk() if isinstance(op, FakeQuantOp))
+    k = exps(out_fq)
+    step = 2.0 ** -float(k.reshape(-1)[0])
+    positive = f > 2 * step
+    mean = float((np.asarray(y, np.float64) - f)[positive].mean()) / step
+    # trunc also shrinks the inputs and weights toward zero, which leaves positive outputs a
+    # little low even after correction (the mean over all outputs is what correction zeroes)
+    assert abs(mean) < (0.1 if rounding == "floor" else 0.4), mean
+    check_exact(module, x[:8])
