@@ -67,7 +67,9 @@ def parse_dot(text: str) -> tuple[dict[str, str], list[tuple[str, str, int | Non
 def quantized() -> object:
     module = nanoir.parse(FLOAT)
     rng = np.random.default_rng(0)
-    nanoir.quantize(module, [rng.standard_normal((2, 3, 6, 5)) for _ in range(2)])
+    nanoir.quantize(
+        module, [rng.standard_normal((2, 3, 6, 5)) for _ in range(2)], bias_correction=False
+    )  # the picture of the program as written: no added bias
     return module
 
 
