@@ -128,7 +128,7 @@ def _inputs(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-@settings(max_examples=examples(20), deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(cases(), st.integers(0, 2**16))
 def test_nf_matches_torch_in_float64(case, seed: int) -> None:  # noqa: ANN001
     """nf against torch, both in float64, within 1e-5 * max(1, max |torch|). Mutants: the
@@ -166,7 +166,7 @@ def _quantized(model: nn.Module, shape, seed: int, bits: int, rounding: str, pc:
     return module, x
 
 
-@settings(max_examples=examples(20), deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(
     cases(),
     st.integers(0, 2**16),
@@ -177,12 +177,19 @@ def _quantized(model: nn.Module, shape, seed: int, bits: int, rounding: str, pc:
 def test_nq_equals_nh_bit_for_bit(case, seed, bits, rounding, pc) -> None:  # noqa: ANN001
     """quantize + lower-to-hw: the nh run (reals) equals the nq run element for element, and
     the moves are nh.gather / nh.expand / nh.split + nh.concat. Mutant: LowerGather keeping
-    the input's per-channel exponents instead of gathering them with their channels."""
+    the input's per-channel exponents instead of gathering them with their channels. A slice
+    update along a non-channel dim of per-channel activations joins per-channel exponents
+    along that dim, which nh.concat cannot: lower-to-hw refuses it, naming the concat."""
     model, shape = case
     torch.manual_seed(seed)
     module, x = _quantized(model, shape, seed, bits, rounding, pc)
     (q,) = nanoir.run(module, x)
-    hw = nanoir.lower_to_hw(module.clone())
+    try:
+        hw = nanoir.lower_to_hw(module.clone())
+    except nanoir.Error as e:
+        assert pc and model.dim != 1, e
+        assert "'nf.concat'" in str(e) and "per-channel exponents along a non-channel" in str(e)
+        return
     (h,) = nanoir.run(hw, x)
     np.testing.assert_array_equal(h, q)
     names = _moving_ops(hw)
@@ -199,7 +206,7 @@ def _named_outputs(module, outputs) -> dict[str, np.ndarray]:  # noqa: ANN001
     return {v.name_hint: o for v, o in zip(ret.operands, outputs)}
 
 
-@settings(max_examples=examples(20), deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(cases(full=True), st.integers(0, 2**16), st.sampled_from((4, 8)))
 def test_ne_round_trip_both_levels(case, seed: int, bits: int) -> None:  # noqa: ANN001
     """Write `.ne` at the nq and the hw level, read it back: the program's output (named
@@ -225,7 +232,7 @@ def test_ne_round_trip_both_levels(case, seed: int, bits: int) -> None:  # noqa:
             np.testing.assert_array_equal(got, want)
 
 
-@settings(max_examples=examples(20), deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(cases(), st.integers(0, 2**16), st.sampled_from((1, 2)))
 def test_streamed_equals_whole(case, seed: int, step: int) -> None:  # noqa: ANN001
     """The nh program streamed along dim 2 (M) in steps of 1 or 2 rows equals its whole run
@@ -253,7 +260,7 @@ class AlongM(nn.Module):
         return y[:, :, self.idx] + y[:, :, :1].expand(-1, -1, len(self.idx), -1)
 
 
-@settings(max_examples=examples(10), deadline=None)
+@settings(max_examples=examples(5), deadline=None)
 @given(st.integers(2, 5), st.lists(st.integers(0, 4), min_size=1, max_size=6), st.integers(0, 99))
 def test_along_the_streamed_dim(m: int, idx: list[int], seed: int) -> None:
     """Along M a gather needs the whole extent (an index may point anywhere) and the plan
@@ -273,7 +280,7 @@ def test_along_the_streamed_dim(m: int, idx: list[int], seed: int) -> None:
     np.testing.assert_array_equal(streamed, whole)
 
 
-@settings(max_examples=examples(15), deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(cases(), st.integers(0, 2**16))
 def test_onnx_nf_matches_onnxruntime_and_reads_back(case, seed: int) -> None:  # noqa: ANN001
     """The nf program written as ONNX (Gather / Expand with int64 initializers, Split +
@@ -368,7 +375,7 @@ def test_constant_indexing_folds_and_unbind_splits() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-@settings(max_examples=examples(10), deadline=None)
+@settings(max_examples=examples(5), deadline=None)
 @given(cases(), st.integers(0, 2**16))
 def test_qat_forward_is_the_nq_program(case, seed: int) -> None:  # noqa: ANN001
     """nanoir.qat trains through the moves: the prepared module's forward (float64, eval)
