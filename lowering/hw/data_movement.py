@@ -191,6 +191,8 @@ class LowerPad(HwPattern):
             lo, hi = nh.value_code_range(a.value)
             if not lo <= code <= hi:  # (a ui<b> value's bits already count a sign bit)
                 a = hw.widen(a, max(container_width(bits), hw.declared(a)))
+            elif code == 0 and any(pads):
+                a = hw.with_zero(a)  # i1 codes are only -1 and +1: padding with 0 needs i2
         t = hw.result_type(
             nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
         )

@@ -68,8 +68,12 @@ def to_one_bit(module: ModuleOp, draw: st.DrawFn) -> int:
 @given(data=st.data())
 def test_random_programs_with_one_bit_activations(data: st.DataObject) -> None:
     """Random programs of every op kind, activations 1-bit: the nh program runs and equals the
-    nq program (5 of 200 random programs raised "does not fit i1" at run time before)."""
-    module, shape = random_nq_program(data.draw, kinds=ALL_KINDS)
+    nq program (5 of 200 random programs raised "does not fit i1" at run time before).
+    Softmax is left out: its output is non-negative, 1-bit codes (±1) cannot hold it, and
+    lower-to-hw refuses a 1-bit softmax output, naming the op."""
+    module, shape = random_nq_program(
+        data.draw, kinds=tuple(k for k in ALL_KINDS if k != "softmax")
+    )
     to_one_bit(module, data.draw)
     module.verify()
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
