@@ -27,7 +27,7 @@ from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import describe, runtime_layout
 from nanoir.dialects.nf import int_array
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
-from nanoir.dialects.traits import LookupTable
+from nanoir.dialects.traits import IntegerAlgorithm, LookupTable, Quantized
 from nanoir.lowering.hw.codes import (
     bits_of_codes,
     constant_layout,
@@ -350,6 +350,19 @@ class HwLowering:
         )
         self.emit(req, hv.value.name_hint)
         return HwValue(req.result, hv.exps, hv.bits)
+
+    def algorithm_grids(self, op: Operation) -> tuple[Quantized, Quantized]:
+        """The input and output grids of an ``IntegerAlgorithm`` op, or the refusal naming
+        the op: it needs both fake-quants and an exact run of its algorithm."""
+        trait = op.get_trait(IntegerAlgorithm)
+        assert trait is not None
+        grids = trait.quantization(op)
+        if isinstance(grids, str):
+            raise self.fail(op, f"has no integer form here: {grids}")
+        reason = trait.bound_error(op, grids)
+        if reason is not None:
+            raise self.fail(op, f"cannot run its integer algorithm exactly: {reason}")
+        return grids
 
     def with_zero(self, hv: HwValue) -> HwValue:
         """``hv`` in a container that holds the code 0: ``i1`` codes are only -1 and +1, so an

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nq import RoundingModeAttr
-from nanoir.dialects.traits import IntegerAlgorithm, normalised_dims
+from nanoir.dialects.traits import normalised_dims
 from nanoir.lowering.hw.codes import container_width
 from nanoir.lowering.hw.core import HwPattern, HwValue
 from xdsl.dialects.builtin import DYNAMIC_INDEX, IntegerAttr, i64
@@ -36,15 +36,7 @@ class LowerNorm(HwPattern):
         self, op: nf.LayerNormOp | nf.GroupNormOp, rewriter: PatternRewriter
     ) -> None:
         hw = self.begin(op, rewriter)
-        trait = op.get_trait(IntegerAlgorithm)
-        assert trait is not None
-        grids = trait.quantization(op)
-        if isinstance(grids, str):
-            raise hw.fail(op, f"has no integer form here: {grids}")
-        reason = trait.bound_error(op, grids)
-        if reason is not None:
-            raise hw.fail(op, f"cannot run its integer algorithm exactly: {reason}")
-        qin, qout = grids
+        qin, qout = hw.algorithm_grids(op)
         shape = nf.tensor_shape(op.input)
         if any(shape[d] == DYNAMIC_INDEX for d in normalised_dims(op)):
             raise hw.fail(op, "normalises over a dynamic dim; nh needs its size")

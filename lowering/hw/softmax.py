@@ -17,7 +17,6 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import constant_array, numpy_to_dense
 from nanoir.dialects.nf import int_array
-from nanoir.dialects.traits import IntegerAlgorithm
 from nanoir.lowering.hw.codes import container_width
 from nanoir.lowering.hw.core import HwPattern, HwValue
 from nanoir.runtime.numerics.softmax import exp_tables
@@ -35,15 +34,7 @@ class LowerSoftmax(HwPattern):
         self, op: nf.SoftmaxOp | nf.LogSoftmaxOp, rewriter: PatternRewriter
     ) -> None:
         hw = self.begin(op, rewriter)
-        trait = op.get_trait(IntegerAlgorithm)
-        assert trait is not None
-        grids = trait.quantization(op)
-        if isinstance(grids, str):
-            raise hw.fail(op, f"has no integer form here: {grids}")
-        reason = trait.bound_error(op, grids)
-        if reason is not None:
-            raise hw.fail(op, f"cannot run its integer algorithm exactly: {reason}")
-        qin, qout = grids
+        qin, qout = hw.algorithm_grids(op)
         x = hw.get(op, op.input)
         if x.exps.size and not (x.exps == qin.exp).all():
             raise hw.fail(op, f"reads codes at exponents {sorted(set(x.exps.flat))}, not {qin.exp}")
