@@ -27,8 +27,8 @@ configuration, where the quantization error grows most (``nanoir.report`` rows i
 order: the largest fall of the SQNR against float below every earlier row's) and the row whose
 own quantizer costs most (the lowest local SQNR). One thread everywhere.
 
-    python benchmarks/bench_ptq.py [--models ResNet-18,CRNN] [--size 64] [--nh] [--out ptq.md]
-                                   [--jobs 2]
+    python benchmarks/bench_ptq.py [--models ResNet-18,CRNN] [--configs "absmax/trunc +bc"]
+                                   [--size 64] [--nh] [--out ptq.md] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -420,6 +420,10 @@ def _measure(job: tuple[Any, ...]) -> Result:
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> list[Result]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", help="comma-separated subset of: " + ", ".join(PTQ_MODELS))
+    parser.add_argument(
+        "--configs",
+        help="comma-separated subset of the configurations: " + ", ".join(c.name for c in CONFIGS),
+    )
     parser.add_argument("--size", type=int, default=64, help="image size (default 64)")
     parser.add_argument("--nh", action="store_true", help="also check nq == nh on 4 images")
     parser.add_argument("--out", type=Path, help="also write the markdown table here")
@@ -443,6 +447,12 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
         if why:
             emit(f"note: quantize({option}=...) is not available here ({why}): n/a")
     configs = list(CONFIGS)
+    if args.configs:
+        wanted = [c.strip() for c in args.configs.split(",")]
+        configs = [c for c in CONFIGS if c.name in wanted]
+        missing = sorted(set(wanted) - {c.name for c in configs})
+        if missing:
+            parser.error(f"unknown configuration(s) {', '.join(missing)}")
     results = []
     jobs = [(name, args.size, configs, found, args.nh) for name in names]
     if args.jobs > 1:
