@@ -47,6 +47,7 @@ from nanoir.dialects.traits import (
 )
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics import norm as norm_numerics
+from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.movement import check_indices, expand_shape, gather_shape
 from nanoir.runtime.numerics.shapes import (
@@ -83,6 +84,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import (
     AnyAttr,
+    AttrSizedOperandSegments,
     IRDLOperation,
     ParamAttrConstraint,
     ParsePropInAttrDict,
@@ -92,6 +94,7 @@ from xdsl.irdl import (
     operand_def,
     opt_operand_def,
     opt_prop_def,
+    opt_result_def,
     prop_def,
     result_def,
     traits_def,
@@ -1726,6 +1729,188 @@ class GroupNormOp(_NormBase):
         self.check_affine((x[1],))
 
 
+# --------------------------------------------------------------------------------------------
+# Recurrent layers (LSTM, GRU, RNN): nanoir.runtime.numerics.recurrent
+# --------------------------------------------------------------------------------------------
+
+
+def operand_codes_grid(value: SSAValue) -> tuple[np.ndarray, int] | str:
+    """The exponents (flattened: one, or one per row of a weight) and bits of the fake-quant
+    ``value`` comes from, or why there is none (a recurrent op's operands)."""
+    fq = value.owner
+    if not isinstance(fq, Operation) or fq.name != "nq.fake_quant":
+        return f"{value.name_hint or 'an operand'} does not come from a fake-quant"
+    bits = fq.properties["bits"].value.data  # type: ignore[attr-defined]
+    exps = np.asarray(dense_to_numpy(fq.properties["exp"]), np.int64).reshape(-1)  # type: ignore[arg-type]
+    signed = fq.properties.get("signed")
+    if bits == 1 or (signed is not None and not signed.value.data):  # type: ignore[attr-defined]
+        return f"{value.name_hint or 'an operand'} is 1-bit or unsigned"
+    shape = tensor_shape(value)
+    if exps.size > 1 and (len(shape) > 2 or exps.size != shape[0]):
+        return f"{value.name_hint or 'an operand'} has exponents along a dim other than its rows"
+    return exps, bits
+
+
+@irdl_op_definition
+class RecurrentOp(IRDLOperation):
+    """torch's ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``mode`` = ``lstm``, ``gru``,
+    ``rnn_tanh``, ``rnn_relu``) in eval mode: ``num_layers`` stacked cells, both directions
+    when ``bidirectional`` (outputs concatenated, forward first), ``[N, T, F]`` input when
+    ``batch_first`` else ``[T, N, F]``; optional initial states ``h0``/``c0``
+    ``[L*D, N, H]`` (zeros when absent); ``weights`` in torch's flat order per layer and
+    direction (``w_ih``, ``w_hh``, then ``b_ih``, ``b_hh`` when ``has_biases``). Results:
+    the sequence ``output``, ``h_n`` and, for an LSTM, ``c_n``.
+
+    Quantized (``gates``, ``cell``, ``hidden`` = ``array<i64: exp, bits>`` and ``rounding``
+    set by quantize; the internal quantizers ``<name>.gates``, ``.cell``, ``.hidden``), it is
+    the integer cell of ``nanoir.runtime.numerics.recurrent``, as integer LSTM kernels do it
+    (CMSIS-NN int8x8_16, TFLite's integer LSTM, Brevitas ``QuantLSTM``): each gate's
+    pre-activation (both matmuls and both biases) summed exactly in int64; requantized to the
+    ``gates`` grid; sigmoid/tanh by a table over the gate codes into Q0.15; the LSTM cell exact
+    at 30 fraction bits, then requantized to the ``cell`` grid (16 bits by default), and read
+    by tanh through the gates grid; the hidden state requantized to the ``hidden`` grid (the
+    activation width), which the sequence output, ``h_n`` and the next step read. One
+    exponent per internal quantizer for every layer and direction. The time loop stays inside
+    the op (the state is what a streamed run carries from row to row). The operands come
+    through fake-quants (per tensor, or per row for a weight); ``h0``/``c0`` are requantized
+    to the hidden and cell grids first.
+
+    ```mlir
+    %y, %h, %c = nf.recurrent %x : tensor<?x20x4xf32> weights(%wi, %wh, %bi, %bh
+        : tensor<32x4xf32>, tensor<32x8xf32>, tensor<32xf32>, tensor<32xf32>)
+        {mode = "lstm", hidden_size = 8 : i64, num_layers = 1 : i64, bidirectional = false,
+        batch_first = true, has_biases = true}
+        -> tensor<?x20x8xf32>, tensor<1x?x8xf32>, tensor<1x?x8xf32>
+    ```
+    """
+
+    name = "nf.recurrent"
+    input = operand_def(FloatTensor)
+    h0 = opt_operand_def(FloatTensor)
+    c0 = opt_operand_def(FloatTensor)
+    weights = var_operand_def(FloatTensor)
+    output = result_def(FloatTensor)
+    h_n = result_def(FloatTensor)
+    c_n = opt_result_def(FloatTensor)
+    mode = prop_def(StringAttr)
+    hidden_size = prop_def(IntegerAttr[I64])
+    num_layers = prop_def(IntegerAttr[I64])
+    bidirectional = prop_def(BoolAttr)
+    batch_first = prop_def(BoolAttr)
+    has_biases = prop_def(BoolAttr)
+    gates = opt_prop_def(DenseArrayBase)
+    cell = opt_prop_def(DenseArrayBase)
+    hidden = opt_prop_def(DenseArrayBase)
+    rounding = opt_prop_def(StringAttr)
+    traits = traits_def(Pure())
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = (
+        "$input `:` type($input) (`h0` `(` $h0^ `:` type($h0) `)`)? "
+        "(`c0` `(` $c0^ `:` type($c0) `)`)? `weights` `(` $weights `:` type($weights) `)` "
+        "attr-dict `->` type(results)"
+    )
+
+    INTERNAL: ClassVar[tuple[str, ...]] = ("gates", "cell", "hidden")
+    """The internal quantizers, named ``<result name>.<this>`` for rules and exponents."""
+
+    def __init__(
+        self,
+        input: SSAValue,
+        weights: Sequence[SSAValue],
+        layout: recurrent_numerics.RecurrentLayout,
+        result_types: Sequence[Attribute],
+        h0: SSAValue | None = None,
+        c0: SSAValue | None = None,
+    ):
+        super().__init__(
+            operands=[input, [] if h0 is None else [h0], [] if c0 is None else [c0], weights],
+            result_types=[result_types[0], result_types[1], list(result_types[2:])],
+            properties={
+                "mode": StringAttr(layout.mode),
+                "hidden_size": IntegerAttr(layout.hidden, i64),
+                "num_layers": IntegerAttr(layout.layers, i64),
+                "bidirectional": BoolAttr.from_bool(layout.bidirectional),
+                "batch_first": BoolAttr.from_bool(layout.batch_first),
+                "has_biases": BoolAttr.from_bool(layout.has_biases),
+            },
+        )
+
+    @property
+    def layout(self) -> recurrent_numerics.RecurrentLayout:
+        return recurrent_numerics.RecurrentLayout(
+            self.mode.data,
+            self.hidden_size.value.data,
+            self.num_layers.value.data,
+            bool(self.bidirectional.value.data),
+            bool(self.batch_first.value.data),
+            bool(self.has_biases.value.data),
+        )
+
+    def internal_grid(self, which: str) -> recurrent_numerics.Grid | None:
+        """The ``gates``, ``cell`` or ``hidden`` grid, if quantize set it."""
+        values = array_values(self.properties.get(which))  # type: ignore[arg-type]
+        return None if values is None else recurrent_numerics.Grid(*values)
+
+    def verify_(self) -> None:
+        mode = self.mode.data
+        if mode not in recurrent_numerics.MODES:
+            raise VerifyException(
+                f"nf.recurrent: mode {mode!r} is not one of {', '.join(recurrent_numerics.MODES)}"
+            )
+        layout = self.layout
+        if layout.hidden < 1 or layout.layers < 1:
+            raise VerifyException(
+                f"nf.recurrent: hidden_size {layout.hidden} and num_layers {layout.layers} "
+                "must be >= 1"
+            )
+        x = tensor_shape(self.input)
+        if len(x) != 3:
+            raise VerifyException(f"nf.recurrent: input must be rank 3, got {shape_str(x)}")
+        if (self.c0 is not None) != (self.c0 is not None and mode == "lstm"):
+            raise VerifyException(f"nf.recurrent: only an lstm takes c0, not {mode}")
+        if (self.c_n is not None) != (mode == "lstm"):
+            raise VerifyException("nf.recurrent: an lstm has three results, other modes two")
+        expected = layout.weight_shapes(x[2])
+        got = [tensor_shape(w) for w in self.weights]
+        if len(got) != len(expected) or not all(
+            shapes_compatible(e, g) for e, g in zip(expected, got)
+        ):
+            raise VerifyException(
+                f"nf.recurrent: weights {', '.join(shape_str(g) for g in got)} are not torch's "
+                f"{', '.join(shape_str(e) for e in expected)}"
+            )
+        out, state, _ = layout.result_shapes(x)
+        for label, v in (("h0", self.h0), ("c0", self.c0)):
+            if v is not None and not shapes_compatible(tensor_shape(v), state):
+                raise VerifyException(
+                    f"nf.recurrent: {label} {shape_str(tensor_shape(v))} is not {shape_str(state)}"
+                )
+        check_result_shape(self, out, self.output)
+        check_result_shape(self, state, self.h_n)
+        if self.c_n is not None:
+            check_result_shape(self, state, self.c_n)
+        quantized = [self.properties.get(k) is not None for k in (*self.INTERNAL, "rounding")]
+        if any(quantized) and not all(quantized):
+            raise VerifyException(
+                "nf.recurrent: gates, cell, hidden and rounding are set together or not at all"
+            )
+        lo, hi = recurrent_numerics.EXP_RANGE
+        for which in self.INTERNAL:
+            grid = self.internal_grid(which)
+            if grid is not None and (not lo <= grid.exp <= hi or not 2 <= grid.bits <= 16):
+                raise VerifyException(
+                    f"nf.recurrent: {which} = [{grid.exp}, {grid.bits}]: the exponent must lie "
+                    f"in {lo}..{hi} and the bits in 2..16"
+                )
+        if self.rounding is not None and self.rounding.data not in (
+            "trunc",
+            "floor",
+            "half_up",
+            "half_even",
+        ):
+            raise VerifyException(f"nf.recurrent: rounding {self.rounding.data!r} is unknown")
+
+
 NF = Dialect(
     "nf",
     [
@@ -1767,6 +1952,7 @@ NF = Dialect(
         GatherOp,
         SoftmaxOp,
         LogSoftmaxOp,
+        RecurrentOp,
     ],
     [],
 )

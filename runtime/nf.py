@@ -17,6 +17,7 @@ from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import kernels, movement, norm
+from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
@@ -289,3 +290,72 @@ def softmax(op: nf.SoftmaxOp, dtype: np.dtype[Any]) -> Kernel:
 def log_softmax(op: nf.LogSoftmaxOp, dtype: np.dtype[Any]) -> Kernel:
     axis = op.axis.value.data
     return _integer_algorithm(op, lambda x: (softmax_numerics.log_softmax(x, axis),))
+
+
+def recurrent_grids(op: nf.RecurrentOp) -> list[tuple[np.ndarray, int]] | str:
+    """Every operand's exponents and bits (fake-quants) when ``op`` is quantized inside
+    (the nq semantics: the integer cell), else why it runs torch's float math."""
+    if op.gates is None:
+        return "quantize has not set its internal quantizers (gates, cell, hidden)"
+    grids = []
+    for v in op.operands:
+        grid = nf.operand_codes_grid(v)
+        if isinstance(grid, str):
+            return grid
+        grids.append(grid)
+    return grids
+
+
+@impl(nf.RecurrentOp)
+def recurrent(op: nf.RecurrentOp, dtype: np.dtype[Any]) -> Kernel:
+    """torch's float math, or the integer cell on the operands' codes (quantized: the
+    internal quantizers and every operand's fake-quant are there), exact in float64."""
+    layout, has_h0, has_c0 = op.layout, op.h0 is not None, op.c0 is not None
+    grids = recurrent_grids(op)
+
+    def split(args: tuple[Any, ...]) -> tuple[Any, Any, Any, list[Any]]:
+        x, rest = args[0], list(args[1:])
+        h0 = rest.pop(0) if has_h0 else None
+        c0 = rest.pop(0) if has_c0 else None
+        return x, h0, c0, rest
+
+    if isinstance(grids, str):
+
+        def run_float(*args: Any) -> tuple[Any, ...]:
+            x, h0, c0, weights = split(args)
+            return recurrent_numerics.run_float(layout, x, h0, c0, weights)
+
+        return run_float
+    internal = [op.internal_grid(k) for k in nf.RecurrentOp.INTERNAL]
+    assert op.rounding is not None and all(g is not None for g in internal)
+    gates, cell, hidden = internal
+    mode = op.rounding.data
+    tables = recurrent_numerics.activation_tables(gates, mode)  # type: ignore[arg-type]
+
+    def coded(a: Any, grid: tuple[np.ndarray, int]) -> recurrent_numerics.Coded:
+        exps = grid[0]
+        k = exps.reshape((-1,) + (1,) * (a.ndim - 1)) if exps.size > 1 else exps.reshape(())
+        return recurrent_numerics.Coded(np.rint(a * 2.0**k).astype(np.int64), exps)
+
+    def run_codes(*args: Any) -> tuple[Any, ...]:
+        coded_args = [coded(np.asarray(a, np.float64), g) for a, g in zip(args, grids)]
+        x, h0, c0, weights = split(tuple(coded_args))
+        try:
+            results = recurrent_numerics.run_codes(
+                layout,
+                x,
+                h0,
+                c0,
+                weights,
+                gates,
+                cell,
+                hidden,
+                mode,
+                tables,  # type: ignore[arg-type]
+            )
+        except recurrent_numerics.RecurrentBoundError as e:
+            raise ExecutionError(f"{op.name}: {e}") from None
+        exps = (hidden.exp, hidden.exp, cell.exp)  # type: ignore[union-attr]
+        return tuple((r * 2.0**-k).astype(args[0].dtype) for r, k in zip(results, exps))
+
+    return run_codes

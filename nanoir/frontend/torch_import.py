@@ -58,6 +58,7 @@ from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
 from nanoir.frontend.errors import FrontendError
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
+from nanoir.runtime.numerics.recurrent import RecurrentLayout
 from nanoir.runtime.numerics.shapes import ShapeError
 
 __all__ = [
@@ -1197,6 +1198,68 @@ def _attention(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return imp.emit(nf.MatmulOp(weights, v)).result
 
 
+class _Zeros:
+    """``aten.zeros``: an initial state torch creates for a recurrent op (which then takes
+    none: its states start at zero); nothing else may read it."""
+
+
+def _zeros(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    return _Zeros()  # type: ignore[return-value]
+
+
+_RECURRENT_MODES = {
+    "aten.lstm.input": "lstm",
+    "aten.gru.input": "gru",
+    "aten.rnn_tanh.input": "rnn_tanh",
+    "aten.rnn_relu.input": "rnn_relu",
+}
+
+
+def _initial_state(imp: _Importer, arg: Any) -> SSAValue | None:
+    """An initial state: None where torch made it with ``aten.zeros``."""
+    if isinstance(arg, fx.Node) and isinstance(imp.values.get(arg), _Zeros):
+        return None
+    return imp.tensor(arg)
+
+
+def _recurrent(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``aten.lstm.input`` and friends) →
+    ``nf.recurrent``; inter-layer dropout is a no-op in eval mode."""
+    mode = _RECURRENT_MODES[str(node.target)]
+    if a["train"]:
+        raise _Unsupported("a recurrent layer in training mode (export the model in eval mode)")
+    x = imp.tensor(a["input"])
+    meta = node.meta["val"]
+    hidden = int(meta[1].shape[-1])
+    layout = RecurrentLayout(
+        mode,
+        hidden,
+        int(a["num_layers"]),
+        bool(a["bidirectional"]),
+        bool(a["batch_first"]),
+        bool(a["has_biases"]),
+    )
+    if imp.rank(x) != 3:
+        raise _Unsupported(
+            f"an unbatched {mode} input (rank {imp.rank(x)}); nf.recurrent takes [T, N, F] "
+            "or [N, T, F]"
+        )
+    params = list(a["params"])
+    if mode == "lstm" and len(params) == layout.layers * layout.dirs * (layout.per_cell + 1):
+        raise _Unsupported(
+            "nn.LSTM with proj_size > 0: the projected hidden state (w_hr) is a second matmul "
+            "inside the cell, which nf.recurrent does not have"
+        )
+    weights = [imp.tensor(p) for p in params]
+    hx = a["hx"]
+    h_arg, c_arg = (hx[0], hx[1]) if mode == "lstm" else (hx, None)
+    h0 = _initial_state(imp, h_arg)
+    c0 = None if c_arg is None else _initial_state(imp, c_arg)
+    types = [_tensor_type(v) for v in meta]
+    op = imp.emit(nf.RecurrentOp(x, weights, layout, types, h0, c0))
+    return list(op.results)
+
+
 ATEN_HANDLERS: dict[str, Handler] = {
     # convolution and dense layers
     "aten.conv1d.default": _conv,
@@ -1294,6 +1357,12 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.unbind.int": _unbind,
     "aten.slice_scatter.default": _slice_scatter,
     "aten.scaled_dot_product_attention.default": _attention,
+    # recurrent layers (their zero initial states: aten.zeros)
+    "aten.lstm.input": _recurrent,
+    "aten.gru.input": _recurrent,
+    "aten.rnn_tanh.input": _recurrent,
+    "aten.rnn_relu.input": _recurrent,
+    "aten.zeros.default": _zeros,
     # no-ops at inference
     "aten.dropout.default": _dropout,
     "aten.clone.default": _identity,
