@@ -1336,12 +1336,38 @@ def expand_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowSt
     return RowStep(emit=y[dim], adjust="result_rows") if x[dim] == 1 else None
 
 
+def strided_indices(indices: Sequence[int], size: int) -> tuple[int, int] | None:
+    """``(start, step)`` when ``indices`` are every ``step``-th row from ``start`` to the end
+    of a dim of ``size`` rows, ``0 <= start < step`` (``x[..., start::step]``, a strided
+    slice or one row of a Focus / space-to-depth), else None.
+
+    >>> strided_indices([1, 3, 5], 7), strided_indices([0, 2], 5), strided_indices([2], 4)
+    ((1, 2), None, (2, 4))
+    """
+    if not indices or size == DYNAMIC_INDEX:
+        return None
+    start = indices[0]
+    step = indices[1] - start if len(indices) > 1 else size
+    if not 0 <= start < step or list(indices) != list(range(start, size, step)):
+        return None
+    return start, step
+
+
 def gather_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
-    """Gather: row by row along any dim but its axis; along the axis, the whole extent (an
+    """Gather: row by row along any dim but its axis. Along the axis, a strided slice to the
+    end (:func:`strided_indices`) takes ``step`` rows and emits the one at ``start`` (a last
+    partial window fires when it holds that row); other indices take the whole extent (an
     index may point at any row)."""
-    rank = len(tensor_shape(op.operands[0]))
-    axis = op.properties["axis"].value.data % rank  # type: ignore[attr-defined]
-    return None if axis == dim else RowStep()
+    shape = tensor_shape(op.operands[0])
+    axis = op.properties["axis"].value.data % len(shape)  # type: ignore[attr-defined]
+    if axis != dim:
+        return RowStep()
+    indices = array_values(op.properties["indices"]) or ()  # type: ignore[arg-type]
+    strided = strided_indices(indices, shape[axis])
+    if strided is None:
+        return None
+    start, step = strided
+    return RowStep(step, step, 1, ceil_mode=shape[axis] % step > start, adjust="indices")
 
 
 @irdl_op_definition

@@ -80,7 +80,7 @@ __all__ = [
     "weight_reader",
 ]
 
-Adjust = Literal["none", "window", "pad", "output_size", "result_rows", "transposed"]
+Adjust = Literal["none", "window", "pad", "output_size", "result_rows", "transposed", "indices"]
 """How the streaming executor adapts an op to a window of rows: ``window`` sets a conv/pool's
 ``pads`` along the dim to the zero rows inside the window, ``pad`` does so for ``nf.pad``,
 ``output_size`` sets an adaptive pool's size along the dim to the windows fired,

@@ -54,7 +54,7 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.functions import find_function, level_of
-from nanoir.dialects.nf import array_values, int_array
+from nanoir.dialects.nf import array_values, int_array, strided_indices
 from nanoir.dialects.nh import FixedAttr
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import TransposedWindow
@@ -281,7 +281,9 @@ class _NodeRun:
         key = (
             zeros_begin,
             zeros_end,
-            windows if rule.adjust in ("output_size", "result_rows", "transposed") else 0,
+            windows
+            if rule.adjust in ("output_size", "result_rows", "transposed", "indices")
+            else 0,
         )
         kernel = self.kernels.get(key)
         if kernel is None:
@@ -311,6 +313,12 @@ class _NodeRun:
             types = [_with_dim(t, dim, windows * g) for t, g in zip(types, rule.gains)]
         elif rule.adjust == "transposed":
             return self._build_transposed(zeros_begin, zeros_end, windows)
+        elif rule.adjust == "indices":  # a strided gather: the row at ``start`` of each window
+            size = _tensor_shape(op.operands[0])[dim]
+            indices = array_values(props["indices"]) or ()  # type: ignore[arg-type]
+            start, step = strided_indices(indices, size) or (0, 1)
+            props["indices"] = int_array([start + step * i for i in range(windows)])
+            types = [_with_dim(t, dim, windows) for t in types]
         variant = type(op).create(
             operands=list(op.operands),
             result_types=types,

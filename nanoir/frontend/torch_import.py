@@ -855,7 +855,9 @@ def _split(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
 
 
 def _slice(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
-    """A full slice is dropped; ``x[a:b]`` with step 1 is the middle piece of an nf.split."""
+    """A full slice is dropped; ``x[a:b]`` with step 1 is the middle piece of an nf.split;
+    ``x[a:b:s]`` is an nf.gather of those rows (data movement at every level; to the end of
+    the dim with ``a < s`` it streams, YOLOv5's Focus is four of them concatenated)."""
     x = imp.tensor(a["self"])
     shape = nf.tensor_shape(x)
     axis = _axis(int(a["dim"]), len(shape))
@@ -865,9 +867,11 @@ def _slice(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     step = int(a["step"])
     if start == 0 and end is None and step == 1:
         return x
-    if length == DYNAMIC_INDEX or step != 1:
-        raise _Unsupported("slicing a dynamic dim or with a step other than 1")
+    if length == DYNAMIC_INDEX:
+        raise _Unsupported(f"slicing the dynamic dim {axis}")
     start, stop, _ = slice(start, end).indices(length)
+    if step != 1:
+        return imp.emit(nf.GatherOp(x, axis, list(range(start, stop, step)))).result
     return _take_range(imp, x, axis, start, stop)
 
 

@@ -1,0 +1,128 @@
+"""Strided slices (``x[..., a:b:s]``, YOLOv5's Focus): the frontend writes ``nf.gather`` of
+those rows, data movement at every level (nq == nh bit for bit), and a slice to the end with
+``a < s`` streams along its own dim (``step`` rows in, the one at ``a`` out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nanoir.dialects import nh
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.runtime.interpreter import run
+from nanoir.runtime.stream import stream
+from torch import nn
+
+import nanoir
+from nanoir.frontend import from_torch
+from nanoir.testing.programs import examples
+
+torch.set_num_threads(1)
+
+
+class Focus(nn.Module):
+    """YOLOv5's Focus: space-to-depth by four strided slices, then a 1x1 conv."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4 * c, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2]]
+        return self.conv(torch.cat(parts, 1))
+
+
+def test_focus_equals_torch_and_streams_at_nh() -> None:
+    """nf == torch (float64 reference of the same slices); nq == nh; the nh program streamed
+    along rows equals its whole run. Mutant seen to fail it: the ``indices`` stand-in of
+    ``runtime/stream.py`` keeping the op's full index list."""
+    torch.manual_seed(0)
+    net = Focus(3).eval()
+    x = torch.randn(2, 3, 6, 8)
+    module = from_torch(net, (x,))
+    assert sum(op.name == "nf.gather" for op in module.walk()) == 8
+    (y,) = run(module, x.numpy(), dtype=np.float64)
+    xs = x.double().numpy()
+    parts = [xs[..., ::2, ::2], xs[..., 1::2, ::2], xs[..., ::2, 1::2], xs[..., 1::2, 1::2]]
+    w = net.conv.weight.double().detach().numpy()[:, :, 0, 0]
+    want = np.einsum("oc,nchw->nohw", w, np.concatenate(parts, 1))
+    want += net.conv.bias.double().detach().numpy()[None, :, None, None]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    nanoir.quantize(module, [x.numpy()], weight_bits=4, act_bits=8)
+    (q,) = run(module, x.numpy(), dtype=np.float64)
+    hw = lower_to_hw(module.clone())
+    assert sum(isinstance(op, nh.GatherOp) for op in hw.walk()) == 8
+    (h,) = run(hw, x.numpy())
+    assert h.tobytes() == q.tobytes()
+    (codes,) = run(hw, x.numpy(), raw=True)
+    for step in (1, 3):
+        (s,) = stream(hw, [x.numpy()], step=step, raw=True)
+        assert s.tobytes() == codes.tobytes()
+
+
+def _program(shape: tuple[int, ...], axis: int, indices: list[int]) -> str:
+    dims = "x".join(str(d) for d in shape)
+    out = list(shape)
+    out[axis] = len(indices)
+    odims = "x".join(str(d) for d in out)
+    idx = ", ".join(str(i) for i in indices)
+    return f"""func.func @main(%x: tensor<?x{dims}xf32>) -> tensor<?x{odims}xf32> {{
+  %y = nf.gather %x {{axis = {axis + 1} : i64, indices = array<i64: {idx}>}}
+      : tensor<?x{dims}xf32> -> tensor<?x{odims}xf32>
+  func.return %y : tensor<?x{odims}xf32>
+}}"""
+
+
+@settings(max_examples=examples(20))
+@given(
+    st.integers(2, 4),
+    st.integers(1, 9),
+    st.integers(1, 3),
+    st.data(),
+    st.sampled_from((1, 2, 4, 8)),
+    st.sampled_from(("trunc", "floor", "half_up", "half_even")),
+    st.booleans(),
+    st.sampled_from(("never", "auto")),
+)
+def test_strided_slice_nq_equals_nh_and_streams(
+    c: int,
+    h: int,
+    step: int,
+    data: st.DataObject,
+    bits: int,
+    rounding: str,
+    per_channel: bool,
+    unsigned: str,
+) -> None:
+    """``x[:, :, a:b:s]`` (dim 2, the streamed one) and ``x[:, a::s]`` (channels, per-channel
+    exponents gathered with them): nq == NumPy's slice of the quantized input, nh == nq bit
+    for bit, and streamed == whole along dim 2 (to the end with ``a < s``; a slice that stops
+    early or starts past ``s`` takes the whole extent). Mutant seen to fail it:
+    ``gather_rows`` setting ``ceil_mode`` for every partial window."""
+    axis = data.draw(st.sampled_from((0, 1)), "axis")
+    size = (c, h)[axis]
+    s = data.draw(st.integers(1, max(1, size)), "s")
+    a = data.draw(st.integers(0, size - 1), "a")
+    b = data.draw(st.integers(a + 1, size), "b")
+    indices = list(range(a, b, s))
+    rng = np.random.default_rng(h * 31 + s)
+    x = rng.standard_normal((2, c, h, 3)) * 2
+    options = dict(act_bits=bits, rounding=rounding, act_per_channel=per_channel)
+    # the quantized input, from the program without the slice (same calibration)
+    identity = nanoir.parse(_program((c, h, 3), 0, list(range(c))))
+    nanoir.quantize(identity, [x.astype(np.float32)], unsigned=unsigned, **options)
+    (xq,) = run(identity, x, dtype=np.float64)
+    module = nanoir.parse(_program((c, h, 3), axis, indices))
+    nanoir.quantize(module, [x.astype(np.float32)], unsigned=unsigned, **options)
+    (q,) = run(module, x, dtype=np.float64)
+    want = np.take(xq, indices, axis=axis + 1)
+    assert np.array_equal(q, want)
+    hw = lower_to_hw(module.clone())
+    (got,) = run(hw, x)
+    assert got.tobytes() == q.tobytes()
+    (codes,) = run(hw, x, raw=True)
+    (streamed,) = stream(hw, [x], step=step, raw=True)
+    assert streamed.tobytes() == codes.tobytes()
+    (streamed_q,) = stream(module, [x], step=step, dtype=np.float64)
+    assert streamed_q.tobytes() == q.tobytes()
