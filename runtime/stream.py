@@ -20,6 +20,12 @@ How it works:
   copy until a window spans two of them). Its largest size is recorded in
   :attr:`StreamRunner.cache_peaks`, keyed like ``BufferPlan.caches``, so that tests hold it
   against the plan (whose counts also include the zero rows of padding).
+- Rows are followed through transposes: a transpose that moves M passes its rows on (one
+  row in, one row out) and its result's rows run along ``perm.index(M)``; every value has
+  its axis (``StreamRunner.axes``, from the plan's graph), and caches, windows and outputs
+  cut and join rows along it. So a conv front end streamed along its last dim can feed the
+  ``[N, T, F]`` a recurrent op takes, and an output may stream along another dim than M
+  (``Streamer.output_axes`` says which).
 - Padding along M is never materialized. All the windows a node can fire in a step are one
   call of the op's own whole-tensor kernel (from the builder tables the interpreter uses,
   ``default_builders()``) on exactly the real rows they cover, with the op's M padding set to
@@ -60,7 +66,6 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import TransposedWindow
 from nanoir.lowering.analysis.cursor import Firing, NodeCursor
 from nanoir.lowering.analysis.graph import StreamNode, build_graph
-from nanoir.lowering.analysis.rules import has_dim
 from nanoir.runtime.interpreter import (
     ExecutionError,
     Kernel,
@@ -214,7 +219,8 @@ class _NodeRun:
         self.args: list[tuple[int, Any]] = [
             (local[v], None) if v in local else (-1, constants[v]) for v in node.op.operands
         ]
-        self.streamed_results = [has_dim(r, dim) for r in node.op.results]
+        self.out_axes = node.out_axes
+        self.streamed_results = [a is not None for a in node.out_axes]
         fast_whole = fast_requant(node.op) or fast_fake_quant(node.op, dtype)
         self.fast_paths = FAST_PATHS
         self.whole_kernel = (FAST_PATHS and fast_whole) or whole_kernel
@@ -247,7 +253,7 @@ class _NodeRun:
             and not self.pointwise
             and len(node.inputs) == 1
             and not rule.ceil_mode
-            and has_dim(node.inputs[0], dim)
+            and node.in_axes[0] is not None
             else None
         )
         """A one-input windowed node's geometry: steps that fire nothing take a short path."""
@@ -268,7 +274,7 @@ class _NodeRun:
         self.caches: list[Any] = (
             [RowBuffer(self.fast[1], spare)]
             if self.fast is not None
-            else [_Cache(self.dim if has_dim(v, self.dim) else None) for v in self.node.inputs]
+            else [_Cache(axis) for axis in self.node.in_axes]
         )
         self.peaks = [0] * len(self.node.inputs)
 
@@ -614,14 +620,12 @@ class _NodeRun:
                 f"{op.name} failed on a streamed window of shapes ({shapes}): "
                 f"{type(e).__name__}: {e}"
             ) from e
-        for slot, r, streamed, gain in zip(
-            self.outputs, results, self.streamed_results, self.node.rule.gains
-        ):
+        for slot, r, axis, gain in zip(self.outputs, results, self.out_axes, self.node.rule.gains):
             expected = firing.count * gain
-            got = r.shape[self.dim] if streamed else 1
+            got = 1 if axis is None else r.shape[axis]
             if got != expected:
                 raise ExecutionError(
-                    f"{op.name}: a streamed window gave {got} rows along dim {self.dim}, "
+                    f"{op.name}: a streamed window gave {got} rows along dim {axis}, "
                     f"the plan expects {expected} (shape {r.shape})"
                 )
             chunks = produced[slot]
@@ -717,10 +721,20 @@ class StreamRunner:
         values = [*self.graph.inputs, *(r for n in self.graph.nodes for r in n.op.results)]
         self.slot = {v: i for i, v in enumerate(values)}
         self.values = values
-        self.streamed = [has_dim(v, mem_dim) for v in values]
+        self.axes = [self.graph.axes.get(v) for v in values]
+        """Per value (slot), the axis its rows run along (``None``: whole units): ``mem_dim``
+        unless a transpose moved it (``nanoir.lowering.analysis.rules``)."""
+        self.streamed = [a is not None for a in self.axes]
         kernels = {step.op: step.kernel for step in self.plan.steps}
         self.runs = [
-            _NodeRun(n, mem_dim, self.plan.dtype, self.slot, self.constants, kernels[n.op])
+            _NodeRun(
+                n,
+                next((a for a in n.in_axes if a is not None), mem_dim),
+                self.plan.dtype,
+                self.slot,
+                self.constants,
+                kernels[n.op],
+            )
             for n in self.graph.nodes
         ]
         self.results: list[SSAValue] = list(self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
@@ -814,7 +828,7 @@ class StreamRunner:
             (r.node.op, v): peak
             for r in self.runs
             for v, peak in zip(r.node.inputs, r.peaks)
-            if has_dim(v, self.dim)
+            if self.graph.streams(v)
         }
 
     @property
@@ -911,15 +925,16 @@ class StreamRunner:
         for run in self._active:
             if not run.cursor.ended:
                 run.step(produced, self.ended)
-        dim, streamed, peaks = self.dim, self.streamed, self._peaks
+        axes, peaks = self.axes, self._peaks
         for s, chunks in enumerate(produced):
             if chunks:
-                if not streamed[s]:
+                axis = axes[s]
+                if axis is None:
                     n = len(chunks)
                 elif len(chunks) == 1:
-                    n = chunks[0].shape[dim]
+                    n = chunks[0].shape[axis]
                 else:
-                    n = sum(c.shape[dim] for c in chunks)
+                    n = sum(c.shape[axis] for c in chunks)
                 if n > peaks[s]:
                     peaks[s] = n
         outs = [
@@ -935,9 +950,10 @@ class StreamRunner:
     def _join(self, value: SSAValue, chunks: Chunks | None) -> np.ndarray | None:
         if not chunks:
             return None
-        if not self.streamed[self.slot[value]] or len(chunks) == 1:
+        axis = self.axes[self.slot[value]]
+        if axis is None or len(chunks) == 1:
             return chunks[0]
-        return np.concatenate(chunks, axis=self.dim)
+        return np.concatenate(chunks, axis=axis)
 
 
 def stream(
@@ -1015,8 +1031,8 @@ def stream(
             raise ExecutionError(
                 f"stream: output {k} produced no rows (the input is too short for the program)"
             )
-        elif has_dim(value, dim) and len(parts) > 1:
-            outputs.append(np.concatenate(parts, axis=dim))
+        elif runner.graph.streams(value) and len(parts) > 1:
+            outputs.append(np.concatenate(parts, axis=runner.graph.axes[value]))
         else:
             outputs.append(parts[0])
     return outputs

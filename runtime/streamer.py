@@ -43,7 +43,8 @@ class Streamer:
 
     ``push(*rows)`` takes, per program input, the next rows along ``mem_dim`` (any number,
     also 0; an input without that dim is given whole, once) and returns, per program output,
-    the rows that became ready: an array with 0 or more rows along ``mem_dim``, or ``None``
+    the rows that became ready: an array with 0 or more rows along ``mem_dim`` (or along
+    the dim a transpose moved it to: :attr:`output_axes`), or ``None``
     for an output without that dim (a whole-stream result such as a pooled class score) until
     ``flush()``. ``flush()`` ends the stream and returns the rest; ``reset()`` starts a new
     stream with the same compiled kernels. ``raw=True`` returns nh codes instead of reals.
@@ -103,13 +104,23 @@ class Streamer:
             return np.dtype(np.float64)
         return np.dtype(f"int{max(8, width_of(value))}")
 
+    @property
+    def output_axes(self) -> tuple[int | None, ...]:
+        """Per output, the dim its rows come along: ``mem_dim``, or where a transpose moved
+        it (a ``[N, C, T]`` stream permuted to ``[N, T, C]`` comes along dim 1); ``None`` for
+        an output without it (given whole at ``flush()``)."""
+        axes = self._runner.graph.axes
+        return tuple(axes.get(v) for v in self._runner.results)
+
     def _empty(self, index: int, batch: int) -> np.ndarray | None:
         value = self._runner.results[index]
         t = value.type
-        if not isinstance(t, TensorType) or len(t.get_shape()) <= self.mem_dim:
+        axis = self._runner.graph.axes.get(value)
+        if not isinstance(t, TensorType) or axis is None:
             return None
-        shape = [batch, *t.get_shape()[1:]]
-        shape[self.mem_dim] = 0
+        # the batch is dim 0 unless a transpose moved it: each dynamic dim is the batch
+        shape = [batch if d == DYNAMIC_INDEX else d for d in t.get_shape()]
+        shape[axis] = 0
         return np.zeros(shape, dtype=self._dtypes[index])
 
     def _outputs(

@@ -4,13 +4,18 @@
 constants are "init" work, computed once) in program order, each with its distinct runtime
 operands (one cache each) and its :class:`~nanoir.lowering.analysis.rules.StreamRule` along
 the dim; ops with no streaming rule are an error naming them.
+
+The dim is followed through transposes (``rules``, "relabelling"): ``StreamGraph.axes`` says
+along which axis each runtime value's rows run (the analysed dim for the inputs that have it,
+``perm.index(d)`` after a transpose, ``None`` for a value that moves as whole units), and
+each node's rule is along its inputs' axis (``StreamNode.axis``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nanoir.lowering.analysis.rules import StreamRule, stream_rule
+from nanoir.lowering.analysis.rules import Axes, StreamRule, has_dim, node_axes
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
@@ -23,6 +28,10 @@ class StreamNode:
     inputs: tuple[SSAValue, ...]
     """Distinct runtime operands, in operand order: one cache each."""
     rule: StreamRule
+    in_axes: tuple[int | None, ...] = ()
+    """The axis each input (cache) streams along (``None``: whole units)."""
+    out_axes: tuple[int | None, ...] = ()
+    """The axis each result streams along (``None``: whole units)."""
 
 
 @dataclass(frozen=True)
@@ -35,12 +44,19 @@ class StreamGraph:
     inputs: tuple[BlockArgument, ...]
     nodes: tuple[StreamNode, ...]
     results: tuple[SSAValue, ...]
+    axes: Axes
+    """The axis each runtime value streams along (``None``: it moves as whole units)."""
+
+    def streams(self, value: SSAValue) -> bool:
+        """Whether ``value`` arrives row by row (else as whole units)."""
+        return self.axes.get(value) is not None
 
 
 def build_graph(func: FuncOp, dim: int) -> StreamGraph:
     """The nodes of ``func`` with their rules along ``dim``; ops without one are an error."""
     block = func.body.block
     runtime: set[SSAValue] = set(block.args)
+    axes: Axes = {a: dim if has_dim(a, dim) else None for a in block.args}
     nodes: list[StreamNode] = []
     results: tuple[SSAValue, ...] = ()
     for op in block.ops:
@@ -50,6 +66,8 @@ def build_graph(func: FuncOp, dim: int) -> StreamGraph:
         inputs = tuple(dict.fromkeys(v for v in op.operands if v in runtime))
         if not inputs:
             continue  # init: computed once from constants
-        nodes.append(StreamNode(op, inputs, stream_rule(op, dim, inputs)))
+        rule, out_axes = node_axes(op, dim, inputs, axes)
+        nodes.append(StreamNode(op, inputs, rule, tuple(axes[v] for v in inputs), out_axes))
+        axes.update(zip(op.results, out_axes))
         runtime.update(op.results)
-    return StreamGraph(func, dim, tuple(block.args), tuple(nodes), results)
+    return StreamGraph(func, dim, tuple(block.args), tuple(nodes), results, axes)

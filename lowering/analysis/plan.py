@@ -4,7 +4,8 @@ NanoEngine-PyTorch's analysis printout (:meth:`BufferPlan.report`).
 
 Exported shapes (DESIGN.md): a runtime tensor is ``[-1, C, max along M, sum along each other
 analysed dim]`` (other dims as typed; dims a tensor lacks are left out), a cache the same with
-the cache's numbers. Names are NanoEngine's when the program came from a ``.ne`` file.
+the cache's numbers; past a transpose that moved an analysed dim, its numbers stand at the
+dim's new index. Names are NanoEngine's when the program came from a ``.ne`` file.
 """
 
 from __future__ import annotations
@@ -66,12 +67,18 @@ class CacheBuffer:
     shape: tuple[int, ...]
 
 
-def _export_shape(value: SSAValue, rows: dict[int, Rows], mem_dim: int) -> tuple[int, ...]:
+def _export_shape(
+    value: SSAValue, rows: dict[int, Rows], mem_dim: int, graphs: dict[int, StreamGraph]
+) -> tuple[int, ...]:
+    """The value's shape with its rows along each analysed dim ``d`` at the axis ``d`` runs
+    along in it (``d`` itself unless a transpose moved it) and the batch as -1."""
     dims = list(shape_of(value))
-    for d, r in rows.items():
-        dims[d] = r.max if d == mem_dim else r.sum
     if dims:
         dims[0] = -1
+    for d, r in rows.items():
+        axis = graphs[d].axes.get(value)
+        if axis is not None:
+            dims[axis] = r.max if d == mem_dim else r.sum
     return tuple(-1 if d == DYNAMIC_INDEX else d for d in dims)
 
 
@@ -283,13 +290,18 @@ def plan_function(
     tensors: dict[SSAValue, TensorBuffer] = {}
     for v in (*graph.inputs, *(r for n in graph.nodes for r in n.op.results)):
         rows = {d: c.tensors[v] for d, c in per_dim.items() if v in c.tensors}
-        tensors[v] = TensorBuffer(v, names.tensor[v], rows, _export_shape(v, rows, mem_dim))
+        tensors[v] = TensorBuffer(v, names.tensor[v], rows, _export_shape(v, rows, mem_dim, graphs))
     caches: dict[tuple[Operation, SSAValue], CacheBuffer] = {}
     for n in graph.nodes:
         for v in n.inputs:
             rows = {d: c.caches[(n.op, v)] for d, c in per_dim.items() if (n.op, v) in c.caches}
             caches[(n.op, v)] = CacheBuffer(
-                n.op, names.node[n.op], v, names.tensor[v], rows, _export_shape(v, rows, mem_dim)
+                n.op,
+                names.node[n.op],
+                v,
+                names.tensor[v],
+                rows,
+                _export_shape(v, rows, mem_dim, graphs),
             )
     warmup = {
         n.op: (n.rule.pad_begin, n.rule.pad_end)

@@ -15,9 +15,21 @@ The op's :class:`~nanoir.dialects.traits.StreamingRule` trait gives the step of 
 - the same step applies to every cache, so a join (add, concat, ... of runtime values) fires
   only when every cache has a row: it buffers the earlier branch;
 - an op that needs the whole extent along d (flattening or reshaping d away, ``linear``
-  contracting d, concat or split along d, a transpose moving d, broadcasting along d, an
-  adaptive pool whose windows are uneven) gets a window of that many rows, fired once; the
-  extent must be static, otherwise the op cannot be streamed along d (error).
+  contracting d, concat or split along d, broadcasting along d, an adaptive pool whose
+  windows are uneven) gets a window of that many rows, fired once; the extent must be
+  static, otherwise the op cannot be streamed along d (error).
+
+The streamed dim is followed through transposes by *relabelling* it: a transpose moves the
+same rows, only the index of the dim they run along changes (``perm.index(d)``), so it
+steps one row in, one row out, and its result streams along the new index. Each runtime
+value therefore has its own streamed axis (``axes``: ``None`` for a value that moves as
+whole units; see ``graph``), and a node's rule is asked along the axis its streamed inputs
+share. Past a relabelling the axis may be the batch or the channel dim (a conv front end's
+``[N, C, T]`` permuted to the ``[N, T, F]`` a recurrent op takes): there, ops whose rule is
+about spatial dims (convs, pools, adaptive pools) or whose parameters run along the channels
+(batch norm, PReLU) take the whole extent, and so does any node with an nh value whose
+per-channel exponents run along its streamed axis (a window of rows would have fewer
+channels than exponents), or whose streamed inputs run along different axes.
 
 An op without the trait (``nf.custom``, ...) is an error naming it. Abbreviation: M = the
 streamed ("memory") dim.
@@ -25,18 +37,41 @@ streamed ("memory") dim.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nanoir.dialects.functions import describe
-from nanoir.dialects.traits import Adjust, StreamingRule
+from nanoir.dialects.nh import FixedAttr
+from nanoir.dialects.traits import (
+    ROW,
+    Adjust,
+    ChannelWise,
+    DataMovement,
+    RowStep,
+    SlidingWindow,
+    StreamingRule,
+    WholeExtent,
+    transpose_rows,
+)
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
 from nanoir.errors import Error
 
-__all__ = ["StreamPlanError", "StreamRule", "describe", "has_dim", "shape_of", "stream_rule"]
+__all__ = [
+    "Axes",
+    "StreamPlanError",
+    "StreamRule",
+    "describe",
+    "has_dim",
+    "node_axes",
+    "shape_of",
+    "stream_rule",
+]
+
+Axes = dict[SSAValue, "int | None"]
+"""The axis each runtime value streams along (``None``: it moves as whole units)."""
 
 
 class StreamPlanError(DiagnosticException, Error):
@@ -76,28 +111,29 @@ def has_dim(value: SSAValue, dim: int) -> bool:
     return len(shape_of(value)) > dim
 
 
-def _whole_rule(op: Operation, dim: int, inputs: Sequence[SSAValue]) -> StreamRule:
-    """Fire once on the whole extent of every input along ``dim``; each result gains its whole
-    extent (or one unit when it lacks the dim)."""
+def _whole_rule(
+    op: Operation,
+    inputs: Sequence[SSAValue],
+    in_axes: Sequence[int | None],
+    out_axes: Sequence[int | None],
+) -> StreamRule:
+    """Fire once on the whole extent of every input along its axis; each result gains its
+    whole extent (or one unit when it lacks a streamed axis)."""
 
-    def extent(v: SSAValue, what: str) -> int:
-        if not has_dim(v, dim):
+    def extent(v: SSAValue, axis: int | None, what: str) -> int:
+        if axis is None:
             return 1
-        size = shape_of(v)[dim]
+        size = shape_of(v)[axis]
         if size == DYNAMIC_INDEX:
             raise StreamPlanError(
-                f"stream-plan: {describe(op)} needs the whole of dim {dim} of its {what} at "
-                f"once, but that dim is dynamic ({v.type}); it cannot be streamed along dim {dim}"
+                f"stream-plan: {describe(op)} needs the whole of dim {axis} of its {what} at "
+                f"once, but that dim is dynamic ({v.type}); it cannot be streamed along dim {axis}"
             )
         return size
 
-    fields = tuple(extent(v, "input") for v in inputs)
-    gains = tuple(extent(r, "result") for r in op.results)
+    fields = tuple(extent(v, a, "input") for v, a in zip(inputs, in_axes))
+    gains = tuple(extent(r, a, "result") for r, a in zip(op.results, out_axes))
     return StreamRule(fields, fields, gains, whole=True)
-
-
-def _all_units(dim: int, values: Iterable[SSAValue]) -> bool:
-    return not any(has_dim(v, dim) for v in values)
 
 
 def streaming_trait(op: Operation) -> StreamingRule | None:
@@ -105,8 +141,44 @@ def streaming_trait(op: Operation) -> StreamingRule | None:
     return op.get_trait(StreamingRule)
 
 
-def stream_rule(op: Operation, dim: int, inputs: tuple[SSAValue, ...]) -> StreamRule:
-    """The rule of ``op`` along ``dim`` with these distinct runtime operands (``inputs``)."""
+def _channels_along(value: SSAValue, axis: int | None) -> bool:
+    """Whether ``value`` is an nh value whose per-channel exponents run along ``axis``."""
+    t = value.type
+    if axis is None or not isinstance(t, TensorType) or not isinstance(t.encoding, FixedAttr):
+        return False
+    fixed = t.encoding
+    return fixed.is_per_channel and fixed.channel_axis == axis and len(fixed.exp_list) > 1
+
+
+def _row_step(
+    op: Operation, trait: StreamingRule, axis: int, inputs: tuple[SSAValue, ...]
+) -> RowStep | None:
+    """The trait's step along ``axis``, or None where it takes the whole extent (see the
+    module docstring for the rules past a relabelling)."""
+    if axis < 2 and (
+        isinstance(trait, SlidingWindow)
+        or type(trait) is WholeExtent
+        or (axis == 1 and isinstance(trait, ChannelWise))
+    ):
+        return None
+    return trait.row_step(op, axis, inputs)
+
+
+def _relabelled(op: Operation, trait: StreamingRule, axis: int) -> int | None:
+    """The result's axis when ``op`` is a transpose (its rows move along ``perm.index(axis)``),
+    else None."""
+    if not (isinstance(trait, DataMovement) and trait.rows is transpose_rows):
+        return None
+    perm = [int(p) for p in op.properties["perm"].get_values()]  # type: ignore[attr-defined]
+    return perm.index(axis)
+
+
+def node_axes(
+    op: Operation, dim: int, inputs: tuple[SSAValue, ...], axes: Axes
+) -> tuple[StreamRule, tuple[int | None, ...]]:
+    """The rule of ``op`` over these distinct runtime operands (``inputs``, streamed along
+    ``axes``) and the axis each result streams along. ``dim`` is the analysed dim, the axis
+    of results computed from units only."""
     trait = streaming_trait(op)
     if trait is None:
         raise StreamPlanError(
@@ -116,13 +188,30 @@ def stream_rule(op: Operation, dim: int, inputs: tuple[SSAValue, ...]) -> Stream
         )
     if any(not isinstance(v.type, TensorType) for v in (*op.operands, *op.results)):
         raise StreamPlanError(f"stream-plan: {describe(op)} works on non-tensor values")
-    if _all_units(dim, [*inputs, *op.results]):
-        return StreamRule((1,) * len(inputs), (1,) * len(inputs), (1,) * len(op.results))
-    step = trait.row_step(op, dim, inputs)
+    in_axes = tuple(axes.get(v) for v in inputs)
+    streamed = sorted({a for a in in_axes if a is not None})
+    axis = streamed[0] if streamed else dim
+
+    def along(a: int) -> tuple[int | None, ...]:
+        return tuple(a if len(shape_of(r)) > a else None for r in op.results)
+
+    out_axes = along(axis)
+    if not streamed and all(a is None for a in out_axes):
+        n = len(inputs)
+        return StreamRule((1,) * n, (1,) * n, (1,) * len(op.results)), out_axes
+    step: RowStep | None = None
+    if len(streamed) <= 1 and not any(
+        _channels_along(v, a) for v, a in (*zip(inputs, in_axes), *zip(op.results, out_axes))
+    ):
+        moved = _relabelled(op, trait, axis) if streamed else None
+        if moved is not None:
+            out_axes, step = (moved,), ROW
+        else:
+            step = _row_step(op, trait, axis, inputs)
     if step is None:
-        return _whole_rule(op, dim, inputs)
+        return _whole_rule(op, inputs, in_axes, out_axes), out_axes
     n = len(inputs)
-    return StreamRule(
+    rule = StreamRule(
         (step.need,) * n,
         (step.drop,) * n,
         (step.emit,) * len(op.results),
@@ -131,3 +220,11 @@ def stream_rule(op: Operation, dim: int, inputs: tuple[SSAValue, ...]) -> Stream
         step.ceil_mode,
         step.adjust,
     )
+    return rule, out_axes
+
+
+def stream_rule(op: Operation, dim: int, inputs: tuple[SSAValue, ...]) -> StreamRule:
+    """The rule of ``op`` along ``dim`` with these distinct runtime operands (``inputs``),
+    each streamed along ``dim`` when it has it."""
+    axes: Axes = {v: dim if has_dim(v, dim) else None for v in inputs}
+    return node_axes(op, dim, inputs, axes)[0]

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from nanoir.lowering.analysis.cursor import NodeCursor
 from nanoir.lowering.analysis.graph import StreamGraph
-from nanoir.lowering.analysis.rules import StreamPlanError, describe, has_dim, shape_of
+from nanoir.lowering.analysis.rules import StreamPlanError, describe, shape_of
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
 
@@ -95,7 +95,7 @@ class _Simulation:
     def _deliver(self, arg: SSAValue) -> int:
         if arg in self.ended:
             return 0
-        if not has_dim(arg, self.graph.dim):
+        if not self.graph.streams(arg):
             self.ended.add(arg)  # a unit arrives whole
             return 1
         length = self.lengths[arg]
@@ -127,9 +127,7 @@ class _Simulation:
             self.tensor_peak[v] = max(self.tensor_peak.get(v, 0), n)
         for v in self.graph.results:
             if v not in self.first_row and self.totals.get(v, 0) > 0:
-                streamed = [
-                    self.delivered[a] for a in self.graph.inputs if has_dim(a, self.graph.dim)
-                ]
+                streamed = [self.delivered[a] for a in self.graph.inputs if self.graph.streams(a)]
                 self.first_row[v] = max(streamed, default=0)
         self.steps += 1
 
@@ -172,17 +170,16 @@ def _merge_peaks(into: _Simulation, other: _Simulation) -> None:
 
 
 def _records(graph: StreamGraph, peaks: _Simulation, at_done: _Simulation) -> DimCounts:
-    dim = graph.dim
     tensors = {
         v: Rows(peaks.tensor_peak.get(v, 0), at_done.totals.get(v, 0))
         for v in (*graph.inputs, *(r for n in graph.nodes for r in n.op.results))
-        if has_dim(v, dim)
+        if graph.streams(v)
     }
     caches = {
         (n.op, v): Rows(peaks.cursors[n.op].peak[i], at_done.cursors[n.op].entered(i))
         for n in graph.nodes
         for i, v in enumerate(n.inputs)
-        if has_dim(v, dim)
+        if graph.streams(v)
     }
     return DimCounts(tensors, caches, at_done.steps, dict(at_done.first_row))
 
@@ -199,8 +196,9 @@ def _no_output(graph: StreamGraph, sim: _Simulation, why: str) -> StreamPlanErro
 def _lengths(graph: StreamGraph) -> dict[SSAValue, int | None]:
     out: dict[SSAValue, int | None] = {}
     for a in graph.inputs:
-        if has_dim(a, graph.dim):
-            size = shape_of(a)[graph.dim]
+        axis = graph.axes[a]
+        if axis is not None:
+            size = shape_of(a)[axis]
             out[a] = None if size == DYNAMIC_INDEX else size
         else:
             out[a] = 1
@@ -256,7 +254,7 @@ def simulate_one_step(graph: StreamGraph, step: int) -> DimCounts:
     sim.run_step()
     if sim.done():
         return _records(graph, sim, sim)
-    static = [n for a, n in lengths.items() if n is not None and has_dim(a, graph.dim)]
+    static = [n for a, n in lengths.items() if n is not None and graph.streams(a)]
     limit = max(static) if static else 4096
     for candidate in range(step + 1, limit + 1):
         trial = _Simulation(graph, candidate, lengths, end_with_last_rows=True)

@@ -333,11 +333,14 @@ func.func @main(%x: tensor<?x2x5xf32>) -> (tensor<?x2x16xf32>, tensor<?x16x2xf32
 @pytest.mark.parametrize("step", [1, 2, 5])
 def test_data_movement(step: int) -> None:
     """Constant padding along M (zero rows of value 0.5), an integer-scale upsample (2 rows per
-    row), split and concat along channels, and a transpose that moves M (the whole extent)."""
+    row), split and concat along channels, and a transpose that moves M (relabelled: its rows
+    pass through as they come, one in, one out, and its result streams along dim 1; before,
+    it waited for the whole extent, 16 rows)."""
     module = nanoir.parse(DATA_MOVEMENT)
     check_stream(module, [np.random.default_rng(step).standard_normal((2, 2, 5))], step)
     plan = stream_plan(module)
     ops = {op.name: op for op in module.walk()}
     assert plan.warmup == {ops["nf.pad"]: (1, 2)}
     transpose = ops["nf.transpose"]
-    assert plan.caches[(transpose, transpose.operands[0])].rows[2].max == 16
+    assert plan.caches[(transpose, transpose.operands[0])].rows[2].max == 4
+    assert plan.tensors[transpose.results[0]].shape == (-1, 4, 2)
