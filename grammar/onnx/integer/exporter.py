@@ -1,0 +1,196 @@
+"""Write an nh (integer) program as exact integer ONNX: standard ops, default domain, opset 21.
+
+    nh module --export_model--> onnx.ModelProto (codes in, codes out) --onnxruntime--> codes
+
+The graph's inputs and outputs are the nh function's arguments and results as codes (int8 for
+signed codes of up to 8 bits, 1-bit codes as +-1; uint8 for unsigned ones; int16/uint16 up to
+16 bits; int32 for accumulators). What the codes mean is recorded in the model's
+``metadata_props``: ``nanoir.io`` is JSON with, per input and output, its name, element type
+(``i8``, ``ui4``, ...), bits, signedness, layout and exponent(s) (the real value of code ``v``
+is ``v * 2**-exp``, per channel along the layout's first ``C``), and for a quantized input the
+``nq.bits``/``nq.exp``/``nq.rounding`` that turn floats into its codes. ``nanoir.nh`` holds the
+nh program's MLIR text, from which :func:`nanoir.grammar.onnx.integer.importer.import_model`
+reads the file back (and checks the graph against it).
+
+Each nh op is written by its row of :data:`nanoir.grammar.onnx.integer.ops.OPS`, exactly
+(every rounding mode: see :mod:`.arith`). What has no exact form here is an
+:class:`IntegerOnnxError` naming the op: an nh op without a row (``nh.log_softmax``,
+``nh.layer_norm``, ``nh.group_norm`` for now), products of operands wider than 16 bits, a
+streamed program (its stream-plan attributes describe a step-by-step execution that ONNX has
+no notion of; export the program before ``stream-plan``), an nf or nq op.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import tensor_shape
+from nanoir.grammar.ne.errors import ExportError
+from nanoir.grammar.ne.schema import main_function
+from nanoir.grammar.onnx.exporter import _onnx
+from nanoir.grammar.onnx.integer.graph import ELEM, Graph, IntegerOnnxError, natural_dtype
+from nanoir.grammar.onnx.integer.ops import OPS
+from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import SSAValue
+
+OPSET = 21
+IR_VERSION = 10
+IO_KEY = "nanoir.io"
+"""metadata_props key: JSON describing the inputs' and outputs' codes."""
+PROGRAM_KEY = "nanoir.nh"
+"""metadata_props key: the nh program's MLIR text (its presence marks an integer-flavour file)."""
+
+
+def _streamed(func: FuncOp) -> str | None:
+    """The first stream-plan attribute found, or None."""
+    for key in func.attributes:
+        if key.startswith("stream."):
+            return key
+    for d in func.arg_attrs.data if func.arg_attrs is not None else ():
+        for key in d.data:
+            if key.startswith("stream."):
+                return key
+    for op in func.body.walk():
+        for key in op.attributes:
+            if key.startswith("stream."):
+                return key
+    return None
+
+
+def _describe(value: SSAValue, name: str, attrs: dict[str, Any] | None = None) -> dict[str, Any]:
+    t = value.type
+    assert isinstance(t, TensorType)
+    fixed = nh.fixed_of(value)
+    d: dict[str, Any] = {
+        "name": name,
+        "type": nh.type_text(value),
+        "bits": nh.width_of(value),
+        "signed": not nh.is_unsigned(value),
+        "layout": fixed.layout.data,
+        "exp": fixed.exp_list if fixed.is_per_channel else fixed.exp_list[0],
+        "shape": [None if s == DYNAMIC_INDEX else s for s in t.get_shape()],
+    }
+    if attrs and "nq.bits" in attrs:
+        exp = attrs["nq.exp"]
+        codes = np.frombuffer(
+            exp.data.data,
+            dtype={8: "<i1", 16: "<i2", 32: "<i4", 64: "<i8"}[
+                exp.get_type().get_element_type().width.data
+            ],
+        )
+        d["quantize"] = {
+            "bits": attrs["nq.bits"].value.data,
+            "exp": codes.astype(int).tolist(),
+            "exp_shape": list(exp.get_type().get_shape()),
+            "rounding": attrs["nq.rounding"].data.value,
+        }
+    return d
+
+
+def _value_info(g: Graph, name: str, value: SSAValue) -> Any:
+    dims: list[int | str] = [
+        ("N" if i == 0 else f"d{i}") if d == DYNAMIC_INDEX else int(d)
+        for i, d in enumerate(tensor_shape(value))
+    ]
+    return g.helper.make_tensor_value_info(name, ELEM[natural_dtype(value)], dims)
+
+
+def _output(g: Graph, value: SSAValue, name: str) -> str:
+    """``value`` in its exchange dtype under the graph output name ``name``."""
+    dtype = natural_dtype(value)
+    forms = g.forms.get(value, {})
+    if "in" in forms:
+        return g.node("Identity", [forms["in"]], name)
+    if dtype == np.dtype(np.uint8) and "u8" in forms:
+        return g.node("Identity", [forms["u8"]], name)
+    return g.node("Cast", [g.get(value, "i32")], name, to=ELEM[dtype])
+
+
+def export_model(module: ModuleOp) -> Any:
+    """The ``onnx.ModelProto`` of an nh module (see the module docstring); passes
+    ``onnx.checker.check_model(full_check=True)``; :class:`IntegerOnnxError` for what has no
+    exact form."""
+    onnx = _onnx()
+    if not isinstance(module, ModuleOp):
+        raise IntegerOnnxError(
+            f"integer onnx export: expected a module, got {type(module).__name__}"
+        )
+    try:
+        func = main_function(module)
+    except ExportError as e:
+        raise IntegerOnnxError(str(e).replace("nanoengine export", "integer onnx export")) from None
+    key = _streamed(func)
+    if key is not None:
+        raise IntegerOnnxError(
+            f"integer onnx export: @{func.sym_name.data} is a streamed program ({key}): ONNX "
+            "runs whole tensors, not stream-plan steps; export the program before stream-plan"
+        )
+    g = Graph(onnx)
+    block = func.body.block
+    arg_attrs = [d.data for d in func.arg_attrs.data] if func.arg_attrs is not None else []
+    inputs, io_in = [], []
+    for i, arg in enumerate(block.args):
+        if not isinstance(arg.type, TensorType) or not isinstance(arg.type.encoding, nh.FixedAttr):
+            raise IntegerOnnxError(
+                f"integer onnx export: argument {i} of @{func.sym_name.data} is not an nh "
+                f"tensor ({arg.type}); the integer flavour writes nh programs (lower-to-hw)"
+            )
+        name = g.fresh(arg.name_hint or ("input" if i == 0 else f"input_{i}"))
+        g.hints[arg] = name
+        g.put(arg, "in", name)
+        inputs.append(_value_info(g, name, arg))
+        io_in.append(_describe(arg, name, arg_attrs[i] if i < len(arg_attrs) else None))
+    results: list[SSAValue] = []
+    for op in block.ops:
+        if isinstance(op, ReturnOp):
+            results = list(op.arguments)
+            continue
+        writer = OPS.get(type(op))
+        if writer is None:
+            what = (
+                "has no integer ONNX form yet"
+                if op.name.startswith("nh.")
+                else "is not an nh op (the integer flavour writes nh programs: lower-to-hw first)"
+            )
+            raise IntegerOnnxError(f"integer onnx export: {op.name} {what}")
+        for r in op.results:
+            if r.name_hint:
+                g.hints[r] = r.name_hint
+        writer(g, op)
+    outputs, io_out = [], []
+    for i, value in enumerate(results):
+        if not isinstance(value.type, TensorType) or not isinstance(
+            value.type.encoding, nh.FixedAttr
+        ):
+            raise IntegerOnnxError(f"integer onnx export: result {i} is not an nh tensor")
+        name = _output(g, value, "output" if i == 0 else f"output_{i}")
+        outputs.append(_value_info(g, name, value))
+        io_out.append(_describe(value, name))
+    graph = g.helper.make_graph(g.nodes, "main", inputs, outputs, g.initializers)
+    model = g.helper.make_model(
+        graph, opset_imports=[g.helper.make_opsetid("", OPSET)], producer_name="nanoir"
+    )
+    model.ir_version = IR_VERSION
+    g.helper.set_model_props(
+        model,
+        {
+            IO_KEY: json.dumps({"inputs": io_in, "outputs": io_out}),
+            PROGRAM_KEY: str(module),
+        },
+    )
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:  # a bug of this writer: say so rather than write a bad file
+        raise IntegerOnnxError(
+            f"integer onnx export: the written model fails onnx.checker: {e}"
+        ) from e
+    return model
+
+
+def export_bytes(module: ModuleOp) -> bytes:
+    """The serialized model of :func:`export_model`."""
+    return bytes(export_model(module).SerializeToString())

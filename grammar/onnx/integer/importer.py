@@ -1,0 +1,101 @@
+"""Read an integer-flavour ONNX file back as the nh program it was written from.
+
+The file carries the program's MLIR text (``metadata_props["nanoir.nh"]``); reading parses
+it, writes it again, and accepts the file only if the graph it holds is the graph that
+program writes, node for node and constant for constant (and the ``nanoir.io`` record and
+the opset agree). So a file changed by another tool (an optimizer that fused nodes, a hand
+edit of a constant) is refused with one :class:`IntegerOnnxImportError`, never trusted as
+the program its text names. A file without the key is not an integer-flavour file:
+:func:`is_integer_model` says so and the caller reads it with the ordinary (nf/nq) reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nanoir.grammar.onnx.exporter import _onnx
+from nanoir.grammar.onnx.integer.exporter import IO_KEY, PROGRAM_KEY, export_model
+from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
+from xdsl.dialects.builtin import ModuleOp
+
+from nanoir.errors import FileFormatError
+
+
+class IntegerOnnxImportError(FileFormatError):
+    """An integer-flavour ONNX file that does not hold the program its metadata names."""
+
+
+def _props(model: Any) -> dict[str, str]:
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def _as_model(model: Any, name: str) -> Any:
+    if isinstance(model, bytes | bytearray | memoryview):
+        onnx = _onnx()
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as e:
+            raise IntegerOnnxImportError(f"{name}: not an ONNX model ({e})") from None
+    return model
+
+
+def is_integer_model(model: Any) -> bool:
+    """Whether ``model`` (a ModelProto) is an integer-flavour file (it has ``nanoir.nh``)."""
+    return PROGRAM_KEY in _props(model)
+
+
+def _default_parse(text: str) -> ModuleOp:
+    from nanoir.dialects.nf import NF
+    from nanoir.dialects.nh import NH
+    from nanoir.dialects.nq import NQ
+    from xdsl.context import Context
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.dialects.func import Func
+    from xdsl.parser import Parser
+
+    ctx = Context()
+    for dialect in (Builtin, Func, NF, NQ, NH):
+        ctx.load_dialect(dialect)
+    module = Parser(ctx, text).parse_module()
+    module.verify()
+    return module
+
+
+def import_model(
+    model: Any, name: str = "<onnx>", parse: Callable[[str], ModuleOp] | None = None
+) -> ModuleOp:
+    """The nh program of an integer-flavour model (a ModelProto or its bytes); ``parse``
+    reads MLIR text (nanoir's hardened parser when called through ``nanoir.load``).
+    :class:`IntegerOnnxImportError` unless the file's graph is the one its program writes."""
+    model = _as_model(model, name)
+    props = _props(model)
+    if PROGRAM_KEY not in props:
+        raise IntegerOnnxImportError(
+            f"{name}: no {PROGRAM_KEY} metadata: not an integer-flavour nanoir file"
+        )
+    try:
+        module = (parse or _default_parse)(props[PROGRAM_KEY])
+    except Exception as e:
+        raise IntegerOnnxImportError(
+            f"{name}: the nh program in its {PROGRAM_KEY} metadata does not parse: {e}"
+        ) from None
+    try:
+        again = export_model(module)
+    except IntegerOnnxError as e:
+        raise IntegerOnnxImportError(
+            f"{name}: the nh program in its {PROGRAM_KEY} metadata does not export: {e}"
+        ) from None
+    if again.graph != model.graph:
+        raise IntegerOnnxImportError(
+            f"{name}: its graph is not the one its nh program ({PROGRAM_KEY}) writes: the file "
+            "was changed after nanoir wrote it (by an optimizer or by hand); refusing to read "
+            "it as that program"
+        )
+    if _props(again).get(IO_KEY) != props.get(IO_KEY) or list(again.opset_import) != list(
+        model.opset_import
+    ):
+        raise IntegerOnnxImportError(
+            f"{name}: its {IO_KEY} record or opset is not the one its nh program writes"
+        )
+    return module
