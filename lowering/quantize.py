@@ -47,6 +47,7 @@ from nanoir.lowering.quantize_calibrate import (
 )
 from nanoir.lowering.quantize_import import checked_exponents, load_exponents
 from nanoir.lowering.quantize_joins import settle
+from nanoir.lowering.quantize_recurrent import pop_internal, quantize_recurrent, recurrent_bias_cap
 from nanoir.lowering.quantize_rules import (
     ALLOWED_BITS,
     DEFAULT_LR,
@@ -256,6 +257,7 @@ def quantize_function(
                     f"has {int(np.prod(shape))} channels"
                 )
             t.exps = k.reshape(shape)
+    internal = pop_internal(func, exponents)  # a recurrent op's gates, cell, hidden
     if exponents:
         raise QuantizeError(
             "quantize: exponents given for unknown tensors: " + ", ".join(sorted(exponents))
@@ -287,6 +289,7 @@ def quantize_function(
     for t in targets:
         if t.kind != "bias":
             inserted[id(t)] = _insert(t, config, rewriter)
+    quantize_recurrent(func, calibration, config, internal)
     biases = [t for t in targets if t.kind == "bias"]
     for t in biases:
         if t.exps is None:
@@ -329,6 +332,10 @@ def _capped_bias_exps(t: Target, exps: np.ndarray) -> np.ndarray:
             # A per-tensor bias takes the smallest of per-channel caps.
             cap = cap.min() if exps.size == 1 else cap
             exps = np.minimum(exps.reshape(-1), cap).reshape(exps.shape)
+    cap = recurrent_bias_cap(t.value)  # the product a recurrent op adds it to
+    if cap is not None and t.bits > 1:
+        cap = cap.min() if exps.size == 1 else cap
+        exps = np.minimum(exps.reshape(-1), cap).reshape(exps.shape)
     return exps
 
 

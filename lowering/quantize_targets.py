@@ -104,6 +104,8 @@ def _constant_kind(value: SSAValue) -> str | None:
                 return "weight"
             if use.index == 2:
                 return "bias"
+        if isinstance(use.operation, nf.RecurrentOp) and value in use.operation.weights:
+            return "weight" if len(_shape(value)) == 2 else "bias"  # w_ih, w_hh / b_ih, b_hh
     if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
         return None  # a Python scalar such as ``x + 2``
     if all(isinstance(u.operation, nf.DivOp) and u.index == 1 for u in value.uses):

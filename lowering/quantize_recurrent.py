@@ -1,0 +1,208 @@
+"""quantize for recurrent ops (``nf.recurrent``): the internal quantizers and the bias cap.
+
+A recurrent op keeps its time loop inside, so the quantizers of its cell are not SSA values
+but the op's own ``gates``, ``cell`` and ``hidden`` grids (``array<i64: exp, bits>``) and
+``rounding``. They are named ``<op result name>.gates`` / ``.cell`` / ``.hidden`` for rules
+and imported exponents (``lstm\\.cell=16``, ``{"lstm.cell": {"exp": 11, "bits": 16}}``):
+
+- bits: a matching rule's, else the activation bits for ``gates`` and ``hidden`` and 16 for
+  ``cell`` (a power-of-two fixed point of its own width, as CMSIS-NN's int16 cell state); a
+  rule that skips one leaves the op float inside (nq runs torch's math, lower-to-hw refuses);
+- exponents: imported, else NanoEngine's absmax rule over the calibration batches, the float
+  cell run on the op's fake-quantized operands: every gate pre-activation (for an LSTM also
+  the cell, which tanh reads on the gates grid), every cell state, every hidden state;
+- the op's results are its hidden (``output``, ``h_n``) and cell (``c_n``) codes, so their
+  fake-quants take those grids (they then change nothing);
+- a bias's exponent is capped at its product's (``x W_ih``: input + weight exponent; ``h
+  W_hh``: hidden + weight), so the exact pre-activation sum needs only left shifts of bounded
+  size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nf import int_array, operand_codes_grid
+from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.lowering.quantize_calibrate import _as_batches
+from nanoir.lowering.quantize_rules import QuantConfig, QuantizeError
+from nanoir.lowering.quantize_targets import _shape, value_name
+from nanoir.runtime.interpreter import compile_function, default_builders
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.recurrent import EXP_RANGE, run_float
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, SSAValue
+
+__all__ = ["CELL_BITS", "internal_names", "quantize_recurrent", "recurrent_bias_cap"]
+
+CELL_BITS = 16
+"""The cell state's default width."""
+
+
+def _ops(func: FuncOp) -> list[nf.RecurrentOp]:
+    return [op for op in func.body.block.ops if isinstance(op, nf.RecurrentOp)]
+
+
+def internal_names(op: nf.RecurrentOp) -> dict[str, str]:
+    """``{"gates": "<name>.gates", ...}``: the names rules and imported exponents use."""
+    base = value_name(op.output, {})
+    return {k: f"{base}.{k}" for k in nf.RecurrentOp.INTERNAL}
+
+
+def pop_internal(func: FuncOp, exponents: dict[str, Any]) -> dict[str, Any]:
+    """The imported exponents of internal quantizers, removed from ``exponents``."""
+    names = {n for op in _ops(func) for n in internal_names(op).values()}
+    return {n: exponents.pop(n) for n in list(exponents) if n in names}
+
+
+def _bits(config: QuantConfig, name: str, which: str) -> int | None:
+    resolved = config.resolve(name, "act")
+    if resolved is None:
+        return None
+    if which == "cell" and not any(r.matches(name, "act") for r in config.rules):
+        return CELL_BITS
+    return resolved[0]
+
+
+def _constant(value: SSAValue) -> np.ndarray:
+    """A (fake-quantized) constant operand's value: the plan folds those without observing."""
+    fq = value.owner
+    if isinstance(fq, FakeQuantOp):
+        x = _constant(fq.input)
+        exps = np.asarray(dense_to_numpy(fq.exp), np.int64)
+        signed = fq.signed is None or bool(fq.signed.value.data)
+        return quant.fake_quant(x, fq.bits.value.data, exps, fq.rounding.data, signed=signed)
+    assert isinstance(fq, nf.ConstantOp), "a recurrent operand the plan did not observe"
+    return np.asarray(dense_to_numpy(fq.value), np.float64)
+
+
+def _absmax(
+    func: FuncOp, ops: Sequence[nf.RecurrentOp], calibration: Iterable[Any]
+) -> dict[int, dict[str, float]]:
+    """Per op, the largest |gate pre-activation|, |cell| and |hidden| over the batches."""
+    needed = {v for op in ops for v in op.operands}
+    plan = compile_function(func, default_builders(), np.dtype(np.float64))
+    stats = {id(op): dict.fromkeys(nf.RecurrentOp.INTERNAL, 0.0) for op in ops}
+    batches = list(_as_batches(calibration, [_shape(a) for a in func.body.block.args]))
+    for batch in batches:
+        seen: dict[SSAValue, np.ndarray] = dict(zip(func.body.block.args, batch))
+
+        def observe(op: Operation, results: tuple[Any, ...]) -> None:
+            for r, x in zip(op.results, results):
+                if r in needed:
+                    seen[r] = np.asarray(x, np.float64)  # noqa: B023
+
+        plan(*batch, observe=observe)
+        for op in ops:
+            s = stats[id(op)]
+            args = [seen[v] if v in seen else _constant(v) for v in op.operands]
+            x, rest = args[0], args[1:]
+            h0 = rest.pop(0) if op.h0 is not None else None
+            c0 = rest.pop(0) if op.c0 is not None else None
+
+            def look(kind: str, v: np.ndarray, s: dict[str, float] = s) -> None:
+                s[kind] = max(s[kind], float(np.abs(v).max()) if v.size else 0.0)
+                if kind == "cell":  # tanh(c) reads the cell on the gates grid
+                    s["gates"] = max(s["gates"], s["cell"])
+
+            run_float(op.layout, x, h0, c0, rest, observe=look)
+    return stats
+
+
+def _set_result_grid(value: SSAValue, exp: int, bits: int) -> None:
+    for use in value.uses:
+        if isinstance(use.operation, FakeQuantOp):
+            fq = use.operation
+            fq.bits = IntegerAttr(bits, i64)
+            fq.exp = exp_attr([exp], [1])
+
+
+def quantize_recurrent(
+    func: FuncOp,
+    calibration: Iterable[Any] | None,
+    config: QuantConfig,
+    imported: dict[str, Any],
+) -> None:
+    """Set every recurrent op's internal grids (module docstring) once its operands and
+    results have their fake-quants."""
+    ops = _ops(func)
+    if not ops:
+        return
+    todo: list[tuple[nf.RecurrentOp, dict[str, tuple[int, int | None]]]] = []
+    missing: list[str] = []
+    for op in ops:
+        grids: dict[str, tuple[int, int | None]] = {}
+        for which, name in internal_names(op).items():
+            bits = _bits(config, name, which)
+            if bits is None:
+                break
+            record = imported.get(name)
+            exp = None
+            if isinstance(record, dict):
+                bits = int(record.get("bits", bits))
+                exp = int(np.asarray(record["exp"]).reshape(-1)[0])
+            elif record is not None:
+                exp = int(np.asarray(record).reshape(-1)[0])
+            elif calibration is None:
+                missing.append(name)
+            grids[which] = (bits, exp)
+        else:
+            todo.append((op, grids))
+    if missing:
+        raise QuantizeError(
+            "quantize: the internal quantizers of recurrent ops need calibration data (or "
+            f"imported exponents); none given for {', '.join(missing)}"
+        )
+    stats = {}
+    if any(e is None for _, g in todo for _, e in g.values()):
+        assert calibration is not None
+        stats = _absmax(func, [op for op, _ in todo], calibration)
+    lo, hi = EXP_RANGE
+    for op, grids in todo:
+        final = {}
+        for which, (bits, exp) in grids.items():
+            if exp is None:
+                absmax = stats[id(op)][which]
+                exp = int(quant.exp_from_absmax(absmax, bits, (lo, hi)))
+            elif not lo <= exp <= hi:
+                raise QuantizeError(
+                    f"quantize: {internal_names(op)[which]} exponent {exp} is outside {lo}..{hi}"
+                )
+            final[which] = (exp, bits)
+            op.properties[which] = int_array([exp, bits])
+        op.properties["rounding"] = StringAttr(str(config.rounding))
+        _set_result_grid(op.output, *final["hidden"])
+        _set_result_grid(op.h_n, *final["hidden"])
+        if op.c_n is not None:
+            _set_result_grid(op.c_n, *final["cell"])
+
+
+def recurrent_bias_cap(value: SSAValue) -> np.ndarray | None:
+    """The exponent cap (one per gate row) of a bias read by a quantized recurrent op: that
+    of the product it is added to, or None."""
+    for use in value.uses:
+        op = use.operation
+        if not isinstance(op, nf.RecurrentOp) or op.hidden is None:
+            continue
+        index = use.index - len(op.operands) + len(op.weights)
+        layout = op.layout
+        cell, part = divmod(index, layout.per_cell)
+        if part < 2:
+            continue
+        weight = op.weights[cell * layout.per_cell + part - 2]
+        grid = operand_codes_grid(weight)
+        if cell // layout.dirs == 0 and part == 2:
+            source = operand_codes_grid(op.input)
+        else:
+            hidden = op.internal_grid("hidden")
+            assert hidden is not None
+            source = (np.array([hidden.exp]), hidden.bits)
+        if isinstance(grid, str) or isinstance(source, str):
+            return None
+        return source[0].reshape(-1)[0] + grid[0]
+    return None
