@@ -38,6 +38,7 @@ from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.lowering.quantize_bias import add_zero_biases, correct_biases, float_kernels
 from nanoir.lowering.quantize_calibrate import (
+    Reduce,
     calibrate,
     exp_shape,
     load_calibration,
@@ -230,11 +231,13 @@ def quantize_function(
     *,
     progress: bool | None = None,
     bias_correction: bool | None = None,
+    reduce: Reduce | None = None,
 ) -> list[Target]:
     """Insert fake-quants into ``func``; returns what was quantized, with its exponents.
 
     ``bias_correction`` (None: on when there is calibration data) corrects every conv/linear
-    bias for the mean quantization error at its output (``quantize_bias``)."""
+    bias for the mean quantization error at its output (``quantize_bias``). ``reduce`` merges
+    the calibration statistics of several processes (``quantize_calibrate.Reduce``)."""
     exponents = checked_exponents(exponents)
     names = set(exponents)
     correct = calibration is not None and bias_correction is not False
@@ -280,7 +283,7 @@ def quantize_function(
                 f"exponents); none given for {', '.join(t.name for t in missing[:5])}"
                 + (" ..." if len(missing) > 5 else "")
             )
-        calibrate(func, missing, calibration, config, progress=progress)
+        calibrate(func, missing, calibration, config, progress=progress, reduce=reduce)
     # The float program's kernels, built before fake-quants change what some ops compute.
     kernels = float_kernels(func) if correct else {}
     rewriter = Rewriter()
@@ -308,6 +311,7 @@ def quantize_function(
             imported=names,
             bias_cap=_capped_bias_exps,
             float_kernels=kernels,
+            reduce=reduce,
         ):
             # The corrected values' exponents, settled and capped as any bias's.
             settle(func, biases, [inserted[i] for i in imported], config.rounding)

@@ -50,7 +50,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import negatives_unread
-from nanoir.lowering.quantize_calibrate import _as_batches, exp_shape, tensor_exps
+from nanoir.lowering.quantize_calibrate import Reduce, _as_batches, exp_shape, tensor_exps
 from nanoir.lowering.quantize_joins import get_exps, sources
 from nanoir.lowering.quantize_rules import QuantConfig
 from nanoir.lowering.quantize_targets import WEIGHTED, Target, _shape
@@ -270,6 +270,7 @@ def correct_biases(
     imported: set[str],
     bias_cap: BiasCap,
     float_kernels: dict[Operation, Kernel] | None = None,
+    reduce: Reduce | None = None,
 ) -> bool:
     """Correct the biases of ``func`` (see the module docstring) and set each bias target's
     ``exps`` to its values' own (imported ones kept), for quantize to settle and cap; returns
@@ -277,10 +278,11 @@ def correct_biases(
 
     ``func`` is quantize's program after ``settle``: fake-quants on activations and weights,
     biases still float constants whose targets carry their settled exponents; ``bias_cap`` is
-    quantize's final cap, so the quantized side adds each bias as the program will."""
+    quantize's final cap, so the quantized side adds each bias as the program will.
+    ``reduce`` sums the errors and counts of several processes (``quantize_calibrate.Reduce``)."""
     block = func.body.block
     batches = list(_as_batches(calibration, [_shape(a) for a in block.args]))
-    if not batches:
+    if not (batches if reduce is None else reduce(len(batches), "sum")):
         return False
     of_op: dict[Operation, Target] = {}
     for t in biases:
@@ -317,7 +319,7 @@ def correct_biases(
             if t is None:
                 sides.step(op)
             else:
-                new_values[id(t)] = _correct(op, t, sides, config, imported, bias_cap)
+                new_values[id(t)] = _correct(op, t, sides, config, imported, bias_cap, reduce)
         except ExecutionError as e:
             # (e.g. a softmax whose output exponent leaves its integer algorithm no room)
             name = f" (%{op.results[0].name_hint})" if op.results[0].name_hint else ""
@@ -376,6 +378,7 @@ def _correct(
     config: QuantConfig,
     imported: set[str],
     bias_cap: BiasCap,
+    reduce: Reduce | None = None,
 ) -> np.ndarray:
     """Run ``op`` on both sides with its bias corrected; return the corrected bias."""
     kernel, float_kernel = sides.kernel(op), sides.float_kernel(op)
@@ -404,6 +407,8 @@ def _correct(
         total, count = total + s, count + c
         floats.append(f)
         pres.append(pre)
+    if reduce is not None:
+        total, count = reduce(total, "sum"), reduce(count, "sum")
     corrected = bias - total / max(count, 1) + _rounding_offset(op, bias.shape)
     corrected = corrected.astype(elt).astype(np.float64)
     qb = quantized_bias(corrected).reshape(shape)

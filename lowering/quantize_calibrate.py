@@ -6,7 +6,7 @@ checked loading of calibration files (imported QAT exponents: ``quantize_import`
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,15 +189,20 @@ def calibrate(
     config: QuantConfig,
     *,
     progress: bool | None = None,
+    reduce: Reduce | None = None,
 ) -> None:
-    """Run the float program on the calibration batches and set each activation's ``exps``."""
+    """Run the float program on the calibration batches and set each activation's ``exps``.
+
+    ``reduce`` merges the statistics of several processes, each calibrating on its own
+    batches, before any exponent is chosen (``nanoir.qat.distributed``; None: one process):
+    absmax by max, the 1-bit mean ``|x|`` sums and the mse errors by sum."""
     acts = {t.value: t for t in targets if t.kind == "act"}
     if not acts:
         return
     plan = compile_function(func, default_builders(), np.dtype(np.float64))
     stats = {v: _Stats() for v in acts}
     batches = list(_as_batches(calibration, [_shape(a) for a in func.body.block.args]))
-    if not batches:
+    if not (batches if reduce is None else reduce(len(batches), "sum")):
         raise QuantizeError("quantize: the calibration data is empty")
     passes = 2 if config.calibrator == "mse" else 1
 
@@ -241,6 +246,8 @@ def calibrate(
                         observe_value(arg, x)
                 plan(*batch, observe=observe)
                 advance()
+            if reduce is not None:
+                _merge(stats, acts, phase, reduce)
             if phase == 0 and passes == 2:
                 for v, s in stats.items():
                     assert s.absmax is not None
@@ -257,6 +264,24 @@ def calibrate(
         else:
             k = quant.exp_from_absmax(s.absmax, t.bits, signed=t.signed)
         t.exps = np.asarray(k, dtype=np.int64).reshape(exp_shape(t))
+
+
+Reduce = Callable[[Any, str], Any]
+"""Merges one statistic (an array or a number) over processes: ``reduce(x, "max" | "sum")``."""
+
+
+def _merge(stats: dict[SSAValue, _Stats], acts: dict[SSAValue, Target], phase: int, reduce: Reduce):
+    """The statistics of every process (``reduce``), after calibration pass ``phase``; a
+    process without batches contributes zeros."""
+    for v, s in stats.items():
+        if phase == 0:
+            n = int(np.prod(exp_shape(acts[v])))
+            s.absmax = reduce(np.zeros(n) if s.absmax is None else s.absmax, "max")
+            if acts[v].bits == 1:
+                s.abs_sum = reduce(np.zeros(n) if s.abs_sum is None else s.abs_sum, "sum")
+                s.count = reduce(s.count, "sum")
+        elif s.sse is not None:
+            s.sse = reduce(s.sse, "sum")
 
 
 class progress_bar:

@@ -61,6 +61,7 @@ Abbreviations: ema = exponential moving average, lsq = learned step size quantiz
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,8 @@ from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.quantize_bias import add_zero_biases
 from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
+from nanoir.qat import distributed
+from nanoir.qat.checkpoint import load_checkpoint, save_checkpoint
 from nanoir.qat.joins import JoinRules
 from nanoir.qat.quantizer import (
     QATError,
@@ -472,6 +475,8 @@ def prepare(
 
 
 def _qat_argument(qat: object, function: str) -> QATModule:
+    """``qat``, unwrapped from ``DistributedDataParallel``, if it is a :class:`QATModule`."""
+    qat = distributed.unwrap(qat)
     if not isinstance(qat, QATModule):
         raise ArgumentError(
             f"nanoir.qat.{function}: qat must be a QATModule (from nanoir.qat.prepare), "
@@ -482,7 +487,7 @@ def _qat_argument(qat: object, function: str) -> QATModule:
 
 def float_program(qat: QATModule) -> ModuleOp:
     """The folded nf program with the module's current constants written in."""
-    _qat_argument(qat, "float_program")
+    qat = _qat_argument(qat, "float_program")
 
     module = qat.nf_module.clone()
     func = find_function(module, qat.function)
@@ -516,7 +521,7 @@ def calibrate(
     that is not a real numeric array of the input's shape with at least one row is refused
     with a :class:`QATError` naming the batch."""
 
-    _qat_argument(qat, "calibrate")
+    qat = _qat_argument(qat, "calibrate")
     config = qat.config
     if calibrator is not None:
         config = qz.QuantConfig(**{**config.__dict__, "calibrator": calibrator})
@@ -525,7 +530,12 @@ def calibrate(
     checked = _checked_batches(batches, [value_shape(a) for a in func.body.block.args])
     correct = getattr(qat, "bias_correction", False)
     targets = qz.quantize_function(
-        func, checked, config, progress=progress, bias_correction=correct
+        func,
+        checked,
+        config,
+        progress=progress,
+        bias_correction=correct,
+        reduce=distributed.reducer(),  # under torch.distributed: every rank's batches
     )
     for t in targets:
         assert t.exps is not None
@@ -573,7 +583,7 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
     """The exponents as ``quantize(exponents=...)`` reads them back (and as a JSON object):
     ``{name: {"exp": [k, ...], "bits": b, "rounding": mode, "axis": axis or None}}``, biases
     capped as ``quantize`` caps them for the current exponents."""
-    _qat_argument(qat, "export_exponents")
+    qat = _qat_argument(qat, "export_exponents")
     was_training = qat.training
     qat.eval()
     out: dict[str, dict[str, Any]] = {}
@@ -615,7 +625,7 @@ def save_exponents(qat: QATModule, path: str | Path) -> None:
     """Write :func:`export_exponents` as JSON (``quantize{exponents="..."}`` reads it),
     atomically (``nanoir.files.write_atomically``: no partial file, a bad path is a
     ``FileAccessError`` naming it)."""
-    _qat_argument(qat, "save_exponents")
+    qat = _qat_argument(qat, "save_exponents")
     name = path_argument("path", path)
     check_output_path(name)
     write_atomically(name, json.dumps(export_exponents(qat), indent=1) + "\n")
@@ -626,7 +636,7 @@ def convert(qat: QATModule) -> ModuleOp:
     exponents through ``quantize``. ``nanoir.run`` on it equals ``qat.eval()`` on float64
     inputs bit for bit, and it lowers to nh as any quantized program does."""
 
-    _qat_argument(qat, "convert")
+    qat = _qat_argument(qat, "convert")
     module = float_program(qat)
     exponents = export_exponents(qat)
     origins = {qat.quantizers[k].name: o for k, o in qat._joins.origins.items()}  # noqa: SLF001
@@ -655,35 +665,53 @@ def train(
     optimizer: torch.optim.Optimizer | None = None,
     cosine: bool = False,
     progress: bool | None = None,
+    checkpoint: str | Path | None = None,
 ) -> list[float]:
     """Fine-tune ``qat`` on ``(inputs, target)`` batches (``data`` is iterated once per
     epoch: a shuffling DataLoader reshuffles) with Adam over :meth:`QATModule.param_groups`
     and cross entropy unless given; with ``cosine`` every group's rate decays to 0 along a
     half cosine over the run. Returns the mean loss per epoch. A progress bar shows on a
-    terminal (``progress=None``) or when asked."""
-    _qat_argument(qat, "train")
+    terminal (``progress=None``) or when asked.
+
+    ``qat`` may be wrapped in ``DistributedDataParallel``; under a process group a bare
+    module is wrapped (``nanoir.qat.distributed``: every rank ends with the same exponents),
+    and a ``DistributedSampler``'s epoch is set before each epoch (its shuffle changes).
+
+    ``checkpoint`` (a path) is saved atomically at the end of every epoch (rank 0 only):
+    module, optimizer, schedule, epoch and the random generators' states. If it exists when
+    ``train`` starts, the run resumes after its last epoch (``epochs`` is the total): with a
+    loader whose order depends only on torch's global generator (a shuffling DataLoader,
+    ``num_workers=0``), the resumed run equals the uninterrupted one bit for bit. A file
+    that is not a checkpoint of this module and optimizer is a :class:`QATError` naming it."""
+    core = _qat_argument(qat, "train")
     batches_argument("data", data)
     epochs = int_argument("epochs", epochs, 0)
+    path = None if checkpoint is None else path_argument("checkpoint", checkpoint)
+    if path is not None and distributed.is_main():
+        check_output_path(path)
     loss_fn = loss_fn or F.cross_entropy
-    optimizer = optimizer or torch.optim.Adam(qat.param_groups(lr), lr=lr)
-    batches = data if isinstance(data, Sequence) else None
-    total = (
-        epochs * len(batches)
-        if batches is not None
-        else (epochs * len(data) if hasattr(data, "__len__") else 0)
-    )  # type: ignore[arg-type]
-    losses: list[float] = []
+    optimizer = optimizer or torch.optim.Adam(core.param_groups(lr), lr=lr)
+    per_epoch = len(data) if hasattr(data, "__len__") else 0  # type: ignore[arg-type]
     schedule = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(total, 1)) if cosine else None
+        torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(epochs * per_epoch, 1))
+        if cosine
+        else None
     )
-    qat.train()
-    with qz.progress_bar(progress, total) as advance:  # noqa: SLF001
-        for _ in range(epochs):
+    done, losses = 0, []
+    if path is not None and os.path.lexists(path):
+        done, losses = load_checkpoint(path, core, optimizer, schedule, epochs)
+    model = distributed.wrap(qat)  # after loading: DDP copies rank 0's state to every rank
+    set_epoch = getattr(getattr(data, "sampler", None), "set_epoch", None)
+    model.train()
+    with qz.progress_bar(progress, (epochs - done) * per_epoch) as advance:  # noqa: SLF001
+        for epoch in range(done, epochs):
+            if callable(set_epoch):  # a DistributedSampler shuffles by its epoch
+                set_epoch(epoch)
             running, count = 0.0, 0
             for batch in data:
                 *xs, y = batch
                 optimizer.zero_grad()
-                loss = loss_fn(qat(*xs), torch.as_tensor(y))
+                loss = loss_fn(model(*xs), torch.as_tensor(y))
                 loss.backward()
                 optimizer.step()
                 if schedule is not None:
@@ -691,7 +719,9 @@ def train(
                 running, count = running + float(loss.detach()), count + 1
                 advance()
             losses.append(running / max(count, 1))
-    qat.eval()
+            if path is not None:
+                save_checkpoint(path, core, optimizer, schedule, epoch + 1, losses)
+    core.eval()
     return losses
 
 
@@ -700,7 +730,7 @@ def evaluate(qat: QATModule, *inputs: Any, dtype: torch.dtype = torch.float64) -
     """The module's eval-mode output as NumPy, computed in ``dtype`` (float64: the values
     ``nanoir.run(convert(qat), ...)`` gives). Inputs of another count or shape than the
     program's are refused with a :class:`QATError`."""
-    _qat_argument(qat, "evaluate")
+    qat = _qat_argument(qat, "evaluate")
     func = find_function(qat.nf_module, qat.function)
     shapes = [value_shape(a) for a in func.body.block.args]
     if len(inputs) != len(shapes):

@@ -19,6 +19,7 @@ from torch import nn
 
 from nanoir.errors import ArgumentError, Error
 from nanoir.lowering.quantize_rules import checked_bits
+from nanoir.qat.distributed import all_reduce_max
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 
@@ -269,6 +270,7 @@ class Quantizer(nn.Module):
             dims = [d for d in range(a.dim()) if d != self.axis]
             a = a.amax(dim=dims, keepdim=True) if dims else a
             a = a.reshape(self.exp_shape)
+        a = all_reduce_max(a)  # under torch.distributed: every rank's data, one exponent
         t = a.clone() if self.bits == 1 else 2.0 ** (self.bits - (1 if self.signed else 0)) / a
         t = torch.where(t > 2, t * 0.9, t)
         t = torch.where(t < 0.5, t / 0.9, t)

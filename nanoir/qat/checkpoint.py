@@ -1,0 +1,180 @@
+"""Resumable QAT: :func:`nanoir.qat.train`'s checkpoint, saved at the end of every epoch.
+
+A checkpoint holds what the next epoch depends on: the module's state (weights, ``lsq``
+exponents, ``ema`` scales), the optimizer's and the learning-rate schedule's, the number of
+epochs done with their mean losses, and the random number generators' states (torch's, CUDA's
+when present, NumPy's global and Python's ``random``), so that a resumed run draws the same
+shuffles as the uninterrupted one. It is written atomically (``nanoir.files.write_atomically``:
+a temporary file in the same folder, renamed over the old one), by rank 0 only under
+``torch.distributed`` (the ranks hold the same state; each rank reads the file back, so under
+several machines it must be on a shared file system, and every rank resumes with rank 0's
+random number generators).
+
+Files are read with ``torch.load(weights_only=True)`` (no code runs from a foreign file), and
+checked against the module and optimizer before anything is restored: a file that is not a
+checkpoint, or is one of another model, is one :class:`QATError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+from typing import Any
+
+import numpy as np
+import torch
+
+from nanoir.files import write_atomically
+from nanoir.qat.distributed import is_main
+from nanoir.qat.quantizer import QATError
+
+__all__ = ["load_checkpoint", "save_checkpoint"]
+
+FORMAT = "nanoir.qat.checkpoint"
+VERSION = 1
+
+
+def _rng_state() -> dict[str, Any]:
+    """The global generators' states in types ``weights_only`` loading accepts."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (name, torch.from_numpy(np.asarray(keys, np.int64)), pos, has_gauss, cached),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    path: str,
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Any,
+    epoch: int,
+    losses: list[float],
+) -> None:
+    """Write the checkpoint after ``epoch`` epochs (rank 0 only; see the module docstring)."""
+    if not is_main():
+        return
+    state = {
+        "format": FORMAT,
+        "version": VERSION,
+        "epoch": epoch,
+        "losses": [float(v) for v in losses],
+        "model": module.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": None if schedule is None else schedule.state_dict(),
+        "rng": _rng_state(),
+    }
+    write_atomically(path, lambda f: torch.save(state, f))
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise QATError(f"nanoir.qat.train: checkpoint {path} is not a regular file")
+    except OSError as e:
+        raise QATError(f"nanoir.qat.train: cannot read checkpoint {path}: {e.strerror}") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # torch raises many kinds for a corrupt or foreign file
+        raise QATError(
+            f"nanoir.qat.train: {path} is not a nanoir.qat checkpoint (torch.load with "
+            "weights_only=True cannot read it)"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise QATError(f"nanoir.qat.train: {path} is not a nanoir.qat checkpoint")
+    if state.get("version") != VERSION:
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} has version {state.get('version')!r}; "
+            f"this nanoir reads version {VERSION}"
+        )
+    return state
+
+
+def _check_model(path: str, module: torch.nn.Module, saved: object) -> None:
+    """Refuse a state dict of another model before any tensor is copied (``load_state_dict``
+    copies the tensors that fit before it reports the ones that do not)."""
+    if not isinstance(saved, dict):
+        raise QATError(f"nanoir.qat.train: checkpoint {path} holds no model state")
+    own = module.state_dict()
+    missing, extra = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
+    if missing or extra:
+        what = f"lacks {missing[0]}" if missing else f"has {extra[0]}, which this module lacks"
+        raise QATError(f"nanoir.qat.train: checkpoint {path} is of another model: it {what}")
+    for key, value in own.items():
+        got = saved[key]
+        if not isinstance(got, torch.Tensor) or got.shape != value.shape:
+            shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise QATError(
+                f"nanoir.qat.train: checkpoint {path} is of another model: {key} is "
+                f"{shape} there, {list(value.shape)} here"
+            )
+
+
+def load_checkpoint(
+    path: str,
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Any,
+    epochs: int,
+) -> tuple[int, list[float]]:
+    """Restore the checkpoint ``path`` into ``module``, ``optimizer``, ``schedule`` and the
+    global generators; returns the epochs done and their losses. Everything is checked first:
+    a refused file changes nothing."""
+    state = _read(path)
+    epoch, losses, rng = state.get("epoch"), state.get("losses"), state.get("rng")
+    bad = (
+        not isinstance(epoch, int)
+        or epoch < 0
+        or not isinstance(losses, list)
+        or len(losses) != epoch
+        or not isinstance(rng, dict)
+        or not {"torch", "numpy", "python"} <= set(rng)
+    )
+    if bad:
+        raise QATError(f"nanoir.qat.train: checkpoint {path} is damaged (epoch, losses, rng)")
+    assert isinstance(epoch, int) and isinstance(losses, list) and isinstance(rng, dict)
+    if epoch > epochs:
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} has {epoch} epochs done, more than "
+            f"epochs={epochs} (epochs is the total, resumed runs included)"
+        )
+    _check_model(path, module, state.get("model"))
+    if (state.get("scheduler") is None) != (schedule is None):
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} was saved with cosine="
+            f"{state.get('scheduler') is not None}; resume with the same options"
+        )
+    before = optimizer.state_dict()
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except Exception as e:  # ValueError/KeyError/TypeError: another optimizer's state
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} holds another optimizer's state: {e}"
+        ) from None
+    previous = _rng_state()
+    try:
+        _set_rng_state(rng)
+    except Exception as e:
+        optimizer.load_state_dict(before)
+        _set_rng_state(previous)
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} has a damaged rng state: {e}"
+        ) from None
+    if schedule is not None:
+        schedule.load_state_dict(state["scheduler"])
+    module.load_state_dict(state["model"])
+    return epoch, [float(v) for v in losses]
