@@ -57,6 +57,7 @@ from nanoir.dialects.traits import (
     transpose_rows,
 )
 from nanoir.runtime.numerics import kernels, movement
+from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics.movement import check_indices, expand_shape, gather_shape
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
@@ -86,6 +87,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
     AnyAttr,
+    AttrSizedOperandSegments,
     IRDLOperation,
     ParsePropInAttrDict,
     VarConstraint,
@@ -94,6 +96,7 @@ from xdsl.irdl import (
     operand_def,
     opt_operand_def,
     opt_prop_def,
+    opt_result_def,
     prop_def,
     result_def,
     traits_def,
@@ -1899,6 +1902,120 @@ class GroupNormOp(_NormCodesOp):
                 )
 
 
+# --------------------------------------------------------------------------------------------
+# Recurrent layers, integer cell (nanoir.runtime.numerics.recurrent)
+# --------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class RecurrentOp(IRDLOperation):
+    """The integer LSTM / GRU / RNN of ``nf.recurrent`` (same operands, results and layout
+    properties) on codes: per step, each gate's pre-activation ``x W_ih + b_ih + h W_hh +
+    b_hh`` summed exactly in i64 (terms left-shifted to the finest exponent; past ``2**62`` is
+    a runtime error); requantized (``rounding``, saturated) to ``gates = [exp, bits]``; then
+    ``sigmoid_table`` / ``tanh_table`` (one Q0.15 entry per gate code, ``qmin`` first); the
+    LSTM cell ``f c + i g`` exact at 30 fraction bits, requantized to ``cell = [exp, bits]``,
+    and ``tanh`` of it read through the gates grid; the hidden state (``o tanh(c)``, GRU ``(1 -
+    z) n + z h``, RNN ``tanh(a)`` or ``relu(a)``) requantized to ``hidden = [exp, bits]`` (the
+    results' exponent). ``h0``/``c0`` are requantized to those grids first.
+
+    ```mlir
+    %y, %h = nh.recurrent %x : tensor<20x?x4xi8, #nh.fixed<5, MDC>>
+        weights(%wi, %wh : tensor<24x4xi8, #nh.fixed<7, CD>>, tensor<24x8xi8, #nh.fixed<7, CD>>)
+        {mode = "gru", hidden_size = 8 : i64, num_layers = 1 : i64, bidirectional = false,
+        batch_first = false, has_biases = false, gates = array<i64: 5, 8>,
+        cell = array<i64: 32, 16>, hidden = array<i64: 7, 8>, rounding = "trunc", sigmoid_table = array<i64: ...>,
+        tanh_table = array<i64: ...>}
+        -> tensor<20x?x8xi8, #nh.fixed<7, MDC>>, tensor<1x?x8xi8, #nh.fixed<7, DDC>>
+    ```
+    """
+
+    name = "nh.recurrent"
+    input = operand_def(TensorType)
+    h0 = opt_operand_def(TensorType)
+    c0 = opt_operand_def(TensorType)
+    weights = var_operand_def(TensorType)
+    output = result_def(TensorType)
+    h_n = result_def(TensorType)
+    c_n = opt_result_def(TensorType)
+    mode = prop_def(StringAttr)
+    hidden_size = prop_def(IntegerAttr[I64])
+    num_layers = prop_def(IntegerAttr[I64])
+    bidirectional = prop_def(BoolAttr)
+    batch_first = prop_def(BoolAttr)
+    has_biases = prop_def(BoolAttr)
+    gates = prop_def(DenseArrayBase[I64])
+    cell = prop_def(DenseArrayBase[I64])
+    hidden = prop_def(DenseArrayBase[I64])
+    rounding = prop_def(StringAttr)
+    sigmoid_table = prop_def(DenseArrayBase[I64])
+    tanh_table = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure())
+    irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
+    assembly_format = (
+        "$input `:` type($input) (`h0` `(` $h0^ `:` type($h0) `)`)? "
+        "(`c0` `(` $c0^ `:` type($c0) `)`)? `weights` `(` $weights `:` type($weights) `)` "
+        "attr-dict `->` type(results)"
+    )
+
+    @property
+    def layout(self) -> recurrent_numerics.RecurrentLayout:
+        return recurrent_numerics.RecurrentLayout(
+            self.mode.data,
+            self.hidden_size.value.data,
+            self.num_layers.value.data,
+            bool(self.bidirectional.value.data),
+            bool(self.batch_first.value.data),
+            bool(self.has_biases.value.data),
+        )
+
+    def grid(self, which: str) -> recurrent_numerics.Grid:
+        """The ``gates``, ``cell`` or ``hidden`` grid (``[exp, bits]``)."""
+        exp, bits = array_values(self.properties[which])  # type: ignore[arg-type, misc]
+        return recurrent_numerics.Grid(exp, bits)
+
+    def verify_(self) -> None:
+        mode = self.mode.data
+        if mode not in recurrent_numerics.MODES:
+            raise VerifyException(f"nh.recurrent: mode {mode!r} is unknown")
+        layout = self.layout
+        x = tensor_shape(self.input)
+        if len(x) != 3:
+            raise VerifyException(f"nh.recurrent: input must be rank 3, got {shape_str(x)}")
+        for label, v in (("input", self.input), ("output", self.output), ("h_n", self.h_n)):
+            _, fx = check_nh_value(self, v, label)
+            if fx.is_per_channel or is_unsigned(v):
+                raise VerifyException(f"nh.recurrent: {label} needs signed per-tensor codes")
+        if (self.c_n is not None) != (mode == "lstm") or (self.c0 is not None and mode != "lstm"):
+            raise VerifyException("nh.recurrent: only an lstm has c0 and c_n")
+        expected = layout.weight_shapes(x[2])
+        got = [tensor_shape(w) for w in self.weights]
+        if len(got) != len(expected) or any(tuple(e) != tuple(g) for e, g in zip(expected, got)):
+            raise VerifyException(
+                f"nh.recurrent: weights {', '.join(shape_str(g) for g in got)} are not "
+                f"{', '.join(shape_str(e) for e in expected)}"
+            )
+        out, state, _ = layout.result_shapes(x)
+        check_result_shape(self, out, self.output)
+        check_result_shape(self, state, self.h_n)
+        gates = self.grid("gates")
+        for name in ("sigmoid_table", "tanh_table"):
+            table = array_values(self.properties[name]) or ()  # type: ignore[arg-type]
+            if len(table) != 2**gates.bits or any(abs(v) >= 2**15 for v in table):
+                raise VerifyException(
+                    f"nh.recurrent: {name} must have 2**{gates.bits} entries below 2**15 in "
+                    f"magnitude, got {len(table)}"
+                )
+        hidden = self.grid("hidden")
+        for label, v in (("output", self.output), ("h_n", self.h_n)):
+            if fixed_of(v).exp_list != [hidden.exp] or width_of(v) < hidden.bits:
+                raise VerifyException(
+                    f"nh.recurrent: {label} is not on the hidden grid [{hidden.exp}, {hidden.bits}]"
+                )
+        if self.c_n is not None and fixed_of(self.c_n).exp_list[0] != self.grid("cell").exp:
+            raise VerifyException("nh.recurrent: c_n is not on the cell grid")
+
+
 NH = Dialect(
     "nh",
     [
@@ -1931,6 +2048,7 @@ NH = Dialect(
         GatherOp,
         SoftmaxOp,
         LogSoftmaxOp,
+        RecurrentOp,
     ],
     [FixedAttr],
 )

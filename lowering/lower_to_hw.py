@@ -73,6 +73,7 @@ from nanoir.lowering.hw.fake_quant import (
     RequantFakeQuant,
 )
 from nanoir.lowering.hw.normalization import LowerNorm
+from nanoir.lowering.hw.recurrent import LowerRecurrent
 from nanoir.lowering.hw.softmax import LowerSoftmax
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
@@ -131,6 +132,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerGather,
     LowerSoftmax,
     LowerNorm,
+    LowerRecurrent,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

@@ -14,7 +14,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
-from nanoir.dialects.traits import IntegerAlgorithm
+from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import kernels, movement, norm
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
@@ -299,7 +299,14 @@ def recurrent_grids(op: nf.RecurrentOp) -> list[tuple[np.ndarray, int]] | str:
         return "quantize has not set its internal quantizers (gates, cell, hidden)"
     grids = []
     for v in op.operands:
-        grid = nf.operand_codes_grid(v)
+        if v in op.weights:
+            grid = nf.operand_codes_grid(v)
+        else:  # the input and the states: per tensor, through data movement
+            q = source_quantized(v)
+            if isinstance(q, str) or q.bits == 1 or not q.signed:
+                what = q if isinstance(q, str) else "its codes are 1-bit or unsigned"
+                return f"{v.name_hint or 'an operand'}: {what}"
+            grid = (np.array([q.exp], np.int64), q.bits)
         if isinstance(grid, str):
             return grid
         grids.append(grid)

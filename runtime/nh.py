@@ -58,6 +58,7 @@ from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.numerics import kernels, movement, norm, quant
+from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
@@ -1031,3 +1032,37 @@ def _softmax_builder(op: nh.SoftmaxOp | nh.LogSoftmaxOp, dtype: np.dtype[Any]) -
 
 NH_BUILDERS[nh.SoftmaxOp] = _softmax_builder
 NH_BUILDERS[nh.LogSoftmaxOp] = _softmax_builder
+
+
+def _recurrent_builder(op: nh.RecurrentOp, dtype: np.dtype[Any]) -> Kernel:
+    """The integer cell of ``nanoir.runtime.numerics.recurrent`` on int64 codes, with the
+    op's tables (nq runs the same function on the codes of its float64 values)."""
+    layout, has_h0, has_c0 = op.layout, op.h0 is not None, op.c0 is not None
+    exps = [np.asarray(nh.fixed_of(v).exp_list, np.int64) for v in op.operands]
+    gates, cell, hidden = op.grid("gates"), op.grid("cell"), op.grid("hidden")
+    tables = (
+        np.asarray(array_values(op.sigmoid_table), np.int64),
+        np.asarray(array_values(op.tanh_table), np.int64),
+    )
+    mode = op.rounding.data
+    out_dtypes = [quant.code_dtype(width_of(r)) for r in op.results]
+
+    def run(*args: Any) -> tuple[Any, ...]:
+        coded = [
+            recurrent_numerics.Coded(np.asarray(a).astype(np.int64), k) for a, k in zip(args, exps)
+        ]
+        x, rest = coded[0], coded[1:]
+        h0 = rest.pop(0) if has_h0 else None
+        c0 = rest.pop(0) if has_c0 else None
+        try:
+            results = recurrent_numerics.run_codes(
+                layout, x, h0, c0, rest, gates, cell, hidden, mode, tables
+            )
+        except recurrent_numerics.RecurrentBoundError as e:
+            raise ExecutionError(f"{op.name}: {e}") from None
+        return tuple(r.astype(d) for r, d in zip(results, out_dtypes))
+
+    return run
+
+
+NH_BUILDERS[nh.RecurrentOp] = _recurrent_builder
