@@ -109,12 +109,17 @@ def load(path: str | Path) -> ModuleOp:
     if path.suffix == ".onnx":
         # lazy: each format's reader or writer loads on first use
         from nanoir.grammar.onnx.importer import import_onnx_bytes
+        from nanoir.grammar.onnx.integer import import_model, integer_model_of
 
-        return import_onnx_bytes(read_bytes(path), str(path), str(path.resolve().parent))
+        data = read_bytes(path)
+        integer = integer_model_of(data)  # nanoir's integer flavour: the nh program again
+        if integer is not None:
+            return import_model(integer, str(path), lambda text: parse(text, f"{path}:nanoir.nh"))
+        return import_onnx_bytes(data, str(path), str(path.resolve().parent))
     return parse(decode_text(read_bytes(path), str(path)), str(path))
 
 
-def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> None:
+def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str | None = None) -> None:
     """Write ``module`` to a ``.ne``, ``.onnx`` or ``.mlir`` file, atomically (no partial file
     on error).
 
@@ -123,6 +128,9 @@ def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> Non
     QDQ (``onnx_flavor="qdq"``, opset 21) or as NanoEngine-PyTorch's export
     (``onnx_flavor="nanoengine"``, opset 17 + ``t2e.qmodel::Q``); what the flavour cannot
     express is an ``OnnxExportError`` naming the op (see ``nanoir.grammar.onnx.exporter``).
+    An nh (integer) program is written as exact integer ONNX (``onnx_flavor="integer"``, the
+    default for it; ``nanoir.grammar.onnx.integer``), which ``load`` reads back as the same
+    program; ``qdq`` or ``nanoengine`` on it is refused, naming the flavour.
     """
     # lazy: xDSL loads only when a program is saved
     from xdsl.dialects.builtin import ModuleOp
@@ -140,10 +148,14 @@ def save(module: ModuleOp, path: str | Path, *, onnx_flavor: str = "qdq") -> Non
         contents = export_nanoengine(module)
     elif path.suffix == ".onnx":
         # lazy: each format's reader or writer loads on first use
-        from nanoir.grammar.onnx.exporter import export_onnx_bytes
+        from nanoir.grammar.onnx.integer import export_any_flavor
 
+        if onnx_flavor is not None and not isinstance(onnx_flavor, str):
+            raise ArgumentError(
+                f"onnx_flavor must be 'qdq', 'nanoengine', 'integer' or None, got {onnx_flavor!r}"
+            )
         check_output_path(path)
-        contents = export_onnx_bytes(module, onnx_flavor)
+        contents = export_any_flavor(module, onnx_flavor)
     elif path.suffix == ".mlir":
         check_output_path(path)
         contents = str(module) + "\n"

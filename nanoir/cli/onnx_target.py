@@ -1,5 +1,6 @@
-"""The ONNX targets of `nanoir-opt`: `--emit=onnx` (standard QDQ, opset 21) and
-`--emit=onnx-nanoengine` (NanoEngine-PyTorch's export: opset 17 + `t2e.qmodel::Q`).
+"""The ONNX targets of `nanoir-opt`: `--emit=onnx` (standard QDQ, opset 21),
+`--emit=onnx-nanoengine` (NanoEngine-PyTorch's export: opset 17 + `t2e.qmodel::Q`) and
+`--emit=onnx-integer` (an nh program as exact integer ONNX, `nanoir.grammar.onnx.integer`).
 
     nanoir-opt q.mlir --emit=onnx -o q.onnx
     nanoir-opt net.mlir -p 'quantize{...}' --emit=onnx-nanoengine -o net.onnx
@@ -30,9 +31,9 @@ class OnnxTarget(Target):
 
     def to_bytes(self, module: ModuleOp) -> bytes:
         # lazy: the CLIs register this target at start-up; the ONNX writer loads only when used
-        from nanoir.grammar.onnx.exporter import export_onnx_bytes
+        from nanoir.grammar.onnx.integer import export_any_flavor
 
-        return export_onnx_bytes(module, self.flavor)
+        return export_any_flavor(module, self.flavor)
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         raise Error(f"--emit={self.name} writes binary ONNX, which a text stream cannot hold")
@@ -44,3 +45,11 @@ class OnnxNanoEngineTarget(OnnxTarget):
 
     name = "onnx-nanoengine"
     flavor: ClassVar[str] = "nanoengine"
+
+
+@dataclass(frozen=True)
+class OnnxIntegerTarget(OnnxTarget):
+    """Write an nh (integer) module as exact integer ONNX (codes in and out)."""
+
+    name = "onnx-integer"
+    flavor: ClassVar[str] = "integer"

@@ -3,7 +3,7 @@
 Reads ``.mlir``, NanoEngine ``.ne`` or ``.onnx`` (by extension, or ``--input-format``; stdin
 is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
 ``mlir``, ``nanoengine``, ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``, or
-``onnx`` / ``onnx-nanoengine``: binary ONNX, see ``nanoir.cli.onnx_target``).
+``onnx`` / ``onnx-nanoengine`` / ``onnx-integer``: binary ONNX, see ``nanoir.cli.onnx_target``).
 Bad input is one message with ``file:line:col`` and exit code 1: no traceback, and ``-o`` is written only when everything succeeded (atomically, see
 ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
 written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
@@ -29,7 +29,7 @@ import nanoir
 from nanoir.api import decode_text
 from nanoir.cli.entry import run_main
 from nanoir.cli.ne_target import NanoEngineTarget, read_nanoengine
-from nanoir.cli.onnx_target import OnnxNanoEngineTarget, OnnxTarget
+from nanoir.cli.onnx_target import OnnxIntegerTarget, OnnxNanoEngineTarget, OnnxTarget
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
 from nanoir.errors import Error, FileAccessError, FileFormatError
@@ -43,12 +43,17 @@ def _read_onnx(stream: IO[bytes], filename: str, from_file: bool) -> ModuleOp:
     looked for beside an input file only: read from stdin, a model has no folder."""
     # lazy: registered as a frontend at start-up; the ONNX reader loads only when a file is read
     from nanoir.grammar.onnx.importer import OnnxImportWarning, import_onnx_bytes
+    from nanoir.grammar.onnx.integer import import_model, integer_model_of
 
     base = os.path.dirname(os.path.abspath(filename)) if from_file else None
+    data = stream.read()
+    integer = integer_model_of(data)  # nanoir's integer flavour: the nh program again
+    if integer is not None:
+        return import_model(integer, filename, lambda t: nanoir.parse(t, f"{filename}:nanoir.nh"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", OnnxImportWarning)
         try:
-            return import_onnx_bytes(stream.read(), filename, base)
+            return import_onnx_bytes(data, filename, base)
         finally:
             for w in caught:
                 if issubclass(w.category, OnnxImportWarning):
@@ -93,6 +98,7 @@ class NanoirOptMain(xDSLOptMain):
             "dot": _dot_target,
             "onnx": lambda: OnnxTarget,
             "onnx-nanoengine": lambda: OnnxNanoEngineTarget,
+            "onnx-integer": lambda: OnnxIntegerTarget,
         }
 
     def register_all_frontends(self) -> None:
@@ -158,7 +164,8 @@ class NanoirOptMain(xDSLOptMain):
             dest="target",
             metavar="TARGET",
             help="output format, same as -t (mlir, nanoengine, dot: Graphviz DOT of the op graph, "
-            "onnx: standard QDQ, onnx-nanoengine: NanoEngine-PyTorch's ONNX)",
+            "onnx: standard QDQ, onnx-nanoengine: NanoEngine-PyTorch's ONNX, onnx-integer: an "
+            "nh program as exact integer ONNX)",
         )
         arg_parser.add_argument(
             "--input-format",
@@ -186,7 +193,11 @@ class NanoirOptMain(xDSLOptMain):
     """What a binary target (ONNX) wrote; main() writes it instead of the text."""
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
-        target = {"onnx": OnnxTarget, "onnx-nanoengine": OnnxNanoEngineTarget}.get(self.args.target)
+        target = {
+            "onnx": OnnxTarget,
+            "onnx-nanoengine": OnnxNanoEngineTarget,
+            "onnx-integer": OnnxIntegerTarget,
+        }.get(self.args.target)
         if target is None:
             return super().output_resulting_program(prog)
         if self.binary_output is not None:

@@ -45,6 +45,19 @@ PROGRAM_KEY = "nanoir.nh"
 """metadata_props key: the nh program's MLIR text (its presence marks an integer-flavour file)."""
 
 
+def is_nh_program(module: ModuleOp) -> bool:
+    """Whether ``module`` is an integer (nh) program: it has an nh op or an nh argument."""
+    for op in module.walk():
+        if op.name.startswith("nh."):
+            return True
+        if isinstance(op, FuncOp) and any(
+            isinstance(t, TensorType) and isinstance(t.encoding, nh.FixedAttr)
+            for t in op.function_type.inputs.data
+        ):
+            return True
+    return False
+
+
 def _streamed(func: FuncOp) -> str | None:
     """The first stream-plan attribute found, or None."""
     for key in func.attributes:
@@ -194,3 +207,34 @@ def export_model(module: ModuleOp) -> Any:
 def export_bytes(module: ModuleOp) -> bytes:
     """The serialized model of :func:`export_model`."""
     return bytes(export_model(module).SerializeToString())
+
+
+FLAVORS = ("qdq", "nanoengine", "integer")
+"""The ONNX flavours nanoir writes: QDQ and NanoEngine's for nf/nq programs, integer for nh."""
+
+
+def export_any_flavor(module: ModuleOp, flavor: str | None = None) -> bytes:
+    """ONNX bytes of ``module`` in ``flavor``; None picks ``integer`` for an nh program and
+    ``qdq`` otherwise. ``qdq``/``nanoengine`` on an nh program, and ``integer`` on one that
+    is not, are refused naming the flavour."""
+    from nanoir.grammar.onnx.exporter import OnnxExportError, export_onnx_bytes
+
+    if flavor is not None and flavor not in FLAVORS:
+        raise OnnxExportError(
+            f"onnx export: unknown flavour {flavor!r} (known: {', '.join(FLAVORS)})"
+        )
+    integer = is_nh_program(module)
+    chosen = flavor or ("integer" if integer else "qdq")
+    if integer and chosen != "integer":
+        raise OnnxExportError(
+            f"onnx export: the {chosen} flavour writes nf/nq programs, and this is an integer "
+            "(nh) program: write it with onnx_flavor='integer' (--emit=onnx-integer)"
+        )
+    if chosen == "integer":
+        if not integer:
+            raise IntegerOnnxError(
+                "integer onnx export: the integer flavour writes nh programs, and this one has "
+                "no nh op (lower-to-hw first, or write onnx_flavor='qdq')"
+            )
+        return export_bytes(module)
+    return export_onnx_bytes(module, chosen)

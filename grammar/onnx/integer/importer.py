@@ -45,6 +45,16 @@ def is_integer_model(model: Any) -> bool:
     return PROGRAM_KEY in _props(model)
 
 
+def integer_model_of(data: bytes) -> Any | None:
+    """The ModelProto of ONNX bytes if they are an integer-flavour file, else None (also for
+    bytes that are no ONNX model at all: the ordinary reader then reports what is wrong)."""
+    try:
+        model = _onnx().load_from_string(bytes(data))
+    except Exception:
+        return None
+    return model if is_integer_model(model) else None
+
+
 def _default_parse(text: str) -> ModuleOp:
     from nanoir.dialects.nf import NF
     from nanoir.dialects.nh import NH
