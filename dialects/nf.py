@@ -29,6 +29,7 @@ from nanoir.dialects.traits import (
     NonNegativeResult,
     Normalising,
     Quantized,
+    Recurrent,
     RowStep,
     SlidingWindow,
     TransposedWindow,
@@ -1828,7 +1829,7 @@ class RecurrentOp(IRDLOperation):
     cell = opt_prop_def(DenseArrayBase)
     hidden = opt_prop_def(DenseArrayBase)
     rounding = opt_prop_def(StringAttr)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Recurrent())
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = (
         "$input `:` type($input) (`h0` `(` $h0^ `:` type($h0) `)`)? "

@@ -44,6 +44,7 @@ from nanoir.dialects.traits import (
     DataMovement,
     Elementwise,
     Normalising,
+    Recurrent,
     SlidingWindow,
     TransposedWindow,
     Weighted,
@@ -1950,7 +1951,7 @@ class RecurrentOp(IRDLOperation):
     rounding = prop_def(StringAttr)
     sigmoid_table = prop_def(DenseArrayBase[I64])
     tanh_table = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Recurrent())
     irdl_options = (AttrSizedOperandSegments(as_property=True), ParsePropInAttrDict())
     assembly_format = (
         "$input `:` type($input) (`h0` `(` $h0^ `:` type($h0) `)`)? "

@@ -69,6 +69,7 @@ __all__ = [
     "LookupTable",
     "Normalising",
     "Quantized",
+    "Recurrent",
     "RowStep",
     "SlidingWindow",
     "StreamingRule",
@@ -80,7 +81,9 @@ __all__ = [
     "weight_reader",
 ]
 
-Adjust = Literal["none", "window", "pad", "output_size", "result_rows", "transposed", "indices"]
+Adjust = Literal[
+    "none", "window", "pad", "output_size", "result_rows", "transposed", "indices", "state"
+]
 """How the streaming executor adapts an op to a window of rows: ``window`` sets a conv/pool's
 ``pads`` along the dim to the zero rows inside the window, ``pad`` does so for ``nf.pad``,
 ``output_size`` sets an adaptive pool's size along the dim to the windows fired,
@@ -611,3 +614,60 @@ class Normalising(WholeExtent):
         if tuple(runtime) != (op.operands[0],) or dim in normalised_dims(op):
             return None
         return ROW
+
+
+def _returned(value: SSAValue) -> bool:
+    """Whether ``value`` reaches the function's results through its users (a pure program
+    computes nothing else: a fake-quant quantize left on an unread ``h_n`` does not count)."""
+    seen: set[SSAValue] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for use in v.uses:
+            if use.operation.name == "func.return":
+                return True
+            todo.extend(use.operation.results)
+    return False
+
+
+@dataclass(frozen=True)
+class Recurrent(StreamingRule):
+    """A recurrent op (``nf.recurrent``): input ``[N, T, F]`` when its ``batch_first``
+    property is set, else ``[T, N, F]``. Along its time axis it steps one row in, one row of
+    ``output`` out (``adjust="state"``): its state (``h``, and ``c`` for an LSTM) is what it
+    carries from row to row, as a sliding window carries its cache; the stream planner
+    records it as the node's state and the streaming executor resumes the cell from it.
+    ``h_n``/``c_n`` are known only when the stream ends, so no result of the program may
+    depend on them to stream along time; a bidirectional op (its reverse direction starts at the last step) and one
+    whose initial state is computed at run time cannot stream along time at all
+    (:meth:`refusal` says why). Along any other dim: the whole extent."""
+
+    def time_axis(self, op: Operation) -> int:
+        return 1 if op.properties["batch_first"].value.data else 0  # type: ignore[attr-defined]
+
+    def refusal(self, op: Operation, runtime: Collection[SSAValue]) -> str | None:
+        """Why ``op`` cannot stream along its time axis, or None."""
+        if op.properties["bidirectional"].value.data:  # type: ignore[attr-defined]
+            return (
+                "it is bidirectional: its reverse direction starts from the last time step, "
+                "so it needs the whole sequence"
+            )
+        if tuple(runtime) != (op.operands[0],):
+            return "its initial state is computed at run time (give it as a constant, or none)"
+        read = [
+            r.name_hint or f"result {i}" for i, r in enumerate(op.results) if i and _returned(r)
+        ]
+        if read:
+            return (
+                f"its final state ({', '.join(read)}) is known only at the end of the stream "
+                "(read the sequence output instead)"
+            )
+        return None
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        if dim != self.time_axis(op) or self.refusal(op, runtime) is not None:
+            return None
+        return RowStep(adjust="state")

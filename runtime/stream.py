@@ -26,6 +26,9 @@ How it works:
   cut and join rows along it. So a conv front end streamed along its last dim can feed the
   ``[N, T, F]`` a recurrent op takes, and an output may stream along another dim than M
   (``Streamer.output_axes`` says which).
+- A recurrent op streams along its time axis one row per step, its state (``h``, ``c``)
+  carried between firings like a cache (``_NodeRun.state``, reset with the stream) and the
+  op resumed from it (``nanoir.runtime.stream_state``).
 - Padding along M is never materialized. All the windows a node can fire in a step are one
   call of the op's own whole-tensor kernel (from the builder tables the interpreter uses,
   ``default_builders()``) on exactly the real rows they cover, with the op's M padding set to
@@ -84,6 +87,7 @@ from nanoir.runtime.stream_fast import (
     fused_requant,
     padded_rows,
 )
+from nanoir.runtime.stream_state import state_kernel
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -264,10 +268,14 @@ class _NodeRun:
         """Elementwise nodes run right after this fast node's firings (a chain, each the only
         user of the one before): the runner does not step them on their own."""
         self.absorbed = False
+        self.resume = state_kernel(node.op, dtype, constants) if node.rule.stateful else None
+        """A stateful node's kernel (``nanoir.runtime.stream_state``): it resumes from
+        ``self.state``, the node's cache of what it carries from row to row."""
         self.reset()
 
     def reset(self) -> None:
         self.cursor = NodeCursor(self.node.rule)
+        self.state: Any = None
         old = getattr(self, "caches", None)
         # a new stream fills the last one's buffer (no new pages to fault in)
         spare = old[0].buf if old and isinstance(old[0], RowBuffer) else None
@@ -284,6 +292,8 @@ class _NodeRun:
         rule = self.node.rule
         if rule.adjust == "none":
             return self.whole_kernel
+        if rule.stateful:
+            return self._resumed
         key = (
             zeros_begin,
             zeros_end,
@@ -295,6 +305,12 @@ class _NodeRun:
         if kernel is None:
             kernel = self.kernels[key] = self._build(*key)
         return kernel
+
+    def _resumed(self, x: np.ndarray, *constants: Any) -> tuple[Any, ...]:
+        """The stateful op on the window's rows from the carried state, which it updates;
+        its other results (the final state) are not produced while streaming."""
+        y, self.state = self.resume(x, self.state)  # type: ignore[misc]
+        return (y,) + (None,) * (len(self.outputs) - 1)
 
     def _build(self, zeros_begin: int, zeros_end: int, windows: int) -> Kernel:
         """Build the kernel of a stand-in op whose attributes fit the window."""
@@ -621,6 +637,8 @@ class _NodeRun:
                 f"{type(e).__name__}: {e}"
             ) from e
         for slot, r, axis, gain in zip(self.outputs, results, self.out_axes, self.node.rule.gains):
+            if not gain:
+                continue  # a recurrent op's final state: not produced while streaming
             expected = firing.count * gain
             got = 1 if axis is None else r.shape[axis]
             if got != expected:

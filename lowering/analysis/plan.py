@@ -100,6 +100,10 @@ class BufferPlan:
     first_row_step: dict[int, int]
     """Per analysed dim, the step after which every result had a row ("done")."""
     node_names: dict[Operation, str] = field(default_factory=dict)
+    states: dict[Operation, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    """Per stateful node (a recurrent op along time), the shapes of the state it carries from
+    row to row (``h``, and ``c`` for an LSTM: its ``h_n``/``c_n`` shapes, a dynamic batch -1); it is
+    that node's cache, of a fixed size."""
     warmup_rows: dict[SSAValue, int] = field(default_factory=dict)
     """Per program result, the input rows along M fed until it has its first row (with the plan's
     step along M; with step 1 this is the result's warm-up latency)."""
@@ -135,6 +139,13 @@ class BufferPlan:
             [c.node_name, c.tensor_name] + _row_numbers(c.rows, dims) for c in self.caches.values()
         ]
         lines += _table(header, rows)
+        if self.states:
+            lines += ["", "--- 2b. recurrent state carried from row to row ---"]
+            rows = [
+                [self.node_names[op], " ".join("x".join(map(str, s)) for s in shapes)]
+                for op, shapes in self.states.items()
+            ]
+            lines += _table(["Node Name", "State"], rows)
         if self.warmup:
             lines += ["", f"--- 3. zero rows along dim {self.mem_dim} (causal warm-up) ---"]
             rows = [[self.node_names[op], str(b), str(e)] for op, (b, e) in self.warmup.items()]
@@ -308,6 +319,13 @@ def plan_function(
         for n in graph.nodes
         if n.rule.pad_begin or n.rule.pad_end
     }
+    states = {
+        n.op: tuple(
+            tuple(-1 if d == DYNAMIC_INDEX else d for d in shape_of(r)) for r in n.op.results[1:]
+        )
+        for n in graph.nodes
+        if n.rule.stateful
+    }
     return BufferPlan(
         func,
         mem_dim,
@@ -317,6 +335,7 @@ def plan_function(
         warmup,
         {d: c.done_step for d, c in per_dim.items()},
         {n.op: names.node[n.op] for n in graph.nodes},
+        states,
         per_dim[mem_dim].first_row,
     )
 

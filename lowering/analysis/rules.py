@@ -31,6 +31,11 @@ about spatial dims (convs, pools, adaptive pools) or whose parameters run along 
 per-channel exponents run along its streamed axis (a window of rows would have fewer
 channels than exponents), or whose streamed inputs run along different axes.
 
+A recurrent op (trait :class:`~nanoir.dialects.traits.Recurrent`) streams along its time axis
+one row per step with its state carried from row to row (``StreamRule.stateful``); a
+bidirectional one, or one whose final state is read, is refused along time, naming the op and
+why.
+
 An op without the trait (``nf.custom``, ...) is an error naming it. Abbreviation: M = the
 streamed ("memory") dim.
 """
@@ -47,6 +52,7 @@ from nanoir.dialects.traits import (
     Adjust,
     ChannelWise,
     DataMovement,
+    Recurrent,
     RowStep,
     SlidingWindow,
     StreamingRule,
@@ -98,6 +104,9 @@ class StreamRule:
     """How the executor adapts the op to a window of rows (``nanoir.dialects.traits.Adjust``)."""
     whole: bool = False
     """The node needs the whole extent along d at once (fields = the extents)."""
+    stateful: bool = False
+    """The node carries a state from row to row (a recurrent op along time): the executor
+    keeps it between firings, as it keeps the caches, and resumes the op from it."""
 
 
 def shape_of(value: SSAValue) -> tuple[int, ...]:
@@ -196,6 +205,8 @@ def node_axes(
         return tuple(a if len(shape_of(r)) > a else None for r in op.results)
 
     out_axes = along(axis)
+    if isinstance(trait, Recurrent) and streamed == [trait.time_axis(op)]:
+        return _recurrent_rule(op, trait, axis, inputs)
     if not streamed and all(a is None for a in out_axes):
         n = len(inputs)
         return StreamRule((1,) * n, (1,) * n, (1,) * len(op.results)), out_axes
@@ -221,6 +232,23 @@ def node_axes(
         step.adjust,
     )
     return rule, out_axes
+
+
+def _recurrent_rule(
+    op: Operation, trait: Recurrent, axis: int, inputs: tuple[SSAValue, ...]
+) -> tuple[StreamRule, tuple[int | None, ...]]:
+    """A recurrent op along its time axis: one row in, one row of ``output`` out, the state
+    carried (``stateful``); ``h_n``/``c_n`` gain nothing while streaming (they must be
+    unread), or a refusal naming the op and why."""
+    reason = trait.refusal(op, inputs)
+    if reason is not None:
+        raise StreamPlanError(
+            f"stream-plan: {describe(op)} cannot be streamed along dim {axis}, its time axis: "
+            f"{reason}"
+        )
+    gains = (1,) + (0,) * (len(op.results) - 1)
+    rule = StreamRule((1,), (1,), gains, adjust="state", stateful=True)
+    return rule, (axis,) + (None,) * (len(op.results) - 1)
 
 
 def stream_rule(op: Operation, dim: int, inputs: tuple[SSAValue, ...]) -> StreamRule:
