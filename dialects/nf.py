@@ -468,6 +468,31 @@ class MulOp(BinaryFloatOp):
 
 
 @irdl_op_definition
+class MaximumOp(BinaryFloatOp):
+    """Elementwise ``max(lhs, rhs)`` with broadcasting (``torch.maximum``, ONNX ``Max``; the
+    Magik manual's ``Max``). Exact at nh on operands aligned to one exponent, as add's.
+
+    ```mlir
+    %z = nf.maximum %x, %y : (tensor<?x16x8x8xf32>, tensor<?x16x8x8xf32>) -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.maximum"
+
+
+@irdl_op_definition
+class MinimumOp(BinaryFloatOp):
+    """Elementwise ``min(lhs, rhs)`` with broadcasting (``torch.minimum``, ONNX ``Min``).
+
+    ```mlir
+    %z = nf.minimum %x, %y : (tensor<?x16xf32>, tensor<?x16xf32>) -> tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.minimum"
+
+
+@irdl_op_definition
 class DivOp(BinaryFloatOp):
     """``lhs / rhs`` with broadcasting (float only; lowers to hw only by a power of two).
 
@@ -1957,6 +1982,8 @@ NF = Dialect(
         SubOp,
         MulOp,
         DivOp,
+        MaximumOp,
+        MinimumOp,
         ConvOp,
         ConvTransposeOp,
         LinearOp,

@@ -873,6 +873,60 @@ class SubOp(AlignedBinaryOp):
     name = "nh.sub"
 
 
+class AlignedSelectOp(IRDLOperation):
+    """Base of elementwise max/min: operands at one common exponent, kept by the result; the
+    result picks one operand's code, so it only needs to hold both operands' code ranges."""
+
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.lhs, "lhs")
+        check_nh_value(self, self.rhs, "rhs")
+        check_nh_value(self, self.result, "result")
+        shape = shape_guard(self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs))
+        check_result_shape(self, shape, self.result)
+        ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
+        check_exps_equal(self, "operands must be aligned to one exponent", ea, eb)
+        check_exps_equal(self, "the result keeps the operands' exponent", ea, er)
+        (la, ha), (lb, hb) = value_code_range(self.lhs), value_code_range(self.rhs)
+        lo, hi = value_code_range(self.result)
+        if lo > min(la, lb) or hi < max(ha, hb):
+            raise VerifyException(
+                f"{self.name}: result {type_text(self.result)} cannot hold the codes of "
+                f"{type_text(self.lhs)} and {type_text(self.rhs)}"
+            )
+
+
+@irdl_op_definition
+class MaximumOp(AlignedSelectOp):
+    """Exact elementwise ``max(lhs, rhs)`` of codes at one exponent, with broadcasting.
+
+    ```mlir
+    %z = nh.maximum %a, %b : (tensor<?x16xi8, #nh.fixed<7, BC>>,
+        tensor<?x16xi16, #nh.fixed<7, BC>>) -> tensor<?x16xi16, #nh.fixed<7, BC>>
+    ```
+    """
+
+    name = "nh.maximum"
+
+
+@irdl_op_definition
+class MinimumOp(AlignedSelectOp):
+    """Exact elementwise ``min(lhs, rhs)`` of codes at one exponent, with broadcasting.
+
+    ```mlir
+    %z = nh.minimum %a, %b : (tensor<?x16xi8, #nh.fixed<7, BC>>,
+        tensor<?x16xi8, #nh.fixed<7, BC>>) -> tensor<?x16xi8, #nh.fixed<7, BC>>
+    ```
+    """
+
+    name = "nh.minimum"
+
+
 @irdl_op_definition
 class MulOp(IRDLOperation):
     """Exact ``lhs * rhs`` with broadcasting; exponents add: ``exp(r) = exp(lhs) + exp(rhs)``.
@@ -2030,6 +2084,8 @@ NH = Dialect(
         AddOp,
         SubOp,
         MulOp,
+        MaximumOp,
+        MinimumOp,
         RequantOp,
         LutOp,
         ReluOp,

@@ -61,6 +61,7 @@ from nanoir.lowering.hw.elementwise import (
     LowerAddSub,
     LowerClamp,
     LowerDiv,
+    LowerMaxMin,
     LowerMul,
     LowerRelu,
 )
@@ -114,6 +115,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerLinear,
     LowerMatmul,
     LowerAddSub,
+    LowerMaxMin,
     LowerMul,
     LowerDiv,
     LowerRelu,

@@ -59,6 +59,9 @@ from xdsl.ir import Operation, OpResult, SSAValue
 
 __all__ = ["ALIGN_BITS", "MAX_ROUNDS", "ZERO_EXP", "describe", "get_exps", "settle", "sources"]
 
+ALIGNED = nf.AddOp | nf.SubOp | nf.MaximumOp | nf.MinimumOp
+"""Binary ops whose operands lower-to-hw aligns to one exponent by exact shifts."""
+
 Leaf = TypeVar("Leaf")
 
 
@@ -107,8 +110,8 @@ def describe(
     weighted: list[Weighted] = []
     for op in func.body.block.ops:
         name = f"%{op.results[0].name_hint or op.name}" if op.results else op.name
-        if isinstance(op, nf.AddOp | nf.SubOp | nf.ConcatOp):
-            operands = [op.lhs, op.rhs] if isinstance(op, nf.AddOp | nf.SubOp) else op.inputs
+        if isinstance(op, ALIGNED | nf.ConcatOp):
+            operands = [op.lhs, op.rhs] if isinstance(op, ALIGNED) else op.inputs
             joins.append(Join(name, [sources(v, quant_of) or [] for v in operands]))
         elif isinstance(op, WEIGHTED):
             xs, ws = sources(op.operands[0], quant_of), sources(op.operands[1], quant_of)

@@ -58,6 +58,8 @@ for _op, _fn in (
     (nf.SubOp, np.subtract),
     (nf.MulOp, np.multiply),
     (nf.DivOp, np.divide),
+    (nf.MaximumOp, np.maximum),
+    (nf.MinimumOp, np.minimum),
 ):
     NF_BUILDERS[_op] = (lambda f: lambda op, dtype: lambda a, b: (f(a, b),))(_fn)
 

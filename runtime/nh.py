@@ -530,6 +530,15 @@ NH_BUILDERS[nh.SubOp] = _elementwise(np.subtract, lambda x, y: x - y)
 NH_BUILDERS[nh.MulOp] = _elementwise(np.multiply, lambda x, y: x * y)
 
 
+def _select(fn: Callable[[NDArray[np.int64], IntArray], NDArray[np.int64]]) -> Builder:
+    """max/min pick one operand's code: the verifier's range check is the whole proof."""
+    return lambda op, dtype: lambda a, b: (fn(a.astype(np.int64), b),)
+
+
+NH_BUILDERS[nh.MaximumOp] = _select(np.maximum)
+NH_BUILDERS[nh.MinimumOp] = _select(np.minimum)
+
+
 # --------------------------------------------------------------------------------------------
 # Requantization and tables
 # --------------------------------------------------------------------------------------------

@@ -219,6 +219,8 @@ HW_OPS: tuple[HwOp, ...] = (
     HwOp(nh.AddOp, "Add"),
     HwOp(nh.SubOp, "Sub"),
     HwOp(nh.MulOp, "Mul"),
+    HwOp(nh.MaximumOp, "Max"),
+    HwOp(nh.MinimumOp, "Min"),
     HwOp(
         nh.RequantOp,
         "Requant",

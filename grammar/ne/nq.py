@@ -16,6 +16,7 @@ and/or a `writer` function next to its row.
     Conv                 nf.conv                  kernel_shape checked against the weight
     Gemm                 nf.linear                only alpha = beta = 1, transA = 0, transB = 1
     Add Sub Mul Div      nf.add nf.sub nf.mul nf.div
+    Max Min              nf.maximum nf.minimum    two inputs (ONNX allows 1..N)
     Relu Sigmoid Tanh    nf.relu nf.sigmoid nf.tanh
     LeakyRelu            nf.leaky_relu            alpha (default 0.01)
     Clip                 nf.clamp                 min/max as attributes only
@@ -869,6 +870,8 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("Sub", nf.SubOp, inputs=(2, 2), join=True),
     NqOp("Mul", nf.MulOp, inputs=(2, 2), join=True),
     NqOp("Div", nf.DivOp, inputs=(2, 2), join=True),
+    NqOp("Max", nf.MaximumOp, inputs=(2, 2), join=True),
+    NqOp("Min", nf.MinimumOp, inputs=(2, 2), join=True),
     NqOp("Relu", nf.ReluOp),
     NqOp("Sigmoid", nf.SigmoidOp),
     NqOp("Tanh", nf.TanhOp),

@@ -1,7 +1,7 @@
-"""lower-to-hw patterns for elementwise arithmetic: add/sub, mul, div, relu, clamp.
+"""lower-to-hw patterns for elementwise arithmetic: add/sub, max/min, mul, div, relu, clamp.
 
 - add / sub align both operands to the finer exponent by exact left shifts (one bit of
-  growth); mul adds exponents; a float constant operand (``x + 2``) is used at the exponent
+  growth; max / min align the same way and pick a code, no growth); mul adds exponents; a float constant operand (``x + 2``) is used at the exponent
   where it is an integer; division by a constant whose reciprocal is dyadic is a product;
 - relu keeps codes and exponents; clamp compares codes on a grid fine enough that both bounds
   are whole codes. Both can make a 0 from binary ``i1`` codes (±1, no 0), so they read such
@@ -87,6 +87,44 @@ class LowerAddSub(HwPattern):
         a, b = hw.get(op, op.lhs), hw.get(op, op.rhs)
         cls = nh.AddOp if isinstance(op, nf.AddOp) else nh.SubOp
         hw.set(op.result, exact_sum(hw, op, a, b, cls))
+
+
+class LowerMaxMin(HwPattern):
+    """``nf.maximum`` / ``nf.minimum`` → ``nh.maximum`` / ``nh.minimum``: both operands
+    shifted left onto the finer exponent (exact, as add's), then the larger (smaller) code
+    picked: no growth; unsigned only when both operands are."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(
+        self, op: nf.MaximumOp | nf.MinimumOp, rewriter: PatternRewriter
+    ) -> None:
+        hw = self.begin(op, rewriter)
+        a, b = hw.get(op, op.lhs), hw.get(op, op.rhs)
+        out_shape = nf.tensor_shape(op.result)
+        rank = len(out_shape)
+        target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
+        if any(
+            t > 1 and d == 1
+            for v in (a, b)
+            for t, d in zip(target.shape, (1,) * (rank - v.rank) + tuple(v.shape))
+        ):  # per-channel exponents against a broadcast operand: one exponent for both
+            target = np.array(target.max()).reshape((1,) * rank)
+        check_alignment(hw, op, [a, b], target)
+        a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
+        signed = hw.signed(a2) or hw.signed(b2)
+        if signed:
+            width = max(nh.signed_bits(a2.value), nh.signed_bits(b2.value))
+        else:
+            width = max(hw.declared(a2), hw.declared(b2))
+        layout = hw.runtime_layout_for(out_shape, a2, b2)
+        try:
+            t = hw.result_type(out_shape, target, container_width(width), layout, signed)
+        except ValueError as e:
+            raise hw.fail(op, f"has exponents the hw level cannot carry: {e}") from None
+        cls = nh.MaximumOp if isinstance(op, nf.MaximumOp) else nh.MinimumOp
+        new = cls.create(operands=[a2.value, b2.value], result_types=[t])
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, target, max(a2.bits, b2.bits)))
 
 
 def product(hw: HwLowering, op: Operation, a: HwValue, b: HwValue) -> HwValue:

@@ -666,6 +666,8 @@ _BINARY: dict[str, type[nf.BinaryFloatOp]] = {
     "mul": nf.MulOp,
     "div": nf.DivOp,
     "rsub": nf.SubOp,
+    "maximum": nf.MaximumOp,
+    "minimum": nf.MinimumOp,
 }
 
 
@@ -1292,6 +1294,8 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.rsub.Tensor": _binary,
     "aten.rsub.Scalar": _binary,
     "aten.mul.Tensor": _binary,
+    "aten.maximum.default": _binary,
+    "aten.minimum.default": _binary,
     "aten.mul.Scalar": _binary,
     "aten.div.Tensor": _binary,
     "aten.div.Scalar": _binary,
