@@ -1,8 +1,9 @@
 """lower-to-hw patterns for elementwise arithmetic: add/sub, max/min, mul, div, relu, clamp.
 
 - add / sub align both operands to the finer exponent by exact left shifts (one bit of
-  growth; max / min align the same way and pick a code, no growth); mul adds exponents; a float constant operand (``x + 2``) is used at the exponent
-  where it is an integer; division by a constant whose reciprocal is dyadic is a product;
+  growth; max / min align the same way and pick a code, no growth); mul adds exponents; a
+  float constant operand (``x + 2``) is used at the exponent where it is an integer;
+  division by a constant whose reciprocal is dyadic is a product;
 - relu keeps codes and exponents; clamp compares codes on a grid fine enough that both bounds
   are whole codes. Both can make a 0 from binary ``i1`` codes (±1, no 0), so they read such
   codes widened to ``i2`` (``HwLowering.with_zero``).
