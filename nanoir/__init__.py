@@ -2,7 +2,8 @@
 
 The public API, loaded lazily so that ``import nanoir`` stays cheap:
 
-- ``nanoir.run(module, *arrays)`` runs an nf/nq program with NumPy and returns its outputs;
+- ``nanoir.run(module, *arrays)`` runs a program with NumPy and returns its outputs
+  (``backend="onnxruntime"``: an nh program as exact integer ONNX in onnxruntime);
 - ``nanoir.compile_module(module)`` compiles it once for repeated runs;
 - ``nanoir.make_context()`` is a context with every nanoir dialect;
 - ``nanoir.parse(text)`` parses and verifies MLIR text with located errors;
@@ -55,7 +56,7 @@ def __dir__() -> list[str]:
 # Lazy (PEP 562): ``import nanoir`` loads no xDSL, NumPy or torch; each name loads its module on
 # first use. Name -> (module, attribute; None for the module itself).
 _LAZY: dict[str, tuple[str, str | None]] = {
-    "run": ("nanoir.runtime.interpreter", "run"),
+    "run": ("nanoir.backends", "run"),
     "compile_module": ("nanoir.runtime.interpreter", "compile_module"),
     "make_context": ("nanoir.context", "make_context"),
     "parse": ("nanoir.api", "parse"),

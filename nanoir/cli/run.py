@@ -32,12 +32,13 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 import nanoir
 from nanoir.api import load
+from nanoir.backends import BACKENDS, run
 from nanoir.cli.entry import run_main
 from nanoir.errors import Error
 from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.grammar.ne.errors import NanoEngineError
 from nanoir.runtime.arrays import load_array
-from nanoir.runtime.interpreter import find_function, run
+from nanoir.runtime.interpreter import find_function
 
 
 def _arguments() -> argparse.ArgumentParser:
@@ -104,6 +105,13 @@ def _arguments() -> argparse.ArgumentParser:
         action="store_true",
         help="for integer (nh) programs: output the codes, not their real values "
         "(float inputs are quantized as the program's inputs say either way)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="numpy",
+        help="the executor: numpy (default, every level) or onnxruntime (integer nh programs, "
+        "as exact integer ONNX; the same codes, faster on large tensors)",
     )
     p.add_argument(
         "--batch-size",
@@ -257,6 +265,18 @@ def _main(argv: Sequence[str] | None) -> int:
             if not args.report:
                 raise UsageError("--plot draws the quantization report: give --report too")
             _check_plot_path(args.plot)
+        if args.backend != "numpy":
+            for flag, given in (("--stream", args.stream), ("--report", args.report)):
+                if given:
+                    raise UsageError(
+                        f"{flag} runs on the numpy backend (onnxruntime runs whole tensors "
+                        "of an integer program): leave out --backend or that flag"
+                    )
+            if args.dtype is not None:
+                raise UsageError(
+                    "--dtype chooses the float type of nf/nq programs; --backend "
+                    "onnxruntime runs integer (nh) programs"
+                )
         outs = _check_outputs(args.output)
         module = load(args.program)
         func = find_function(module, args.function)
@@ -290,7 +310,14 @@ def _main(argv: Sequence[str] | None) -> int:
             if args.plot is not None:
                 measured.plot(args.plot, title=f"{Path(args.program).name}: quantization report")
             return 0
-        outputs = run(module, *inputs, function=args.function, dtype=args.dtype, raw=args.raw)
+        outputs = run(
+            module,
+            *inputs,
+            function=args.function,
+            dtype=args.dtype,
+            raw=args.raw,
+            backend=args.backend,
+        )
         _save(outs, outputs)
         return 0
     except (ParseError, NanoEngineError) as e:

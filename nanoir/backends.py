@@ -1,0 +1,107 @@
+"""``nanoir.run``: one entry for the two executors of a program.
+
+The NumPy executor (:mod:`nanoir.runtime.interpreter`) runs every level and is the default.
+``backend="onnxruntime"`` runs an nh program as exact integer ONNX
+(:mod:`nanoir.grammar.onnx.integer`) in onnxruntime: the same codes, faster on large tensors.
+The dispatch lives here, in the API layer, because the runtime must not import the ONNX writer
+(layers import downward only).
+
+The onnxruntime session of a module is built once and kept while the module lives (a weak
+cache keyed by the module object): repeated calls neither re-export nor re-optimise. A module
+changed in place after a run is detected by its op count and the identity of its ops, and gets
+a new session.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
+
+from nanoir.dialects.functions import find_function, level_of
+from nanoir.errors import ArgumentError
+from nanoir.runtime import interpreter
+from nanoir.runtime.nh import dequantize_outputs, quantize_inputs
+
+BACKENDS = ("numpy", "onnxruntime")
+"""The executors :func:`run` knows."""
+
+
+class _Session:
+    """An onnxruntime session of one module's main function, with what tells it is stale."""
+
+    def __init__(self, module: ModuleOp, func: FuncOp) -> None:
+        from nanoir.grammar.onnx.integer import export_model, make_session  # lazy: onnx
+
+        self.func = func
+        self.fingerprint = _fingerprint(module)
+        self.session = make_session(export_model(module))
+
+
+def _fingerprint(module: ModuleOp) -> tuple[int, ...]:
+    """The identities of the module's ops: equal as long as nothing was inserted, erased or
+    replaced (attributes of an op are immutable in xDSL, so a change replaces the op)."""
+    return tuple(id(op) for op in module.walk())
+
+
+_SESSIONS: weakref.WeakKeyDictionary[ModuleOp, _Session] = weakref.WeakKeyDictionary()
+
+
+def _session(module: ModuleOp | FuncOp, function: str | None) -> _Session:
+    if not isinstance(module, ModuleOp):
+        raise ArgumentError(
+            "backend='onnxruntime' runs a module (the ONNX model is the module's main "
+            f"function), got {type(module).__name__}"
+        )
+    func = find_function(module, function)
+    if level_of(func) != "nh":
+        raise ArgumentError(
+            f"backend='onnxruntime' runs integer (nh) programs, and @{func.sym_name.data} is "
+            f"at the {level_of(func)} level: lower it first (nanoir.lower_to_hw), or use the "
+            "default backend='numpy'"
+        )
+    cached = _SESSIONS.get(module)
+    if cached is not None and cached.func is func and cached.fingerprint == _fingerprint(module):
+        return cached
+    fresh = _Session(module, func)
+    if fresh.func is not func:  # pragma: no cover - export_model picks the main function
+        raise ArgumentError("backend='onnxruntime' runs the module's main function only")
+    _SESSIONS[module] = fresh
+    return fresh
+
+
+def run(
+    module: ModuleOp | FuncOp,
+    *inputs: Any,
+    function: str | None = None,
+    dtype: Any = None,
+    raw: bool = False,
+    backend: str = "numpy",
+) -> list[Any]:
+    """Run a program on NumPy inputs and return its outputs (see
+    :func:`nanoir.runtime.interpreter.run`). ``backend="onnxruntime"`` runs an nh program in
+    onnxruntime as exact integer ONNX: the same values (or codes, ``raw=True``) as NumPy."""
+    if backend == "numpy":
+        return interpreter.run(module, *inputs, function=function, dtype=dtype, raw=raw)
+    if backend != "onnxruntime":
+        raise ArgumentError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    if not isinstance(raw, (bool, np.bool_)):
+        raise ArgumentError(f"raw must be True or False, got {raw!r}")
+    if dtype is not None:
+        raise ArgumentError(
+            "dtype= chooses the float type of nf/nq programs; backend='onnxruntime' runs nh "
+            "programs, which compute on integer codes"
+        )
+    s = _session(module, function)
+    if len(inputs) != len(s.func.args):
+        raise ArgumentError(
+            f"@{s.func.sym_name.data} takes {len(s.func.args)} inputs, got {len(inputs)}"
+        )
+    from nanoir.grammar.onnx.integer import run_model  # lazy: onnxruntime
+
+    codes = quantize_inputs(s.func, inputs)
+    outputs = run_model(s.session, codes)
+    return outputs if raw else dequantize_outputs(s.func, outputs)
