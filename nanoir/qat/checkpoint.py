@@ -75,6 +75,7 @@ def save_checkpoint(
         "losses": [float(v) for v in losses],
         "model": module.state_dict(),
         "optimizer": optimizer.state_dict(),
+        "optimizer_class": type(optimizer).__qualname__,
         "scheduler": None if schedule is None else schedule.state_dict(),
         "rng": _rng_state(),
     }
@@ -157,6 +158,12 @@ def load_checkpoint(
         raise QATError(
             f"nanoir.qat.train: checkpoint {path} was saved with cosine="
             f"{state.get('scheduler') is not None}; resume with the same options"
+        )
+    kind = state.get("optimizer_class")
+    if kind != type(optimizer).__qualname__:
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} holds another optimizer's state "
+            f"({kind}; this run's is {type(optimizer).__qualname__})"
         )
     before = optimizer.state_dict()
     try:

@@ -1,0 +1,157 @@
+"""nanoir.qat.train(checkpoint=...): an interrupted and resumed run equals the uninterrupted one.
+
+Needs torch (the ``torch`` extra).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+import nanoir  # noqa: E402
+from nanoir import qat  # noqa: E402
+
+EPOCHS = 3
+OPTIONS: dict[str, Any] = {"weight_bits": 4, "learner": "ema", "rules": ("4.weight=4/lsq:0.05",)}
+
+
+@pytest.fixture(scope="module")
+def program() -> str:
+    """A conv/BN/linear net imported once (torch.export is the slow part)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(64, 3)
+    )
+    return str(nanoir.from_torch(model.eval(), (torch.zeros(2, 1, 6, 6),)))
+
+
+def _loader() -> DataLoader:
+    gen = np.random.default_rng(3)
+    x = torch.from_numpy(gen.standard_normal((24, 1, 6, 6)).astype(np.float32))
+    y = torch.from_numpy(gen.integers(0, 3, 24))
+    return DataLoader(TensorDataset(x, y), batch_size=6, shuffle=True, num_workers=0)
+
+
+def _prepared(program: str) -> qat.QATModule:
+    q = qat.prepare(nanoir.parse(program), (), **OPTIONS)
+    qat.calibrate(q, [np.random.default_rng(4).standard_normal((8, 1, 6, 6))])
+    return q
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupting_loss(after: int) -> Any:
+    """Cross entropy that raises after ``after`` batches (a run killed mid-epoch)."""
+    calls = [0]
+
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] > after:
+            raise Interrupted
+        return nn.functional.cross_entropy(out, y)
+
+    return loss
+
+
+def _state(q: qat.QATModule) -> dict[str, np.ndarray]:
+    return {k: v.detach().numpy().copy() for k, v in q.state_dict().items()}
+
+
+def test_resumed_run_equals_the_uninterrupted_one(program: str, tmp_path: Path) -> None:
+    """3 epochs (Adam, cosine schedule, ema and lsq learners, a shuffling DataLoader) in one
+    call, against a call killed in epoch 3 and a fresh module resumed from its checkpoint
+    with the global generators scrambled: every state tensor and every epoch's loss equal
+    bit for bit, and the folder holds only the checkpoint (no temporary file).
+
+    Mutants, each failing this test: the optimizer's state not restored
+    (``load_checkpoint`` skips ``optimizer.load_state_dict``); torch's generator not restored
+    (a different shuffle); the schedule's state not restored; resuming at the saved epoch
+    minus one; the checkpoint saved before the epoch's last step."""
+    torch.manual_seed(1)
+    whole = _prepared(program)
+    losses = qat.train(whole, _loader(), epochs=EPOCHS, cosine=True, lr=1e-2)
+
+    torch.manual_seed(1)
+    path = tmp_path / "qat.pt"
+    first = _prepared(program)
+    loader = _loader()
+    with pytest.raises(Interrupted):  # killed after 2 epochs and 2 of the third's 4 batches
+        qat.train(
+            first,
+            loader,
+            epochs=EPOCHS,
+            cosine=True,
+            lr=1e-2,
+            checkpoint=path,
+            loss_fn=_interrupting_loss(2 * 4 + 2),
+        )
+    assert [p.name for p in tmp_path.iterdir()] == ["qat.pt"]
+
+    torch.manual_seed(99)  # a new process: other generators, a module fresh from prepare
+    np.random.seed(99)
+    random.seed(99)
+    resumed = qat.prepare(nanoir.parse(program), (), **OPTIONS)
+    got = qat.train(resumed, loader, epochs=EPOCHS, cosine=True, lr=1e-2, checkpoint=path)
+    assert got == losses
+    want, have = _state(whole), _state(resumed)
+    assert want.keys() == have.keys()
+    for key in want:
+        assert np.array_equal(want[key], have[key]), key
+    assert qat.export_exponents(resumed) == qat.export_exponents(whole)
+    assert [p.name for p in tmp_path.iterdir()] == ["qat.pt"]
+    # A finished run resumes to nothing: the same losses, the same state.
+    assert qat.train(resumed, loader, epochs=EPOCHS, cosine=True, lr=1e-2, checkpoint=path) == got
+    assert all(np.array_equal(v, _state(resumed)[k]) for k, v in have.items())
+
+
+def _refused(q: qat.QATModule, path: Path, match: str, **options: Any) -> None:
+    before = _state(q)
+    content = path.read_bytes()
+    with pytest.raises(qat.QATError, match=match) as info:
+        qat.train(q, _loader(), epochs=EPOCHS, checkpoint=path, **options)
+    assert str(path) in str(info.value)
+    assert path.read_bytes() == content  # the file is left as it was
+    assert all(np.array_equal(v, _state(q)[k]) for k, v in before.items())  # q untouched
+
+
+def test_a_foreign_or_damaged_checkpoint_is_one_clear_error(program: str, tmp_path: Path) -> None:
+    """Garbage, a torch file of something else, a truncated checkpoint, another model's,
+    another optimizer's, more epochs than asked and a cosine mismatch: each one QATError
+    naming the file, the file and the module unchanged. Mutant: ``_check_model`` not
+    called (another model's state is half copied in by ``load_state_dict``)."""
+    q = _prepared(program)
+    good = tmp_path / "good.pt"
+    qat.train(q, _loader(), epochs=1, checkpoint=good)
+    q = _prepared(program)
+
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint\n")
+    _refused(q, bad, "is not a nanoir.qat checkpoint")
+    torch.save({"weights": torch.zeros(3)}, bad)
+    _refused(q, bad, "is not a nanoir.qat checkpoint")
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    _refused(q, bad, "is not a nanoir.qat checkpoint")
+
+    other = qat.prepare(nanoir.parse(program), (), weight_bits=4)  # no lsq exponent
+    qat.train(other, _loader(), epochs=1, checkpoint=tmp_path / "other.pt")
+    _refused(q, tmp_path / "other.pt", "is of another model")
+    sgd = torch.optim.SGD(q.param_groups(0.1), lr=0.1, momentum=0.9)
+    _refused(q, good, "another optimizer's state", optimizer=sgd)
+    _refused(q, good, "saved with cosine=False", cosine=True)
+    with pytest.raises(qat.QATError, match="1 epochs done, more than epochs=0"):
+        qat.train(q, _loader(), epochs=0, checkpoint=good)
+    with pytest.raises(nanoir.Error, match=re.escape(str(tmp_path))):  # a folder
+        qat.train(q, _loader(), epochs=1, checkpoint=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt", "good.pt", "other.pt"]
