@@ -32,6 +32,7 @@ from nanoir.dialects.traits import (
     Recurrent,
     RowStep,
     SlidingWindow,
+    StreamingRule,
     TransposedWindow,
     Weighted,
     WholeAlongAxis,
@@ -1282,6 +1283,145 @@ class UpsampleNearestOp(IRDLOperation):
             )
 
 
+def upsample_zero_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Zero upsampling by ``r`` along a spatial dim: each row emits ``r`` rows (its values
+    at the offset row, zeros in the others); row by row along batch and channels."""
+    x, y = tensor_shape(op.operands[0]), tensor_shape(op.results[0])
+    if dim < 2:
+        return RowStep()
+    if x[dim] == DYNAMIC_INDEX or y[dim] % x[dim]:
+        return None
+    return RowStep(emit=y[dim] // x[dim], adjust="result_rows")
+
+
+def check_upsample_zero(
+    name: str, x: Sequence[int], y: Sequence[int], offsets: Sequence[int]
+) -> None:
+    """``[N, C, *S] -> [N, C, *(r S)]`` with an integer ``r`` per spatial dim and
+    ``0 <= offset < r``; a message naming the op otherwise."""
+    n = len(x) - 2
+    ok = len(x) >= 3 and len(y) == len(x) and shapes_compatible(x[:2], y[:2])
+    ok = ok and len(offsets) == n
+    for s, t, o in zip(x[2:], y[2:], offsets):
+        if s == DYNAMIC_INDEX:  # (a .ne nq file's streamed dim): r is known at run time
+            ok = ok and t != DYNAMIC_INDEX and o >= 0
+        else:
+            ok = ok and s != 0 and t % s == 0 and 0 <= o < t // s
+    if not ok:
+        raise VerifyException(
+            f"{name}: {shape_str(x)} -> {shape_str(y)} with offsets {list(offsets)} must "
+            "keep batch, channels and rank, scale each static spatial dim by an integer r, "
+            "and put each offset in [0, r)"
+        )
+
+
+@irdl_op_definition
+class UpsampleZeroOp(IRDLOperation):
+    """Zero upsampling (the Magik manual's ``Unpool2D`` mode ``zero``): each value at
+    ``offsets`` inside its ``r x r`` output window, zeros elsewhere; the result type gives
+    the sizes. What a depthwise ``conv_transpose`` with a one-hot kernel and stride ``r``
+    computes, moved instead of multiplied (data movement at every level).
+
+    ```mlir
+    %y = nf.upsample_zero %x {offsets = array<i64: 0, 0>} : tensor<?x16x4x4xf32> -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.upsample_zero"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    offsets = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), DataMovement(upsample_zero_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, size: Sequence[int], offsets: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = (*t.get_shape()[:2], *size)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"offsets": int_array(offsets)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_upsample_zero(self.name, x, y, array_values(self.offsets) or ())
+
+
+@dataclass(frozen=True)
+class BilinearRows(StreamingRule):
+    """x2 bilinear upsampling along a scaled dim: a window of three rows (the edge row
+    repeated past each end, as ``pads``) emits two; row by row along the other dims."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        x, y = tensor_shape(op.operands[0]), tensor_shape(op.results[0])
+        if dim < 2 or x[dim] == y[dim]:
+            return RowStep()
+        return RowStep(3, 1, 2, pad_begin=1, pad_end=1, adjust="window")
+
+
+def check_upsample_bilinear(name: str, x: Sequence[int], y: Sequence[int]) -> list[bool]:
+    """``[N, C, *S] -> [N, C, *S']`` with each spatial dim kept or doubled: which are
+    doubled; a message naming the op otherwise."""
+    ok = len(x) >= 3 and len(y) == len(x) and shapes_compatible(x[:2], y[:2])
+    # (a dynamic input dim, a .ne nq file's streamed one, is doubled when the result's is
+    # static)
+    ok = ok and all(
+        t in (s, 2 * s) if s != DYNAMIC_INDEX else t != DYNAMIC_INDEX for s, t in zip(x[2:], y[2:])
+    )
+    if not ok:
+        raise VerifyException(
+            f"{name}: {shape_str(x)} -> {shape_str(y)} must keep batch, channels and rank "
+            "and keep or double each static spatial dim (x2 bilinear only)"
+        )
+    return [t != s for s, t in zip(x[2:], y[2:])]
+
+
+@irdl_op_definition
+class UpsampleBilinearOp(IRDLOperation):
+    """x2 bilinear upsampling with ``align_corners=False`` (torch's ``F.interpolate(...,
+    mode="bilinear")``, ONNX ``Resize`` linear/half_pixel; the Magik manual's ``Unpool2D``
+    mode ``bilinear``) of the spatial dims the result doubles: output ``2i`` is
+    ``(x[i-1] + 3 x[i]) / 4``, ``2i + 1`` is ``(3 x[i] + x[i+1]) / 4`` per doubled dim, the edge
+    row repeated past the ends (``pads`` of them: 1 each for the whole op; a streamed window
+    sets fewer). Dyadic weights: on a quantized input the result is exact, so the output's
+    fake-quant is the one rounding (at nh, ``nh.upsample_bilinear``'s integer sum, then a
+    requant).
+
+    ```mlir
+    %y = nf.upsample_bilinear %x {pads = array<i64: 1, 1, 1, 1>} : tensor<?x16x4x4xf32> -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.upsample_bilinear"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    pads = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), BilinearRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, size: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = (*t.get_shape()[:2], *size)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"pads": int_array([1] * (2 * len(size)))},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_upsample_bilinear(self.name, x, y)
+        if list(array_values(self.pads) or ()) != [1] * (2 * (len(x) - 2)):
+            raise VerifyException(f"{self.name}: pads must be 1 per spatial dim and end")
+
+
 class BlockMode:
     """Channel order of DepthToSpace/SpaceToDepth (ONNX's ``mode``): ``CRD`` (column, row,
     depth: channel ``c * r**n + offset``, PyTorch's pixel_shuffle/unshuffle) or ``DCR``
@@ -2000,6 +2140,8 @@ NF = Dialect(
         TransposeOp,
         PadOp,
         UpsampleNearestOp,
+        UpsampleZeroOp,
+        UpsampleBilinearOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
         ExpandOp,

@@ -28,8 +28,11 @@ from typing import ClassVar
 
 import numpy as np
 from nanoir.dialects.nf import (
+    BilinearRows,
     array_values,
     check_result_shape,
+    check_upsample_bilinear,
+    check_upsample_zero,
     expand_rows,
     gather_rows,
     parse_named_constant,
@@ -1601,6 +1604,70 @@ class UpsampleNearestOp(IRDLOperation):
         _check_moved(self, self.input, self.result)
 
 
+@irdl_op_definition
+class UpsampleZeroOp(IRDLOperation):
+    """``nf.upsample_zero`` on codes: each code at ``offsets`` of its window, code 0
+    elsewhere (a 0 at any exponent); exponents unchanged (an ``i1`` input, whose codes are
+    only -1 and +1, is widened to ``i2`` first).
+
+    ```mlir
+    %y = nh.upsample_zero %x {offsets = array<i64: 0, 0>} : tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>
+        -> tensor<?x4x6x6xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.upsample_zero"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    offsets = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), DataMovement(upsample_zero_rows))
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_upsample_zero(self.name, x, y, array_values(self.offsets) or ())
+        _check_moved(self, self.input, self.result)
+        if width_of(self.result) == 1 and not is_unsigned(self.result):
+            raise VerifyException(f"{self.name}: i1 codes cannot hold the zeros (use i2)")
+
+
+@irdl_op_definition
+class UpsampleBilinearOp(IRDLOperation):
+    """``nf.upsample_bilinear`` on codes, exact: the sum with integer weights 1 and 3 per
+    doubled dim (``4**n`` times the value, ``n`` doubled dims), so the result's exponent is
+    the input's plus ``2 n`` and its codes need ``2 n`` more bits; the output fake-quant's
+    requant is the one rounding.
+
+    ```mlir
+    %y = nh.upsample_bilinear %x {pads = array<i64: 1, 1, 1, 1>}
+        : tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>> -> tensor<?x4x6x6xi16, #nh.fixed<9, BCMD>>
+    ```
+    """
+
+    name = "nh.upsample_bilinear"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    pads = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), BilinearRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        doubled = sum(check_upsample_bilinear(self.name, x, y))
+        if list(array_values(self.pads) or ()) != [1] * (2 * (len(x) - 2)):
+            raise VerifyException(f"{self.name}: pads must be 1 per spatial dim and end")
+        _, fx = check_nh_value(self, self.input, "input")
+        _, fy = check_nh_value(self, self.result, "result")
+        want = fx.exp_array(len(x)) + 2 * doubled
+        what = f"the result's exponent is the input's + {2 * doubled}"
+        check_exps_equal(self, what, want, fy.exp_array(len(y)))
+        if is_unsigned(self.result):
+            raise VerifyException(f"{self.name}: the result must be signed")
+        check_fits(self, max(signed_bits(self.input), 2) + 2 * doubled, self.result)
+
+
 def block_moved_exps(to_space: bool, exps: np.ndarray, block: int, mode: str) -> np.ndarray | None:
     """The exponents (``[1, C, 1...]`` or all ones) after depth_to_space (``to_space``) or
     space_to_depth, moved by the same kernel as the codes; None where one result channel
@@ -2099,6 +2166,8 @@ NH = Dialect(
         PadOp,
         SplitOp,
         UpsampleNearestOp,
+        UpsampleZeroOp,
+        UpsampleBilinearOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
         ExpandOp,

@@ -76,6 +76,7 @@ from nanoir.lowering.hw.fake_quant import (
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
 from nanoir.lowering.hw.softmax import LowerSoftmax
+from nanoir.lowering.hw.upsample import LowerUpsampleBilinear, LowerUpsampleZero
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -129,6 +130,8 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerPad,
     LowerSplit,
     LowerUpsampleNearest,
+    LowerUpsampleZero,
+    LowerUpsampleBilinear,
     LowerBlock,
     LowerExpand,
     LowerGather,

@@ -16,7 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
-from nanoir.runtime.numerics import kernels, movement, norm
+from nanoir.runtime.numerics import kernels, movement, norm, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.shapes import window_params
@@ -226,6 +226,20 @@ def pad(op: nf.PadOp, dtype: np.dtype[Any]) -> Kernel:
 def upsample_nearest(op: nf.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
     size = _target_shape(op.result)[2:]
     return lambda x: (kernels.upsample_nearest(x, size=size),)
+
+
+@impl(nf.UpsampleZeroOp)
+def upsample_zero(op: nf.UpsampleZeroOp, dtype: np.dtype[Any]) -> Kernel:
+    size, offsets = _target_shape(op.result)[2:], array_values(op.offsets) or ()
+    return lambda x: (upsample.upsample_zero(x, size, offsets),)
+
+
+@impl(nf.UpsampleBilinearOp)
+def upsample_bilinear(op: nf.UpsampleBilinearOp, dtype: np.dtype[Any]) -> Kernel:
+    x, y = nf.tensor_shape(op.input), nf.tensor_shape(op.result)
+    scaled = [a != b for a, b in zip(x[2:], y[2:])]
+    pads = array_values(op.pads) or ()
+    return lambda v: (upsample.bilinear(v, scaled, pads),)
 
 
 @impl(nf.DepthToSpaceOp)

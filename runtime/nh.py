@@ -57,7 +57,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
-from nanoir.runtime.numerics import kernels, movement, norm, quant
+from nanoir.runtime.numerics import kernels, movement, norm, quant, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
@@ -876,6 +876,22 @@ def upsample_nearest(op: nh.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
     assert isinstance(t, TensorType)
     size = list(t.get_shape()[2:])
     return lambda x: (kernels.upsample_nearest(x, size=size),)
+
+
+@impl(nh.UpsampleZeroOp)
+def upsample_zero(op: nh.UpsampleZeroOp, dtype: np.dtype[Any]) -> Kernel:
+    """Codes spread onto the result's sizes, code 0 elsewhere."""
+    size, offsets = tensor_shape(op.result)[2:], array_values(op.offsets) or ()
+    return lambda x: (upsample.upsample_zero(x, size, offsets),)
+
+
+@impl(nh.UpsampleBilinearOp)
+def upsample_bilinear(op: nh.UpsampleBilinearOp, dtype: np.dtype[Any]) -> Kernel:
+    """The integer sum with weights 1 and 3 (int64; the verifier bounds it by the type)."""
+    x, y = tensor_shape(op.input), tensor_shape(op.result)
+    scaled = [a != b for a, b in zip(x[2:], y[2:])]
+    pads = array_values(op.pads) or ()
+    return lambda v: (upsample.bilinear_sum(np.asarray(v, dtype=np.int64), scaled, pads),)
 
 
 @impl(nh.DepthToSpaceOp)

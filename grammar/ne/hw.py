@@ -301,6 +301,8 @@ HW_OPS: tuple[HwOp, ...] = (
             ("sizes", lambda op: tuple(tensor_shape(op.results[0])[2:])),
         ),
     ),
+    HwOp(nh.UpsampleZeroOp, "UpsampleZero", props=(AttrMap("offsets", "offsets", "ints"),)),
+    HwOp(nh.UpsampleBilinearOp, "UpsampleBilinear", props=(AttrMap("pads", "pads", "ints"),)),
     HwOp(
         nh.GatherOp,
         "Gather",

@@ -37,6 +37,9 @@ and/or a `writer` function next to its row.
     SpaceToDepth         nf.space_to_depth        blocksize; mode=CRD written for torch's
                                                   pixel_unshuffle (ONNX's is DCR only)
     Resize               nf.upsample_nearest      mode=nearest, asymmetric, floor; axes+sizes
+    Resize               nf.upsample_bilinear     mode=linear, half_pixel (x2 only); axes+sizes
+    UpsampleZero         nf.upsample_zero         offsets, sizes (nanoir's: the Magik Unpool2D
+                                                  zero mode; ONNX has no such op)
     Pad                  nf.pad                   mode (constant/reflect/edge), pads, value as
                                                   attributes (ONNX opset < 11)
     Split                nf.split                 axis, split as attributes (opset < 13); one
@@ -354,7 +357,13 @@ _RESIZE_NEAREST = (
 )
 
 
+_RESIZE_LINEAR = (("coordinate_transformation_mode", "half_pixel"), ("mode", "linear"))
+"""ONNX's Resize for torch's bilinear upsampling with ``align_corners=False``."""
+
+
 def _resize(n: NodeSpec) -> Operation:
+    if n.name_attr("mode", "nearest") == "linear":
+        return _resize_linear(n)
     n.allow("axes", "sizes", *(k for k, _ in _RESIZE_NEAREST))
     n.one_output()
     if len(n.inputs) != 1:
@@ -381,6 +390,52 @@ def _resize_attrs(op: nf.UpsampleNearestOp) -> Attrs:
         _RESIZE_NEAREST[1],
         _RESIZE_NEAREST[2],
         ("sizes", tuple(shape[2:])),
+    )
+
+
+def _resize_linear(n: NodeSpec) -> Operation:
+    """Resize linear/half_pixel doubling (or keeping) each spatial axis:
+    nf.upsample_bilinear (x2 only: other scales are not dyadic)."""
+    n.allow("axes", "sizes", *(k for k, _ in _RESIZE_LINEAR))
+    n.one_output()
+    if len(n.inputs) != 1:
+        raise Unsupported(
+            "Resize with roi/scales/sizes inputs (nanoir writes axes and sizes as attributes)"
+        )
+    if n.name_attr("coordinate_transformation_mode", "half_pixel") != "half_pixel":
+        raise Unsupported("Resize linear other than half_pixel (align_corners=False)")
+    (x,) = n.values(1, 1)
+    rank = _rank(x)
+    axes = n.ints("axes") or tuple(range(2, rank))
+    sizes = n.ints("sizes")
+    if sizes is None or len(sizes) != len(axes) or sorted(axes) != list(range(2, rank)):
+        raise Unsupported("Resize needs sizes for exactly the spatial axes")
+    return nf.UpsampleBilinearOp(x, [sizes[list(axes).index(a)] for a in range(2, rank)])
+
+
+def _resize_linear_attrs(op: nf.UpsampleBilinearOp) -> Attrs:
+    shape = nf.tensor_shape(op.result)
+    return (
+        ("axes", tuple(range(2, len(shape)))),
+        *_RESIZE_LINEAR,
+        ("sizes", tuple(shape[2:])),
+    )
+
+
+def _upsample_zero(n: NodeSpec) -> Operation:
+    n.allow("offsets", "sizes")
+    n.one_output()
+    (x,) = n.values(1, 1)
+    offsets, sizes = n.ints("offsets"), n.ints("sizes")
+    if offsets is None or sizes is None:
+        raise Unsupported("UpsampleZero needs offsets and sizes")
+    return nf.UpsampleZeroOp(x, sizes, offsets)
+
+
+def _upsample_zero_attrs(op: nf.UpsampleZeroOp) -> Attrs:
+    return (
+        ("offsets", tuple(nf.array_values(op.offsets) or ())),
+        ("sizes", tuple(nf.tensor_shape(op.result)[2:])),
     )
 
 
@@ -927,7 +982,11 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp(
         "SpaceToDepth", nf.SpaceToDepthOp, converter=_block(nf.SpaceToDepthOp), writer=_block_attrs
     ),  # type: ignore[arg-type]
+    # (a row of Resize before the nearest one: BY_OP_TYPE keeps the last, whose converter
+    # dispatches mode=linear to _resize_linear; export finds this row by class)
+    NqOp("Resize", nf.UpsampleBilinearOp, converter=_resize_linear, writer=_resize_linear_attrs),  # type: ignore[arg-type]
     NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
+    NqOp("UpsampleZero", nf.UpsampleZeroOp, converter=_upsample_zero, writer=_upsample_zero_attrs),  # type: ignore[arg-type]
     NqOp("Pad", nf.PadOp, converter=_pad, writer=_pad_attrs),  # type: ignore[arg-type]
     NqOp("HardSwish", nf.HardSwishOp),
     NqOp("Swish", nf.SiluOp, converter=_swish),

@@ -432,6 +432,8 @@ class _Writer:
             self._resize(op, attrs, inputs, base)
         elif op_type == "PRelu":
             self._prelu_slope(op, inputs, base)
+        elif op_type == "UpsampleZero":  # nanoir's row; in ONNX, the one-hot transposed conv
+            op_type, attrs = self._upsample_zero(op, attrs, inputs, base)
         self.add_node(op_type, inputs, outputs, attrs)
 
     def _check_softmax(self, op: Operation) -> None:
@@ -501,6 +503,19 @@ class _Writer:
                 )
             scales.append(float(s // src[a]))
         inputs += ["", self.const(f"{base}_scales", np.asarray(scales, np.float32))]
+
+    def _upsample_zero(
+        self, op: Operation, attrs: dict[str, Any], inputs: list[str], base: str
+    ) -> tuple[str, dict[str, Any]]:
+        """nf.upsample_zero as ONNX has it: a depthwise ConvTranspose whose ``r``-sized
+        kernel is 1 at the offsets and 0 elsewhere, stride ``r`` (exact: one product by 1
+        per output, the other outputs 0)."""
+        src, dst = nf.tensor_shape(op.operands[0]), nf.tensor_shape(op.results[0])
+        scales = [t // s for s, t in zip(src[2:], dst[2:])]
+        weight = np.zeros((src[1], 1, *scales), np.float32)
+        weight[(slice(None), 0, *attrs["offsets"])] = 1.0
+        inputs.append(self.const(f"{base}_one_hot", weight))
+        return "ConvTranspose", {"group": src[1], "kernel_shape": scales, "strides": scales}
 
     def _prelu_slope(self, op: Operation, inputs: list[str], base: str) -> None:
         """ONNX PRelu broadcasts the slope from the right: a per-channel `[C]` slope of an

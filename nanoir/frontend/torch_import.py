@@ -565,9 +565,14 @@ def _conv(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
 def _conv_transpose(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """conv_transpose1d/2d and ``convolution(transposed=True)``: torch's symmetric
     ``padding`` becomes ONNX-style begins and ends; the weight stays ``[C, O/g, *K]``."""
-    x, w = imp.tensor(a["input"]), imp.tensor(a["weight"])
+    x = imp.tensor(a["input"])
     n = imp.rank(x) - 2
     pads = _ints(a["padding"], n)
+    offsets = _one_hot_unpool(imp, node, a, n)
+    if offsets is not None:
+        out = imp.result_type(node).get_shape()[2:]
+        return imp.emit(nf.UpsampleZeroOp(x, out, offsets)).result
+    w = imp.tensor(a["weight"])
     op = nf.ConvTransposeOp(
         x,
         w,
@@ -579,6 +584,42 @@ def _conv_transpose(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
         groups=int(a["groups"]),
     )
     return imp.emit(op).result
+
+
+def _one_hot_unpool(imp: _Importer, node: fx.Node, a: dict[str, Any], n: int) -> list[int] | None:
+    """The offsets of a zero upsampling, when this transposed conv is one: depthwise, no
+    bias (or a zero one), every channel's kernel the same one-hot 1.0 (the Magik manual's
+    ``Unpool2D`` mode ``zero``, as ``magik_crnn.py`` writes it), each output dim ``stride``
+    times the input's and the 1 landing inside each ``stride`` window. Moving the values is
+    then exact and cheap at every level; anything else stays a transposed conv."""
+    weight, bias = imp.values.get(a["weight"]), a["bias"]
+    if not isinstance(weight, _TorchConstant):
+        return None
+    if bias is not None:
+        b = imp.values.get(bias)
+        if not isinstance(b, _TorchConstant) or bool(b.tensor.detach().any()):
+            return None
+    w = weight.tensor.detach().cpu().double().numpy()
+    x_shape = nf.tensor_shape(imp.tensor(a["input"]))
+    channels, groups = x_shape[1], int(a["groups"])
+    if w.ndim != n + 2 or w.shape[1] != 1 or groups != channels or w.shape[0] != channels:
+        return None
+    hot = np.argwhere(w.reshape(channels, -1) != 0)
+    if len(hot) != channels or not (w.reshape(channels, -1)[hot[:, 0], hot[:, 1]] == 1).all():
+        return None
+    if len(set(hot[:, 1].tolist())) != 1:
+        return None
+    position = np.unravel_index(int(hot[0, 1]), w.shape[2:])
+    strides, pads = _ints(a["stride"], n), _ints(a["padding"], n)
+    dilations = _ints(a["dilation"], n)
+    out = imp.result_type(node).get_shape()[2:]
+    offsets = []
+    for i in range(n):
+        offset = int(position[i]) * dilations[i] - pads[i]
+        if out[i] != strides[i] * x_shape[2 + i] or not 0 <= offset < strides[i]:
+            return None
+        offsets.append(offset)
+    return offsets
 
 
 def _linear(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
@@ -989,6 +1030,27 @@ def _upsample_nearest(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value
     return imp.emit(nf.UpsampleNearestOp(x, out_spatial)).result
 
 
+def _upsample_bilinear(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """x2 bilinear upsampling with ``align_corners=False`` (the Magik manual's ``Unpool2D``
+    mode ``bilinear``): weights 1/4 and 3/4, dyadic, so exact on integers with one rounding.
+    ``align_corners=True`` weighs by ``j (in - 1) / (out - 1)``, not dyadic: refused, as is
+    any size other than the input's or twice it."""
+    x = imp.tensor(node.args[0])
+    if a.get("align_corners"):
+        raise _Unsupported(
+            "bilinear upsampling with align_corners=True (its weights j*(in-1)/(out-1) are "
+            "not dyadic, so it has no exact integer form; use align_corners=False)"
+        )
+    in_spatial = nf.tensor_shape(x)[2:]
+    out_spatial = imp.result_type(node).get_shape()[2:]
+    if any(i == DYNAMIC_INDEX or o not in (i, 2 * i) for i, o in zip(in_spatial, out_spatial)):
+        raise _Unsupported(
+            f"bilinear upsampling of {list(in_spatial)} to {list(out_spatial)} (only x2, or "
+            "x1, per static spatial dim)"
+        )
+    return imp.emit(nf.UpsampleBilinearOp(x, out_spatial)).result
+
+
 def _pixel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """pixel_shuffle is DepthToSpace in CRD mode; pixel_unshuffle its inverse."""
     x = imp.tensor(a["self"])
@@ -1355,6 +1417,8 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.upsample_nearest2d.default": _upsample_nearest,
     "aten.upsample_nearest3d.vec": _upsample_nearest,
     "aten.upsample_nearest3d.default": _upsample_nearest,
+    "aten.upsample_bilinear2d.vec": _upsample_bilinear,
+    "aten.upsample_bilinear2d.default": _upsample_bilinear,
     "aten.pixel_shuffle.default": _pixel_shuffle,
     "aten.pixel_unshuffle.default": _pixel_shuffle,
     "aten.channel_shuffle.default": _channel_shuffle,
