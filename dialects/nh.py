@@ -39,6 +39,7 @@ from nanoir.dialects.nf import (
     print_named_constant,
     shape_guard,
     tensor_shape,
+    upsample_zero_rows,
 )
 from nanoir.dialects.nq import MAX_ABS_EXP, MAX_BITS, RoundingMode, RoundingModeAttr
 from nanoir.dialects.traits import (
