@@ -1,19 +1,24 @@
 """Whole networks: nanoir's float (nf) and integer (nh) executors against torch eager fp32.
 
-For each model (ResNet-18 at 1x3x224x224, LeNet-5, the KWS net) the same seeded weights run
-through:
+For each model of ``nanoir.testing.TEST_MODELS`` (ResNet-18 at 3x224x224) and each batch size
+(``--batch``, default 1 and 16) the same seeded weights run through:
 
 - ``torch``: ``model(x)`` in eval mode, float32 (the baseline);
 - ``nf``: ``nanoir.from_torch`` + ``fold-bn``, compiled once, float32 NumPy;
 - ``nh``: the same program quantized to 8 bits (per-channel weights) and lowered to integer
-  nh ops, run on int8 input codes (ResNet-18 only by default: ``--nh-all`` for every model).
+  nh ops, run on int8 input codes by the NumPy executor;
+- ``nh-ort``: that nh program as exact integer ONNX (``nanoir.run(..., backend="onnxruntime")``)
+  in onnxruntime with one intra-op thread; its codes are checked equal to ``nh``'s.
+
+Targets (issue 23): ResNet-18 at batch 1, nh via onnxruntime <= 0.9x torch fp32; nh via
+onnxruntime faster than NumPy nh on every model at every batch size.
 
 Each (model, implementation) pair runs in its own worker process with
 OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=1 and ``torch.set_num_threads(1)``:
 torch's and OpenBLAS's thread pools slow each other down when alternated in one process.
 Times are the best of ``--repeat`` runs after one warm-up; compilation is not timed.
 
-    python benchmarks/bench_models.py [--repeat 5] [--nh-all]
+    python benchmarks/bench_models.py [--repeat 5] [--batch 1 16] [--models ResNet18 ...]
 """
 
 from __future__ import annotations
@@ -26,33 +31,33 @@ import sys
 import time
 from typing import Any
 
-MODELS = {
-    "ResNet18": {"shape": (1, 3, 224, 224)},
-    "LeNet5": {},
-    "KWSNet": {},
-}
+SHAPES = {"ResNet18": (3, 224, 224)}
+"""Per-sample input shapes that differ from the model's own example input."""
+
+IMPLS = ("torch", "nf", "nh", "nh-ort")
 
 
-def _input(name: str) -> Any:
+def _input(name: str, batch: int) -> Any:
     import torch
 
     from nanoir.testing import make_test_model
 
     model = make_test_model(name)
-    shape = MODELS[name].get("shape")
+    shape = SHAPES.get(name)
     if shape is None:
-        x = model.make_example_input(1)
+        x = model.make_example_input(batch)
     else:
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(batch, *shape, generator=torch.Generator().manual_seed(0))
     return model, x
 
 
-def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
+def worker(name: str, impl: str, repeat: int, batch: int) -> dict[str, Any]:
     import numpy as np
     import torch
 
     torch.set_num_threads(1)
-    model, x = _input(name)
+    model, x = _input(name, batch)
+    check = None
     if impl == "torch":
 
         def call() -> object:
@@ -67,7 +72,7 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
         module = nanoir.from_torch(model, (torch.cat([x, x]),))
         FoldBnPass().apply(nanoir.make_context(), module)
         xn = x.numpy()
-        if impl == "nh":
+        if impl.startswith("nh"):
             rng = np.random.default_rng(1)
             calibration = [xn + 0.1 * rng.standard_normal(xn.shape) for _ in range(2)]
             nanoir.quantize(module, calibration)
@@ -77,11 +82,25 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
             plan = compile_module(module)
             (xn,) = quantize_inputs(plan.func, [xn])
             xn = xn.astype(np.int8)
+            if impl == "nh-ort":
+                from nanoir.grammar.onnx.integer import export_model, make_session, run_model
+
+                session = make_session(export_model(module), threads=1)
+                check = all(
+                    np.array_equal(a, b) for a, b in zip(run_model(session, [xn]), plan(xn))
+                )
+
+                def call() -> object:
+                    return run_model(session, [xn])
+            else:
+
+                def call() -> object:
+                    return plan(xn)
         else:
             plan = compile_module(module)
 
-        def call() -> object:
-            return plan(xn)
+            def call() -> object:
+                return plan(xn)
 
     call()
     times = []
@@ -89,17 +108,26 @@ def worker(name: str, impl: str, repeat: int) -> dict[str, float]:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return {"ms": min(times) * 1e3}
+    return {"ms": min(times) * 1e3, "equal": check}
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "—"
 
 
 def main() -> int:
+    from nanoir.testing import TEST_MODELS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--nh-all", action="store_true", help="time nh for every model")
-    parser.add_argument("--worker", nargs=2, metavar=("MODEL", "IMPL"), help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--models", nargs="+", default=list(TEST_MODELS), choices=TEST_MODELS)
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    parser.add_argument("--worker", nargs=3, metavar=("MODEL", "IMPL", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.repeat)))
+        name, impl, batch = args.worker
+        print(json.dumps(worker(name, impl, args.repeat, int(batch))))
         return 0
     env = {
         **os.environ,
@@ -107,27 +135,44 @@ def main() -> int:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
-    rows = []
-    for name in MODELS:
-        impls = ["torch", "nf"] + (["nh"] if name == "ResNet18" or args.nh_all else [])
-        ms = {}
-        for impl in impls:
-            out = subprocess.run(
-                [sys.executable, __file__, "--worker", name, impl, "--repeat", str(args.repeat)],
-                capture_output=True,
-                text=True,
-                env=env,
-                check=True,
+    print(
+        "| model | batch | torch fp32 ms | nf ms | nh NumPy ms | nh onnxruntime ms | "
+        "nh ort / torch | nh ort / nh NumPy | codes equal |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    failed = []
+    for name in args.models:
+        for batch in args.batch:
+            ms: dict[str, float] = {}
+            equal = None
+            for impl in args.impls:
+                cmd = [sys.executable, __file__, "--repeat", str(args.repeat)]
+                out = subprocess.run(
+                    [*cmd, "--worker", name, impl, str(batch)],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    check=True,
+                )
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                ms[impl] = got["ms"]
+                if impl == "nh-ort":
+                    equal = got["equal"]
+            t, nf, nh, ort = (ms.get(k) for k in IMPLS)
+            cells = [f"{v:.2f}" if v is not None else "—" for v in (t, nf, nh, ort)]
+            print(
+                f"| {name} | {batch} | {' | '.join(cells)} | {_ratio(ort, t)} | "
+                f"{_ratio(ort, nh)} | {'yes' if equal else 'NO' if equal is False else '—'} |",
+                flush=True,
             )
-            ms[impl] = json.loads(out.stdout.strip().splitlines()[-1])["ms"]
-        rows.append((name, ms))
-    print("| model | torch fp32 ms | nf ms | nf / torch | nh int8 ms | nh / torch |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, ms in rows:
-        nh = f"{ms['nh']:.2f} | {ms['nh'] / ms['torch']:.2f}" if "nh" in ms else "— | —"
-        print(
-            f"| {name} | {ms['torch']:.2f} | {ms['nf']:.2f} | {ms['nf'] / ms['torch']:.2f} | {nh} |"
-        )
+            if ort is not None and nh is not None and ort >= nh:
+                failed.append(f"{name} batch {batch}: nh via onnxruntime not faster than NumPy")
+            if name == "ResNet18" and batch == 1 and ort is not None and t and ort > 0.9 * t:
+                failed.append(f"ResNet18 batch 1: nh via onnxruntime {ort / t:.2f}x torch (> 0.9)")
+            if equal is False:
+                failed.append(f"{name} batch {batch}: onnxruntime codes differ from NumPy's")
+    print()
+    print("Targets: " + ("all met" if not failed else "MISSED: " + "; ".join(failed)))
     return 0
 
 
