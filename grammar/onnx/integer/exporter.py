@@ -14,8 +14,9 @@ reads the file back (and checks the graph against it).
 
 Each nh op is written by its row of :data:`nanoir.grammar.onnx.integer.ops.OPS`, exactly
 (every rounding mode: see :mod:`.arith`). What has no exact form here is an
-:class:`IntegerOnnxError` naming the op: an nh op without a row (``nh.log_softmax``,
-``nh.layer_norm``, ``nh.group_norm`` for now), products of operands wider than 16 bits, a
+:class:`IntegerOnnxError` naming the op: an nh op without a row (one added to the dialect
+after this writer, until its row is written: docs/ADDING_AN_OP.md), products of operands wider
+than 16 bits, a
 streamed program (its stream-plan attributes describe a step-by-step execution that ONNX has
 no notion of; export the program before ``stream-plan``), an nf or nq op.
 """
