@@ -212,6 +212,8 @@ class Rules:
             need = int(np.min(kb.reshape(-1) - self._w_per_out(wt)))
             for f in xs:
                 self.lower(f, need, f"input:{wt.name}")
+        if bias is not None and fw.bits > 1 and not fw.fixed and _zero(fw).any():
+            self._settle_zero_weight(wt, bias)
         if x_adjustable and len(xs) == 1 and xs[0].exps.size > 1 and xs[0].bits > 1:
             # Channels that are 0 everywhere take the finest exponent of their group's
             # others: summed channels are aligned to the finest, and 60 would dictate it.
@@ -278,6 +280,28 @@ class Rules:
                     self.lower(fw, self._lower_channels(wt, over, step), f"acc:{wt.name}")
             else:
                 return
+
+    def _settle_zero_weight(self, wt: Weighted, bias: Quant) -> None:
+        """Weight channels that are 0 everywhere put their accumulator on the bias's grid.
+
+        Exponent 60 (nothing measured) would make the accumulator 2**-60-fine, and its bias,
+        aligned there, would push the input's step up for every channel (or, with the input at
+        the calibration floor, not fit at all); a zero weight's codes are 0 at any step."""
+        fw = wt.w
+        kx, _ = self._x_exps(wt)
+        kb = np.broadcast_to(
+            code_exps(Quant(bias.bits, self.bias_exps[bias])).reshape(-1), kx.shape
+        )
+        need = kb - kx  # per output channel: the weight exponent that puts acc at the bias's
+        zero = _zero(fw).reshape(-1)
+        if fw.exps.size == 1:
+            cap = np.array([need.min()])
+        elif wt.transposed is not None:
+            cap = need.reshape(wt.groups, -1).min(axis=0)  # [O/g] exponents, shared by groups
+        else:
+            cap = need
+        old = fw.exps.reshape(-1)
+        self.lower(fw, np.where(zero, cap, old).reshape(fw.exps.shape), f"acc:{wt.name}")
 
     def _settle_zero_channels(self, wt: Weighted, fx: Quant) -> None:
         flat = fx.exps.reshape(-1)

@@ -183,6 +183,8 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
         block = value.block
         assert isinstance(block, Block)
         first = block.first_op
+        while isinstance(first, FakeQuantOp) and isinstance(first.input, BlockArgument):
+            first = first.next_op  # after earlier inputs' fake-quants: inputs stay in order
         point = InsertPoint.before(first) if first is not None else InsertPoint.at_end(block)
     else:
         assert isinstance(value, OpResult)

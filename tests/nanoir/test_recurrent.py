@@ -1,0 +1,264 @@
+"""Recurrent ops (``nf.recurrent`` / ``nh.recurrent``): torch vs nf in float64, the frontend's
+ATen mapping and refusals, and nq == nh bit for bit over the integer cell's parameters.
+
+torch.export specialises the batch of ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (its zero initial
+states have the batch's size), so these models import with ``dynamic_batch=False``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nanoir.dialects import nf, nh
+from nanoir.dialects.dense import numpy_to_dense
+from nanoir.runtime.interpreter import run
+from nanoir.runtime.numerics.recurrent import Coded, Grid, RecurrentLayout, run_codes
+from torch import nn
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType, f64
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Region
+
+import nanoir
+from nanoir.frontend import FrontendError, from_torch
+from nanoir.frontend.torch_import import export, import_program
+from nanoir.testing.programs import examples
+
+MODULES = {
+    "lstm": lambda f, h, **kw: nn.LSTM(f, h, **kw),
+    "gru": lambda f, h, **kw: nn.GRU(f, h, **kw),
+    "rnn_tanh": lambda f, h, **kw: nn.RNN(f, h, nonlinearity="tanh", **kw),
+    "rnn_relu": lambda f, h, **kw: nn.RNN(f, h, nonlinearity="relu", **kw),
+}
+
+
+class _Wrap(nn.Module):
+    """Returns the sequence, h_n and (LSTM) c_n as a flat tuple, optionally given states."""
+
+    def __init__(self, rnn: nn.Module):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x, *states):  # noqa: ANN001, ANN201
+        if isinstance(self.rnn, nn.LSTM):
+            y, (h, c) = self.rnn(x, tuple(states) if states else None)
+            return y, h, c
+        y, h = self.rnn(x, states[0] if states else None)
+        return y, h
+
+
+def _import(model: nn.Module, args: tuple[torch.Tensor, ...]) -> ModuleOp:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return from_torch(model, args, dynamic_batch=False)
+
+
+def _recurrent(module: ModuleOp) -> nf.RecurrentOp:
+    (op,) = [op for op in module.walk() if isinstance(op, nf.RecurrentOp)]
+    return op
+
+
+@settings(max_examples=examples(8))
+@given(
+    mode=st.sampled_from(sorted(MODULES)),
+    layers=st.integers(1, 2),
+    bidirectional=st.booleans(),
+    batch_first=st.booleans(),
+    bias=st.booleans(),
+    states=st.booleans(),
+    sizes=st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 4), st.integers(1, 5)),
+)
+def test_torch_vs_nf(mode, layers, bidirectional, batch_first, bias, states, sizes) -> None:
+    """torch's module in float64 and the imported nf program agree to 1e-12 on every result,
+    for every mode, layer count, direction, layout, with and without biases and initial
+    states. Mutants seen to fail it: GRU's ``(1 - z) n + z h`` with z and 1 - z swapped; the
+    reverse direction reading time forwards; LSTM gates taken in the order i, g, f, o."""
+    n, t, f, h = sizes
+    torch.manual_seed(n * 100 + t * 10 + f + h)
+    rnn = MODULES[mode](
+        f, h, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias
+    )
+    model = _Wrap(rnn).double().eval()
+    x = torch.randn((n, t, f) if batch_first else (t, n, f), dtype=torch.float64)
+    dirs = 2 if bidirectional else 1
+    args = (x,)
+    if states:
+        args += tuple(
+            torch.randn(layers * dirs, n, h, dtype=torch.float64)
+            for _ in range(2 if mode == "lstm" else 1)
+        )
+    module = _import(model, args)
+    op = _recurrent(module)
+    assert op.mode.data == mode and (op.h0 is not None) == states
+    got = run(module, *(a.numpy() for a in args), dtype=np.float64)
+    want = model(*args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.detach().numpy(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("mode", "aten"),
+    [
+        ("lstm", "aten.lstm.input"),
+        ("gru", "aten.gru.input"),
+        ("rnn_tanh", "aten.rnn_tanh.input"),
+        ("rnn_relu", "aten.rnn_relu.input"),
+    ],
+)
+def test_frontend_maps_each_aten_op(mode: str, aten: str) -> None:
+    """Each ATen recurrent op becomes one nf.recurrent of its mode; the ``aten.zeros`` torch
+    makes for the initial states become absent operands (no constant, no zeros op)."""
+    model = _Wrap(MODULES[mode](3, 4)).eval()
+    x = torch.randn(5, 2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = export(model, (x,), dynamic_batch=False)
+    targets = {str(n.target) for n in program.graph.nodes}
+    assert aten in targets and "aten.zeros.default" in targets
+    module = import_program(program)
+    op = _recurrent(module)
+    assert op.mode.data == mode and op.h0 is None and op.c0 is None
+    assert len(op.results) == (3 if mode == "lstm" else 2)
+    assert not [o for o in module.walk() if isinstance(o, nf.ConstantOp) and not o.sym_name]
+
+
+def test_frontend_refuses_proj_size() -> None:
+    """An LSTM with ``proj_size`` is refused, saying why (a second matmul in the cell)."""
+    model = _Wrap(nn.LSTM(3, 4, proj_size=2)).eval()
+    with pytest.raises(FrontendError, match="proj_size.*w_hr"):
+        _import(model, (torch.randn(5, 2, 3),))
+
+
+# --------------------------------------------------------------------------------------------
+# nq == nh
+# --------------------------------------------------------------------------------------------
+
+
+def _program(
+    layout: RecurrentLayout, x_shape: tuple[int, ...], states: bool, rng: np.random.Generator
+) -> ModuleOp:
+    """An nf function: inputs x (and h0, c0), the recurrent op on random weights."""
+    out, state, _ = layout.result_shapes(x_shape)
+    n_states = (2 if layout.mode == "lstm" else 1) if states else 0
+    block = Block(arg_types=[TensorType(f64, x_shape)] + [TensorType(f64, state)] * n_states)
+    consts = [
+        nf.ConstantOp(numpy_to_dense(rng.uniform(-0.6, 0.6, s), f64), name=f"rnn.w{i}")
+        for i, s in enumerate(layout.weight_shapes(x_shape[2]))
+    ]
+    types = [TensorType(f64, out), TensorType(f64, state)]
+    if layout.mode == "lstm":
+        types.append(TensorType(f64, state))
+    args = list(block.args)
+    op = nf.RecurrentOp(
+        args[0],
+        [c.result for c in consts],
+        layout,
+        types,
+        args[1] if states else None,
+        args[2] if states and layout.mode == "lstm" else None,
+    )
+    op.output.name_hint = "rnn"
+    block.add_ops([*consts, op, ReturnOp(*op.results)])
+    ftype = FunctionType.from_lists(block.arg_types, [r.type for r in op.results])
+    return ModuleOp([FuncOp("main", ftype, Region(block))])
+
+
+def _inputs(layout, x_shape, states, rng, scale=1.0):  # noqa: ANN001, ANN202
+    _, state, _ = layout.result_shapes(x_shape)
+    arrays = [rng.normal(0, scale, x_shape)]
+    if states:
+        arrays += [rng.normal(0, 0.5, state) for _ in range(2 if layout.mode == "lstm" else 1)]
+    return arrays
+
+
+@settings(max_examples=examples(25))
+@given(
+    mode=st.sampled_from(["lstm", "gru", "rnn_tanh", "rnn_relu"]),
+    layers=st.integers(1, 2),
+    bidirectional=st.booleans(),
+    batch_first=st.booleans(),
+    bias=st.booleans(),
+    states=st.booleans(),
+    sizes=st.tuples(st.integers(1, 3), st.integers(1, 50), st.integers(1, 4), st.integers(1, 5)),
+    bits=st.sampled_from([(8, 8, None), (4, 4, None), (8, 8, 8), (16, 16, None), (2, 4, 8)]),
+    rounding=st.sampled_from(["trunc", "floor", "half_up", "half_even"]),
+    seed=st.integers(0, 2**16),
+)
+def test_nq_equals_nh(
+    mode, layers, bidirectional, batch_first, bias, states, sizes, bits, rounding, seed
+) -> None:
+    """quantize (calibrated internal grids, weight/activation bits, a cell width rule), then
+    the nq program (float64, the integer cell on the operands' codes) and its nh lowering
+    (int64 codes, the op's tables) agree bit for bit on fresh inputs and random initial
+    states, sequences of 1 to 50 steps. Mutants seen to fail it: the nh kernel's tables
+    built with half-up instead of the program's rounding; LowerRecurrent passing the input
+    with its exponent off by one."""
+    n, t, f, h = sizes
+    layout = RecurrentLayout(mode, h, layers, bidirectional, batch_first, bias)
+    x_shape = (n, t, f) if batch_first else (t, n, f)
+    rng = np.random.default_rng(seed)
+    module = _program(layout, x_shape, states, rng)
+    weight_bits, act_bits, cell_bits = bits
+    rules = (f"rnn\\.cell={cell_bits}",) if cell_bits else ()
+    calibration = [tuple(_inputs(layout, x_shape, states, rng)) for _ in range(2)]
+    nanoir.quantize(
+        module,
+        calibration,
+        weight_bits=weight_bits,
+        bias_bits=max(weight_bits, 8),
+        act_bits=act_bits,
+        rounding=rounding,
+        rules=rules,
+    )
+    op = _recurrent(module)
+    assert op.internal_grid("cell").bits == (cell_bits or 16)  # type: ignore[union-attr]
+    hw = nanoir.lower_to_hw(module.clone())
+    assert [o for o in hw.walk() if isinstance(o, nh.RecurrentOp)]
+    x = _inputs(layout, x_shape, states, rng, scale=1.5)
+    got_q, got_h = run(module, *x), run(hw, *x)
+    for q, hv in zip(got_q, got_h):
+        assert q.shape == hv.shape
+        np.testing.assert_array_equal(q, hv)
+
+
+def test_integer_cell_tracks_torch_at_16_bits() -> None:
+    """The integer cell with 16-bit codes everywhere stays within 2e-3 of torch's float LSTM,
+    GRU and RNN (an oracle for the cell's structure: gate order, which state each gate
+    reads, the reverse direction). Mutants seen to fail it: LSTM gates read as i, g, f, o;
+    GRU's reset gate applied to the input part of n instead of the hidden part."""
+    rng = np.random.default_rng(1)
+    for mode in MODULES:
+        torch.manual_seed(0)
+        rnn = MODULES[mode](3, 5, num_layers=2, bidirectional=True).double().eval()
+        x = torch.randn(7, 2, 3, dtype=torch.float64)
+        want = rnn(x)
+        layout = RecurrentLayout(mode, 5, 2, True, False, True)
+        weights = [
+            Coded(np.rint(w.detach().numpy() * 2**13).astype(np.int64), np.array([13]))
+            for w in rnn._flat_weights
+        ]  # noqa: SLF001
+        xq = Coded(np.rint(x.numpy() * 2**12).astype(np.int64), np.array([12]))
+        got = run_codes(
+            layout, xq, None, None, weights, Grid(11, 16), Grid(12, 16), Grid(14, 16), "half_even"
+        )
+        np.testing.assert_allclose(got[0] * 2.0**-14, want[0].detach().numpy(), atol=2e-3)
+        assert rng is not None
+
+
+def test_unquantized_cell_is_refused_by_lower_to_hw() -> None:
+    """A rule that skips an internal quantizer leaves the op float inside: nq runs torch's
+    math and lower-to-hw refuses it, naming the op and the reason."""
+    layout = RecurrentLayout("gru", 3)
+    rng = np.random.default_rng(0)
+    module = _program(layout, (4, 2, 2), False, rng)
+    nanoir.quantize(
+        module, [tuple(_inputs(layout, (4, 2, 2), False, rng))], rules=(r"rnn\.gates=skip",)
+    )
+    assert _recurrent(module).gates is None
+    with pytest.raises(nanoir.Error, match="nf.recurrent.*internal quantizers"):
+        nanoir.lower_to_hw(module.clone())
