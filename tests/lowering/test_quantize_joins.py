@@ -241,8 +241,8 @@ def test_zero_weight_puts_its_accumulator_on_the_bias_grid() -> None:
     was raised to the calibration floor (exponent -60) and c1's corrected bias then did not fit
     i32 ("has a bias that does not fit i32"). Now the zero weights take the exponent that puts
     the accumulator on the bias's grid: x keeps its own absmax exponent (NumPy here) and
-    nq == nh. Mutant seen to fail it: ``_settle_zero_weight`` not called (lower-to-hw refuses
-    c1's bias)."""
+    nq == nh. Mutant seen to fail it: ``_settle_zero_weight`` not called (x at exponent -60,
+    not its own -1)."""
     b = _Builder(np.random.default_rng(0))
     block = Block(arg_types=[TensorType(f32, [DYNAMIC_INDEX, C, H, H])])
     x = block.args[0]
