@@ -539,6 +539,11 @@ class _Importer:
         op = _convert_known(spec)
         if key is None or op.regions or op.successors:
             return op
+        ssa = [id(v) for v in spec.inputs if isinstance(v, SSAValue)]
+        if len(set(ssa)) < len(ssa):
+            # An input read twice (`Concat(a, a)`): which position an operand came from is
+            # ambiguous, and the template would give a later `Concat(a, b)` the operands (a, a).
+            return op
         positions: list[int] = []
         for operand in op.operands:
             index = next((i for i, v in enumerate(spec.inputs) if v is operand), None)

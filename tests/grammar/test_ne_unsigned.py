@@ -137,9 +137,7 @@ def test_one_bit_unsigned_is_refused_at_the_attribute() -> None:
     assert (info.value.line, info.value.column) == (line, column)
 
 
-# Pinned at the default profile's count: the thorough profile's 100 find a .ne print/read
-# mismatch (an open defect, named in issue 20's note).
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_random_programs_with_unsigned_fake_quants_round_trip(data: st.DataObject) -> None:
     """Random nq programs with a drawn subset of their (b > 1) fake-quants made unsigned:
