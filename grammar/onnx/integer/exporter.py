@@ -124,10 +124,11 @@ def _output(g: Graph, value: SSAValue, name: str) -> str:
     return g.node("Cast", [g.get(value, "i32")], name, to=ELEM[dtype])
 
 
-def export_model(module: ModuleOp) -> Any:
+def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
     """The ``onnx.ModelProto`` of an nh module (see the module docstring); passes
     ``onnx.checker.check_model(full_check=True)``; :class:`IntegerOnnxError` for what has no
-    exact form."""
+    exact form. ``program_text`` is ``str(module)`` when the caller has it (the reader does:
+    printing a large program's constants takes longer than writing its graph)."""
     onnx = _onnx()
     if not isinstance(module, ModuleOp):
         raise IntegerOnnxError(
@@ -193,7 +194,7 @@ def export_model(module: ModuleOp) -> Any:
         model,
         {
             IO_KEY: json.dumps({"inputs": io_in, "outputs": io_out}),
-            PROGRAM_KEY: str(module),
+            PROGRAM_KEY: str(module) if program_text is None else program_text,
         },
     )
     try:

@@ -91,7 +91,7 @@ def import_model(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not parse: {e}"
         ) from None
     try:
-        again = export_model(module)
+        again = export_model(module, program_text=props[PROGRAM_KEY])
     except IntegerOnnxError as e:
         raise IntegerOnnxImportError(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not export: {e}"
@@ -106,6 +106,7 @@ def import_model(
         model.opset_import
     ):
         raise IntegerOnnxImportError(
-            f"{name}: its {IO_KEY} record or opset is not the one its nh program writes"
+            f"{name}: its {IO_KEY} record or opset is not the one its nh program writes: the "
+            "file was changed after nanoir wrote it; refusing to read it as that program"
         )
     return module
