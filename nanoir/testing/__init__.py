@@ -6,6 +6,9 @@
   (``PROOF_MODELS``, ``make_proof_model``; needs torch), a registry of their own;
 - :mod:`nanoir.testing.op_proof_models`: issue 21's networks of modern ops (``OP_PROOF_MODELS``,
   ``make_op_proof_model``; needs torch), another registry of their own;
+- :mod:`nanoir.testing.magik_models`: issue 22's networks of the Magik manual's op list
+  (``MAGIK_MODELS``, ``make_magik_model``: the manual's CRNN in every variant, Focus; needs
+  torch), a registry of its own;
 - :mod:`nanoir.testing.programs`: random nq programs for property tests (needs hypothesis);
 - :mod:`nanoir.testing.text`: token-level mutation of program text for fuzz tests.
 """
@@ -17,6 +20,7 @@ from typing import Any
 
 _PROOF = ("PROOF_MODELS", "make_proof_model")
 _OP_PROOF = ("OP_PROOF_MODELS", "make_op_proof_model")
+_MAGIK = ("MAGIK_MODELS", "make_magik_model")
 
 __all__ = [
     "OP_PROOF_MODELS",
@@ -28,6 +32,7 @@ __all__ = [
     "ResNet18",
     "SampleNet",
     "import_folded",
+    "make_magik_model",
     "make_op_proof_model",
     "make_proof_model",
     "make_test_model",
@@ -46,4 +51,6 @@ def __getattr__(name: str) -> Any:
     module = "nanoir.testing.proof_models" if name in _PROOF else "nanoir.testing.models"
     if name in _OP_PROOF:
         module = "nanoir.testing.op_proof_models"
+    if name in _MAGIK:
+        module = "nanoir.testing.magik_models"
     return getattr(importlib.import_module(module), name)

@@ -123,7 +123,10 @@ class MagikCRNN(nn.Module):
         x = self.prelu(self.bn1(m2 + self.conv5(m2)))  # Shortcut, BatchNorm with PReLU
         x = self.conv10(self.conv9(self.conv8(self.conv7(self.conv6(x)))))  # [N, C, 1, T]
         seq = x.squeeze(2).transpose(1, 2)  # [N, T, C]
-        seq = self.rnn(seq)[0] if self.kind != "linear" else self.rnn(seq)
+        if self.kind == "linear":  # per step, on [N * T, C] (the same numbers as on [N, T, C])
+            seq = self.rnn(seq.reshape(-1, seq.shape[-1]))
+        else:
+            seq = self.rnn(seq)[0]
         y = self.fc2(self.bn_fc(self.fc1(seq.reshape(-1, self.hidden))))  # Flatten
         return torch.sigmoid(y)
 
