@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf, nh
-from nanoir.dialects.dense import numpy_to_dense
+from nanoir.dialects.dense import dense_to_numpy, numpy_to_dense
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics.recurrent import Coded, Grid, RecurrentLayout, run_codes
 from torch import nn
@@ -75,8 +75,9 @@ def _recurrent(module: ModuleOp) -> nf.RecurrentOp:
 def test_torch_vs_nf(mode, layers, bidirectional, batch_first, bias, states, sizes) -> None:
     """torch's module in float64 and the imported nf program agree to 1e-12 on every result,
     for every mode, layer count, direction, layout, with and without biases and initial
-    states. Mutants seen to fail it: GRU's ``(1 - z) n + z h`` with z and 1 - z swapped; the
-    reverse direction reading time forwards; LSTM gates taken in the order i, g, f, o."""
+    states. Mutants seen to fail it (private copy): GRU's ``(1 - z) n + z h`` with z and
+    1 - z swapped; the reverse direction reading time forwards; LSTM gates split as i, g, f,
+    o; the frontend passing torch's LSTM states as (c0, h0)."""
     n, t, f, h = sizes
     torch.manual_seed(n * 100 + t * 10 + f + h)
     rnn = MODULES[mode](
@@ -112,7 +113,8 @@ def test_torch_vs_nf(mode, layers, bidirectional, batch_first, bias, states, siz
 )
 def test_frontend_maps_each_aten_op(mode: str, aten: str) -> None:
     """Each ATen recurrent op becomes one nf.recurrent of its mode; the ``aten.zeros`` torch
-    makes for the initial states become absent operands (no constant, no zeros op)."""
+    makes for the initial states become absent operands (no constant, no zeros op). Mutant
+    seen to fail it: ``aten.rnn_tanh.input`` mapped to mode ``rnn_relu``."""
     model = _Wrap(MODULES[mode](3, 4)).eval()
     x = torch.randn(5, 2, 3)
     with warnings.catch_warnings():
@@ -128,7 +130,8 @@ def test_frontend_maps_each_aten_op(mode: str, aten: str) -> None:
 
 
 def test_frontend_refuses_proj_size() -> None:
-    """An LSTM with ``proj_size`` is refused, saying why (a second matmul in the cell)."""
+    """An LSTM with ``proj_size`` is refused, saying why (a second matmul in the cell).
+    Mutant seen to fail it: the frontend without the proj_size check."""
     model = _Wrap(nn.LSTM(3, 4, proj_size=2)).eval()
     with pytest.raises(FrontendError, match="proj_size.*w_hr"):
         _import(model, (torch.randn(5, 2, 3),))
@@ -195,9 +198,10 @@ def test_nq_equals_nh(
     """quantize (calibrated internal grids, weight/activation bits, a cell width rule), then
     the nq program (float64, the integer cell on the operands' codes) and its nh lowering
     (int64 codes, the op's tables) agree bit for bit on fresh inputs and random initial
-    states, sequences of 1 to 50 steps. Mutants seen to fail it: the nh kernel's tables
-    built with half-up instead of the program's rounding; LowerRecurrent passing the input
-    with its exponent off by one."""
+    states, sequences of 1 to 50 steps. Mutants seen to fail it (private copy): LowerRecurrent
+    building the tables with half_up instead of the program's rounding; the nh kernel
+    rounding half_even whatever the op says; a default cell width of 8; quantize inserting
+    the inputs' fake-quants in reverse order (lower-to-hw then refuses two-input programs)."""
     n, t, f, h = sizes
     layout = RecurrentLayout(mode, h, layers, bidirectional, batch_first, bias)
     x_shape = (n, t, f) if batch_first else (t, n, f)
@@ -229,8 +233,9 @@ def test_nq_equals_nh(
 def test_integer_cell_tracks_torch_at_16_bits() -> None:
     """The integer cell with 16-bit codes everywhere stays within 2e-3 of torch's float LSTM,
     GRU and RNN (an oracle for the cell's structure: gate order, which state each gate
-    reads, the reverse direction). Mutants seen to fail it: LSTM gates read as i, g, f, o;
-    GRU's reset gate applied to the input part of n instead of the hidden part."""
+    reads, the reverse direction). Mutants seen to fail it: the integer LSTM reading its
+    forget gate from the g rows; GRU's reset gate applied to the input part of n instead of
+    the hidden part."""
     rng = np.random.default_rng(1)
     for mode in MODULES:
         torch.manual_seed(0)
@@ -252,7 +257,8 @@ def test_integer_cell_tracks_torch_at_16_bits() -> None:
 
 def test_unquantized_cell_is_refused_by_lower_to_hw() -> None:
     """A rule that skips an internal quantizer leaves the op float inside: nq runs torch's
-    math and lower-to-hw refuses it, naming the op and the reason."""
+    math and lower-to-hw refuses it, naming the op and the reason. Mutant seen to fail it:
+    LowerRecurrent returning without a refusal."""
     layout = RecurrentLayout("gru", 3)
     rng = np.random.default_rng(0)
     module = _program(layout, (4, 2, 2), False, rng)
@@ -262,3 +268,27 @@ def test_unquantized_cell_is_refused_by_lower_to_hw() -> None:
     assert _recurrent(module).gates is None
     with pytest.raises(nanoir.Error, match="nf.recurrent.*internal quantizers"):
         nanoir.lower_to_hw(module.clone())
+
+
+def test_tiny_bias_is_capped_at_its_product() -> None:
+    """A bias far finer than the product it is added to (values 1e-15: calibrated exponent
+    60) is capped at that product's exponent (input + weight for ``b_ih``, hidden + weight for
+    ``b_hh``), so the exact pre-activation sum stays below 2**62 and the program runs and
+    lowers. Mutant seen to fail it: quantize without the recurrent bias cap."""
+    layout = RecurrentLayout("rnn_tanh", 2)
+    rng = np.random.default_rng(0)
+    module = _program(layout, (3, 1, 2), False, rng)
+    for c in module.walk():
+        if isinstance(c, nf.ConstantOp) and len(c.result.type.get_shape()) == 1:  # type: ignore[union-attr]
+            c.value = numpy_to_dense(np.full(2, 1e-15), f64)
+    calibration = [(rng.normal(0, 1000.0, (3, 1, 2)),) for _ in range(2)]
+    nanoir.quantize(module, calibration, weight_per_channel=False, bias_correction=False)
+    op = _recurrent(module)
+    fqs = [w.owner for w in op.weights]
+    k = [int(np.asarray(dense_to_numpy(fq.exp)).reshape(-1)[0]) for fq in fqs]  # type: ignore[union-attr]
+    kx = int(np.asarray(dense_to_numpy(op.input.owner.exp)).reshape(-1)[0])  # type: ignore[union-attr]
+    hidden = op.internal_grid("hidden")
+    assert hidden is not None
+    assert k[2] <= kx + k[0] and k[3] <= hidden.exp + k[1]
+    x = rng.normal(0, 1000.0, (3, 1, 2))
+    np.testing.assert_array_equal(run(module, x)[0], run(nanoir.lower_to_hw(module.clone()), x)[0])
