@@ -85,6 +85,7 @@ from nanoir.grammar.onnx.fold import (
     folded_size,
     plain,
 )
+from nanoir.grammar.onnx.recurrent import ONNX_RECURRENT, read_recurrent, read_squeeze
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import shape_str, shapes_compatible
 from numpy.typing import NDArray
@@ -553,6 +554,17 @@ class _Reader:
         inputs = list(node.input)
         while inputs and not inputs[-1]:
             inputs.pop()
+        if domain == "" and node.op_type in ONNX_RECURRENT:  # one layer of nf.recurrent
+            self._recurrent(node, attrs, inputs, outputs)
+            return
+        if domain == "" and node.op_type in ("Squeeze", "Unsqueeze") and inputs[0] in self.values:
+            axes = self._static_ints(inputs[1], "axes") if len(inputs) > 1 else ()
+            try:
+                op = read_squeeze(node.op_type, self._ssa(inputs[0], "it"), axes)
+            except ValueError as why:
+                raise self.error(f"nanoir cannot read this {node.op_type} node: {why}") from None
+            self._add(node, op, outputs)
+            return
         if domain == NANOENGINE_DOMAIN and node.op_type == "Q":
             op_type = "Q"
             if len(inputs) != 2:
@@ -604,6 +616,29 @@ class _Reader:
         if op_type == "Q":
             op.attributes[NE_EXP_NAME] = StringAttr(inputs[1])
         self._add(node, op, outputs)
+
+    def _recurrent(
+        self, node: Any, attrs: dict[str, AttrValue], inputs: list[str], outputs: list[str]
+    ) -> None:
+        """ONNX's LSTM / GRU / RNN (``grammar/onnx/recurrent.py``)."""
+        try:
+            ops, values = read_recurrent(
+                node.op_type,
+                attrs,
+                inputs,
+                len(outputs),
+                self._static,
+                lambda name: self._ssa(name, "it"),
+                self._constant,
+                node.name or outputs[0],
+            )
+        except ValueError as why:
+            raise self.error(f"nanoir cannot read this {node.op_type} node: {why}") from None
+        self.ops.extend(ops)
+        for name, result in zip(outputs, values):
+            if name and result is not None:
+                self.values[name] = result
+                set_hint(result, name)
 
     def _add(self, node: Any, op: Operation, outputs: Sequence[str]) -> None:
         if node.name:
