@@ -2,7 +2,9 @@
 
 The API is :mod:`nanoir.qat.api` (``prepare``, ``calibrate``, ``train``, ``convert``, ...; its
 docstring explains how it works); :mod:`nanoir.qat.quantizer` holds the fake-quant autograd
-function and the exponent learners, :mod:`nanoir.qat.steps` the torch forwards of nf ops.
+function and the exponent learners, :mod:`nanoir.qat.steps` the torch forwards of nf ops,
+:mod:`nanoir.qat.distributed` one set of exponents under ``torch.distributed`` and
+:mod:`nanoir.qat.checkpoint` ``train``'s resumable checkpoints.
 Imports torch (the ``torch`` extra); ``import nanoir`` does not import this package.
 """
 

@@ -17,6 +17,8 @@ With one batch per rank, sums are exact in the order a single process would add 
 2-rank calibration equals one process calibrating on both ranks' batches bit for bit (more
 batches per rank add in another order: the last bits of an mse error or a corrected bias may
 differ, never across ranks). Without a process group (or with one rank) nothing is reduced.
+The reductions are collectives: every rank must run the same training-mode forwards and call
+``calibrate`` together (a forward in eval mode reduces nothing).
 
 Imports torch (the ``torch`` extra).
 """

@@ -97,19 +97,19 @@ def _worker(rank: int, world: int, out: str, text: str) -> None:
     qat.calibrate(q, [x])
     results["absmax"] = _snapshot(q)
     loader = DataLoader(_dataset(), batch_size=2, sampler=_sampler(rank))
-    qat.train(q, loader, epochs=EMA_EPOCHS, lr=0.0)  # a bare module: train wraps it
-    results["ema"] = _snapshot(q)
+    ddp = nn.parallel.DistributedDataParallel(q)  # a wrapped module is taken as it is
+    qat.train(ddp, loader, epochs=EMA_EPOCHS, lr=0.0)
+    results["ema"] = _snapshot(ddp)
     # the mse calibrator, with bias correction (its sums are reduced too)
     q = qat.prepare(program, (), weight_bits=4, calibrator="mse")
     qat.calibrate(q, [x])
     results["mse"] = _snapshot(q)
-    # lsq: exponents are parameters, averaged by DDP's gradients (a module wrapped here)
+    # lsq: exponents are parameters, averaged by DDP's gradients (a bare module: train wraps it)
     q = qat.prepare(program, (), weight_bits=4, learner="lsq", lr=0.05)
     qat.calibrate(q, [x])
-    ddp = nn.parallel.DistributedDataParallel(q)
-    qat.train(ddp, [_lsq_batch(rank)] * LSQ_STEPS, epochs=1, optimizer=_lsq_optimizer(q))
-    results["lsq"] = _snapshot(ddp)
-    qat.save_exponents(ddp, Path(out) / f"exps{rank}.json")
+    qat.train(q, [_lsq_batch(rank)] * LSQ_STEPS, epochs=1, optimizer=_lsq_optimizer(q))
+    results["lsq"] = _snapshot(q)
+    qat.save_exponents(nn.parallel.DistributedDataParallel(q), Path(out) / f"exps{rank}.json")
     with open(Path(out) / f"rank{rank}.pkl", "wb") as f:
         pickle.dump(results, f)
 
@@ -162,9 +162,8 @@ def test_two_ranks_hold_one_set_of_exponents(tmp_path: Path) -> None:
     exponents differ across ranks); ``distributed.reducer`` returning None (calibration
     differs across ranks); the mse errors not merged (``_merge`` skips ``sse``: the mse
     program differs from one process's); bias correction's sums not reduced; ``train`` not
-    wrapping a bare module (ema only: every rank still reduces, but see next); ``train`` not
-    calling ``set_epoch`` (epoch 2 repeats epoch 1's order: ema scales differ from the
-    oracle's); lsq trained without DDP (the exponents differ across ranks).
+    wrapping a bare module (the lsq exponents differ across ranks); ``train`` not calling
+    ``set_epoch`` (epoch 2 repeats epoch 1's order: ema scales differ from the oracle's).
     """
     text = _program()
     # The oracle runs while the ranks do (CI's 2 cores).
@@ -188,7 +187,10 @@ def test_two_ranks_hold_one_set_of_exponents(tmp_path: Path) -> None:
                 )
             continue
         differ = [k for k in one["exponents"] if r0["exponents"].get(k) != one["exponents"][k]]
-        assert not differ, (scenario, [(r0["exponents"].get(k), one["exponents"][k]) for k in differ])
+        assert not differ, (
+            scenario,
+            [(r0["exponents"].get(k), one["exponents"][k]) for k in differ],
+        )
         assert r0["program"] == one["program"], scenario
         for key in r0["state"]:
             assert np.array_equal(r0["state"][key], one["state"][key]), (scenario, key)

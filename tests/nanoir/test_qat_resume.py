@@ -130,7 +130,8 @@ def test_a_foreign_or_damaged_checkpoint_is_one_clear_error(program: str, tmp_pa
     """Garbage, a torch file of something else, a truncated checkpoint, another model's,
     another optimizer's, more epochs than asked and a cosine mismatch: each one QATError
     naming the file, the file and the module unchanged. Mutant: ``_check_model`` not
-    called (another model's state is half copied in by ``load_state_dict``)."""
+    called (``load_state_dict``'s size mismatch escapes as a RuntimeError, after the
+    optimizer's state was loaded)."""
     q = _prepared(program)
     good = tmp_path / "good.pt"
     qat.train(q, _loader(), epochs=1, checkpoint=good)
@@ -144,9 +145,13 @@ def test_a_foreign_or_damaged_checkpoint_is_one_clear_error(program: str, tmp_pa
     bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     _refused(q, bad, "is not a nanoir.qat checkpoint")
 
-    other = qat.prepare(nanoir.parse(program), (), weight_bits=4)  # no lsq exponent
+    # per-tensor weight exponents: the same keys and optimizer groups, other shapes
+    other = qat.prepare(nanoir.parse(program), (), weight_per_channel=False, **OPTIONS)
     qat.train(other, _loader(), epochs=1, checkpoint=tmp_path / "other.pt")
-    _refused(q, tmp_path / "other.pt", "is of another model")
+    _refused(q, tmp_path / "other.pt", r"another model: \S+ is \[1\] there, \[4, 1, 1, 1\] here")
+    other = qat.prepare(nanoir.parse(program), (), weight_bits=4)  # no lsq exponent
+    qat.train(other, _loader(), epochs=1, checkpoint=tmp_path / "other2.pt")
+    _refused(q, tmp_path / "other2.pt", "another model: it lacks quantizers.4_weight.exponent")
     sgd = torch.optim.SGD(q.param_groups(0.1), lr=0.1, momentum=0.9)
     _refused(q, good, "another optimizer's state", optimizer=sgd)
     _refused(q, good, "saved with cosine=False", cosine=True)
@@ -154,4 +159,9 @@ def test_a_foreign_or_damaged_checkpoint_is_one_clear_error(program: str, tmp_pa
         qat.train(q, _loader(), epochs=0, checkpoint=good)
     with pytest.raises(nanoir.Error, match=re.escape(str(tmp_path))):  # a folder
         qat.train(q, _loader(), epochs=1, checkpoint=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt", "good.pt", "other.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bad.pt",
+        "good.pt",
+        "other.pt",
+        "other2.pt",
+    ]
