@@ -48,7 +48,12 @@ from nanoir.lowering.quantize_calibrate import (
 )
 from nanoir.lowering.quantize_import import checked_exponents, load_exponents
 from nanoir.lowering.quantize_joins import settle
-from nanoir.lowering.quantize_recurrent import pop_internal, quantize_recurrent, recurrent_bias_cap
+from nanoir.lowering.quantize_recurrent import (
+    has_recurrent,
+    pop_internal,
+    quantize_recurrent,
+    recurrent_bias_cap,
+)
 from nanoir.lowering.quantize_rules import (
     ALLOWED_BITS,
     DEFAULT_LR,
@@ -263,6 +268,8 @@ def quantize_function(
                 )
             t.exps = k.reshape(shape)
     internal = pop_internal(func, exponents)  # a recurrent op's gates, cell, hidden
+    if calibration is not None and has_recurrent(func):
+        calibration = list(calibration)  # read twice: calibrating, then the recurrent cells
     if exponents:
         raise QuantizeError(
             "quantize: exponents given for unknown tensors: " + ", ".join(sorted(exponents))

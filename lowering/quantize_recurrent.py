@@ -38,7 +38,14 @@ from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["CELL_BITS", "internal_names", "quantize_recurrent", "recurrent_bias_cap"]
+__all__ = [
+    "CELL_BITS",
+    "has_recurrent",
+    "internal_names",
+    "pop_internal",
+    "quantize_recurrent",
+    "recurrent_bias_cap",
+]
 
 CELL_BITS = 16
 """The cell state's default width."""
@@ -46,6 +53,11 @@ CELL_BITS = 16
 
 def _ops(func: FuncOp) -> list[nf.RecurrentOp]:
     return [op for op in func.body.block.ops if isinstance(op, nf.RecurrentOp)]
+
+
+def has_recurrent(func: FuncOp) -> bool:
+    """Whether ``func`` has a recurrent op (whose cells calibrate on a second pass)."""
+    return bool(_ops(func))
 
 
 def internal_names(op: nf.RecurrentOp) -> dict[str, str]:
@@ -89,6 +101,8 @@ def _absmax(
     plan = compile_function(func, default_builders(), np.dtype(np.float64))
     stats = {id(op): dict.fromkeys(nf.RecurrentOp.INTERNAL, 0.0) for op in ops}
     batches = list(_as_batches(calibration, [_shape(a) for a in func.body.block.args]))
+    if not batches:
+        raise QuantizeError("quantize: the calibration data is empty")
     for batch in batches:
         seen: dict[SSAValue, np.ndarray] = dict(zip(func.body.block.args, batch))
 

@@ -99,6 +99,7 @@ from nanoir.qat.quantizer import (
     QATError,
     Quantizer,
 )
+from nanoir.qat.recurrent import RecurrentStep, internal_records, set_internal
 from nanoir.qat.steps import IntegerAlgorithmStep, NormStep, build_step, tensor_key, value_shape
 from nanoir.runtime.interpreter import find_function
 
@@ -149,6 +150,54 @@ def _algorithm_grids(
         return qi, qo
 
     return grids
+
+
+def _operand_grid(
+    module: QATModule, slot: int, alg_source: dict[int, list[str]]
+) -> tuple[np.ndarray, int] | None:
+    """An operand's applied exponents (one, or per row) and bits: its own quantizer's (a
+    weight or bias), else the per-tensor grid it is on through data movement."""
+    key = module._quant_of.get(slot) or module._bias_of.get(slot)
+    q = None if key is None else module.quantizers[key]
+    if q is None or q.last_k is None:
+        grid = _grid(module, alg_source.get(slot), True)
+        if grid is None or grid.bits < 2 or not grid.signed:
+            return None
+        return np.array([grid.exp], np.int64), grid.bits
+    if q.bits < 2 or not q.signed:
+        return None
+    return q.last_k.cpu().numpy().astype(np.int64).reshape(-1), q.bits
+
+
+def _recurrent_grids(
+    module: QATModule, args: list[int], alg_source: dict[int, list[str]]
+) -> Callable[[], list[tuple[np.ndarray, int]] | None]:
+    """Every operand's applied exponents and bits at this forward (the input and states per
+    tensor, through data movement; weights and biases per row): ``RecurrentStep.grids``."""
+
+    def grids() -> list[tuple[np.ndarray, int]] | None:
+        out = [_operand_grid(module, slot, alg_source) for slot in args]
+        return None if any(g is None for g in out) else out  # type: ignore[return-value]
+
+    return grids
+
+
+def _recurrent_caps(
+    module: QATModule, step: RecurrentStep, args: list[int], alg_source: dict[int, list[str]]
+) -> dict[str, Callable[[], torch.Tensor | None]]:
+    """The bias cap of each bias a recurrent step reads, by quantizer key."""
+
+    def last_k(operand: int) -> np.ndarray | None:
+        grid = _operand_grid(module, args[operand], alg_source)
+        return None if grid is None else grid[0]
+
+    caps: dict[str, Callable[[], torch.Tensor | None]] = {}
+    first = 1 + step.has_h0 + step.has_c0
+    for j, slot in enumerate(args[first:]):
+        key = module._bias_of.get(slot)
+        if key is not None:
+            caps[key] = (lambda j: lambda: step.bias_cap(j, last_k))(j)
+    return caps
 
 
 def _norm_grids(
@@ -207,6 +256,8 @@ class QATModule(nn.Module):
         self._quant_of: dict[int, str] = {}  # slot -> quantizer key (non-bias)
         self._bias_of: dict[int, str] = {}  # bias slot -> quantizer key
         self._bias_users: dict[str, list[tuple[int, int, int, int, bool]]] = {}
+        self._recurrent_steps: list[RecurrentStep] = []  # nanoir.qat.recurrent
+        self._recurrent_caps: dict[str, Callable[[], torch.Tensor | None]] = {}
         source: dict[int, str] = {}  # slot -> quantizer key it comes from
         # slot -> the quantizers source_quantized finds it on (through every data movement)
         alg_source: dict[int, list[str]] = {}
@@ -279,7 +330,11 @@ class QATModule(nn.Module):
                         alg_source[outs[0]] = [key]
                 continue
             args = [slot_of(v) for v in op.operands]
-            step = build_step(op)
+            step = RecurrentStep(op) if isinstance(op, nf.RecurrentOp) else build_step(op)
+            if isinstance(step, RecurrentStep):  # its forward reads every operand's quantizer
+                step.grids = _recurrent_grids(self, args, alg_source)
+                self._recurrent_steps.append(step)
+                self._recurrent_caps.update(_recurrent_caps(self, step, args, alg_source))
             if isinstance(step, IntegerAlgorithmStep):  # its forward reads both quantizers
                 step.grids = _algorithm_grids(self, args[0], outs[0])
             if isinstance(step, NormStep):  # and the weight's and bias's
@@ -337,6 +392,8 @@ class QATModule(nn.Module):
 
     def _cap(self, key: str, slots: list[Any]) -> torch.Tensor | None:
         """The bias cap of ``quantize`` (min over the layers using the bias)."""
+        if key in self._recurrent_caps:  # a recurrent op's bias: its product's exponent
+            return self._recurrent_caps[key]()
         q = self.quantizers[key]
         if q.bits <= 1:
             return None
@@ -548,6 +605,7 @@ def calibrate(
                     torch.from_numpy(np.array(dense_to_numpy(const.value), dtype=np.float32))
                 )
     qat._joins.calibrate(targets)  # noqa: SLF001 - the join rules' origins, as quantize's
+    set_internal(qat._recurrent_steps, func)  # noqa: SLF001 - a recurrent op's cell grids
     return qat
 
 
@@ -600,6 +658,7 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
             "rounding": str(q.rounding),
             "axis": q.axis,
         }
+    out.update(internal_records(qat._recurrent_steps))  # noqa: SLF001 - <op>.gates, ...
     qat.train(was_training)
     return out
 
