@@ -115,8 +115,8 @@ def test_magik_crnn_unpool_modes(
     """MagikCRNN (linear head) in each Unpool2D mode: nf == torch (the zero mode imported;
     the others its program with the unpool op swapped, checked against their own torch
     model), nq == nh at 8- and 4-bit weights, ``.ne`` at both levels byte for byte (4-bit).
-    Mutant seen to fail it: the zero mode's ``nh.upsample_zero`` kernel putting values at
-    offset 1."""
+    Mutant seen to fail it: the zero-stuffing kernel (``runtime/numerics/upsample.py``)
+    putting values at offset 1."""
     module, x = crnn
     if unpool != "zero":
         module = _with_unpool(module, unpool)

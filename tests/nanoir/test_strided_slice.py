@@ -5,6 +5,7 @@ those rows, data movement at every level (nq == nh bit for bit), and a slice to 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -98,13 +99,16 @@ def test_strided_slice_nq_equals_nh_and_streams(
     """``x[:, :, a:b:s]`` (dim 2, the streamed one) and ``x[:, a::s]`` (channels, per-channel
     exponents gathered with them): nq == NumPy's slice of the quantized input, nh == nq bit
     for bit, and streamed == whole along dim 2 (to the end with ``a < s``; a slice that stops
-    early or starts past ``s`` takes the whole extent). Mutant seen to fail it:
-    ``gather_rows`` setting ``ceil_mode`` for every partial window."""
-    axis = data.draw(st.sampled_from((0, 1)), "axis")
+    early or starts past ``s`` takes the whole extent). Mutant seen to fail it: the
+    ``indices`` stand-in of ``runtime/stream.py`` keeping the op's full index list."""
+    axis = data.draw(st.sampled_from((1, 1, 0)), "axis")
     size = (c, h)[axis]
     s = data.draw(st.integers(1, max(1, size)), "s")
-    a = data.draw(st.integers(0, size - 1), "a")
-    b = data.draw(st.integers(a + 1, size), "b")
+    if data.draw(st.booleans(), "streams"):  # to the end from a < s: streamed along dim 2
+        a, b = data.draw(st.integers(0, min(s, size) - 1), "a"), size
+    else:
+        a = data.draw(st.integers(0, size - 1), "a")
+        b = data.draw(st.integers(a + 1, size), "b")
     indices = list(range(a, b, s))
     rng = np.random.default_rng(h * 31 + s)
     x = rng.standard_normal((2, c, h, 3)) * 2
@@ -126,3 +130,18 @@ def test_strided_slice_nq_equals_nh_and_streams(
     assert streamed.tobytes() == codes.tobytes()
     (streamed_q,) = stream(module, [x], step=step, dtype=np.float64)
     assert streamed_q.tobytes() == q.tobytes()
+
+
+@pytest.mark.parametrize(
+    "length, start, step", [(5, 1, 2), (5, 0, 2), (7, 2, 3), (7, 0, 3), (4, 1, 2)]
+)
+def test_partial_last_window(length: int, start: int, step: int) -> None:
+    """A slice to the end whose last window is partial: it fires only when it holds the row
+    at ``start`` (x[1::2] of 5 rows has 2, x[::2] 3). Streamed == NumPy's slice, every step.
+    Mutant seen to fail it: ``gather_rows`` setting ``ceil_mode`` for every partial window."""
+    indices = list(range(start, length, step))
+    module = nanoir.parse(_program((2, length, 3), 1, indices))
+    x = np.random.default_rng(length).standard_normal((2, 2, length, 3))
+    for s in (1, 2, 3):
+        (got,) = stream(module, [x], step=s, dtype=np.float64)
+        assert np.array_equal(got, x[:, :, start::step])
