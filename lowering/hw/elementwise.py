@@ -64,6 +64,14 @@ def exact_sum(
     out_shape = nf.tensor_shape(op.results[0])
     rank = len(out_shape)
     target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
+    for p in (a, b):
+        if p.codes is None:
+            # A runtime operand broadcast along a dim (one channel added to several) moves
+            # by one shift there: the sum takes the finest exponent along that dim.
+            shape = (1,) * (rank - p.rank) + tuple(p.shape)
+            for d in range(rank):
+                if shape[d] == 1 and target.shape[d] > 1:
+                    target = target.max(axis=d, keepdims=True)
     check_alignment(hw, op, [a, b], target)
     a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
     bits = max(a2.bits, b2.bits, 2) + 1
