@@ -38,6 +38,7 @@ and/or a `writer` function next to its row.
                                                   pixel_unshuffle (ONNX's is DCR only)
     Resize               nf.upsample_nearest      mode=nearest, asymmetric, floor; axes+sizes
     Resize               nf.upsample_bilinear     mode=linear, half_pixel (x2 only); axes+sizes
+    Slice                nf.gather                one axis; read only (a gather writes Gather)
     UpsampleZero         nf.upsample_zero         offsets, sizes (nanoir's: the Magik Unpool2D
                                                   zero mode; ONNX has no such op)
     Pad                  nf.pad                   mode (constant/reflect/edge), pads, value as
@@ -557,6 +558,41 @@ def _gather_attrs(op: nf.GatherOp) -> Attrs:
     return (("axis", op.axis.value.data), ("indices", tuple(array_values(op.indices) or ())))
 
 
+def _slice(n: NodeSpec) -> Operation:
+    """Slice (ONNX: starts, ends, axes, steps as constant inputs 1-4; opset-1 attributes
+    starts/ends/axes) along one static axis: nf.gather of those rows (data movement; a
+    strided slice to the end streams along its axis). Several axes are refused."""
+    n.allow("starts", "ends", "axes", "steps")
+    n.one_output()
+    keys = ("starts", "ends", "axes", "steps")
+    given: dict[str, tuple[int, ...]] = {}
+    for key, const in zip(keys, n.inputs[1:]):
+        if not isinstance(const, ConstTensor) or is_float_dtype(const.dtype):
+            raise Unsupported(f"Slice with a {key} input that is not an integer constant")
+        given[key] = tuple(int(v) for v in const.to_numpy().reshape(-1))
+    for key in keys:
+        if key not in given and n.ints(key) is not None:
+            given[key] = tuple(n.ints(key) or ())
+    x = n.inputs[0]
+    if not isinstance(x, SSAValue):
+        raise Unsupported(f"input 0 '{x.name}' is not a float tensor")
+    shape = _shape(x)
+    if "starts" not in given or "ends" not in given:
+        raise NodeProblem(f"Slice node '{n.name}' needs starts and ends")
+    axes = given.get("axes", tuple(range(len(given["starts"]))))
+    steps = given.get("steps", (1,) * len(axes))
+    if not len(axes) == len(steps) == len(given["starts"]) == len(given["ends"]) == 1:
+        raise Unsupported("Slice along more than one axis (nanoir maps one per node)")
+    axis = axes[0] % len(shape)
+    if shape[axis] == DYNAMIC_INDEX:
+        raise Unsupported("Slice along a dynamic dim")
+    end = min(given["ends"][0], 2**62)  # (INT64_MAX: to the end)
+    indices = list(range(*slice(given["starts"][0], end, steps[0]).indices(shape[axis])))
+    if not indices:
+        raise Unsupported("Slice to an empty tensor")
+    return nf.GatherOp(x, axis, indices)
+
+
 def _expand(n: NodeSpec) -> Operation:
     """Expand to `shape` by ONNX's broadcast (a 1 keeps the input's dim, also a dynamic one)."""
     n.allow("shape")
@@ -994,6 +1030,7 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("HardSigmoid", nf.HardSigmoidOp, converter=_hard_sigmoid, writer=_hard_sigmoid_attrs),  # type: ignore[arg-type]
     NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
     NqOp("Gather", nf.GatherOp, converter=_gather, writer=_gather_attrs),  # type: ignore[arg-type]
+    NqOp("Slice", nf.GatherOp, converter=_slice, writer=_gather_attrs),  # type: ignore[arg-type]
     NqOp("Expand", nf.ExpandOp, converter=_expand, writer=_expand_attrs),  # type: ignore[arg-type]
     NqOp("Softmax", nf.SoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
     NqOp("LogSoftmax", nf.LogSoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
