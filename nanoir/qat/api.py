@@ -92,7 +92,7 @@ from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.quantize_bias import add_zero_biases
 from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
-from nanoir.qat import distributed
+from nanoir.qat import distributed, low_bits
 from nanoir.qat.checkpoint import load_checkpoint, save_checkpoint
 from nanoir.qat.joins import JoinRules
 from nanoir.qat.quantizer import (
@@ -528,6 +528,7 @@ def prepare(
                 x = dense_to_numpy(value.op.value).astype(np.float64)  # type: ignore[attr-defined]
                 k = qz.tensor_exps(x, t.bits, t.channel_axis, config.calibrator, config.rounding)
                 qat.quantizer(t.name).set_exponents(np.asarray(k).reshape(-1))
+    low_bits.apply(qat, quantize_options)  # 2-bit weights: lsq from mse unless chosen
     return qat
 
 
@@ -590,6 +591,7 @@ def calibrate(
         func,
         checked,
         config,
+        None if calibrator is not None else low_bits.calibrator_exponents(qat),
         progress=progress,
         bias_correction=correct,
         reduce=distributed.reducer(),  # under torch.distributed: every rank's batches

@@ -1,0 +1,104 @@
+"""Defaults for 2-bit weights: learned (``lsq``) exponents started from the ``mse`` calibrator.
+
+At 2 bits a weight has four codes (-2..1 steps), and where its exponent sits decides most of
+what the layer computes. The general defaults get it wrong there (measured on
+``benchmarks/bench_qat_kws.py``, ``benchmarks/qat_kws_results.md``):
+
+- ``absmax`` puts the largest weight on the top code, so the step is half the largest weight
+  and every weight below a quarter of it (half of it under ``trunc``) is 0: 46-96% of each
+  layer's weights, and post-training accuracy of 7-71%;
+- the ``ema`` learner moves the exponent towards that same absmax rule at every training step,
+  whatever calibration chose, so a better start is undone within a few dozen steps.
+
+So a 2-bit weight whose learner the caller did not choose (no ``learner=`` option, no rule
+naming one for it) gets :data:`LEARNER` at :data:`RATE`, and, unless a ``calibrator`` was
+given, its exponents start from ``mse`` (in :func:`nanoir.qat.prepare` and
+:func:`nanoir.qat.calibrate`); the least-squared-error step keeps about half the weights
+non-zero. Other bit widths, activations and named learners keep the NanoEngine defaults, and
+``prepare(bias_correction=False)``, the configuration that reproduces NanoEngine-PyTorch step
+for step, keeps them for every tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from nanoir.lowering import quantize as qz
+from nanoir.qat.quantizer import Quantizer
+
+__all__ = ["BITS", "CALIBRATOR", "LEARNER", "RATE", "apply", "calibrator_exponents"]
+
+BITS = 2
+"""The weight width the defaults apply to."""
+LEARNER, RATE = "lsq", 0.05
+"""The learner and its rate (the exponent's Adam rate) of such a weight."""
+CALIBRATOR = "mse"
+"""Its initial exponents' calibrator."""
+
+
+def _named_learner(config: qz.QuantConfig, name: str) -> bool:
+    """Whether the first rule matching the weight ``name`` names a learner or a rate."""
+    for rule in config.rules:
+        if rule.matches(name, "weight"):
+            return rule.learner is not None or rule.lr is not None
+    return False
+
+
+def apply(qat: Any, options: Mapping[str, Any]) -> list[str]:
+    """Give ``qat``'s 2-bit weights the low-bit defaults where ``options`` (``prepare``'s)
+    leave them open: the learner, and (no ``calibrator`` given) ``mse`` exponents from the
+    current weights, recorded on ``qat`` for :func:`calibrator_exponents`. Returns the names
+    of the weights whose learner changed."""
+    if not getattr(qat, "bias_correction", False):  # NanoEngine-PyTorch's configuration
+        qat.low_bit_mse = []
+        return []
+    learner_given = "learner" in options or "lr" in options
+    calibrator_given = "calibrator" in options
+    changed: list[str] = []
+    mse: list[str] = []
+    for key, q in list(qat.quantizers.items()):
+        if q.kind != "weight" or q.bits != BITS:
+            continue
+        if not calibrator_given:
+            mse.append(q.name)
+        if learner_given or _named_learner(qat.config, q.name) or q.learner == LEARNER:
+            continue
+        new = Quantizer(
+            q.name,
+            q.kind,
+            q.bits,
+            q.exp_shape,
+            q.axis,
+            q.rounding,
+            LEARNER,
+            RATE,
+            q.n,
+            q.signed,
+        )
+        new.set_exponents(q.int_exponents().reshape(-1))
+        qat.quantizers[key] = new
+        changed.append(q.name)
+    qat.low_bit_mse = mse
+    for name, record in calibrator_exponents(qat).items():
+        qat.quantizer(name).set_exponents(record["exp"])
+    return changed
+
+
+def calibrator_exponents(qat: Any) -> dict[str, dict[str, Any]]:
+    """The ``mse`` exponents of the current values of the weights :func:`apply` recorded, as
+    ``quantize(exponents=...)`` records (``{"exp", "bits", "rounding", "axis"}``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in getattr(qat, "low_bit_mse", ()):
+        q = qat.quantizer(name)
+        x = qat.tensor(name).detach().cpu().double().numpy()
+        k = qz.tensor_exps(x, q.bits, q.axis, CALIBRATOR, q.rounding)
+        out[name] = {
+            "exp": [int(v) for v in np.asarray(k).reshape(-1)],
+            "bits": q.bits,
+            "rounding": str(q.rounding),
+            "axis": q.axis,
+        }
+    return out
