@@ -105,7 +105,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import ConstantLike, Pure
+from xdsl.traits import ConstantLike, OpTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
 FloatElement = base(Float16Type) | base(Float32Type) | base(Float64Type)
@@ -1422,6 +1422,119 @@ class UpsampleBilinearOp(IRDLOperation):
             raise VerifyException(f"{self.name}: pads must be 1 per spatial dim and end")
 
 
+def plane_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Max pooling's indices and max unpooling: row by row along batch and channels; along
+    a spatial dim the whole extent, as an index counts absolute positions in its plane
+    (``h * W + w``): a window of rows does not know where its rows sit, so these ops are not
+    streamed along rows (relabelling the indices per window is open work)."""
+    return RowStep() if dim < 2 else None
+
+
+@dataclass(frozen=True)
+class PlaneRows(StreamingRule):
+    """:func:`plane_rows` for an op that is not data movement (max pooling's indices)."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        return plane_rows(op, dim, runtime)
+
+
+@dataclass(frozen=True)
+class IndexResult(OpTrait):
+    """The results are integer indices held in float (exact below ``2**24``): quantize puts
+    no fake-quant on them, lower-to-hw gives them ``i32`` codes at exponent 0."""
+
+
+def check_plane_op(name: str, x: Sequence[int], y: Sequence[int]) -> None:
+    """``[N, C, H, W]`` in and out, batch and channels kept, static planes."""
+    if len(x) != 4 or len(y) != 4 or not shapes_compatible(x[:2], y[:2]):
+        raise VerifyException(
+            f"{name}: {shape_str(x)} -> {shape_str(y)} must be [N, C, H, W] with batch and "
+            "channels kept"
+        )
+    if DYNAMIC_INDEX in (*x[2:], *y[2:]):
+        raise VerifyException(f"{name}: {shape_str(x)} -> {shape_str(y)}: static planes only")
+
+
+@irdl_op_definition
+class MaxPoolIndicesOp(IRDLOperation):
+    """The indices ``MaxPool2d(return_indices=True)`` gives: the flat in-plane position
+    ``h * W + w`` of each window's maximum (ties to the first in row-major window order, as
+    torch's CPU kernel), as float values (exact integers). No padding or dilation.
+
+    ```mlir
+    %i = nf.max_pool_indices %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+        : tensor<?x16x8x8xf32> -> tensor<?x16x4x4xf32>
+    ```
+    """
+
+    name = "nf.max_pool_indices"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), PlaneRows(), IndexResult())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, kernel: Sequence[int], strides: Sequence[int]):
+        shape = infer_pool_shape(tensor_shape(input), kernel, strides=strides)
+        t = input.type
+        assert isinstance(t, TensorType)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"kernel": int_array(kernel), "strides": int_array(strides)},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_plane_op(self.name, x, y)
+        kernel, strides = array_values(self.kernel) or (), array_values(self.strides) or ()
+        want = shape_guard(self, infer_pool_shape, x, kernel, strides=strides)
+        check_result_shape(self, want, self.result)
+        if x[2] * x[3] > 2**24:
+            raise VerifyException(f"{self.name}: planes over 2**24 elements (float indices)")
+
+
+@irdl_op_definition
+class MaxUnpoolOp(IRDLOperation):
+    """Max unpooling (torch's ``MaxUnpool2d``, ONNX ``MaxUnpool``): each value of ``input``
+    at its flat in-plane index (``indices``, from ``nf.max_pool_indices``) in the result's
+    ``[H, W]`` planes, zeros elsewhere; an index outside the plane is a runtime error. Data
+    movement: values keep their grid.
+
+    ```mlir
+    %y = nf.max_unpool %p, %i : (tensor<?x16x4x4xf32>, tensor<?x16x4x4xf32>) -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.max_unpool"
+    input = operand_def(FloatTensor)
+    indices = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure(), DataMovement(plane_rows))
+    assembly_format = "$input `,` $indices attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, input: SSAValue, indices: SSAValue, size: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = (*t.get_shape()[:2], *size)
+        super().__init__(
+            operands=[input, indices], result_types=[TensorType(t.get_element_type(), shape)]
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_plane_op(self.name, x, y)
+        if not shapes_compatible(x, tensor_shape(self.indices)):
+            raise VerifyException(
+                f"{self.name}: indices {shape_str(tensor_shape(self.indices))} must have the "
+                f"input's shape {shape_str(x)}"
+            )
+
+
 class BlockMode:
     """Channel order of DepthToSpace/SpaceToDepth (ONNX's ``mode``): ``CRD`` (column, row,
     depth: channel ``c * r**n + offset``, PyTorch's pixel_shuffle/unshuffle) or ``DCR``
@@ -2142,6 +2255,8 @@ NF = Dialect(
         UpsampleNearestOp,
         UpsampleZeroOp,
         UpsampleBilinearOp,
+        MaxPoolIndicesOp,
+        MaxUnpoolOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
         ExpandOp,

@@ -29,13 +29,16 @@ from typing import ClassVar
 import numpy as np
 from nanoir.dialects.nf import (
     BilinearRows,
+    PlaneRows,
     array_values,
+    check_plane_op,
     check_result_shape,
     check_upsample_bilinear,
     check_upsample_zero,
     expand_rows,
     gather_rows,
     parse_named_constant,
+    plane_rows,
     print_named_constant,
     shape_guard,
     tensor_shape,
@@ -1669,6 +1672,61 @@ class UpsampleBilinearOp(IRDLOperation):
         check_fits(self, max(signed_bits(self.input), 2) + 2 * doubled, self.result)
 
 
+@irdl_op_definition
+class MaxPoolIndicesOp(IRDLOperation):
+    """``nf.max_pool_indices`` on codes (the order of codes is the order of values, so the
+    same window positions win): ``i32`` indices at exponent 0.
+
+    ```mlir
+    %i = nh.max_pool_indices %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+        : tensor<?x4x6x6xi8, #nh.fixed<5, BCMD>> -> tensor<?x4x3x3xi32, #nh.fixed<0, BCMD>>
+    ```
+    """
+
+    name = "nh.max_pool_indices"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(DenseArrayBase[I64])
+    strides = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), PlaneRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_plane_op(self.name, x, y)
+        check_nh_value(self, self.input, "input")
+        _, fy = check_nh_value(self, self.result, "result")
+        if width_of(self.result) != 32 or is_unsigned(self.result) or (fy.exp_array(4) != 0).any():
+            raise VerifyException(f"{self.name}: the indices are i32 at exponent 0")
+
+
+@irdl_op_definition
+class MaxUnpoolOp(IRDLOperation):
+    """``nf.max_unpool`` on codes: each code at its index (``i32`` at exponent 0), code 0
+    elsewhere; exponents unchanged.
+
+    ```mlir
+    %y = nh.max_unpool %p, %i : (tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>,
+        tensor<?x4x3x3xi32, #nh.fixed<0, BCMD>>) -> tensor<?x4x6x6xi8, #nh.fixed<5, BCMD>>
+    ```
+    """
+
+    name = "nh.max_unpool"
+    input = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), DataMovement(plane_rows))
+    assembly_format = "$input `,` $indices attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_plane_op(self.name, x, y)
+        _check_moved(self, self.input, self.result)
+        if width_of(self.result) == 1 and not is_unsigned(self.result):
+            raise VerifyException(f"{self.name}: i1 codes cannot hold the zeros (use i2)")
+
+
 def block_moved_exps(to_space: bool, exps: np.ndarray, block: int, mode: str) -> np.ndarray | None:
     """The exponents (``[1, C, 1...]`` or all ones) after depth_to_space (``to_space``) or
     space_to_depth, moved by the same kernel as the codes; None where one result channel
@@ -2169,6 +2227,8 @@ NH = Dialect(
         UpsampleNearestOp,
         UpsampleZeroOp,
         UpsampleBilinearOp,
+        MaxPoolIndicesOp,
+        MaxUnpoolOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
         ExpandOp,

@@ -76,7 +76,12 @@ from nanoir.lowering.hw.fake_quant import (
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
 from nanoir.lowering.hw.softmax import LowerSoftmax
-from nanoir.lowering.hw.upsample import LowerUpsampleBilinear, LowerUpsampleZero
+from nanoir.lowering.hw.upsample import (
+    LowerMaxPoolIndices,
+    LowerMaxUnpool,
+    LowerUpsampleBilinear,
+    LowerUpsampleZero,
+)
 from xdsl.context import Context
 from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -132,6 +137,8 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerUpsampleNearest,
     LowerUpsampleZero,
     LowerUpsampleBilinear,
+    LowerMaxPoolIndices,
+    LowerMaxUnpool,
     LowerBlock,
     LowerExpand,
     LowerGather,

@@ -204,7 +204,9 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
             kind = _constant_kind(op.result)
             if kind is not None:
                 add(op.result, kind)
-        elif op.name.startswith("nf.") and not op.has_trait(DataMovement):
+        elif op.name.startswith("nf.") and not (
+            op.has_trait(DataMovement) or op.has_trait(nf.IndexResult)
+        ):  # (nor after indices: integers, read only by the op they index)
             # (data movement keeps its inputs' grid: no fake-quant after it)
             for r in op.results:
                 add(r, "act")

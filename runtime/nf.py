@@ -16,7 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
-from nanoir.runtime.numerics import kernels, movement, norm, upsample
+from nanoir.runtime.numerics import kernels, movement, norm, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.shapes import window_params
@@ -226,6 +226,18 @@ def pad(op: nf.PadOp, dtype: np.dtype[Any]) -> Kernel:
 def upsample_nearest(op: nf.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
     size = _target_shape(op.result)[2:]
     return lambda x: (kernels.upsample_nearest(x, size=size),)
+
+
+@impl(nf.MaxPoolIndicesOp)
+def max_pool_indices(op: nf.MaxPoolIndicesOp, dtype: np.dtype[Any]) -> Kernel:
+    kernel, strides = array_values(op.kernel) or (), array_values(op.strides) or ()
+    return lambda x: (unpool.max_pool_indices(x, kernel, strides),)
+
+
+@impl(nf.MaxUnpoolOp)
+def max_unpool(op: nf.MaxUnpoolOp, dtype: np.dtype[Any]) -> Kernel:
+    size = _target_shape(op.result)[2:]
+    return lambda x, i: (unpool.max_unpool(x, i, size),)
 
 
 @impl(nf.UpsampleZeroOp)

@@ -57,7 +57,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
-from nanoir.runtime.numerics import kernels, movement, norm, quant, upsample
+from nanoir.runtime.numerics import kernels, movement, norm, quant, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
@@ -876,6 +876,20 @@ def upsample_nearest(op: nh.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
     assert isinstance(t, TensorType)
     size = list(t.get_shape()[2:])
     return lambda x: (kernels.upsample_nearest(x, size=size),)
+
+
+@impl(nh.MaxPoolIndicesOp)
+def max_pool_indices(op: nh.MaxPoolIndicesOp, dtype: np.dtype[Any]) -> Kernel:
+    """The window positions of the largest codes (int32 indices)."""
+    kernel, strides = array_values(op.kernel) or (), array_values(op.strides) or ()
+    return lambda x: (unpool.max_pool_indices(x, kernel, strides).astype(np.int32),)
+
+
+@impl(nh.MaxUnpoolOp)
+def max_unpool(op: nh.MaxUnpoolOp, dtype: np.dtype[Any]) -> Kernel:
+    """Codes to their indices, code 0 elsewhere."""
+    size = tensor_shape(op.result)[2:]
+    return lambda x, i: (unpool.max_unpool(x, i, size),)
 
 
 @impl(nh.UpsampleZeroOp)

@@ -1,6 +1,6 @@
 """lower-to-hw patterns for the Magik manual's ``Unpool2D`` modes beyond nearest: zero
 upsampling (data movement) and x2 bilinear upsampling (an exact integer sum, then the output
-fake-quant's requant).
+fake-quant's requant); and max unpooling by max pooling's indices (``i32`` at exponent 0).
 
     %z = nf.upsample_zero %xq {offsets = [0, 0]}  ─▶  %z = nh.upsample_zero %xq : i8 <5>
     %b = nf.upsample_bilinear %xq                  ─▶  %b = nh.upsample_bilinear %xq : i8 <5> -> i16 <9>
@@ -13,6 +13,7 @@ input's exponent ``+ 2n``, and the fake-quant after it rounds once, as at nq.
 
 from __future__ import annotations
 
+import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.lowering.hw.codes import container_width
 from nanoir.lowering.hw.core import HwPattern, HwValue
@@ -58,3 +59,39 @@ class LowerUpsampleBilinear(HwPattern):
         )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, bits))
+
+
+class LowerMaxPoolIndices(HwPattern):
+    """``nf.max_pool_indices`` → ``nh.max_pool_indices`` on the codes (their order is the
+    values' order, per channel: per-channel exponents change nothing within a plane):
+    ``i32`` indices at exponent 0."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.MaxPoolIndicesOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.get(op, op.input)
+        exps = np.zeros((1,) * a.rank, dtype=np.int64)
+        t = hw.result_type(nf.tensor_shape(op.result), exps, 32, hw.layout_of(a))
+        props = {"kernel": op.kernel, "strides": op.strides}
+        new = nh.MaxPoolIndicesOp.create(operands=[a.value], result_types=[t], properties=props)
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, exps, 32))
+
+
+class LowerMaxUnpool(HwPattern):
+    """``nf.max_unpool`` → ``nh.max_unpool``: codes moved to their indices, code 0 elsewhere,
+    exponents kept (``i1`` codes, which have no 0, widened to ``i2`` first)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: nf.MaxUnpoolOp, rewriter: PatternRewriter) -> None:
+        hw = self.begin(op, rewriter)
+        a = hw.with_zero(hw.get(op, op.input))
+        i = hw.get(op, op.indices)
+        if not isinstance(op.indices.owner, nf.MaxPoolIndicesOp):
+            raise hw.fail(op, "unpools by indices that are not nf.max_pool_indices' result")
+        t = hw.result_type(
+            nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
+        )
+        new = nh.MaxUnpoolOp.create(operands=[a.value, i.value], result_types=[t])
+        hw.emit(new, op.result.name_hint)
+        hw.set(op.result, HwValue(new.result, a.exps, a.bits))

@@ -436,6 +436,12 @@ class _Importer:
         elif isinstance(result, list):
             pairs += [(r, v) for r, v in zip(result, val) if r is not None]
         for value, meta in pairs:
+            if isinstance(value.owner, Operation) and value.owner.has_trait(nf.IndexResult):
+                # torch's int64 indices are float integers in nf (exact below 2**24)
+                assert isinstance(value.type, TensorType)
+                if value.type.get_shape() != _meta_shape(meta):
+                    raise VerifyException(f"nf indices {value.type} differ from torch's shape")
+                continue
             expected = _tensor_type(meta)
             if value.type != expected:
                 raise VerifyException(
@@ -807,8 +813,28 @@ def _max_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
 
 
 def _max_pool_with_indices(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
-    """``(output, indices)``; the indices have no nf equivalent."""
-    return [_max_pool(imp, node, a), None]  # type: ignore[list-item]
+    """``(output, indices)``: 2-D pooling without padding, dilation or ceil mode gives its
+    indices as ``nf.max_pool_indices`` (dropped unless read, by ``nf.max_unpool``); other
+    pools' indices have no nf equivalent."""
+    y = _max_pool(imp, node, a)
+    x = imp.tensor(a["self"])
+    n = imp.rank(x) - 2
+    kernel = _ints(a["kernel_size"], n)
+    strides = _ints(a["stride"], n) if a["stride"] else kernel
+    plain = not any(_ints(a["padding"], n)) and set(_ints(a["dilation"], n)) == {1}
+    if n != 2 or not plain or a["ceil_mode"]:
+        return [y, None]  # type: ignore[list-item]
+    return [y, imp.emit(nf.MaxPoolIndicesOp(x, kernel, strides)).result]  # type: ignore[list-item]
+
+
+def _max_unpool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``MaxUnpool2d`` by the indices of ``MaxPool2d(return_indices=True)`` (a 2-D pool
+    without padding, dilation or ceil mode): nf.max_unpool to torch's result size."""
+    if a["indices"] is None or not isinstance(imp.values.get(a["indices"]), SSAValue):
+        raise _Unsupported("max_unpool2d by indices that are not a plain 2-D max pool's")
+    x, indices = imp.tensor(a["self"]), imp.tensor(a["indices"])
+    size = imp.result_type(node).get_shape()[2:]
+    return imp.emit(nf.MaxUnpoolOp(x, indices, size)).result
 
 
 def _avg_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
@@ -1383,6 +1409,7 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.max_pool1d.default": _max_pool,
     "aten.max_pool2d.default": _max_pool,
     "aten.max_pool2d_with_indices.default": _max_pool_with_indices,
+    "aten.max_unpool2d.default": _max_unpool,
     "aten.avg_pool1d.default": _avg_pool,
     "aten.avg_pool2d.default": _avg_pool,
     "aten.adaptive_avg_pool1d.default": _adaptive_avg_pool,
