@@ -26,6 +26,7 @@ __all__ = [
     "OP_PROOF_MODELS",
     "PROOF_MODELS",
     "TEST_MODELS",
+    "MAGIK_MODELS",
     "KWSNet",
     "LeNet5",
     "MobileNetV2Stack",
