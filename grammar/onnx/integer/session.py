@@ -62,5 +62,11 @@ def run_model(model_or_session: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
         info = np.iinfo(dtype)
         if a.size and (int(a.min()) < info.min or int(a.max()) > info.max):
             raise ArgumentError(f"input {i} has codes outside {np.dtype(dtype).name}")
+        want = list(d.shape)  # ints are static, str/None dynamic: onnxruntime's own refusal
+        if a.ndim != len(want) or any(  # is a traceback, so it is checked here
+            isinstance(w, int) and w != n for w, n in zip(want, a.shape)
+        ):
+            shown = "x".join(str(w) if isinstance(w, int) else "?" for w in want)
+            raise ArgumentError(f"input {i} ({d.name}) has shape {a.shape}, expected {shown}")
         feeds[d.name] = a.astype(dtype, copy=False)
     return [np.asarray(y) for y in session.run(None, feeds)]
