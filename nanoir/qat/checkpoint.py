@@ -117,12 +117,28 @@ def _check_model(path: str, module: torch.nn.Module, saved: object) -> None:
         raise QATError(f"nanoir.qat.train: checkpoint {path} is of another model: it {what}")
     for key, value in own.items():
         got = saved[key]
-        if not isinstance(got, torch.Tensor) or got.shape != value.shape:
+        if not isinstance(got, torch.Tensor) or (got.shape, got.dtype) != (
+            value.shape,
+            value.dtype,
+        ):
             shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            here = list(value.shape)
+            if shape == here:  # the dtype differs: a float copied into it would be cast
+                shape, here = f"{shape} {got.dtype}", f"{here} {value.dtype}"
             raise QATError(
                 f"nanoir.qat.train: checkpoint {path} is of another model: {key} is "
-                f"{shape} there, {list(value.shape)} here"
+                f"{shape} there, {here} here"
             )
+
+
+def _same_kind(own: dict[str, Any], saved: object) -> bool:
+    """Whether ``saved`` has ``own``'s keys and value types: a schedule's ``load_state_dict``
+    takes any mapping, and a damaged one fails only later, mid-training."""
+    return (
+        isinstance(saved, dict)
+        and set(saved) == set(own)
+        and all(type(saved[k]) is type(v) for k, v in own.items())
+    )
 
 
 def load_checkpoint(
@@ -139,9 +155,11 @@ def load_checkpoint(
     epoch, losses, rng = state.get("epoch"), state.get("losses"), state.get("rng")
     bad = (
         not isinstance(epoch, int)
+        or isinstance(epoch, bool)
         or epoch < 0
         or not isinstance(losses, list)
         or len(losses) != epoch
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in losses)
         or not isinstance(rng, dict)
         or not {"torch", "numpy", "python"} <= set(rng)
     )
@@ -159,6 +177,8 @@ def load_checkpoint(
             f"nanoir.qat.train: checkpoint {path} was saved with cosine="
             f"{state.get('scheduler') is not None}; resume with the same options"
         )
+    if schedule is not None and not _same_kind(schedule.state_dict(), state["scheduler"]):
+        raise QATError(f"nanoir.qat.train: checkpoint {path} has a damaged schedule state")
     kind = state.get("optimizer_class")
     if kind != type(optimizer).__qualname__:
         raise QATError(
