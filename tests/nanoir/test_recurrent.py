@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf, nh
 from nanoir.dialects.dense import dense_to_numpy, numpy_to_dense
@@ -62,7 +62,15 @@ def _recurrent(module: ModuleOp) -> nf.RecurrentOp:
     return op
 
 
-@settings(max_examples=examples(8))
+@settings(max_examples=examples(3))
+@example(
+    mode="lstm", layers=2, bidirectional=True, batch_first=True, bias=True, states=True,
+    sizes=(2, 4, 3, 3),
+)  # fmt: skip
+@example(
+    mode="gru", layers=1, bidirectional=True, batch_first=False, bias=False, states=True,
+    sizes=(1, 3, 2, 2),
+)  # fmt: skip
 @given(
     mode=st.sampled_from(sorted(MODULES)),
     layers=st.integers(1, 2),
@@ -179,7 +187,7 @@ def _inputs(layout, x_shape, states, rng, scale=1.0):  # noqa: ANN001, ANN202
     return arrays
 
 
-@settings(max_examples=examples(25))
+@settings(max_examples=examples(10))
 @given(
     mode=st.sampled_from(["lstm", "gru", "rnn_tanh", "rnn_relu"]),
     layers=st.integers(1, 2),
