@@ -6,7 +6,9 @@ negative values saturate to 0) and exponent(s), the saturation
 rate (the share of values clipped at the code range), the SQNR of the quantized value against
 its own input (the error this fake-quant adds), and the SQNR against the same tensor in the
 float program (the error accumulated up to here); and the SQNR of each program output against
-the float program's. The float program is the quantized one with every fake-quant removed
+the float program's. A value read only by a ReLU (or a clamp at 0) is measured as the ReLU
+reads it, ``max(v, 0)`` on every side, and its bits show ``+`` (``8u+``): an error on its
+negatives reaches nothing, and unsigned codes saturate them by design. The float program is the quantized one with every fake-quant removed
 and every bias that quantize's bias correction changed given back its float value (the
 ``nq.uncorrected`` attribute the correction leaves on the constant), so "vs float" compares
 against the float network quantize was given, not against the corrected biases.
@@ -107,13 +109,20 @@ class ReportRow:
     """For unsigned codes: whether the value is non-negative by construction (its producer's
     ``NonNegativeResult`` trait) or read only by ops that map negatives as 0 (a ReLU); False
     when a rule asked unsigned codes anyway."""
+    after_relu: bool = False
+    """The value is read only by ops that map negatives as 0 (a ReLU, a clamp with min >= 0):
+    the row measures what they read, ``max(v, 0)`` of the quantized, input and float values,
+    since an error on the negatives (unsigned codes saturating them, ``trunc``'s rounding
+    offset moving them) reaches nothing."""
 
     @property
     def bits_text(self) -> str:
-        """``8``, ``8u`` (unsigned) or ``8u*`` (unsigned, not known non-negative)."""
+        """``8``, ``8u`` (unsigned) or ``8u*`` (unsigned, not known non-negative), and ``+``
+        when measured after the ReLU that reads it (:attr:`after_relu`)."""
+        relu = "+" if self.after_relu else ""
         if self.signed:
-            return str(self.bits)
-        return f"{self.bits}u" + ("" if self.known_non_negative else "*")
+            return f"{self.bits}{relu}"
+        return f"{self.bits}u" + ("" if self.known_non_negative else "*") + relu
 
     @property
     def exp_text(self) -> str:
@@ -167,6 +176,8 @@ class QuantReport:
             text.append(
                 "u* unsigned codes on a value not known non-negative: negatives saturate to 0"
             )
+        if any(r.after_relu for r in self.rows):
+            text.append("+ read only by a ReLU: measured on max(value, 0), what the ReLU reads")
         for i, s in enumerate(self.output_sqnr):
             text.append(f"output {i}: SQNR {s:.1f} dB against the float program")
         return "\n".join(text)
@@ -361,6 +372,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
     fqs = [op for op in func.walk() if isinstance(op, FakeQuantOp)]
     exps = {op: dense_to_numpy(op.exp).astype(np.int64) for op in fqs}
     accs = {op: _Acc() for op in fqs}
+    relu_read = {op for op in fqs if negatives_unread(op.result)}
+    """Fake-quants read only by a ReLU (or a clamp at 0): measured after it."""
     twin_values = {v: op for op, v in mapping.items()}
     out_signal: list[float] = []
     out_noise: list[float] = []
@@ -401,9 +414,12 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
         for op, (x, q) in quantized.items():
             if op.origin is not None:
                 seen.setdefault(op, []).append(x)
+            if op in relu_read:  # what the ReLU reading it sees
+                x, q = np.maximum(x, 0.0), np.maximum(q, 0.0)
             accs[op].add_local(x, q, op.bits.value.data, exps[op], op.is_signed)
             if op in floats:
-                accs[op].add_float(floats[op], q)
+                f = floats[op]
+                accs[op].add_float(np.maximum(f, 0.0) if op in relu_read else f, q)
         for i, (q, f) in enumerate(zip(q_out, f_out)):
             if len(out_signal) <= i:
                 out_signal.append(0.0)
@@ -442,6 +458,7 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                 known_non_negative=op.is_signed
                 or non_negative_result(op.input)
                 or negatives_unread(op.result),
+                after_relu=op in relu_read,
             )
         )
     result.output_sqnr = [sqnr_db(s, n) for s, n in zip(out_signal, out_noise)]
