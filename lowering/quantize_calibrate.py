@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from nanoir.dialects.traits import negatives_unread
 from nanoir.lowering.quantize_rules import (
     QuantConfig,
     QuantizeError,
@@ -206,10 +207,16 @@ def calibrate(
         raise QuantizeError("quantize: the calibration data is empty")
     passes = 2 if config.calibrator == "mse" else 1
 
+    # Only the positive part sets the range of unsigned codes ([0, max]) and of a value read
+    # only by a ReLU (or a clamp at 0), whose negatives nothing sees: there the error is
+    # measured on what the ReLU reads, so a large negative tail does not coarsen the step.
+    positive = {v for v, t in acts.items() if not t.signed or t.bits > 1 and negatives_unread(v)}
+
     def observe_absmax(value: SSAValue, x: np.ndarray) -> None:
         t = acts[value]
-        # Unsigned codes cover [0, max]: only the positive part sets the range.
-        m = quant.channel_absmax(x if t.signed else np.maximum(x, 0.0), t.channel_axis)
+        if value in positive:
+            x = np.maximum(x, 0.0)
+        m = quant.channel_absmax(x, t.channel_axis)
         m = m.reshape(-1)
         s = stats[value]
         s.absmax = m if s.absmax is None else np.maximum(s.absmax, m)
@@ -225,6 +232,8 @@ def calibrate(
         shape = [1] * x.ndim
         if axis is not None:
             shape[axis] = -1
+        if value in positive:
+            x = np.maximum(x, 0.0)
         for i, k in enumerate(s.candidates):
             err = (
                 quant.fake_quant(x, t.bits, k.reshape(shape), config.rounding, signed=t.signed) - x
