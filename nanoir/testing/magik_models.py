@@ -8,7 +8,9 @@ own copies (the manual's sample is ``magik_crnn.py``; nothing is imported from i
   LSTM, ``"gru"``, or ``"linear"``, a Linear in its place), Flatten, FullyConnected with
   BatchNorm, FullyConnected, Sigmoid. ``width`` scales every channel count (the manual's
   network is ``width=1``: 256 channels into the LSTM) so tests can run a slim copy;
-- ``Focus``: YOLOv5's space-to-depth by four strided slices, then a 1x1 conv.
+- ``Focus``: YOLOv5's space-to-depth by four strided slices, then a 1x1 conv;
+- ``UnpoolDecoder``: a MaxPool/MaxUnpool decoder (``MaxPool2d(return_indices=True)``'s
+  indices read by ``MaxUnpool2d``).
 
 ``MAGIK_MODELS[name]()`` builds one (``MagikCRNN-<rnn>-<unpool>``; input
 ``MAGIK_INPUTS[name]``), ``make_magik_model(name, seed)`` with fixed weights and realistic
@@ -35,6 +37,7 @@ __all__ = [
     "Focus",
     "MagikCRNN",
     "Unpool2d",
+    "UnpoolDecoder",
     "make_magik_model",
 ]
 
@@ -144,6 +147,21 @@ class Focus(nn.Module):
         return self.conv(torch.cat(parts, 1))
 
 
+class UnpoolDecoder(nn.Module):
+    """A MaxPool/MaxUnpool decoder (SegNet's pattern): conv, ReLU, 2x2 max pool keeping its
+    indices, 1x1 conv, ReLU, max unpool by those indices, conv."""
+
+    def __init__(self, c: int = 4):
+        super().__init__()
+        self.enc, self.pool = nn.Conv2d(3, c, 3, padding=1), nn.MaxPool2d(2, return_indices=True)
+        self.mid, self.unpool = nn.Conv2d(c, c, 1), nn.MaxUnpool2d(2)
+        self.dec = nn.Conv2d(c, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, i = self.pool(torch.relu(self.enc(x)))
+        return self.dec(self.unpool(torch.relu(self.mid(y)), i))
+
+
 MAGIK_MODELS: dict[str, Callable[[], nn.Module]] = {
     **{
         f"MagikCRNN-{rnn}-{unpool}": partial(MagikCRNN, rnn, unpool, 10, 0.125)
@@ -151,12 +169,14 @@ MAGIK_MODELS: dict[str, Callable[[], nn.Module]] = {
         for unpool in UNPOOL_MODES
     },
     "Focus": Focus,
+    "UnpoolDecoder": UnpoolDecoder,
 }
 """The issue-22 proof networks by name (the CRNNs slim: ``width=1/8``)."""
 
 MAGIK_INPUTS: dict[str, tuple[int, ...]] = {
     **{name: (2, 3, 32, 64) for name in MAGIK_MODELS if name.startswith("MagikCRNN")},
     "Focus": (2, 3, 8, 8),
+    "UnpoolDecoder": (2, 3, 6, 8),
 }
 """An example input shape per network (the CRNN's height must be 32: it ends at 1)."""
 

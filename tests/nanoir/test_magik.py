@@ -114,7 +114,8 @@ def test_magik_crnn_unpool_modes(
 ) -> None:
     """MagikCRNN (linear head) in each Unpool2D mode: nf == torch (the zero mode imported;
     the others its program with the unpool op swapped, checked against their own torch
-    model), nq == nh at 8- and 4-bit weights, ``.ne`` at both levels byte for byte (4-bit).
+    model), nq == nh at 4-bit weights (and 8-bit for zero), ``.ne`` at both levels byte for
+    byte (4-bit).
     Mutant seen to fail it: the zero-stuffing kernel (``runtime/numerics/upsample.py``)
     putting values at offset 1."""
     module, x = crnn
@@ -122,19 +123,19 @@ def test_magik_crnn_unpool_modes(
         module = _with_unpool(module, unpool)
         model = make_magik_model(f"MagikCRNN-linear-{unpool}")
         _check_folded(model, module, x)
-    _compile(module, x, 8)
+    if unpool == "zero":  # (8-bit for one mode: the others differ only in the unpool op)
+        _compile(module, x, 8)
     q, hw = _compile(module, x, 4)
     _ne_round_trip(q, x, tmp_path / "nq")
     _ne_round_trip(hw, x, tmp_path / "hw")
 
 
 def test_magik_crnn_lstm(lstm_crnn: tuple[ModuleOp, torch.Tensor]) -> None:
-    """The manual's network with its bidirectional LSTM: nf == torch, nq == nh at 8- and
-    4-bit weights (the GRU variant, ``MagikCRNN-gru-*``, compiles the same way; one
+    """The manual's network with its bidirectional LSTM: nf == torch, nq == nh at 4-bit
+    weights (the GRU variant, ``MagikCRNN-gru-*``, compiles the same way; one
     torch.export of a recurrent net costs about 8 s here, so CI runs the LSTM only)."""
     module, x = lstm_crnn
     assert "nf.recurrent" in [o.name for o in module.walk()]
-    _compile(module, x, 8)
     _compile(module, x, 4)
 
 

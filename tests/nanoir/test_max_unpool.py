@@ -15,27 +15,13 @@ from nanoir.dialects import nh, nq
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import ExecutionError, run
 from nanoir.runtime.stream import stream
-from torch import nn
 
 import nanoir
 from nanoir.frontend import from_torch
+from nanoir.testing.magik_models import UnpoolDecoder
 from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
-
-
-class Decoder(nn.Module):
-    """conv, ReLU, 2x2 max pool with indices, 1x1 conv, ReLU, max unpool, conv."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.enc, self.pool = nn.Conv2d(3, 4, 3, padding=1), nn.MaxPool2d(2, return_indices=True)
-        self.mid, self.unpool = nn.Conv2d(4, 4, 1), nn.MaxUnpool2d(2)
-        self.dec = nn.Conv2d(4, 2, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y, i = self.pool(torch.relu(self.enc(x)))
-        return self.dec(self.unpool(torch.relu(self.mid(y)), i))
 
 
 def test_decoder_equals_torch_and_lowers_exactly() -> None:
@@ -45,7 +31,7 @@ def test_decoder_equals_torch_and_lowers_exactly() -> None:
     to fail it: ``quantize_targets`` putting a fake-quant on the indices (IndexResult
     ignored)."""
     torch.manual_seed(0)
-    net = Decoder().eval()
+    net = UnpoolDecoder().eval()
     x = torch.randn(2, 3, 6, 8)
     module = from_torch(net, (x,))
     (y,) = run(module, x.double().numpy(), dtype=np.float64)
@@ -81,7 +67,7 @@ def _program(c: int, h: int, w: int, k: int) -> str:
 }}"""
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(
     st.integers(1, 3),
     st.integers(1, 3),

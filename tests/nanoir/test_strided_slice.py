@@ -75,7 +75,7 @@ def _program(shape: tuple[int, ...], axis: int, indices: list[int]) -> str:
 }}"""
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(
     st.integers(2, 4),
     st.integers(1, 9),

@@ -34,24 +34,9 @@ def _net(mode: str) -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), Unpool2d(4, mode), nn.Conv2d(4, 2, 1))
 
 
-@pytest.mark.parametrize("mode", ["zero", "bilinear"])
-def test_unpool_modes_equal_torch(mode: str) -> None:
-    """nf (float64) == torch (float64); the zero mode's one-hot conv_transpose is imported
-    as nf.upsample_zero (no transposed conv left), bilinear as nf.upsample_bilinear. Mutant
-    seen to fail it: ``bilinear_sum``'s weights 1, 3 swapped for the odd rows."""
-    net = _net(mode).eval()
-    x = torch.randn(2, 3, 5, 6)
-    module = from_torch(net, (x,))
-    names = [op.name for op in module.walk()]
-    assert f"nf.upsample_{mode}" in names and "nf.conv_transpose" not in names
-    (y,) = run(module, x.double().numpy(), dtype=np.float64)
-    want = net.double()(x.double()).detach().numpy()
-    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
-
-
 def test_refusals_name_the_reason() -> None:
-    """align_corners=True is not dyadic, x3 is not x2, a conv_transpose that is not one-hot
-    stays a transposed conv."""
+    """align_corners=True is not dyadic (refused; so is x3, by the same check of sizes), a
+    conv_transpose that is not one-hot stays a transposed conv."""
 
     class Up(nn.Module):
         def __init__(self, **kw: object) -> None:
@@ -62,10 +47,7 @@ def test_refusals_name_the_reason() -> None:
             return F.interpolate(x, mode="bilinear", **self.kw)  # type: ignore[arg-type]
 
     x = torch.randn(2, 3, 4, 4)
-    for kw, reason in (
-        ({"scale_factor": 2, "align_corners": True}, "not dyadic"),
-        ({"scale_factor": 3, "align_corners": False}, "only x2"),
-    ):
+    for kw, reason in (({"scale_factor": 2, "align_corners": True}, "not dyadic"),):
         with pytest.raises(nanoir.Error, match=reason):
             from_torch(Up(**kw), (x,))
     weight = torch.ones(3, 1, 1, 1)
@@ -116,7 +98,7 @@ def _fake_quant(v: np.ndarray, fq: nq.FakeQuantOp) -> np.ndarray:
     return np.ldexp(np.clip(rounding(np.ldexp(v, k)), lo, hi), -k)
 
 
-@settings(max_examples=examples(25))
+@settings(max_examples=examples(12))
 @given(
     st.sampled_from(("zero", "bilinear")),
     st.integers(1, 3),
@@ -187,17 +169,25 @@ def test_nq_equals_numpy_and_nh_and_streams(
 
 
 @pytest.mark.parametrize("mode", ["zero", "bilinear"])
-def test_ne_and_onnx_round_trip(mode: str, tmp_path: pathlib.Path) -> None:
-    """``.ne`` at the nq and hw levels prints back byte for byte and computes the same; the
-    float program written to ONNX (``UpsampleZero`` as the one-hot ConvTranspose, bilinear
-    as Resize linear/half_pixel) gives onnxruntime's results equal to nanoir's, up to
-    float32 rounding. Mutant seen to fail it: the nq row writing ``half_pixel`` as
-    ``asymmetric``."""
+def test_unpool_modes_torch_ne_and_onnx(mode: str, tmp_path: pathlib.Path) -> None:
+    """nf (float64) == torch (float64); the zero mode's one-hot conv_transpose is imported
+    as nf.upsample_zero (no transposed conv left), bilinear as nf.upsample_bilinear. ``.ne``
+    at the nq and hw levels prints back byte for byte and computes the same; the float
+    program written to ONNX (``UpsampleZero`` as the one-hot ConvTranspose, bilinear as
+    Resize linear/half_pixel) gives onnxruntime's results equal to nanoir's, up to float32
+    rounding. Mutants seen to fail it: ``bilinear_sum``'s weights 1, 3 swapped for the odd
+    rows; the nq row writing ``half_pixel`` as ``asymmetric``."""
     import onnxruntime as ort
 
     net = _net(mode).eval()
     x = torch.randn(2, 3, 5, 6)
     module = from_torch(net, (x,))
+    names = [op.name for op in module.walk()]
+    assert f"nf.upsample_{mode}" in names and "nf.conv_transpose" not in names
+    (y,) = run(module, x.double().numpy(), dtype=np.float64)
+    want = net.double()(x.double()).detach().numpy()
+    net.float()
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
     path = str(tmp_path / "f.onnx")
     nanoir.save(module, path)
     session = ort.InferenceSession(path)
