@@ -225,7 +225,8 @@ def _stream(module: Any, args: argparse.Namespace, outs: list[tuple[str, bool]])
     dim, step = args.mem_dim, args.step
     along = [x.ndim > dim and streamer.streams_input(i) for i, x in enumerate(inputs)]
     length = max([x.shape[dim] for x, a in zip(inputs, along) if a] or [1])
-    spools = [RowSpool(dim) for _ in range(streamer.num_outputs)]
+    # each output's rows come along its own dim (a transpose may have moved mem_dim)
+    spools = [RowSpool(dim if a is None else a) for a in streamer.output_axes]
     try:
         for start in range(0, length, step):
             chunks = [

@@ -157,3 +157,32 @@ def test_streamer_pushes_frames_past_a_transpose() -> None:
     outs.append(streamer.flush()[0])
     assert start == 11
     assert np.concatenate(outs, axis=1).tobytes() == want.tobytes()
+
+
+def test_nanoir_run_stream_spools_rows_along_the_output_axis(tmp_path: Any) -> None:
+    """``nanoir-run --stream`` writes an output streamed along dim 1 (past the transpose) as
+    the whole run's array. Mutant seen to fail it: the spool cutting every output along
+    ``--mem-dim`` (as before ``Streamer.output_axes``)."""
+    import nanoir
+    from nanoir.cli.run import main
+
+    hw = _levels(_exported("1d", 2, 3, 1, False, 11), (2, 2, 11), 4)[2]
+    x = np.random.default_rng(4).standard_normal((2, 2, 11))
+    nanoir.save(hw, str(tmp_path / "hw.mlir"))
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npy"
+    assert (
+        main(
+            [
+                str(tmp_path / "hw.mlir"),
+                "--input",
+                str(tmp_path / "x.npy"),
+                "--stream",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    (want,) = run(hw, x)
+    assert np.load(out).tobytes() == want.tobytes()
