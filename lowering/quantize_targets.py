@@ -13,6 +13,7 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import (
     DataMovement,
     IntegerAlgorithm,
+    NonNegativeResult,
     Weighted,
     negatives_unread,
     non_negative_result,
@@ -144,13 +145,17 @@ def _signed(
 
 
 def _unsigned_unlowered(value: SSAValue) -> bool:
-    """Whether lower-to-hw refuses unsigned codes for this value: out of or into an op defined
-    by an integer algorithm (softmax, layer/group norm), out of a batch norm (whose affine is
-    searched for signed codes). ``unsigned="auto"`` leaves those signed so that its programs
-    lower (a rule's ``u`` still asks, and lower-to-hw then names the op)."""
+    """Whether lower-to-hw refuses unsigned codes for this value: into an op defined by an
+    integer algorithm (softmax, layer/group norm), out of one whose result can be negative
+    (log-softmax, the norms; softmax's, ``NonNegativeResult``, is written as unsigned codes),
+    out of a batch norm (whose affine is searched for signed codes). ``unsigned="auto"`` leaves
+    those signed so that its programs lower (a rule's ``u`` still asks, and lower-to-hw then
+    names the op)."""
     op = value.owner
     if isinstance(op, nf.BatchNormOp) or (
-        isinstance(op, Operation) and op.has_trait(IntegerAlgorithm)
+        isinstance(op, Operation)
+        and op.has_trait(IntegerAlgorithm)
+        and not op.has_trait(NonNegativeResult)
     ):
         return True
     return any(u.operation.has_trait(IntegerAlgorithm) for u in value.uses)
