@@ -38,8 +38,10 @@ from nanoir.runtime.numerics import quant
 __all__ = [
     "ALIGN_BITS",
     "MAX_ROUNDS",
+    "NORM_BIAS_GUARD",
     "ZERO_EXP",
     "Join",
+    "Norm",
     "Quant",
     "Rules",
     "Weighted",
@@ -55,6 +57,10 @@ EXP_FLOOR = quant.CALIB_EXP_RANGE[0]
 ALIGN_BITS = 31
 """Bits an aligned add/concat operand may take: i32 with one bit of growth for the sum."""
 MAX_ROUNDS = 64
+NORM_BIAS_GUARD = 16
+"""Steps finer than a layer/group norm's output step its bias may take: the integer algorithm
+adds the bias on a grid at most ``runtime.numerics.norm._MAX_GUARD`` (24) steps finer than the
+output, so a finer bias (a zero-initialised bias after a QAT step, exponent ~60) has no plan."""
 
 
 @dataclass(eq=False)
@@ -89,6 +95,15 @@ class Join:
 
     name: str
     operands: list[list[Quant]]
+
+
+@dataclass(eq=False)
+class Norm:
+    """A layer or group norm (an integer algorithm): its bias ``b`` and output ``out``."""
+
+    name: str
+    b: Quant
+    out: Quant
 
 
 @dataclass(eq=False)
@@ -142,6 +157,7 @@ class Rules:
 
     joins: Sequence[Join]
     weighted: Sequence[Weighted]
+    norms: Sequence[Norm] = ()
     changed: bool = False
     bias_exps: dict[Quant, np.ndarray] = field(default_factory=dict)
     """Each bias's exponents after :meth:`settle`: its own, capped at its accumulators'."""
@@ -159,6 +175,8 @@ class Rules:
             self.bias_exps = {b: b.exps.copy() for b in biases}
             for wt in self.weighted:
                 self.accumulate(wt)
+            for n in self.norms:
+                self.norm(n)
             if not self.changed:
                 break
         return self.bias_exps
@@ -197,6 +215,21 @@ class Rules:
         cap = min(int(code_exps(q).min()) + ALIGN_BITS - _width(q) for q in everything)
         for q in everything:
             self.lower(q, cap, where)
+
+    # -- layer / group norm ------------------------------------------------------------------
+
+    def norm(self, n: Norm) -> None:
+        """A norm's non-zero bias at most :data:`NORM_BIAS_GUARD` steps finer than its output
+        (a zero one stays: the algorithm adds nothing, at any exponent)."""
+        b, out = n.b, n.out
+        if b.fixed or b.bits < 2 or out.bits < 2 or b.exps.size != 1 or out.exps.size != 1:
+            return
+        cap = int(out.exps.reshape(-1)[0]) + NORM_BIAS_GUARD
+        if int(b.exps.reshape(-1)[0]) <= cap:
+            return
+        if not quant.quantize_to_int(b.array(), b.bits, b.exps, b.rounding).any():
+            return
+        self.lower(b, cap, f"norm:{n.name}")
 
     # -- conv / linear ------------------------------------------------------------------------
 

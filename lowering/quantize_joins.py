@@ -47,6 +47,7 @@ from nanoir.lowering.join_rules import (
     MAX_ROUNDS,
     ZERO_EXP,
     Join,
+    Norm,
     Quant,
     Rules,
     Weighted,
@@ -57,7 +58,16 @@ from xdsl.dialects.builtin import StringAttr
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, OpResult, SSAValue
 
-__all__ = ["ALIGN_BITS", "MAX_ROUNDS", "ZERO_EXP", "describe", "get_exps", "settle", "sources"]
+__all__ = [
+    "ALIGN_BITS",
+    "MAX_ROUNDS",
+    "ZERO_EXP",
+    "describe",
+    "describe_norms",
+    "get_exps",
+    "settle",
+    "sources",
+]
 
 ALIGNED = nf.AddOp | nf.SubOp | nf.MaximumOp | nf.MinimumOp
 """Binary ops whose operands lower-to-hw aligns to one exponent by exact shifts."""
@@ -145,6 +155,23 @@ def describe(
     return joins, weighted
 
 
+def describe_norms(func: FuncOp, quant_of: Callable[[SSAValue], Quant | None]) -> list[Norm]:
+    """``func``'s layer and group norms whose bias and output are quantized (the output's
+    :class:`Quant` is its result's, or that of the fake-quant reading it), for the rules'
+    bias cap (``join_rules.Rules.norm``)."""
+    norms: list[Norm] = []
+    for op in func.body.block.ops:
+        if not isinstance(op, nf.LayerNormOp | nf.GroupNormOp):
+            continue
+        b, out = quant_of(op.bias), quant_of(op.result)
+        uses = list(op.result.uses)
+        if out is None and len(uses) == 1 and isinstance(uses[0].operation, FakeQuantOp):
+            out = quant_of(uses[0].operation.result)
+        if b is not None and b.values is not None and out is not None:
+            norms.append(Norm(f"%{op.result.name_hint or op.name}", b, out))
+    return norms
+
+
 def _constant_values(value: SSAValue) -> Callable[[], np.ndarray] | None:
     if isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp):
         return lambda: np.asarray(constant_array(value), dtype=np.float64)
@@ -190,7 +217,7 @@ def settle(
     joins, weighted = describe(
         func, quant_of, lambda op: bias_quants[op][1] if op in bias_quants else None
     )
-    capped = Rules(joins, weighted).settle()
+    capped = Rules(joins, weighted, describe_norms(func, quant_of)).settle()
     for fq, q in quants.items():
         old = get_exps(fq)
         if (q.exps != old).any():

@@ -34,7 +34,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.join_rules import Quant, Rules
-from nanoir.lowering.quantize_joins import describe
+from nanoir.lowering.quantize_joins import describe, describe_norms
 from nanoir.lowering.quantize_targets import Target
 
 __all__ = ["JoinRules"]
@@ -83,6 +83,7 @@ class JoinRules:
         self.biases: set[str] = set()
 
         self.joins, self.weighted = describe(func, quant_of, bias_of)
+        self.norms = describe_norms(func, quant_of)
         self.origins: dict[str, str] = {}
         """Why the latest :meth:`settle` changed a quantizer's exponents (``join:%add``, as
         quantize's ``origin`` attribute), by key."""
@@ -112,7 +113,7 @@ class JoinRules:
             own[key] = q.exps = self.quantizers[key].int_exponents()
             q.origin = None
             q.values = self.loaders[key]
-        capped = Rules(self.joins, self.weighted).settle()
+        capped = Rules(self.joins, self.weighted, self.norms).settle()
         settled = {key: q.exps for key, q in self.quants.items()}
         self.origins = {key: q.origin for key, q in self.quants.items() if q.origin is not None}
         for key, (start, origin) in self.calibrated.items():
