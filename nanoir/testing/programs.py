@@ -12,8 +12,10 @@ grouped, strided, dilated, padded, output_padding; weight exponents along dim 1)
 products of branches, a float constant added, division by a dyadic constant, matmul (by a
 constant, and of a value by its transpose), linear layers over the last dim of a feature map,
 adaptive average pooling, hardsigmoid and leaky ReLU (tables), depth_to_space /
-space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes need it) and
-channel shuffle (reshape, transpose, reshape). The hw lowering's and the
+space_to_depth (both modes, a 1x1 conv or an end pad first where the shapes need it),
+channel shuffle (reshape, transpose, reshape), softmax / log-softmax, LayerNorm over the last
+dims and GroupNorm (integer algorithms between per-tensor fake-quants), expand of a size-1 dim
+and gather with constant indices. The hw lowering's and the
 streaming executor's property tests draw from ``ALL_KINDS``, ``.ne``'s and QAT's from
 ``BASE_KINDS``. Test code imports it from here (never from ``tests``); it needs hypothesis,
 from the ``test`` extra.
@@ -209,6 +211,10 @@ ALL_KINDS = BASE_KINDS + (
     "silu",
     "gelu",
     "softmax",
+    "layer_norm",
+    "group_norm",
+    "expand",
+    "gather",
 )
 """Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
 lowering's and the streaming executor's property tests draw from these."""
@@ -308,6 +314,49 @@ def random_nq_program(
             op = nf.LogSoftmaxOp(x, axis) if log else nf.SoftmaxOp(x, axis)
             y = b.add(op).results[0]
             values.append(b.fake_quant(y, bits=8, exp=3 if log else 7, per_channel_axis=None))
+        elif kind in ("layer_norm", "group_norm"):
+            # An integer algorithm between per-tensor fake-quants, its affine weight and bias
+            # per-tensor fake-quantized constants (as quantize leaves them).
+            x = b.fake_quant(v, bits=draw(st.sampled_from((4, 8))), per_channel_axis=None)
+            rank, eps = len(shape), draw(st.sampled_from((1e-5, 1e-3)))
+            if kind == "layer_norm":
+                dims = draw(st.integers(1, rank - 1))  # over the last dims, never the batch
+                affine = tuple(shape[rank - dims :])
+            else:
+                c = shape[1]
+                groups = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0]))
+                affine = (c,)
+            params = []
+            for name, data in (
+                ("weight", b.rng.uniform(-2.0, 2.0, affine)),
+                ("bias", b.rng.uniform(-1.0, 1.0, affine)),
+            ):
+                base = int(quant.exp_from_absmax([float(np.abs(data).max()) or 1.0], 8)[0])
+                const = b.constant(data, f"norm{i}.{name}")
+                params.append(b.fake_quant(const, bits=8, base=base, per_channel_axis=None))
+            if kind == "layer_norm":
+                op = nf.LayerNormOp(x, params[0], params[1], dims, eps)
+            else:
+                op = nf.GroupNormOp(x, params[0], params[1], groups, eps)
+            y = b.add(op).results[0]
+            values.append(b.fake_quant(y, bits=8, base=4, per_channel_axis=None))
+        elif kind == "expand":
+            # A size-1 dim broadcast along itself (``x.narrow(d, i, 1).expand(...)``): the
+            # piece is split off first unless the dim has size 1 already.
+            d = draw(st.integers(1, len(shape) - 1))
+            piece = v
+            if shape[d] > 1:
+                first, rest = b.add(nf.SplitOp(v, d, [1, shape[d] - 1])).results
+                piece = first
+                values.append(rest)
+            size = list(_shape(piece))
+            size[d] = draw(st.integers(2, 4))
+            values.append(b.add(nf.ExpandOp(piece, size)).results[0])
+        elif kind == "gather":
+            # Constant indices along a non-batch dim, in any order, repeats allowed.
+            axis = draw(st.integers(1, len(shape) - 1))
+            idx = draw(st.lists(st.integers(0, shape[axis] - 1), min_size=1, max_size=5))
+            values.append(b.add(nf.GatherOp(v, axis, idx)).results[0])
         elif kind == "prelu":
             n = shape[1] if draw(st.booleans()) else 1
             slope = b.constant(b.rng.uniform(-0.5, 1.5, n), f"prelu{i}.weight")
