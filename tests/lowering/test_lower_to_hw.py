@@ -106,9 +106,11 @@ def test_every_nf_op_is_generated() -> None:
     assert NOT_GENERATED <= {op.name for op in NF.operations}  # the list is kept short
 
 
-NOT_GENERATED: set[str] = set()
-"""Ops the generator does not draw yet (none: an op added to nf gets a generator kind, or is
-named here with the reason until it does)."""
+NOT_GENERATED: set[str] = {"nf.recurrent"}
+"""Ops the generator does not draw yet (an op added to nf gets a generator kind, or is named
+here with the reason until it does). nf.recurrent: its own property test
+(tests/nanoir/test_recurrent.py: nq == nh over sizes, sequence lengths 1..50, bits, rounding and
+initial states); the generator draws no [T, N, F] sequences yet."""
 
 
 @pytest.mark.parametrize("kind", sorted(NEW_KINDS))
