@@ -84,6 +84,8 @@ class Graph:
         self.bounds: dict[SSAValue, int] = {}
         self.consts: dict[tuple[bytes, str, tuple[int, ...]], str] = {}
         self.hints: dict[SSAValue, str] = {}
+        self.fused: set[Any] = set()
+        """``nh.relu`` ops whose requant already saturates at 0."""
         self.lazy: dict[SSAValue, np.ndarray] = {}
         """Constant codes, written as an int32 initializer only when some node reads them
         (a weight is written in its products' own form instead)."""
