@@ -201,8 +201,8 @@ def activation_tables(gates: Grid, mode: str) -> tuple[np.ndarray, np.ndarray]:
     (rounded by ``mode``, saturated to ``±(2**15 - 1)``): the cell's lookup tables.
 
     >>> s, t = activation_tables(Grid(2, 4), "half_even")   # codes -8..7, step 1/4
-    >>> s[8], t[8], t[12], len(s)                               # x = 0, 0, 1
-    (16384, 0, 24956, 16)
+    >>> [int(s[8]), int(t[8]), int(t[12]), len(s)]              # x = 0, 0, 1
+    [16384, 0, 24956, 16]
     """
     codes = np.arange(quant.qmin(gates.bits), quant.qmax(gates.bits) + 1, dtype=np.float64)
     x = codes * 2.0**-gates.exp
