@@ -169,7 +169,8 @@ def mean_error(q: np.ndarray, f: np.ndarray, axis: int) -> tuple[np.ndarray, int
 
 def _own_exps(t: Target, values: np.ndarray, config: QuantConfig) -> np.ndarray:
     """A bias's exponents from its values, as quantize sets them before any cap."""
-    return tensor_exps(values, t.bits, t.channel_axis, config.calibrator, config.rounding).reshape(
+    rounding = t.rounding or config.rounding
+    return tensor_exps(values, t.bits, t.channel_axis, config.calibrator, rounding).reshape(
         exp_shape(t)
     )
 

@@ -521,12 +521,18 @@ def prepare(
         add_zero_biases(find_function(module, function), config)
     qat = QATModule(module, config, function)
     qat.bias_correction = bias_correction
+    if bias_correction:  # as quantize's bias correction: offline rounding to the nearest code
+        offline = {t.name for v, t in qat.targets.items() if qz.rounded_offline(t.kind, v)}
+        for q in qat.quantizers.values():
+            if q.name in offline:
+                q.rounding = qz.CONSTANT_ROUNDING
     with torch.no_grad():
         for value, t in qat.targets.items():
             if t.kind in ("weight", "const"):
                 assert isinstance(value, OpResult)
                 x = dense_to_numpy(value.op.value).astype(np.float64)  # type: ignore[attr-defined]
-                k = qz.tensor_exps(x, t.bits, t.channel_axis, config.calibrator, config.rounding)
+                rounding = qat.quantizer(t.name).rounding
+                k = qz.tensor_exps(x, t.bits, t.channel_axis, config.calibrator, rounding)
                 qat.quantizer(t.name).set_exponents(np.asarray(k).reshape(-1))
     low_bits.apply(qat, quantize_options)  # 2-bit weights: lsq from mse unless chosen
     return qat

@@ -28,6 +28,12 @@ def trunc_quant(x: np.ndarray, bits: int, k: np.ndarray) -> np.ndarray:
     return np.clip(np.trunc(x * 2.0**k), lo, hi) / 2.0**k
 
 
+def nearest_quant(x: np.ndarray, bits: int, k: np.ndarray) -> np.ndarray:
+    """The nearest code (ties to even), saturated: how bias correction rounds weights."""
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return np.clip(np.round(x * 2.0**k), lo, hi) / 2.0**k
+
+
 def absmax_exp(x: np.ndarray, bits: int, axes: tuple[int, ...] | None) -> np.ndarray:
     """NanoEngine's absmax rule ``k = floor(log2(2**(b-1) / absmax))``, per channel kept."""
     m = np.max(np.abs(x), axis=axes, keepdims=axes is not None)
@@ -97,7 +103,7 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
     assert (exps(fqs["weight"]).reshape(-1) == kw.reshape(-1)).all()
     input_name = next(n for n in fqs if n not in ("weight", "bias"))
     assert exps(fqs[input_name]).reshape(-1) == kx.reshape(-1)
-    xq, wq = trunc_quant(x, bits, kx), trunc_quant(w, bits, kw)
+    xq, wq = trunc_quant(x, bits, kx), nearest_quant(w, bits, kw)
 
     def apply(a: np.ndarray, k: np.ndarray) -> np.ndarray:
         ta, tk = torch.from_numpy(a), torch.from_numpy(k)
