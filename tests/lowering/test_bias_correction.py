@@ -80,8 +80,10 @@ def check_exact(module: ModuleOp, x: np.ndarray) -> None:
 @pytest.mark.parametrize("kind", ["conv", "linear"])
 def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
     """A layer without a bias gets ``b' = -mean(layer(xq, wq) - layer(x, w))`` per output
-    channel, with ``xq, wq`` truncated on the absmax exponents (a zero bias quantizes to 0, so
-    nothing else enters). The layer runs in torch float64 here, the quantizer in NumPy.
+    channel, with ``xq`` truncated and ``wq`` rounded to the nearest code (bias correction
+    rounds constants so) on the absmax exponents (a zero bias quantizes to 0, so nothing else
+    enters), less the output's mean truncation error with that bias. The layer runs in torch
+    float64 here, the quantizer in NumPy.
 
     Mutants caught (in a private copy): the correction's sign flipped; the mean taken over the
     wrong axis (per position instead of per channel); the error measured without the input's
@@ -112,6 +114,13 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
     err = apply(xq, wq) - apply(x, w)
     axes = (0, 2, 3) if kind == "conv" else (0,)
     want = -err.mean(axis=axes)
+    # Then the output's own mean truncation error, on the accumulator with that bias (8-bit,
+    # its own exponents capped at the accumulator's kx + kw, nearest codes), is removed too.
+    shape = (1, -1, 1, 1) if kind == "conv" else (1, -1)
+    kb = np.minimum(absmax_exp(want, 8, ()), kx.reshape(-1) + kw.reshape(-1))
+    y = apply(xq, wq) + nearest_quant(want, 8, kb).reshape(shape)
+    ky = absmax_exp(apply(x, w), bits, None)
+    want = want - (trunc_quant(y, bits, ky) - y).mean(axis=axes)
     got = constants(module)["bias"]
     assert np.abs(want).max() > 1e-3  # there is something to correct
     np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-5, atol=1e-7)
@@ -140,7 +149,9 @@ def _layer_errors(
     """Per conv, in order: the mean error per channel of the quantized program's conv result
     (before its output fake-quant) against the float program's, less the half output step
     added on purpose where the output rounds down on every value that counts (``floor``;
-    ``trunc`` read only by a ReLU), and the bias step."""
+    ``trunc`` read only by a ReLU) or, for another ``trunc`` output, less the mean rounding
+    error of that output (NumPy's truncation here), which the correction also removes; and the
+    bias step."""
     seen: dict[str, list[np.ndarray]] = {"f": [], "q": []}
 
     def observer(key: str):  # noqa: ANN202
@@ -168,7 +179,15 @@ def _layer_errors(
             down = mode == RoundingMode.FLOOR or (
                 mode == RoundingMode.TRUNC and all(isinstance(r, nf.ReluOp) for r in readers)
             )
-            offsets.append(2.0 ** (-exps(fq).reshape(-1) - 1) if down else 0.0)
+            if down:
+                offsets.append(2.0 ** (-exps(fq).reshape(-1) - 1))
+            elif mode == RoundingMode.TRUNC:  # the output's own mean rounding error, removed
+                q = seen["q"][len(offsets)]
+                k = exps(fq).reshape(-1)[0]
+                rounded = trunc_quant(q, fq.bits.value.data, np.array(k))
+                offsets.append(-(rounded - q).mean(axis=(0, 2, 3)))
+            else:
+                offsets.append(0.0)
     return [
         ((q - f).mean(axis=(0, 2, 3)) - offset, step)
         for q, f, offset, step in zip(seen["q"], seen["f"], offsets, steps, strict=True)
