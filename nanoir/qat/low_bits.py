@@ -33,8 +33,10 @@ __all__ = ["BITS", "CALIBRATOR", "LEARNER", "RATE", "apply", "calibrator_exponen
 
 BITS = 2
 """The weight width the defaults apply to."""
-LEARNER, RATE = "lsq", 0.05
-"""The learner and its rate (the exponent's Adam rate) of such a weight."""
+LEARNER, RATE = "lsq", 0.01
+"""The learner and its rate (the exponent's Adam rate; lsq's usual one). At 0.05 the
+exponents flip between neighbours: on a small MLP fitted for 30 steps the output lost 1-5 dB
+where 0.01 gained 0.1-1.3 over the start."""
 CALIBRATOR = "mse"
 """Its initial exponents' calibrator."""
 
