@@ -5,8 +5,11 @@ onnxruntime's own exception (a traceback through its bindings)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from nanoir.grammar.onnx.integer import PROGRAM_KEY, export_model
 
 import nanoir
 
@@ -35,7 +38,7 @@ def hw():  # noqa: ANN201
 @pytest.mark.parametrize(
     "shape", [(1, 3, 4, 4), (2, 4, 4), (1, 2, 5, 4), (1,), (1, 2, 4, 4, 1)], ids=str
 )
-def test_a_wrong_shape_to_the_onnxruntime_backend_is_one_argument_error(hw, shape) -> None:  # noqa: ANN001
+def test_a_wrong_shape_to_the_onnxruntime_backend_is_one_error(hw, shape) -> None:  # noqa: ANN001
     """The NumPy executor refuses a wrong shape with an ExecutionError; onnxruntime raised its
     own InvalidArgument ('Got invalid dimensions for input: x'), a traceback. Now the backend
     names the input and the expected shape (the batch dynamic), like the NumPy executor.
@@ -68,3 +71,30 @@ def test_odd_but_valid_inputs_equal_the_numpy_executor(hw) -> None:  # noqa: ANN
         e = np.array([3, 4, 5]).reshape(3, 1, 1)
         want = np.clip(np.floor(acc * 2.0**e + 0.5), 0, 255)
         assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_a_splat_edited_into_the_program_is_refused_before_it_is_written(
+    hw, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """The program text in the metadata edited: an unused constant, a splat of 10**7 codes
+    (a 100-byte edit), added. The reader wrote the whole program again (~2 s, ~400 MB; 10**8
+    codes: 40 s and 3.2 GB) before finding that the graphs differ. Now the constant count is
+    checked against what a file of this size can hold, before writing: one error, quickly.
+
+    Mutant seen to fail it (private copy): the _check_constant_size call removed (the error
+    is then 'its graph is not the one ...', reached after the write)."""
+    model = export_model(hw)
+    text = str(hw)
+    big = (
+        '%big = nh.constant "b" dense<1> : tensor<10000000xi8> '
+        "-> tensor<10000000xi8, #nh.fixed<0, C>>"
+    )
+    edited = text.replace("    %w = nh.constant", f"    {big}\n    %w = nh.constant", 1)
+    assert edited != text
+    for p in model.metadata_props:
+        if p.key == PROGRAM_KEY:
+            p.value = edited
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(nanoir.Error, match=r"10000006 constant codes, more than a file of"):
+        nanoir.load(path)

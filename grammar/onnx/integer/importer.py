@@ -11,13 +11,20 @@ the program its text names. A file without the key is not an integer-flavour fil
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+from nanoir.dialects.nf import NF
+from nanoir.dialects.nh import NH
+from nanoir.dialects.nq import NQ
 from nanoir.grammar.onnx.exporter import _onnx
 from nanoir.grammar.onnx.integer.exporter import IO_KEY, PROGRAM_KEY, export_model
 from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.context import Context
+from xdsl.dialects.builtin import Builtin, ModuleOp, TensorType
+from xdsl.dialects.func import Func
+from xdsl.parser import Parser
 
 from nanoir.errors import FileFormatError
 
@@ -56,20 +63,33 @@ def integer_model_of(data: bytes) -> Any | None:
 
 
 def _default_parse(text: str) -> ModuleOp:
-    from nanoir.dialects.nf import NF
-    from nanoir.dialects.nh import NH
-    from nanoir.dialects.nq import NQ
-    from xdsl.context import Context
-    from xdsl.dialects.builtin import Builtin
-    from xdsl.dialects.func import Func
-    from xdsl.parser import Parser
-
     ctx = Context()
     for dialect in (Builtin, Func, NF, NQ, NH):
         ctx.load_dialect(dialect)
     module = Parser(ctx, text).parse_module()
     module.verify()
     return module
+
+
+def _check_constant_size(module: ModuleOp, model: Any, name: str) -> None:
+    """Refuse constants the graph cannot hold before writing them: the writer stores every
+    constant code it reads in at least a byte, and a splat literal of a few bytes of text
+    (``dense<1> : tensor<100000000xi8>``) would otherwise cost seconds and gigabytes of
+    writing before the graphs differ."""
+    from nanoir.dialects.nh import ConstantOp
+
+    codes = sum(
+        math.prod(op.result.type.get_shape())
+        for op in module.walk()
+        if isinstance(op, ConstantOp) and isinstance(op.result.type, TensorType)
+    )
+    limit = 8 * model.ByteSize() + (1 << 20)
+    if codes > limit:
+        raise IntegerOnnxImportError(
+            f"{name}: the nh program in its {PROGRAM_KEY} metadata has {codes} constant codes, "
+            f"more than a file of {model.ByteSize()} bytes holds: the file was changed after "
+            "nanoir wrote it; refusing to read it as that program"
+        )
 
 
 def import_model(
@@ -90,6 +110,7 @@ def import_model(
         raise IntegerOnnxImportError(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not parse: {e}"
         ) from None
+    _check_constant_size(module, model, name)
     try:
         again = export_model(module, program_text=props[PROGRAM_KEY])
     except IntegerOnnxError as e:
