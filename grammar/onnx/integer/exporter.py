@@ -31,7 +31,7 @@ from nanoir.dialects import nh
 from nanoir.dialects.nf import tensor_shape
 from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.schema import main_function
-from nanoir.grammar.onnx.exporter import _onnx
+from nanoir.grammar.onnx.exporter import OnnxExportError, _onnx, export_onnx_bytes
 from nanoir.grammar.onnx.integer.graph import ELEM, Graph, IntegerOnnxError, natural_dtype
 from nanoir.grammar.onnx.integer.ops import OPS
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
@@ -219,8 +219,6 @@ def export_any_flavor(module: ModuleOp, flavor: str | None = None) -> bytes:
     """ONNX bytes of ``module`` in ``flavor``; None picks ``integer`` for an nh program and
     ``qdq`` otherwise. ``qdq``/``nanoengine`` on an nh program, and ``integer`` on one that
     is not, are refused naming the flavour."""
-    from nanoir.grammar.onnx.exporter import OnnxExportError, export_onnx_bytes
-
     if flavor is not None and flavor not in FLAVORS:
         raise OnnxExportError(
             f"onnx export: unknown flavour {flavor!r} (known: {', '.join(FLAVORS)})"

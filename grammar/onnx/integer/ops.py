@@ -25,13 +25,23 @@ from typing import Any
 
 import numpy as np
 from nanoir.dialects import nh
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nq import RoundingMode
 from nanoir.grammar.onnx.integer import arith
-from nanoir.grammar.onnx.integer.graph import Graph, IntegerOnnxError, zero_point
+from nanoir.grammar.onnx.integer.graph import Graph, IntegerOnnxError, natural_dtype, zero_point
 from nanoir.runtime.nh import _pool_geometry, _pool_setup, _window_counts
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics.shapes import window_params
+from nanoir.runtime.numerics.softmax import (
+    _MANTISSA,
+    EXP_FRAC,
+    LN2,
+    LN_FRAC,
+    LN_TABLE,
+    LN_TABLE_BITS,
+    LO_FRAC,
+)
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
 
@@ -560,8 +570,6 @@ def _pad_value(g: Graph, v: SSAValue, form: str, code: int) -> str:
     if form == "i64":
         return g.const(code, np.int64)
     if form == "in":
-        from nanoir.grammar.onnx.integer.graph import natural_dtype
-
         return g.const(code, natural_dtype(v))
     return g.const(code, np.int32)
 
@@ -719,8 +727,6 @@ def gather(g: Graph, op: nh.GatherOp) -> None:
 def _exp_codes(g: Graph, op: Any, mask: str | None) -> tuple[str, str, str]:
     """``(neg, e, S)`` of ``nanoir.runtime.numerics.softmax._exp_codes`` in int64: the code
     distances to the row max (clipped to the tables), the i-exp values and the row sums."""
-    from nanoir.runtime.numerics.softmax import LO_FRAC
-
     base = _out(g, op)
     axis = op.axis.value.data
     hi = np.asarray(array_values(op.exp_hi), dtype=np.int64)
@@ -773,8 +779,6 @@ def softmax(g: Graph, op: nh.SoftmaxOp) -> None:
     i64 = np.int64
     mask = None
     if op.mask is not None:
-        from nanoir.dialects.dense import dense_to_numpy
-
         mask = g.const(dense_to_numpy(op.mask).astype(bool), np.bool_, base + "_mask")
     _, e, s = _exp_codes(g, op, mask)
     num = g.node("Mul", [e, g.const(2 ** max(k_out, 0), i64)], base + "_num")
@@ -795,8 +799,6 @@ def softmax(g: Graph, op: nh.SoftmaxOp) -> None:
 
 def _ln_fixed(g: Graph, s: str, base: str) -> str:
     """``nanoir.runtime.numerics.softmax.ln_fixed`` of ``s >= 1`` (int64, below ``2**53``)."""
-    from nanoir.runtime.numerics.softmax import _MANTISSA, EXP_FRAC, LN2, LN_TABLE, LN_TABLE_BITS
-
     i64 = np.int64
     pow2 = g.const(2 ** np.arange(63, dtype=np.int64), i64, base + "_pow2")
     # The bit length: how many powers of two are <= s.
@@ -851,8 +853,6 @@ def _ln_fixed(g: Graph, s: str, base: str) -> str:
 @writes(nh.LogSoftmaxOp)
 def log_softmax(g: Graph, op: nh.LogSoftmaxOp) -> None:
     """``nanoir.runtime.numerics.softmax.log_softmax_codes`` in int64."""
-    from nanoir.runtime.numerics.softmax import LN_FRAC
-
     base = _out(g, op)
     k_in, k_out = nh.fixed_of(op.input).exp_list[0], nh.fixed_of(op.result).exp_list[0]
     i64 = np.int64
