@@ -11,17 +11,18 @@ the program its text names. A file without the key is not an integer-flavour fil
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from nanoir.dialects.nf import NF
-from nanoir.dialects.nh import NH
+from nanoir.dialects.nh import NH, ConstantOp
 from nanoir.dialects.nq import NQ
 from nanoir.grammar.onnx.exporter import _onnx
 from nanoir.grammar.onnx.integer.exporter import IO_KEY, PROGRAM_KEY, export_model
 from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, ModuleOp
+from xdsl.dialects.builtin import Builtin, ModuleOp, TensorType
 from xdsl.dialects.func import Func
 from xdsl.parser import Parser
 
@@ -70,6 +71,25 @@ def _default_parse(text: str) -> ModuleOp:
     return module
 
 
+def _check_constant_size(module: ModuleOp, model: Any, name: str) -> None:
+    """Refuse constants the graph cannot hold before writing them: the writer stores every
+    constant code it reads in at least a byte, and a splat literal of a few bytes of text
+    (``dense<1> : tensor<100000000xi8>``) would otherwise cost seconds and gigabytes of
+    writing before the graphs differ."""
+    codes = sum(
+        math.prod(op.result.type.get_shape())
+        for op in module.walk()
+        if isinstance(op, ConstantOp) and isinstance(op.result.type, TensorType)
+    )
+    limit = 8 * model.ByteSize() + (1 << 20)
+    if codes > limit:
+        raise IntegerOnnxImportError(
+            f"{name}: the nh program in its {PROGRAM_KEY} metadata has {codes} constant codes, "
+            f"more than a file of {model.ByteSize()} bytes holds: the file was changed after "
+            "nanoir wrote it; refusing to read it as that program"
+        )
+
+
 def import_model(
     model: Any, name: str = "<onnx>", parse: Callable[[str], ModuleOp] | None = None
 ) -> ModuleOp:
@@ -88,6 +108,7 @@ def import_model(
         raise IntegerOnnxImportError(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not parse: {e}"
         ) from None
+    _check_constant_size(module, model, name)
     try:
         again = export_model(module, program_text=props[PROGRAM_KEY])
     except IntegerOnnxError as e:
