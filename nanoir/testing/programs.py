@@ -215,6 +215,10 @@ ALL_KINDS = BASE_KINDS + (
     "group_norm",
     "expand",
     "gather",
+    "maximum",
+    "upsample_zero",
+    "upsample_bilinear",
+    "max_unpool",
 )
 """Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
 lowering's and the streaming executor's property tests draw from these."""
@@ -408,6 +412,26 @@ def random_nq_program(
                 continue
             size = [d * draw(st.integers(1, 2)) + draw(st.integers(0, 1)) for d in shape[2:]]
             values.append(b.add(nf.UpsampleNearestOp(v, size)).results[0])
+        elif kind == "maximum":  # operands aligned by exact shifts, as add's
+            same = [u for u in values if _shape(u) == shape]
+            other = draw(st.sampled_from(same))
+            cls = draw(st.sampled_from((nf.MaximumOp, nf.MinimumOp)))
+            values.append(b.act(b.add(cls(v, other)).results[0]))
+        elif kind == "upsample_zero":
+            scales = [draw(st.integers(1, 2)) for _ in shape[2:]]
+            offsets = [draw(st.integers(0, r - 1)) for r in scales]
+            size = [d * r for d, r in zip(shape[2:], scales)]
+            values.append(b.add(nf.UpsampleZeroOp(v, size, offsets)).results[0])
+        elif kind == "upsample_bilinear":  # x2 or x1 per dim; the sum is requantized
+            size = [d * draw(st.integers(1, 2)) for d in shape[2:]]
+            values.append(b.act(b.add(nf.UpsampleBilinearOp(v, size)).results[0]))
+        elif kind == "max_unpool":  # a 2x2 max pool's indices read by the unpool
+            if spatial != 2 or min(shape[2:]) < 2:
+                continue
+            pooled = b.add(nf.MaxPoolOp(v, [2, 2], strides=[2, 2])).results[0]
+            indices = b.add(nf.MaxPoolIndicesOp(v, [2, 2], [2, 2])).results[0]
+            # (to the pooled input's size: indices count positions in its planes)
+            values.append(b.add(nf.MaxUnpoolOp(pooled, indices, shape[2:])).results[0])
         elif kind == "sub":
             same = [u for u in values if _shape(u) == shape]
             other = draw(st.sampled_from(same))
