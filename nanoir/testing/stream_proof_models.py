@@ -19,6 +19,10 @@ import torch
 from torch import nn
 from xdsl.dialects.builtin import ModuleOp
 
+from nanoir.api import parse
+from nanoir.context import make_context
+from nanoir.frontend import from_torch
+from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.testing.models import randomize_batch_norm
 
 __all__ = ["STREAM_PROOF_MODELS", "KWSCRNN", "import_streaming", "make_stream_proof_model"]
@@ -71,11 +75,8 @@ def import_streaming(model: nn.Module, features: int) -> ModuleOp:
     takes time growing with ``T`` (measured: 18 s at 13 frames, 39 s at 50, 137 s at 200); so
     the model is exported on :data:`EXPORT_FRAMES` frames and that dim of every type made
     dynamic in the program text, which nothing else in these networks depends on."""
-    import nanoir  # lazy: nanoir imports nanoir.testing's registries lazily too
-    from nanoir.lowering.fold_bn import FoldBnPass
-
-    module = nanoir.from_torch(model.eval(), (torch.randn(2, features, EXPORT_FRAMES),))
+    module = from_torch(model.eval(), (torch.randn(2, features, EXPORT_FRAMES),))
     text = re.sub(rf"(?<=[<x]){EXPORT_FRAMES}(?=x)", "?", str(module))
-    module = nanoir.parse(text)
-    FoldBnPass().apply(nanoir.make_context(), module)
+    module = parse(text)
+    FoldBnPass().apply(make_context(), module)
     return module
