@@ -302,6 +302,12 @@ HW_OPS: tuple[HwOp, ...] = (
         ),
     ),
     HwOp(nh.UpsampleZeroOp, "UpsampleZero", props=(AttrMap("offsets", "offsets", "ints"),)),
+    HwOp(
+        nh.MaxPoolIndicesOp,
+        "MaxPoolIndices",
+        props=(AttrMap("kernel_shape", "kernel", "ints"), AttrMap("strides", "strides", "ints")),
+    ),
+    HwOp(nh.MaxUnpoolOp, "MaxUnpoolPlane"),
     HwOp(nh.UpsampleBilinearOp, "UpsampleBilinear", props=(AttrMap("pads", "pads", "ints"),)),
     HwOp(
         nh.GatherOp,

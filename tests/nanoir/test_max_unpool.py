@@ -6,6 +6,8 @@ outside the plane is a clear runtime error."""
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 import torch
@@ -24,10 +26,12 @@ from nanoir.testing.programs import examples
 torch.set_num_threads(1)
 
 
-def test_decoder_equals_torch_and_lowers_exactly() -> None:
+def test_decoder_equals_torch_and_lowers_exactly(tmp_path: pathlib.Path) -> None:
     """nf == torch (float64); at 8- and 4-bit weights nq == nh bit for bit, no fake-quant
     reads or follows the indices, the nh indices are i32 at exponent 0; the nh program
-    streamed along rows (the indices ops taking the whole extent) equals its whole run. Mutant seen
+    streamed along rows (the indices ops taking the whole extent) equals its whole run; its
+    ``.ne`` (hw level) reads back byte for byte (the nq level has no rows yet: refused by
+    name). Mutant seen
     to fail it: ``quantize_targets`` putting a fake-quant on the indices (IndexResult
     ignored)."""
     torch.manual_seed(0)
@@ -49,6 +53,12 @@ def test_decoder_equals_torch_and_lowers_exactly() -> None:
         assert a.tobytes() == b.tobytes()
         (indices,) = [o for o in hw.walk() if isinstance(o, nh.MaxPoolIndicesOp)]
         assert nh.width_of(indices.result) == 32
+    path = tmp_path / "hw.ne"  # the hw level's MaxPoolIndices / MaxUnpoolPlane rows
+    nanoir.save(hw, str(path))
+    back = nanoir.load(str(path))
+    nanoir.save(back, str(tmp_path / "hw2.ne"))
+    assert path.read_bytes() == (tmp_path / "hw2.ne").read_bytes()
+    assert run(back, x.numpy())[0].tobytes() == b.tobytes()
     (codes,) = run(hw, x.numpy(), raw=True)
     for step in (1, 2):  # (the pool's indices and the unpool take the whole extent of rows)
         (streamed,) = stream(hw, [x.numpy()], step=step, raw=True)
