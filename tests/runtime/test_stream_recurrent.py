@@ -119,9 +119,9 @@ def test_recurrent_ops_stream_along_time(
 ) -> None:
     """nf (float rounding), nq and nh (bit for bit) streamed == whole, each with caches of at
     most ``step`` rows and the state as the node's one carried buffer; nh == nq in reals.
-    Mutants seen to fail it (private copy): the executor starting each firing from the
-    initial state (not the carried one), and carrying ``h`` requantized to the ``h0``
-    operand's grid instead of the hidden grid's codes (differs where h0's grid is coarser)."""
+    Mutants seen to fail it (private copy): the executor resuming every firing from the
+    initial state instead of the carried one, and the nh kernel carrying ``h``'s codes with
+    an exponent one off the hidden grid's."""
     module = nanoir.parse(
         recurrent_program(mode, layers, batch_first, with_h0, length=length, seed=seed)
     )
@@ -138,8 +138,8 @@ def test_recurrent_ops_stream_along_time(
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_bidirectional_is_refused_along_time(mode: str) -> None:
     """A bidirectional op needs the whole sequence: stream-plan, ``stream`` and ``Streamer``
-    refuse it, naming the op and the reason (before, a rule that returned the whole extent
-    would have run it on rows and given a wrong reverse direction)."""
+    refuse it, naming the op and the reason. Mutant seen to fail it: the bidirectional
+    check dropped from ``Recurrent.refusal``."""
     module = nanoir.parse(recurrent_program(mode, 1, True, False, bidirectional=True))
     for attempt in (lambda: stream_plan(module), lambda: Streamer(module)):
         with pytest.raises(StreamPlanError, match=r"nf.recurrent.*\(%y\).*bidirectional"):
@@ -150,7 +150,8 @@ def test_bidirectional_is_refused_along_time(mode: str) -> None:
 
 def test_a_returned_final_state_is_refused_along_time() -> None:
     """``h_n`` is known only when the stream ends: returning it is refused, naming it; a
-    fake-quant quantize leaves on an unread ``h_n`` is not a reader."""
+    fake-quant quantize leaves on an unread ``h_n`` is not a reader. Mutants seen to fail it:
+    no check of the final state's readers, and any use counting as a reader."""
     module = nanoir.parse(recurrent_program("gru", 1, True, False, return_h=True))
     with pytest.raises(StreamPlanError, match=r"final state \(h\)"):
         stream_plan(module)

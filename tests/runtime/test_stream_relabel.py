@@ -110,8 +110,9 @@ def test_a_transpose_moving_m_streams_1d(
     c: int, k: int, pad: int, back: bool, step: int, seed: int
 ) -> None:
     """Mutants seen to fail it (private copy): the transpose's result keeping M's index
-    instead of ``perm.index(M)`` (the plan or the kernels cut the wrong dim), and
-    ``stream()`` joining an output's rows along ``mem_dim`` instead of its own axis."""
+    instead of ``perm.index(M)``, the transpose taking the whole extent again (the cache
+    bound), and ``stream()`` joining an output's rows along ``mem_dim`` instead of its own
+    axis."""
     shape = (2, c, 9)
     x = np.random.default_rng(seed).standard_normal(shape) * 2
     levels = _levels(_exported("1d", c, k, pad, back, 9), shape, seed)
@@ -141,7 +142,8 @@ def test_a_transpose_moving_m_streams_2d(to_last: bool, rows: int, step: int, se
 def test_streamer_pushes_frames_past_a_transpose() -> None:
     """``nanoir.Streamer`` on the nh program: frames of 0, 1 and 2 rows along dim 2 come out
     along dim 1 (``output_axes``), each row once, equal to the whole run; the empty outputs
-    of a warm-up push are shaped ``[N, 0, F]``."""
+    of a warm-up push are shaped ``[N, 0, F]``. Mutant seen to fail it: the Streamer's empty
+    outputs cut along ``mem_dim``."""
     hw = _levels(_exported("1d", 2, 3, 1, False, 11), (2, 2, 11), 3)[2]
     x = np.random.default_rng(3).standard_normal((2, 2, 11))
     (want,) = run(hw, x)
