@@ -37,7 +37,8 @@ and/or a `writer` function next to its row.
     SpaceToDepth         nf.space_to_depth        blocksize; mode=CRD written for torch's
                                                   pixel_unshuffle (ONNX's is DCR only)
     Resize               nf.upsample_nearest      mode=nearest, asymmetric, floor; axes+sizes
-    Resize               nf.upsample_bilinear     mode=linear, half_pixel (x2 only); axes+sizes
+    ResizeLinear         nf.upsample_bilinear     mode=linear, half_pixel (x2 only); axes+sizes
+                                                  (ONNX: Resize with mode=linear, read and written)
     Slice                nf.gather                one axis; read only (a gather writes Gather)
     UpsampleZero         nf.upsample_zero         offsets, sizes (nanoir's: the Magik Unpool2D
                                                   zero mode; ONNX has no such op)
@@ -414,7 +415,7 @@ def _resize_linear(n: NodeSpec) -> Operation:
     return nf.UpsampleBilinearOp(x, [sizes[list(axes).index(a)] for a in range(2, rank)])
 
 
-def _resize_linear_attrs(op: nf.UpsampleBilinearOp) -> Attrs:
+def _linear_attrs(op: nf.UpsampleBilinearOp) -> Attrs:
     shape = nf.tensor_shape(op.result)
     return (
         ("axes", tuple(range(2, len(shape)))),
@@ -1018,10 +1019,10 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp(
         "SpaceToDepth", nf.SpaceToDepthOp, converter=_block(nf.SpaceToDepthOp), writer=_block_attrs
     ),  # type: ignore[arg-type]
-    # (a row of Resize before the nearest one: BY_OP_TYPE keeps the last, whose converter
-    # dispatches mode=linear to _resize_linear; export finds this row by class)
-    NqOp("Resize", nf.UpsampleBilinearOp, converter=_resize_linear, writer=_resize_linear_attrs),  # type: ignore[arg-type]
     NqOp("Resize", nf.UpsampleNearestOp, converter=_resize, writer=_resize_attrs),  # type: ignore[arg-type]
+    # (ONNX's Resize with mode=linear reads through the Resize row, whose converter
+    # dispatches to _resize_linear; ONNX export writes ResizeLinear as Resize)
+    NqOp("ResizeLinear", nf.UpsampleBilinearOp, converter=_resize_linear, writer=_linear_attrs),  # type: ignore[arg-type]
     NqOp("UpsampleZero", nf.UpsampleZeroOp, converter=_upsample_zero, writer=_upsample_zero_attrs),  # type: ignore[arg-type]
     NqOp("Pad", nf.PadOp, converter=_pad, writer=_pad_attrs),  # type: ignore[arg-type]
     NqOp("HardSwish", nf.HardSwishOp),

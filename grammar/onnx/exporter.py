@@ -428,7 +428,8 @@ class _Writer:
             inputs.append("" if lo is None else self.const(f"{base}_min", np.float32(lo)))
             if hi is not None:
                 inputs.append(self.const(f"{base}_max", np.float32(hi)))
-        elif op_type == "Resize":
+        elif op_type in ("Resize", "ResizeLinear"):  # (.ne's row name for mode=linear)
+            op_type = "Resize"
             self._resize(op, attrs, inputs, base)
         elif op_type == "PRelu":
             self._prelu_slope(op, inputs, base)
