@@ -97,7 +97,7 @@ def _check(module: ModuleOp, x: np.ndarray, step: int, level: str) -> None:
     assert max(c.rows[2].max for c in plan.caches.values()) <= 3 + step
 
 
-@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     c=st.sampled_from([1, 3]),
     k=st.sampled_from([1, 3]),
