@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from nanoir.dialects.nh import width_of
+from nanoir.dialects.nh import is_unsigned, width_of
 from nanoir.lowering.analysis.plan import plan_function
 from nanoir.runtime.base import ExecutionError, as_array
+from nanoir.runtime.numerics import quant
 from nanoir.runtime.stream import StreamRunner
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -102,7 +103,8 @@ class Streamer:
             return np.dtype(self._runner.plan.dtype)
         if not raw:
             return np.dtype(np.float64)
-        return np.dtype(f"int{max(8, width_of(value))}")
+        # the dtype run gives these codes (unsigned ones one size up), for 0-row arrays too
+        return quant.code_dtype(width_of(value), signed=not is_unsigned(value))
 
     @property
     def output_axes(self) -> tuple[int | None, ...]:
