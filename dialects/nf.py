@@ -1714,6 +1714,67 @@ class GatherOp(IRDLOperation):
         check_result_shape(self, shape, self.result)
 
 
+def embedding_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+    """Embedding: row by row along the indices' dims (each index selects its own table row,
+    elementwise); along the table's row dim (the last) the whole extent."""
+    return RowStep() if dim < len(tensor_shape(op.operands[0])) else None
+
+
+def is_index_input(value: SSAValue) -> bool:
+    """A function input read only as an embedding's indices: integers at run time (torch's
+    int64), so quantize puts no fake-quant on it and lower-to-hw makes it an ``i64`` input at
+    exponent 0."""
+    uses = list(value.uses)
+    return bool(uses) and all(
+        isinstance(u.operation, EmbeddingOp) and u.index == 0 for u in uses
+    )
+
+
+@irdl_op_definition
+class EmbeddingOp(IRDLOperation):
+    """Embedding lookup (torch's ``nn.Embedding``/``F.embedding``): row ``indices[...]`` of
+    the constant ``[V, D]`` table for each index, so the result is the indices' shape plus
+    ``D``. The indices are a runtime value of exact float integers (the program's integer
+    input); one outside ``0..V-1`` is a runtime error naming the op. Data movement of the
+    table: values keep its grid (quantize gives the table the weight rules, per tensor).
+
+    ```mlir
+    %y = nf.embedding %ids, %table : (tensor<?x8xf32>, tensor<100x16xf32>) -> tensor<?x8x16xf32>
+    ```
+    """
+
+    name = "nf.embedding"
+    indices = operand_def(FloatTensor)
+    table = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure(), DataMovement(embedding_rows))
+    assembly_format = "$indices `,` $table attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, indices: SSAValue, table: SSAValue):
+        t = table.type
+        assert isinstance(t, TensorType)
+        shape = (*tensor_shape(indices), t.get_shape()[-1])
+        super().__init__(
+            operands=[indices, table], result_types=[TensorType(t.get_element_type(), shape)]
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.table, self.result])
+        check_embedding(self.name, self.indices, self.table, self.result)
+
+
+def check_embedding(name: str, indices: SSAValue, table: SSAValue, result: SSAValue) -> None:
+    """A 2-D static table; the result is the indices' shape plus the table's row."""
+    w, i, y = tensor_shape(table), tensor_shape(indices), tensor_shape(result)
+    if len(w) != 2 or DYNAMIC_INDEX in w:
+        raise VerifyException(f"{name}: the table {shape_str(w)} must be a static [V, D]")
+    if not shapes_compatible((*i, w[1]), y):
+        raise VerifyException(
+            f"{name}: indices {shape_str(i)} and table {shape_str(w)} give "
+            f"{shape_str((*i, w[1]))}, not {shape_str(y)}"
+        )
+
+
 @irdl_op_definition
 class CustomOp(IRDLOperation):
     """An op nanoir has no semantics for, kept losslessly (e.g. an unknown NanoEngine node
@@ -2257,6 +2318,7 @@ NF = Dialect(
         UpsampleBilinearOp,
         MaxPoolIndicesOp,
         MaxUnpoolOp,
+        EmbeddingOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
         ExpandOp,

@@ -31,10 +31,12 @@ from nanoir.dialects.nf import (
     BilinearRows,
     PlaneRows,
     array_values,
+    check_embedding,
     check_plane_op,
     check_result_shape,
     check_upsample_bilinear,
     check_upsample_zero,
+    embedding_rows,
     expand_rows,
     gather_rows,
     parse_named_constant,
@@ -1727,6 +1729,48 @@ class MaxUnpoolOp(IRDLOperation):
             raise VerifyException(f"{self.name}: i1 codes cannot hold the zeros (use i2)")
 
 
+@irdl_op_definition
+class EmbeddingOp(IRDLOperation):
+    """``nf.embedding`` on codes: row ``indices[...]`` of the constant table's codes (one
+    exponent for the whole table), the indices ``i64`` (or ``i32``) at exponent 0.
+
+    ```mlir
+    %y = nh.embedding %ids, %table : (tensor<?x8xi64, #nh.fixed<0, BC>>,
+        tensor<100x16xi8, #nh.fixed<5, CC>>) -> tensor<?x8x16xi8, #nh.fixed<5, BCD>>
+    ```
+    """
+
+    name = "nh.embedding"
+    indices = operand_def(TensorType)
+    table = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), DataMovement(embedding_rows))
+    assembly_format = "$indices `,` $table attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        check_embedding(self.name, self.indices, self.table, self.result)
+        _, fi = check_nh_value(self, self.indices, "indices")
+        if (
+            width_of(self.indices) not in (32, 64)
+            or is_unsigned(self.indices)
+            or (fi.exp_array(len(tensor_shape(self.indices))) != 0).any()
+        ):
+            raise VerifyException(f"{self.name}: the indices are i64 or i32 at exponent 0")
+        wt, ft = check_nh_value(self, self.table, "table")
+        wy, fy = check_nh_value(self, self.result, "result")
+        if wt != wy or is_unsigned(self.table) != is_unsigned(self.result):
+            raise VerifyException(
+                f"{self.name}: element type changes from {type_text(self.table)} to "
+                f"{type_text(self.result)}"
+            )
+        te = ft.exp_array(2)
+        if te.size != 1 and not (te == te.reshape(-1)[0]).all():
+            raise VerifyException(f"{self.name}: the table has one exponent (per tensor)")
+        rank = len(tensor_shape(self.result))
+        want = np.full((1,) * rank, int(te.reshape(-1)[0]))
+        check_exps_equal(self, "data movement keeps the exponents", want, fy.exp_array(rank))
+
+
 def block_moved_exps(to_space: bool, exps: np.ndarray, block: int, mode: str) -> np.ndarray | None:
     """The exponents (``[1, C, 1...]`` or all ones) after depth_to_space (``to_space``) or
     space_to_depth, moved by the same kernel as the codes; None where one result channel
@@ -2229,6 +2273,7 @@ NH = Dialect(
         UpsampleBilinearOp,
         MaxPoolIndicesOp,
         MaxUnpoolOp,
+        EmbeddingOp,
         DepthToSpaceOp,
         SpaceToDepthOp,
         ExpandOp,

@@ -65,6 +65,7 @@ from nanoir.lowering.hw.elementwise import (
     LowerMul,
     LowerRelu,
 )
+from nanoir.lowering.hw.embedding import LowerEmbedding
 from nanoir.lowering.hw.fake_quant import (
     FoldConstantFakeQuant,
     FuseAvgPoolFakeQuant,
@@ -139,6 +140,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerUpsampleBilinear,
     LowerMaxPoolIndices,
     LowerMaxUnpool,
+    LowerEmbedding,
     LowerBlock,
     LowerExpand,
     LowerGather,

@@ -105,6 +105,8 @@ def _constant_kind(value: SSAValue) -> str | None:
                 return "weight"
             if use.index == 2:
                 return "bias"
+        if isinstance(use.operation, nf.EmbeddingOp) and use.index == 1:
+            return "weight"  # an embedding's table: weight rules, per tensor (see add)
         if isinstance(use.operation, nf.RecurrentOp) and value in use.operation.weights:
             return "weight" if len(_shape(value)) == 2 else "bias"  # w_ih, w_hh / b_ih, b_hh
     if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
@@ -186,8 +188,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         if resolved is None:
             return
         bits, per_channel = resolved
-        if kind == "const":
-            per_channel = False
+        if kind == "const" or any(isinstance(u.operation, nf.EmbeddingOp) for u in value.uses):
+            per_channel = False  # (a table's rows are gathered: one exponent for all)
         targets.append(
             Target(
                 value,
@@ -203,7 +205,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
 
     block = func.body.block
     for arg in block.args:
-        add(arg, "act")
+        if not nf.is_index_input(arg):  # integer indices get no fake-quant
+            add(arg, "act")
     for op in block.ops:
         if isinstance(op, nf.ConstantOp):
             kind = _constant_kind(op.result)

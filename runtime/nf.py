@@ -16,7 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
-from nanoir.runtime.numerics import kernels, movement, norm, unpool, upsample
+from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.shapes import window_params
@@ -232,6 +232,11 @@ def upsample_nearest(op: nf.UpsampleNearestOp, dtype: np.dtype[Any]) -> Kernel:
 def max_pool_indices(op: nf.MaxPoolIndicesOp, dtype: np.dtype[Any]) -> Kernel:
     kernel, strides = array_values(op.kernel) or (), array_values(op.strides) or ()
     return lambda x: (unpool.max_pool_indices(x, kernel, strides),)
+
+
+@impl(nf.EmbeddingOp)
+def embedding_lookup(op: nf.EmbeddingOp, dtype: np.dtype[Any]) -> Kernel:
+    return lambda i, w: (embedding.embed(i, w),)
 
 
 @impl(nf.MaxUnpoolOp)

@@ -57,7 +57,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
-from nanoir.runtime.numerics import kernels, movement, norm, quant, unpool, upsample
+from nanoir.runtime.numerics import embedding, kernels, movement, norm, quant, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
@@ -883,6 +883,12 @@ def max_pool_indices(op: nh.MaxPoolIndicesOp, dtype: np.dtype[Any]) -> Kernel:
     """The window positions of the largest codes (int32 indices)."""
     kernel, strides = array_values(op.kernel) or (), array_values(op.strides) or ()
     return lambda x: (unpool.max_pool_indices(x, kernel, strides).astype(np.int32),)
+
+
+@impl(nh.EmbeddingOp)
+def embedding_lookup(op: nh.EmbeddingOp, dtype: np.dtype[Any]) -> Kernel:
+    """Rows of the table's codes by int64 indices."""
+    return lambda i, w: (embedding.embed(i, w),)
 
 
 @impl(nh.MaxUnpoolOp)

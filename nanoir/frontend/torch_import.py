@@ -50,7 +50,7 @@ from xdsl.dialects.builtin import (
     i1,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from nanoir.dialects import nf
@@ -350,6 +350,17 @@ class _Importer:
                 + _supported_list()
             )
 
+    def _input_type(self, val: torch.Tensor) -> TensorType:
+        """An integer input (an embedding's indices) is held as exact float integers in the
+        program's float type (its first float parameter's, else float32); nf.embedding reads
+        it, and an input read otherwise is refused there."""
+        if val.dtype in (torch.int64, torch.int32):
+            floats = [t.dtype for t in self.program.state_dict.values() if t.is_floating_point()]
+            return TensorType(
+                _element_type(floats[0] if floats else torch.float32), _meta_shape(val)
+            )
+        return _tensor_type(val)
+
     def _placeholder(self, node: fx.Node, spec: Any, block: Block) -> None:
         from torch.export.graph_signature import InputKind
 
@@ -358,7 +369,7 @@ class _Importer:
             if not isinstance(val, torch.Tensor):
                 raise FrontendError(f"input '{node.name}' is not a tensor ({val!r})")
             try:
-                arg = block.insert_arg(_tensor_type(val), len(block.args))
+                arg = block.insert_arg(self._input_type(val), len(block.args))
             except _Unsupported as e:
                 raise FrontendError(f"input '{node.name}': {e}") from None
             arg.name_hint = name_hint(node.name)
@@ -835,6 +846,29 @@ def _max_unpool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     x, indices = imp.tensor(a["self"]), imp.tensor(a["indices"])
     size = imp.result_type(node).get_shape()[2:]
     return imp.emit(nf.MaxUnpoolOp(x, indices, size)).result
+
+
+def _embedding(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``nn.Embedding``/``F.embedding`` by runtime indices (an integer input of the program):
+    nf.embedding. ``padding_idx`` only changes training (its row gets no gradient), so it is
+    accepted; ``max_norm`` renormalises rows in place and is refused (``aten.embedding_renorm_``)."""
+    indices = imp.values.get(a["indices"])
+    if not isinstance(indices, SSAValue) or not isinstance(indices, BlockArgument):
+        raise _Unsupported(
+            "embedding by indices that are not an integer input of the program (computed or "
+            "constant indices have no nf form)"
+        )
+    table = imp.tensor(a["weight"])
+    return imp.emit(nf.EmbeddingOp(indices, table)).result
+
+
+def _embedding_renorm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``max_norm`` rescales the looked-up rows of the table in place at every call: the table
+    then depends on the inputs seen so far, which no constant-table program holds."""
+    raise _Unsupported(
+        "embedding with max_norm (rows renormalised in place at each call: the table is "
+        "state, not a constant); export the model with max_norm=None"
+    )
 
 
 def _avg_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
@@ -1410,6 +1444,9 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.max_pool2d.default": _max_pool,
     "aten.max_pool2d_with_indices.default": _max_pool_with_indices,
     "aten.max_unpool2d.default": _max_unpool,
+    "aten.embedding.default": _embedding,
+    "aten.embedding_renorm_.default": _embedding_renorm,
+    "aten.embedding_renorm.default": _embedding_renorm,
     "aten.avg_pool1d.default": _avg_pool,
     "aten.avg_pool2d.default": _avg_pool,
     "aten.adaptive_avg_pool1d.default": _adaptive_avg_pool,
