@@ -1726,8 +1726,15 @@ def is_index_input(value: SSAValue) -> bool:
     exponent 0."""
     uses = list(value.uses)
     return bool(uses) and all(
-        isinstance(u.operation, EmbeddingOp) and u.index == 0 for u in uses
+        u.operation.name in ("nf.embedding", "nh.embedding") and u.index == 0 for u in uses
     )
+
+
+def lowest_streamed_dim(args: Sequence[SSAValue]) -> int:
+    """The lowest dim a stream may cut the inputs along: 2 (dim 0 is the batch, dim 1 the
+    channels), or 1 when an input is indices (``[N, L]`` token ids: dim 1 is the sequence, and
+    an embedding is elementwise along it)."""
+    return 1 if any(len(tensor_shape(a)) >= 2 and is_index_input(a) for a in args) else 2
 
 
 @irdl_op_definition

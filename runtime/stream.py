@@ -688,7 +688,7 @@ def check_mem_dim(func: FuncOp, mem_dim: Any) -> int:
         len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
     ]
     dim = int_argument("mem_dim", mem_dim, -(2**63))
-    if not 2 <= dim < max(ranks, default=0):
+    if not nf.lowest_streamed_dim(func.body.block.args) <= dim < max(ranks, default=0):
         raise ArgumentError(
             f"mem_dim must be a spatial dim of the inputs of @{func.sym_name.data} it streams, "
             f"in 2..rank-1 (dim 0 is the batch, dim 1 the channels; input ranks: "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from nanoir.dialects import nf
 from nanoir.dialects.functions import FunctionNotFoundError, find_function
 from nanoir.lowering.analysis.graph import StreamGraph, build_graph
 from nanoir.lowering.analysis.rules import StreamPlanError, shape_of
@@ -238,7 +239,7 @@ class _Names:
 
 
 def parse_steps(
-    steps: str | Sequence[tuple[int, int]] | None, mem_dim: int
+    steps: str | Sequence[tuple[int, int]] | None, mem_dim: int, lowest: int = 2
 ) -> tuple[tuple[int, int], ...]:
     """``"2:1,3:5"`` (or ``[(2, 1), (3, 5)]``) as checked ``(dim, step)`` pairs; the streamed
     dim comes first, with step 1 unless given."""
@@ -247,7 +248,7 @@ def parse_steps(
         raise ArgumentError(
             f'steps must be "dim:step,..." or (dim, step) pairs, got {type(steps).__name__}'
         )
-    if mem_dim < 2:
+    if mem_dim < lowest:  # (1 for token ids: nf.lowest_streamed_dim)
         raise StreamPlanError(f"stream-plan: mem_dim {mem_dim} must be a spatial dim (>= 2)")
     pairs: list[tuple[int, int]] = []
     if isinstance(steps, str):
@@ -266,7 +267,7 @@ def parse_steps(
         pairs.insert(0, (mem_dim, 1))
     pairs.sort(key=lambda p: (p[0] != mem_dim, p[0]))
     for d, s in pairs:
-        if d < 2:
+        if d < lowest:
             raise StreamPlanError(
                 f"stream-plan: dim {d} cannot be analysed (batch and channels "
                 "are never split; use a spatial dim >= 2)"
@@ -290,7 +291,7 @@ def plan_function(
     func: FuncOp, mem_dim: int = 2, steps: str | Sequence[tuple[int, int]] | None = None
 ) -> BufferPlan:
     """Analyse one function (see :func:`stream_plan`)."""
-    pairs = parse_steps(steps, mem_dim)
+    pairs = parse_steps(steps, mem_dim, nf.lowest_streamed_dim(func.body.block.args))
     names = _Names(func)
     per_dim: dict[int, DimCounts] = {}
     graphs: dict[int, StreamGraph] = {}
