@@ -11,6 +11,8 @@ own copies (the manual's sample is ``magik_crnn.py``; nothing is imported from i
 - ``Focus``: YOLOv5's space-to-depth by four strided slices, then a 1x1 conv;
 - ``UnpoolDecoder``: a MaxPool/MaxUnpool decoder (``MaxPool2d(return_indices=True)``'s
   indices read by ``MaxUnpool2d``).
+- ``TextCNN``: an ``Embedding`` → ``Conv1d`` text classifier; its input is int64 token ids
+  ``[N, L]`` in ``0..TEXT_VOCAB-1`` (``MAGIK_INPUTS`` gives the shape, not the values).
 
 ``MAGIK_MODELS[name]()`` builds one (``MagikCRNN-<rnn>-<unpool>``; input
 ``MAGIK_INPUTS[name]``), ``make_magik_model(name, seed)`` with fixed weights and realistic
@@ -36,6 +38,8 @@ __all__ = [
     "MAGIK_MODELS",
     "Focus",
     "MagikCRNN",
+    "TEXT_VOCAB",
+    "TextCNN",
     "Unpool2d",
     "UnpoolDecoder",
     "make_magik_model",
@@ -162,6 +166,27 @@ class UnpoolDecoder(nn.Module):
         return self.dec(self.unpool(torch.relu(self.mid(y)), i))
 
 
+TEXT_VOCAB = 50
+"""The token ids :class:`TextCNN` reads are in ``0..TEXT_VOCAB-1``."""
+
+
+class TextCNN(nn.Module):
+    """A text classifier (Kim's CNN, slim): ``Embedding`` (id 0 the padding row), two
+    ``Conv1d`` + ReLU over the sequence, mean over it, ``Linear`` to ``classes`` logits."""
+
+    def __init__(self, dim: int = 8, channels: int = 8, classes: int = 3):
+        super().__init__()
+        self.embed = nn.Embedding(TEXT_VOCAB, dim, padding_idx=0)
+        self.conv1 = nn.Conv1d(dim, channels, 3, padding=1)
+        self.conv2 = nn.Conv1d(channels, channels, 3, padding=1)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids).transpose(1, 2)  # [N, L, D] -> [N, D, L]
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(x.mean(dim=2))
+
+
 MAGIK_MODELS: dict[str, Callable[[], nn.Module]] = {
     **{
         f"MagikCRNN-{rnn}-{unpool}": partial(MagikCRNN, rnn, unpool, 10, 0.125)
@@ -170,6 +195,7 @@ MAGIK_MODELS: dict[str, Callable[[], nn.Module]] = {
     },
     "Focus": Focus,
     "UnpoolDecoder": UnpoolDecoder,
+    "TextCNN": TextCNN,
 }
 """The issue-22 proof networks by name (the CRNNs slim: ``width=1/8``)."""
 
@@ -177,6 +203,7 @@ MAGIK_INPUTS: dict[str, tuple[int, ...]] = {
     **{name: (2, 3, 32, 64) for name in MAGIK_MODELS if name.startswith("MagikCRNN")},
     "Focus": (2, 3, 8, 8),
     "UnpoolDecoder": (2, 3, 6, 8),
+    "TextCNN": (2, 12),
 }
 """An example input shape per network (the CRNN's height must be 32: it ends at 1)."""
 
