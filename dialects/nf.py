@@ -1722,7 +1722,7 @@ def embedding_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> Ro
 
 def is_index_input(value: SSAValue) -> bool:
     """A function input read only as an embedding's indices: integers at run time (torch's
-    int64), so quantize puts no fake-quant on it and lower-to-hw makes it an ``i64`` input at
+    int64), so quantize puts no fake-quant on it and lower-to-hw makes it an ``i32`` input at
     exponent 0."""
     uses = list(value.uses)
     return bool(uses) and all(

@@ -1732,10 +1732,10 @@ class MaxUnpoolOp(IRDLOperation):
 @irdl_op_definition
 class EmbeddingOp(IRDLOperation):
     """``nf.embedding`` on codes: row ``indices[...]`` of the constant table's codes (one
-    exponent for the whole table), the indices ``i64`` (or ``i32``) at exponent 0.
+    exponent for the whole table), the indices ``i32`` at exponent 0 (the program's input).
 
     ```mlir
-    %y = nh.embedding %ids, %table : (tensor<?x8xi64, #nh.fixed<0, BC>>,
+    %y = nh.embedding %ids, %table : (tensor<?x8xi32, #nh.fixed<0, BC>>,
         tensor<100x16xi8, #nh.fixed<5, CC>>) -> tensor<?x8x16xi8, #nh.fixed<5, BCD>>
     ```
     """
@@ -1751,11 +1751,11 @@ class EmbeddingOp(IRDLOperation):
         check_embedding(self.name, self.indices, self.table, self.result)
         _, fi = check_nh_value(self, self.indices, "indices")
         if (
-            width_of(self.indices) not in (32, 64)
+            width_of(self.indices) != 32
             or is_unsigned(self.indices)
             or (fi.exp_array(len(tensor_shape(self.indices))) != 0).any()
         ):
-            raise VerifyException(f"{self.name}: the indices are i64 or i32 at exponent 0")
+            raise VerifyException(f"{self.name}: the indices are i32 at exponent 0")
         wt, ft = check_nh_value(self, self.table, "table")
         wy, fy = check_nh_value(self, self.result, "result")
         if wt != wy or is_unsigned(self.table) != is_unsigned(self.result):

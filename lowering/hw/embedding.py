@@ -1,8 +1,8 @@
 """lower-to-hw pattern for an embedding lookup: the table's codes (a constant, one exponent)
-indexed by the program's integer input, which becomes an ``i64`` input at exponent 0 (no
+indexed by the program's integer input, which becomes an ``i32`` input at exponent 0 (no
 fake-quant: the runtime passes the indices through as they are).
 
-    %y = nf.embedding %ids, %tq   ─▶   %y = nh.embedding %ids, %t : (i64 <0>, i8 <5>) -> i8 <5>
+    %y = nf.embedding %ids, %tq   ─▶   %y = nh.embedding %ids, %t : (i32 <0>, i8 <5>) -> i8 <5>
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["LowerEmbedding"]
 
 
 def index_input(hw: HwLowering, op: Operation, arg: SSAValue, rewriter: PatternRewriter) -> HwValue:
-    """The nh ``i64`` input (exponent 0) for a function input read only as indices, made
+    """The nh ``i32`` input (exponent 0) for a function input read only as indices, made
     the first time an embedding reads it."""
     if arg in hw.values:
         return hw.values[arg]
@@ -30,7 +30,7 @@ def index_input(hw: HwLowering, op: Operation, arg: SSAValue, rewriter: PatternR
         )
     shape = nf.tensor_shape(arg)
     exps = np.zeros((1,) * len(shape), dtype=np.int64)
-    t = hw.result_type(shape, exps, 64)
+    t = hw.result_type(shape, exps, 32)
     block = arg.block
     new_arg = rewriter.insert_block_argument(block, len(block.args), t)
     if arg.name_hint:
@@ -38,7 +38,7 @@ def index_input(hw: HwLowering, op: Operation, arg: SSAValue, rewriter: PatternR
     hw.new_args.append(new_arg)
     hw.arg_attrs.append(DictionaryAttr({}))  # no nq.bits: the runtime takes the integers as codes
     hw.input_index[arg] = len(hw.new_args) - 1
-    hv = HwValue(new_arg, exps, 64)
+    hv = HwValue(new_arg, exps, 32)
     hw.set(arg, hv)
     return hv
 
