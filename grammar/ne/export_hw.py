@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nanoir.dialects import nh
+from nanoir.dialects import nf, nh
 from nanoir.dialects.nq import RoundingModeAttr
 from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.hw import (
@@ -172,6 +172,13 @@ class _HwExporter:
         """A float input and the runtime Q node that quantizes it into the argument's codes."""
         what = f"argument {arg.index} of @{self.func.sym_name.data}"
         bits, exp = attrs.get("nq.bits"), attrs.get("nq.exp")
+        if bits is None and nf.is_index_input(arg):  # token ids: Tensor<int64_t>, read as is
+            _, layout, shape, _ = _nh_type(arg, what)
+            source = self.ids.fresh("input" if arg.index == 0 else f"input_{arg.index}")
+            self.runtime_tensors.append(RuntimeTensor(source, "int64_t", layout, shape))
+            self.tensor_of[source] = self.runtime_tensors[-1]
+            self.names[arg] = source
+            return
         if not isinstance(bits, IntegerAttr) or not isinstance(exp, DenseIntOrFPElementsAttr):
             raise ExportError(
                 f"nanoengine export: {what} has no nq.bits/nq.exp attributes; a hw input is written as "

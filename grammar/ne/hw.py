@@ -308,6 +308,7 @@ HW_OPS: tuple[HwOp, ...] = (
         props=(AttrMap("kernel_shape", "kernel", "ints"), AttrMap("strides", "strides", "ints")),
     ),
     HwOp(nh.MaxUnpoolOp, "MaxUnpoolPlane"),
+    HwOp(nh.EmbeddingOp, "Embedding"),  # in_s (indices, table): rows of the table by index
     HwOp(nh.UpsampleBilinearOp, "UpsampleBilinear", props=(AttrMap("pads", "pads", "ints"),)),
     HwOp(
         nh.GatherOp,

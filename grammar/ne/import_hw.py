@@ -79,12 +79,13 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     FunctionType,
     IntegerAttr,
+    IntegerType,
     ModuleOp,
     TensorType,
     i64,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 __all__ = ["import_hw_program"]
@@ -149,9 +150,13 @@ class _HwImporter:
             for d in self.program.declarations
             if isinstance(d, RuntimeTensor) and d.name in read and d.name not in self.producer
         ]
-        quantizers = self._quantizers(inputs)
+        quantizers = self._quantizers([d for d in inputs if d.dtype != "int64_t"])
         arg_attrs: list[Attribute] = []
         for decl in inputs:
+            if decl.dtype == "int64_t":  # token ids: read as they are by Embedding nodes
+                arg = self._index_argument(decl)
+                arg_attrs.append(DictionaryAttr({}))
+                continue
             q = quantizers[decl.name]
             try:
                 arg_type, attrs = self._argument(q, decl)
@@ -266,6 +271,29 @@ class _HwImporter:
                     node.loc,
                 )
         return found
+
+    def _index_argument(self, decl: RuntimeTensor) -> BlockArgument:
+        """A ``Tensor<int64_t>`` program input: indices read only by Embedding nodes (``i32``
+        at exponent 0 in the IR, whose codes reach 32 bits)."""
+        for node in self.nodes.values():
+            for i, tensor in enumerate(node.in_s):
+                if tensor == decl.name and (node.op_type != "Embedding" or i != 0):
+                    loc = node.in_locs[i] if i < len(node.in_locs) else node.loc
+                    raise self.error(
+                        f"node '{node.name}' reads the Tensor<int64_t> program input "
+                        f"'{tensor}'; integer inputs are indices, read only as an Embedding's "
+                        "first input",
+                        loc,
+                    )
+        shape = tuple(DYNAMIC_INDEX if d < 0 else d for d in decl.shape)
+        try:
+            t = TensorType(IntegerType(32), shape, nh.FixedAttr(0, decl.layout))
+        except (ValueError, VerifyException) as e:
+            raise self.error(f"program input '{decl.name}': {e}", decl.loc) from None
+        arg = self.block.insert_arg(t, len(self.block.args))
+        self.values[decl.name] = arg
+        set_hint(arg, decl.name)
+        return arg
 
     # -- attributes and types -------------------------------------------------------------
     @staticmethod
