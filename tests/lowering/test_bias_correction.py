@@ -87,7 +87,8 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
 
     Mutants caught (in a private copy): the correction's sign flipped; the mean taken over the
     wrong axis (per position instead of per channel); the error measured without the input's
-    fake-quant (float input on the quantized side)."""
+    fake-quant (float input on the quantized side); the output's mean truncation error not
+    removed (``out = None`` in ``quantize_bias._correct``)."""
     torch.manual_seed(0)
     layer = nn.Conv2d(3, 5, 3, padding=1, bias=False) if kind == "conv" else nn.Linear(6, 4, False)
     shape = (3, 6, 6) if kind == "conv" else (6,)
