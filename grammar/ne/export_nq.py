@@ -34,6 +34,8 @@ from their exact bytes; nothing is converted.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.grammar.ne.errors import ExportError
@@ -601,7 +603,10 @@ class _Exporter:
                 lambda i=i: self.ids.fresh("input" if i == 0 else f"input_{i}"),
             )
             self.names[arg] = name
-            self.tensors[name] = self.tensor_decl(arg, name, entry, init=False)
+            decl = self.tensor_decl(arg, name, entry, init=False)
+            if nf.is_index_input(arg):  # token ids: Tensor<int64_t>, no Q node reads them
+                decl = dataclasses.replace(decl, dtype="int64_t")
+            self.tensors[name] = decl
         for op in block.ops:
             if isinstance(op, ReturnOp):
                 continue

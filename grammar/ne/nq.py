@@ -1031,6 +1031,7 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("HardSigmoid", nf.HardSigmoidOp, converter=_hard_sigmoid, writer=_hard_sigmoid_attrs),  # type: ignore[arg-type]
     NqOp("Split", nf.SplitOp, converter=_split, writer=_split_attrs),  # type: ignore[arg-type]
     NqOp("Gather", nf.GatherOp, converter=_gather, writer=_gather_attrs),  # type: ignore[arg-type]
+    NqOp("Embedding", nf.EmbeddingOp, inputs=(2, 2)),  # (indices, table): rows by index
     NqOp("Slice", nf.GatherOp, converter=_slice, writer=_gather_attrs),  # type: ignore[arg-type]
     NqOp("Expand", nf.ExpandOp, converter=_expand, writer=_expand_attrs),  # type: ignore[arg-type]
     NqOp("Softmax", nf.SoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
