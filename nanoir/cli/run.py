@@ -34,6 +34,7 @@ import nanoir
 from nanoir.api import load
 from nanoir.backends import BACKENDS, run
 from nanoir.cli.entry import run_main
+from nanoir.dialects import nf
 from nanoir.errors import Error
 from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.grammar.ne.errors import NanoEngineError
@@ -184,7 +185,7 @@ def _check_stream_options(func: FuncOp, mem_dim: int, step: int) -> None:
         len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
     ]
     rank = max(ranks, default=0)
-    if not 2 <= mem_dim < rank:
+    if not nf.lowest_streamed_dim(func.body.block.args) <= mem_dim < rank:  # (1: token ids)
         raise UsageError(
             f"--mem-dim {mem_dim} is not a dim of @{func.sym_name.data}'s inputs to stream: they "
             f"have at most {rank} dims, so the streamed dim is one of 2..{rank - 1} (dim 0 is "
