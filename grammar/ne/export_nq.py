@@ -18,7 +18,10 @@
 Runtime tensors are declared with *streaming plan* shapes. Unless a plan is given (see
 `schema.StreamPlan`; the stream-plan pass provides real numbers) the exporter declares
 `[-1, C, 1, D...]` (M = one row per step, D the whole rest) and gives every runtime node a
-`mem` cache per distinct runtime input, shaped like the tensor it caches.
+`mem` cache per distinct runtime input, shaped like the tensor it caches. A program with an
+op that reads whole `[H, W]` planes (nf.max_pool_indices, nf.max_unpool) declares every
+runtime tensor whole instead (`[-1, C, H, W]`, layout `BCDD`: no streamed dim), so that it
+reads back with static planes.
 
 Each op is written by its row of `nq.NQ_OPS` (op type and attributes); `nf.custom` by its
 own op_type and attributes. Import finds the results as the runtime tensors no node reads,
@@ -127,6 +130,11 @@ class _Exporter:
         self.plan = plan
         self.default_plan = UnitStepPlan()
         self.func = main_function(module)
+        # Ops that need the whole [H, W] plane (max_pool_indices, max_unpool) cannot be read
+        # back from a one-row plan (M is dynamic on import): declare whole tensors, M as D.
+        self.whole_planes = any(
+            isinstance(op, nf.MaxPoolIndicesOp | nf.MaxUnpoolOp) for op in self.func.walk()
+        )
         self.recorded_decls: dict[str, Declaration] = {}
         decls = module.attributes.get(NE_DECLS)
         if isinstance(decls, DictionaryAttr):
@@ -467,7 +475,16 @@ class _Exporter:
         if entry and self._recorded_shape_fits(value, entry):
             return RuntimeTensor(name, dtype, entry[1], entry[2])
         shape = tuple(int(d) for d in self.default_plan.tensor_shape(value) or ())
-        return RuntimeTensor(name, dtype, runtime_layout(len(shape)), shape)
+        layout = runtime_layout(len(shape))
+        if self.whole_planes and len(shape) >= 3:
+            shape = (-1, *t.get_shape()[1:])
+            if DYNAMIC_INDEX in shape:
+                raise ExportError(
+                    f"nanoengine export: runtime tensor '{name}' of a program with whole-plane "
+                    f"ops has the dynamic shape {shape_str(t.get_shape())}"
+                )
+            layout = layout.replace("M", "D")
+        return RuntimeTensor(name, dtype, layout, shape)
 
     def _recorded_shape_fits(
         self, value: SSAValue, entry: tuple[str, str, tuple[int, ...], str]

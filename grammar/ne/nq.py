@@ -42,6 +42,11 @@ and/or a `writer` function next to its row.
     Slice                nf.gather                one axis; read only (a gather writes Gather)
     UpsampleZero         nf.upsample_zero         offsets, sizes (nanoir's: the Magik Unpool2D
                                                   zero mode; ONNX has no such op)
+    MaxPoolIndices       nf.max_pool_indices      kernel_shape, strides (nanoir's: the flat in-plane
+                                                  index of each window's max, as floats; ONNX's
+                                                  MaxPool Indices output is another encoding)
+    MaxUnpoolPlane       nf.max_unpool            sizes = the result's [H, W] (nanoir's: inputs are
+                                                  values, in-plane indices; the hw row's name)
     Pad                  nf.pad                   mode (constant/reflect/edge), pads, value as
                                                   attributes (ONNX opset < 11)
     Split                nf.split                 axis, split as attributes (opset < 13); one
@@ -439,6 +444,37 @@ def _upsample_zero_attrs(op: nf.UpsampleZeroOp) -> Attrs:
         ("offsets", tuple(nf.array_values(op.offsets) or ())),
         ("sizes", tuple(nf.tensor_shape(op.result)[2:])),
     )
+
+
+def _max_pool_indices(n: NodeSpec) -> Operation:
+    n.allow("kernel_shape", "strides")
+    n.one_output()
+    (x,) = n.values(1, 1)
+    kernel, strides = n.ints("kernel_shape"), n.ints("strides")
+    if kernel is None:
+        raise Unsupported("MaxPoolIndices needs kernel_shape")
+    return nf.MaxPoolIndicesOp(x, kernel, strides if strides is not None else kernel)
+
+
+def _max_pool_indices_attrs(op: nf.MaxPoolIndicesOp) -> Attrs:
+    return (
+        ("kernel_shape", tuple(nf.array_values(op.kernel) or ())),
+        ("strides", tuple(nf.array_values(op.strides) or ())),
+    )
+
+
+def _max_unpool(n: NodeSpec) -> Operation:
+    n.allow("sizes")
+    n.one_output()
+    x, indices = n.values(2, 2)
+    sizes = n.ints("sizes")
+    if sizes is None:
+        raise Unsupported("MaxUnpoolPlane needs sizes (the result's [H, W])")
+    return nf.MaxUnpoolOp(x, indices, sizes)
+
+
+def _max_unpool_attrs(op: nf.MaxUnpoolOp) -> Attrs:
+    return (("sizes", _static(op, nf.tensor_shape(op.result)[2:], "result plane")),)
 
 
 def _pad(n: NodeSpec) -> Operation:
@@ -1024,6 +1060,19 @@ NQ_OPS: tuple[NqOp, ...] = (
     # dispatches to _resize_linear; ONNX export writes ResizeLinear as Resize)
     NqOp("ResizeLinear", nf.UpsampleBilinearOp, converter=_resize_linear, writer=_linear_attrs),  # type: ignore[arg-type]
     NqOp("UpsampleZero", nf.UpsampleZeroOp, converter=_upsample_zero, writer=_upsample_zero_attrs),  # type: ignore[arg-type]
+    NqOp(
+        "MaxPoolIndices",
+        nf.MaxPoolIndicesOp,
+        converter=_max_pool_indices,
+        writer=_max_pool_indices_attrs,
+    ),  # type: ignore[arg-type]
+    NqOp(
+        "MaxUnpoolPlane",
+        nf.MaxUnpoolOp,
+        inputs=(2, 2),
+        converter=_max_unpool,
+        writer=_max_unpool_attrs,
+    ),  # type: ignore[arg-type]
     NqOp("Pad", nf.PadOp, converter=_pad, writer=_pad_attrs),  # type: ignore[arg-type]
     NqOp("HardSwish", nf.HardSwishOp),
     NqOp("Swish", nf.SiluOp, converter=_swish),

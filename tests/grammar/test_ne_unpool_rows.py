@@ -1,0 +1,45 @@
+"""The nq `.ne` rows MaxPoolIndices and MaxUnpoolPlane (nanoir's extensions for
+nf.max_pool_indices / nf.max_unpool, named as the hw rows): a MaxPool/MaxUnpool decoder,
+float and quantized, exports, imports and exports to the same text byte for byte, and the
+read-back program runs bit for bit as the original, which equals torch (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from nanoir.grammar.ne.exporter import export_nanoengine
+from nanoir.grammar.ne.importer import import_nanoengine
+from nanoir.runtime.interpreter import run
+
+import nanoir
+from nanoir.frontend import from_torch
+from nanoir.testing.magik_models import UnpoolDecoder
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_nq_max_pool_indices_and_unpool_round_trip(quantized: bool) -> None:
+    """The program's runtime tensors are declared whole (layout BCDD), so the planes read
+    back static. Mutants seen to fail it (private copy): see the report of nerows."""
+    torch.manual_seed(0)
+    net = UnpoolDecoder().eval()
+    x = torch.randn(2, 3, 6, 8)
+    module = from_torch(net, (x,))
+    if quantized:
+        nanoir.quantize(module, [x.numpy()])
+    else:  # the oracle: torch in float64
+        (y,) = run(module, x.double().numpy(), dtype=np.float64)
+        want = net.double()(x.double()).detach().numpy()
+        net.float()
+        np.testing.assert_allclose(y, want, atol=1e-12)
+    text = export_nanoengine(module)
+    assert "op_type=MaxPoolIndices,\n    attr=[kernel_shape=[2, 2], strides=[2, 2]]," in text
+    assert "op_type=MaxUnpoolPlane,\n    attr=[sizes=[6, 8]]," in text
+    back = import_nanoengine(text)
+    assert "nf.custom" not in str(back)
+    assert export_nanoengine(back) == text
+    (a,) = run(module, x.numpy())
+    (b,) = run(back, x.numpy())
+    assert a.tobytes() == b.tobytes()
