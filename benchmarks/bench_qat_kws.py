@@ -171,6 +171,7 @@ def brevitas_model(model, bits: int):  # noqa: ANN001, ANN201
 
     class WeightPo2(Int8WeightPerChannelFixedPoint):
         bit_width = bits
+        narrow_range = False  # nanoir's codes: -2**(b-1) .. 2**(b-1)-1 (-2..1 at 2 bits)
 
     wq = {"weight_quant": WeightPo2, "bias_quant": Int8BiasPerTensorFixedPointInternalScaling}
 
