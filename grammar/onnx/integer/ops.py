@@ -97,42 +97,45 @@ Part = tuple[str, int, int]
 def _const_parts(
     codes: np.ndarray, op: Operation, g: Graph, base: str
 ) -> list[tuple[np.ndarray, int, int]]:
-    """Constant codes as uint8 parts (array, zero point, scale): one byte when they fit,
-    two when they fit 16 bits."""
+    """Constant codes as uint8 parts (array, zero point, scale): one byte when they fit, else
+    low bytes (unsigned) and a signed top byte, ``c = sum(part * scale)``."""
     c = np.asarray(codes, dtype=np.int64)
     if c.size == 0 or (c.min() >= -128 and c.max() <= 127):
         return [((c + 128).astype(np.uint8), 128, 1)]
     if c.min() >= 0 and c.max() <= 255:
         return [(c.astype(np.uint8), 0, 1)]
-    lo = np.mod(c, 256)
-    hi = (c - lo) // 256
-    if hi.min() < -128 or hi.max() > 127:
-        raise _refuse(op, "has an operand wider than 16 bits (integer ONNX products take 8)")
-    return [(lo.astype(np.uint8), 0, 1), ((hi + 128).astype(np.uint8), 128, 256)]
+    parts: list[tuple[np.ndarray, int, int]] = []
+    scale = 1
+    while c.min() < -128 or c.max() > 127:
+        lo = np.mod(c, 256)
+        parts.append((lo.astype(np.uint8), 0, scale))
+        c = (c - lo) // 256
+        scale *= 256
+    if scale > 2**24:
+        raise _refuse(op, "has a constant operand wider than 32 bits")
+    return [*parts, ((c + 128).astype(np.uint8), 128, scale)]
 
 
 def _value_parts(g: Graph, v: SSAValue, op: Operation) -> list[Part]:
-    """A run-time operand as uint8 parts."""
+    """A run-time operand as uint8 parts: itself up to 8 bits, else its bytes (the low ones
+    unsigned, the top one signed, or unsigned for ``ui16``)."""
     width = nh.width_of(v)
     if width <= 8:
         return [(g.get(v, "u8"), zero_point(v), 1)]
-    if width > 16:
-        raise _refuse(
-            op,
-            f"has an {nh.type_text(v)} operand (integer ONNX products take 8 bits, "
-            "split here up to 16)",
-        )
     base = g.base(v)
     x = g.get(v, "i32")
-    lo = g.node("Mod", [x, g.const(256, np.int32)], base + "_lo32")
-    hi = g.node(
-        "Div", [g.node("Sub", [x, lo], base + "_hi0"), g.const(256, np.int32)], base + "_hi32"
-    )
-    lo8 = g.node("Cast", [lo], base + "_lo", to=2)
-    if nh.is_unsigned(v):
-        return [(lo8, 0, 1), (g.node("Cast", [hi], base + "_hi", to=2), 0, 256)]
-    hi = g.node("Add", [hi, g.const(128, np.int32)], base + "_hio")
-    return [(lo8, 0, 1), (g.node("Cast", [hi], base + "_hi", to=2), 128, 256)]
+    unsigned = nh.is_unsigned(v)
+    parts: list[Part] = []
+    nbytes = -(-width // 8)
+    for k in range(nbytes - 1):
+        lo = g.node("Mod", [x, g.const(256, np.int32)], f"{base}_b{k}")
+        parts.append((g.node("Cast", [lo], f"{base}_u{k}", to=2), 0, 256**k))
+        x = g.node("Sub", [x, lo], f"{base}_r{k}")
+        x = g.node("Div", [x, g.const(256, np.int32)], f"{base}_q{k}")
+    if not unsigned:
+        x = g.node("Add", [x, g.const(128, np.int32)], f"{base}_top")
+    top = g.node("Cast", [x], f"{base}_u{nbytes - 1}", to=2)
+    return [*parts, (top, 0 if unsigned else 128, 256 ** (nbytes - 1))]
 
 
 def _product(
@@ -147,10 +150,15 @@ def _product(
     acc: str | None = None
     for xn, xz, xsc in xs:
         for wn, wz, wsc in ws:
+            # int32 wraps like the exact sum modulo 2**32: so does the scale.
+            scale = (xsc * wsc) % 2**32
+            scale -= 2**32 if scale >= 2**31 else 0
+            if scale == 0:
+                continue
             zx, zw = g.const(xz, np.uint8), g.const(wz, np.uint8)
             y = g.node(op_type, [xn, wn, zx, zw], base + "_p", **attrs)
-            if xsc * wsc != 1:
-                y = g.node("Mul", [y, g.const(xsc * wsc, np.int32)], base + "_ps")
+            if scale != 1:
+                y = g.node("Mul", [y, g.const(scale, np.int32)], base + "_ps")
             acc = y if acc is None else g.node("Add", [acc, y], base + "_pa")
     assert acc is not None
     return acc
@@ -231,47 +239,36 @@ def conv_transpose(g: Graph, op: nh.ConvTransposeOp) -> None:
     groups = op.groups.value.data
     if any(d == DYNAMIC_INDEX for d in x_shape[1:]):
         raise _refuse(op, "has dynamic channels or spatial sizes")
-    if nh.width_of(op.input) > 8:
-        raise _refuse(op, f"has an {nh.type_text(op.input)} input (8 bits at most here)")
-    # Zero-stuff the input (code 0 is the u8 form's zero point): [N, C, S] -> [N, C, (S-1)s+1].
-    x = g.get(op.input, "u8")
-    zp = zero_point(op.input)
     spatial = list(x_shape[2:])
-    if any(s > 1 for s in strides):
-        inter = [0, x_shape[1]] + [v for sz in spatial for v in (sz, 1)]
-        y = g.node("Reshape", [x, g.const(inter, np.int64)], base + "_r")
-        widen = [0] * (2 + 2 * n) + [0, 0] + [v for s in strides for v in (0, s - 1)]
-        y = g.node("Pad", [y, g.const(widen, np.int64), g.const(zp, np.uint8)], base + "_z")
-        stuffed = [0, x_shape[1]] + [sz * s for sz, s in zip(spatial, strides)]
-        y = g.node("Reshape", [y, g.const(stuffed, np.int64)], base + "_s")
-        ends = [sz * s - s + 1 for sz, s in zip(spatial, strides)]
-        y = g.node(
-            "Slice",
-            [
-                y,
-                g.const([0] * n, np.int64),
-                g.const(ends, np.int64),
-                g.const(list(range(2, 2 + n)), np.int64),
-            ],
-            base + "_c",
-        )
-    else:
-        y = x
-    # Around it: d (k - 1) - pad on each side, output_padding more at the end (crop if < 0).
     begin = [d * (k - 1) - p for d, k, p in zip(dil, kernel, pads[:n])]
     end = [d * (k - 1) - p + o for d, k, p, o in zip(dil, kernel, pads[n:], out_pad)]
-    if any(v < 0 for v in begin + end):
-        y = g.node(
-            "Pad",
-            [
-                y,
-                g.const(
-                    [0, 0] + [min(v, 0) for v in begin] + [0, 0] + [min(v, 0) for v in end],
-                    np.int64,
-                ),
-            ],
-            base + "_crop",
-        )
+
+    def stuffed(x: str, zp: int, label: str) -> str:
+        """Zero-stuff one uint8 part (code 0 is its zero point): [N, C, S] -> [N, C,
+        (S-1)s+1]; then crop where ``d (k - 1) - pad`` (plus output_padding at the end) < 0."""
+        y = x
+        if any(s > 1 for s in strides):
+            inter = [0, x_shape[1]] + [v for sz in spatial for v in (sz, 1)]
+            y = g.node("Reshape", [y, g.const(inter, np.int64)], base + label + "_r")
+            widen = [0] * (2 + 2 * n) + [0, 0] + [v for s in strides for v in (0, s - 1)]
+            y = g.node(
+                "Pad", [y, g.const(widen, np.int64), g.const(zp, np.uint8)], base + label + "_z"
+            )
+            full = [0, x_shape[1]] + [sz * s for sz, s in zip(spatial, strides)]
+            y = g.node("Reshape", [y, g.const(full, np.int64)], base + label + "_s")
+            ends = [sz * s - s + 1 for sz, s in zip(spatial, strides)]
+            axes = g.const(list(range(2, 2 + n)), np.int64)
+            starts = g.const([0] * n, np.int64)
+            y = g.node("Slice", [y, starts, g.const(ends, np.int64), axes], base + label + "_c")
+        if any(v < 0 for v in begin + end):
+            crop = [0, 0] + [min(v, 0) for v in begin] + [0, 0] + [min(v, 0) for v in end]
+            y = g.node("Pad", [y, g.const(crop, np.int64)], base + label + "_crop")
+        return y
+
+    xs = [
+        (stuffed(name, zp, f"_x{i}"), zp, scale)
+        for i, (name, zp, scale) in enumerate(_value_parts(g, op.input, op))
+    ]
     conv_pads = [max(v, 0) for v in begin] + [max(v, 0) for v in end]
     c_in, per_group = w_shape[0], w_shape[1]
 
@@ -285,7 +282,7 @@ def conv_transpose(g: Graph, op: nh.ConvTransposeOp) -> None:
     acc = _product(
         g,
         "ConvInteger",
-        [(y, zp, 1)],
+        xs,
         ws,
         base + "_acc" if op.bias is not None else base,
         kernel_shape=list(kernel),
@@ -353,6 +350,8 @@ def _binary(op_type: str, combine: Callable[[int, int], int]) -> Writer:
 OPS[nh.AddOp] = _binary("Add", lambda a, b: a + b)
 OPS[nh.SubOp] = _binary("Sub", lambda a, b: a + b)
 OPS[nh.MulOp] = _binary("Mul", lambda a, b: a * b)
+OPS[nh.MaximumOp] = _binary("Max", max)
+OPS[nh.MinimumOp] = _binary("Min", max)
 
 
 def _channel_shifts(op: Any, shifts: list[int], rank: int) -> np.ndarray:
