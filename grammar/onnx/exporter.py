@@ -247,7 +247,14 @@ class _Writer:
         x = "" if constant and self.flavor == "qdq" else self.value_name(op.input)
         (out,) = self.result_names(op)
         if self.flavor == "nanoengine":
-            if mode != RoundingMode.TRUNC:
+            if mode != RoundingMode.TRUNC and constant and bits > 1:
+                # A constant rounded otherwise (bias correction's nearest codes): its codes,
+                # written on the grid, where Q's truncation keeps them exactly.
+                assert isinstance(source, nf.ConstantOp)
+                w = np.asarray(dense_to_numpy(source.value), np.float64)
+                codes = quantize_to_int(w, bits, exp, mode, signed=op.is_signed)
+                x = self.const(f"{out}_on_grid", np.ldexp(codes, -exp).astype(np.float32))
+            elif mode != RoundingMode.TRUNC:
                 raise OnnxExportError(
                     f"onnx export (nanoengine flavour): nq.fake_quant '{out}' rounds {mode.value}; "
                     "NanoEngine's Q truncates toward zero, so only trunc rounding has this form "
