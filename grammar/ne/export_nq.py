@@ -41,6 +41,7 @@ import dataclasses
 
 import numpy as np
 from nanoir.dialects import nf
+from nanoir.dialects.nq import FakeQuantOp
 from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.layout import calls, recorded_layout, reference_layout
 from nanoir.grammar.ne.node import NodeInput, NodeProblem, NodeSpec, Unsupported
@@ -124,6 +125,26 @@ def _str_attr(op: Operation, key: str) -> str | None:
     return attr.data if isinstance(attr, StringAttr) else None
 
 
+def _dead_state_quant(op: Operation, returned: dict[SSAValue, int]) -> bool:
+    """A fake-quant of a recurrent op's final state (quantize puts one on h_n and c_n) that
+    nothing reads: not written, as the state it quantizes (an unread tensor would read
+    back as a program result)."""
+    return (
+        isinstance(op, FakeQuantOp)
+        and not op.result.uses
+        and op.result not in returned
+        and isinstance(op.input.owner, nf.RecurrentOp)
+        and op.input is not op.input.owner.output
+    )
+
+
+def _unread_state(value: SSAValue, returned: dict[SSAValue, int]) -> bool:
+    """A recurrent op's h_n / c_n that nothing reads but a dead fake-quant."""
+    return value not in returned and all(
+        _dead_state_quant(use.operation, returned) for use in value.uses
+    )
+
+
 class _Exporter:
     def __init__(self, module: ModuleOp, plan: StreamPlan | None) -> None:
         self.module = module
@@ -133,7 +154,8 @@ class _Exporter:
         # Ops that need the whole [H, W] plane (max_pool_indices, max_unpool) cannot be read
         # back from a one-row plan (M is dynamic on import): declare whole tensors, M as D.
         self.whole_planes = any(
-            isinstance(op, nf.MaxPoolIndicesOp | nf.MaxUnpoolOp) for op in self.func.walk()
+            isinstance(op, nf.MaxPoolIndicesOp | nf.MaxUnpoolOp | nf.RecurrentOp)
+            for op in self.func.walk()
         )
         self.recorded_decls: dict[str, Declaration] = {}
         decls = module.attributes.get(NE_DECLS)
@@ -426,11 +448,15 @@ class _Exporter:
     def outputs(
         self, op: Operation, node: str, init: bool, returned: dict[SSAValue, int]
     ) -> tuple[str, ...]:
+        results = list(op.results)
+        if isinstance(op, nf.RecurrentOp):  # unread final states (h_n, c_n) are not written
+            while len(results) > 1 and _unread_state(results[-1], returned):
+                results.pop()
         recorded = _entries(op, NE_OUT_S)
-        if recorded is not None and len(recorded) != len(op.results):
+        if recorded is not None and len(recorded) != len(results):
             recorded = None
         names: list[str] = []
-        for i, result in enumerate(op.results):
+        for i, result in enumerate(results):
             entry = recorded[i] if recorded else None
 
             def fallback(i: int = i, result: SSAValue = result) -> str:
@@ -629,7 +655,7 @@ class _Exporter:
                 continue
             if isinstance(op, nf.ConstantOp):
                 self.constant_op(op)
-            else:
+            elif not _dead_state_quant(op, returned):
                 self.node(op, returned)
         for op in block.ops:  # unused, unnamed constants still get declared
             if isinstance(op, nf.ConstantOp) and op.result not in self.names:

@@ -99,8 +99,9 @@ from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.movement import expand_shape_operand
 from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.recurrent import RecurrentLayout
 from nanoir.runtime.numerics.shapes import ShapeError, shape_str, shapes_compatible
-from xdsl.dialects.builtin import DYNAMIC_INDEX, StringAttr
+from xdsl.dialects.builtin import DYNAMIC_INDEX, DenseArrayBase, StringAttr, TensorType, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
@@ -475,6 +476,96 @@ def _max_unpool(n: NodeSpec) -> Operation:
 
 def _max_unpool_attrs(op: nf.MaxUnpoolOp) -> Attrs:
     return (("sizes", _static(op, nf.tensor_shape(op.result)[2:], "result plane")),)
+
+
+_RECURRENT_OP_TYPE = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+_RECURRENT_GRIDS = ("gates", "cell", "hidden")
+
+
+def _recurrent(n: NodeSpec) -> Operation:
+    """LSTM / GRU / RNN: in_s = input, the `initial_states` h0[, c0], then the weights in
+    torch's flat order (per layer and direction: w_ih, w_hh[, b_ih, b_hh])."""
+    n.allow(
+        "activations", "direction", "has_biases", "hidden_size", "initial_states", "layout",
+        "num_layers", "rounding", *_RECURRENT_GRIDS,
+    )  # fmt: skip
+    if n.op_type == "RNN":
+        act = n.name_attr("activations", "Tanh")
+        if act not in ("Tanh", "Relu"):
+            raise Unsupported(f"RNN with activations={act} (nanoir maps Tanh, Relu)")
+        mode = "rnn_tanh" if act == "Tanh" else "rnn_relu"
+    else:
+        mode = n.op_type.lower()
+    direction = n.name_attr("direction", "forward")
+    if direction not in ("forward", "bidirectional"):
+        raise Unsupported(f"{n.op_type} with direction={direction}")
+    layout = RecurrentLayout(
+        mode,
+        n.int("hidden_size"),
+        n.int("num_layers", 1),
+        direction == "bidirectional",
+        n.flag("layout", 0),
+        n.flag("has_biases", 1),
+    )
+    states = n.int("initial_states", 0)
+    if not 0 <= states <= (2 if mode == "lstm" else 1):
+        raise NodeProblem(
+            f"initial_states={states} of {n.op_type} node '{n.name}' is out of range",
+            attr="initial_states",
+        )
+    values = n.values(1 + states, -1)
+    x, initial, weights = values[0], values[1 : 1 + states], values[1 + states :]
+    if len(_shape(x)) != 3:
+        raise NodeProblem(f"{n.op_type} node '{n.name}' reads a rank-{_rank(x)} input, not 3")
+    results = [s for s in layout.result_shapes(_shape(x)) if s is not None]
+    if not 1 <= n.num_outputs <= len(results):  # unread final states are not written
+        raise NodeProblem(
+            f"{n.op_type} node '{n.name}' has {n.num_outputs} outputs; {mode} gives 1 to "
+            f"{len(results)} (output, h_n[, c_n])"
+        )
+    elt = x.type.get_element_type()  # type: ignore[attr-defined]
+    op = nf.RecurrentOp(
+        x,
+        weights,
+        layout,
+        [TensorType(elt, s) for s in results],
+        *initial,
+    )
+    grids = [n.ints(k) for k in _RECURRENT_GRIDS]
+    if any(g is not None for g in grids):
+        if any(g is None or len(g) != 2 for g in grids):
+            raise NodeProblem(
+                f"{n.op_type} node '{n.name}' needs gates, cell and hidden = [exp, bits] together"
+            )
+        for key, grid in zip(_RECURRENT_GRIDS, grids):
+            op.properties[key] = DenseArrayBase.from_list(i64, grid)  # type: ignore[arg-type]
+        op.properties["rounding"] = StringAttr(n.name_attr("rounding", "trunc"))
+    return op
+
+
+def _recurrent_attrs(op: nf.RecurrentOp) -> Attrs:
+    layout = op.layout
+    attrs: list[tuple[str, AttrValue]] = []
+    if layout.mode.startswith("rnn_"):
+        attrs.append(("activations", "Relu" if layout.mode == "rnn_relu" else "Tanh"))
+    attrs.append(("direction", "bidirectional" if layout.bidirectional else "forward"))
+    grids = {k: array_values(op.properties.get(k)) for k in _RECURRENT_GRIDS}  # type: ignore[arg-type]
+    if grids["cell"] is not None:
+        attrs.append(("cell", tuple(grids["cell"])))
+    if grids["gates"] is not None:
+        attrs.append(("gates", tuple(grids["gates"])))
+    attrs.append(("has_biases", int(layout.has_biases)))
+    if grids["hidden"] is not None:
+        attrs.append(("hidden", tuple(grids["hidden"])))
+    attrs += [
+        ("hidden_size", layout.hidden),
+        ("initial_states", int(op.h0 is not None) + int(op.c0 is not None)),
+        ("layout", int(layout.batch_first)),
+        ("num_layers", layout.layers),
+    ]
+    if op.rounding is not None:
+        attrs.append(("rounding", op.rounding.data))
+    return tuple(attrs)
 
 
 def _pad(n: NodeSpec) -> Operation:
@@ -1060,6 +1151,9 @@ NQ_OPS: tuple[NqOp, ...] = (
     # dispatches to _resize_linear; ONNX export writes ResizeLinear as Resize)
     NqOp("ResizeLinear", nf.UpsampleBilinearOp, converter=_resize_linear, writer=_linear_attrs),  # type: ignore[arg-type]
     NqOp("UpsampleZero", nf.UpsampleZeroOp, converter=_upsample_zero, writer=_upsample_zero_attrs),  # type: ignore[arg-type]
+    NqOp("LSTM", nf.RecurrentOp, converter=_recurrent, writer=_recurrent_attrs),  # type: ignore[arg-type]
+    NqOp("GRU", nf.RecurrentOp, converter=_recurrent, writer=_recurrent_attrs),  # type: ignore[arg-type]
+    NqOp("RNN", nf.RecurrentOp, converter=_recurrent, writer=_recurrent_attrs),  # type: ignore[arg-type]
     NqOp(
         "MaxPoolIndices",
         nf.MaxPoolIndicesOp,
@@ -1099,6 +1193,8 @@ for _row in NQ_OPS:
 def row_of(op: Operation, op_type: str | None = None) -> NqOp:
     """The row `op` is written by: `op_type`'s (or a recorded `ne.op_type`'s) if it maps
     the op's class (Flatten for a reshape), else the class's first; KeyError for none."""
+    if isinstance(op, nf.RecurrentOp):  # one class, three op types: by its mode
+        return BY_OP_TYPE[_RECURRENT_OP_TYPE.get(op.mode.data, "LSTM")]
     if op_type is None:
         recorded = op.attributes.get(NE_OP_TYPE)
         op_type = recorded.data if isinstance(recorded, StringAttr) else None
