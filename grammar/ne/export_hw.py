@@ -254,7 +254,11 @@ class _HwExporter:
                 f"nanoengine export: '{op.name}' has {len(op.results)} results; nodes here have one"
             )
         what = f"the result of '{op.name}'"
-        exps = tuple(exp_value(_nh_type(r, what)[3]) for r in op.results)
+        results = list(op.results)
+        if isinstance(op, nh.RecurrentOp):  # unread final states (h_n, c_n) are not written
+            while len(results) > 1 and not results[-1].uses:
+                results.pop()
+        exps = tuple(exp_value(_nh_type(r, what)[3]) for r in results)
         attrs: list[tuple[str, AttrValue]] = [("exp", exps if spec.multi_output else exps[0])]
         for m in spec.props:
             value = op.properties.get(m.prop)
@@ -266,18 +270,18 @@ class _HwExporter:
             in_s.append(self.shape_constant(op.results[0]))
         init = all(v in self.init_values for v in op.operands)
         name = self.ids.numbered(spec.op_type)
-        unused = next((i for i, r in enumerate(op.results) if not r.uses), None)
+        unused = next((i for i, r in enumerate(results) if not r.uses), None)
         if unused is not None and not init:
             which = f"result {unused} of " if len(op.results) > 1 else ""
             raise ExportError(
                 f"nanoengine export: {which}'{op.name}' ({name}) computes a value nothing uses; "
                 "NanoEngine takes unread tensors for outputs (remove dead code first)"
             )
-        for i, result in enumerate(op.results):
+        for i, result in enumerate(results):
             if init:
                 self.init_values.add(result)
             self.declare(result, self.output_name(result, name, i), init, what)
-        out_s = tuple(self.names[r] for r in op.results)
+        out_s = tuple(self.names[r] for r in results)
         if init:
             self.nodes.append(InitNode(name, spec.op_type, _sorted(attrs), tuple(in_s), out_s))
         else:

@@ -308,7 +308,27 @@ HW_OPS: tuple[HwOp, ...] = (
         props=(AttrMap("kernel_shape", "kernel", "ints"), AttrMap("strides", "strides", "ints")),
     ),
     HwOp(nh.MaxUnpoolOp, "MaxUnpoolPlane"),
-    HwOp(nh.EmbeddingOp, "Embedding"),  # in_s (indices, table): rows of the table by index
+    HwOp(nh.EmbeddingOp, "Embedding"),
+    HwOp(  # in_s: input, initial_states (h0[, c0]), weights in torch's flat order
+        nh.RecurrentOp,
+        "Recurrent",
+        props=(
+            AttrMap("mode", "mode", "name"),
+            AttrMap("hidden_size", "hidden_size", "int"),
+            AttrMap("num_layers", "num_layers", "int"),
+            AttrMap("bidirectional", "bidirectional", "flag"),
+            AttrMap("batch_first", "batch_first", "flag"),
+            AttrMap("has_biases", "has_biases", "flag"),
+            AttrMap("gates", "gates", "ints"),
+            AttrMap("cell", "cell", "ints"),
+            AttrMap("hidden", "hidden", "ints"),
+            AttrMap("rounding", "rounding", "name"),
+            AttrMap("sigmoid_table", "sigmoid_table", "ints"),
+            AttrMap("tanh_table", "tanh_table", "ints"),
+        ),
+        derived=(("initial_states", lambda op: int(op.h0 is not None) + int(op.c0 is not None)),),
+        multi_output=True,
+    ),  # in_s (indices, table): rows of the table by index
     HwOp(nh.UpsampleBilinearOp, "UpsampleBilinear", props=(AttrMap("pads", "pads", "ints"),)),
     HwOp(
         nh.GatherOp,

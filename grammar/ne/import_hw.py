@@ -35,7 +35,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from nanoir.dialects import nh
+from nanoir.dialects import nf, nh
+from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import MAX_BITS, RoundingModeAttr
 from nanoir.grammar.ne.check import check_each_node_called_once
 from nanoir.grammar.ne.errors import NanoEngineSemanticError
@@ -73,15 +74,19 @@ from nanoir.grammar.ne.syntax_tree import (
     numpy_dtype,
 )
 from nanoir.runtime.numerics.quant import RoundingMode
+from nanoir.runtime.numerics.recurrent import RecurrentLayout
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
     ArrayAttr,
+    DenseArrayBase,
     DictionaryAttr,
     FunctionType,
     IntegerAttr,
     IntegerType,
     ModuleOp,
+    StringAttr,
     TensorType,
+    i32,
     i64,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -555,8 +560,10 @@ class _HwImporter:
         operands = [self._value(node, i) for i in range(count)]
         if spec.const_input == "shape":
             self._check_shape_input(node, count, result_types[0])
+        if spec.cls is nh.RecurrentOp:
+            result_types += _unwritten_states(node, attrs, properties, result_types, operands)
         op = spec.cls.create(operands=operands, result_types=result_types, properties=properties)
-        values = self._built(node, op)
+        values = self._built(node, op)[: len(node.out_s)]  # a Recurrent's unread states: none
         for attr, derive in spec.derived:
             want = derive(op)
             got = self._required(node, attrs, attr)
@@ -583,6 +590,53 @@ class _HwImporter:
                 f"the shape input of Reshape node '{node.name}' must be an integer constant holding {wanted}",
                 input=index,
             )
+
+
+def _unwritten_states(
+    node: Node,
+    attrs: dict[str, AttrValue],
+    properties: dict[str, Attribute],
+    result_types: list[TensorType],
+    operands: list[SSAValue],
+) -> list[TensorType]:
+    """A Recurrent node: its operand segments (`initial_states` says how many of in_s after
+    the input are h0[, c0]) set in `properties`, and the types of the final states it does
+    not write (unread h_n / c_n: `[L*D, N, H]` on the hidden / cell grid, layout DDC)."""
+    states = attrs.get("initial_states")
+    if not isinstance(states, int) or not 0 <= states <= 2 or len(operands) < 1 + states:
+        raise NodeProblem(
+            f"Recurrent node '{node.name}' needs initial_states = 0, 1 or 2 (h0[, c0]), got "
+            f"{states}",
+            attr="initial_states",
+        )
+    segments = [1, int(states >= 1), int(states >= 2), len(operands) - 1 - states]
+    properties["operandSegmentSizes"] = DenseArrayBase.from_list(i32, segments)
+    mode, grids = properties.get("mode"), [properties.get(k) for k in ("hidden", "cell")]
+    if not isinstance(mode, StringAttr) or not all(isinstance(g, DenseArrayBase) for g in grids):
+        return []
+    count = 3 if mode.data == "lstm" else 2
+    if not 1 <= len(result_types) <= count:
+        raise NodeProblem(
+            f"Recurrent node '{node.name}' has {len(result_types)} outputs; {mode.data} gives 1 "
+            f"to {count} (output, h_n[, c_n])"
+        )
+    try:
+        layout = RecurrentLayout(
+            mode.data,
+            properties["hidden_size"].value.data,  # type: ignore[attr-defined]
+            properties["num_layers"].value.data,  # type: ignore[attr-defined]
+            bool(properties["bidirectional"].value.data),  # type: ignore[attr-defined]
+            bool(properties["batch_first"].value.data),  # type: ignore[attr-defined]
+        )
+    except KeyError as e:
+        raise NodeProblem(f"Recurrent node '{node.name}' needs attribute {e}") from None
+    _, state, _ = layout.result_shapes(nf.tensor_shape(operands[0]))
+    missing = []
+    for i in range(len(result_types), count):
+        exp, bits = array_values(grids[min(i - 1, 1)]) or (0, 8)  # type: ignore[arg-type]
+        elt = IntegerType(next(w for w in (2, 4, 8, 16, 32) if bits <= w))
+        missing.append(TensorType(elt, state, nh.FixedAttr(exp, "DDC")))
+    return missing
 
 
 def import_hw_program(

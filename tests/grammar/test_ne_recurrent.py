@@ -4,7 +4,10 @@ num_layers, has_biases, initial_states, and the quantized op's internal grids ga
 hidden = [exp, bits] and rounding). The weights are in_s after the input and the initial
 states, in torch's flat order (the reference does not read these rows). A float and a
 quantized program export, import and export to the same text byte for byte, the read-back
-program runs bit for bit as the original, and the float one equals torch (float64)."""
+program runs bit for bit as the original, and the float one equals torch (float64). The
+quantized one lowered to nh does the same with the hw row `Recurrent` (mode, layout flags,
+grids, rounding, sigmoid/tanh tables, initial_states); unread final states are not written
+at either level."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch
 from nanoir.dialects import nf
 from nanoir.grammar.ne.exporter import export_nanoengine
 from nanoir.grammar.ne.importer import import_nanoengine
+from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
 from torch import nn
 
@@ -78,3 +82,13 @@ def test_nq_recurrent_round_trip(kind: str, use_state: bool, row: str, quantized
     want_out, got_out = run(module, *xs), run(back, *xs)
     assert len(want_out) == len(got_out) == (2 if use_state else 1)
     assert all(w.tobytes() == g.tobytes() for w, g in zip(want_out, got_out))
+    if quantized:  # the hw level's Recurrent row: nh.recurrent's integer parameters
+        hw = lower_to_hw(module.clone())
+        text = export_nanoengine(hw)
+        assert "op_type=Recurrent," in text and "sigmoid_table=[" in text
+        assert f"initial_states={int(kind == 'gru')}," in text
+        back = import_nanoengine(text)
+        assert export_nanoengine(back) == text
+        want_out, got_out = run(hw, *xs), run(back, *xs)
+        assert len(got_out) == len(want_out)
+        assert all(w.tobytes() == g.tobytes() for w, g in zip(want_out, got_out))
