@@ -19,9 +19,10 @@ Runtime tensors are declared with *streaming plan* shapes. Unless a plan is give
 `schema.StreamPlan`; the stream-plan pass provides real numbers) the exporter declares
 `[-1, C, 1, D...]` (M = one row per step, D the whole rest) and gives every runtime node a
 `mem` cache per distinct runtime input, shaped like the tensor it caches. A program with an
-op that reads whole `[H, W]` planes (nf.max_pool_indices, nf.max_unpool) declares every
-runtime tensor whole instead (`[-1, C, H, W]`, layout `BCDD`: no streamed dim), so that it
-reads back with static planes.
+op that needs a whole static dim 2 (nf.max_pool_indices, nf.max_unpool, nf.recurrent, an
+nf.gather along dim 2 such as a Focus `x[..., ::2, ::2]`) declares every runtime tensor
+whole instead (`[-1, C, H, W]`, layout `BCDD`: no streamed dim), so that it reads back with
+the same static dims.
 
 Each op is written by its row of `nq.NQ_OPS` (op type and attributes); `nf.custom` by its
 own op_type and attributes. Import finds the results as the runtime tensors no node reads,
@@ -125,6 +126,18 @@ def _str_attr(op: Operation, key: str) -> str | None:
     return attr.data if isinstance(attr, StringAttr) else None
 
 
+def _needs_whole_tensors(op: Operation) -> bool:
+    """max_pool_indices / max_unpool (static planes), nf.recurrent (its time and feature
+    dims), and a gather along dim 2 (a Focus `x[..., ::2, ::2]`: gathering rows of M, which
+    reads back dynamic from a one-row plan and would be kept as nf.custom)."""
+    if isinstance(op, nf.MaxPoolIndicesOp | nf.MaxUnpoolOp | nf.RecurrentOp):
+        return True
+    if isinstance(op, nf.GatherOp):
+        rank = len(nf.tensor_shape(op.input))
+        return rank >= 3 and op.axis.value.data % rank == 2
+    return False
+
+
 def _dead_state_quant(op: Operation, returned: dict[SSAValue, int]) -> bool:
     """A fake-quant of a recurrent op's final state (quantize puts one on h_n and c_n) that
     nothing reads: not written, as the state it quantizes (an unread tensor would read
@@ -151,12 +164,9 @@ class _Exporter:
         self.plan = plan
         self.default_plan = UnitStepPlan()
         self.func = main_function(module)
-        # Ops that need the whole [H, W] plane (max_pool_indices, max_unpool) cannot be read
-        # back from a one-row plan (M is dynamic on import): declare whole tensors, M as D.
-        self.whole_planes = any(
-            isinstance(op, nf.MaxPoolIndicesOp | nf.MaxUnpoolOp | nf.RecurrentOp)
-            for op in self.func.walk()
-        )
+        # Ops that need a whole static dim where a one-row plan would declare M (dynamic on
+        # import): declare whole tensors, M as D, so that the program reads back as it is.
+        self.whole_planes = any(_needs_whole_tensors(op) for op in self.func.walk())
         self.recorded_decls: dict[str, Declaration] = {}
         decls = module.attributes.get(NE_DECLS)
         if isinstance(decls, DictionaryAttr):
