@@ -94,6 +94,9 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.depth_to_space  DepthToSpace  blocksize, mode (DCR or CRD)
     nh.space_to_depth  SpaceToDepth  blocksize, mode
     nh.gather      Gather        axis, indices (1-D, constant)
+    nh.embedding   Embedding     in_s (indices, table): rows of the table's codes by index; the
+                                 indices are a program input declared Tensor<int64_t>, read as
+                                 it is (no Q node)
     nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept)
     nh.layer_norm  LayerNorm     bit_len, eps_term, guard, max_shift, normalized_dims, nudge,
                                  rounding (the plan of nanoir.runtime.numerics.norm); in_s[1]

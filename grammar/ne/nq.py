@@ -53,6 +53,8 @@ and/or a `writer` function next to its row.
                                                   output per piece
     Gather               nf.gather                axis, indices (1-D) as an attribute, or
                                                   ONNX's integer constant input 1
+    Embedding            nf.embedding             inputs (indices, table); the indices are a
+                                                  program input declared Tensor<int64_t>
     Expand               nf.expand                shape as an attribute (1 = keep the dim), or
                                                   ONNX's integer constant input 1
     HardSwish            nf.hardswish
