@@ -59,7 +59,7 @@ def zero_fraction(q: qat.QATModule, name: str) -> float:
     return float((np.clip(np.rint(w * 2.0**k), -2, 1) == 0).mean())
 
 
-@settings(max_examples=examples(4), deadline=None)
+@settings(max_examples=examples(2), deadline=None)
 @given(seed=st.integers(0, 2**16), spread=st.floats(0.0, 4.0))
 def test_two_bit_weights_start_from_least_squares_and_learn(seed: int, spread: float) -> None:
     """prepare and calibrate start every 2-bit weight row at the NumPy least-squares exponent,
