@@ -27,7 +27,8 @@ torch.set_num_threads(1)
 @pytest.mark.parametrize("quantized", [False, True])
 def test_nq_max_pool_indices_and_unpool_round_trip(quantized: bool) -> None:
     """The program's runtime tensors are declared whole (layout BCDD), so the planes read
-    back static. Mutants seen to fail it (private copy): see the report of nerows."""
+    back static. Mutants seen to fail it (private copy): MaxUnpoolPlane's sizes written from the
+    input's plane; the whole-tensor declaration switched off (M=1 plan: static planes lost)."""
     torch.manual_seed(0)
     net = UnpoolDecoder().eval()
     x = torch.randn(2, 3, 6, 8)
@@ -67,8 +68,8 @@ def test_nq_focus_gather_along_rows_round_trips(quantized: bool) -> None:
     """A gather along dim 2 (the streamed dim M) was written with M=1 and read back as
     nf.custom ("Gather along a dynamic dim", only a warning): save+load lost the op. Now the
     program declares whole tensors and reads back with every gather, running equal; the
-    float one equals torch (float64). Mutant seen to fail it (private copy): see the report
-    of nerows."""
+    float one equals torch (float64). Mutant seen to fail it (private copy): a gather along
+    dim 2 not asking for whole tensors (the old behaviour)."""
     torch.manual_seed(0)
     net = _Focus().eval()
     x = torch.randn(2, 2, 6, 8)
