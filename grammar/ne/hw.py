@@ -97,6 +97,13 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.embedding   Embedding     in_s (indices, table): rows of the table's codes by index; the
                                  indices are a program input declared Tensor<int64_t>, read as
                                  it is (no Q node)
+    nh.recurrent   Recurrent     mode, hidden_size, num_layers, bidirectional, batch_first,
+                                 has_biases, gates/cell/hidden = [exp, bits], rounding,
+                                 sigmoid_table, tanh_table; initial_states (derived) = how many
+                                 of in_s after the input are h0[, c0], then the weights in
+                                 torch's flat order; out_s output[, h_n[, c_n]]: unread final
+                                 states are not written (typed from the hidden/cell grids on
+                                 import); a time-major output (layout MDC) is refused
     nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept)
     nh.layer_norm  LayerNorm     bit_len, eps_term, guard, max_shift, normalized_dims, nudge,
                                  rounding (the plan of nanoir.runtime.numerics.norm); in_s[1]

@@ -47,6 +47,15 @@ and/or a `writer` function next to its row.
                                                   MaxPool Indices output is another encoding)
     MaxUnpoolPlane       nf.max_unpool            sizes = the result's [H, W] (nanoir's: inputs are
                                                   values, in-plane indices; the hw row's name)
+    LSTM GRU RNN         nf.recurrent             ONNX's hidden_size, direction (forward or
+                                                  bidirectional), layout (1 = batch_first),
+                                                  activations (RNN: Tanh or Relu); nanoir's
+                                                  num_layers, has_biases, initial_states (h0[,
+                                                  c0] in_s after the input), gates/cell/hidden
+                                                  = [exp, bits] and rounding (quantized); then
+                                                  the weights in torch's flat order (not
+                                                  ONNX's W/R/B: the reference does not read
+                                                  these rows); unread h_n/c_n not written
     Pad                  nf.pad                   mode (constant/reflect/edge), pads, value as
                                                   attributes (ONNX opset < 11)
     Split                nf.split                 axis, split as attributes (opset < 13); one
