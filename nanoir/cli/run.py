@@ -43,7 +43,10 @@ from nanoir.runtime.interpreter import find_function
 
 
 def _arguments() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nanoir-run", description="Run a nanoir program with NumPy.")
+    p = argparse.ArgumentParser(
+        prog="nanoir-run",
+        description="Run a nanoir program with NumPy (or an nh program with onnxruntime).",
+    )
     p.add_argument(
         "--version",
         action="version",
