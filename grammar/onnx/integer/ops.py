@@ -705,6 +705,161 @@ OPS[nh.DepthToSpaceOp] = _block
 OPS[nh.SpaceToDepthOp] = _block
 
 
+def _spatial(op: Operation, shape: tuple[int, ...]) -> list[int]:
+    """The static spatial sizes of ``shape`` (the Reshapes below need them)."""
+    if any(d == DYNAMIC_INDEX for d in shape[2:]):
+        raise _refuse(op, "has dynamic spatial sizes")
+    return list(shape[2:])
+
+
+@writes(nh.UpsampleZeroOp)
+def upsample_zero(g: Graph, op: nh.UpsampleZeroOp) -> None:
+    """Each spatial dim ``d`` reshaped to ``(d, 1)``, the 1 padded with code-0 rows to the
+    ratio ``r`` (``offset`` before, ``r - 1 - offset`` after), then merged back: one Pad."""
+    small = _spatial(op, tensor_shape(op.input))
+    big = _spatial(op, tensor_shape(op.result))
+    offsets = list(array_values(op.offsets) or ())
+    n = len(small)
+    inter = [0, 0, *(v for d in small for v in (d, 1))]
+    begin = [0] * (2 + 2 * n)
+    end = [0] * (2 + 2 * n)
+    for i, (d, b, o) in enumerate(zip(small, big, offsets)):
+        begin[3 + 2 * i] = o
+        end[3 + 2 * i] = b // d - 1 - o
+
+    def make(x: str, form: str) -> str:
+        base = _out(g, op)
+        y = g.node("Reshape", [x, g.const(inter, np.int64)], base + "_r")
+        zero = _pad_value(g, op.input, form, 0)
+        y = g.node("Pad", [y, g.const(begin + end, np.int64), zero], base + "_p", mode="constant")
+        return g.node("Reshape", [y, g.const([0, 0, *big], np.int64)], base)
+
+    _moved(g, op, op.input, make)
+
+
+@writes(nh.UpsampleBilinearOp)
+def upsample_bilinear(g: Graph, op: nh.UpsampleBilinearOp) -> None:
+    """The runtime's ``bilinear_sum`` in int32 (the verifier fits the sum in the result's
+    width): per doubled dim, the edge-padded rows ``lo, mid, hi`` make ``lo + 3 mid`` and
+    ``3 mid + hi``, interleaved by Unsqueeze / Concat / Reshape."""
+    sizes = _spatial(op, tensor_shape(op.input))
+    want = _spatial(op, tensor_shape(op.result))
+    pads = list(array_values(op.pads) or ())
+    n = len(sizes)
+    base = _out(g, op)
+    y = g.get(op.input, "i32")
+    doubled = 0
+    for i in range(n):
+        if sizes[i] == want[i]:
+            continue
+        doubled += 1
+        axis = 2 + i
+        edge = [0] * (4 + 2 * n)
+        edge[axis], edge[2 + n + axis] = pads[i], pads[n + i]
+        if pads[i] or pads[n + i]:
+            y = g.node("Pad", [y, g.const(edge, np.int64)], base + "_e", mode="edge")
+        m = sizes[i] + pads[i] + pads[n + i] - 2
+        ax = g.const([axis], np.int64)
+        lo, mid, hi = (
+            g.node(
+                "Slice", [y, g.const([k], np.int64), g.const([k + m], np.int64), ax], base + "_s"
+            )
+            for k in range(3)
+        )
+        mid3 = g.node("Mul", [mid, g.const(3, np.int32)], base + "_m")
+        pair = [
+            g.node("Add", [lo, mid3], base + "_even"),
+            g.node("Add", [mid3, hi], base + "_odd"),
+        ]
+        after = g.const([axis + 1], np.int64)
+        pair = [g.node("Unsqueeze", [v, after], base + "_u") for v in pair]
+        y = g.node("Concat", pair, base + "_c", axis=axis + 1)
+        sizes[i] = 2 * m
+        y = g.node("Reshape", [y, g.const([0] * axis + sizes[i:], np.int64)], base + "_i")
+    y = g.node("Identity", [y], base)
+    g.put(op.result, "i32", y)
+    g.set_bound(op.result, g.bound(op.input) * 4**doubled)
+
+
+@writes(nh.EmbeddingOp)
+def embedding(g: Graph, op: nh.EmbeddingOp) -> None:
+    """``Gather`` of the table's codes (int32) by the indices on axis 0. An index outside the
+    table is an onnxruntime error, as it is the executor's."""
+    y = g.node("Gather", [g.get(op.table, "i32"), g.get(op.indices, "i32")], _out(g, op), axis=0)
+    g.put(op.result, "i32", y)
+    g.set_bound(op.result, g.bound(op.table))
+
+
+@writes(nh.MaxPoolIndicesOp)
+def max_pool_indices(g: Graph, op: nh.MaxPoolIndicesOp) -> None:
+    """The runtime's window argmax: the ``kh * kw`` strided Slices of each window position
+    stacked on a last axis, ``ArgMax`` (the first largest, as NumPy's), then the flat in-plane
+    index ``(oy * sh + a // kw) * W + ox * sw + a % kw``."""
+    (kh, kw), (sh, sw) = array_values(op.kernel) or (), array_values(op.strides) or ()
+    _, width = _spatial(op, tensor_shape(op.input))
+    oh, ow = _spatial(op, tensor_shape(op.result))
+    base = _out(g, op)
+    x = g.get(op.input, "i32")
+    axes, steps, last = (
+        g.const([2, 3], np.int64),
+        g.const([sh, sw], np.int64),
+        g.const([4], np.int64),
+    )
+    windows = []
+    for i in range(kh):
+        for j in range(kw):
+            starts = g.const([i, j], np.int64)
+            ends = g.const([i + (oh - 1) * sh + 1, j + (ow - 1) * sw + 1], np.int64)
+            w = g.node("Slice", [x, starts, ends, axes, steps], base + "_w")
+            windows.append(g.node("Unsqueeze", [w, last], base + "_u"))
+    stacked = g.node("Concat", windows, base + "_c", axis=4)
+    arg = g.node("ArgMax", [stacked], base + "_a", axis=4, keepdims=0)
+    k = g.const(kw, np.int64)
+    rows = g.node(
+        "Add",
+        [
+            g.const((np.arange(oh) * sh).reshape(oh, 1), np.int64),
+            g.node("Div", [arg, k], base + "_dy"),
+        ],
+        base + "_y",
+    )
+    cols = g.node(
+        "Add",
+        [g.const(np.arange(ow) * sw, np.int64), g.node("Mod", [arg, k], base + "_dx")],
+        base + "_x",
+    )
+    flat = g.node(
+        "Add", [g.node("Mul", [rows, g.const(width, np.int64)], base + "_r"), cols], base + "_f"
+    )
+    g.put(op.result, "i32", g.node("Cast", [flat], base, to=6))
+    g.set_bound(op.result, int(np.prod(tensor_shape(op.input)[2:])) - 1)
+
+
+@writes(nh.MaxUnpoolOp)
+def max_unpool(g: Graph, op: nh.MaxUnpoolOp) -> None:
+    """``ScatterElements`` of the codes (int32) into code-0 planes at their flat indices.
+    Equal indices (overlapping pool windows) are the one case ONNX leaves unordered; the
+    codes there are the same input position's, so equal, when the indices are a max pool's."""
+    size = _spatial(op, tensor_shape(op.result))
+    base = _out(g, op)
+    x = g.get(op.input, "i32")
+    flat = g.const([0, 0, -1], np.int64)
+    idx = g.node("Cast", [g.get(op.indices, "i32")], base + "_i", to=7)
+    idx = g.node("Reshape", [idx, flat], base + "_if")
+    upd = g.node("Reshape", [x, flat], base + "_xf")
+    nc = g.node(
+        "Slice",
+        [g.node("Shape", [x], base + "_sh"), g.const([0], np.int64), g.const([2], np.int64)],
+        base + "_nc",
+    )
+    shape = g.node("Concat", [nc, g.const([int(np.prod(size))], np.int64)], base + "_shape", axis=0)
+    zeros = g.node("Expand", [g.const(0, np.int32), shape], base + "_z")
+    y = g.node("ScatterElements", [zeros, idx, upd], base + "_s", axis=2)
+    y = g.node("Reshape", [y, g.const([0, 0, *size], np.int64)], base)
+    g.put(op.result, "i32", y)
+    g.set_bound(op.result, g.bound(op.input))
+
+
 @writes(nh.ExpandOp)
 def expand(g: Graph, op: nh.ExpandOp) -> None:
     shape = g.const([1 if d == DYNAMIC_INDEX else d for d in tensor_shape(op.result)], np.int64)
