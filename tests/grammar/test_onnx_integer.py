@@ -70,10 +70,13 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
     return model
 
 
-def random_hw(data: st.DataObject, mode: RoundingMode | None) -> tuple[ModuleOp, np.ndarray]:
-    """A random nh program of every op kind (lowered from a random nq program whose
-    fake-quants all round ``mode``, and some of them unsigned) and a float input for it."""
-    module, shape = random_nq_program(data.draw, kinds=ALL_KINDS)
+def random_hw(
+    data: st.DataObject, mode: RoundingMode | None, kinds: tuple[str, ...] = ALL_KINDS
+) -> tuple[ModuleOp, np.ndarray]:
+    """A random nh program of ``kinds`` (every op kind by default; lowered from a random nq
+    program whose fake-quants all round ``mode``, and some of them unsigned) and a float input
+    for it."""
+    module, shape = random_nq_program(data.draw, kinds=kinds)
     for op in module.walk():
         if isinstance(op, FakeQuantOp):
             if mode is not None:
@@ -109,6 +112,67 @@ def test_random_programs_equal_the_nh_executor(mode: RoundingMode, data: st.Data
     hw, x = random_hw(data, mode)
     model = check_equal(hw, input_codes(hw, x))
     assert str(import_model(model)) == str(hw)
+
+
+MOVING_KINDS = ("conv", "relu", "upsample_zero", "upsample_bilinear", "max_unpool", "maximum")
+MOVING_OPS = (nh.UpsampleZeroOp, nh.UpsampleBilinearOp, nh.MaxUnpoolOp, nh.MaxPoolIndicesOp)
+
+
+@settings(
+    max_examples=examples(10),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(data=st.data(), mode=st.sampled_from(list(RoundingMode)))
+def test_upsampling_and_unpooling_equal_the_nh_executor(
+    mode: RoundingMode, data: st.DataObject
+) -> None:
+    """Random programs made mostly of the zero-insert and bilinear upsamplings and the max
+    pool indices / unpool pair (1-D and 2-D, x1 and x2 per dim, every offset): onnxruntime's
+    codes are the NumPy executor's (the whole-program test draws them too seldom to catch a
+    slip in one of their writers).
+
+    Mutants seen to fail it (private copy): upsample_zero's zeros padded after the code
+    instead of before it (offset ignored); upsample_bilinear's weights 1 and 2 instead of 1
+    and 3; its edge rows padded with zeros (Pad ``constant``) instead of copied; ArgMax taking
+    the last largest code of a window (``select_last_index=1``); the unpool's flat index
+    ``row * h + col`` (the pooled height instead of the plane's width)."""
+    hw, x = random_hw(data, mode, MOVING_KINDS)
+    assume(any(isinstance(op, MOVING_OPS) for op in hw.walk()))
+    check_equal(hw, input_codes(hw, x))
+
+
+def _embedding_hw(vocab: int, dim: int, ids: int, bits: int, seed: int) -> ModuleOp:
+    """An nf.embedding program of a random table, quantized (``bits``-bit table) and lowered."""
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((vocab, dim)) * 3
+    i, w, y = f"tensor<?x{ids}xf32>", f"tensor<{vocab}x{dim}xf32>", f"tensor<?x{ids}x{dim}xf32>"
+    rows = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in table)
+    module = nanoir.parse(f"""func.func @main(%ids: {i}) -> {y} {{
+  %w = nf.constant "emb" dense<[{rows}]> : {w}
+  %y = nf.embedding %ids, %w : ({i}, {w}) -> {y}
+  func.return %y : {y}
+}}""")
+    nanoir.quantize(module, [rng.integers(0, vocab, (3, ids))], weight_bits=bits)
+    return lower_to_hw(module)
+
+
+@pytest.mark.parametrize(("vocab", "dim", "ids", "bits"), [(7, 3, 5, 8), (12, 2, 1, 2)])
+def test_embedding_gathers_the_tables_codes(vocab: int, dim: int, ids: int, bits: int) -> None:
+    """``nh.embedding`` as integer ONNX: onnxruntime's codes are the table constant's codes
+    indexed by the ids in NumPy (and the executor's), for every id of the table at least once.
+
+    Mutants seen to fail it (private copy): Gather on axis 1; the ids read one off
+    (``Add`` of 1 before the Gather)."""
+    hw = _embedding_hw(vocab, dim, ids, bits, seed=vocab * 10 + bits)
+    (table,) = [op for op in hw.walk() if isinstance(op, nh.ConstantOp)]
+    codes = table.codes().astype(np.int64)
+    batch = -(-vocab // ids) + 1
+    x = np.random.default_rng(1).permutation(np.resize(np.arange(vocab), batch * ids))
+    x = x.reshape(batch, ids)
+    model = check_equal(hw, input_codes(hw, x))
+    (got,) = run_model(make_session(model), input_codes(hw, x))
+    assert np.array_equal(got.astype(np.int64), codes[x])
 
 
 # --------------------------------------------------------------------------------------------
