@@ -104,9 +104,7 @@ class LowerMaxMin(HwPattern):
     picked: no growth; unsigned only when both operands are."""
 
     @op_type_rewrite_pattern
-    def match_and_rewrite(
-        self, op: nf.MaximumOp | nf.MinimumOp, rewriter: PatternRewriter
-    ) -> None:
+    def match_and_rewrite(self, op: nf.MaximumOp | nf.MinimumOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
         a, b = hw.get(op, op.lhs), hw.get(op, op.rhs)
         out_shape = nf.tensor_shape(op.result)
