@@ -119,7 +119,7 @@ MOVING_OPS = (nh.UpsampleZeroOp, nh.UpsampleBilinearOp, nh.MaxUnpoolOp, nh.MaxPo
 
 
 @settings(
-    max_examples=examples(10),
+    max_examples=examples(30),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
