@@ -135,8 +135,8 @@ def test_upsampling_and_unpooling_equal_the_nh_executor(
     Mutants seen to fail it (private copy): upsample_zero's zeros padded after the code
     instead of before it (offset ignored); upsample_bilinear's weights 1 and 2 instead of 1
     and 3; its edge rows padded with zeros (Pad ``constant``) instead of copied; ArgMax taking
-    the last largest code of a window (``select_last_index=1``); the unpool's flat index
-    ``row * h + col`` (the pooled height instead of the plane's width)."""
+    the last largest code of a window (``select_last_index=1``); max_pool_indices' flat index
+    ``row * oh + col`` (the pooled height instead of the input plane's width)."""
     hw, x = random_hw(data, mode, MOVING_KINDS)
     assume(any(isinstance(op, MOVING_OPS) for op in hw.walk()))
     check_equal(hw, input_codes(hw, x))
