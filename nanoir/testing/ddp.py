@@ -1,4 +1,4 @@
-"""Run a function on several CPU processes under a ``gloo`` process group (needs torch).
+"""Run a function on several CPU processes under a ``gloo`` process group (the ``torch`` extra).
 
 ``run_ranks(worker, 2, *args)`` calls ``worker(rank, world_size, *args)`` in each of 2
 processes started with ``torch.multiprocessing`` spawn, with ``torch.distributed`` initialised

@@ -1,5 +1,5 @@
 """Proof networks for streaming along time (issue 22): a registry of their own beside
-``PROOF_MODELS`` and ``OP_PROOF_MODELS`` (needs torch).
+``PROOF_MODELS`` and ``OP_PROOF_MODELS`` (the ``torch`` extra).
 
 - ``KWSCRNN``: a keyword-spotting CRNN over log-mel frames ``[N, mels, T]``: a conv front end
   along time (Conv1d + BatchNorm + ReLU, twice), the permute to the ``[N, T, C]`` a recurrent

@@ -1,4 +1,4 @@
-"""Run an integer-flavour model in onnxruntime: codes in, codes out.
+"""Run an integer-flavour model in onnxruntime: codes in, codes out (the ``ort`` extra).
 
 onnxruntime runs it at its default graph optimization level (every optimizer on): the graph is
 integer ops only, which its optimizers keep exact (unlike QDQ graphs, whose fusions change
