@@ -49,7 +49,10 @@ def test_larger_models_quantize_and_report(name: str) -> None:
     assert all(not math.isnan(row.sqnr) for row in report.rows)
     assert math.isfinite(report.output_sqnr[0]) and report.output_sqnr[0] > 0
     text = str(report)
-    assert "output 0: SQNR" in text and len(text.splitlines()) == len(report.rows) + 3
+    # header, rule, the rows, the legend of the ReLU-read rows (a conv before its ReLU), the SQNR
+    assert any(row.after_relu for row in report.rows)
+    assert "+ read only by a ReLU" in text
+    assert "output 0: SQNR" in text and len(text.splitlines()) == len(report.rows) + 4
 
 
 @pytest.mark.parametrize("name", ["LeNet5", "KWSNet", "MobileNetV2Stack"])
