@@ -8,8 +8,7 @@ The dispatch lives here, in the API layer, because the runtime must not import t
 
 The onnxruntime session of a module is built once and kept while the module lives (a weak
 cache keyed by the module object): repeated calls neither re-export nor re-optimise. A module
-changed in place after a run is detected by its op count and the identity of its ops, and gets
-a new session.
+changed in place after a run (an op, an operand or an attribute replaced) gets a new session.
 """
 
 from __future__ import annotations
@@ -41,10 +40,19 @@ class _Session:
         self.session = make_session(export_model(module))
 
 
-def _fingerprint(module: ModuleOp) -> tuple[int, ...]:
-    """The identities of the module's ops: equal as long as nothing was inserted, erased or
-    replaced (attributes of an op are immutable in xDSL, so a change replaces the op)."""
-    return tuple(id(op) for op in module.walk())
+def _fingerprint(module: ModuleOp) -> list[tuple[object, ...]]:
+    """Each op with its operands and attribute objects. xDSL attributes are immutable values, so
+    any edit (an op inserted, erased or replaced, an operand rewired, a property set) changes an
+    object here; the ops are held, so their identities cannot be reused while the entry lives."""
+    return [
+        (op, *op.operands, *op.properties.values(), *op.attributes.values()) for op in module.walk()
+    ]
+
+
+def _same(a: list[tuple[object, ...]], b: list[tuple[object, ...]]) -> bool:
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(u is v for u, v in zip(x, y)) for x, y in zip(a, b)
+    )
 
 
 _SESSIONS: weakref.WeakKeyDictionary[ModuleOp, _Session] = weakref.WeakKeyDictionary()
@@ -64,7 +72,11 @@ def _session(module: ModuleOp | FuncOp, function: str | None) -> _Session:
             "default backend='numpy'"
         )
     cached = _SESSIONS.get(module)
-    if cached is not None and cached.func is func and cached.fingerprint == _fingerprint(module):
+    if (
+        cached is not None
+        and cached.func is func
+        and _same(cached.fingerprint, _fingerprint(module))
+    ):
         return cached
     fresh = _Session(module, func)
     if fresh.func is not func:  # pragma: no cover - export_model picks the main function

@@ -66,7 +66,8 @@ def test_the_session_is_built_once_per_module(
 
 def test_a_module_changed_in_place_gets_a_new_session(kws: tuple[ModuleOp, np.ndarray]) -> None:
     """A stale session would keep the old weights: the changed module's ONNX run must follow
-    the NumPy run of the changed module."""
+    the NumPy run of the changed module, whether an op was replaced or a property set in place.
+    Mutants that fail it: no invalidation; ops compared but not their attributes."""
     hw, x = kws
     module = hw.clone()
     before = nanoir.run(module, x, raw=True, backend="onnxruntime")
@@ -83,6 +84,10 @@ def test_a_module_changed_in_place_gets_a_new_session(kws: tuple[ModuleOp, np.nd
     after = nanoir.run(module, x, raw=True, backend="onnxruntime")
     assert np.array_equal(after[0], numpy_run(module, x, raw=True)[0])
     assert not np.array_equal(after[0], before[0])
+    # A property set in place (the op kept) counts too: back to the first weights.
+    new.properties["value"] = const.value
+    again = nanoir.run(module, x, raw=True, backend="onnxruntime")
+    assert np.array_equal(again[0], before[0])
 
 
 def test_misuse_is_one_clear_error(kws: tuple[ModuleOp, np.ndarray]) -> None:
