@@ -30,9 +30,8 @@ def test_decoder_equals_torch_and_lowers_exactly(tmp_path: pathlib.Path) -> None
     """nf == torch (float64); at 8- and 4-bit weights nq == nh bit for bit, no fake-quant
     reads or follows the indices, the nh indices are i32 at exponent 0; the nh program
     streamed along rows (the indices ops taking the whole extent) equals its whole run; its
-    ``.ne`` (hw level) reads back byte for byte (the nq level has no rows yet: refused by
-    name). Mutant seen
-    to fail it: ``quantize_targets`` putting a fake-quant on the indices (IndexResult
+    ``.ne`` (hw level) reads back byte for byte (the nq level's rows are tested in
+    tests/grammar/test_ne_unpool_rows.py). Mutant seen to fail it: ``quantize_targets`` putting a fake-quant on the indices (IndexResult
     ignored)."""
     torch.manual_seed(0)
     net = UnpoolDecoder().eval()
