@@ -380,6 +380,17 @@ _RESIZE_LINEAR = (("coordinate_transformation_mode", "half_pixel"), ("mode", "li
 """ONNX's Resize for torch's bilinear upsampling with ``align_corners=False``."""
 
 
+def _resize_spatial_sizes(n: NodeSpec, x: SSAValue) -> list[int]:
+    """A Resize's output sizes of the spatial axes (2..), in order: nanoir writes them as the
+    `axes` and `sizes` attributes (nearest and linear alike)."""
+    rank = _rank(x)
+    axes = n.ints("axes") or tuple(range(2, rank))
+    sizes = n.ints("sizes")
+    if sizes is None or len(sizes) != len(axes) or sorted(axes) != list(range(2, rank)):
+        raise Unsupported("Resize needs sizes for exactly the spatial axes")
+    return [sizes[list(axes).index(a)] for a in range(2, rank)]
+
+
 def _resize(n: NodeSpec) -> Operation:
     if n.name_attr("mode", "nearest") == "linear":
         return _resize_linear(n)
@@ -392,13 +403,8 @@ def _resize(n: NodeSpec) -> Operation:
     for key, value in _RESIZE_NEAREST:
         if n.name_attr(key, value) != value:
             raise Unsupported(f"Resize other than nearest/asymmetric/floor ({key})")
-    (x,) = n.values(1, 1)
-    rank = _rank(x)
-    axes = n.ints("axes") or tuple(range(2, rank))
-    sizes = n.ints("sizes")
-    if sizes is None or len(sizes) != len(axes) or sorted(axes) != list(range(2, rank)):
-        raise Unsupported("Resize needs sizes for exactly the spatial axes")
-    return nf.UpsampleNearestOp(x, [sizes[list(axes).index(a)] for a in range(2, rank)])
+    x = n.values(1, 1)[0]
+    return nf.UpsampleNearestOp(x, _resize_spatial_sizes(n, x))
 
 
 def _resize_attrs(op: nf.UpsampleNearestOp) -> Attrs:
@@ -423,13 +429,8 @@ def _resize_linear(n: NodeSpec) -> Operation:
         )
     if n.name_attr("coordinate_transformation_mode", "half_pixel") != "half_pixel":
         raise Unsupported("Resize linear other than half_pixel (align_corners=False)")
-    (x,) = n.values(1, 1)
-    rank = _rank(x)
-    axes = n.ints("axes") or tuple(range(2, rank))
-    sizes = n.ints("sizes")
-    if sizes is None or len(sizes) != len(axes) or sorted(axes) != list(range(2, rank)):
-        raise Unsupported("Resize needs sizes for exactly the spatial axes")
-    return nf.UpsampleBilinearOp(x, [sizes[list(axes).index(a)] for a in range(2, rank)])
+    x = n.values(1, 1)[0]
+    return nf.UpsampleBilinearOp(x, _resize_spatial_sizes(n, x))
 
 
 def _linear_attrs(op: nf.UpsampleBilinearOp) -> Attrs:
