@@ -329,6 +329,8 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
         (nf.SubOp, torch.sub),
         (nf.MulOp, torch.mul),
         (nf.DivOp, torch.div),
+        (nf.MaximumOp, torch.maximum),  # exact: the larger operand, on its own grid
+        (nf.MinimumOp, torch.minimum),
     ):
         if isinstance(op, cls):
             return (lambda f: lambda a, b: (f(a, b),))(fn)
