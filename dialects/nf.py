@@ -51,7 +51,12 @@ from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
-from nanoir.runtime.numerics.movement import check_indices, expand_shape, gather_shape
+from nanoir.runtime.numerics.movement import (
+    check_indices,
+    expand_grown,
+    expand_shape,
+    gather_shape,
+)
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     ShapeError,
@@ -1654,25 +1659,60 @@ class ExpandOp(IRDLOperation):
     """Broadcast to the result type's shape (PyTorch ``expand``, ONNX ``Expand``, ``.ne``
     ``Expand``): the input is right-aligned, each of its dims equals the result's or is 1.
 
+    A dim grown from 1 (or new) to a dynamic size (a ViT's class token
+    ``cls.expand(x.shape[0], -1, -1)`` to the dynamic batch) takes its size at run time from
+    the optional shape source ``like``: the same dim of ``like``, which must be dynamic there
+    too; ``like``'s values are never read. Why an operand and not ONNX's shape tensor: nf has
+    no integer shape values, and the batch a program runs with is a dim of a value it already
+    has (torch's ``sym_size(x, 0)``), so the source names that value and the static dims stay
+    in the type, where the verifier checks them as before.
+
     ```mlir
     %y = nf.expand %x : tensor<?x3x1x6xf32> -> tensor<?x3x5x6xf32>
+    %c = nf.expand %cls like %x : tensor<1x1x8xf32> like tensor<?x3x16x16xf32>
+        -> tensor<?x1x8xf32>
     ```
     """
 
     name = "nf.expand"
     input = operand_def(FloatTensor)
+    like = opt_operand_def(TensorType)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure(), DataMovement(expand_rows))
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+    traits = traits_def(Pure(), DataMovement(expand_rows, shape_only=(1,)))
+    assembly_format = (
+        "$input (`like` $like^)? attr-dict `:` type($input) (`like` type($like)^)? "
+        "`->` type($result)"
+    )
 
-    def __init__(self, input: SSAValue, shape: Sequence[int]):
+    def __init__(self, input: SSAValue, shape: Sequence[int], like: SSAValue | None = None):
         t = input.type
         assert isinstance(t, TensorType)
-        super().__init__(operands=[input], result_types=[TensorType(t.get_element_type(), shape)])
+        super().__init__(
+            operands=[input, [] if like is None else [like]],
+            result_types=[TensorType(t.get_element_type(), shape)],
+        )
 
     def verify_(self) -> None:
         check_same_element_type(self, [self.input, self.result])
-        shape_guard(self, expand_shape, tensor_shape(self.input), tensor_shape(self.result))
+        check_expand_like(self, self.input, self.like, self.result)
+
+
+def check_expand_like(
+    op: IRDLOperation, input: SSAValue, like: SSAValue | None, result: SSAValue
+) -> None:
+    """nf.expand / nh.expand: the input broadcasts to the result; a grown dynamic dim needs the
+    shape source, whose same dim must be dynamic (a static one would make the result's static)."""
+    x, y = tensor_shape(input), tensor_shape(result)
+    shape_guard(op, expand_shape, x, y, None if like is None else len(tensor_shape(like)))
+    if like is None:
+        return
+    src = tensor_shape(like)
+    for i in expand_grown(x, y):
+        if src[i] != DYNAMIC_INDEX:
+            raise VerifyException(
+                f"{op.name}: dim {i} of the result {shape_str(y)} is dynamic but the shape "
+                f"source's is {src[i]} ({shape_str(src)})"
+            )
 
 
 @irdl_op_definition

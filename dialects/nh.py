@@ -32,6 +32,7 @@ from nanoir.dialects.nf import (
     PlaneRows,
     array_values,
     check_embedding,
+    check_expand_like,
     check_plane_op,
     check_result_shape,
     check_upsample_bilinear,
@@ -68,7 +69,7 @@ from nanoir.dialects.traits import (
 )
 from nanoir.runtime.numerics import kernels, movement
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
-from nanoir.runtime.numerics.movement import check_indices, expand_shape, gather_shape
+from nanoir.runtime.numerics.movement import check_indices, gather_shape
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
@@ -1843,22 +1844,29 @@ class SpaceToDepthOp(_BlockOp):
 @irdl_op_definition
 class ExpandOp(IRDLOperation):
     """``nf.expand`` on codes: broadcast to the result type's shape; exponents broadcast with
-    the codes (right-aligned, as the data).
+    the codes (right-aligned, as the data). A dim grown to a dynamic size takes the same dim
+    of the shape source ``like`` (any nh value; only its shape is read), as ``nf.expand``.
 
     ```mlir
     %y = nh.expand %x : tensor<?x4x1xi8, #nh.fixed<5, BCM>> -> tensor<?x4x6xi8, #nh.fixed<5, BCM>>
+    %c = nh.expand %cls like %x : tensor<1x1x8xi8, #nh.fixed<7>>
+        like tensor<?x3x16x16xi8, #nh.fixed<5, BCMD>> -> tensor<?x1x8xi8, #nh.fixed<7>>
     ```
     """
 
     name = "nh.expand"
     input = operand_def(TensorType)
+    like = opt_operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure(), DataMovement(expand_rows))
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+    traits = traits_def(Pure(), DataMovement(expand_rows, shape_only=(1,)))
+    assembly_format = (
+        "$input (`like` $like^)? attr-dict `:` type($input) (`like` type($like)^)? "
+        "`->` type($result)"
+    )
 
     def verify_(self) -> None:
         x, y = tensor_shape(self.input), tensor_shape(self.result)
-        shape_guard(self, expand_shape, x, y)
+        check_expand_like(self, self.input, self.like, self.result)
         check_nh_value(self, self.input, "input")
         e = fixed_of(self.input).exp_array(len(x))
         _check_moved(self, self.input, self.result, e.reshape((1,) * (len(y) - len(x)) + e.shape))

@@ -78,6 +78,7 @@ __all__ = [
     "Window",
     "WholeAlongAxis",
     "WholeExtent",
+    "shape_operands",
     "weight_reader",
 ]
 
@@ -320,9 +321,21 @@ class DataMovement(StreamingRule):
     """
 
     rows: RowsAlong
+    shape_only: tuple[int, ...] = ()
+    """Operands read for their shape alone (an expand's shape source, ``like``): no value of
+    theirs reaches the result, so quantize, the exponents and the stream planner's caches
+    leave them out (:func:`shape_operands`)."""
 
     def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
         return self.rows(op, dim, runtime)
+
+
+def shape_operands(op: Operation) -> tuple[SSAValue, ...]:
+    """The operands of ``op`` read for their shape alone (:attr:`DataMovement.shape_only`)."""
+    trait = op.get_trait(DataMovement)
+    if trait is None or not trait.shape_only:
+        return ()
+    return tuple(op.operands[i] for i in trait.shape_only if i < len(op.operands))
 
 
 def _same_prefix(a: Sequence[int], b: Sequence[int], dim: int) -> bool:
@@ -476,7 +489,8 @@ def source_quantized(value: SSAValue) -> Quantized | str:
         return _fake_quant_spec(op)
     if not op.has_trait(DataMovement) or not op.operands:
         return f"it comes from {op.name}, not from a fake-quant"
-    specs = {source_quantized(v) for v in op.operands}
+    shape_only = shape_operands(op)
+    specs = {source_quantized(v) for v in op.operands if v not in shape_only}
     if len(specs) != 1:
         return f"the inputs of {op.name} are on different grids"
     return specs.pop()

@@ -285,8 +285,11 @@ def group_norm(op: nf.GroupNormOp, dtype: np.dtype[Any]) -> Kernel:
 
 @impl(nf.ExpandOp)
 def expand(op: nf.ExpandOp, dtype: np.dtype[Any]) -> Kernel:
-    shape = nf.tensor_shape(op.result)
-    return lambda x: (movement.expand(x, shape),)
+    """Broadcast; a dim grown to a dynamic size takes the shape source's (``like``)."""
+    x_shape, shape = nf.tensor_shape(op.input), nf.tensor_shape(op.result)
+    if op.like is None:
+        return lambda x: (movement.expand(x, shape),)
+    return lambda x, like: (movement.expand(x, movement.expand_sizes(x_shape, shape, like.shape)),)
 
 
 @impl(nf.GatherOp)

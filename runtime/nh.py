@@ -928,9 +928,12 @@ def space_to_depth(op: nh.SpaceToDepthOp, dtype: np.dtype[Any]) -> Kernel:
 
 @impl(nh.ExpandOp)
 def expand(op: nh.ExpandOp, dtype: np.dtype[Any]) -> Kernel:
-    """Broadcast the codes to the result type's shape (``?`` keeps the input's size)."""
-    shape = tensor_shape(op.result)
-    return lambda x: (movement.expand(x, shape),)
+    """Broadcast the codes to the result type's shape (``?`` keeps the input's size, or takes
+    the shape source's where it grows)."""
+    x_shape, shape = tensor_shape(op.input), tensor_shape(op.result)
+    if op.like is None:
+        return lambda x: (movement.expand(x, shape),)
+    return lambda x, like: (movement.expand(x, movement.expand_sizes(x_shape, shape, like.shape)),)
 
 
 @impl(nh.GatherOp)

@@ -292,7 +292,8 @@ class LowerBlock(HwPattern):
 
 class LowerExpand(HwPattern):
     """``nf.expand`` → ``nh.expand``: codes broadcast, exponents with them; where the rank
-    grows, per-channel exponents are first aligned to one (the channel dim moves)."""
+    grows, per-channel exponents are first aligned to one (the channel dim moves). A shape
+    source stays one, as the nh value it lowered to (its codes and exponents unused)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.ExpandOp, rewriter: PatternRewriter) -> None:
@@ -304,9 +305,10 @@ class LowerExpand(HwPattern):
             a = per_tensor(hw, op, a)
         full = expand(a.exps, a.rank)
         exps = full.reshape((1,) * lead + full.shape)
-        layout = hw.layout_of(a) if not lead else None
+        layout = hw.layout_of(a) if not lead and op.like is None else None  # (else runtime)
         t = hw.result_type(shape, exps, hw.declared(a), layout, hw.signed(a))
-        new = nh.ExpandOp.create(operands=[a.value], result_types=[t])
+        like = [] if op.like is None else [hw.get(op, op.like).value]  # (its shape alone)
+        new = nh.ExpandOp.create(operands=[a.value, *like], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits))
 

@@ -58,6 +58,7 @@ from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
 from nanoir.frontend.errors import FrontendError
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
+from nanoir.runtime.numerics.movement import expand_grown
 from nanoir.runtime.numerics.recurrent import RecurrentLayout
 from nanoir.runtime.numerics.shapes import ShapeError
 
@@ -1134,24 +1135,56 @@ def _channel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
 
 
 def _expand(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
-    """expand (and ``copy``'s broadcast): one nf.expand to torch's result shape."""
+    """expand (and ``copy``'s broadcast): one nf.expand to torch's result shape. A size that
+    is a SymInt read by ``sym_size(t, i)`` at the dim it sets (the class token's
+    ``expand(x.shape[0], -1, -1)`` to the dynamic batch) names ``t`` as the shape source."""
     x = imp.tensor(a["self"], imp.element_type(node))
-    return _expand_to(imp, x, imp.result_type(node).get_shape())
+    shape = imp.result_type(node).get_shape()
+    return _expand_to(imp, x, shape, _shape_source(imp, a["size"], shape))
 
 
-def _expand_to(imp: _Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+def _shape_source(imp: _Importer, sizes: Sequence[Any], shape: Sequence[int]) -> SSAValue | None:
+    """The tensor whose dims the symbolic sizes of ``expand`` read, at the same index (None
+    when no size is read from a tensor; refused when they read several, or another dim)."""
+    sources: set[fx.Node] = set()
+    for i, size in enumerate(sizes):
+        if not isinstance(size, fx.Node) or shape[i] != DYNAMIC_INDEX:
+            continue
+        if str(size.target) != "aten.sym_size.int" or int(size.args[1]) % len(shape) != i:  # type: ignore[arg-type]
+            raise _Unsupported(
+                f"expanding dim {i} to the size '{size.name}' (nanoir takes a dynamic size "
+                f"only as dim {i} of a tensor, such as x.shape[0] for dim 0); import with "
+                "dynamic_batch=False"
+            )
+        source = size.args[0]
+        assert isinstance(source, fx.Node)
+        sources.add(source)
+    if len(sources) > 1:
+        raise _Unsupported(f"expanding to the sizes of {len(sources)} tensors (one at most)")
+    return imp.tensor(sources.pop()) if sources else None
+
+
+def _expand_to(
+    imp: _Importer, x: SSAValue, shape: Sequence[int], like: SSAValue | None = None
+) -> SSAValue:
     src = nf.tensor_shape(x)
     if tuple(src) == tuple(shape):
         return x
-    lead = len(shape) - len(src)
-    if any(d == DYNAMIC_INDEX for d in shape[:lead]) or any(
-        t == DYNAMIC_INDEX and d != t for d, t in zip(src, shape[lead:])
-    ):
+    grown = expand_grown(src, shape)
+    if grown and like is None:
         raise _Unsupported(
             f"expanding {_shape_text(src)} to the dynamic dim of {_shape_text(shape)} (its "
-            "size is known only at run time); import with dynamic_batch=False"
+            "size is known only at run time, and not read from a tensor by sym_size); import "
+            "with dynamic_batch=False"
         )
-    return imp.emit(nf.ExpandOp(x, shape)).result
+    if like is not None and any(
+        i >= imp.rank(like) or nf.tensor_shape(like)[i] != DYNAMIC_INDEX for i in grown
+    ):
+        raise _Unsupported(
+            f"expanding {_shape_text(src)} to {_shape_text(shape)} with the sizes of a tensor of "
+            f"shape {_shape_text(nf.tensor_shape(like))}"
+        )
+    return imp.emit(nf.ExpandOp(x, shape, like if grown else None)).result
 
 
 def _shape_text(shape: Sequence[int]) -> str:
