@@ -12,6 +12,9 @@ Clip's `min`/`max` and Resize's sizes (or scales) become constant inputs, `nf.si
 Swish, ONNX opset 24) is written `Mul(x, Sigmoid(x))`, and Reshape's shape is an int64
 initializer (`-1` for the dynamic dim), as are Gather's indices and Expand's shape. Float constants are initializers
 named after the `nf.constant`; a dynamic dim is a symbolic dim (`N` for the batch).
+`nf.embedding` (the `.ne` Embedding row) is `Gather(table, indices, axis=0)`; a program input
+read only as indices (`nf.is_index_input`) is an int64 graph input, other indices are Cast to
+int64 (the reader maps a Gather of a constant table by an int64 graph input back).
 
 Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
 
@@ -101,6 +104,7 @@ QDQ_OPSET = 21
 NANOENGINE_OPSET = 17
 
 _ELEM = {f32: 1, f16: 10, f64: 11}  # ONNX TensorProto FLOAT, FLOAT16, DOUBLE
+_INT64 = 7  # ONNX TensorProto INT64: an embedding's indices (nf.is_index_input)
 
 
 class OnnxExportError(ExportError):
@@ -235,7 +239,10 @@ class _Writer:
         dims: list[int | str] = []
         for i, d in enumerate(t.get_shape()):
             dims.append(("N" if i == 0 else f"d{i}") if d == DYNAMIC_INDEX else int(d))
-        return self.helper.make_tensor_value_info(name, _ELEM[t.get_element_type()], dims)
+        elem = _ELEM[t.get_element_type()]
+        if value in self.func.body.block.args and nf.is_index_input(value):
+            elem = _INT64  # token ids, read by Gather as torch's int64 (the reader maps it back)
+        return self.helper.make_tensor_value_info(name, elem, dims)
 
     # -- quantizers -----------------------------------------------------------------------
     def fake_quant(self, op: FakeQuantOp) -> None:
@@ -442,7 +449,19 @@ class _Writer:
             self._prelu_slope(op, inputs, base)
         elif op_type == "UpsampleZero":  # nanoir's row; in ONNX, the one-hot transposed conv
             op_type, attrs = self._upsample_zero(op, attrs, inputs, base)
+        elif op_type == "Embedding":  # nanoir's row; in ONNX, Gather of the table's rows
+            op_type, attrs = "Gather", {"axis": 0}
+            inputs = [inputs[1], self._int64_indices(op.operands[0], inputs[0], base)]
         self.add_node(op_type, inputs, outputs, attrs)
+
+    def _int64_indices(self, value: SSAValue, name: str, base: str) -> str:
+        """An embedding's indices as Gather reads them: an index input is an int64 graph
+        input already (``value_info``); other indices (exact float integers) are Cast."""
+        if nf.is_index_input(value) and value in self.func.body.block.args:
+            return name
+        cast = self.fresh(f"{base}_indices")
+        self.add_node("Cast", [name], [cast], {"to": _INT64})
+        return cast
 
     def _check_softmax(self, op: Operation) -> None:
         """Float Softmax/LogSoftmax (opset 13's one-axis semantics, torch's) for a float op;

@@ -31,6 +31,10 @@ same op type mean the same. What ONNX says differently is translated before that
   or a single value is read as the row's 1-D slope; any other slope is refused;
 - `Mul(x, Sigmoid(x))`, the Sigmoid read by that Mul alone, is one `nf.silu` (how the
   exporter writes SiLU below opset 24);
+- an int64/int32 graph input read only as the indices of `Gather` on axis 0 is a float input
+  of token ids, and each such Gather of a constant 2-D table (an initializer, or its
+  DequantizeLinear) is `nf.embedding` (how the writer spells it); of any other table it is
+  refused;
 - `Constant` nodes and `Identity` make no op; trailing optional outputs nobody reads (MaxPool's
   Indices) are dropped.
 
@@ -192,6 +196,9 @@ def import_onnx_model(model: Any, filename: str = "<model>") -> ModuleOp:
 _FLOAT_TYPES: dict[int, Attribute] = {1: f32, 10: f16, 11: f64}
 """ONNX TensorProto element types nanoir computes with: FLOAT, FLOAT16, DOUBLE."""
 
+_INDEX_TYPES = (7, 6)
+"""Integer graph input types read as an embedding's indices: INT64, INT32."""
+
 _QDQ_BITS: dict[int, int] = {3: 8, 5: 16, 22: 4}
 """Signed QDQ code types (INT8, INT16, INT4) -> bits."""
 
@@ -266,6 +273,7 @@ class _Reader:
         self.defined: dict[str, str] = {}  # tensor name -> what defines it, for messages
         self.folded = 0  # elements of all folded constants so far (MAX_FOLDED_TOTAL)
         self.bypassed: set[Operation] = set()  # ops dropped at the end if nothing reads them
+        self.index_inputs: set[str] = set()  # int64/int32 graph inputs read as Gather indices
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str) -> OnnxImportError:
@@ -356,6 +364,7 @@ class _Reader:
         if not all(isinstance(n, str) for n in names):
             raise self.error("a graph input, output or initializer name is not valid UTF-8")
         inputs = [i for i in self.graph.input if i.name not in self.static]
+        self.index_inputs = self._index_inputs(inputs)
         arg_types = [self._value_type(i, "input") for i in inputs]
         block = Block(arg_types=arg_types)
         for arg, info in zip(block.args, inputs):
@@ -404,15 +413,40 @@ class _Reader:
             for d in t.tensor_type.shape.dim
         ]
 
+    def _index_inputs(self, inputs: Sequence[Any]) -> set[str]:
+        """Integer graph inputs read only as the indices of Gather on axis 0 (token ids of
+        an embedding, as nanoir writes ``nf.embedding``): they become float inputs holding
+        exact integers, and those Gathers ``nf.embedding`` (:meth:`_embedding`)."""
+        found = set()
+        for info in inputs:
+            t = info.type
+            if not t.HasField("tensor_type") or t.tensor_type.elem_type not in _INDEX_TYPES:
+                continue
+            readers = [n for n in self.graph.node if info.name in n.input]
+            if readers and all(
+                n.domain in ("", "ai.onnx")
+                and n.op_type == "Gather"
+                and list(n.input[1:2]) == [info.name]
+                and info.name != n.input[0]
+                and all(a.name != "axis" or a.i == 0 for a in n.attribute)
+                for n in readers
+            ):
+                found.add(info.name)
+        return found
+
     def _value_type(self, info: Any, what: str) -> TensorType:
         t = info.type
         if not t.HasField("tensor_type"):
             raise self.error(f"graph {what} '{info.name}' is not a tensor")
         elt = _FLOAT_TYPES.get(t.tensor_type.elem_type)
+        if info.name in self.index_inputs:
+            elt = f32  # token ids: exact integers in a float tensor, as nf.embedding reads them
         if elt is None:
+            index = " (an int64/int32 one only as the indices of Gather on axis 0)"
             raise self.error(
                 f"graph {what} '{info.name}' has element type "
                 f"{self._type_name(t.tensor_type.elem_type)}; nanoir reads float tensors"
+                + (index if t.tensor_type.elem_type in _INDEX_TYPES else "")
             )
         shape = self._declared_shape(info)
         if shape is None:
@@ -565,6 +599,9 @@ class _Reader:
                 raise self.error(f"nanoir cannot read this {node.op_type} node: {why}") from None
             self._add(node, op, outputs)
             return
+        if node.op_type == "Gather" and len(inputs) == 2 and inputs[1] in self.index_inputs:
+            self._embedding(node, inputs, outputs)
+            return
         if domain == NANOENGINE_DOMAIN and node.op_type == "Q":
             op_type = "Q"
             if len(inputs) != 2:
@@ -615,6 +652,26 @@ class _Reader:
             raise self.error(problem.message) from None
         if op_type == "Q":
             op.attributes[NE_EXP_NAME] = StringAttr(inputs[1])
+        self._add(node, op, outputs)
+
+    def _embedding(self, node: Any, inputs: list[str], outputs: list[str]) -> None:
+        """Gather on axis 0 of a constant ``[V, D]`` table (an initializer, or one
+        dequantized) by an integer graph input: ``nf.embedding`` (how nanoir writes it)."""
+        table = self._ssa(inputs[0], "it")
+        shape = nf.tensor_shape(table)
+        if table not in self.init_values or len(shape) != 2:
+            raise self.error(
+                f"it gathers rows of '{inputs[0]}' {_dims(shape)} by the integer input "
+                f"'{inputs[1]}'; nanoir reads that only as an embedding, of a constant 2-D "
+                "table (an initializer, or its DequantizeLinear)"
+            )
+        if len(outputs) != 1:
+            raise self.error("Gather has 1 output")
+        op = nf.EmbeddingOp(self.values[inputs[1]], table)
+        try:
+            op.verify()
+        except VerifyException as e:
+            raise self.error(f"nanoir cannot read this Gather node as an embedding: {e}") from None
         self._add(node, op, outputs)
 
     def _recurrent(
