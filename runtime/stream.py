@@ -204,6 +204,14 @@ class _Cache:
             self.base = max(row, self.end)
 
 
+def _shape_stand_in(shape: tuple[int, ...], batch: int) -> np.ndarray:
+    """What a kernel gets for an operand it reads for its shape alone (an expand's shape
+    source, which has no cache): zeros of that shape, without memory, its dynamic dims the
+    stream's batch (dynamic dims are the batch)."""
+    sizes = [batch if d == DYNAMIC_INDEX else d for d in shape]
+    return np.broadcast_to(np.zeros((), np.int8), sizes)
+
+
 class _NodeRun:
     """One node of the stream: its cursor, caches and window kernels; values are slots."""
 
@@ -221,8 +229,15 @@ class _NodeRun:
         self.outputs = [slot[r] for r in node.op.results]
         local = {v: i for i, v in enumerate(node.inputs)}
         self.args: list[tuple[int, Any]] = [
-            (local[v], None) if v in local else (-1, constants[v]) for v in node.op.operands
+            (local[v], None)
+            if v in local
+            else (-1, constants[v])
+            if v in constants
+            else (-2, _tensor_shape(v))  # a shape-only operand (cache_operands): its shape
+            for v in node.op.operands
         ]
+        self.batch = 0
+        """The stream's batch (set by the runner at the first push)."""
         self.out_axes = node.out_axes
         self.streamed_results = [a is not None for a in node.out_axes]
         fast_whole = fast_requant(node.op) or fast_fake_quant(node.op, dtype)
@@ -624,7 +639,10 @@ class _NodeRun:
         self, kernel: Kernel, windows: Chunks, firing: Firing, produced: list[Chunks | None]
     ) -> None:
         """Run ``kernel`` on the windows (and the constants); add its rows to ``produced``."""
-        args = [windows[i] if i >= 0 else value for i, value in self.args]
+        args = [
+            windows[i] if i >= 0 else value if i == -1 else _shape_stand_in(value, self.batch)
+            for i, value in self.args
+        ]
         op = self.node.op
         try:
             results = kernel(*args)
@@ -867,6 +885,8 @@ class StreamRunner:
         if not sizes:
             return
         self.batch = sizes[0]
+        for run in self.runs:
+            run.batch = self.batch  # (a shape-only operand's stand-in has it)
         empties = self._empties.get(self.batch)
         if empties is None:
             # made once per batch size (arrays with no elements: shared between streams)

@@ -65,7 +65,9 @@ and/or a `writer` function next to its row.
     Embedding            nf.embedding             inputs (indices, table); the indices are a
                                                   program input declared Tensor<int64_t>
     Expand               nf.expand                shape as an attribute (1 = keep the dim), or
-                                                  ONNX's integer constant input 1
+                                                  ONNX's integer constant input 1; nanoir's:
+                                                  a runtime input 1 is the shape source
+                                                  (like), a -1 in shape its size there
     HardSwish            nf.hardswish
     Swish                nf.silu                  alpha=1 only (ONNX opset 24's Swish; the ONNX
                                                   writer spells it Sigmoid + Mul for opset 21)
@@ -734,10 +736,19 @@ def _slice(n: NodeSpec) -> Operation:
 
 
 def _expand(n: NodeSpec) -> Operation:
-    """Expand to `shape` by ONNX's broadcast (a 1 keeps the input's dim, also a dynamic one)."""
+    """Expand to `shape` by ONNX's broadcast (a 1 keeps the input's dim, also a dynamic one).
+    nanoir's extension: a runtime tensor as input 1 is the shape source (`nf.expand`'s
+    `like`), and a -1 in `shape` grows that dim to the source's size at run time."""
     n.allow("shape")
     n.one_output()
-    wanted, x = _int_list(n, "shape", "shape")
+    like = n.inputs[1] if len(n.inputs) == 2 and isinstance(n.inputs[1], SSAValue) else None
+    if like is not None:
+        x = n.values(2, 2)[0]
+        wanted = n.ints("shape")
+        if wanted is None:
+            raise NodeProblem(f"Expand node '{n.name}' needs its shape ('shape')")
+    else:
+        wanted, x = _int_list(n, "shape", "shape")
     src = _shape(x)
     rank = max(len(src), len(wanted))
     a = (1,) * (rank - len(src)) + tuple(src)
@@ -748,11 +759,13 @@ def _expand(n: NodeSpec) -> Operation:
             dims.append(d)
         elif d == 1 and w > 1:
             dims.append(w)
+        elif d == 1 and w == -1 and like is not None:
+            dims.append(DYNAMIC_INDEX)
         else:
             raise NodeProblem(
                 f"Expand node '{n.name}' cannot broadcast {shape_str(src)} to {list(wanted)}"
             )
-    return nf.ExpandOp(x, dims)
+    return nf.ExpandOp(x, dims, like)
 
 
 def _expand_attrs(op: nf.ExpandOp) -> Attrs:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nanoir.dialects.nf import int_array
+from nanoir.lowering.analysis.graph import cache_operands
 from nanoir.lowering.analysis.plan import BufferPlan, find_plan_function
 from xdsl.dialects.builtin import (
     ArrayAttr,
@@ -120,7 +121,7 @@ def stream_shapes(module: ModuleOp | FuncOp, function: str | None = None) -> Str
     runtime: set[SSAValue] = set(block.args)
     for op in block.ops:
         outs, mems = op.attributes.get(OUT_ATTR), op.attributes.get(MEM_ATTR)
-        inputs = list(dict.fromkeys(v for v in op.operands if v in runtime))
+        inputs = list(cache_operands(op, runtime))
         if isinstance(outs, ArrayAttr) and isinstance(mems, ArrayAttr):
             tensors.update((r, _shape_of(a)) for r, a in zip(op.results, outs.data))
             caches.update(((op, v), _shape_of(a)) for v, a in zip(inputs, mems.data))

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nanoir.lowering.analysis.rules import Axes, StreamRule, has_dim, node_axes
+from nanoir.dialects.functions import describe
+from nanoir.dialects.traits import shape_operands
+from nanoir.lowering.analysis.rules import Axes, StreamPlanError, StreamRule, has_dim, node_axes
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
-__all__ = ["StreamGraph", "StreamNode", "build_graph"]
+__all__ = ["StreamGraph", "StreamNode", "build_graph", "cache_operands"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,14 @@ class StreamGraph:
         return self.axes.get(value) is not None
 
 
+def cache_operands(op: Operation, runtime: set[SSAValue]) -> tuple[SSAValue, ...]:
+    """The distinct runtime operands of ``op`` that get a cache: all but those read for their
+    shape alone (an expand's shape source: its rows are never read, so the node neither waits
+    for them nor keeps them; the executor hands the kernel a stand-in of its shape)."""
+    shaped = shape_operands(op)
+    return tuple(dict.fromkeys(v for v in op.operands if v in runtime and v not in shaped))
+
+
 def build_graph(func: FuncOp, dim: int) -> StreamGraph:
     """The nodes of ``func`` with their rules along ``dim``; ops without one are an error."""
     block = func.body.block
@@ -63,8 +73,16 @@ def build_graph(func: FuncOp, dim: int) -> StreamGraph:
         if isinstance(op, ReturnOp):
             results = tuple(v for v in op.arguments if v in runtime)
             continue
-        inputs = tuple(dict.fromkeys(v for v in op.operands if v in runtime))
+        inputs = cache_operands(op, runtime)
         if not inputs:
+            shaped = [v for v in shape_operands(op) if v in runtime]
+            if shaped:
+                raise StreamPlanError(
+                    f"stream-plan: {describe(op)} takes a size from the runtime value "
+                    f"{shaped[0].type} but no runtime data: it cannot be streamed (a constant "
+                    "expanded to a dynamic batch has no rows to stream; import with "
+                    "dynamic_batch=False)"
+                )
             continue  # init: computed once from constants
         rule, out_axes = node_axes(op, dim, inputs, axes)
         nodes.append(StreamNode(op, inputs, rule, tuple(axes[v] for v in inputs), out_axes))

@@ -5,8 +5,8 @@ The oracles: torch's own module in float64 for nf; the nq program run by the Num
 interpreter in float64 for nh (the contract: nh's numbers are nq's exactly). A network whose op
 has not landed is marked ``xfail(strict=True, raises=...)`` naming the op: it turns into a
 failure as soon as the op lands (then remove the mark), and fails outright if it breaks for
-another reason. TinyViT is imported with a static batch (``STATIC_BATCH``: its class token's
-expand to a dynamic batch is refused; test_imports_with_a_dynamic_batch keeps that visible).
+another reason. Every network imports with a dynamic batch (TinyViT's class token is expanded
+to it by ``nf.expand`` with a shape source; ``STATIC_BATCH`` would name one that cannot).
 
 Mutants checked (each made the tests named fail, in a private copy):
 - the nf LayerNorm kernel's variance divided by ``n - 1``: test_nf_matches_torch[ConvNeXtBlock];
@@ -32,21 +32,16 @@ from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
 
 import nanoir
-from nanoir.frontend.errors import FrontendError
 
 torch = pytest.importorskip("torch")
 proof = pytest.importorskip("nanoir.testing.op_proof_models")
 
 torch.set_num_threads(1)
 
-STATIC_BATCH: dict[str, str] = {
-    "TinyViT": "aten.expand of the class token to the dynamic batch is refused by the frontend",
-}
+STATIC_BATCH: dict[str, str] = {}
 """Networks imported with a static batch (``dynamic_batch=False``), and why."""
 
-MISSING: dict[str, dict[str, tuple[str, type[BaseException]]]] = {
-    "dynamic": {"TinyViT": (STATIC_BATCH["TinyViT"], FrontendError)},
-}
+MISSING: dict[str, dict[str, tuple[str, type[BaseException]]]] = {}
 """Per test, networks blocked by an op that has not landed: the reason (naming the op) and
 the error it raises."""
 
