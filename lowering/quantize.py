@@ -48,6 +48,7 @@ from nanoir.lowering.quantize_calibrate import (
     tensor_exps,
 )
 from nanoir.lowering.quantize_import import checked_exponents, load_exponents
+from nanoir.lowering.quantize_bn import make_dyadic
 from nanoir.lowering.quantize_joins import settle
 from nanoir.lowering.quantize_recurrent import (
     has_recurrent,
@@ -360,6 +361,7 @@ def quantize_function(
         assert t.exps is not None
         t.exps = _capped_bias_exps(t, t.exps)
         _insert(t, config, rewriter)
+    make_dyadic(func, {inserted[i] for i in imported})  # lone BNs lower always (quantize_bn)
     return targets
 
 
@@ -456,8 +458,8 @@ class QuantizePass(ModulePass):
     """Per channel (dim 1) activation exponents."""
     rules: tuple[str, ...] = ()
     """Ordered rules ``[kind@]REGEX=BITS[/pc|/pt]`` or ``REGEX=skip``; first match wins."""
-    calibrator: str = "absmax"
-    """``absmax`` (NanoEngine) or ``mse`` (least squared error power of two)."""
+    calibrator: str = "mse"
+    """``mse`` (least squared error power of two, the default) or ``absmax`` (NanoEngine)."""
     rounding: str = "trunc"
     """trunc (NanoEngine), floor, half_up or half_even."""
     function: str | None = None

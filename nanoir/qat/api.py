@@ -500,17 +500,21 @@ def prepare(
     ``2**b / max``, and :func:`convert` writes ``signed = false``) plus ``learner`` (``ema`` or ``lsq``) and ``lr``, the defaults for tensors
     no rule names a learner for. Batch norm is folded first (see the module docstring).
     Weight exponents start from ``calibrator`` on the weights, as ``quantize`` sets them;
-    activation exponents from the learner's init until :func:`calibrate`.
+    activation exponents from the learner's init until :func:`calibrate`. The default
+    calibrator is ``quantize``'s (``mse``), ``absmax`` with ``bias_correction=False``.
 
     ``bias_correction`` mirrors ``quantize``'s: every conv/linear gets a bias (zero where it
     had none) and :func:`calibrate` corrects the biases as ``quantize`` does. ``False`` keeps
-    the program as imported, the configuration that reproduces NanoEngine-PyTorch step for step.
+    the program as imported and (unless ``calibrator`` is given) NanoEngine's ``absmax`` rule,
+    the configuration that reproduces NanoEngine-PyTorch step for step.
     """
 
     if not isinstance(bias_correction, bool):
         raise ArgumentError(
             f"nanoir.qat.prepare: bias_correction must be True or False, got {bias_correction!r}"
         )
+    if not bias_correction:  # NanoEngine-PyTorch's configuration: its absmax rule
+        quantize_options = {"calibrator": "absmax", **quantize_options}
     config = _config(quantize_options)
     if isinstance(model, ModuleOp):
         module = model.clone()
