@@ -76,7 +76,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import IntegerAlgorithm
+from nanoir.dialects.traits import IntegerAlgorithm, LookupTable
 from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.nq import row_of
 from nanoir.grammar.ne.schema import main_function
@@ -261,6 +261,21 @@ class _Writer:
                 w = np.asarray(dense_to_numpy(source.value), np.float64)
                 codes = quantize_to_int(w, bits, exp, mode, signed=op.is_signed)
                 x = self.const(f"{out}_on_grid", np.ldexp(codes, -exp).astype(np.float32))
+            elif (
+                mode != RoundingMode.TRUNC
+                and isinstance(source, Operation)
+                and source.has_trait(LookupTable)
+            ):
+                raise OnnxExportError(
+                    f"onnx export (nanoengine flavour): nq.fake_quant '{out}' quantizes the "
+                    f"lookup table of {source.name}, rounded {mode.value} (with bias "
+                    "correction, quantize rounds what it computes offline, tables included, to "
+                    "the nearest code); NanoEngine's Q truncates toward zero, so this flavour "
+                    "cannot write it: write onnx_flavor='qdq' (activations rounding half_even), "
+                    "or quantize with bias_correction=False (NanoEngine-PyTorch's configuration: "
+                    "every rounding trunc) for this flavour; lowered to nh (lower_to_hw), any "
+                    "rounding is written as exact integer ONNX"
+                )
             elif mode != RoundingMode.TRUNC:
                 raise OnnxExportError(
                     f"onnx export (nanoengine flavour): nq.fake_quant '{out}' rounds {mode.value}; "
@@ -430,6 +445,8 @@ class _Writer:
             value = attrs.pop("value", 0.0)
             if attrs.get("mode") == "constant":
                 inputs.append(self.const(f"{base}_value", np.asarray(value, np.float32)))
+        elif op_type == "Expand" and len(inputs) == 2:  # a shape source (like): see _like_shape
+            inputs = [inputs[0], self._like_shape(attrs.pop("shape"), inputs[1], base)]
         elif op_type in ("Gather", "Expand"):  # indices / shape: an int64 input at every opset
             key = "indices" if op_type == "Gather" else "shape"
             inputs.append(self.const(f"{base}_{key}", np.asarray(attrs.pop(key), np.int64)))
@@ -453,6 +470,28 @@ class _Writer:
             op_type, attrs = "Gather", {"axis": 0}
             inputs = [inputs[1], self._int64_indices(op.operands[0], inputs[0], base)]
         self.add_node(op_type, inputs, outputs, attrs)
+
+    def _like_shape(self, shape: tuple[int, ...], like: str, base: str) -> str:
+        """An expand's shape input with a shape source: each -1 of ``shape`` (a dim grown to
+        a dynamic size) is ``Shape(like, start=i, end=i+1)``, the other entries int64
+        constants, joined by a Concat (the importer reads this form back to ``like``)."""
+        pieces: list[str] = []
+        run: list[int] = []
+        for i, d in enumerate(shape):
+            if d != -1:
+                run.append(int(d))
+                continue
+            if run:
+                pieces.append(self.const(f"{base}_shape", np.asarray(run, np.int64)))
+                run = []
+            piece = self.fresh(f"{base}_dim{i}")
+            self.add_node("Shape", [like], [piece], {"start": i, "end": i + 1})
+            pieces.append(piece)
+        if run:
+            pieces.append(self.const(f"{base}_shape", np.asarray(run, np.int64)))
+        out = self.fresh(f"{base}_shape")
+        self.add_node("Concat", pieces, [out], {"axis": 0})
+        return out
 
     def _int64_indices(self, value: SSAValue, name: str, base: str) -> str:
         """An embedding's indices as Gather reads them: an index input is an int64 graph
