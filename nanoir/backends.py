@@ -23,6 +23,7 @@ from xdsl.dialects.func import FuncOp
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.errors import ArgumentError
 from nanoir.runtime import interpreter
+from nanoir.runtime.base import ExecutionError
 from nanoir.runtime.nh import dequantize_outputs, quantize_inputs
 
 BACKENDS = ("numpy", "onnxruntime")
@@ -115,5 +116,11 @@ def run(
     from nanoir.grammar.onnx.integer import run_model  # lazy: onnxruntime
 
     codes = quantize_inputs(s.func, inputs)
-    outputs = run_model(s.session, codes)
+    try:
+        outputs = run_model(s.session, codes)
+    except ExecutionError:
+        # onnxruntime names a node of its graph; the executor names the op and the bad value
+        # (an index outside its table): its error when it has one, else onnxruntime's
+        interpreter.run(module, *inputs, function=function, raw=True)
+        raise
     return outputs if raw else dequantize_outputs(s.func, outputs)

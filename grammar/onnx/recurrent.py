@@ -56,6 +56,8 @@ def read_recurrent(
     """The nf ops of one ONNX recurrent node and the values of its outputs (Y, Y_h, Y_c), or a
     ``ValueError`` saying what nanoir does not read."""
     hidden = int(attrs.get("hidden_size", 0))
+    if hidden < 1:
+        raise ValueError(f"hidden_size {hidden} (a layer has at least one hidden unit)")
     direction = str(attrs.get("direction", "forward"))
     if direction not in ("forward", "bidirectional"):
         raise ValueError(f"direction {direction!r} (nf.recurrent runs forward or both ways)")
@@ -83,6 +85,17 @@ def read_recurrent(
     w, r = static(names[1], "weight W"), static(names[2], "weight R")
     gates = len(_TORCH_ROWS[op_type])
     b = static(names[3], "bias B") if names[3] else None
+    rows_of = gates * hidden
+    for label, array, want in (
+        ("W", w, (dirs, rows_of, w.shape[-1] if w.ndim else 0)),
+        ("R", r, (dirs, rows_of, hidden)),
+        ("B", b, (dirs, 2 * rows_of)),
+    ):  # ONNX's shapes (onnxruntime refuses others): a W of more rows is no smaller layer
+        if array is not None and tuple(array.shape) != want:
+            raise ValueError(
+                f"its {label} has shape {list(array.shape)}, expected {list(want)} "
+                f"({dirs} direction(s), {gates} gate(s) of hidden_size {hidden})"
+            )
     rows = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in _TORCH_ROWS[op_type]])
     weights = []
     for d in range(dirs):

@@ -784,8 +784,11 @@ def upsample_bilinear(g: Graph, op: nh.UpsampleBilinearOp) -> None:
 @writes(nh.EmbeddingOp)
 def embedding(g: Graph, op: nh.EmbeddingOp) -> None:
     """``Gather`` of the table's codes (int32) by the indices on axis 0. An index outside the
-    table is an onnxruntime error, as it is the executor's."""
-    y = g.node("Gather", [g.get(op.table, "i32"), g.get(op.indices, "i32")], _out(g, op), axis=0)
+    table is an onnxruntime error, as it is the executor's: a negative one is first moved past
+    the table (``Gather`` would count it from the end, a silently wrong row)."""
+    rows = tensor_shape(op.table)[0]
+    idx = _no_negative(g, g.get(op.indices, "i32"), rows, np.int32, _out(g, op) + "_i")
+    y = g.node("Gather", [g.get(op.table, "i32"), idx], _out(g, op), axis=0)
     g.put(op.result, "i32", y)
     g.set_bound(op.result, g.bound(op.table))
 
@@ -835,6 +838,14 @@ def max_pool_indices(g: Graph, op: nh.MaxPoolIndicesOp) -> None:
     g.set_bound(op.result, int(np.prod(tensor_shape(op.input)[2:])) - 1)
 
 
+def _no_negative(g: Graph, idx: str, past: int, dtype: Any, name: str) -> str:
+    """``idx`` with each negative index replaced by ``past`` (one past the end): ``Gather`` and
+    ``ScatterElements`` count negative indices from the end, where the executor refuses
+    them; out of range, onnxruntime refuses them too."""
+    negative = g.node("Less", [idx, g.const(0, dtype)], name + "_neg")
+    return g.node("Where", [negative, g.const(past, dtype), idx], name + "_pos")
+
+
 @writes(nh.MaxUnpoolOp)
 def max_unpool(g: Graph, op: nh.MaxUnpoolOp) -> None:
     """``ScatterElements`` of the codes (int32) into code-0 planes at their flat indices.
@@ -845,6 +856,8 @@ def max_unpool(g: Graph, op: nh.MaxUnpoolOp) -> None:
     x = g.get(op.input, "i32")
     flat = g.const([0, 0, -1], np.int64)
     idx = g.node("Cast", [g.get(op.indices, "i32")], base + "_i", to=7)
+    if not isinstance(op.indices.owner, nh.MaxPoolIndicesOp):  # a max pool's are in the plane
+        idx = _no_negative(g, idx, int(np.prod(size)), np.int64, base + "_in")
     idx = g.node("Reshape", [idx, flat], base + "_if")
     upd = g.node("Reshape", [x, flat], base + "_xf")
     nc = g.node(
