@@ -244,6 +244,36 @@ def _all_tensors(graph: Any) -> Iterator[Any]:
                 yield from _all_tensors(sub)
 
 
+def _expand_shape_names(graph: Any) -> set[str]:
+    """The outputs of the Shape and Concat nodes that feed only Expand shape inputs (through
+    Concats): where a dynamic dim may stay symbolic (``_Reader._symbolic_shape``)."""
+    uses: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node, i))
+    graph_outputs = {o.name for o in graph.output}
+
+    def feeds_expand(name: str) -> bool:
+        readers = uses.get(name, [])
+        return (
+            bool(readers)
+            and name not in graph_outputs
+            and all(
+                (node.op_type == "Expand" and i == 1)
+                or (node.op_type == "Concat" and all(feeds_expand(o) for o in node.output))
+                for node, i in readers
+            )
+        )
+
+    return {
+        out
+        for node in graph.node
+        if node.op_type in ("Shape", "Concat")
+        for out in node.output
+        if feeds_expand(out)
+    }
+
+
 def _dims(shape: Sequence[int]) -> str:
     """A shape as ONNX tools print it: `[1, 3, 2, 3]`, `?` for a dynamic dim."""
     return "[" + ", ".join("?" if d == DYNAMIC_INDEX else str(d) for d in shape) + "]"
@@ -274,6 +304,10 @@ class _Reader:
         self.folded = 0  # elements of all folded constants so far (MAX_FOLDED_TOTAL)
         self.bypassed: set[Operation] = set()  # ops dropped at the end if nothing reads them
         self.index_inputs: set[str] = set()  # int64/int32 graph inputs read as Gather indices
+        self.symbolic: dict[str, list[int | tuple[str, int]]] = {}
+        """Shape vectors with dynamic entries ``(tensor, dim)``: an Expand's shape source."""
+        self.shape_readers = _expand_shape_names(self.graph)
+        """Outputs of Shape / Concat nodes that only build an Expand's shape input."""
 
     # -- errors ---------------------------------------------------------------------------
     def error(self, message: str) -> OnnxImportError:
@@ -576,6 +610,8 @@ class _Reader:
             else:
                 self.values[outputs[0]] = self._ssa(src, "it")
             return
+        if domain == "" and self._symbolic_shape(node, outputs):
+            return
         if domain == "" and self._fold(node, outputs):
             return
         if domain == "" and node.op_type == "QuantizeLinear":
@@ -740,6 +776,44 @@ class _Reader:
             )
         return ConstTensor.from_numpy(name, k.astype(np.int8))
 
+    def _symbolic_shape(self, node: Any, outputs: list[str]) -> bool:
+        """How nanoir writes an ``nf.expand`` with a shape source ``like``: ``Expand(x,
+        Concat(int64 constants, Shape(like, start=i, end=i+1), ...))``; the Concat keeps the
+        entries symbolic, the Expand becomes the `.ne` row's spelling (shape with -1, input 1
+        the source). True if the node was one of them."""
+        inputs = [name for name in node.input if name]
+        if not any(name in self.symbolic for name in inputs):
+            return False
+        if node.op_type == "Concat" and outputs[0] in self.shape_readers:
+            entries: list[int | tuple[str, int]] = []
+            for name in inputs:
+                if name in self.symbolic:
+                    entries += self.symbolic[name]
+                else:
+                    entries += [int(v) for v in self._static_ints(name, "shape")]
+            self.symbolic[outputs[0]] = entries
+            return True
+        if node.op_type != "Expand" or len(inputs) != 2 or inputs[1] not in self.symbolic:
+            raise self.error("it reads a shape with dynamic dims; nanoir reads that in Expand only")
+        entries = self.symbolic[inputs[1]]
+        sources = {e[0] for e in entries if isinstance(e, tuple)}
+        moved = [(i, e[1]) for i, e in enumerate(entries) if isinstance(e, tuple) and e[1] != i]
+        if len(sources) != 1 or moved:
+            raise self.error(
+                "its shape takes dynamic sizes from more than one tensor, or from another dim "
+                "than the one it sets (nanoir's shape source gives dim i its own dim i)"
+            )
+        shape = tuple(-1 if isinstance(e, tuple) else e for e in entries)
+        x, like = self._ssa(inputs[0], "it"), self._ssa(sources.pop(), "it")
+        spec = NodeSpec(node.name or outputs[0], "Expand", (("shape", shape),), (x, like), 1)
+        try:
+            op = convert_known(spec)
+        except (Unsupported, NodeProblem) as why:
+            text = why.message if isinstance(why, NodeProblem) else str(why)
+            raise self.error(f"nanoir cannot read this Expand node: {text}") from None
+        self._add(node, op, outputs)
+        return True
+
     def _fold(self, node: Any, outputs: list[str]) -> bool:
         """Evaluate a shape computation whose inputs are all constants (torch writes Pad's pads
         as ConstantOfShape -> Concat -> Reshape -> Slice -> Transpose -> Cast); True if done.
@@ -760,6 +834,13 @@ class _Reader:
             attrs = self._attrs(node)
             start, end = attrs.get("start", 0), attrs.get("end", len(shape))
             dims = list(shape)[start:end]  # type: ignore[misc]
+            if DYNAMIC_INDEX in dims and outputs[0] in self.shape_readers:
+                # an expand's size from a dynamic dim: kept symbolic (see _symbolic_shape)
+                axes = list(range(len(shape)))[start:end]  # type: ignore[misc]
+                self.symbolic[outputs[0]] = [
+                    (inputs[0], a) if d == DYNAMIC_INDEX else d for a, d in zip(axes, dims)
+                ]
+                return True
             if DYNAMIC_INDEX in dims:
                 raise self.error(
                     f"it takes the shape of '{inputs[0]}', whose dims {shape_str(dims)} are not "
