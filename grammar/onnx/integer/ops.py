@@ -31,7 +31,7 @@ from nanoir.dialects.nq import RoundingMode
 from nanoir.grammar.onnx.integer import arith
 from nanoir.grammar.onnx.integer.graph import Graph, IntegerOnnxError, natural_dtype, zero_point
 from nanoir.runtime.nh import _pool_geometry, _pool_setup, _window_counts
-from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics import kernels, movement
 from nanoir.runtime.numerics.shapes import window_params
 from nanoir.runtime.numerics.softmax import (
     _MANTISSA,
@@ -875,7 +875,22 @@ def max_unpool(g: Graph, op: nh.MaxUnpoolOp) -> None:
 
 @writes(nh.ExpandOp)
 def expand(g: Graph, op: nh.ExpandOp) -> None:
-    shape = g.const([1 if d == DYNAMIC_INDEX else d for d in tensor_shape(op.result)], np.int64)
+    """``Expand``; a dim grown to a dynamic size reads the shape source's, ``Shape(like,
+    start=i, end=i+1)``, joined with the other sizes by a Concat."""
+    dims = [1 if d == DYNAMIC_INDEX else d for d in tensor_shape(op.result)]
+    if op.like is None:
+        shape = g.const(dims, np.int64)
+    else:
+        like = g.get(op.like, g.first_form(op.like))
+        grown = set(movement.expand_grown(tensor_shape(op.input), tensor_shape(op.result)))
+        base = _out(g, op)
+        pieces = [
+            g.node("Shape", [like], f"{base}_dim{i}", start=i, end=i + 1)
+            if i in grown
+            else g.const([d], np.int64)
+            for i, d in enumerate(dims)
+        ]
+        shape = g.node("Concat", pieces, base + "_shape", axis=0)
     _moved(g, op, op.input, lambda x, f: g.node("Expand", [x, shape], _out(g, op)))
 
 
