@@ -447,8 +447,6 @@ class _Writer:
                 inputs.append(self.const(f"{base}_value", np.asarray(value, np.float32)))
         elif op_type == "Expand" and len(inputs) == 2:  # a shape source (like): see _like_shape
             inputs = [inputs[0], self._like_shape(attrs.pop("shape"), inputs[1], base)]
-        elif op_type == "Expand" and len(inputs) == 2:  # a shape source (like): see _like_shape
-            inputs = [inputs[0], self._like_shape(attrs.pop("shape"), inputs[1], base)]
         elif op_type in ("Gather", "Expand"):  # indices / shape: an int64 input at every opset
             key = "indices" if op_type == "Gather" else "shape"
             inputs.append(self.const(f"{base}_{key}", np.asarray(attrs.pop(key), np.int64)))
@@ -472,28 +470,6 @@ class _Writer:
             op_type, attrs = "Gather", {"axis": 0}
             inputs = [inputs[1], self._int64_indices(op.operands[0], inputs[0], base)]
         self.add_node(op_type, inputs, outputs, attrs)
-
-    def _like_shape(self, shape: tuple[int, ...], like: str, base: str) -> str:
-        """An expand's shape input with a shape source: each -1 of ``shape`` (a dim grown to
-        a dynamic size) is ``Shape(like, start=i, end=i+1)``, the other entries int64
-        constants, joined by a Concat (the importer reads this form back to ``like``)."""
-        pieces: list[str] = []
-        run: list[int] = []
-        for i, d in enumerate(shape):
-            if d != -1:
-                run.append(int(d))
-                continue
-            if run:
-                pieces.append(self.const(f"{base}_shape", np.asarray(run, np.int64)))
-                run = []
-            piece = self.fresh(f"{base}_dim{i}")
-            self.add_node("Shape", [like], [piece], {"start": i, "end": i + 1})
-            pieces.append(piece)
-        if run:
-            pieces.append(self.const(f"{base}_shape", np.asarray(run, np.int64)))
-        out = self.fresh(f"{base}_shape")
-        self.add_node("Concat", pieces, [out], {"axis": 0})
-        return out
 
     def _like_shape(self, shape: tuple[int, ...], like: str, base: str) -> str:
         """An expand's shape input with a shape source: each -1 of ``shape`` (a dim grown to
