@@ -1,0 +1,216 @@
+"""Lone batch norms of programs nanoir quantizes always lower (issue 20, section 3).
+
+A BN fold-bn cannot fold (after a concat: DenseNet's pre-activation BN-ReLU-conv) was lowered
+by searching an integer affine reproducing the nq kernel's float64 ``x * A + B``; with random
+statistics it often had none (the input code equal to the quantized mean gives exactly the
+quantized bias, on the output grid, where float64's rounding decides). quantize now makes the
+affine dyadic (``lowering/quantize_bn.py``). The oracles: the nq program run in float64
+(NumPy) against the nh program (nq == nh bit for bit), torch's float BN (the snapped affine
+within the parameters' own quantization of ``g / sqrt(v + eps)`` and ``b - m A``, and the
+program's output SQNR against torch), and the refusal of lower-to-hw on the same program left
+as it was.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy, numpy_to_dense
+from nanoir.lowering import quantize as quantize_module
+from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
+from nanoir.lowering.quantize import quantize
+from nanoir.lowering.quantize_bn import dyadic_affine
+from nanoir.runtime.interpreter import run
+from torch import nn
+from xdsl.dialects.builtin import ModuleOp
+
+import nanoir
+from nanoir.testing.programs import examples
+
+C, H = 8, 6
+
+
+class ConcatBnNet(nn.Module):
+    """Two conv branches of different ranges (the concat aligns them: 11-12-bit codes), then
+    DenseNet's BN-ReLU-conv on the concat: a BN fold-bn cannot fold."""
+
+    def __init__(self, gain: float = 16.0) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, C, 3, padding=1)
+        self.b = nn.Conv2d(3, C, 3, padding=1)
+        with torch.no_grad():
+            self.b.weight.mul_(gain)
+            self.b.bias.mul_(gain)
+        self.bn = nn.BatchNorm2d(2 * C)
+        self.conv = nn.Conv2d(2 * C, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], 1)
+        return self.conv(torch.relu(self.bn(y)))
+
+
+def _net(seed: int) -> ConcatBnNet:
+    torch.manual_seed(seed)
+    return ConcatBnNet().eval()
+
+
+def _set_bn(model: ConcatBnNet, stats: np.ndarray) -> ConcatBnNet:
+    """BN statistics from ``stats`` ``[4, 2C]``: mean, var, weight, bias."""
+    with torch.no_grad():
+        for buf, row in zip(
+            (model.bn.running_mean, model.bn.running_var, model.bn.weight, model.bn.bias), stats
+        ):
+            buf.copy_(torch.from_numpy(row).float())
+    return model
+
+
+def _random_stats(rng: np.random.Generator) -> np.ndarray:
+    n = 2 * C
+    return np.stack(
+        [
+            rng.standard_normal(n) * 2,
+            0.5 + 3 * rng.random(n),
+            0.5 + rng.random(n),
+            rng.standard_normal(n),
+        ]
+    )
+
+
+def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(ref**2) / max(np.sum((ref - got) ** 2), 1e-300)))
+
+
+def _check_bn_constants(nq: ModuleOp, model: ConcatBnNet) -> None:
+    """The BN's snapped affine is torch's within its parameters' 8-bit quantization."""
+    bn = next(op for op in nq.walk() if isinstance(op, nf.BatchNormOp))
+    p = [dense_to_numpy(v.owner.value).astype(np.float64) for v in bn.operands[1:]]
+    a = p[0] / np.sqrt(p[3] + bn.epsilon.value.data)
+    b = p[1] - p[2] * a
+    t = model.bn
+    with torch.no_grad():
+        a_t = t.weight.double() / torch.sqrt(t.running_var.double() + t.eps)
+        a_ref = a_t.numpy()
+        b_ref = (t.bias.double() - t.running_mean.double() * a_t).numpy()
+    assert np.abs(a - a_ref).max() <= 2**-5 * np.abs(a_ref).max()
+    assert np.abs(b - b_ref).max() <= 2**-4 * np.abs(b_ref).max()
+
+
+def test_concat_bn_relu_conv_lowers() -> None:
+    """The plain-torch net that lower-to-hw refused (seed 0: "has no integer affine within i32
+    that reproduces the float64 rounding of its fake-quant on channel 1") compiles to nh,
+    nq == nh bit for bit, and the output is torch's within 8-bit quantization. Mutants seen to
+    fail it: ``make_dyadic`` a no-op (the refusal); ``dyadic_affine`` picking the coarsest
+    exponent that fits rather than the finest (M = 0: the BN's constants are far from
+    torch's)."""
+    rng = np.random.default_rng(0)
+    model = _set_bn(_net(0), _random_stats(rng))
+    x = torch.randn(2, 3, H, H)
+    calibration = [(torch.randn(4, 3, H, H),)]
+    nq = nanoir.compile_model(model, (x,), calibration, stop="nq")
+    _check_bn_constants(nq, model)
+    hw = lower_to_hw(nq.clone())
+    data = rng.standard_normal((3, 3, H, H))
+    (want,) = run(nq, data, dtype=np.float64)
+    (got,) = run(hw, data)
+    assert np.array_equal(got, want)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(data).float()).double().numpy()
+    assert _sqnr(ref, want) > 20
+
+
+@functools.cache
+def _folded() -> ModuleOp:
+    """The net's folded nf program (one torch.export for every example)."""
+    model = _net(1)
+    return nanoir.compile_model(model, (torch.randn(2, 3, H, H),), stop="folded")
+
+
+def _with_stats(stats: np.ndarray) -> ModuleOp:
+    """The folded program with the BN's constants replaced by ``stats``."""
+    module = _folded().clone()
+    names = {"bn.running_mean": 0, "bn.running_var": 1, "bn.weight": 2, "bn.bias": 3}
+    for op in module.walk():
+        if isinstance(op, nf.ConstantOp) and op.sym_name is not None:
+            i = names.get(op.sym_name.data)
+            if i is not None:
+                op.properties["value"] = numpy_to_dense(
+                    stats[i].astype(np.float32), op.value.type.element_type
+                )
+    return module
+
+
+@settings(
+    max_examples=examples(8),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rounding=st.sampled_from(("trunc", "floor", "half_up", "half_even")),
+    act_bits=st.sampled_from((4, 8)),
+    mean_scale=st.sampled_from((0.0, 0.5, 4.0)),
+)
+def test_random_bn_statistics_lower_exactly(
+    seed: int, rounding: str, act_bits: int, mean_scale: float
+) -> None:
+    """Random BN statistics (means up to 4x the range, variances 0.5-3.5, ties where the mean
+    is a code), every rounding mode, 4/8-bit activations: the program quantize gives lowers and
+    nq == nh bit for bit. Mutants seen to fail it: ``make_dyadic`` a no-op (refusals);
+    ``input_grid`` ignoring the concat's alignment (bits of the widest part only: the
+    multiplier leaves no room for the 12-bit aligned input, "no integer affine")."""
+    rng = np.random.default_rng(seed)
+    stats = _random_stats(rng)
+    stats[0] *= mean_scale
+    module = _with_stats(stats)
+    batches = [rng.standard_normal((2, 3, H, H))]
+    quantize(module, batches, rounding=rounding, act_bits=act_bits, progress=False)
+    hw = lower_to_hw(module.clone())
+    data = rng.standard_normal((2, 3, H, H))
+    (want,) = run(module, data, dtype=np.float64)
+    (got,) = run(hw, data)
+    assert np.array_equal(got, want)
+
+
+def test_without_the_rewrite_the_search_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case is real: the same program quantized with the BN left as it was is refused by
+    lower-to-hw (so the tests above would fail without ``make_dyadic``)."""
+    monkeypatch.setattr(quantize_module, "make_dyadic", lambda func, fixed: 0)
+    rng = np.random.default_rng(0)
+    model = _set_bn(_net(0), _random_stats(rng))
+    x = torch.randn(2, 3, H, H)
+    nq = nanoir.compile_model(model, (x,), [(torch.randn(4, 3, H, H),)], stop="nq")
+    with pytest.raises(LowerToHwError, match="no integer affine"):
+        lower_to_hw(nq)
+
+
+def test_dyadic_affine_is_the_finest_that_fits() -> None:
+    """``dyadic_affine`` against a brute force written here: for each channel the largest
+    ``e`` with ``round(a 2**e)`` of at most ``min(31 - bits, 24)`` signed bits and
+    ``|c M + N| <= 2**31 - 1`` over the codes."""
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-3, 3, 12) * 2.0 ** rng.integers(-8, 8, 12)
+    b = rng.standard_normal(12) * 4
+    x_exps = rng.integers(-4, 10, 12)
+    for bits in (4, 8, 11, 16):
+        e, m, n = dyadic_affine(a, b, x_exps, bits)
+        for ch in range(12):
+            best = None
+            for k in range(-32, 63):
+                mm = round(a[ch] * 2.0**k)
+                nn_ = round(b[ch] * 2.0 ** (int(x_exps[ch]) + k))
+                if abs(nn_) >= 2**24:
+                    s = abs(nn_).bit_length() - 24
+                    nn_ = round(nn_ / 2**s) * 2**s
+                mb = max((mm if mm >= 0 else -mm - 1).bit_length() + 1, 2)
+                lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+                worst = max(abs(lo * mm + nn_), abs(hi * mm + nn_))
+                if mb <= min(31 - bits, 24) and worst <= 2**31 - 1:
+                    best = (k, mm, nn_)
+            assert best is not None
+            assert (int(e[ch]), int(m[ch]), int(n[ch])) == best
