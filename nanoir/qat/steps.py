@@ -26,7 +26,7 @@ from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, Quantized, normalised_dims
 from nanoir.qat.quantizer import QATError
 from nanoir.runtime.nf import NF_BUILDERS
-from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics import kernels, movement
 from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics.shapes import window_params
 
@@ -464,6 +464,8 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
     if isinstance(op, nf.TransposeOp):
         perm = list(array_values(op.perm) or ())
         return lambda x: (x.permute(perm),)
+    if isinstance(op, nf.ExpandOp) and op.like is not None:
+        return _expand_like_step(op)
     if isinstance(
         op,
         nf.PadOp
@@ -506,6 +508,19 @@ def _conv_transpose_step(op: nf.ConvTransposeOp) -> Step:
         return (y,)
 
     return run
+
+
+def _expand_like_step(op: nf.ExpandOp) -> Step:
+    """``nf.expand`` with a shape source (a class token to the dynamic batch): torch's
+    ``expand``, the grown dims set from the source's shape (its values unread), -1 elsewhere
+    (a kept dim keeps the input's size)."""
+    x_shape, shape = value_shape(op.input), value_shape(op.result)
+
+    def expand(x: torch.Tensor, like: torch.Tensor) -> Any:
+        sizes = movement.expand_sizes(x_shape, shape, tuple(like.shape))
+        return (x.expand(*[-1 if d == DYNAMIC_INDEX else d for d in sizes]),)
+
+    return expand
 
 
 def _gather_step(op: Any) -> Step:
