@@ -228,6 +228,9 @@ class Result:
     run failed (then ``refusal`` says why)."""
     sqnr: float | None
     compile_seconds: float
+    """CPU seconds of the four stages (to the refusal when refused)."""
+    stage_seconds: dict[str, float]
+    """CPU seconds per stage run: ``nf`` (torch.export and import), ``fold``, ``nq``, ``nh``."""
     ops: int
 
 
@@ -283,23 +286,34 @@ def measure(name: str, timeout: int = 300) -> Result:
     reached, refusal, crash, same, sqnr = "-", "", False, "", None
     module = None
     seconds, ops = 0.0, 0
+    stages: dict[str, float] = {}
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
-    start = time.perf_counter()
+    start = clock = time.process_time()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.process_time()
+        stages[stage], clock = now - clock, now
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with paused_gc():  # compile_model's stages, one by one
                 module = from_torch(model, (example,))
                 reached = "nf"
+                lap("nf")
                 ops = sum(1 for _ in module.walk()) - 2  # the nf ops (not module, func)
                 FoldBnPass().apply(make_context(), module)
                 reached = "folded"
+                lap("fold")
                 nanoir.quantize(module, calibration)
                 reached = "nq"
+                lap("nq")
                 hw = nanoir.lower_to_hw(module.clone())
                 reached = "nh"
-            seconds = time.perf_counter() - start
+                lap("nh")
+            seconds = time.process_time() - start
             want = _flat(nanoir.run(module, evaluation))
             got = _flat(nanoir.run(hw, evaluation))
             same = "yes" if np.array_equal(want, got) else "NO"
@@ -319,9 +333,9 @@ def measure(name: str, timeout: int = 300) -> Result:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     if not seconds:  # refused: the time until the refusal
-        seconds = time.perf_counter() - start
+        seconds = time.process_time() - start
     return Result(name, entry.group, entry.source, reached, refusal, crash, same, sqnr, seconds,
-                  ops)  # fmt: skip
+                  stages, ops)  # fmt: skip
 
 
 _STAGE_MARK = {"nf": ("nf",), "folded": ("nf",), "nq": ("nf", "nq"), "nh": ("nf", "nq", "nh")}
@@ -347,6 +361,11 @@ def integer(r: Result) -> bool:
     return r.reached == "nh" and r.same == "yes"
 
 
+def _stages(r: Result) -> str:
+    s = r.stage_seconds
+    return "/".join(f"{s[k]:.0f}" for k in ("nf", "nq", "nh") if k in s)
+
+
 def table(results: list[Result]) -> str:
     import torch
 
@@ -356,9 +375,10 @@ def table(results: list[Result]) -> str:
         f"nanoir {nanoir.__version__}, torch {torch.__version__}; `compile_model` defaults "
         f"(8-bit, absmax, trunc, bias correction), {CALIBRATION_BATCHES} calibration batches "
         f"of {BATCH}, nq and nh run on {BATCH} held-out inputs. SQNR: nh output vs the float "
-        "torch module in float64 (dB). Compile: `compile_model`'s four stages (s, wall).",
+        "torch module in float64 (dB). Compile: CPU seconds of `compile_model`'s four stages "
+        "(export+import / fold / quantize / lower; to the refusal when refused).",
         "",
-        "| network | group | source | nf | nq | nh | nq == nh | SQNR dB | compile s | nf ops "
+        "| network | group | source | nf | nq | nh | nq == nh | SQNR dB | compile s (nf/q/nh) | nf ops "
         "| first refusal |",
         "|---|---|---|:-:|:-:|:-:|:-:|---:|---:|---:|---|",
     ]
@@ -368,7 +388,7 @@ def table(results: list[Result]) -> str:
         why = ("CRASH " if r.crash else "") + r.refusal
         lines.append(
             f"| {r.name} | {r.group} | {r.source} | {nf} | {nq} | {nh} | {r.same} | {sq} | "
-            f"{r.compile_seconds:.1f} | {r.ops} | {why} |"
+            f"{r.compile_seconds:.0f} ({_stages(r)}) | {r.ops} | {why} |"
         )
     nets = [r for r in results if r.group != "block"]
     blocks = [r for r in results if r.group == "block"]
@@ -444,7 +464,7 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
         sq = "" if r.sqnr is None else f" SQNR {r.sqnr:.1f} dB"
         emit(
             f"{r.name}: reached {r.reached}, nq==nh {r.same or '-'}{sq}, "
-            f"{r.compile_seconds:.1f} s {('CRASH ' if r.crash else '') + r.refusal}"
+            f"{r.compile_seconds:.1f} s CPU ({_stages(r)}) {('CRASH ' if r.crash else '') + r.refusal}"
         )
         results.append(r)
     if pool is not None:

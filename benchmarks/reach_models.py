@@ -1094,13 +1094,18 @@ class Wav2Vec2Small(nn.Module):
 
 @dataclass(frozen=True)
 class ReachModel:
-    """A network: constructor, input shape without the batch dim, its source, and whether the
-    last BN of each residual block starts at zero (timm's ``zero_init_last``)."""
+    """A network: constructor, input shape without the batch dim, its source, whether the
+    last BN of each residual block starts at zero (timm's ``zero_init_last``), and its source's
+    weight initialisation: ``fan_out`` (``timm_init``: the CNNs whose timm code draws conv
+    weights ``N(0, 2 / fan_out)``), ``trunc02`` (ConvNeXt's and ViT's ``N(0, 0.02)`` for conv
+    and linear weights, biases 0), ``torch`` (torch's defaults: GhostNet, LeViT and the
+    torchaudio models have no init of their own)."""
 
     build: Callable[[], nn.Module]
     shape: tuple[int, ...]
     source: str
     zero_init_last: bool = False
+    init: str = "fan_out"
 
 
 _IMG = (3, 64, 64)
@@ -1115,18 +1120,28 @@ REACH_MODELS: dict[str, ReachModel] = {
     "MixNet-S": ReachModel(MixNetS, _IMG, "timm mixnet_s"),
     "TinyNet-E": ReachModel(TinyNetE, _IMG, "timm tinynet_e"),
     "ReXNet-1.0": ReachModel(ReXNet, _IMG, "timm rexnet_100"),
-    "GhostNet": ReachModel(GhostNet, _IMG, "timm ghostnet_100"),
+    "GhostNet": ReachModel(GhostNet, _IMG, "timm ghostnet_100", init="torch"),
     "MobileViT-XXS": ReachModel(MobileViTXXS, _IMG, "timm mobilevit_xxs"),
-    "ConvNeXt-atto": ReachModel(ConvNeXtAtto, _IMG, "timm convnext_atto"),
-    "ViT-tiny/8": ReachModel(ViTTiny, (3, 32, 32), "timm vit_tiny (patch 8, 32x32)"),
-    "DeiT-tiny": ReachModel(DeiTTiny, (3, 32, 32), "timm deit_tiny_distilled (patch 8)"),
-    "LeViT-128s": ReachModel(LeViT128s, _IMG, "timm levit_128s (64x64)"),
-    "Wav2Letter": ReachModel(Wav2Letter, (1, 8000), "torchaudio Wav2Letter (1/4 width)"),
-    "M5": ReachModel(M5, (1, 8000), "torchaudio tutorial M5"),
-    "DeepSpeech": ReachModel(DeepSpeech, (1, 50, 40), "torchaudio DeepSpeech (hidden 256)"),
-    "ConvTasNet": ReachModel(ConvTasNet, (1, 4000), "torchaudio ConvTasNet (small)"),
-    "Conformer": ReachModel(Conformer, (50, 80), "torchaudio Conformer (small)"),
-    "Wav2Vec2-FE": ReachModel(Wav2Vec2Small, (1, 8000), "torchaudio wav2vec2/HuBERT (small)"),
+    "ConvNeXt-atto": ReachModel(ConvNeXtAtto, _IMG, "timm convnext_atto", init="trunc02"),
+    "ViT-tiny/8": ReachModel(
+        ViTTiny, (3, 32, 32), "timm vit_tiny (patch 8, 32x32)", init="trunc02"
+    ),
+    "DeiT-tiny": ReachModel(
+        DeiTTiny, (3, 32, 32), "timm deit_tiny_distilled (patch 8)", init="trunc02"
+    ),
+    "LeViT-128s": ReachModel(LeViT128s, _IMG, "timm levit_128s (64x64)", init="torch"),
+    "Wav2Letter": ReachModel(
+        Wav2Letter, (1, 8000), "torchaudio Wav2Letter (1/4 width)", init="torch"
+    ),
+    "M5": ReachModel(M5, (1, 8000), "torchaudio tutorial M5", init="torch"),
+    "DeepSpeech": ReachModel(
+        DeepSpeech, (1, 50, 40), "torchaudio DeepSpeech (hidden 256)", init="torch"
+    ),
+    "ConvTasNet": ReachModel(ConvTasNet, (1, 4000), "torchaudio ConvTasNet (small)", init="torch"),
+    "Conformer": ReachModel(Conformer, (50, 80), "torchaudio Conformer (small)", init="torch"),
+    "Wav2Vec2-FE": ReachModel(
+        Wav2Vec2Small, (1, 8000), "torchaudio wav2vec2/HuBERT (small)", init="torch"
+    ),
 }
 """The networks this file adds, by name."""
 
@@ -1140,7 +1155,17 @@ def make_reach_model(name: str, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     spec = REACH_MODELS[name]
     model = spec.build()
-    timm_init(model, seed)
+    if spec.init == "fan_out":
+        timm_init(model, seed)
+    elif spec.init == "trunc02":
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, nn.Conv2d | nn.Linear):
+                    noise = torch.randn(module.weight.shape, generator=generator)
+                    module.weight.copy_(0.02 * noise.clamp(-2, 2))
+                    if module.bias is not None:
+                        module.bias.zero_()
     randomize_batch_norm(model, seed)
     if spec.zero_init_last:
         with torch.no_grad():
