@@ -13,6 +13,12 @@ and every bias that quantize's bias correction changed given back its float valu
 ``nq.uncorrected`` attribute the correction leaves on the constant), so "vs float" compares
 against the float network quantize was given, not against the corrected biases.
 
+A recurrent op quantized inside (``nf.recurrent``) adds a row per internal quantizer,
+``<op>.gates``, ``<op>.cell`` (an LSTM's) and ``<op>.hidden`` (kind ``internal``), before the
+rows of its results: every gate pre-activation, cell and hidden state of every step, layer and
+direction of the integer cell, measured against the exact value it requantizes and against the
+float cell's value at the same step (the float program's op on its float operands).
+
 SQNR = 10 log10(sum(reference²) / sum((quantized - reference)²)), in dB; ``inf`` when exact.
 
 ``QuantReport.plot("report.png")`` (or ``nanoir-run --report --plot report.png``) draws the
@@ -40,13 +46,16 @@ from nanoir.dialects.traits import Weighted, negatives_unread, non_negative_resu
 from nanoir.errors import Error, FileFormatError, batches_argument
 from nanoir.files import check_output_path, write_atomically, writes_through
 from nanoir.lowering.quantize_bias import restore_uncorrected
+from nanoir.lowering.quantize_recurrent import internal_names
 from nanoir.runtime.interpreter import (
     Plan,
     compile_function,
     default_builders,
     find_function,
 )
+from nanoir.runtime.nf import recurrent_grids
 from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics import recurrent as recurrent_numerics
 
 
 def sqnr_db(signal_power: float, noise_power: float) -> float:
@@ -353,6 +362,71 @@ def _own_sqnr(op: FakeQuantOp, exps: np.ndarray, xs: list[np.ndarray]) -> float:
     return sqnr_db(signal, noise)
 
 
+def _quantized_cells(func: Operation) -> list[nf.RecurrentOp]:
+    """The recurrent ops whose nq semantics is the integer cell (internal grids set and
+    every operand quantized): those with internal rows."""
+    return [
+        op
+        for op in func.walk()
+        if isinstance(op, nf.RecurrentOp)
+        and op.gates is not None
+        and not isinstance(recurrent_grids(op), str)
+    ]
+
+
+def _operands(op: Operation, plan: Plan, seen: dict[SSAValue, np.ndarray]) -> list[np.ndarray]:
+    """``op``'s operand values in a run of ``plan``: observed, or folded constants."""
+    return [
+        seen[v] if v in seen else np.asarray(plan.constants[plan.slot_of[v]], np.float64)
+        for v in op.operands
+    ]
+
+
+def _split_states(op: nf.RecurrentOp, args: list[Any]) -> tuple[Any, Any, Any, list[Any]]:
+    x, rest = args[0], list(args[1:])
+    h0 = rest.pop(0) if op.h0 is not None else None
+    c0 = rest.pop(0) if op.c0 is not None else None
+    return x, h0, c0, rest
+
+
+def _measure_cell(
+    op: nf.RecurrentOp,
+    q_args: list[np.ndarray],
+    f_args: list[np.ndarray],
+    accs: dict[str, _Acc],
+) -> None:
+    """Run ``op``'s integer cell on its quantized operands and torch's float cell on the
+    float program's operands, pairing each internal requantization with the float value of
+    the same kind at the same step (both loops run layer, direction, step in one order)."""
+    floats: dict[str, list[np.ndarray]] = {k: [] for k in nf.RecurrentOp.INTERNAL}
+    x, h0, c0, weights = _split_states(op, f_args)
+    recurrent_numerics.run_float(
+        op.layout, x, h0, c0, weights, observe=lambda kind, v: floats[kind].append(v)
+    )
+    grids = recurrent_grids(op)
+    assert not isinstance(grids, str)
+    coded = []
+    for a, (exps, _) in zip(q_args, grids):
+        k = exps.reshape((-1,) + (1,) * (a.ndim - 1)) if exps.size > 1 else exps.reshape(())
+        coded.append(recurrent_numerics.Coded(np.rint(a * 2.0**k).astype(np.int64), exps))
+    internal = {k: op.internal_grid(k) for k in nf.RecurrentOp.INTERNAL}
+    taken = dict.fromkeys(floats, 0)
+
+    def look(kind: str, exact: np.ndarray, q: np.ndarray) -> None:
+        grid = internal[kind]
+        assert grid is not None
+        accs[kind].add_local(exact, q, grid.bits, np.array([grid.exp]))
+        f = floats[kind][taken[kind]]
+        taken[kind] += 1
+        accs[kind].add_float(np.broadcast_to(f, q.shape), q)
+
+    x, h0, c0, weights = _split_states(op, coded)
+    assert op.rounding is not None
+    recurrent_numerics.run_codes(
+        op.layout, x, h0, c0, weights, *internal.values(), op.rounding.data, observe=look
+    )  # type: ignore[arg-type]
+
+
 def _to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
@@ -375,6 +449,19 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
     relu_read = {op for op in fqs if negatives_unread(op.result)}
     """Fake-quants read only by a ReLU (or a clamp at 0): measured after it."""
     twin_values = {v: op for op, v in mapping.items()}
+    cells = _quantized_cells(func)
+    twin_cells = {
+        op: twin
+        for op, twin in zip(
+            (c for c in func.walk() if isinstance(c, nf.RecurrentOp)),
+            (c for c in twin_func.walk() if isinstance(c, nf.RecurrentOp)),
+            strict=True,
+        )
+        if op in cells
+    }
+    cell_accs = {op: {k: _Acc() for k in nf.RecurrentOp.INTERNAL} for op in cells}
+    q_needed = {v for op in cells for v in op.operands}
+    f_needed = {v for op in cells for v in twin_cells[op].operands}
     out_signal: list[float] = []
     out_noise: list[float] = []
     seen: dict[FakeQuantOp, list[np.ndarray]] = {}
@@ -390,6 +477,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
             if any(isinstance(u.operation, FakeQuantOp) for u in arg.uses)
         }
         quantized: dict[FakeQuantOp, tuple[np.ndarray, np.ndarray]] = {}
+        q_seen = {a: x for a, x in zip(func.body.block.args, inputs) if a in q_needed}
+        f_seen = {a: x for a, x in zip(twin_func.body.block.args, inputs) if a in f_needed}
 
         def observe_q(op: Operation, results: tuple[Any, ...]) -> None:
             if isinstance(op, FakeQuantOp):
@@ -397,6 +486,8 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
             for r, value in zip(op.results, results):
                 if any(isinstance(u.operation, FakeQuantOp) for u in r.uses):
                     pending[r] = value
+                if r in q_needed:
+                    q_seen[r] = np.asarray(value, np.float64)  # noqa: B023
 
         floats: dict[FakeQuantOp, np.ndarray] = {
             twin_values[arg]: x
@@ -408,9 +499,15 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
             for r, value in zip(op.results, results):
                 if r in twin_values:
                     floats[twin_values[r]] = value
+                if r in f_needed:
+                    f_seen[r] = np.asarray(value, np.float64)  # noqa: B023
 
         q_out = qplan(*inputs, observe=observe_q)
         f_out = fplan(*inputs, observe=observe_f)
+        for op in cells:
+            q_args = _operands(op, qplan, q_seen)
+            f_args = _operands(twin_cells[op], fplan, f_seen)
+            _measure_cell(op, q_args, f_args, cell_accs[op])
         for op, (x, q) in quantized.items():
             if op.origin is not None:
                 seen.setdefault(op, []).append(x)
@@ -439,7 +536,27 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                     seen[op] = [x]
 
     result = QuantReport()
+    cell_rows: dict[Operation, list[ReportRow]] = {}
+    for op in cells:  # placed before the first row of the op's results
+        names = internal_names(op)
+        for which, a in cell_accs[op].items():
+            grid = op.internal_grid(which)
+            if a.count and grid is not None:  # (an RNN has no cell; rnn_relu no gate table)
+                cell_rows.setdefault(op, []).append(
+                    ReportRow(
+                        name=names[which],
+                        kind="internal",
+                        bits=grid.bits,
+                        exps=[grid.exp],
+                        saturation=a.saturated / a.count,
+                        sqnr=sqnr_db(a.signal, a.noise),
+                        sqnr_vs_float=sqnr_db(a.float_signal, a.float_noise),
+                    )
+                )
     for i, op in enumerate(fqs):
+        source = op.input.owner
+        if source in cell_rows:
+            result.rows += cell_rows.pop(source)  # type: ignore[arg-type]
         name, kind = _name(op, i)
         a = accs[op]
         origin = op.origin.data if op.origin is not None else ""
@@ -461,5 +578,7 @@ def report(module: ModuleOp, data: Iterable[Any], *, function: str | None = None
                 after_relu=op in relu_read,
             )
         )
+    for rows in cell_rows.values():  # results not quantized: at the end
+        result.rows += rows
     result.output_sqnr = [sqnr_db(s, n) for s, n in zip(out_signal, out_noise)]
     return result

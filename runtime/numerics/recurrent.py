@@ -123,6 +123,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 Observer = Callable[[str, np.ndarray], None]
 """``observe(kind, values)``: ``kind`` is ``gates`` (a pre-activation), ``cell`` or ``hidden``."""
 
+CodesObserver = Callable[[str, np.ndarray, np.ndarray], None]
+"""``observe(kind, exact, quantized)`` in :func:`run_codes`: at each internal quantizer
+(``gates``, ``cell``, ``hidden``, in :func:`run_float`'s order of the same kinds), the exact
+value it requantizes and the result, both as reals (float64): what ``nanoir.report`` measures."""
+
 
 def run_float(
     layout: RecurrentLayout,
@@ -262,10 +267,24 @@ class _Cell:
     mode: str
     sig: np.ndarray
     tanh: np.ndarray
+    observe: CodesObserver | None = None
 
-    def act(self, table: np.ndarray, acc: np.ndarray, shift: np.ndarray | int) -> np.ndarray:
-        """``table`` at the accumulator ``acc`` requantized to the gates grid by ``shift``."""
-        codes = _requant(acc, shift, self.gates, self.mode)
+    def look(
+        self, kind: str, acc: np.ndarray, e: np.ndarray | int, codes: np.ndarray, k: int
+    ) -> None:
+        """Show ``observe`` the exact ``acc * 2**-e`` and its requantized ``codes * 2**-k``."""
+        if self.observe is not None:
+            exact = np.ldexp(acc.astype(np.float64), -np.asarray(e, np.int64))
+            self.observe(kind, exact, np.ldexp(codes.astype(np.float64), -k))
+
+    def act(
+        self, table: np.ndarray, acc: np.ndarray, e: np.ndarray | int, gate: bool = True
+    ) -> np.ndarray:
+        """``table`` at the accumulator ``acc`` (exponent ``e``) requantized to the gates
+        grid (a gate pre-activation unless ``gate`` is False: the cell read by tanh)."""
+        codes = _requant(acc, np.asarray(e) - self.gates.exp, self.gates, self.mode)
+        if gate:
+            self.look("gates", acc, e, codes, self.gates.exp)
         return table[codes - quant.qmin(self.gates.bits)]
 
     def step(
@@ -285,34 +304,43 @@ class _Cell:
             pre, e = _aligned_sum(
                 [(ax[0][..., rows], ax[1][rows]), (ah[0][..., rows], ah[1][rows])], where
             )
-            gz = self.act(self.sig, pre, e - kg)
+            gz = self.act(self.sig, pre, e)
             r, z = gz[..., :hs], gz[..., hs:]
             n_rows = slice(2 * hs, 3 * hs)
             pre, e = _aligned_sum(
                 [(ax[0][..., n_rows], ax[1][n_rows]), (r * ah[0][..., n_rows], ah[1][n_rows] + a)],
                 where,
             )
-            nn = self.act(self.tanh, pre, e - kg)
+            nn = self.act(self.tanh, pre, e)
             acc, e = _aligned_sum(
                 [((2**a - z) * nn, np.asarray(a2)), (z * h, np.asarray(a + self.hidden.exp))], where
             )
-            return _requant(acc, e - self.hidden.exp, self.hidden, self.mode), c
+            return self.hidden_codes(acc, e), c
         pre, e = _aligned_sum([ax, ah], where)
         if self.kind == "rnn_relu":
-            return np.maximum(_requant(pre, e - self.hidden.exp, self.hidden, self.mode), 0), c
+            return self.hidden_codes(np.maximum(pre, 0), e), c
         if self.kind == "rnn_tanh":
-            t = self.act(self.tanh, pre, e - kg)
-            return _requant(t, a - self.hidden.exp, self.hidden, self.mode), c
+            t = self.act(self.tanh, pre, e)
+            return self.hidden_codes(t, a), c
         hs = h.shape[-1]
-        g = _requant(pre, e - kg, self.gates, self.mode) - quant.qmin(self.gates.bits)
+        codes = _requant(pre, e - kg, self.gates, self.mode)
+        self.look("gates", pre, e, codes, kg)
+        g = codes - quant.qmin(self.gates.bits)
         i, f = self.sig[g[..., :hs]], self.sig[g[..., hs : 2 * hs]]
         gg, o = self.tanh[g[..., 2 * hs : 3 * hs]], self.sig[g[..., 3 * hs :]]
         acc, e = _aligned_sum(
             [(f * c, np.asarray(a + self.cell.exp)), (i * gg, np.asarray(a2))], where
         )
         c = _requant(acc, e - self.cell.exp, self.cell, self.mode)
-        tc = self.act(self.tanh, c, self.cell.exp - kg)
-        return _requant(o * tc, a2 - self.hidden.exp, self.hidden, self.mode), c
+        self.look("cell", acc, e, c, self.cell.exp)
+        tc = self.act(self.tanh, c, self.cell.exp, gate=False)
+        return self.hidden_codes(o * tc, a2), c
+
+    def hidden_codes(self, acc: np.ndarray, e: np.ndarray | int) -> np.ndarray:
+        """``acc * 2**-e`` requantized to the hidden grid."""
+        h = _requant(acc, np.asarray(e) - self.hidden.exp, self.hidden, self.mode)
+        self.look("hidden", acc, e, h, self.hidden.exp)
+        return h
 
 
 def run_codes(
@@ -326,13 +354,15 @@ def run_codes(
     hidden: Grid,
     mode: str,
     tables: tuple[np.ndarray, np.ndarray] | None = None,
+    observe: CodesObserver | None = None,
 ) -> tuple[np.ndarray, ...]:
     """The integer recurrent layer on int64 codes (module docstring): ``(output, h_n)``
     codes on the ``hidden`` grid and, for an LSTM, ``c_n`` on the ``cell`` grid. The time loop
     is sequential; each step is vectorised over the batch and the gates. ``tables`` are
-    :func:`activation_tables` (computed when None)."""
+    :func:`activation_tables` (computed when None); ``observe`` sees every internal
+    requantization (:data:`CodesObserver`)."""
     sig, tanh = activation_tables(gates, mode) if tables is None else tables
-    step = _Cell(layout.mode, gates, cell, hidden, str(mode), sig, tanh)
+    step = _Cell(layout.mode, gates, cell, hidden, str(mode), sig, tanh, observe)
     xs = np.swapaxes(x.codes, 0, 1) if layout.batch_first else x.codes
     xs, kx = xs.astype(np.int64), np.asarray(x.exp, np.int64)
     states = (layout.layers * layout.dirs, xs.shape[1], layout.hidden)
