@@ -17,6 +17,7 @@ checkpoint, or is one of another model, is one :class:`QATError` naming it.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import stat
@@ -129,6 +130,34 @@ def _check_model(path: str, module: torch.nn.Module, saved: object) -> None:
                 f"nanoir.qat.train: checkpoint {path} is of another model: {key} is "
                 f"{shape} there, {here} here"
             )
+        if got.is_floating_point() and bool(torch.isnan(got).any()):  # no code: fails mid-epoch
+            raise QATError(f"nanoir.qat.train: checkpoint {path} is damaged: {key} holds NaN")
+
+
+def _check_optimizer(path: str, optimizer: torch.optim.Optimizer, saved: object) -> None:
+    """Load ``saved`` into a copy of ``optimizer`` over zero tensors and take one step: its
+    ``load_state_dict`` takes moments of another shape or type, a text learning rate, a
+    missing moment, and the step that reads them fails mid-epoch, after the module and
+    generators were restored. An optimizer that cannot be copied so is not checked."""
+    groups = [
+        {**g, "params": [torch.zeros_like(p, requires_grad=True) for p in g["params"]]}
+        for g in optimizer.param_groups
+    ]
+    for g in groups:
+        for p in g["params"]:
+            p.grad = torch.zeros_like(p)
+    try:
+        probe = type(optimizer)(groups, **optimizer.defaults)
+    except Exception:  # a custom optimizer with other constructor arguments
+        return
+    try:
+        # a copy: load_state_dict keeps the file's tensors, which the step updates in place
+        probe.load_state_dict(copy.deepcopy(saved))  # type: ignore[arg-type]
+        probe.step()
+    except Exception as e:  # ValueError/KeyError/TypeError/RuntimeError: a damaged state
+        raise QATError(
+            f"nanoir.qat.train: checkpoint {path} holds another optimizer's state: {e}"
+        ) from None
 
 
 def _same_kind(own: dict[str, Any], saved: object) -> bool:
@@ -185,6 +214,7 @@ def load_checkpoint(
             f"nanoir.qat.train: checkpoint {path} holds another optimizer's state "
             f"({kind}; this run's is {type(optimizer).__qualname__})"
         )
+    _check_optimizer(path, optimizer, state["optimizer"])
     before = optimizer.state_dict()
     try:
         optimizer.load_state_dict(state["optimizer"])
