@@ -13,18 +13,21 @@ only affine that matches needs a 21-bit multiplier).
 So for a program it quantizes, quantize writes each such BN's affine in a form the float64
 kernel computes exactly (:func:`make_dyadic`): ``scale = M 2**-e``, ``bias = N 2**-(x + e)``
 (``x`` the input's exponent as lower-to-hw aligns it), ``mean = 0``, ``var = 1``,
-``epsilon = 0``, with ``M`` as fine as the search admits (``bits(x) + bits(M) + 1 <= 32``,
-24 bits at most: the constants are float32) and ``|c M + N|`` within i32 for every code. The
-float64 kernel then computes ``x * A + B`` without rounding, and the affine ``(e, M, N)`` is one
-that lower-to-hw finds. ``A`` moves by at most ``2**-(e+1)``, far below what the parameters'
-own fake-quants cost (they are computed from the fake-quantized parameters, as the nq kernel
-computes them), so accuracy is unchanged (DenseNet-121, initial statistics: the same SQNR).
-This is the least change that lowers always: the BN stays one op, one requant at nh, and its
-output keeps one rounding (a rewrite into a fake-quantized per-channel mul and add would round
-the scale to the weights' bits and add a rounding between them). nq's float BN semantics are
-unchanged for imported programs (``.ne`` BatchNormalization rows). Exponents the user
-imported (``quantize{exponents=...}``, ``nanoir.qat.convert``) leave the BN as it is: its
-affine is then searched as before, and lower-to-hw may refuse it, naming the channel.
+``epsilon = 0``, with ``M`` as fine as i32 admits (``bits(x) + bits(M) + 1 <= 32``, 24 bits at
+most: the constants are float32) and ``|c M + N|`` within i32 for every code. The kernel's
+``x * A + B`` then rounds nowhere, and lower-to-hw takes the affine as it is
+(``channel_wise.exact_affine``: no search over the codes, so no bound on the input's width).
+``A`` moves by at most ``2**-(e+1)`` (``2**-20`` of it on DenseNet's 11-bit inputs), far below
+what the parameters' own 8-bit fake-quants cost (it is computed from the fake-quantized
+parameters, as the nq kernel computes it), so accuracy is unchanged. This is the least change
+that always lowers: the BN stays one op and one requant at nh, and its output keeps one
+rounding (a rewrite into a fake-quantized per-channel mul and add, or a depthwise 1x1 conv,
+would round the scale to the weights' bits and add a rounding or a bias cap). Programs that
+lowered before change only where the float64 rounding of a value next to a rounding boundary
+differs. nq's float BN semantics are unchanged for imported programs (``.ne``
+BatchNormalization rows). Exponents the user imported (``quantize{exponents=...}``,
+``nanoir.qat.convert``) leave the BN as it is: its affine is then searched as before, and
+lower-to-hw may refuse it, naming the channel.
 """
 
 from __future__ import annotations
@@ -96,8 +99,9 @@ def input_grid(bn: nf.BatchNormOp) -> tuple[np.ndarray, int] | None:
 
 
 def _signed_bits(m: np.ndarray) -> np.ndarray:
-    """``bits_of_codes`` of each integer (as float64) separately: at least 2."""
-    return np.maximum(np.frexp(np.where(m >= 0, m, -m - 1))[1] + 1, 2)
+    """Signed bits of each integer (as float64) as ``bits_of_codes`` counts one code:
+    ``bit_length(|m|) + 1``, at least 2 (one more than needed for ``-2**k``)."""
+    return np.maximum(np.frexp(np.abs(m))[1] + 1, 2)
 
 
 def dyadic_affine(
@@ -165,8 +169,6 @@ def make_dyadic(func: FuncOp, fixed: set[FakeQuantOp]) -> int:
         if isinstance(bn.input, OpResult) and bn.input.op in fixed:
             continue
         x_exps, x_bits = grid
-        if x_bits > 16:
-            continue  # (lower-to-hw checks at most 16-bit inputs code by code)
         channels = len(x_exps)
         reals = [_param_reals(v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
         if any(p is None or p.size != channels for p in reals):

@@ -18,7 +18,9 @@ PReLU and batch norm.
   the lowering says so. The result is ``nh.mul``, ``nh.add``, ``nh.requant``. The search runs
   once per kind of channel (same parameters and exponents) and for all of them at once as
   array operations (``affine_search_channels``; DenseNet-121 has 34,000 BN channels on
-  16-bit codes).
+  16-bit codes). A BN whose ``A`` and ``B`` are dyadic enough that the float64 kernel rounds
+  nowhere (``exact_affine``; quantize gives lone BNs that form, ``lowering/quantize_bn.py``)
+  takes its affine as it is, without the search and at any input width.
 - ``LowerBatchNorm``: a BN not read only by fake-quants keeps a float result: diagnostic.
 
     %y = nf.prelu %xq, %aq                   ─▶   %y = nh.prelu %xq, %a {shift = 2 : i64} : i16 <7>
@@ -285,9 +287,53 @@ def affine_search_channels(
     return found
 
 
+def _lowest_bit(v: float) -> int | None:
+    """The exponent of the lowest set bit of a finite float (``v = n 2**that`` with ``n``
+    odd), None for 0."""
+    if v == 0:
+        return None
+    mant, ex = math.frexp(v)
+    n = int(mant * 2**53)  # exact: a float64 mantissa has 53 bits
+    return ex - 53 + (n & -n).bit_length() - 1
+
+
+def exact_affine(
+    a: np.ndarray, b: np.ndarray, x_exps: np.ndarray, x_bits: int
+) -> list[tuple[int, int, int]] | None:
+    """Per channel ``(e, M, N)`` with ``a == M 2**-e`` and ``b == N 2**-(x + e)`` exactly (the
+    coarsest such ``e`` in :data:`AFFINE_EXPONENTS`), ``bits(x) + bits(M) + 1 <= 32`` and ``|c M
+    + N|`` within i32 for every code; None unless every channel has one.
+
+    Then the nq kernel's float64 ``x * a + b`` rounds nowhere: ``x * a`` is ``c M`` (at most
+    31 bits) times a power of two, and the sum is the integer ``c M + N`` times
+    ``2**-(x + e)``, below 2**31 of them; so the fake-quant of it is ``requant(c M + N, x + e -
+    out)`` for every code, and no search over the codes is needed (nor a bound on the input's
+    width). This is the form quantize gives a lone batch norm (``lowering/quantize_bn.py``)."""
+    found: list[tuple[int, int, int]] = []
+    lo, hi = quant.qmin(x_bits), quant.qmax(x_bits)
+    for av, bv, xe in zip(a.tolist(), b.tolist(), x_exps.tolist()):
+        if not (math.isfinite(av) and math.isfinite(bv)):
+            return None
+        need = [-low for low in (_lowest_bit(av),) if low is not None]
+        need += [-low - xe for low in (_lowest_bit(bv),) if low is not None]
+        e = max(need, default=0)
+        if e not in AFFINE_EXPONENTS:
+            return None
+        m, n = int(av * 2.0**e), int(bv * 2.0 ** (xe + e))
+        if m != av * 2.0**e or n != bv * 2.0 ** (xe + e):
+            return None
+        if x_bits + bits_of_codes(np.array([m])) + 1 > 32:
+            return None
+        if max(abs(lo * m + n), abs(hi * m + n)) > ACC_LIMIT:
+            return None
+        found.append((e, m, n))
+    return found
+
+
 class FuseBatchNormFakeQuant(HwPattern):
     """``fake_quant(batch_norm(x))`` → ``nh.mul``, ``nh.add``, ``nh.requant``: a per-channel
-    integer affine checked against the nq kernel on every input code."""
+    integer affine, exact by construction (``exact_affine``) or checked against the nq kernel
+    on every input code."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
@@ -306,23 +352,58 @@ class FuseBatchNormFakeQuant(HwPattern):
         x = hw.channels_at(bn, hw.get(bn, bn.input), 1)
         # Every code the input can hold: its bits (what the accumulator bounds rely on too).
         width = x.bits
+        params = [constant_reals(hw, bn, v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
+        channels = x.shape[1]
+        x_exps = np.broadcast_to(x.exps.reshape(-1), (channels,)).astype(np.int64)
+        out_exps = np.broadcast_to(nh_exp.reshape(-1), (channels,)).astype(np.int64)
+        k = np.broadcast_to(fake_quant_params(op)[2].reshape(-1), (channels,))
+        eps = bn.epsilon.value.data
+        with np.errstate(all="ignore"):
+            a = np.broadcast_to(params[0] / np.sqrt(params[3] + eps), (channels,))
+            b = np.broadcast_to(params[1] - params[2] * a, (channels,))
+        found = exact_affine(a, b, x_exps, width) if width > 1 else None
+        if found is None:
+            found = self._search(hw, bn, params, a, b, x_exps, out_exps, k, eps, bits, mode, x)
+        shape = (1, channels) + (1,) * (x.rank - 2)
+        e = np.array([f[0] for f in found]).reshape(shape)
+        m = hw.make_constant(np.array([f[1] for f in found]).reshape(shape), e, "const", None)
+        acc = product(hw, bn, x, m)
+        n = hw.make_constant(
+            np.array([f[2] for f in found]).reshape(shape),
+            expand(x.exps, x.rank) + e,
+            "const",
+            None,
+        )
+        acc = exact_sum(hw, bn, acc, n, nh.AddOp)
+        hw.set(op.result, hw.requant(op, acc, bits, nh_exp, mode, op.result.name_hint))
+
+    @staticmethod
+    def _search(
+        hw: HwLowering,
+        bn: nf.BatchNormOp,
+        params: list[np.ndarray],
+        a: np.ndarray,
+        b: np.ndarray,
+        x_exps: np.ndarray,
+        out_exps: np.ndarray,
+        k: np.ndarray,
+        eps: float,
+        bits: int,
+        mode: quant.RoundingMode,
+        x: HwValue,
+    ) -> list[tuple[int, int, int]]:
+        """Per channel ``(e, M, N)`` found by :func:`affine_search_channels` against the nq
+        kernel run on every input code."""
+        width, channels = x.bits, x.shape[1]
         if width > EXHAUSTIVE_WIDTH:
             raise hw.fail(
                 bn,
                 f"has {width}-bit input codes; its integer affine is checked on every "
                 f"input code, at most {EXHAUSTIVE_WIDTH} bits",
             )
-        params = [constant_reals(hw, bn, v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
-        channels = x.shape[1]
         codes = (
             np.array([-1, 1]) if width == 1 else np.arange(quant.qmin(width), quant.qmax(width) + 1)
         )
-        x_exps = np.broadcast_to(x.exps.reshape(-1), (channels,)).astype(np.int64)
-        out_exps = np.broadcast_to(nh_exp.reshape(-1), (channels,)).astype(np.int64)
-        k = np.broadcast_to(fake_quant_params(op)[2].reshape(-1), (channels,))
-        eps = bn.epsilon.value.data
-        a = np.broadcast_to(params[0] / np.sqrt(params[3] + eps), (channels,))
-        b = np.broadcast_to(params[1] - params[2] * a, (channels,))
         # Channels with the same parameters and exponents (bit for bit) have the same answer:
         # search each once (a BN with the initial statistics has one kind of channel).
         per_channel = [np.broadcast_to(v.reshape(-1), (channels,)) for v in params]
@@ -346,7 +427,7 @@ class FuseBatchNormFakeQuant(HwPattern):
             out_exps[first],
             bits,
             mode,
-            x.bits,
+            width,
         )
         found: list[tuple[int, int, int]] = []
         for c, i in enumerate(kind.reshape(-1)):
@@ -358,18 +439,7 @@ class FuseBatchNormFakeQuant(HwPattern):
                     f"float64 rounding of its fake-quant on channel {c}",
                 )
             found.append(hit)
-        shape = (1, channels) + (1,) * (x.rank - 2)
-        e = np.array([f[0] for f in found]).reshape(shape)
-        m = hw.make_constant(np.array([f[1] for f in found]).reshape(shape), e, "const", None)
-        acc = product(hw, bn, x, m)
-        n = hw.make_constant(
-            np.array([f[2] for f in found]).reshape(shape),
-            expand(x.exps, x.rank) + e,
-            "const",
-            None,
-        )
-        acc = exact_sum(hw, bn, acc, n, nh.AddOp)
-        hw.set(op.result, hw.requant(op, acc, bits, nh_exp, mode, op.result.name_hint))
+        return found
 
 
 class LowerBatchNorm(HwPattern):

@@ -207,7 +207,7 @@ def test_dyadic_affine_is_the_finest_that_fits() -> None:
                 if abs(nn_) >= 2**24:
                     s = abs(nn_).bit_length() - 24
                     nn_ = round(nn_ / 2**s) * 2**s
-                mb = max((mm if mm >= 0 else -mm - 1).bit_length() + 1, 2)
+                mb = max(abs(mm).bit_length() + 1, 2)
                 lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
                 worst = max(abs(lo * mm + nn_), abs(hi * mm + nn_))
                 if mb <= min(31 - bits, 24) and worst <= 2**31 - 1:
