@@ -2153,14 +2153,16 @@ class RecurrentOp(IRDLOperation):
     results' exponent). ``h0``/``c0`` are requantized to those grids first.
 
     ```mlir
-    %y, %h = nh.recurrent %x : tensor<20x?x4xi8, #nh.fixed<5, MDC>>
+    %y, %h = nh.recurrent %x : tensor<?x20x4xi8, #nh.fixed<5, BCM>>
         weights(%wi, %wh : tensor<24x4xi8, #nh.fixed<7, CD>>, tensor<24x8xi8, #nh.fixed<7, CD>>)
         {mode = "gru", hidden_size = 8 : i64, num_layers = 1 : i64, bidirectional = false,
-        batch_first = false, has_biases = false, gates = array<i64: 5, 8>,
+        batch_first = true, has_biases = false, gates = array<i64: 5, 8>,
         cell = array<i64: 32, 16>, hidden = array<i64: 7, 8>, rounding = "trunc", sigmoid_table = array<i64: ...>,
         tanh_table = array<i64: ...>}
-        -> tensor<20x?x8xi8, #nh.fixed<7, MDC>>, tensor<1x?x8xi8, #nh.fixed<7, DDC>>
+        -> tensor<?x20x8xi8, #nh.fixed<7, BMC>>, tensor<1x?x8xi8, #nh.fixed<7, BDC>>
     ```
+
+    The results' layouts are :meth:`result_layouts`'s.
     """
 
     name = "nh.recurrent"
@@ -2190,6 +2192,15 @@ class RecurrentOp(IRDLOperation):
         "(`c0` `(` $c0^ `:` type($c0) `)`)? `weights` `(` $weights `:` type($weights) `)` "
         "attr-dict `->` type(results)"
     )
+
+    @staticmethod
+    def result_layouts(batch_first: bool) -> tuple[str, str]:
+        """The layouts of the sequence output and of the final states: ``BMC`` (batch, time,
+        features) and ``BDC`` (``[L*D, N, H]``), a time-major output ``BDC``. A runtime
+        tensor's layout starts with B, which names its dim 0 (what the ``.ne`` format needs to
+        tell runtime tensors from init ones, and what a time-major input, ``BCM``, already
+        does); C is the feature dim, which per-channel consumers look up."""
+        return ("BMC" if batch_first else "BDC"), "BDC"
 
     @property
     def layout(self) -> recurrent_numerics.RecurrentLayout:

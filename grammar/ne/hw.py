@@ -103,7 +103,8 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
                                  of in_s after the input are h0[, c0], then the weights in
                                  torch's flat order; out_s output[, h_n[, c_n]]: unread final
                                  states are not written (typed from the hidden/cell grids on
-                                 import); a time-major output (layout MDC) is refused
+                                 import); results declared BMC (batch-first output) or BDC
+                                 (time-major output, final states): dim 0 is called B
     nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept)
     nh.layer_norm  LayerNorm     bit_len, eps_term, guard, max_shift, normalized_dims, nudge,
                                  rounding (the plan of nanoir.runtime.numerics.norm); in_s[1]

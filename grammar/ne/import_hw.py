@@ -601,7 +601,8 @@ def _unwritten_states(
 ) -> list[TensorType]:
     """A Recurrent node: its operand segments (`initial_states` says how many of in_s after
     the input are h0[, c0]) set in `properties`, and the types of the final states it does
-    not write (unread h_n / c_n: `[L*D, N, H]` on the hidden / cell grid, layout DDC)."""
+    not write (unread h_n / c_n: `[L*D, N, H]` on the hidden / cell grid, in the layout
+    lower-to-hw gives them)."""
     states = attrs.get("initial_states")
     if not isinstance(states, int) or not 0 <= states <= 2 or len(operands) < 1 + states:
         raise NodeProblem(
@@ -631,11 +632,12 @@ def _unwritten_states(
     except KeyError as e:
         raise NodeProblem(f"Recurrent node '{node.name}' needs attribute {e}") from None
     _, state, _ = layout.result_shapes(nf.tensor_shape(operands[0]))
+    _, state_layout = nh.RecurrentOp.result_layouts(layout.batch_first)
     missing = []
     for i in range(len(result_types), count):
         exp, bits = array_values(grids[min(i - 1, 1)]) or (0, 8)  # type: ignore[arg-type]
         elt = IntegerType(next(w for w in (2, 4, 8, 16, 32) if bits <= w))
-        missing.append(TensorType(elt, state, nh.FixedAttr(exp, "DDC")))
+        missing.append(TensorType(elt, state, nh.FixedAttr(exp, state_layout)))
     return missing
 
 

@@ -7,11 +7,13 @@ and tanh tables the nq kernel builds from the same gates grid, so nq == nh by co
         cell = array<i64: 32, 16>, hidden = array<i64: 7, 8>, rounding = "trunc", ...}
                                         ─▶
     %y, %h = nh.recurrent %x weights(%wi, %wh) {..., sigmoid_table = array<i64: ...>,
-        tanh_table = array<i64: ...>} -> tensor<...xi8, #nh.fixed<7, MDC>>, ...
+        tanh_table = array<i64: ...>} -> tensor<...xi8, #nh.fixed<7, BMC>>, ...
 
 The results' fake-quants are on the hidden and cell grids (quantize puts them there), so they
-lower to nothing. An op that is not quantized inside, or whose input or states are not on one
-signed per-tensor grid, is refused, naming it.
+lower to nothing. The results' layouts (``nh.RecurrentOp.result_layouts``) start with B,
+time-major ones too, so that the ``.ne`` hw level declares them as runtime tensors. An op that
+is not quantized inside, or whose input or states are not on one signed per-tensor grid, is
+refused, naming it.
 """
 
 from __future__ import annotations
@@ -62,11 +64,11 @@ class LowerRecurrent(HwPattern):
             "sigmoid_table": int_array(sig.tolist()),
             "tanh_table": int_array(tanh.tolist()),
         }
-        seq_layout = "BMC" if op.layout.batch_first else "MDC"
+        seq_layout, state_layout = nh.RecurrentOp.result_layouts(op.layout.batch_first)
         ones = (1, 1, 1)
-        kinds = [(op.output, hidden, seq_layout), (op.h_n, hidden, "DDC")]
+        kinds = [(op.output, hidden, seq_layout), (op.h_n, hidden, state_layout)]
         if op.c_n is not None:
-            kinds.append((op.c_n, cell, "DDC"))
+            kinds.append((op.c_n, cell, state_layout))
         types = [
             hw.result_type(nf.tensor_shape(r), np.full(ones, g.exp), container_width(g.bits), lay)
             for r, g, lay in kinds
