@@ -1385,7 +1385,10 @@ def _initial_state(imp: _Importer, arg: Any) -> SSAValue | None:
 
 def _recurrent(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` (``aten.lstm.input`` and friends) →
-    ``nf.recurrent``; inter-layer dropout is a no-op in eval mode."""
+    ``nf.recurrent``; inter-layer dropout is a no-op in eval mode. A batch-first layer keeps
+    the dynamic batch; a model whose input's dim 0 is not its batch (a time-major sequence,
+    initial states ``[L*D, N, H]`` as inputs) needs ``dynamic_batch=False``: torch.export
+    specialises the dim :func:`export` marks as the batch there."""
     mode = _RECURRENT_MODES[str(node.target)]
     if a["train"]:
         raise _Unsupported("a recurrent layer in training mode (export the model in eval mode)")
