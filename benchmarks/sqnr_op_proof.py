@@ -90,10 +90,7 @@ def measure(name: str) -> list[tuple[str, str, float, float]]:
     model = make_op_proof_model(name)
     shape = tuple(model.make_example_input(8).shape)
     rng = np.random.default_rng(0)
-    # TinyViT's class token expand is imported at a static batch only (the frontend refuses
-    # expanding to a dynamic one).
-    dynamic = name != "TinyViT"
-    module = nanoir.from_torch(model, (torch.randn(shape),), dynamic_batch=dynamic)
+    module = nanoir.from_torch(model, (torch.randn(shape),))  # the batch dynamic
     FoldBnPass().apply(nanoir.make_context(), module)
     nanoir.quantize(
         module, [rng.standard_normal(shape) for _ in range(4)], weight_bits=8, act_bits=8
