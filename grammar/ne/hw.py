@@ -105,7 +105,8 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
                                  states are not written (typed from the hidden/cell grids on
                                  import); results declared BMC (batch-first output) or BDC
                                  (time-major output, final states): dim 0 is called B
-    nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept)
+    nh.expand      Expand        shape (derived: the result's dims, 1 where the input's is kept,
+                                 -1 where it grows to the shape source's size: `like`, in_s[1])
     nh.layer_norm  LayerNorm     bit_len, eps_term, guard, max_shift, normalized_dims, nudge,
                                  rounding (the plan of nanoir.runtime.numerics.norm); in_s[1]
                                  and in_s[2] are the weight's and bias's codes
