@@ -361,6 +361,41 @@ def integer(r: Result) -> bool:
     return r.reached == "nh" and r.same == "yes"
 
 
+def _commit() -> str:
+    """The repository's commit, ``+ edits`` when the working tree differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "an unknown commit"
+    return head + (" + uncommitted edits" if dirty else "")
+
+
+def _defaults() -> str:
+    """quantize's defaults as this nanoir has them."""
+    from nanoir.lowering.quantize_rules import QuantConfig
+
+    c = QuantConfig()
+    rounding = getattr(c.rounding, "name", str(c.rounding)).lower()
+    return (
+        f"{c.weight_bits}-bit weights per channel, {c.act_bits}-bit activations, "
+        f"{c.calibrator}, {rounding}, unsigned {c.unsigned}"
+    )
+
+
 def _stages(r: Result) -> str:
     s = r.stage_seconds
     return "/".join(f"{s[k]:.0f}" for k in ("nf", "nq", "nh") if k in s)
@@ -372,8 +407,9 @@ def table(results: list[Result]) -> str:
     import nanoir
 
     lines = [
-        f"nanoir {nanoir.__version__}, torch {torch.__version__}; `compile_model` defaults "
-        f"(8-bit, absmax, trunc, bias correction), {CALIBRATION_BATCHES} calibration batches "
+        f"nanoir {nanoir.__version__} at {_commit()}, torch {torch.__version__}; "
+        f"`compile_model` defaults ({_defaults()}, bias correction), "
+        f"{CALIBRATION_BATCHES} calibration batches "
         f"of {BATCH}, nq and nh run on {BATCH} held-out inputs. SQNR: nh output vs the float "
         "torch module in float64 (dB). Compile: CPU seconds of `compile_model`'s four stages "
         "(export+import / fold / quantize / lower; to the refusal when refused).",
