@@ -23,10 +23,13 @@ from hypothesis import strategies as st
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy, numpy_to_dense
 from nanoir.lowering import quantize as quantize_module
+from nanoir.lowering.hw.channel_wise import exact_affine
 from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
 from nanoir.lowering.quantize import quantize
 from nanoir.lowering.quantize_bn import dyadic_affine
 from nanoir.runtime.interpreter import run
+from nanoir.runtime.numerics import kernels, quant
+from nanoir.runtime.numerics.quant import RoundingMode
 from torch import nn
 from xdsl.dialects.builtin import ModuleOp
 
@@ -214,3 +217,57 @@ def test_dyadic_affine_is_the_finest_that_fits() -> None:
                     best = (k, mm, nn_)
             assert best is not None
             assert (int(e[ch]), int(m[ch]), int(n[ch])) == best
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    x_bits=st.sampled_from((2, 4, 8, 11)),
+    out_bits=st.sampled_from((4, 8)),
+    rounding=st.sampled_from(tuple(RoundingMode)),
+)
+def test_exact_affine_equals_the_nq_kernel(
+    seed: int, x_bits: int, out_bits: int, rounding: RoundingMode
+) -> None:
+    """``exact_affine`` on dyadic parameters (drawn as ``M 2**-e`` and ``N 2**-f``) gives an
+    affine whose requant equals the nq kernel (``kernels.batch_norm`` in float64, then the
+    fake-quant) on every input code; on parameters that are not dyadic (``g / sqrt(v)`` of a
+    random ``v``) it gives None. Mutant seen to fail it: ``need`` ignoring the bias's grid
+    (``N`` truncated by ``int``)."""
+    rng = np.random.default_rng(seed)
+    c = 6
+    e_a, e_b = rng.integers(0, 12, c), rng.integers(0, 14, c)
+    scale = rng.integers(-(2**8), 2**8, c) * 2.0**-e_a
+    bias = rng.integers(-(2**10), 2**10, c) * 2.0**-e_b
+    x_exps = rng.integers(-2, 8, c)
+    out_exps = rng.integers(-4, 8, c)
+    zeros, ones = np.zeros(c), np.ones(c)
+    found = exact_affine(scale, bias, x_exps, x_bits)
+    assert found is not None
+    codes = np.arange(quant.qmin(x_bits), quant.qmax(x_bits) + 1)
+    reals = np.ldexp(codes[None, None, :].astype(np.float64), -x_exps[None, :, None])
+    y = kernels.batch_norm(reals, scale, bias, zeros, ones, 0.0)[0]
+    want = quant.quantize_to_int(y, out_bits, out_exps[:, None], rounding)
+    for ch, (e, m, n) in enumerate(found):
+        acc = codes.astype(np.int64) * m + n
+        got = quant.requant(acc, int(x_exps[ch]) + e - int(out_exps[ch]), out_bits, rounding)
+        assert np.array_equal(got, want[ch])
+    var = rng.uniform(0.5, 2.0, c)
+    assert exact_affine(ones / np.sqrt(var), zeros, x_exps, x_bits) is None
+
+
+def test_wide_concat_input_lowers() -> None:
+    """A concat whose parts are 12 steps apart gives the BN 20-bit input codes: lower-to-hw
+    checked at most 16-bit inputs code by code and refused ("has 20-bit input codes"); the
+    snapped affine needs no search, lowers, and nq == nh bit for bit. Mutant seen to fail it:
+    ``exact_affine`` returning None (the refusal)."""
+    torch.manual_seed(3)
+    model = ConcatBnNet(gain=4096.0).eval()
+    _set_bn(model, _random_stats(np.random.default_rng(3)))
+    x = torch.randn(2, 3, H, H)
+    nq = nanoir.compile_model(model, (x,), [(torch.randn(4, 3, H, H),)], stop="nq")
+    hw = lower_to_hw(nq.clone())
+    data = np.random.default_rng(4).standard_normal((3, 3, H, H))
+    (want,) = run(nq, data, dtype=np.float64)
+    (got,) = run(hw, data)
+    assert np.array_equal(got, want)
