@@ -4,8 +4,8 @@ and to a NumPy oracle (the table, or its fake-quant, indexed by the ids), and re
 ``nf.embedding``. Before, the writer wrote the ``.ne`` row's op type ``Embedding``, which
 ONNX has no op for (``onnx.checker`` refused the file), and the reader refused int64 inputs.
 
-Mutants seen to fail it (private copy): the writer's index input declared float (onnxruntime
-refuses float indices); Gather without ``axis=0`` replaced by ``axis=1``; the reader not
+Mutants seen to fail it (private copy): the writer's index input declared float (the writer's
+onnx.checker refuses float indices); Gather's ``axis=0`` replaced by ``axis=1``; the reader not
 mapping the Gather (int64 input refused again); the reader's table check accepting a runtime
 table (the refusal test).
 """
