@@ -72,7 +72,7 @@ def _masked_softmax(x: np.ndarray, axis: int, mask: np.ndarray) -> np.ndarray:
     """Softmax over the positions the mask keeps, 0 elsewhere and on rows with none kept."""
     m = np.broadcast_to(mask, x.shape)
     top = np.max(np.where(m, x, -np.inf), axis=axis, keepdims=True)
-    e = np.where(m, np.exp(x - np.where(np.isfinite(top), top, 0.0)), 0.0)
+    e = np.exp(np.where(m, x - np.where(np.isfinite(top), top, 0.0), -np.inf))
     s = np.sum(e, axis=axis, keepdims=True)
     return np.where(s > 0, e / np.where(s > 0, s, 1.0), 0.0)
 
