@@ -96,7 +96,9 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
     calib = [rng.standard_normal((4, *shape)).astype(np.float32) for _ in range(3)]
     module = nanoir.from_torch(layer.eval(), (torch.from_numpy(calib[0]),))
     bits = 4
-    nanoir.quantize(module, calib, weight_bits=bits, act_bits=bits, progress=False)
+    nanoir.quantize(
+        module, calib, weight_bits=bits, act_bits=bits, calibrator="absmax", progress=False
+    )
 
     x = np.concatenate(calib).astype(np.float64)
     w = layer.weight.detach().numpy().astype(np.float64)
@@ -465,7 +467,9 @@ def test_rounding_down_before_a_relu_becomes_round_half_up(rounding: str) -> Non
     rng = np.random.default_rng(1)
     x = rng.standard_normal((256, 16)).astype(np.float32)
     module = nanoir.from_torch(model, (torch.from_numpy(x[:2]),))
-    nanoir.quantize(module, [x[:128], x[128:]], rounding=rounding, progress=False)
+    nanoir.quantize(
+        module, [x[:128], x[128:]], rounding=rounding, calibrator="absmax", progress=False
+    )
     (y,) = nanoir.run(module, x)
     f = model.double()(torch.from_numpy(x).double()).detach().numpy()
     *_, out_fq = (op for op in module.walk() if isinstance(op, FakeQuantOp))

@@ -291,6 +291,7 @@ def test_zero_weight_puts_its_accumulator_on_the_bias_grid() -> None:
         act_bits=2,
         weight_bits=2,
         weight_per_channel=True,
+        calibrator="absmax",
         progress=False,
     )
     own = int(np.floor(np.log2(2 / np.abs(data).max())))
