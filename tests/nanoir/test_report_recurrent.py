@@ -7,9 +7,9 @@ checked against the nq program's output, and the last cell state against its ``c
 oracle is the program's own cell); the float cell is checked against torch.
 
 Mutants seen to fail it (private copy): the report without the internal rows; the cell's
-observer given the quantized value as the exact one (SQNR inf); the float side paired with
-the wrong kind (gates measured against the hidden values); the float cell's values taken
-from the quantized operands; the rows' saturation counted on the quantized values.
+observer given the quantized value as the exact one (SQNR inf); each float value paired with
+the previous step's; the float cell run on the quantized operands; the internal rows placed at
+the end, after the op's result rows; the saturation counted one exponent coarser.
 """
 
 from __future__ import annotations
@@ -199,10 +199,9 @@ def test_report_rows_of_the_internal_quantizers(mode: str) -> None:
     )
     assert list(rows) == expected
     names = [r.name for r in report.rows]
-    first_result = min(
-        i for i, r in enumerate(report.rows) if r.kind == "act" and i > names.index(expected[-1])
-    )
-    assert names.index(expected[-1]) < first_result  # before the op's result rows
+    # After the operands' rows (the last weight's), before the op's results' ("rnn": output).
+    assert names[names.index("rnn.gates") - 1] == "rnn.w3"
+    assert names.index(expected[-1]) < names.index("rnn")
     assert sum(s.saturated for s in stats.values()) > 0  # the data saturates somewhere
     for which, s in stats.items():
         row = rows[f"rnn.{which}"]
