@@ -1,8 +1,9 @@
 """ONNX (QDQ flavour) of ``nf.embedding``: written as standard ``Gather(table, ids, axis=0)``
 with the token ids an int64 graph input, run by onnxruntime equal to nanoir's nf and nq runs
 and to a NumPy oracle (the table, or its fake-quant, indexed by the ids), and read back as
-``nf.embedding``. Before, the writer wrote the ``.ne`` row's op type ``Embedding``, which
-ONNX has no op for (``onnx.checker`` refused the file), and the reader refused int64 inputs.
+``nf.embedding`` (also from the nanoengine flavour, which writes the same Gather). Before,
+the writer wrote the ``.ne`` row's op type ``Embedding``, which ONNX has no op for
+(``onnx.checker`` refused the file), and the reader refused int64 inputs.
 
 Mutants seen to fail it (private copy): the writer's index input declared float (the writer's
 onnx.checker refuses float indices); Gather's ``axis=0`` replaced by ``axis=1``; the reader not
@@ -98,6 +99,9 @@ def test_embedding_is_gather_in_onnxruntime(vocab, dim, length, batch, bits, rou
     assert [op.name for op in back.walk() if isinstance(op, nf.EmbeddingOp)] == ["nf.embedding"]
     (got_back,) = nanoir.run(back, ids)
     np.testing.assert_array_equal(got_back, expected.astype(np.float32))
+    # The nanoengine flavour (opset 17, Q for the table) writes the same Gather.
+    (got_ne,) = nanoir.run(import_onnx_bytes(export_onnx_bytes(module, "nanoengine")), ids)
+    np.testing.assert_array_equal(got_ne, expected.astype(np.float32))
 
 
 def test_text_cnn_qdq_runs_in_onnxruntime() -> None:
