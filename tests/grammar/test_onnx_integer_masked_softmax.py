@@ -3,7 +3,8 @@ mask or ``is_causal``) through the integer ONNX path: onnxruntime running the ex
 gives the NumPy executor's codes bit for bit, over shapes, axes, broadcast masks, rows masked
 entirely, input and output widths, signed and unsigned output codes and every rounding mode;
 masked positions are exactly 0, and every output is within one step of a float64 softmax
-over the unmasked positions written here.
+over the unmasked positions written here. End to end, torch attention with ``is_causal`` and
+with a boolean mask, quantized and lowered, runs in onnxruntime bit for bit like NumPy.
 
 Mutants seen to fail it (private copy): the writer's ``Where`` for the exp values dropped (the
 masked positions then count in the sum); the masked row maximum taken over every position
@@ -31,6 +32,7 @@ import nanoir
 from nanoir.testing.programs import examples
 
 pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
 
 MODES = [m for m in RoundingMode]
 
@@ -132,3 +134,40 @@ def test_masked_softmax_integer_onnx_equals_numpy(case) -> None:  # noqa: ANN001
     assert (got[~full] == 0).all()
     want = _masked_softmax(_fake_quant(x.astype(np.float64), bits_in, k_in, modes[0]), axis, mask)
     assert np.abs(got - want).max() <= 2.0**-k_out
+
+
+class _Attention(torch.nn.Module):
+    """Single-head attention on ``[N, L, 8]``: causal, or a boolean mask buffer."""
+
+    def __init__(self, mask: torch.Tensor | None):
+        super().__init__()
+        self.qkv, self.proj = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+        self.register_buffer("mask", mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=self.mask, is_causal=self.mask is None
+        )
+        return self.proj(y.squeeze(1))
+
+
+@pytest.mark.parametrize("kind", ["causal", "bool"])
+def test_attention_with_a_mask_integer_onnx_equals_numpy(kind: str) -> None:
+    """torch attention with ``is_causal`` or a boolean mask, quantized at 8 bits and lowered:
+    the whole nh program (matmuls, the masked softmax) in onnxruntime gives the NumPy
+    executor's codes bit for bit."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    mask = None if kind == "causal" else torch.from_numpy(rng.random((5, 5)) < 0.6)
+    model = _Attention(mask).eval()
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    module = nanoir.from_torch(model, (torch.from_numpy(x),))
+    nanoir.quantize(module, [rng.standard_normal((4, 5, 8)).astype(np.float32)])
+    hw = lower_to_hw(module.clone())
+    assert any(op.name == "nh.softmax" and op.mask is not None for op in hw.walk())
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32) * 1.5
+    (codes,) = nanoir.run(hw, x, raw=True)
+    (codes_ort,) = nanoir.run(hw, x, raw=True, backend="onnxruntime")
+    np.testing.assert_array_equal(codes_ort.astype(np.int64), codes.astype(np.int64))
+    np.testing.assert_array_equal(nanoir.run(hw, x)[0], nanoir.run(module, x)[0])
