@@ -1,8 +1,9 @@
 """Recurrent ops (``nf.recurrent`` / ``nh.recurrent``): torch vs nf in float64, the frontend's
 ATen mapping and refusals, and nq == nh bit for bit over the integer cell's parameters.
 
-torch.export specialises the batch of ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (its zero initial
-states have the batch's size), so these models import with ``dynamic_batch=False``.
+These models take time-major inputs or initial states as inputs, whose dim 0 is not the
+batch, so they import with ``dynamic_batch=False`` (``from_torch`` marks dim 0 of every input as
+the batch; a batch-first layer alone keeps a dynamic batch, see tests/nanoir/test_magik.py).
 """
 
 from __future__ import annotations
