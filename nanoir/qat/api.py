@@ -91,8 +91,11 @@ from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.quantize_bias import add_zero_biases
+from nanoir.lowering.quantize_bn import make_dyadic
 from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
 from nanoir.qat import distributed, low_bits
+from nanoir.qat.batch_norm import BatchNormStep
+from nanoir.qat.batch_norm import input_grid as bn_input_grid
 from nanoir.qat.checkpoint import load_checkpoint, save_checkpoint
 from nanoir.qat.joins import JoinRules
 from nanoir.qat.quantizer import (
@@ -331,6 +334,9 @@ class QATModule(nn.Module):
                 continue
             args = [slot_of(v) for v in op.operands]
             step = RecurrentStep(op) if isinstance(op, nf.RecurrentOp) else build_step(op)
+            if isinstance(op, nf.BatchNormOp):  # quantize's dyadic affine (qat.batch_norm)
+                step = BatchNormStep(op)
+                step.grid = bn_input_grid(self, op, args[0], outs[0])
             if isinstance(step, RecurrentStep):  # its forward reads every operand's quantizer
                 step.grids = _recurrent_grids(self, args, alg_source)
                 self._recurrent_steps.append(step)
@@ -711,7 +717,9 @@ def convert(qat: QATModule) -> ModuleOp:
     module = float_program(qat)
     exponents = export_exponents(qat)
     origins = {qat.quantizers[k].name: o for k, o in qat._joins.origins.items()}  # noqa: SLF001
-    targets = qz.quantize_function(find_function(module, qat.function), None, qat.config, exponents)
+    func = find_function(module, qat.function)
+    targets = qz.quantize_function(func, None, qat.config, exponents)
+    make_dyadic(func, set())  # the module's lone BNs compute it (nanoir.qat.batch_norm)
     for t in targets:
         # The join rule that chose an exponent, as quantize records it (the report shows it).
         if t.name in origins:

@@ -30,59 +30,26 @@ from nanoir.lowering.quantize_bn import dyadic_affine
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import kernels, quant
 from nanoir.runtime.numerics.quant import RoundingMode
-from torch import nn
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
+from nanoir.testing.lone_bn import ConcatBnNet, random_statistics, set_batch_norm
 from nanoir.testing.programs import examples
 
 C, H = 8, 6
 
 
-class ConcatBnNet(nn.Module):
-    """Two conv branches of different ranges (the concat aligns them: 11-12-bit codes), then
-    DenseNet's BN-ReLU-conv on the concat: a BN fold-bn cannot fold."""
-
-    def __init__(self, gain: float = 16.0) -> None:
-        super().__init__()
-        self.a = nn.Conv2d(3, C, 3, padding=1)
-        self.b = nn.Conv2d(3, C, 3, padding=1)
-        with torch.no_grad():
-            self.b.weight.mul_(gain)
-            self.b.bias.mul_(gain)
-        self.bn = nn.BatchNorm2d(2 * C)
-        self.conv = nn.Conv2d(2 * C, 4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], 1)
-        return self.conv(torch.relu(self.bn(y)))
-
-
-def _net(seed: int) -> ConcatBnNet:
+def _net(seed: int, gain: float = 16.0) -> ConcatBnNet:
     torch.manual_seed(seed)
-    return ConcatBnNet().eval()
+    return ConcatBnNet(C, gain).eval()
 
 
 def _set_bn(model: ConcatBnNet, stats: np.ndarray) -> ConcatBnNet:
-    """BN statistics from ``stats`` ``[4, 2C]``: mean, var, weight, bias."""
-    with torch.no_grad():
-        for buf, row in zip(
-            (model.bn.running_mean, model.bn.running_var, model.bn.weight, model.bn.bias), stats
-        ):
-            buf.copy_(torch.from_numpy(row).float())
-    return model
+    return set_batch_norm(model, stats)
 
 
 def _random_stats(rng: np.random.Generator) -> np.ndarray:
-    n = 2 * C
-    return np.stack(
-        [
-            rng.standard_normal(n) * 2,
-            0.5 + 3 * rng.random(n),
-            0.5 + rng.random(n),
-            rng.standard_normal(n),
-        ]
-    )
+    return random_statistics(rng, 2 * C)
 
 
 def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
@@ -261,9 +228,7 @@ def test_wide_concat_input_lowers() -> None:
     checked at most 16-bit inputs code by code and refused ("has 20-bit input codes"); the
     snapped affine needs no search, lowers, and nq == nh bit for bit. Mutant seen to fail it:
     ``exact_affine`` returning None (the refusal)."""
-    torch.manual_seed(3)
-    model = ConcatBnNet(gain=4096.0).eval()
-    _set_bn(model, _random_stats(np.random.default_rng(3)))
+    model = _set_bn(_net(3, gain=4096.0), _random_stats(np.random.default_rng(3)))
     x = torch.randn(2, 3, H, H)
     nq = nanoir.compile_model(model, (x,), [(torch.randn(4, 3, H, H),)], stop="nq")
     hw = lower_to_hw(nq.clone())
