@@ -1,7 +1,7 @@
 """Test helpers, public so that tests, benchmarks and users share them (never ``import tests``).
 
 - :mod:`nanoir.testing.models`: plain-torch test networks (``TEST_MODELS``, ``make_test_model``,
-  ``randomize_batch_norm``, ...; needs torch), re-exported here;
+  ``randomize_batch_norm``, ``calibrate_batch_norm``, ...; needs torch), re-exported here;
 - :mod:`nanoir.testing.proof_models`: the larger proof networks of issue 20's joins
   (``PROOF_MODELS``, ``make_proof_model``; needs torch), a registry of their own;
 - :mod:`nanoir.testing.op_proof_models`: issue 21's networks of modern ops (``OP_PROOF_MODELS``,
@@ -32,6 +32,7 @@ __all__ = [
     "MobileNetV2Stack",
     "ResNet18",
     "SampleNet",
+    "calibrate_batch_norm",
     "import_folded",
     "make_magik_model",
     "make_op_proof_model",

@@ -16,8 +16,10 @@ own copies (the manual's sample is ``magik_crnn.py``; nothing is imported from i
 
 ``MAGIK_MODELS[name]()`` builds one (``MagikCRNN-<rnn>-<unpool>``; input
 ``MAGIK_INPUTS[name]``), ``make_magik_model(name, seed)`` with fixed weights and realistic
-BatchNorm statistics, in ``eval()``. The ``lstm`` / ``gru`` variants need the recurrent ops
-(``nf.recurrent``); the ``linear`` ones need only the ops the manual's front end uses.
+BatchNorm statistics (set from N(0, 1) inputs, ``calibrate_on_normal``: with random ones the
+CRNN's sigmoids moved by 1e-5 of their range between two random inputs), in ``eval()``. The
+``lstm`` / ``gru`` variants need the recurrent ops (``nf.recurrent``); the ``linear`` ones need
+only the ops the manual's front end uses.
 
 Importing this module needs torch (the ``torch`` extra).
 """
@@ -31,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nanoir.testing.models import randomize_batch_norm
+from nanoir.testing.models import calibrate_on_normal, randomize_batch_norm
 
 __all__ = [
     "MAGIK_INPUTS",
@@ -209,8 +211,8 @@ MAGIK_INPUTS: dict[str, tuple[int, ...]] = {
 
 
 def make_magik_model(name: str, seed: int = 0) -> nn.Module:
-    """``MAGIK_MODELS[name]`` with fixed weights and realistic BatchNorm statistics, random
-    PReLU slopes, ``eval()``."""
+    """``MAGIK_MODELS[name]`` with fixed weights, random BatchNorm affine parameters and
+    statistics from N(0, 1) inputs, random PReLU slopes, ``eval()``."""
     torch.manual_seed(seed)
     model = MAGIK_MODELS[name]()
     randomize_batch_norm(model, seed)
@@ -221,4 +223,4 @@ def make_magik_model(name: str, seed: int = 0) -> nn.Module:
                 module.weight.copy_(
                     0.1 + 0.3 * torch.rand(module.weight.shape, generator=generator)
                 )
-    return model.eval()
+    return calibrate_on_normal(model, MAGIK_INPUTS[name], seed)  # (PReLU's slopes first)

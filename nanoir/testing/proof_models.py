@@ -16,10 +16,12 @@ Each reproduces, at a small size, a pattern of a third-party network whose calib
   strided conv; then x2 zero unpooling and the ``Shortcut`` add.
 
 ``make_proof_model(name, bn)`` builds one with fixed seeds in ``eval()`` mode and BatchNorm
-statistics ``bn``: ``"realistic"`` (``randomize_batch_norm``), ``"zero_init"`` (realistic, then
-the weight and bias of every BatchNorm that ends a branch, ``last_bn``, zeroed as the zero-init
-recipe does) or ``"fresh"`` (torch's initial statistics: every BN-folded bias is exactly 0).
-These are bigger than ``TEST_MODELS``' and tested on their own (tests/lowering/test_proof_models.py).
+statistics ``bn``: ``"realistic"`` (``randomize_batch_norm``'s affine parameters, statistics
+from the data, ``calibrate_on_normal``: with random ones MagikFront's output moved by 0.25% of
+its range between two random inputs), ``"zero_init"`` (realistic, with the weight and bias of
+every BatchNorm that ends a branch, ``last_bn``, zeroed as the zero-init recipe does) or
+``"fresh"`` (torch's initial statistics: every BN-folded bias is exactly 0). These are bigger
+than ``TEST_MODELS``' and tested on their own (tests/lowering/test_proof_models.py).
 
 Importing this module needs torch (the ``torch`` extra).
 """
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nanoir.testing.models import randomize_batch_norm
+from nanoir.testing.models import calibrate_on_normal, randomize_batch_norm
 
 __all__ = [
     "BN_MODES",
@@ -263,4 +265,6 @@ def make_proof_model(name: str, bn: str = "realistic", seed: int = 0) -> nn.Modu
                 if module_name.endswith("last_bn") and isinstance(module, nn.BatchNorm2d):
                     module.weight.zero_()
                     module.bias.zero_()
+    if bn != "fresh":
+        calibrate_on_normal(model, tuple(model.make_example_input(1).shape), seed)  # type: ignore[operator]
     return model.eval()
