@@ -212,7 +212,8 @@ MAGIK_INPUTS: dict[str, tuple[int, ...]] = {
 
 def make_magik_model(name: str, seed: int = 0) -> nn.Module:
     """``MAGIK_MODELS[name]`` with fixed weights, random BatchNorm affine parameters and
-    statistics from N(0, 1) inputs, random PReLU slopes, ``eval()``."""
+    statistics from N(0, 1) inputs (the zero Unpool2D mode's in every mode), random PReLU
+    slopes, ``eval()``."""
     torch.manual_seed(seed)
     model = MAGIK_MODELS[name]()
     randomize_batch_norm(model, seed)
@@ -223,4 +224,13 @@ def make_magik_model(name: str, seed: int = 0) -> nn.Module:
                 module.weight.copy_(
                     0.1 + 0.3 * torch.rand(module.weight.shape, generator=generator)
                 )
-    return calibrate_on_normal(model, MAGIK_INPUTS[name], seed)  # (PReLU's slopes first)
+    # Statistics of the zero mode in every Unpool2D mode: the variants of one head then differ
+    # only in the unpool op (tests swap it in the IR and check against each variant's model).
+    unpool = getattr(model, "unpool", None)
+    mode = unpool.mode if isinstance(unpool, Unpool2d) else None
+    if isinstance(unpool, Unpool2d):
+        unpool.mode = "zero"
+    calibrate_on_normal(model, MAGIK_INPUTS[name], seed)  # (after PReLU's slopes: it runs them)
+    if isinstance(unpool, Unpool2d):
+        unpool.mode = mode
+    return model
