@@ -635,7 +635,15 @@ def _unwritten_states(
     _, state_layout = nh.RecurrentOp.result_layouts(layout.batch_first)
     missing = []
     for i in range(len(result_types), count):
-        exp, bits = array_values(grids[min(i - 1, 1)]) or (0, 8)  # type: ignore[arg-type]
+        key = ("hidden", "cell")[min(i - 1, 1)]
+        grid = tuple(array_values(grids[min(i - 1, 1)]) or (0, 8))  # type: ignore[arg-type]
+        if len(grid) != 2 or not -128 <= grid[0] <= 127 or not 1 <= grid[1] <= 32:
+            raise NodeProblem(
+                f"Recurrent node '{node.name}' has {key}={list(grid)}; expected [exp, bits] "
+                "with exp in -128..127 and bits in 1..32 (it types the unwritten final state)",
+                attr=key,
+            )
+        exp, bits = grid
         elt = IntegerType(next(w for w in (2, 4, 8, 16, 32) if bits <= w))
         missing.append(TensorType(elt, state, nh.FixedAttr(exp, state_layout)))
     return missing
