@@ -227,6 +227,10 @@ class Result:
     """nq == nh on the evaluation batch: ``yes``, ``NO``, or ``""`` when not reached or the
     run failed (then ``refusal`` says why)."""
     sqnr: float | None
+    batch1: str
+    """The nh program on the first input alone gives the batch run's first rows: ``yes``,
+    ``NO`` or ``""`` (not run). The programs are imported with a dynamic batch, as
+    ``compile_model`` does, and calibrated on batches of 4."""
     compile_seconds: float
     """CPU seconds of the four stages (to the refusal when refused)."""
     stage_seconds: dict[str, float]
@@ -283,7 +287,7 @@ def measure(name: str, timeout: int = 300) -> Result:
     calibration = [data[i * BATCH : (i + 1) * BATCH] for i in range(CALIBRATION_BATCHES)]
     evaluation = data[CALIBRATION_BATCHES * BATCH :]
     example = torch.from_numpy(calibration[0])
-    reached, refusal, crash, same, sqnr = "-", "", False, "", None
+    reached, refusal, crash, same, sqnr, batch1 = "-", "", False, "", None, ""
     module = None
     seconds, ops = 0.0, 0
     stages: dict[str, float] = {}
@@ -322,6 +326,12 @@ def measure(name: str, timeout: int = 300) -> Result:
                 x = torch.from_numpy(evaluation)
                 reference = _flat(double(x if entry.kind == "ids" else x.double()))
             sqnr = sqnr_db(reference, got)
+            one = nanoir.run(hw, evaluation[:1])
+            four = nanoir.run(hw, evaluation)
+            rows = all(
+                np.array_equal(np.ravel(a), np.ravel(b)[: np.size(a)]) for a, b in zip(one, four)
+            )
+            batch1 = "yes" if rows and len(one) == len(four) else "NO"
     except _Timeout:
         refusal = f"timeout after {timeout} s"
         crash = True
@@ -334,7 +344,7 @@ def measure(name: str, timeout: int = 300) -> Result:
         signal.signal(signal.SIGALRM, old)
     if not seconds:  # refused: the time until the refusal
         seconds = time.process_time() - start
-    return Result(name, entry.group, entry.source, reached, refusal, crash, same, sqnr, seconds,
+    return Result(name, entry.group, entry.source, reached, refusal, crash, same, sqnr, batch1, seconds,
                   stages, ops)  # fmt: skip
 
 
@@ -412,18 +422,19 @@ def table(results: list[Result]) -> str:
         f"{CALIBRATION_BATCHES} calibration batches "
         f"of {BATCH}, nq and nh run on {BATCH} held-out inputs. SQNR: nh output vs the float "
         "torch module in float64 (dB). Compile: CPU seconds of `compile_model`'s four stages "
-        "(export+import / fold / quantize / lower; to the refusal when refused).",
+        "(export+import / fold / quantize / lower; to the refusal when refused). batch 1: the nh "
+        "program run on one input gives the 4-input run's first rows.",
         "",
-        "| network | group | source | nf | nq | nh | nq == nh | SQNR dB | compile s (nf/q/nh) | nf ops "
+        "| network | group | source | nf | nq | nh | nq == nh | SQNR dB | batch 1 | compile s (nf/q/nh) | nf ops "
         "| first refusal |",
-        "|---|---|---|:-:|:-:|:-:|:-:|---:|---:|---:|---|",
+        "|---|---|---|:-:|:-:|:-:|:-:|---:|:-:|---:|---:|---|",
     ]
     for r in results:
         nf, nq, nh = _marks(r)
         sq = "" if r.sqnr is None else ("inf" if math.isinf(r.sqnr) else f"{r.sqnr:.1f}")
         why = ("CRASH " if r.crash else "") + r.refusal
         lines.append(
-            f"| {r.name} | {r.group} | {r.source} | {nf} | {nq} | {nh} | {r.same} | {sq} | "
+            f"| {r.name} | {r.group} | {r.source} | {nf} | {nq} | {nh} | {r.same} | {sq} | {r.batch1} | "
             f"{r.compile_seconds:.0f} ({_stages(r)}) | {r.ops} | {why} |"
         )
     nets = [r for r in results if r.group != "block"]
@@ -491,7 +502,7 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
         parser.error(f"unknown network(s) {', '.join(unknown)}; --list lists them")
     jobs = [(name, args.timeout) for name in names]
     if args.jobs > 1:
-        pool = ProcessPoolExecutor(args.jobs, initializer=_one_thread, max_tasks_per_child=4)
+        pool = ProcessPoolExecutor(args.jobs, initializer=_one_thread)
         done: Any = pool.map(_measure, jobs)
     else:
         pool, done = None, map(_measure, jobs)
