@@ -79,9 +79,15 @@ def _session(module: ModuleOp | FuncOp, function: str | None) -> _Session:
         and _same(cached.fingerprint, _fingerprint(module))
     ):
         return cached
+    funcs = [op for op in module.body.block.ops if isinstance(op, FuncOp)]
+    named = [f for f in funcs if f.sym_name.data == "main"]
+    if func is not (funcs[0] if len(funcs) == 1 else named[0] if named else None):
+        # the ONNX model is the module's only function or its @main (export_model)
+        raise ArgumentError(
+            f"backend='onnxruntime' runs the module's main function (its ONNX model), not "
+            f"@{func.sym_name.data}: run @{func.sym_name.data} with backend='numpy'"
+        )
     fresh = _Session(module, func)
-    if fresh.func is not func:  # pragma: no cover - export_model picks the main function
-        raise ArgumentError("backend='onnxruntime' runs the module's main function only")
     _SESSIONS[module] = fresh
     return fresh
 

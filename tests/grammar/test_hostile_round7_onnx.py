@@ -95,7 +95,8 @@ def test_an_embedding_index_outside_the_table_is_the_executors_error(bad: int) -
     ids give the table's rows (oracle: NumPy indexing of the codes).
 
     Mutants seen to fail it (private copy): _no_negative returning idx unchanged (-1, -5
-    run); the executor's re-run in backends.run removed (the message names no table)."""
+    run); the executor's re-run in backends.run removed (the message names no table);
+    run_model catching no onnxruntime exception (its InvalidArgument escapes)."""
     ids = np.array([[0, bad, 2], [4, 3, 1]])
     for backend in ("numpy", "onnxruntime"):
         with pytest.raises(ExecutionError, match=rf"index {bad} is outside the table's 5 rows"):
@@ -129,7 +130,8 @@ def test_max_unpool_indices_given_at_run_time(indices: list) -> None:
     past the end. Now both backends raise the executor's error, and in-plane indices give a
     NumPy scatter of the codes (oracle written here).
 
-    Mutant seen to fail it (private copy): _no_negative returning idx unchanged."""
+    Mutants seen to fail it (private copy): _no_negative returning idx unchanged; the
+    executor's re-run in backends.run removed; run_model catching no onnxruntime exception."""
     x = np.array([[[[1, 2], [3, 4]]]])
     i = np.array(indices).reshape(1, 1, 2, 2)
     if any(not 0 <= v < 16 for v in indices):
@@ -220,3 +222,25 @@ def test_recurrent_weights_of_the_wrong_shape_are_refused(op, hidden, w, r, b, m
         session.run(None, {"X": np.zeros((4, 1, 3), np.float32)})
     with pytest.raises(OnnxImportError, match=f"cannot read this {op} node: {message}"):
         import_onnx_bytes(data, "m.onnx")
+
+
+def test_the_backend_runs_the_function_asked_for_or_refuses() -> None:
+    """A module with @main and @helper (its first weight -2): ``function="helper"`` with the
+    onnxruntime backend ran @main's ONNX model (the session exports the main function) and
+    returned @main's codes as @helper's, silently. Now it is refused naming @helper; @main
+    (by name or by default) still equals NumPy (oracle: the input codes, the first times -2 for
+    @helper by NumPy here).
+
+    Mutant seen to fail it (private copy): the main-function check in backends._session
+    removed (@helper returns @main's codes)."""
+    body = _identity("i8").strip()
+    helper = body.replace("@main", "@helper").replace("[[1, 0, 0, 0]", "[[-2, 0, 0, 0]")
+    module = nanoir.parse(f"builtin.module {{\n{body}\n{helper}\n}}")
+    x = np.array([[3, -4, 5, 6]])
+    (want,) = nanoir.run(module, x, raw=True, function="helper")
+    assert np.array_equal(want, [[-6, -4, 5, 6]])
+    with pytest.raises(nanoir.Error, match="runs the module's main function .*not @helper"):
+        nanoir.run(module, x, raw=True, function="helper", backend="onnxruntime")
+    for function in ("main", None):
+        (got,) = nanoir.run(module, x, raw=True, function=function, backend="onnxruntime")
+        assert np.array_equal(got, x)

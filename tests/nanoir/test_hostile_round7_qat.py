@@ -101,7 +101,11 @@ def test_an_intact_checkpoint_still_resumes_as_the_uninterrupted_run(
 ) -> None:
     """The optimizer check (a step of a copy) must not move the generators or the weights:
     one epoch, then a resumed second, equals two epochs in one call bit for bit (oracle: the
-    uninterrupted run's state)."""
+    uninterrupted run's state).
+
+    Mutant seen to fail it (private copy): the probe loading the file's state without a copy
+    (its step updated the moments the real optimizer then loaded; test_qat_resume's
+    bit-for-bit test fails too)."""
     torch.manual_seed(5)
     whole = _prepared(program)
     qat.train(whole, _loader(), epochs=2)
