@@ -876,6 +876,151 @@ class _Residual(nn.Module):
         return x + self.m(x)
 
 
+class PoolFormerBlock(nn.Module):
+    """GroupNorm(1), 3x3 average pool (padding not counted) minus its input, layer scale;
+    GroupNorm(1), 1x1-conv MLP with GELU, layer scale; both residual."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm1, self.norm2 = nn.GroupNorm(1, dim), nn.GroupNorm(1, dim)
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.mlp = nn.Sequential(nn.Conv2d(dim, 4 * dim, 1), nn.GELU(), nn.Conv2d(4 * dim, dim, 1))
+        self.ls1 = nn.Parameter(1e-5 * torch.ones(dim, 1, 1))
+        self.ls2 = nn.Parameter(1e-5 * torch.ones(dim, 1, 1))
+
+    def forward(self, x):
+        y = self.norm1(x)
+        x = x + self.ls1 * (self.pool(y) - y)
+        return x + self.ls2 * self.mlp(self.norm2(x))
+
+
+class PoolFormerS12(nn.Module):
+    """poolformer_s12: 7x7 s4 stem, depths 2, 2, 6, 2, widths 64, 128, 320, 512, 3x3 s2
+    downsampling convs, GroupNorm(1), mean, fc; layer scale 1e-5 (timm's init)."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        dims = (64, 128, 320, 512)
+        layers: list[nn.Module] = [nn.Conv2d(3, dims[0], 7, 4, 2)]
+        for i, (d, n) in enumerate(zip(dims, (2, 2, 6, 2))):
+            if i:
+                layers.append(nn.Conv2d(dims[i - 1], d, 3, 2, 1))
+            layers += [PoolFormerBlock(d) for _ in range(n)]
+        self.features = nn.Sequential(*layers, nn.GroupNorm(1, dims[-1]))
+        self.fc = nn.Linear(dims[-1], classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+def _relative_index(ws: int) -> torch.Tensor:
+    """Swin's relative-position index of a ws x ws window: [ws², ws²] into a (2ws-1)² table."""
+    coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij"))
+    coords = coords.flatten(1)
+    rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (ws - 1)
+    return rel[..., 0] * (2 * ws - 1) + rel[..., 1]
+
+
+class SwinBlock(nn.Module):
+    """Swin's block on [B, H, W, C]: LayerNorm, (cyclic shift by ``torch.roll``), window
+    partition, window attention with a relative-position bias (a learned table indexed by a
+    constant) and, when shifted, the -100 additive mask, window reverse, roll back,
+    residual; LayerNorm, GELU MLP, residual."""
+
+    def __init__(self, dim, heads, res, ws, shift):
+        super().__init__()
+        if res <= ws:
+            ws, shift = res, 0
+        self.dim, self.heads, self.res, self.ws, self.shift = dim, heads, res, ws, shift
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.table = nn.Parameter(0.02 * torch.randn((2 * ws - 1) ** 2, heads))
+        self.register_buffer("index", _relative_index(ws), persistent=False)
+        self.mlp = Mlp(dim, 4 * dim)
+        mask = None
+        if shift:
+            img = torch.zeros(1, res, res, 1)
+            cnt = 0
+            for h in (slice(0, -ws), slice(-ws, -shift), slice(-shift, None)):
+                for w in (slice(0, -ws), slice(-ws, -shift), slice(-shift, None)):
+                    img[:, h, w, :] = cnt
+                    cnt += 1
+            win = self._partition(img).squeeze(-1)  # [nW, N]
+            mask = win[:, None, :] - win[:, :, None]
+            mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def _partition(self, x):
+        b, h, w, c = x.shape
+        ws = self.ws
+        x = x.view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        return x.reshape(-1, ws * ws, c)
+
+    def forward(self, x):
+        b, h, w, c = x.shape
+        ws, n = self.ws, self.ws * self.ws
+        y = self.norm1(x)
+        if self.shift:
+            y = torch.roll(y, (-self.shift, -self.shift), (1, 2))
+        win = self._partition(y)  # [B*nW, N, C]
+        qkv = self.qkv(win).reshape(-1, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = (q * (c // self.heads) ** -0.5) @ k.transpose(-2, -1)
+        bias = self.table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1)
+        attn = attn + bias.unsqueeze(0)
+        if self.mask is not None:
+            nw = self.mask.shape[0]
+            attn = attn.view(-1, nw, self.heads, n, n) + self.mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.heads, n, n)
+        y = (attn.softmax(-1) @ v).transpose(1, 2).reshape(-1, n, c)
+        y = self.proj(y).view(b, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        y = y.reshape(b, h, w, c)
+        if self.shift:
+            y = torch.roll(y, (self.shift, self.shift), (1, 2))
+        x = x + y
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchMerging(nn.Module):
+    """2x2 neighbours concatenated (Swin v1 order), LayerNorm(4C), linear to 2C."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm, self.reduction = nn.LayerNorm(4 * dim), nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x):
+        b, h, w, c = x.shape
+        x = x.reshape(b, h // 2, 2, w // 2, 2, c).permute(0, 1, 3, 4, 2, 5).flatten(3)
+        return self.reduction(self.norm(x))
+
+
+class SwinTiny(nn.Module):
+    """swin_tiny (dims 96..768, depths 2, 2, 6, 2, heads 3, 6, 12, 24) on 64x64 with window
+    4 (small: 16x16 tokens after the patch-4 embedding; the last stage's window is its
+    2x2 resolution, unshifted, as timm does)."""
+
+    def __init__(self, img=64, ws=4, classes=1000):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 96, 4, 4)
+        self.patch_norm = nn.LayerNorm(96)
+        layers: list[nn.Module] = []
+        res, dim = img // 4, 96
+        for i, (depth, heads) in enumerate(zip((2, 2, 6, 2), (3, 6, 12, 24))):
+            if i:
+                layers.append(PatchMerging(dim))
+                res, dim = res // 2, dim * 2
+            layers += [
+                SwinBlock(dim, heads, res, ws, ws // 2 if j % 2 else 0) for j in range(depth)
+            ]
+        self.layers = nn.Sequential(*layers)
+        self.norm = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.patch_norm(self.patch(x).permute(0, 2, 3, 1))
+        return self.fc(self.norm(self.layers(x)).mean((1, 2)))
+
+
 # -- torchaudio models -------------------------------------------------------------------------
 
 
@@ -1129,6 +1274,8 @@ REACH_MODELS: dict[str, ReachModel] = {
     "DeiT-tiny": ReachModel(
         DeiTTiny, (3, 32, 32), "timm deit_tiny_distilled (patch 8)", init="trunc02"
     ),
+    "PoolFormer-S12": ReachModel(PoolFormerS12, _IMG, "timm poolformer_s12", init="trunc02"),
+    "Swin-T/w4": ReachModel(SwinTiny, _IMG, "timm swin_tiny (64x64, window 4)", init="trunc02"),
     "LeViT-128s": ReachModel(LeViT128s, _IMG, "timm levit_128s (64x64)", init="torch"),
     "Wav2Letter": ReachModel(
         Wav2Letter, (1, 8000), "torchaudio Wav2Letter (1/4 width)", init="torch"
