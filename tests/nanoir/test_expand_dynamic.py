@@ -122,7 +122,7 @@ def test_nq_equals_nh(case, bits: int, rounding: str) -> None:  # noqa: ANN001
     """quantize + lower-to-hw: the nh program's numbers are the nq program's bit for bit at
     batches 1 and 3; the token is a constant's codes moved (its fake-quant is the constant's
     own, not joined to the input the size comes from). Mutant: LowerExpand dropping the shape
-    source (nh.expand's verifier refuses the grown dynamic dim)."""
+    source (caught by the ``like`` check)."""
     d, form, seed = case
     module = _quantized(d, form, seed, bits, rounding)
     hw = nanoir.lower_to_hw(module.clone())
@@ -141,8 +141,8 @@ def test_nq_equals_nh(case, bits: int, rounding: str) -> None:  # noqa: ANN001
 def test_ne_round_trip_both_levels(case) -> None:  # noqa: ANN001
     """`.ne` at the nq and hw levels: written, read and written again gives the same text
     byte for byte, and the read program's outputs equal the written one's at batches 1 and 3.
-    Mutant: the nq Expand reader ignoring its runtime input 1 (the -1 in shape is then
-    refused)."""
+    Mutant: the nq Expand reader ignoring its runtime input 1 (the node is then refused:
+    "takes 1 inputs, got 2")."""
     d, form, seed = case
     module = _quantized(d, form, seed)
     hw = nanoir.lower_to_hw(module.clone())
@@ -173,8 +173,9 @@ def test_onnx_qdq_matches_onnxruntime(case) -> None:  # noqa: ANN001
     """The nf program and the nq program (half_even: QDQ's rounding) as ONNX: Expand's shape
     is built from ``Shape(x)``; onnxruntime gives nanoir's nf numbers (within 1e-5 relative)
     and its nq numbers exactly at batches 1 and 3, and both read back to programs with the same
-    outputs. Mutant: the writer's ``Shape`` reading dim ``i + 1`` of the source (the channels:
-    onnxruntime then expands to 3 rows)."""
+    outputs. Mutants: the writer's ``Shape`` reading dim ``i + 1`` of the source (the channels:
+    onnxruntime's Concat then refuses a 3-row token); the reader without ``_symbolic_shape``
+    (the Shape of a dynamic dim is refused)."""
     d, form, seed = case
     float_program = _imported(d, form)
     quantized = _quantized(d, form, seed, rounding="half_even")
@@ -238,15 +239,16 @@ def test_qat_forward_is_the_nq_program(case) -> None:  # noqa: ANN001
 
 
 STREAMED = """
-func.func @main(%x: tensor<?x4x6xf32>, %t: tensor<1x4x6xf32>) -> tensor<?x4x6xf32> {
+func.func @main(%x: tensor<?x4x6xf32>, %t: tensor<1x4x6xf32>) -> tensor<?x8x6xf32> {
   %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<4> : tensor<1xi8>} : tensor<?x4x6xf32>
   %tq = nq.fake_quant %t {bits = 8 : i64, exp = dense<5> : tensor<1xi8>} : tensor<1x4x6xf32>
   %g = nf.gather %xq {axis = 2 : i64, indices = array<i64: 0, 2, 4>}
       : tensor<?x4x6xf32> -> tensor<?x4x3xf32>
   %e = nf.expand %tq like %g : tensor<1x4x6xf32> like tensor<?x4x3xf32> -> tensor<?x4x6xf32>
-  %s = nf.add %xq, %e : (tensor<?x4x6xf32>, tensor<?x4x6xf32>) -> tensor<?x4x6xf32>
-  %sq = nq.fake_quant %s {bits = 8 : i64, exp = dense<3> : tensor<1xi8>} : tensor<?x4x6xf32>
-  func.return %sq : tensor<?x4x6xf32>
+  %s = nf.concat %xq, %e {axis = 1 : i64}
+      : (tensor<?x4x6xf32>, tensor<?x4x6xf32>) -> tensor<?x8x6xf32>
+  %sq = nq.fake_quant %s {bits = 8 : i64, exp = dense<3> : tensor<1xi8>} : tensor<?x8x6xf32>
+  func.return %sq : tensor<?x8x6xf32>
 }
 """
 
@@ -259,15 +261,17 @@ def _fake_quant(v: np.ndarray, k: int) -> np.ndarray:
 @given(st.integers(1, 4), st.sampled_from((1, 2, 4)), st.integers(0, 99))
 def test_streamed_equals_whole(batch: int, step: int, seed: int) -> None:
     """A runtime ``[1, C, L]`` expanded to the batch of a value streamed along M (dim 2)
-    with other rows (a strided slice, 3 rows for 6): the source is shape-only, so the
-    expand's one cache is its input's and the streamed run (steps of 1, 2, 4 rows) equals
-    the whole run at nq and nh, which equals ``x + t`` broadcast in NumPy. Mutant:
-    ``cache_operands`` keeping the shape source (the expand then waits for the slice's rows:
-    a plan or row-count error, or other numbers)."""
+    with other rows (a strided slice, 3 rows for 6), then joined to ``x`` along the channels:
+    the source is shape-only, so the expand's one cache is its input's, and the streamed run
+    (steps of 1, 2, 4 rows) equals the whole run at nq and nh, which equals the concat of
+    ``x`` and ``t`` broadcast in NumPy. Mutants: ``cache_operands`` keeping the shape source
+    (caught by the cache check); the executor's stand-in for the source with batch 1 (the
+    concat of a one-row token with the batch fails: an add, broadcasting, would not see it)."""
     module = nanoir.parse(STREAMED)
     rng = np.random.default_rng(seed)
     x, t = rng.standard_normal((batch, 4, 6)) * 3, rng.standard_normal((1, 4, 6)) * 3
-    want = _fake_quant(_fake_quant(x, 4) + _fake_quant(t, 5), 3)
+    tokens = np.broadcast_to(_fake_quant(t, 5), x.shape)
+    want = _fake_quant(np.concatenate([_fake_quant(x, 4), tokens], axis=1), 3)
     hw = nanoir.lower_to_hw(module.clone())
     (node,) = [n for n in build_graph(main_function(hw), 2).nodes if isinstance(n.op, nh.ExpandOp)]
     assert node.inputs == (node.op.input,)
@@ -287,7 +291,8 @@ def test_a_constant_expanded_to_the_batch_alone_is_not_streamed() -> None:
 
 def test_parse_print_and_verify() -> None:
     """The ``like`` form prints and parses back; a dim grown to a dynamic size without a
-    source, or from a source whose dim is static, is refused by the verifier naming both."""
+    source, or from a source whose dim is static, is refused by the verifier naming both.
+    Mutant: ``check_expand_like`` without its static-source check."""
     good = """
     func.func @f(%x: tensor<?x3x4xf32>, %c: tensor<1x1x8xf32>) -> tensor<?x1x8xf32> {
       %y = nf.expand %c like %x : tensor<1x1x8xf32> like tensor<?x3x4xf32> -> tensor<?x1x8xf32>

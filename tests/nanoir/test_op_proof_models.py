@@ -19,7 +19,9 @@ Mutants checked (each made the tests named fail, in a private copy):
 - the lookup-table kernel ignoring ``channels``: test_lookup_tables_in_a_network[per-channel];
 - a segmented table searched with ``side="left"``: test_lookup_tables_in_a_network[16-bit].
 - the report broadcasting a scalar constant's exponent ``[k]`` as it is (the bug it had):
-  test_report_measures_every_op[TinyViT].
+  test_report_measures_every_op[TinyViT];
+- the frontend's expand taking no shape source (the class token's ``expand(x.shape[0], ...)``
+  is then refused): test_imports_with_a_dynamic_batch[TinyViT].
 """
 
 from __future__ import annotations
