@@ -6,12 +6,15 @@ silently wrong result or onnxruntime's own exception."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from nanoir.grammar.onnx.importer import OnnxImportError, import_onnx_bytes
-from nanoir.grammar.onnx.integer import export_model, make_session, run_model
+from nanoir.grammar.onnx.integer import PROGRAM_KEY, export_model, make_session, run_model
 from nanoir.runtime.base import ExecutionError
 from onnx import TensorProto, helper
 
@@ -244,3 +247,50 @@ def test_the_backend_runs_the_function_asked_for_or_refuses() -> None:
     for function in ("main", None):
         (got,) = nanoir.run(module, x, raw=True, function=function, backend="onnxruntime")
         assert np.array_equal(got, x)
+
+
+_CAUSAL = """
+func.func @main(%x: tensor<?x4x4xf32>) -> tensor<?x4x4xf32> {
+  %q = nq.fake_quant %x {bits = 8 : i64, exp = dense<4> : tensor<1xi8>} : tensor<?x4x4xf32>
+  %m = nf.constant dense<[[true, false, false, false], [true, true, false, false],
+      [true, true, true, false], [true, true, true, true]]> : tensor<4x4xi1>
+  %s = nf.softmax %q, %m {axis = -1 : i64} : (tensor<?x4x4xf32>, tensor<4x4xi1>)
+      -> tensor<?x4x4xf32>
+  %y = nq.fake_quant %s {bits = 8 : i64, exp = dense<7> : tensor<1xi8>, signed = false}
+      : tensor<?x4x4xf32>
+  func.return %y : tensor<?x4x4xf32>
+}"""
+
+
+def test_a_splat_mask_edited_into_the_program_is_refused_before_it_is_written(
+    tmp_path: Path,
+) -> None:
+    """Round 6 bounded the constants' codes by the file's size; a softmax's mask is an
+    attribute, not a constant, and the writer stores it whole: the metadata's program edited
+    to a causal mask ``dense<true> : tensor<10000x10000xi1>`` (a 3 KB file) cost 3.8 s and
+    ~700 MB of writing before the graphs were found to differ. Now the mask counts with the
+    constants: one error, before writing. The unedited file reads back (the oracle: its
+    program's text).
+
+    Mutant seen to fail it (private copy): dense attributes left out of
+    _check_constant_size (the error is then the later 'its graph is not the one')."""
+    hw = nanoir.lower_to_hw(nanoir.parse(_CAUSAL))
+    text = str(hw)
+    model = export_model(hw)
+    path = tmp_path / "causal.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert str(nanoir.load(path)) == text
+    mask = re.search(r"mask = dense<.*?> : tensor<4x4xi1>", text, re.S)
+    assert mask is not None
+    size = 2000
+    edited = (
+        text.replace(mask.group(0), "MASK")
+        .replace("4x4x", f"{size}x{size}x")
+        .replace("MASK", f"mask = dense<true> : tensor<{size}x{size}xi1>")
+    )
+    for p in model.metadata_props:
+        if p.key == PROGRAM_KEY:
+            p.value = edited
+    path.write_bytes(model.SerializeToString())
+    with pytest.raises(nanoir.Error, match=r"4000000 constant codes, more than a file of"):
+        nanoir.load(path)

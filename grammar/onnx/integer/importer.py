@@ -22,7 +22,7 @@ from nanoir.grammar.onnx.exporter import _onnx
 from nanoir.grammar.onnx.integer.exporter import IO_KEY, PROGRAM_KEY, export_model
 from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
 from xdsl.context import Context
-from xdsl.dialects.builtin import Builtin, ModuleOp, TensorType
+from xdsl.dialects.builtin import Builtin, DenseIntOrFPElementsAttr, ModuleOp, TensorType
 from xdsl.dialects.func import Func
 from xdsl.parser import Parser
 
@@ -73,13 +73,20 @@ def _default_parse(text: str) -> ModuleOp:
 
 def _check_constant_size(module: ModuleOp, model: Any, name: str) -> None:
     """Refuse constants the graph cannot hold before writing them: the writer stores every
-    constant code it reads in at least a byte, and a splat literal of a few bytes of text
+    constant code it reads (and every element of a dense attribute, such as a softmax's
+    mask) in at least a byte, and a splat literal of a few bytes of text
     (``dense<1> : tensor<100000000xi8>``) would otherwise cost seconds and gigabytes of
     writing before the graphs differ."""
     codes = sum(
         math.prod(op.result.type.get_shape())
         for op in module.walk()
         if isinstance(op, ConstantOp) and isinstance(op.result.type, TensorType)
+    ) + sum(  # dense attributes the writer also stores whole (a softmax's mask)
+        math.prod(a.get_type().get_shape())
+        for op in module.walk()
+        if not isinstance(op, ConstantOp)
+        for a in (*op.properties.values(), *op.attributes.values())
+        if isinstance(a, DenseIntOrFPElementsAttr)
     )
     limit = 8 * model.ByteSize() + (1 << 20)
     if codes > limit:
