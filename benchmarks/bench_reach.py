@@ -255,7 +255,12 @@ def _flat(outputs: Any) -> np.ndarray:
 
 def _short(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    text = " / ".join(lines[-2:]) if lines else ""
+    lines = [line for line in lines if not line.startswith("supported ATen ops")]
+    key = [
+        line for line in lines[1:] if line.startswith(("- aten.", "reason:", "error:"))
+    ]  # the frontend's op list and reasons, a parser's error line
+    key = list(dict.fromkeys(key))  # the same op at several places: once
+    text = " / ".join(lines[:1] + key[:2] if key else lines[-2:])
     text = text.replace("|", "\\|")
     name = type(error).__name__
     return f"{name}: {text[:240]}" + ("..." if len(text) > 240 else "")
