@@ -96,6 +96,16 @@ def _weight_axis(value: SSAValue) -> int:
     return reader.channel_axis if reader is not None else 0
 
 
+def _unpool_indices(value: SSAValue) -> bool:
+    """An input read only as nf.max_unpool's indices (torch's max_unpool2d of indices given
+    to the program): positions in a plane, rounded to a fake-quant's step they land
+    elsewhere. lower-to-hw refuses such an unpool, naming it; nq computes it exactly."""
+    uses = list(value.uses)
+    return bool(uses) and all(
+        isinstance(u.operation, nf.MaxUnpoolOp) and u.index == 1 for u in uses
+    )
+
+
 def _constant_kind(value: SSAValue) -> str | None:
     """weight, bias, const (another named constant) or None (leave float)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
@@ -205,8 +215,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
 
     block = func.body.block
     for arg in block.args:
-        if not nf.is_index_input(arg):  # integer indices get no fake-quant
-            add(arg, "act")
+        if not nf.is_index_input(arg) and not _unpool_indices(arg):  # integer indices get
+            add(arg, "act")  # no fake-quant
     for op in block.ops:
         if isinstance(op, nf.ConstantOp):
             kind = _constant_kind(op.result)
