@@ -122,7 +122,8 @@ def test_nq_equals_nh(case, bits: int, rounding: str) -> None:  # noqa: ANN001
     """quantize + lower-to-hw: the nh program's numbers are the nq program's bit for bit at
     batches 1 and 3; the token is a constant's codes moved (its fake-quant is the constant's
     own, not joined to the input the size comes from). Mutant: LowerExpand dropping the shape
-    source (caught by the ``like`` check)."""
+    source (caught by the ``like`` check, and without it by the run: nh.concat of a one-row
+    token with the batch fails)."""
     d, form, seed = case
     module = _quantized(d, form, seed, bits, rounding)
     hw = nanoir.lower_to_hw(module.clone())
@@ -265,7 +266,8 @@ def test_streamed_equals_whole(batch: int, step: int, seed: int) -> None:
     the source is shape-only, so the expand's one cache is its input's, and the streamed run
     (steps of 1, 2, 4 rows) equals the whole run at nq and nh, which equals the concat of
     ``x`` and ``t`` broadcast in NumPy. Mutants: ``cache_operands`` keeping the shape source
-    (caught by the cache check); the executor's stand-in for the source with batch 1 (the
+    (caught by the cache check, and without it by the numbers: streamed != whole); the
+    executor's stand-in for the source with batch 1 (the
     concat of a one-row token with the batch fails: an add, broadcasting, would not see it)."""
     module = nanoir.parse(STREAMED)
     rng = np.random.default_rng(seed)
