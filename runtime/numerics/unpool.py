@@ -47,10 +47,11 @@ def max_unpool(x: Any, indices: Any, size: Sequence[int]) -> Any:
     x = np.asarray(x)
     n, c = x.shape[:2]
     plane = int(np.prod(size))
-    flat = np.asarray(indices).reshape(n, c, -1)
+    per_plane = int(np.prod(x.shape[2:]))  # not -1: a batch of 0 leaves it undetermined
+    flat = np.asarray(indices).reshape(n, c, per_plane)
     if flat.size and (flat.min() < 0 or flat.max() >= plane):
         bad = flat[(flat < 0) | (flat >= plane)].reshape(-1)[0]
         raise IndexError(f"max_unpool: index {int(bad)} is outside the {plane}-element plane")
     y = np.zeros((n, c, plane), dtype=x.dtype)
-    np.put_along_axis(y, flat.astype(np.int64), x.reshape(n, c, -1), axis=2)
+    np.put_along_axis(y, flat.astype(np.int64), x.reshape(n, c, per_plane), axis=2)
     return y.reshape(n, c, *size)

@@ -294,3 +294,17 @@ def test_a_splat_mask_edited_into_the_program_is_refused_before_it_is_written(
     path.write_bytes(model.SerializeToString())
     with pytest.raises(nanoir.Error, match=r"4000000 constant codes, more than a file of"):
         nanoir.load(path)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "onnxruntime"])
+def test_max_unpool_of_an_empty_batch(backend: str) -> None:
+    """A batch of 0 (torch's max_unpool2d gives a [0, 1, 4, 4] result): the kernel reshaped
+    the indices to [N, C, -1] and the ONNX writer wrote Reshape [0, 0, -1], both undetermined
+    with no elements ('cannot reshape array of size 0'). Now the in-plane size is given and
+    the result is empty of the unpooled shape (oracle: torch's shape, written here).
+
+    Mutants seen to fail it (private copy): -1 again in unpool.max_unpool (numpy and, through
+    the executor's error, onnxruntime); -1 again in the writer's Reshape (onnxruntime)."""
+    empty = np.zeros((0, 1, 2, 2), np.int64)
+    (got,) = nanoir.run(_UNPOOL, empty, empty, raw=True, backend=backend)
+    assert got.shape == (0, 1, 4, 4)

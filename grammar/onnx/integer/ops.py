@@ -854,7 +854,8 @@ def max_unpool(g: Graph, op: nh.MaxUnpoolOp) -> None:
     size = _spatial(op, tensor_shape(op.result))
     base = _out(g, op)
     x = g.get(op.input, "i32")
-    flat = g.const([0, 0, -1], np.int64)
+    per_plane = int(np.prod(_spatial(op, tensor_shape(op.input))))  # -1: undetermined at N=0
+    flat = g.const([0, 0, per_plane], np.int64)
     idx = g.node("Cast", [g.get(op.indices, "i32")], base + "_i", to=7)
     if not isinstance(op.indices.owner, nh.MaxPoolIndicesOp):  # a max pool's are in the plane
         idx = _no_negative(g, idx, int(np.prod(size)), np.int64, base + "_in")
