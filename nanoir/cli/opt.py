@@ -216,6 +216,11 @@ def _main(argv: Sequence[str] | None) -> int:
         tool = NanoirOptMain(description="nanoir modular optimizer driver", args=argv)
         if tool.args.output_file is not None:
             check_output_path(tool.args.output_file)  # before the work, not after
+        elif tool.args.target.startswith("onnx") and sys.stdout.isatty():
+            raise Error(
+                f"--emit={tool.args.target} writes binary ONNX, which a terminal cannot show: "
+                "give -o FILE (or redirect stdout)"
+            )
         tool.run()
         text = tool.output_buffer.getvalue()
         if tool.binary_output is not None:  # ONNX
