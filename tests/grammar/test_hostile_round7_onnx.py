@@ -303,8 +303,8 @@ def test_max_unpool_of_an_empty_batch(backend: str) -> None:
     with no elements ('cannot reshape array of size 0'). Now the in-plane size is given and
     the result is empty of the unpooled shape (oracle: torch's shape, written here).
 
-    Mutants seen to fail it (private copy): -1 again in unpool.max_unpool (numpy and, through
-    the executor's error, onnxruntime); -1 again in the writer's Reshape (onnxruntime)."""
+    Mutants seen to fail it (private copy): -1 again in unpool.max_unpool (numpy); -1 again
+    in the writer's Reshape (onnxruntime)."""
     empty = np.zeros((0, 1, 2, 2), np.int64)
     (got,) = nanoir.run(_UNPOOL, empty, empty, raw=True, backend=backend)
     assert got.shape == (0, 1, 4, 4)
