@@ -20,11 +20,13 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 
+from nanoir.dialects import nh
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.errors import ArgumentError
 from nanoir.runtime import interpreter
 from nanoir.runtime.base import ExecutionError
 from nanoir.runtime.nh import dequantize_outputs, quantize_inputs
+from nanoir.runtime.numerics import quant
 
 BACKENDS = ("numpy", "onnxruntime")
 """The executors :func:`run` knows."""
@@ -129,4 +131,13 @@ def run(
         # (an index outside its table): its error when it has one, else onnxruntime's
         interpreter.run(module, *inputs, function=function, raw=True)
         raise
-    return outputs if raw else dequantize_outputs(s.func, outputs)
+    if not raw:
+        return dequantize_outputs(s.func, outputs)
+    # onnxruntime gives ui8 codes as uint8, whose arithmetic wraps: the executor's dtypes
+    types = s.func.function_type.outputs.data
+    return [np.asarray(y).astype(_code_dtype(t), copy=False) for y, t in zip(outputs, types)]
+
+
+def _code_dtype(t: Any) -> np.dtype[Any]:
+    """The NumPy executor's dtype for codes of nh type ``t`` (``quant.code_dtype``)."""
+    return quant.code_dtype(t.get_element_type().width.data, signed=not nh.is_unsigned(t))

@@ -308,3 +308,27 @@ def test_max_unpool_of_an_empty_batch(backend: str) -> None:
     empty = np.zeros((0, 1, 2, 2), np.int64)
     (got,) = nanoir.run(_UNPOOL, empty, empty, raw=True, backend=backend)
     assert got.shape == (0, 1, 4, 4)
+
+
+def test_raw_codes_come_in_the_executors_dtype() -> None:
+    """A ui8 output: the NumPy executor returns int16 codes (quant.code_dtype: uint8
+    arithmetic wraps around), onnxruntime's graph output is uint8, and raw=True returned it
+    as is: ``codes - 200`` then wrapped (a silently wrong result downstream). Now the
+    backend returns the executor's dtype (oracle: the codes minus 200 computed in int64).
+
+    Mutant seen to fail it (private copy): backends.run returning onnxruntime's outputs
+    unconverted."""
+    text = _identity("i8").replace(
+        "-> tensor<?x4xi32, #nh.fixed<0, BC>> {", "-> tensor<?x4xui8, #nh.fixed<0, BC>> {"
+    )
+    text = text.replace(
+        "  func.return %y : tensor<?x4xi32, #nh.fixed<0, BC>>",
+        "  %r = nh.requant %y {shift = array<i64: 0>} : tensor<?x4xi32, #nh.fixed<0, BC>>"
+        " -> tensor<?x4xui8, #nh.fixed<0, BC>>\n  func.return %r : tensor<?x4xui8, #nh.fixed<0, BC>>",
+    )
+    module = nanoir.parse(text)
+    x = np.array([[100, 7, 0, 127]])
+    (want,) = nanoir.run(module, x, raw=True)
+    (got,) = nanoir.run(module, x, raw=True, backend="onnxruntime")
+    assert got.dtype == want.dtype == np.int16
+    assert np.array_equal(got - 200, x.astype(np.int64) - 200)
