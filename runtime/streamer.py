@@ -205,6 +205,13 @@ class Streamer:
             )
         if self._flushed:
             raise ExecutionError("flush() called twice (reset() starts a new stream)")
+        streamed = [i for i in range(self.num_inputs) if self._runner.streamed[i]]
+        missing = [i for i in streamed if self._shape[i] is None]
+        if missing and len(missing) < len(streamed):  # nothing reading it ran: no rows out
+            raise ExecutionError(
+                f"flush: input {missing[0]} got no rows in this stream, input "
+                f"{next(i for i in streamed if i not in missing)} did; push its rows first"
+            )
         self._flushed = True
         return self._outputs(self._runner.finish())
 

@@ -77,3 +77,29 @@ def test_binary_onnx_is_not_written_to_a_terminal(
         out = tmp_path / "hw.onnx"
         assert nanoir_opt([str(source), f"--emit={target}", "-o", str(out)]) == 0
         assert out.read_bytes()[:1] == b"\x08"
+
+
+_TWO_STREAMS = """
+func.func @main(%a: tensor<?x2x?xf32>, %b: tensor<?x2x?xf32>) -> tensor<?x2x?xf32> {
+  %y = nf.add %a, %b : (tensor<?x2x?xf32>, tensor<?x2x?xf32>) -> tensor<?x2x?xf32>
+  func.return %y : tensor<?x2x?xf32>
+}"""
+
+
+def test_a_stream_input_that_never_came_is_an_error_at_flush() -> None:
+    """Two streamed inputs (a recurrent op's sequence and its h0, or an add's operands), one
+    pushed and the other never: flush() returned 0 rows of output, silently, where ``run``
+    refuses a missing input. Now flush says which input got no rows and leaves the stream
+    open, so its rows can still come; then the rows equal a + b (oracle: NumPy).
+
+    Mutant seen to fail it (private copy): the missing-input check in Streamer.flush
+    removed (0 rows returned)."""
+    streamer = nanoir.Streamer(nanoir.parse(_TWO_STREAMS), 2)
+    a = np.arange(12.0).reshape(1, 2, 6)
+    b = np.full((1, 2, 6), 0.5)
+    got = [streamer.push(a[:, :, t : t + 2], None)[0] for t in range(0, 6, 2)]
+    with pytest.raises(nanoir.Error, match="flush: input 1 got no rows in this stream, input 0"):
+        streamer.flush()
+    got.append(streamer.push(None, b)[0])
+    got.append(streamer.flush()[0])
+    assert np.array_equal(np.concatenate(got, axis=2), a + b)
