@@ -350,7 +350,8 @@ def test_unsigned_auto_mirrors_quantize(learner: str, act_bits: int) -> None:
 
     Mutants caught: the quantizer clamping unsigned codes to the signed range (the module's
     output differs from convert's and from the oracle); the EMA target left at the signed
-    ``2**(b-1) / max`` (checked below against the unsigned rule written out)."""
+    ``2**(b-1) / max`` (checked below against the unsigned rule written out);
+    ``prepare(bias_correction=False)`` not defaulting to ``absmax`` (mse exponents, 4 bits)."""
     model = ReluNet()
     x = np.random.default_rng(0).standard_normal((16, 1, 8, 8)).astype(np.float32)
     options = {"act_bits": act_bits, "unsigned": "auto", "rounding": "half_even"}
@@ -364,6 +365,7 @@ def test_unsigned_auto_mirrors_quantize(learner: str, act_bits: int) -> None:
         [x[:8], x[8:]],
         stop="nq",
         bias_correction=False,
+        calibrator="absmax",  # what prepare(bias_correction=False) calibrates with
         **options,
     )
     converted = qat.convert(q)
