@@ -82,6 +82,15 @@ class Streamer:
             t.get_shape() if isinstance(t, TensorType) else None
             for t in (a.type for a in self._runner.graph.inputs)
         ]
+        dim = self.mem_dim
+        self._extent = [
+            shape[dim]
+            if streamed and shape is not None and len(shape) > dim and shape[dim] != DYNAMIC_INDEX
+            else None
+            for streamed, shape in zip(self._runner.streamed, self._declared)
+        ]
+        """Per streamed input, the rows its type fixes along ``mem_dim`` (None: unbounded): a
+        stream of another length has no whole run to equal, so it is refused."""
         self.reset()
 
     @property
@@ -183,7 +192,21 @@ class Streamer:
         if all(c is None for c in chunks):
             batches = [a.shape[0] for a in arrays if a is not None and a.ndim]
             return self._outputs([None] * self.num_outputs, batches[0] if batches else None)
+        for i, c in enumerate(chunks):
+            extent = self._extent[i]
+            if (
+                c is not None
+                and extent is not None
+                and self._rows[i] + c.shape[self.mem_dim] > extent
+            ):
+                raise ExecutionError(
+                    f"Streamer.push: input {i} declares {extent} rows along dim {self.mem_dim}; "
+                    f"this push brings it to {self._rows[i] + c.shape[self.mem_dim]}"
+                )
         checked = self._runner.check(chunks)  # raises before any state changes
+        for i, c in enumerate(chunks):
+            if c is not None and self._runner.streamed[i]:
+                self._rows[i] += c.shape[self.mem_dim]
         for i, c in enumerate(chunks):
             if c is not None and self._runner.streamed[i] and self._shape[i] is None:
                 self._shape[i] = c.shape
@@ -212,6 +235,19 @@ class Streamer:
                 f"flush: input {missing[0]} got no rows in this stream, input "
                 f"{next(i for i in streamed if i not in missing)} did; push its rows first"
             )
+        short = [
+            i
+            for i in streamed
+            if self._extent[i] is not None
+            and self._shape[i] is not None
+            and self._rows[i] < self._extent[i]
+        ]
+        if short:
+            i = short[0]
+            raise ExecutionError(
+                f"flush: input {i} declares {self._extent[i]} rows along dim {self.mem_dim}, got "
+                f"{self._rows[i]}; push the rest first"
+            )
         self._flushed = True
         return self._outputs(self._runner.finish())
 
@@ -221,5 +257,6 @@ class Streamer:
         self._batch: int | None = None
         self._shape: list[tuple[int, ...] | None] = [None] * self.num_inputs
         self._kind: list[str | None] = [None] * self.num_inputs
+        self._rows = [0] * self.num_inputs
         self._flushed = False
         self._failed: str | None = None

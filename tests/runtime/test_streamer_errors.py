@@ -285,3 +285,29 @@ def test_a_push_that_fails_while_running_ends_the_stream() -> None:
     streamer.reset()
     (got,) = streamer.push(x)
     assert got.tobytes() == nanoir.run(module, x)[0].tobytes()
+
+
+def test_a_static_stream_length_is_enforced() -> None:
+    """An input whose type fixes its rows along ``mem_dim`` (here 6) has no whole run of
+    another length to equal: a push past 6 rows is refused before it runs (the stream goes
+    on), and ``flush`` before 6 rows is refused; 6 rows stream equal to the whole run.
+    Mutants seen to fail it: the push check removed (a 7th row accepted); the flush check removed (3 rows flushed as if the stream were
+    complete); rows counted per push instead of summed (every 1-row push passes)."""
+    module = nanoir.parse(
+        "func.func @main(%x: tensor<?x2x6xf32>) -> tensor<?x2x6xf32> {\n"
+        "  %y = nf.relu %x : tensor<?x2x6xf32>\n"
+        "  func.return %y : tensor<?x2x6xf32>\n}\n"
+    )
+    x = np.random.default_rng(3).standard_normal((1, 2, 7)).astype(np.float32)
+    s = nanoir.Streamer(module, mem_dim=2)
+    rows = [s.push(x[:, :, t : t + 1])[0] for t in range(6)]
+    with pytest.raises(nanoir.Error, match="declares 6 rows along dim 2; this push brings it to 7"):
+        s.push(x[:, :, 6:7])
+    rows.append(s.flush()[0])
+    np.testing.assert_array_equal(np.concatenate(rows, axis=2), np.maximum(x[:, :, :6], 0))
+    s.reset()
+    s.push(x[:, :, :3])
+    with pytest.raises(nanoir.Error, match="declares 6 rows along dim 2, got 3"):
+        s.flush()
+    s.push(x[:, :, 3:6])  # the refused flush left the stream open
+    s.flush()
