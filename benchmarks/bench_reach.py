@@ -342,6 +342,8 @@ def measure(name: str, timeout: int = 300) -> Result:
         crash = True
     except nanoir.Error as error:
         refusal = _short(error)
+        if "_Timeout" in str(error):  # the alarm went off inside nanoir.run, which wraps it
+            refusal, crash = f"timeout after {timeout} s (running)", True
     except Exception as error:  # noqa: BLE001 -- a traceback a user would see: a defect
         refusal, crash = _short(error), True
     finally:
