@@ -12,7 +12,8 @@ runs them:
 
 - ``export``: ``torch.export`` + ``run_decompositions`` (torch's work, not nanoir's);
 - ``import``: the rest of ``from_torch`` (ExportedProgram -> nf);
-- ``fold-bn``; ``quantize`` (absmax, one calibration batch of 1); ``lower-to-hw``;
+- ``fold-bn``; ``quantize`` (the defaults: mse, bias correction; one calibration batch of 1);
+  ``lower-to-hw``;
 - ``stream-plan`` (``mem_dim`` 2, defaults).
 
 The stages run with the cyclic garbage collector off, as ``compile_model`` runs them
