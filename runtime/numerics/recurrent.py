@@ -129,6 +129,14 @@ CodesObserver = Callable[[str, np.ndarray, np.ndarray], None]
 value it requantizes and the result, both as reals (float64): what ``nanoir.report`` measures."""
 
 
+def _steps(xs: np.ndarray) -> np.ndarray:
+    """``xs`` (time first), refused when it has no step: torch's recurrent layers refuse an
+    empty sequence too, and its final states would not exist."""
+    if len(xs) == 0:
+        raise ValueError("the sequence has 0 steps; a recurrent layer needs at least one")
+    return xs
+
+
 def run_float(
     layout: RecurrentLayout,
     x: np.ndarray,
@@ -141,7 +149,7 @@ def run_float(
     returns ``(output, h_n)`` and, for an LSTM, ``c_n``. ``observe`` sees every gate
     pre-activation, cell and hidden state (calibration of the internal quantizers)."""
     dt = x.dtype
-    xs = np.swapaxes(x, 0, 1) if layout.batch_first else x
+    xs = _steps(np.swapaxes(x, 0, 1) if layout.batch_first else x)
     n, hsize = xs.shape[1], layout.hidden
     zeros = np.zeros((layout.layers * layout.dirs, n, hsize), dt)
     h0 = zeros if h0 is None else h0
@@ -363,7 +371,7 @@ def run_codes(
     requantization (:data:`CodesObserver`)."""
     sig, tanh = activation_tables(gates, mode) if tables is None else tables
     step = _Cell(layout.mode, gates, cell, hidden, str(mode), sig, tanh, observe)
-    xs = np.swapaxes(x.codes, 0, 1) if layout.batch_first else x.codes
+    xs = _steps(np.swapaxes(x.codes, 0, 1) if layout.batch_first else x.codes)
     xs, kx = xs.astype(np.int64), np.asarray(x.exp, np.int64)
     states = (layout.layers * layout.dirs, xs.shape[1], layout.hidden)
     h_init = np.zeros(states, np.int64)

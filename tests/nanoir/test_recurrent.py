@@ -301,3 +301,33 @@ def test_tiny_bias_is_capped_at_its_product() -> None:
     assert k[2] <= kx + k[0] and k[3] <= hidden.exp + k[1]
     x = rng.normal(0, 1000.0, (3, 1, 2))
     np.testing.assert_array_equal(run(module, x)[0], run(nanoir.lower_to_hw(module.clone()), x)[0])
+
+
+class _First(nn.Module):
+    """The sequence output alone, so only the batch and the time dims are dynamic."""
+
+    def __init__(self, rnn: nn.Module):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        return self.rnn(x)[0]
+
+
+def test_an_empty_sequence_is_one_clear_error() -> None:
+    """A program whose sequence length is dynamic, run on 0 steps (torch refuses it too), is
+    one ``nanoir.Error`` naming the op and saying why, at nf and nh (it was NumPy's "need at
+    least one array to stack"); one step still runs. Mutant seen to fail it: ``_steps``
+    returning without its check."""
+    model = nn.Sequential(nn.GRU(3, 4, batch_first=True)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = from_torch(_First(model), (torch.randn(2, 5, 3),))  # batch-first: dynamic
+    nf_text = str(program).replace("?x5x", "?x?x")
+    rng = np.random.default_rng(0)
+    q = nanoir.parse(nf_text)
+    nanoir.quantize(q, [rng.standard_normal((2, 5, 3)).astype(np.float32)])
+    for program in (nanoir.parse(nf_text), nanoir.lower_to_hw(q)):
+        with pytest.raises(nanoir.Error, match="recurrent.*the sequence has 0 steps"):
+            nanoir.run(program, np.zeros((1, 0, 3), np.float32))
+        assert nanoir.run(program, np.ones((1, 1, 3), np.float32))[0].shape == (1, 1, 4)
