@@ -85,10 +85,14 @@ class LowerMaxUnpool(HwPattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.MaxUnpoolOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
+        if not isinstance(op.indices.owner, nf.MaxPoolIndicesOp):
+            raise hw.fail(
+                op,
+                "unpools by indices that are not nf.max_pool_indices' result (indices given to "
+                "the program have no integer form: unpool by a max pool's indices in the program)",
+            )
         a = hw.with_zero(hw.get(op, op.input))
         i = hw.get(op, op.indices)
-        if not isinstance(op.indices.owner, nf.MaxPoolIndicesOp):
-            raise hw.fail(op, "unpools by indices that are not nf.max_pool_indices' result")
         t = hw.result_type(
             nf.tensor_shape(op.result), a.exps, hw.declared(a), hw.layout_of(a), hw.signed(a)
         )

@@ -42,7 +42,9 @@ def test_unpooling_indices_given_to_the_program_get_no_fake_quant() -> None:
     np.put_along_axis(want, i.reshape(2, 1, 64), x.reshape(2, 1, 64), axis=2)
     (got,) = nanoir.run(module, x, i.astype(np.float64))
     assert np.array_equal(got.reshape(2, 1, 1024), want)
-    with pytest.raises(nanoir.Error, match=r"lower-to-hw: 'nf.max_unpool' \(%y\)"):
+    with pytest.raises(
+        nanoir.Error, match=r"lower-to-hw: 'nf.max_unpool' \(%y\) unpools by indices that are not"
+    ):
         nanoir.lower_to_hw(module)
 
 
