@@ -148,7 +148,8 @@ def test_magik_crnn_unpool_modes(
 
 def _recurrent_output(program: ModuleOp, x: torch.Tensor, dtype: object = None) -> np.ndarray:
     """The recurrent op's sequence output as a run of ``program`` computes it (codes at nh):
-    the network's output hardly shows it (its sigmoids move by a code or two)."""
+    the network's output shows it only through the linear head (and, with data-blind BN
+    statistics, hardly at all: its sigmoids moved by a code or two)."""
     plan = compile_module(program, dtype=dtype)
     inputs = [x.numpy()]
     if level_of(plan.func) == "nh":
