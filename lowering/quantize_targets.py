@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from nanoir.dialects import nf
+from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import (
     DataMovement,
@@ -106,6 +107,38 @@ def _unpool_indices(value: SSAValue) -> bool:
     )
 
 
+SHORT_DYADIC_BITS = 16
+"""A scalar whose code at its dyadic exponent fits this many signed bits stays float: its
+product with a 16-bit code still fits i32 (``0.5``, ``3``, ``1 + 2**-12``). A decimal such as
+``0.3`` or ``32**-0.5`` is, in float32, a 24-bit mantissa."""
+
+
+def _short_dyadic(v: float) -> bool:
+    """``v = c * 2**-k`` with ``|c| < 2**(SHORT_DYADIC_BITS - 1)`` and ``|k| <= 60`` (the
+    exponents lower-to-hw gives an unquantized constant, ``codes.dyadic_exponent``)."""
+    if not np.isfinite(v):
+        return False
+    for k in range(-60, 61):
+        c = np.ldexp(v, k)
+        if c == np.round(c):
+            return abs(c) < 2 ** (SHORT_DYADIC_BITS - 1)
+    return False
+
+
+def scalar_factor(value: SSAValue) -> bool:
+    """An unnamed float scalar constant that some ``nf.mul`` reads and that is no short dyadic
+    (:data:`SHORT_DYADIC_BITS`): unquantized, its float32 mantissa would need a product wider
+    than i32. quantize gives it a weight's fake-quant (per tensor, weight bits), as it gives
+    attention's scale (a named constant); QAT mirrors it through :func:`find_targets`."""
+    assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
+    if value.op.sym_name is not None or int(np.prod(_shape(value))) != 1:
+        return False
+    if not any(isinstance(u.operation, nf.MulOp) for u in value.uses):
+        return False
+    data = dense_to_numpy(value.op.value).astype(np.float64).reshape(-1)
+    return not _short_dyadic(float(data[0]))
+
+
 def _constant_kind(value: SSAValue) -> str | None:
     """weight, bias, const (another named constant) or None (leave float)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
@@ -120,7 +153,9 @@ def _constant_kind(value: SSAValue) -> str | None:
         if isinstance(use.operation, nf.RecurrentOp) and value in use.operation.weights:
             return "weight" if len(_shape(value)) == 2 else "bias"  # w_ih, w_hh / b_ih, b_hh
     if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
-        return None  # a Python scalar such as ``x + 2``
+        # A Python scalar such as ``x + 2``: lower-to-hw uses a short dyadic one exactly;
+        # a factor that is not (``x * 32**-0.5``) gets a weight's fake-quant.
+        return "const" if scalar_factor(value) else None
     if all(isinstance(u.operation, nf.DivOp) and u.index == 1 for u in value.uses):
         # A divisor (``x / self.scale``): lower-to-hw multiplies by its dyadic reciprocal
         # exactly; a fake-quant would make it a runtime value, which it cannot divide by.
@@ -194,7 +229,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
             unique = f"{name}_{i}"
         used.add(unique)
         rule_kind = "act" if kind == "const" else kind
-        resolved = config.resolve(name, rule_kind)
+        factor = kind == "const" and scalar_factor(value)
+        resolved = config.resolve(name, "weight" if factor else rule_kind)
         if resolved is None:
             return
         bits, per_channel = resolved
