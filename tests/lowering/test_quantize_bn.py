@@ -75,9 +75,9 @@ def test_concat_bn_relu_conv_lowers() -> None:
     """The plain-torch net that lower-to-hw refused (seed 0: "has no integer affine within i32
     that reproduces the float64 rounding of its fake-quant on channel 1") compiles to nh,
     nq == nh bit for bit, and the output is torch's within 8-bit quantization. Mutants seen to
-    fail it: ``make_dyadic`` a no-op (the refusal); ``dyadic_affine`` picking the coarsest
-    exponent that fits rather than the finest (M = 0: the BN's constants are far from
-    torch's)."""
+    fail it: ``make_dyadic`` a no-op (the BN's parameters are still fake-quants; lower-to-hw
+    refuses it, as the test below shows); ``dyadic_affine`` picking the coarsest exponent that
+    fits rather than the finest (M = 0: the BN's constants are far from torch's)."""
     rng = np.random.default_rng(0)
     model = _set_bn(_net(0), _random_stats(rng))
     x = torch.randn(2, 3, H, H)
@@ -129,8 +129,8 @@ def _with_stats(stats: np.ndarray) -> ModuleOp:
 def test_random_bn_statistics_lower_exactly(
     seed: int, rounding: str, act_bits: int, mean_scale: float
 ) -> None:
-    """Random BN statistics (means up to 4x the range, variances 0.5-3.5, ties where the mean
-    is a code), every rounding mode, 4/8-bit activations: the program quantize gives lowers and
+    """Random BN statistics (means 0, 0.5 or 4 times N(0, 2), variances 0.5-3.5), every rounding
+    mode, 4/8-bit activations: the program quantize gives lowers and
     nq == nh bit for bit. Mutants seen to fail it: ``make_dyadic`` a no-op (refusals);
     ``input_grid`` ignoring the concat's alignment (bits of the widest part only: the
     multiplier leaves no room for the 12-bit aligned input, "no integer affine")."""
@@ -162,7 +162,8 @@ def test_without_the_rewrite_the_search_refuses(monkeypatch: pytest.MonkeyPatch)
 def test_dyadic_affine_is_the_finest_that_fits() -> None:
     """``dyadic_affine`` against a brute force written here: for each channel the largest
     ``e`` with ``round(a 2**e)`` of at most ``min(31 - bits, 24)`` signed bits and
-    ``|c M + N| <= 2**31 - 1`` over the codes."""
+    ``|c M + N| <= 2**31 - 1`` over the codes. Mutant seen to fail it: the coarsest such
+    ``e`` rather than the finest."""
     rng = np.random.default_rng(5)
     a = rng.uniform(-3, 3, 12) * 2.0 ** rng.integers(-8, 8, 12)
     b = rng.standard_normal(12) * 4
@@ -200,7 +201,7 @@ def test_exact_affine_equals_the_nq_kernel(
     gives an affine whose requant equals the nq kernel (``kernels.batch_norm`` in float64, then
     the fake-quant) on every input code; on parameters that are not dyadic (``g / sqrt(v)`` of a
     random ``v``) it gives None. Mutant seen to fail it: ``need`` ignoring the bias's grid
-    (``N`` truncated by ``int``)."""
+    (no affine found for a dyadic bias)."""
     rng = np.random.default_rng(seed)
     c = 6
     e_a = rng.integers(0, 12, c)
