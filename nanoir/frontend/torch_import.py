@@ -308,7 +308,7 @@ class _Importer:
                 return n is None
             if n.op == "placeholder":
                 return kinds.get(n.name) != InputKind.USER_INPUT
-            return ATEN_HANDLERS.get(str(n.target)) is _identity and constant(n.args[0])
+            return ATEN_HANDLERS.get(str(n.target)) in (_identity, _reshape) and constant(n.args[0])
 
         for node in graph.nodes:
             if str(node.target) != "aten.index.Tensor":
@@ -926,16 +926,84 @@ def _adaptive_max_pool(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Valu
 
 
 def _mean(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
-    """A mean over all spatial dims (``x.mean((2, 3))``) is a global average pool."""
+    """A mean over all spatial dims (``x.mean((2, 3))``) is a global average pool. A mean over
+    other dims (``x.mean(1)`` on tokens ``[B, N, C]``) is one too, after moving the reduced
+    dims last and flattening the rest to ``[B, K, L]``: the same exact integer average at nh.
+    The batch dim is never reduced (it is dynamic, and rows must stay independent)."""
     x = imp.tensor(a["self"])
     rank = imp.rank(x)
-    dims = sorted(_axis(d, rank) for d in (a["dim"] or []))
-    if rank < 3 or dims != list(range(2, rank)):
-        raise _Unsupported(f"mean over dims {a['dim']} (only over all spatial dims [2..])")
-    y = imp.emit(nf.AdaptiveAvgPoolOp(x, [1] * (rank - 2))).result
-    if a["keepdim"]:
-        return y
+    dims = sorted({_axis(d, rank) for d in (a["dim"] or [])})
+    if rank >= 3 and dims == list(range(2, rank)):
+        y = imp.emit(nf.AdaptiveAvgPoolOp(x, [1] * (rank - 2))).result
+        if a["keepdim"]:
+            return y
+        return imp.emit(nf.ReshapeOp(y, imp.result_type(node).get_shape())).result
+    if not dims or 0 in dims:
+        raise _Unsupported(f"mean over dims {a['dim']} (the batch dim 0 cannot be reduced)")
+    shape = nf.tensor_shape(x)
+    kept = [d for d in range(1, rank) if d not in dims]
+    if any(shape[d] == DYNAMIC_INDEX for d in kept + dims):
+        raise _Unsupported(f"mean over dims {a['dim']} of a tensor with dynamic dims")
+    perm = [0, *kept, *dims]
+    if perm != list(range(rank)):
+        x = imp.emit(nf.TransposeOp(x, perm)).result
+    flat = [shape[0], math.prod(shape[d] for d in kept), math.prod(shape[d] for d in dims)]
+    x = imp.emit(nf.ReshapeOp(x, flat)).result
+    y = imp.emit(nf.AdaptiveAvgPoolOp(x, [1])).result
     return imp.emit(nf.ReshapeOp(y, imp.result_type(node).get_shape())).result
+
+
+def _glu(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``glu(x, dim) = a * sigmoid(b)`` with ``a, b`` the two halves of ``x`` along ``dim``."""
+    x = imp.tensor(a["self"])
+    axis = _axis(int(a["dim"]), imp.rank(x))
+    length = nf.tensor_shape(x)[axis]
+    if length == DYNAMIC_INDEX or length % 2:
+        raise _Unsupported(f"glu over dim {axis} of length {length} (needs a static even one)")
+    first, second = imp.emit(nf.SplitOp(x, axis, [length // 2, length // 2])).results
+    gate = imp.emit(nf.SigmoidOp(second)).result
+    return imp.emit(nf.MulOp(first, gate)).result
+
+
+def _weight_norm(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``_weight_norm(v, g, dim) = g * v / ||v||`` (the norm over every dim but ``dim``; over
+    all dims when ``dim`` is -1) of parameters is a constant weight: folded here, in float64
+    and then cast to ``v``'s dtype. Weights computed at run time have no nf form."""
+    v, g = imp.values.get(a["v"]), imp.values.get(a["g"])
+    if not isinstance(v, _TorchConstant) or not isinstance(g, _TorchConstant):
+        raise _Unsupported(
+            "weight norm of tensors computed at run time (only parameters are folded)"
+        )
+    v64, g64 = v.tensor.detach().double(), g.tensor.detach().double()
+    dim = int(a["dim"])
+    if dim == -1:
+        norm = v64.norm()
+    else:
+        dim = _axis(dim, v64.ndim)
+        others = [d for d in range(v64.ndim) if d != dim]
+        norm = v64.norm(dim=others, keepdim=True) if others else v64.abs()
+    folded = (v64 * (g64 / norm)).to(v.tensor.dtype)
+    return _TorchConstant(folded, f"{v.name}.weight_norm")
+
+
+def _roll(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``torch.roll`` by constant shifts: one nf.gather per rolled dim, ``out[i] = x[(i - s)
+    mod n]`` (data movement at every level). A roll of the flattened tensor (no ``dims``) and
+    a roll along the dynamic batch dim are refused."""
+    x = imp.tensor(a["self"])
+    rank = imp.rank(x)
+    shifts, dims = list(a["shifts"]), list(a["dims"] or [])
+    if not dims:
+        raise _Unsupported("roll of the flattened tensor (no dims)")
+    for shift, dim in zip(shifts, dims):
+        axis = _axis(int(dim), rank)
+        length = nf.tensor_shape(x)[axis]
+        if length == DYNAMIC_INDEX:
+            raise _Unsupported(f"roll along the dynamic dim {axis}")
+        if int(shift) % length:
+            indices = [(i - int(shift)) % length for i in range(length)]
+            x = imp.emit(nf.GatherOp(x, axis, indices)).result
+    return x
 
 
 def _cat(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
@@ -1002,6 +1070,11 @@ def _take_range(imp: _Importer, x: SSAValue, axis: int, start: int, stop: int) -
 
 def _reshape(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """view/reshape/flatten/squeeze/unsqueeze: one nf.reshape to torch's result shape."""
+    const = imp.values.get(node.args[0])
+    if isinstance(const, _TorchConstant) and not const.tensor.dtype.is_floating_point:
+        # an integer constant (an index buffer) stays a constant, so indexing by it gathers
+        shape = _meta_shape(node.meta["val"])
+        return _TorchConstant(const.tensor.reshape(shape), f"{const.name}.{node.name}")
     x = imp.tensor(node.args[0])
     target = imp.result_type(node)
     if x.type == target:
@@ -1491,6 +1564,9 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.adaptive_max_pool1d.default": _adaptive_max_pool,
     "aten.adaptive_max_pool2d.default": _adaptive_max_pool,
     "aten.mean.dim": _mean,
+    "aten.glu.default": _glu,
+    "aten._weight_norm.default": _weight_norm,
+    "aten.roll.default": _roll,
     # data movement
     "aten.cat.default": _cat,
     "aten.split.Tensor": _split,
