@@ -125,18 +125,25 @@ def _short_dyadic(v: float) -> bool:
     return False
 
 
+SCALAR_READERS = (nf.MulOp, nf.AddOp, nf.SubOp)
+
+
 def scalar_factor(value: SSAValue) -> bool:
-    """An unnamed float scalar constant that some ``nf.mul`` reads and that is no short dyadic
-    (:data:`SHORT_DYADIC_BITS`): unquantized, its float32 mantissa would need a product wider
-    than i32. quantize gives it a weight's fake-quant (per tensor, weight bits), as it gives
-    attention's scale (a named constant); QAT mirrors it through :func:`find_targets`."""
+    """An unnamed float scalar constant that an ``nf.mul``, ``nf.add`` or ``nf.sub`` reads and
+    that is no short dyadic (:data:`SHORT_DYADIC_BITS`): unquantized, its float32 mantissa
+    would need a product wider than i32 (``x * 32**-0.5``), or a shift of the other operand
+    onto its exponent that is (``x + 1e-3``). quantize gives it a weight's fake-quant (per
+    tensor, weight bits), as it gives attention's scale (a named constant); QAT mirrors it
+    through :func:`find_targets`. A 0 added or subtracted gets one too (0 exactly)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
     if value.op.sym_name is not None or int(np.prod(_shape(value))) != 1:
         return False
-    if not any(isinstance(u.operation, nf.MulOp) for u in value.uses):
+    if not any(isinstance(u.operation, SCALAR_READERS) for u in value.uses):
         return False
-    data = dense_to_numpy(value.op.value).astype(np.float64).reshape(-1)
-    return not _short_dyadic(float(data[0]))
+    v = float(dense_to_numpy(value.op.value).astype(np.float64).reshape(-1)[0])
+    if v == 0:  # exact at any exponent; lower-to-hw's -60 is too far to align an add onto
+        return any(isinstance(u.operation, nf.AddOp | nf.SubOp) for u in value.uses)
+    return not _short_dyadic(v)
 
 
 def _constant_kind(value: SSAValue) -> str | None:
@@ -154,7 +161,7 @@ def _constant_kind(value: SSAValue) -> str | None:
             return "weight" if len(_shape(value)) == 2 else "bias"  # w_ih, w_hh / b_ih, b_hh
     if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
         # A Python scalar such as ``x + 2``: lower-to-hw uses a short dyadic one exactly;
-        # a factor that is not (``x * 32**-0.5``) gets a weight's fake-quant.
+        # one that is not (``x * 32**-0.5``, ``x + 1e-3``) gets a weight's fake-quant.
         return "const" if scalar_factor(value) else None
     if all(isinstance(u.operation, nf.DivOp) and u.index == 1 for u in value.uses):
         # A divisor (``x / self.scale``): lower-to-hw multiplies by its dyadic reciprocal
