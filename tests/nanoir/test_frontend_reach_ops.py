@@ -173,6 +173,28 @@ def test_nq_equals_nh_bit_for_bit(name: str, seed: int, bits: int, rounding: str
     np.testing.assert_array_equal(h, q)
 
 
+# The mean over (1, 2) of [B, H, W, C] streamed along dim 2 trips a stream-plan defect that
+# the same graph written in torch (reshape, permute, reshape, adaptive_avg_pool1d) trips too:
+# "nh.requant: a streamed window gave 6 rows along dim 2, the plan expects 1". Not the
+# frontend's; its whole-tensor nq == nh is checked above.
+STREAMED = sorted(set(CASES) - {"mean_hw_of_bhwc"})
+
+
+@pytest.mark.parametrize("name", STREAMED)
+def test_streamed_equals_whole(name: str) -> None:
+    """The nh program streamed along dim 2 a row at a time equals its whole run (roll's
+    gathers along the streamed dim wait for the whole extent). Mutant: ``gather_rows``
+    streaming a gather row by row along its own axis (the roll case fails)."""
+    shape = CASES[name][1]
+    module = _imported(name).clone()
+    nanoir.quantize(module, [_inputs(shape, 1)], weight_bits=8, act_bits=8)
+    hw = nanoir.lower_to_hw(module)
+    x = _inputs(shape, 2)
+    (whole,) = nanoir.run(hw, x)
+    (streamed,) = nanoir.stream(hw, [x], mem_dim=2, step=1)
+    np.testing.assert_array_equal(streamed, whole)
+
+
 class BatchMean(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean((0, 1))
