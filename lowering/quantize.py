@@ -38,6 +38,7 @@ from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import LookupTable
 from nanoir.lowering.quantize_bias import add_zero_biases, correct_biases, float_kernels
+from nanoir.lowering.quantize_bn import make_dyadic
 from nanoir.lowering.quantize_calibrate import (
     Reduce,
     calibrate,
@@ -48,7 +49,6 @@ from nanoir.lowering.quantize_calibrate import (
     tensor_exps,
 )
 from nanoir.lowering.quantize_import import checked_exponents, load_exponents
-from nanoir.lowering.quantize_bn import make_dyadic
 from nanoir.lowering.quantize_joins import settle
 from nanoir.lowering.quantize_recurrent import (
     has_recurrent,
