@@ -38,6 +38,7 @@ from nanoir.dialects.dense import constant_array, dense_to_numpy, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.codes import ACC_LIMIT
 from nanoir.lowering.join_rules import aligned_bits
+from nanoir.lowering.quantize_joins import sources
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, TensorType
 from xdsl.dialects.func import FuncOp
@@ -69,15 +70,22 @@ def _grid_of(fq: FakeQuantOp, channels: int) -> tuple[np.ndarray, int] | None:
 
 def input_grid(bn: nf.BatchNormOp) -> tuple[np.ndarray, int] | None:
     """The BN input's per-channel code exponents and bits as lower-to-hw carries them: a
-    fake-quant's own, or a channel concat's (per-tensor parts aligned to the finest, per-channel
-    parts kept). None for anything else (the BN is then left as it is)."""
+    fake-quant's own, a per-tensor one's moved by data movement (a reshape), or a channel
+    concat's (per-tensor parts aligned to the finest, per-channel parts kept). None for anything
+    else (the BN is then left as it is)."""
     channels = nf.tensor_shape(bn.input)[1]
     fq = _fake_quant(bn.input)
     if fq is not None:
         return _grid_of(fq, channels)
     op = bn.input.op if isinstance(bn.input, OpResult) else None
     if not isinstance(op, nf.ConcatOp):
-        return None
+        # a per-tensor fake-quant moved by data movement (LeViT's linear -> flatten(0, 1) ->
+        # BatchNorm1d): the codes keep its exponent and bits; per-channel exponents moved
+        # to other channels are left alone
+        leaves = sources(bn.input)
+        if leaves is None or len(leaves) != 1 or dense_to_numpy(leaves[0].exp).size != 1:
+            return None
+        return _grid_of(leaves[0], channels)
     rank = len(nf.tensor_shape(op.result))
     if op.axis.value.data % rank != 1:
         return None
