@@ -14,7 +14,9 @@ and/or a `writer` function next to its row.
                                                   signed=0 for `signed = false` (nanoir's
                                                   extension: the reference reads signed only)
     Conv                 nf.conv                  kernel_shape checked against the weight
-    Gemm                 nf.linear                only alpha = beta = 1, transA = 0, transB = 1
+    Gemm                 nf.linear                only alpha = beta = 1, transA = 0, transB = 1;
+                                                  input of any rank >= 2 (nf.linear's [..., I];
+                                                  ONNX's Gemm is 2-D, its writer checks)
     Add Sub Mul Div      nf.add nf.sub nf.mul nf.div
     Max Min              nf.maximum nf.minimum    two inputs (ONNX allows 1..N)
     Relu Sigmoid Tanh    nf.relu nf.sigmoid nf.tanh
@@ -828,8 +830,8 @@ def _gemm(n: NodeSpec) -> Operation:
         raise Unsupported("only Gemm with transA=0 and transB=1 is nf.linear")
     if n.float("alpha", 1.0) != 1.0 or (len(values) == 3 and n.float("beta", 1.0) != 1.0):
         raise Unsupported("only Gemm with alpha=1 and beta=1 is nf.linear")
-    if _rank(values[0]) != 2 or (len(values) == 3 and _rank(values[2]) != 1):
-        raise Unsupported("nf.linear needs a 2-D input and a 1-D bias")
+    if _rank(values[0]) < 2 or (len(values) == 3 and _rank(values[2]) != 1):
+        raise Unsupported("nf.linear needs an input of rank 2 or more and a 1-D bias")
     return nf.LinearOp(values[0], values[1], values[2] if len(values) == 3 else None)
 
 
