@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from xdsl.ir import Operation
 
 from nanoir.dialects import nf
+from nanoir.dialects.traits import DataMovement
 from nanoir.lowering.join_rules import aligned_bits
 from nanoir.lowering.quantize_bn import dyadic_affine
 
@@ -83,15 +85,28 @@ def _snapped(
 def input_grid(module: QATModule, op: nf.BatchNormOp, in_slot: int, out_slot: int) -> Grid:
     """The BN input's code exponents per channel and bits at this forward, as
     ``quantize_bn.input_grid`` reads them from the converted program: the input's own
-    quantizer, or a channel concat's parts' (per-tensor parts aligned to the finest), as
+    quantizer (a per-tensor one also through data movement, e.g. a reshape), or a channel
+    concat's parts' (per-tensor parts aligned to the finest), as
     applied; None where quantize would not rewrite the BN (its output not quantized)."""
     channels = nf.tensor_shape(op.input)[1]
     concat = op.input.owner if isinstance(op.input.owner, nf.ConcatOp) else None
     parts: list[Any] = [op.input]
+    moved = False
     if concat is not None and concat.axis.value.data % len(nf.tensor_shape(concat.result)) == 1:
         parts = list(concat.inputs)
     elif concat is not None:
         parts = []
+    else:  # a quantized value moved by data movement (a reshape): per-tensor exponents only
+        v = op.input
+        while (
+            module.targets.get(v) is None
+            and isinstance(v.owner, Operation)
+            and v.owner.has_trait(DataMovement)
+            and not isinstance(v.owner, nf.ConcatOp)
+            and v.owner.operands
+        ):
+            v, moved = v.owner.operands[0], True
+        parts = [v]
     keys: list[str | None] = []
 
     def grid() -> tuple[np.ndarray, int] | None:
@@ -105,8 +120,8 @@ def input_grid(module: QATModule, op: nf.BatchNormOp, in_slot: int, out_slot: in
             if q is None or q.last_k is None or q.bits < 2:
                 return None
             k = q.last_k.reshape(-1).long().cpu().numpy().astype(np.int64)
-            n = nf.tensor_shape(v)[1]
-            if k.size not in (1, n):
+            n = channels if moved else nf.tensor_shape(v)[1]
+            if k.size not in (1, n) or (moved and k.size != 1):
                 return None
             found.append((np.broadcast_to(k, (n,)).copy(), q.bits + (0 if q.signed else 1), k.size))
         if len(found) > 1 and all(size == 1 for _, _, size in found):

@@ -1,6 +1,7 @@
 """A plain-torch network with a batch norm fold-bn cannot fold (needs torch).
 
-``ConcatBnNet``: two conv branches of different ranges concatenated (the concat aligns them:
+``LinearFlattenBnNet``: LeViT's linear -> flatten -> BatchNorm1d (the BN reads its input
+through a reshape). ``ConcatBnNet``: two conv branches of different ranges concatenated (the concat aligns them:
 11-12-bit codes, or ~20 with a large ``gain``), then DenseNet's pre-activation BN-ReLU-conv.
 With random BN statistics (``set_batch_norm``, ``random_statistics``) lower-to-hw used to
 refuse its BN ("no integer affine within i32 that reproduces the float64 rounding"); the tests
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ConcatBnNet", "random_statistics", "set_batch_norm"]
+__all__ = ["ConcatBnNet", "LinearFlattenBnNet", "random_statistics", "set_batch_norm"]
 
 
 class ConcatBnNet(nn.Module):
@@ -35,6 +36,21 @@ class ConcatBnNet(nn.Module):
         return self.conv(torch.relu(self.bn(y)))
 
 
+class LinearFlattenBnNet(nn.Module):
+    """LeViT's ``LinearNorm``: a linear over tokens ``[B, N, 6]``, the tokens flattened into
+    the batch, a BatchNorm1d over the 8 features (reading its quantized input through a
+    reshape), reshaped back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.bn = nn.BatchNorm1d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return self.bn(y.flatten(0, 1)).reshape(y.shape)
+
+
 def random_statistics(rng: np.random.Generator, n: int) -> np.ndarray:
     """``[4, n]``: running mean ~ N(0, 2), running var ~ U(0.5, 3.5), weight ~ U(0.5, 1.5),
     bias ~ N(0, 1)."""
@@ -48,7 +64,7 @@ def random_statistics(rng: np.random.Generator, n: int) -> np.ndarray:
     )
 
 
-def set_batch_norm(model: ConcatBnNet, stats: np.ndarray) -> ConcatBnNet:
+def set_batch_norm(model: nn.Module, stats: np.ndarray) -> ConcatBnNet:
     """The BN's mean, var, weight and bias from the rows of ``stats`` (in place)."""
     bn = model.bn
     assert bn.running_mean is not None and bn.running_var is not None

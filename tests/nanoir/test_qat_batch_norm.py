@@ -26,7 +26,12 @@ torch = pytest.importorskip("torch")
 from nanoir.dialects import nf  # noqa: E402
 
 from nanoir import qat  # noqa: E402
-from nanoir.testing.lone_bn import ConcatBnNet, random_statistics, set_batch_norm  # noqa: E402
+from nanoir.testing.lone_bn import (  # noqa: E402
+    ConcatBnNet,
+    LinearFlattenBnNet,
+    random_statistics,
+    set_batch_norm,
+)
 
 H = 6
 
@@ -97,3 +102,25 @@ def test_calibrated_module_equals_convert_and_torch() -> None:
         ref = model(torch.from_numpy(x).float()).double().numpy()
     sqnr = 10 * np.log10(np.sum(ref**2) / np.sum((ref - got) ** 2))
     assert sqnr > 20
+
+
+def test_a_bn_after_a_reshape_converts_exactly() -> None:
+    """LeViT's linear -> flatten -> BatchNorm1d: the BN reads its per-tensor quantizer through
+    a reshape; quantize (so ``convert``) gives it the dyadic affine, and the module computes
+    the same one at every forward: calibrated, the module equals ``convert`` bit for bit, and
+    the program lowers with nq == nh. Mutant seen to fail it: ``qat.batch_norm.input_grid``
+    not looking through data movement (the module computes the float BN: 2 of 4,000 outputs
+    differ)."""
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    model = set_batch_norm(LinearFlattenBnNet(), random_statistics(rng, 8)).eval()
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    q = qat.prepare(model, (torch.from_numpy(x[:2]),))
+    qat.calibrate(q, [x])
+    module = qat.convert(q)
+    xs = rng.standard_normal((100, 5, 6))
+    expected = qat.evaluate(q, xs)
+    (got,) = nanoir.run(module, xs)
+    assert np.array_equal(got, expected), np.count_nonzero(got != expected)
+    (integers,) = nanoir.run(nanoir.lower_to_hw(module.clone()), xs)
+    assert np.array_equal(integers, got)
