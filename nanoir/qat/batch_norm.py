@@ -9,7 +9,8 @@ parameters as fake-quantized at this step and the input quantizers' exponents as
 ``quantize_bn.dyadic_affine``'s ``A' = M 2**-e`` and ``B' = N 2**-(x + e)``, and
 ``y = x A' + B'``. The gradient is the float BN's (straight through the rounding of ``A``
 and ``B``). Where ``quantize`` would leave the BN as it is (an input that is not a
-fake-quant or a channel concat of fake-quants, parameters that are not one per channel, no
+fake-quant, a per-tensor one moved by data movement, or a channel concat of fake-quants,
+parameters that are not one per channel, no
 affine that fits), so does the module.
 
 Imports torch (the ``torch`` extra).
