@@ -121,9 +121,11 @@ def test_scalar_quantizes_and_lowers(
     nearest code with bias correction (as constants do) and by ``rounding`` without; its
     value is within one weight step of ``c`` (where its exponent is not clamped at ±60); without
     bias correction a product is the test's own fake-quant of (input code x scalar code).
-    Mutants (private copy): scalar_factor returning False (the 33-bit refusal and aligning
-    refusals), resolving the scalar's bits as an activation's (bits check), SHORT_DYADIC_BITS
-    = 0 (a short dyadic quantized), SCALAR_READERS without add/sub (x + 1e-3 refused)."""
+    Mutants run in a private copy, each failing this test: scalar_factor returning False
+    (33-bit products / aligning refusals), the scalar's bits resolved as an activation's
+    (bits check), SHORT_DYADIC_BITS = 0 (a short dyadic quantized), SCALAR_READERS without
+    add/sub (``x + 1e-3`` refused).
+    """
     if op != "mul" and c != 0 and _short_dyadic(float(c)):
         # Known, left alone: a short dyadic added on its exact float path lowers only while
         # the sum's alignment fits i32 (x + 2**30 or x + 2**-40 at 8 bits does not).
@@ -162,6 +164,24 @@ def test_scalar_quantizes_and_lowers(
         assert fx is not None and fx.input is arg
         kx, ky = (int(dense_to_numpy(f.exp).reshape(-1)[0]) for f in (fx, fy))
         want = _fq(_fq(x, 8, kx, rounding) * q_c, 8, ky, rounding)
+        np.testing.assert_array_equal(y_nq, want)
+
+
+def test_a_zero_added_lowers() -> None:
+    """``x + 0.0`` and ``x - 0.0``: lower-to-hw put the float 0 at exponent -60 and refused to
+    align ``x`` onto it (66-bit codes); quantized, it lowers, and nq == nh == the test's own
+    fake-quant of ``x`` at the output's exponent. Mutant: scalar_factor's zero case removed
+    (refused again; the property test draws it too rarely under the default profile)."""
+    x = np.linspace(-3, 3, 24).reshape(6, 4).astype(np.float32)
+    for op in ("add", "sub"):
+        module = nanoir.parse(_program(np.float32(0.0), op, False))
+        nanoir.quantize(module, [x], bias_correction=False)
+        (y_nh,) = nanoir.run(nanoir.lower_to_hw(module.clone()), x)
+        (y_nq,) = nanoir.run(module, x)
+        np.testing.assert_array_equal(y_nq, y_nh)
+        fqs = [o for o in module.walk() if isinstance(o, FakeQuantOp)]
+        kx, ky = (int(dense_to_numpy(f.exp).reshape(-1)[0]) for f in (fqs[0], fqs[-1]))
+        want = _fq(_fq(x, 8, kx, "trunc"), 8, ky, "trunc")
         np.testing.assert_array_equal(y_nq, want)
 
 
@@ -224,7 +244,8 @@ def test_qat_mirrors_the_scalar(
     """nanoir.qat.prepare on ``fc(x) * c`` (or ``+ c``): its eval forward in float64 equals the
     converted program bit for bit, which lowers with nq == nh, and the scalar carries a
     fake-quant at the weight bits within one weight step of ``c`` (none on a short dyadic).
-    MUTANTS_QAT"""
+    Mutants (private copy), each failing it: QAT giving the unnamed scalar no quantizer (a
+    KeyError in convert), SHORT_DYADIC_BITS = 0."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((16, 8)).astype(np.float32)
