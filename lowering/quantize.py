@@ -5,7 +5,8 @@ Where fake-quants go, as NanoEngine-PyTorch does it:
 - every float input of the function (an *activation*);
 - every weight and bias (``nf.constant`` operands 1 and 2 of ``nf.conv``/``nf.linear``), and
   every other named constant (a torch parameter or buffer added or multiplied in); unnamed
-  scalar constants (a Python ``x + 2``) stay float;
+  scalar constants (a Python ``x + 2``) stay float when they are short dyadics, else get a
+  weight's fake-quant (``x * 32**-0.5``; ``quantize_targets.scalar_factor``);
 - the result of every computing op; not after data movement (reshape, transpose, split,
   concat, pad, upsample), which never leaves the input's grid.
 
