@@ -76,7 +76,7 @@ from nanoir.lowering.quantize_targets import (
 from nanoir.runtime.interpreter import find_function
 from nanoir.runtime.numerics import quant
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
@@ -200,10 +200,13 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
     assert target.exps is not None
     value = target.value
     exps = np.clip(target.exps, *quant.CALIB_EXP_RANGE).astype(np.int64)
+    # a scalar (rank 0: a Python float the program multiplies by) takes a rank-0 exponent,
+    # the only shape that broadcasts against it (the verifier refuses [1])
+    scalar = isinstance(value.type, TensorType) and not value.type.get_shape() and exps.size == 1
     fq = FakeQuantOp(
         value,
         target.bits,
-        exp_attr(exps.reshape(-1).tolist(), list(exps.shape)),
+        exp_attr(exps.reshape(-1).tolist(), [] if scalar else list(exps.shape)),
         target.rounding or config.rounding,
         signed=target.signed,
     )

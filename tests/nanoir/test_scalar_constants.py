@@ -295,3 +295,25 @@ def test_the_reach_reproduction_lowers() -> None:
     np.testing.assert_array_equal(nanoir.run(nq, x)[0], nanoir.run(hw, x)[0])
     (y,) = nanoir.run(nq, x)
     assert np.abs(y - x * 32**-0.5).max() <= 2.0**-4  # steps: x 2**-5, scale 2**-10, y 2**-6
+
+
+def test_a_quantized_scalar_reads_back(tmp_path) -> None:  # noqa: ANN001
+    """A fake-quantized scalar has a rank-0 exponent (its input is rank 0): the program's
+    ``.mlir`` text parses back (the verifier refused the ``tensor<1xi8>`` exponent quantize and
+    ``qat.convert`` gave it) and its ``.ne`` file at the nq level reads back and runs equal
+    (was: "exp of shape 1 does not broadcast against the input scalar"). Mutant seen to fail
+    it: ``_insert`` keeping the exponent's shape [1] for a scalar."""
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    torch.manual_seed(0)
+    model = _Scaled(32**-0.5, "mul").eval()
+    nq = nanoir.compile_model(model, (torch.from_numpy(x),), [x], stop="nq")
+    q = qat.prepare(model, (torch.from_numpy(x),))
+    qat.calibrate(q, [x])
+    for program in (nq, qat.convert(q)):
+        assert any(_reader(program, s.result) for s in program.walk() if isinstance(s, ConstantOp))
+        assert str(nanoir.parse(str(program))) == str(program)
+        path = tmp_path / "scaled.ne"
+        nanoir.save(program, str(path))
+        np.testing.assert_array_equal(
+            nanoir.run(nanoir.load(str(path)), x)[0], nanoir.run(program, x)[0]
+        )
