@@ -61,9 +61,9 @@ def _near(got: np.ndarray, want: np.ndarray) -> bool:
 @pytest.mark.parametrize("shape", [(2, 5, 8), (2, 3, 4, 6)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_nq_linear_nd_round_trips_and_runs(tmp_path: Path, shape, bias: bool) -> None:
-    """nq level. Mutants (in a private copy), each failing this test: the Gemm converter's
-    rank check back at `!= 2` (nf.custom, warning then no runtime kernel); the converter
-    dropping the bias operand (bias=True cases: the loaded program's numbers differ)."""
+    """nq level. Mutants (run in a private copy), each failing this test: the Gemm
+    converter's rank check back at `!= 2` (all four cases: the nf.custom import warning);
+    the converter dropping the bias operand (both bias=True cases: the second text differs)."""
     module, x, want = _compile(shape, bias, seed=len(shape), stop="nq")
     back, first, second = _round_trip(module, tmp_path / "m.ne")
     assert first == second
@@ -81,7 +81,7 @@ def test_nq_linear_nd_round_trips_and_runs(tmp_path: Path, shape, bias: bool) ->
 @pytest.mark.parametrize("shape", [(2, 5, 8), (2, 3, 4, 6)])
 def test_hw_linear_nd_round_trips_and_runs(tmp_path: Path, shape) -> None:
     """hw level: the integer program round-trips byte for byte and runs to the same codes,
-    whose reals are the nq program's (the lowering's promise, checked through the file)."""
+    near torch's. A guard: the hw reader already took these (the rank mutant passes it)."""
     hw, x, want = _compile(shape, True, seed=7, stop="nh")
     back, first, second = _round_trip(hw, tmp_path / "h.ne")
     assert first == second
@@ -106,7 +106,7 @@ def test_hw_linear_nd_round_trips_and_runs(tmp_path: Path, shape) -> None:
 )
 def test_nq_linear_any_rank_round_trips(tmp_path: Path, lead, features, bias, seed) -> None:
     """Property: any leading dims (rank 3 or 4), feature count and bias round-trip byte for
-    byte at nq and run equal. Mutant: rank check back at `!= 2` fails every example."""
+    byte at nq and run equal. Mutant: the rank check back at `!= 2` fails it (checked)."""
     shape = (*lead, features)
     module, x, want = _compile(shape, bias, seed, stop="nq")
     back, first, second = _round_trip(module, tmp_path / "p.ne")
