@@ -56,6 +56,10 @@ EXP_FLOOR = quant.CALIB_EXP_RANGE[0]
 """The exponent calibration gives a 1-bit tensor that is 0 everywhere (the least magnitude)."""
 ALIGN_BITS = 31
 """Bits an aligned add/concat operand may take: i32 with one bit of growth for the sum."""
+BN_INPUT_BITS = 16
+"""Bits the aligned parts of a concat read by a lone batch norm may take: its integer affine
+multiplies them (``lowering/quantize_bn.py`` needs ``bits(x) + bits(M) + 1 <= 32`` with a
+useful ``M``; the exhaustive search takes at most 16-bit inputs)."""
 MAX_ROUNDS = 64
 NORM_BIAS_GUARD = 16
 """Steps finer than a layer/group norm's output step its bias may take: the integer algorithm
@@ -95,6 +99,9 @@ class Join:
 
     name: str
     operands: list[list[Quant]]
+    width: int = ALIGN_BITS
+    """Bits an operand may take once aligned (:data:`BN_INPUT_BITS` for a concat read by a
+    lone batch norm)."""
 
 
 @dataclass(eq=False)
@@ -211,8 +218,9 @@ class Rules:
                 others = [int(codes[o].max()) for o in live if o is not q]
                 if others:
                     self.lower(q, np.where(zero[q], max(others), q.exps), where)
-        # Every operand's shift onto the finest must fit: bits + (finest - own) <= 31.
-        cap = min(int(code_exps(q).min()) + ALIGN_BITS - _width(q) for q in everything)
+        # Every operand's shift onto the finest must fit: bits + (finest - own) <= 31 (16 for a
+        # lone batch norm's input).
+        cap = min(int(code_exps(q).min()) + j.width - _width(q) for q in everything)
         for q in everything:
             self.lower(q, cap, where)
 

@@ -44,6 +44,7 @@ from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import DataMovement
 from nanoir.lowering.join_rules import (
     ALIGN_BITS,
+    BN_INPUT_BITS,
     MAX_ROUNDS,
     ZERO_EXP,
     Join,
@@ -122,7 +123,12 @@ def describe(
         name = f"%{op.results[0].name_hint or op.name}" if op.results else op.name
         if isinstance(op, ALIGNED | nf.ConcatOp):
             operands = [op.lhs, op.rhs] if isinstance(op, ALIGNED) else op.inputs
-            joins.append(Join(name, [sources(v, quant_of) or [] for v in operands]))
+            bn = isinstance(op, nf.ConcatOp) and any(
+                isinstance(use.operation, nf.BatchNormOp) and use.index == 0
+                for use in op.results[0].uses
+            )
+            parts = [sources(v, quant_of) or [] for v in operands]
+            joins.append(Join(name, parts, BN_INPUT_BITS if bn else ALIGN_BITS))
         elif isinstance(op, WEIGHTED):
             xs, ws = sources(op.operands[0], quant_of), sources(op.operands[1], quant_of)
             if not xs or not ws or len(ws) != 1 or ws[0].values is None:

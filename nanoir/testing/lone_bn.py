@@ -1,4 +1,4 @@
-"""A plain-torch network with a batch norm fold-bn cannot fold (needs torch).
+"""Plain-torch networks with a batch norm fold-bn cannot fold (needs the ``torch`` extra).
 
 ``LinearFlattenBnNet``: LeViT's linear -> flatten -> BatchNorm1d (the BN reads its input
 through a reshape). ``ConcatBnNet``: two conv branches of different ranges concatenated (the concat aligns them:

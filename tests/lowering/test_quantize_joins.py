@@ -2,7 +2,9 @@
 
 Random float programs with the patterns that once made lower-to-hw refuse what quantize chose
 (branches that are exactly 0 or constant, concat and split before a conv, residual adds of
-ranges decades apart, deep concatenations, all-zero and huge biases) are quantized by
+ranges decades apart, deep concatenations, all-zero and huge biases, a concat into a batch
+norm fold-bn cannot fold, with random statistics: its concat's parts are aligned within
+16 bits, ``join_rules.BN_INPUT_BITS``) are quantized by
 calibration in every rounding mode, 2/4/8 bits, per tensor and per channel; each one lowers,
 and nq == nh bit for bit. The oracle is the nq program run in float64 (NumPy), independent of
 the lowering; exponents are checked against rules written out here.
@@ -101,7 +103,15 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
         v = values[draw(st.integers(0, len(values) - 1))]
         kind = draw(
             st.sampled_from(
-                ("conv", "residual", "concat_conv", "split_conv", "deep_concat", "scale")
+                (
+                    "conv",
+                    "residual",
+                    "concat_conv",
+                    "split_conv",
+                    "deep_concat",
+                    "scale",
+                    "concat_bn",
+                )
             )
         )
         if kind == "conv":
@@ -132,6 +142,24 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
             b.n += 1
             y = b.add(nf.MulOp(v, b.constant(c, f"s{b.n}")), f"s{b.n}")
             values.append(b.add(nf.AddOp(v, y), f"join{len(values)}"))
+        elif kind == "concat_bn":
+            # DenseNet's pre-activation: concat -> BN (fold-bn cannot fold it) -> ReLU -> conv,
+            # random statistics (lowering/quantize_bn.py makes its affine dyadic).
+            y = b.conv(v, C, draw(weights), draw(biases), draw(scales))
+            cat = b.add(nf.ConcatOp([v, y], 1))
+            b.n += 1
+            stats = (
+                b.rng.uniform(0.5, 1.5, 2 * C),
+                b.rng.standard_normal(2 * C) * 0.5,
+                b.rng.standard_normal(2 * C),
+                b.rng.uniform(0.5, 3.0, 2 * C),
+            )
+            params = [
+                b.constant(s, f"bn{b.n}.{p}")
+                for s, p in zip(stats, ("weight", "bias", "running_mean", "running_var"))
+            ]
+            bn = b.add(nf.BatchNormOp(cat, *params), f"bn{b.n}")
+            values.append(b.conv(b.add(nf.ReluOp(bn)), C, draw(weights), draw(biases), 1.0))
         else:
             # DenseNet-like: each new map is concatenated with everything before it.
             feats = [v]
@@ -176,7 +204,8 @@ def test_calibrated_programs_lower_exactly(
     Mutants caught (run in a private copy): ``settle`` returning at once, and
     ``Settler.join`` returning at once (a zero residual branch: "aligning operands needs
     62-bit codes"); the accumulator loop returning before it lowers anything (a huge bias:
-    "may overflow"). ``sources`` not looking through concat/split is caught by
+    "may overflow"); a concat read by a lone BN aligned within 31 bits, not 16 (under the
+    thorough profile: "'nf.batch_norm' (%bn2) has 30-bit input codes"). ``sources`` not looking through concat/split is caught by
     tests/lowering/test_proof_models.py (CSPTransition and MagikFront with fresh BN).
     """
     module = data.draw(float_programs())
