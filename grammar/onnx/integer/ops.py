@@ -28,7 +28,7 @@ from nanoir.dialects import nh
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nq import RoundingMode
-from nanoir.grammar.onnx.integer import arith
+from nanoir.grammar.onnx.integer.arith import cast_to, clip, div_round, int_dtype, shift_round
 from nanoir.grammar.onnx.integer.graph import Graph, IntegerOnnxError, natural_dtype, zero_point
 from nanoir.runtime.nh import _pool_geometry, _pool_setup, _window_counts
 from nanoir.runtime.numerics import kernels, movement
@@ -379,11 +379,11 @@ def requant(g: Graph, op: nh.RequantOp) -> None:
         g.put(op.result, "i32", y)
         return
     shifts = _channel_shifts(op, list(array_values(op.shift) or ()), rank)
-    y, dtype, _ = arith.shift_round(g, x, g.bound(op.input), shifts, op.rounding.data, base + "_q")
+    y, dtype, _ = shift_round(g, x, g.bound(op.input), shifts, op.rounding.data, base + "_q")
     lo, hi = nh.code_range(width, signed)
     lo, hi = _fuse_relu(g, op, lo, hi)
-    y = arith.clip(g, y, lo, hi, dtype, base if dtype is np.int32 else base + "_c")
-    y = arith.cast_to(g, y, dtype, np.int32, base)
+    y = clip(g, y, lo, hi, dtype, base if dtype is np.int32 else base + "_c")
+    y = cast_to(g, y, dtype, np.int32, base)
     g.put(op.result, "i32", y)
 
 
@@ -454,7 +454,7 @@ def clamp(g: Graph, op: nh.ClampOp) -> None:
     mn = lo if op.min is None else max(op.min.value.data, lo)
     mx = hi if op.max is None else min(op.max.value.data, hi)
     mn, mx = max(mn, -(2**31)), min(mx, 2**31 - 1)
-    y = arith.clip(g, g.get(op.input, "i32"), mn, mx, np.int32, _out(g, op))
+    y = clip(g, g.get(op.input, "i32"), mn, mx, np.int32, _out(g, op))
     g.put(op.result, "i32", y)
     g.set_bound(op.result, g.bound(op.input))
 
@@ -550,10 +550,10 @@ def avg_pool(g: Graph, op: nh.AvgPoolOp) -> None:
     else:
         divisor = divisor * (np.int64(1) << shifts[0])
     bound = math.prod(kernel) * g.bound(op.input)
-    dtype = arith.int_dtype(bound + int(divisor.max(initial=1)))
-    y = arith.cast_to(g, total, np.int32, dtype, base + "_w")
-    y = arith.div_round(g, y, divisor, op.rounding.data, dtype, base + "_q")
-    g.put(op.result, "i32", arith.cast_to(g, y, dtype, np.int32, base))
+    dtype = int_dtype(bound + int(divisor.max(initial=1)))
+    y = cast_to(g, total, np.int32, dtype, base + "_w")
+    y = div_round(g, y, divisor, op.rounding.data, dtype, base + "_q")
+    g.put(op.result, "i32", cast_to(g, y, dtype, np.int32, base))
 
 
 # --------------------------------------------------------------------------------------------
@@ -927,7 +927,7 @@ def _exp_codes(g: Graph, op: Any, mask: str | None) -> tuple[str, str, str]:
     else:
         top = g.node("ReduceMax", [q, g.const([axis], i64)], base + "_top", keepdims=1)
     neg = g.node("Sub", [top, q], base + "_neg")
-    neg = arith.clip(g, neg, 0, len(hi) * len(lo) - 1, i64, base + "_negc")
+    neg = clip(g, neg, 0, len(hi) * len(lo) - 1, i64, base + "_negc")
     m = g.const(len(lo), i64)
     i = g.node("Div", [neg, m], base + "_i")
     j = g.node("Sub", [neg, g.node("Mul", [i, m], base + "_im")], base + "_j")
@@ -950,7 +950,7 @@ def _exp_codes(g: Graph, op: Any, mask: str | None) -> tuple[str, str, str]:
 def _saturated(g: Graph, op: Any, y: str) -> None:
     bits, signed = op.bits.value.data, not nh.is_unsigned(op.result)
     lo_c, hi_c = nh.code_range(bits, signed)
-    y = arith.clip(g, y, lo_c, hi_c, np.int64, _out(g, op) + "_yc")
+    y = clip(g, y, lo_c, hi_c, np.int64, _out(g, op) + "_yc")
     g.put(op.result, "i32", g.node("Cast", [y], _out(g, op), to=6))
 
 
@@ -1054,7 +1054,7 @@ def log_softmax(g: Graph, op: nh.LogSoftmaxOp) -> None:
         ],
         base + "_big",
     )
-    y = arith.div_round(g, big, np.asarray(2**c), RoundingMode.HALF_UP, i64, base + "_y")
+    y = div_round(g, big, np.asarray(2**c), RoundingMode.HALF_UP, i64, base + "_y")
     _saturated(g, op, y)
 
 
@@ -1134,7 +1134,7 @@ def _norm(g: Graph, op: nh.LayerNormOp | nh.GroupNormOp) -> None:
     h = g.node(
         "Div", [g.node("Sub", [g.const(61, i64), bl], base + "_h0"), g.const(2, i64)], base + "_h1"
     )
-    h = arith.clip(g, h, 0, big, i64, base + "_h")
+    h = clip(g, h, 0, big, i64, base + "_h")
     pow2 = g.const(2 ** np.arange(63, dtype=np.int64), i64, base + "_p2")
     two_h = g.node("Mul", [h, g.const(2, i64)], base + "_2h")
     vs = g.node("Mul", [v, g.node("Gather", [pow2, two_h], base + "_4h", axis=0)], base + "_vs")
@@ -1152,9 +1152,9 @@ def _norm(g: Graph, op: nh.LayerNormOp | nh.GroupNormOp) -> None:
     d = g.node("Sub", [g.node("Mul", [rows, g.const(n, i64)], base + "_nq"), s1], base + "_d")
     frac = out_exp + guard - kg
     hf = g.node("Add", [h, g.const(frac, i64)], base + "_hf")
-    up = arith.clip(g, hf, 0, 62, i64, base + "_upc")
+    up = clip(g, hf, 0, 62, i64, base + "_upc")
     num = g.node("Mul", [d, g.node("Gather", [pow2, up], base + "_pu", axis=0)], base + "_num")
-    extra = arith.clip(g, g.node("Sub", [up, hf], base + "_ex0"), 0, 31, i64, base + "_ex")
+    extra = clip(g, g.node("Sub", [up, hf], base + "_ex0"), 0, 31, i64, base + "_ex")
     den = g.node(
         "Mul", [sigma, g.node("Gather", [pow2, extra], base + "_pe", axis=0)], base + "_den"
     )
@@ -1184,9 +1184,9 @@ def _norm(g: Graph, op: nh.LayerNormOp | nh.GroupNormOp) -> None:
             "Mul", [g.node("Sign", [acc], base + "_sgn"), g.const(nudge, i64)], base + "_nm"
         )
         acc = g.node("Add", [acc, moved], base + "_nudge")
-    y = arith.div_round(g, acc, np.asarray(2**guard), mode, i64, base + "_y")
+    y = div_round(g, acc, np.asarray(2**guard), mode, i64, base + "_y")
     lo, hi = nh.code_range(op.bits.value.data, not nh.is_unsigned(op.result))
-    y = arith.clip(g, y, lo, hi, i64, base + "_yc")
+    y = clip(g, y, lo, hi, i64, base + "_yc")
     g.put(op.result, "i32", g.node("Cast", [y], base, to=6))
 
 
