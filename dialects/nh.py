@@ -1706,8 +1706,9 @@ class MaxPoolIndicesOp(IRDLOperation):
 
 @irdl_op_definition
 class MaxUnpoolOp(IRDLOperation):
-    """``nf.max_unpool`` on codes: each code at its index (``i32`` at exponent 0), code 0
-    elsewhere; exponents unchanged.
+    """``nf.max_unpool`` on codes: each code at its index, code 0 elsewhere; exponents
+    unchanged. The indices are integers at exponent 0 wide enough for the plane (``i32``, as
+    ``nh.max_pool_indices`` gives them: they count positions, they are not activations).
 
     ```mlir
     %y = nh.max_unpool %p, %i : (tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>>,
@@ -1728,6 +1729,15 @@ class MaxUnpoolOp(IRDLOperation):
         _check_moved(self, self.input, self.result)
         if width_of(self.result) == 1 and not is_unsigned(self.result):
             raise VerifyException(f"{self.name}: i1 codes cannot hold the zeros (use i2)")
+        _, fi = check_nh_value(self, self.indices, "indices")
+        if (fi.exp_array(4) != 0).any():
+            raise VerifyException(f"{self.name}: the indices are at exponent 0")
+        plane = math.prod(y[2:])
+        if value_code_range(self.indices)[1] < plane - 1:
+            raise VerifyException(
+                f"{self.name}: {type_text(self.indices)} indices cannot hold index {plane - 1} "
+                f"of the {plane}-element plane (nh.max_pool_indices gives i32)"
+            )
 
 
 @irdl_op_definition

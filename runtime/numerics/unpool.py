@@ -5,7 +5,9 @@ An index is the flat position ``h * W + w`` of a window's maximum in its ``[H, W
 batch and channel, as torch counts: absolute positions in the whole plane, so a window of
 rows cannot be told where its rows sit; these ops take the whole extent along the spatial
 dims when streamed). Ties go to the first maximum in the window's row-major order, as torch's
-CPU kernel picks. Indices are integers below ``2**24``: exact in float32 and float64.
+CPU kernel picks. Indices are integers below ``2**24``: exact in float32 and float64. They are
+not values of the input: integer codes (nh) get int64 indices, whatever the codes' width (an
+int8 plane of more than 128 elements has indices int8 cannot hold).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ __all__ = ["max_pool_indices", "max_unpool"]
 
 
 def max_pool_indices(x: Any, kernel: Sequence[int], strides: Sequence[int]) -> Any:
-    """The flat in-plane index of each window's maximum (no padding, no dilation), in
-    ``x``'s dtype.
+    """The flat in-plane index of each window's maximum (no padding, no dilation): in ``x``'s
+    dtype for floats, int64 for integer codes.
 
     >>> max_pool_indices(np.array([[[[1, 5, 2, 2], [0, 3, 9, 2]]]]), [2, 2], [2, 2]).tolist()
     [[[[1, 6]]]]
@@ -33,7 +35,8 @@ def max_pool_indices(x: Any, kernel: Sequence[int], strides: Sequence[int]) -> A
     arg = windows.reshape(*windows.shape[:4], kh * kw).argmax(axis=-1)
     rows = np.arange(windows.shape[2])[:, None] * sh + arg // kw
     cols = np.arange(windows.shape[3])[None, :] * sw + arg % kw
-    return (rows * x.shape[3] + cols).astype(x.dtype)
+    flat = rows * x.shape[3] + cols  # int64
+    return flat.astype(x.dtype) if np.issubdtype(x.dtype, np.floating) else flat
 
 
 def max_unpool(x: Any, indices: Any, size: Sequence[int]) -> Any:
