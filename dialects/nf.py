@@ -51,6 +51,7 @@ from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
+from nanoir.runtime.numerics import unary as unary_numerics
 from nanoir.runtime.numerics.movement import (
     check_indices,
     expand_grown,
@@ -85,6 +86,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     StringAttr,
     TensorType,
+    f64,
     i1,
     i64,
 )
@@ -2324,6 +2326,67 @@ class RecurrentOp(IRDLOperation):
             raise VerifyException(f"nf.recurrent: rounding {self.rounding.data!r} is unknown")
 
 
+# --------------------------------------------------------------------------------------------
+# Elementwise functions by name, comparisons, selection (issue 32: op families)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _UnaryTable(LookupTable):
+    """``nf.unary``'s table: its quantized semantics, the function at the nearest point of its
+    domain (:func:`nanoir.runtime.numerics.unary.quantized_values`), never NaN."""
+
+    def evaluate(self, op: Operation, x: np.ndarray) -> np.ndarray:
+        assert isinstance(op, UnaryOp)
+        return unary_numerics.quantized_values(op.fn.data, x, op.param_values())
+
+
+@dataclass(frozen=True)
+class _NonNegativeFunction(NonNegativeResult):
+    """``nf.unary`` of a function whose values are ``>= 0`` (exp, sqrt, abs, ...)."""
+
+    def holds(self, op: Operation) -> bool:
+        assert isinstance(op, UnaryOp)
+        spec = unary_numerics.FUNCTIONS.get(op.fn.data)
+        return spec is not None and spec.non_negative
+
+
+@irdl_op_definition
+class UnaryOp(UnaryFloatOp):
+    """An elementwise function of one input named by ``fn``, from the one table of
+    :mod:`nanoir.runtime.numerics.unary` (``exp``, ``log``, ``sqrt``, ``erf``, ``sin``,
+    ``pow``, ``mish``, ``elu``, ...), with its ``params`` in the table's order: torch's
+    semantics in float; once quantized, a lookup table over the input codes (the value at the
+    nearest point of the function's domain outside it, so never NaN).
+
+    ```mlir
+    %y = nf.unary "exp" %x : tensor<?x16xf32>
+    %z = nf.unary "pow" %y {params = array<f64: 5.000000e-01>} : tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.unary"
+    fn = prop_def(StringAttr)
+    params = opt_prop_def(DenseArrayBase[Float64Type])
+    traits = traits_def(FloatOnly(), _UnaryTable(unary_numerics.evaluate), _NonNegativeFunction())
+    assembly_format = "$fn $input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue, fn: str, params: Sequence[float] = ()):
+        props: dict[str, Attribute] = {"fn": StringAttr(fn)}
+        if params:
+            props["params"] = DenseArrayBase.from_list(f64, [float(p) for p in params])
+        super().__init__(input, props)
+
+    def param_values(self) -> tuple[float, ...]:
+        """The function's parameters (none: an empty tuple)."""
+        return () if self.params is None else tuple(float(v) for v in self.params.get_values())
+
+    def verify_(self) -> None:
+        reason = unary_numerics.check_params(self.fn.data, self.param_values())
+        if reason is not None:
+            raise VerifyException(f"nf.unary: {reason}")
+
+
 NF = Dialect(
     "nf",
     [
@@ -2373,6 +2436,7 @@ NF = Dialect(
         SoftmaxOp,
         LogSoftmaxOp,
         RecurrentOp,
+        UnaryOp,
     ],
     [],
 )

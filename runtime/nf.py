@@ -19,6 +19,7 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
+from nanoir.runtime.numerics import unary as unary_numerics
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Operation
@@ -402,3 +403,21 @@ def recurrent(op: nf.RecurrentOp, dtype: np.dtype[Any]) -> Kernel:
         return tuple((r * 2.0**-k).astype(args[0].dtype) for r, k in zip(results, exps))
 
     return run_codes
+
+
+def _read_by_fake_quants(op: Operation) -> bool:
+    """Whether every reader of ``op``'s result is a fake-quant (its quantized semantics)."""
+    uses = list(op.results[0].uses)
+    return bool(uses) and all(u.operation.name == "nq.fake_quant" for u in uses)
+
+
+@impl(nf.UnaryOp)
+def unary(op: nf.UnaryOp, dtype: np.dtype[Any]) -> Kernel:
+    """torch's function; read by fake-quants, its quantized semantics (the value at the
+    nearest point of its domain outside it, what the table of lower-to-hw holds)."""
+    fn, params = op.fn.data, op.param_values()
+    if _read_by_fake_quants(op):
+        return lambda x: (
+            unary_numerics.quantized_values(fn, x, params).astype(x.dtype, copy=False),
+        )
+    return lambda x: (unary_numerics.evaluate(fn, x, params),)
