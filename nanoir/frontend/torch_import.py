@@ -56,7 +56,9 @@ from xdsl.utils.exceptions import VerifyException
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
+from nanoir.frontend import math_ops
 from nanoir.frontend.errors import FrontendError
+from nanoir.frontend.support import Unsupported
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.movement import expand_grown
 from nanoir.runtime.numerics.recurrent import RecurrentLayout
@@ -123,8 +125,9 @@ def _tensor_type(val: Any) -> TensorType:
 # --------------------------------------------------------------------------------------------
 
 
-class _Unsupported(Exception):
-    """Raised by a handler for an op or argument it cannot map; becomes a FrontendError."""
+_Unsupported = Unsupported
+"""Raised by a handler for an op or argument it cannot map; becomes a FrontendError (shared
+with the op-family modules through ``nanoir.frontend.support``)."""
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -1621,6 +1624,10 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.lift_fresh_copy.default": _identity,
 }
 """The handler of each supported ATen overload, by its name (``str(OpOverload)``)."""
+
+# The op families of issue 32 (elementwise math, ...), each a module of its own.
+for _family in (math_ops.HANDLERS,):
+    ATEN_HANDLERS.update(_family)
 
 
 def supported_aten_ops() -> list[str]:
