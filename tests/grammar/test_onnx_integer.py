@@ -50,6 +50,7 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
     """Export, check, run in onnxruntime and compare with the NumPy nh executor."""
     model = export_model(hw)
     onnx.checker.check_model(model, full_check=True)
+    assert not [n for n in model.graph.node if n.op_type == "Relu"]  # FuseReluClip: see writer
     assert {o.domain for o in model.opset_import} == {""}
     assert {n.domain for n in model.graph.node} <= {""}
     try:

@@ -440,11 +440,14 @@ def lut(g: Graph, op: nh.LutOp) -> None:
 
 @writes(nh.ReluOp)
 def relu(g: Graph, op: nh.ReluOp) -> None:
+    """``Max(x, 0)``, not ``Relu``: onnxruntime's FuseReluClip (on at its default level) fails
+    on a Relu read by an integer Clip, and a requant or clamp after a ReLU writes one."""
     if op in g.fused:  # its requant saturated at 0 already
         g.put(op.result, "i32", g.get(op.input, "i32"))
         g.set_bound(op.result, g.bound(op.input))
         return
-    g.put(op.result, "i32", g.node("Relu", [g.get(op.input, "i32")], _out(g, op)))
+    y = g.node("Max", [g.get(op.input, "i32"), g.const(0, np.int32)], _out(g, op))
+    g.put(op.result, "i32", y)
     g.set_bound(op.result, g.bound(op.input))
 
 

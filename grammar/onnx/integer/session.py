@@ -37,14 +37,20 @@ def _ort() -> Any:
 
 def make_session(model: Any, threads: int | None = None) -> Any:
     """An onnxruntime ``InferenceSession`` of ``model`` (ModelProto or bytes) on the CPU, at
-    the default optimization level; ``threads`` sets ``intra_op_num_threads``."""
+    the default optimization level; ``threads`` sets ``intra_op_num_threads``. A model
+    onnxruntime refuses (its loader, checker or an optimizer failing) is an
+    :class:`ExecutionError` with onnxruntime's message on one line."""
     ort = _ort()
     options = ort.SessionOptions()
     options.log_severity_level = 4  # fatal only: a failed run is our one error, not its log too
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # the default
     if threads is not None:
         options.intra_op_num_threads = threads
     data = model if isinstance(model, bytes) else model.SerializeToString()
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own types (Fail, InvalidGraph, ...): one nanoir error
+        raise ExecutionError(f"onnxruntime refused the model: {_status(e)}") from None
 
 
 def _code_ranges(session: Any) -> list[tuple[str, int, int] | None]:
@@ -115,4 +121,4 @@ def _status(e: Exception) -> str:
     for marker in ("Non-zero status code returned while running ", "[ONNXRuntimeError] : "):
         if marker in text:
             text = text.split(marker, 1)[1]
-    return text.replace(" Status Message:", ":").strip()
+    return " ".join(text.replace(" Status Message:", ":").split())
