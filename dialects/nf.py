@@ -47,6 +47,7 @@ from nanoir.dialects.traits import (
     space_to_depth_rows,
     transpose_rows,
 )
+from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
@@ -1447,8 +1448,9 @@ class PlaneRows(StreamingRule):
 
 @dataclass(frozen=True)
 class IndexResult(OpTrait):
-    """The results are integer indices held in float (exact below ``2**24``): quantize puts
-    no fake-quant on them, lower-to-hw gives them ``i32`` codes at exponent 0."""
+    """The results are integers held in float (indices, exact below ``2**24``; the 0/1 of a
+    comparison): quantize puts no fake-quant on them, lower-to-hw gives them integer codes at
+    exponent 0 (``i32`` indices, ``i2`` truth values)."""
 
 
 def check_plane_op(name: str, x: Sequence[int], y: Sequence[int]) -> None:
@@ -2387,6 +2389,94 @@ class UnaryOp(UnaryFloatOp):
             raise VerifyException(f"nf.unary: {reason}")
 
 
+COMPARE_PREDICATES = tuple(compare_numerics.PREDICATES)
+"""``nf.compare``'s predicates: orderings of the values, and logical ones of their being
+non-zero (torch's ``logical_and``/``or``/``xor``)."""
+
+
+@irdl_op_definition
+class CompareOp(IRDLOperation):
+    """``lhs <predicate> rhs`` elementwise with broadcasting, as 1.0 (true) or 0.0 (false) in
+    the operands' float type (torch's ``eq``, ``lt``, ..., ``logical_and``; its bool tensors
+    are these 0/1 values). An integer result: quantize puts no fake-quant on it; at the hw
+    level it is codes 0/1 at exponent 0.
+
+    ```mlir
+    %m = nf.compare "lt" %x, %t : (tensor<?x16xf32>, tensor<f32>) -> tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.compare"
+    lhs = operand_def(FloatTensor)
+    rhs = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    predicate = prop_def(StringAttr)
+    traits = traits_def(Pure(), Elementwise(), IndexResult(), NonNegativeResult())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$predicate $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, predicate: str):
+        lt, rt = lhs.type, rhs.type
+        assert isinstance(lt, TensorType) and isinstance(rt, TensorType)
+        shape = broadcast_shapes(lt.get_shape(), rt.get_shape())
+        super().__init__(
+            operands=[lhs, rhs],
+            result_types=[TensorType(lt.get_element_type(), shape)],
+            properties={"predicate": StringAttr(predicate)},
+        )
+
+    def verify_(self) -> None:
+        if self.predicate.data not in COMPARE_PREDICATES:
+            raise VerifyException(
+                f"nf.compare: predicate {self.predicate.data!r} is not one of "
+                + ", ".join(COMPARE_PREDICATES)
+            )
+        check_same_element_type(self, [self.lhs, self.rhs, self.result])
+        shape = shape_guard(self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs))
+        check_result_shape(self, shape, self.result)
+
+
+@irdl_op_definition
+class WhereOp(IRDLOperation):
+    """``lhs`` where ``cond`` is non-zero, else ``rhs``, elementwise with broadcasting
+    (torch's ``where``; ``masked_fill(x, m, v)`` is ``where(m, v, x)``). At the hw level both
+    values are aligned to one exponent and a code is picked.
+
+    ```mlir
+    %y = nf.where %m, %x, %v : (tensor<?x16xf32>, tensor<?x16xf32>, tensor<f32>) -> tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.where"
+    cond = operand_def(FloatTensor)
+    lhs = operand_def(FloatTensor)
+    rhs = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$cond `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, cond: SSAValue, lhs: SSAValue, rhs: SSAValue):
+        shape = broadcast_shapes(
+            broadcast_shapes(tensor_shape(cond), tensor_shape(lhs)), tensor_shape(rhs)
+        )
+        t = lhs.type
+        assert isinstance(t, TensorType)
+        super().__init__(
+            operands=[cond, lhs, rhs], result_types=[TensorType(t.get_element_type(), shape)]
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.cond, self.lhs, self.rhs, self.result])
+        shape = shape_guard(
+            self,
+            lambda a, b, c: broadcast_shapes(broadcast_shapes(a, b), c),
+            tensor_shape(self.cond),
+            tensor_shape(self.lhs),
+            tensor_shape(self.rhs),
+        )
+        check_result_shape(self, shape, self.result)
+
+
 NF = Dialect(
     "nf",
     [
@@ -2437,6 +2527,8 @@ NF = Dialect(
         LogSoftmaxOp,
         RecurrentOp,
         UnaryOp,
+        CompareOp,
+        WhereOp,
     ],
     [],
 )

@@ -67,6 +67,7 @@ from nanoir.dialects.traits import (
     space_to_depth_rows,
     transpose_rows,
 )
+from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels, movement
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics.movement import check_indices, gather_shape
@@ -2270,6 +2271,103 @@ class RecurrentOp(IRDLOperation):
             raise VerifyException("nh.recurrent: c_n is not on the cell grid")
 
 
+# --------------------------------------------------------------------------------------------
+# Comparisons and selection (issue 32)
+# --------------------------------------------------------------------------------------------
+
+COMPARE_PREDICATES = tuple(compare_numerics.PREDICATES)
+"""``nh.compare``'s predicates (``nf.compare``'s): orderings of codes at one exponent, and
+logical ones of the codes being non-zero."""
+
+
+@irdl_op_definition
+class CompareOp(IRDLOperation):
+    """``lhs <predicate> rhs`` on codes, with broadcasting: ``1`` (true) or ``0`` (false)
+    at exponent 0. The orderings (``eq`` ... ``ge``) compare operands aligned to one exponent
+    (then codes compare as their values do); ``and``/``or``/``xor`` read each code as
+    non-zero or zero, at any exponents.
+
+    ```mlir
+    %m = nh.compare "lt" %x, %t : (tensor<?x16xi8, #nh.fixed<5, BC>>,
+        tensor<1xi8, #nh.fixed<5, C>>) -> tensor<?x16xi2, #nh.fixed<0, BC>>
+    ```
+    """
+
+    name = "nh.compare"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    predicate = prop_def(StringAttr)
+    traits = traits_def(Pure(), Elementwise())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$predicate $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.lhs, "lhs")
+        check_nh_value(self, self.rhs, "rhs")
+        width, fr = check_nh_value(self, self.result, "result")
+        if self.predicate.data not in COMPARE_PREDICATES:
+            raise VerifyException(
+                f"nh.compare: predicate {self.predicate.data!r} is not one of "
+                + ", ".join(COMPARE_PREDICATES)
+            )
+        shape = shape_guard(self, broadcast_shapes, tensor_shape(self.lhs), tensor_shape(self.rhs))
+        check_result_shape(self, shape, self.result)
+        if self.predicate.data not in compare_numerics.LOGICAL:
+            ea, eb = broadcast_exps(self, [self.lhs, self.rhs], len(shape))
+            check_exps_equal(self, "operands must be aligned to one exponent", ea, eb)
+        if width < 2 or fr.is_per_channel or fr.exp_list != [0]:
+            raise VerifyException(
+                f"nh.compare: the result holds 0 and 1 at exponent 0 (i2 or wider), got "
+                f"{type_text(self.result)} at exponent {exps_text(fr.exp_array())}"
+            )
+
+
+@irdl_op_definition
+class SelectOp(IRDLOperation):
+    """``lhs`` where the code of ``cond`` is non-zero, else ``rhs``, with broadcasting:
+    ``lhs`` and ``rhs`` at one exponent, kept by the result, which holds both code ranges.
+
+    ```mlir
+    %y = nh.select %m, %x, %v : (tensor<?x16xi2, #nh.fixed<0, BC>>,
+        tensor<?x16xi8, #nh.fixed<5, BC>>, tensor<1xi8, #nh.fixed<5, C>>)
+        -> tensor<?x16xi8, #nh.fixed<5, BC>>
+    ```
+    """
+
+    name = "nh.select"
+    cond = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$cond `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.cond, "cond")
+        check_nh_value(self, self.lhs, "lhs")
+        check_nh_value(self, self.rhs, "rhs")
+        check_nh_value(self, self.result, "result")
+        shape = shape_guard(
+            self,
+            lambda a, b, c: broadcast_shapes(broadcast_shapes(a, b), c),
+            tensor_shape(self.cond),
+            tensor_shape(self.lhs),
+            tensor_shape(self.rhs),
+        )
+        check_result_shape(self, shape, self.result)
+        ea, eb, er = broadcast_exps(self, [self.lhs, self.rhs, self.result], len(shape))
+        check_exps_equal(self, "lhs and rhs must be aligned to one exponent", ea, eb)
+        check_exps_equal(self, "the result keeps the operands' exponent", ea, er)
+        (la, ha), (lb, hb) = value_code_range(self.lhs), value_code_range(self.rhs)
+        lo, hi = value_code_range(self.result)
+        if lo > min(la, lb) or hi < max(ha, hb):
+            raise VerifyException(
+                f"nh.select: result {type_text(self.result)} cannot hold the codes of "
+                f"{type_text(self.lhs)} and {type_text(self.rhs)}"
+            )
+
+
 NH = Dialect(
     "nh",
     [
@@ -2310,6 +2408,8 @@ NH = Dialect(
         SoftmaxOp,
         LogSoftmaxOp,
         RecurrentOp,
+        CompareOp,
+        SelectOp,
     ],
     [FixedAttr],
 )

@@ -76,6 +76,7 @@ from nanoir.lowering.hw.fake_quant import (
 )
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
+from nanoir.lowering.hw.select import LowerCompare, LowerWhere
 from nanoir.lowering.hw.softmax import LowerSoftmax
 from nanoir.lowering.hw.upsample import (
     LowerMaxPoolIndices,
@@ -147,6 +148,8 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerSoftmax,
     LowerNorm,
     LowerRecurrent,
+    LowerCompare,
+    LowerWhere,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

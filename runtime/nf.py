@@ -16,6 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
@@ -421,3 +422,15 @@ def unary(op: nf.UnaryOp, dtype: np.dtype[Any]) -> Kernel:
             unary_numerics.quantized_values(fn, x, params).astype(x.dtype, copy=False),
         )
     return lambda x: (unary_numerics.evaluate(fn, x, params),)
+
+
+@impl(nf.CompareOp)
+def compare(op: nf.CompareOp, dtype: np.dtype[Any]) -> Kernel:
+    """1.0 where the predicate holds, else 0.0, in the operands' dtype."""
+    fn = compare_numerics.PREDICATES[op.predicate.data]
+    return lambda a, b: (fn(a, b).astype(np.result_type(a, b), copy=False),)
+
+
+@impl(nf.WhereOp)
+def where(op: nf.WhereOp, dtype: np.dtype[Any]) -> Kernel:
+    return lambda c, a, b: (np.where(c != 0, a, b),)

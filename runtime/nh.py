@@ -57,6 +57,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
+from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, quant, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
@@ -1114,3 +1115,21 @@ def _recurrent_builder(op: nh.RecurrentOp, dtype: np.dtype[Any]) -> Kernel:
 
 
 NH_BUILDERS[nh.RecurrentOp] = _recurrent_builder
+
+
+# --------------------------------------------------------------------------------------------
+# Comparisons and selection
+# --------------------------------------------------------------------------------------------
+
+
+@impl(nh.CompareOp)
+def compare(op: nh.CompareOp, dtype: np.dtype[Any]) -> Kernel:
+    """Codes at one exponent compare as their values do: 1 or 0 (int8)."""
+    fn = compare_numerics.PREDICATES[op.predicate.data]
+    return lambda a, b: (fn(a.astype(np.int64), b).astype(np.int8),)
+
+
+@impl(nh.SelectOp)
+def select(op: nh.SelectOp, dtype: np.dtype[Any]) -> Kernel:
+    """A code of ``lhs`` or ``rhs``: the verifier's range check is the whole proof."""
+    return lambda c, a, b: (np.where(c != 0, a.astype(np.int64), b),)
