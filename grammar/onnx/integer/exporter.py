@@ -124,11 +124,19 @@ def _output(g: Graph, value: SSAValue, name: str) -> str:
     return g.node("Cast", [g.get(value, "i32")], name, to=ELEM[dtype])
 
 
+def _program_text(module: ModuleOp, func: FuncOp) -> str:
+    """The embedded program: the module, or the written function alone when it holds more
+    (the graph is that one function; the reader refuses a program holding others)."""
+    if len(module.body.block.ops) == 1:
+        return str(module)
+    return str(ModuleOp([func.clone()]))
+
+
 def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
     """The ``onnx.ModelProto`` of an nh module (see the module docstring); passes
     ``onnx.checker.check_model(full_check=True)``; :class:`IntegerOnnxError` for what has no
-    exact form. ``program_text`` is ``str(module)`` when the caller has it (the reader does:
-    printing a large program's constants takes longer than writing its graph)."""
+    exact form. ``program_text`` is the embedded program's text when the caller has it (the
+    reader does: printing a large program's constants takes longer than writing its graph)."""
     onnx = _onnx()
     if not isinstance(module, ModuleOp):
         raise IntegerOnnxError(
@@ -185,6 +193,8 @@ def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
         name = _output(g, value, "output" if i == 0 else f"output_{i}")
         outputs.append(_value_info(g, name, value))
         io_out.append(_describe(value, name))
+    if program_text is None:
+        program_text = _program_text(module, func)
     graph = g.helper.make_graph(g.nodes, "main", inputs, outputs, g.initializers)
     model = g.helper.make_model(
         graph, opset_imports=[g.helper.make_opsetid("", OPSET)], producer_name="nanoir"
@@ -194,7 +204,7 @@ def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
         model,
         {
             IO_KEY: json.dumps({"inputs": io_in, "outputs": io_out}),
-            PROGRAM_KEY: str(module) if program_text is None else program_text,
+            PROGRAM_KEY: program_text,
         },
     )
     try:

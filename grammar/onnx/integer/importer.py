@@ -23,7 +23,7 @@ from nanoir.grammar.onnx.integer.exporter import IO_KEY, PROGRAM_KEY, export_mod
 from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, DenseIntOrFPElementsAttr, ModuleOp, TensorType
-from xdsl.dialects.func import Func
+from xdsl.dialects.func import Func, FuncOp
 from xdsl.parser import Parser
 
 from nanoir.errors import FileFormatError
@@ -115,6 +115,7 @@ def import_model(
         raise IntegerOnnxImportError(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not parse: {e}"
         ) from None
+    _check_one_function(module, name)
     _check_constant_size(module, model, name)
     try:
         again = export_model(module, program_text=props[PROGRAM_KEY])
@@ -135,4 +136,38 @@ def import_model(
             f"{name}: its {IO_KEY} record or opset is not the one its nh program writes: the "
             "file was changed after nanoir wrote it; refusing to read it as that program"
         )
+    _check_model_fields(model, again, name)
     return module
+
+
+def _check_one_function(module: ModuleOp, name: str) -> None:
+    """The embedded program is the one function the graph is (the writer embeds no other)."""
+    tops = list(module.body.block.ops)
+    if len(tops) == 1 and isinstance(tops[0], FuncOp):
+        return
+    names = [f"@{op.sym_name.data}" if isinstance(op, FuncOp) else op.name for op in tops]
+    main = next((n for n in names if n == "@main"), names[0] if names else "no function")
+    others = ", ".join(n for n in names if n != main) or "nothing"
+    raise IntegerOnnxImportError(
+        f"{name}: the nh program in its {PROGRAM_KEY} metadata holds {others} beside {main}, "
+        "which its graph does not: the file was changed after nanoir wrote it; refusing to "
+        "read it as that program"
+    )
+
+
+def _check_model_fields(model: Any, again: Any, name: str) -> None:
+    """What else onnxruntime reads from the file is what the program writes: the IR version,
+    the model-local functions (a node of the graph may call one) and training info."""
+    why = None
+    if model.ir_version != again.ir_version:
+        why = f"ir_version {model.ir_version}, where its nh program writes {again.ir_version}"
+    elif list(model.functions) != list(again.functions):
+        found = ", ".join(f"{f.domain}.{f.name}" for f in model.functions) or "none"
+        why = f"model-local functions ({found}) its nh program does not write"
+    elif list(model.training_info) != list(again.training_info):
+        why = "training info its nh program does not write"
+    if why is not None:
+        raise IntegerOnnxImportError(
+            f"{name}: it has {why}: the file was changed after nanoir wrote it; refusing to "
+            "read it as that program"
+        )
