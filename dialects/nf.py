@@ -51,6 +51,7 @@ from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels
 from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
+from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics import unary as unary_numerics
 from nanoir.runtime.numerics.movement import (
@@ -2477,6 +2478,162 @@ class WhereOp(IRDLOperation):
         check_result_shape(self, shape, self.result)
 
 
+# --------------------------------------------------------------------------------------------
+# Reductions and prefix sums (issue 32)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReduceRows(StreamingRule):
+    """A reduction over its ``dims`` property (``nf.reduce``, ``nf.arg_reduce``,
+    ``nf.cumsum``; and their nh forms): the whole extent along a reduced dim (the stream
+    planner then waits for every row, and refuses a dynamic one), row by row along the
+    others."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        dims = array_values(op.properties.get("dims")) or ()  # type: ignore[arg-type]
+        return None if dim in dims else RowStep()
+
+
+def check_reduce_dims(
+    name: str, x: Sequence[int], y: Sequence[int], dims: Sequence[int], single: bool = False
+) -> None:
+    """``dims`` sorted, distinct, within the rank (one of them when ``single``), and the
+    result ``y`` the input ``x`` with size 1 at each reduced dim."""
+    if list(dims) != sorted(set(dims)) or any(not 0 <= d < len(x) for d in dims):
+        raise VerifyException(
+            f"{name}: dims {list(dims)} must be sorted, distinct dims of {shape_str(x)}"
+        )
+    if single and len(dims) != 1:
+        raise VerifyException(f"{name}: reduces one dim, got dims {list(dims)}")
+    expected = reduce_numerics.reduced_shape(x, dims)
+    if not shapes_compatible(expected, y):
+        raise VerifyException(
+            f"{name}: result {shape_str(y)} is not {shape_str(x)} reduced over {list(dims)} "
+            f"(kept as size 1: {shape_str(expected)})"
+        )
+
+
+def _reduced_type(input: SSAValue, dims: Sequence[int]) -> TensorType:
+    t = input.type
+    assert isinstance(t, TensorType)
+    return TensorType(
+        t.get_element_type(), reduce_numerics.reduced_shape(t.get_shape(), list(dims))
+    )
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    """The ``kind`` reduction (``sum``, ``max``, ``min``, ``prod``) over ``dims``, kept with
+    size 1 (torch's ``sum``/``amax``/``amin``/``prod`` with ``keepdim=True``). At the hw level
+    sum, max and min are exact on codes at one exponent (a sum of ``n`` codes grows by
+    ``ceil(log2 n)`` bits, checked against i32).
+
+    ```mlir
+    %s = nf.reduce "sum" %x {dims = array<i64: 2>} : tensor<?x16x8xf32> -> tensor<?x16x1xf32>
+    ```
+    """
+
+    name = "nf.reduce"
+    kind = prop_def(StringAttr)
+    dims = prop_def(DenseArrayBase[I64])
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure(), ReduceRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$kind $input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, kind: str, dims: Sequence[int]):
+        super().__init__(
+            operands=[input],
+            result_types=[_reduced_type(input, dims)],
+            properties={"kind": StringAttr(kind), "dims": int_array(dims)},
+        )
+
+    def verify_(self) -> None:
+        if self.kind.data not in reduce_numerics.KINDS:
+            raise VerifyException(
+                f"nf.reduce: kind {self.kind.data!r} is not one of "
+                + ", ".join(reduce_numerics.KINDS)
+            )
+        check_same_element_type(self, [self.input, self.result])
+        dims = array_values(self.dims) or ()
+        check_reduce_dims(self.name, tensor_shape(self.input), tensor_shape(self.result), dims)
+
+
+@irdl_op_definition
+class ArgReduceOp(IRDLOperation):
+    """Along one dim (``dims``, kept with size 1): the index of the first maximum
+    (``argmax``) or minimum (``argmin``), or 1.0 where any (``any``) or all (``all``)
+    elements are non-zero, else 0.0: integers held in float (torch's int64 indices and
+    bools), with no fake-quant; at the hw level the same on codes (``i32`` indices, ``i2``
+    truth values, exponent 0).
+
+    ```mlir
+    %i = nf.arg_reduce "argmax" %x {dims = array<i64: 1>} : tensor<?x10xf32> -> tensor<?x1xf32>
+    ```
+    """
+
+    name = "nf.arg_reduce"
+    kind = prop_def(StringAttr)
+    dims = prop_def(DenseArrayBase[I64])
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    traits = traits_def(Pure(), ReduceRows(), IndexResult())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$kind $input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, kind: str, dim: int):
+        super().__init__(
+            operands=[input],
+            result_types=[_reduced_type(input, [dim])],
+            properties={"kind": StringAttr(kind), "dims": int_array([dim])},
+        )
+
+    def verify_(self) -> None:
+        if self.kind.data not in reduce_numerics.ARG_KINDS:
+            raise VerifyException(
+                f"nf.arg_reduce: kind {self.kind.data!r} is not one of "
+                + ", ".join(reduce_numerics.ARG_KINDS)
+            )
+        check_same_element_type(self, [self.input, self.result])
+        dims = array_values(self.dims) or ()
+        check_reduce_dims(
+            self.name, tensor_shape(self.input), tensor_shape(self.result), dims, single=True
+        )
+
+
+@irdl_op_definition
+class CumsumOp(IRDLOperation):
+    """Prefix sums along one dim (``dims``; torch's ``cumsum``). At the hw level an exact
+    integer prefix sum of codes at one exponent, ``ceil(log2 n)`` bits of growth.
+
+    ```mlir
+    %c = nf.cumsum %x {dims = array<i64: 1>} : tensor<?x16xf32>
+    ```
+    """
+
+    name = "nf.cumsum"
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    dims = prop_def(DenseArrayBase[I64])
+    input = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure(), ReduceRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue, dim: int):
+        super().__init__(
+            operands=[input], result_types=[input.type], properties={"dims": int_array([dim])}
+        )
+
+    def verify_(self) -> None:
+        dims = array_values(self.dims) or ()
+        x = tensor_shape(self.input)
+        if len(dims) != 1 or not 0 <= dims[0] < max(len(x), 1):
+            raise VerifyException(f"nf.cumsum: dims {list(dims)} must be one dim of {shape_str(x)}")
+
+
 NF = Dialect(
     "nf",
     [
@@ -2529,6 +2686,9 @@ NF = Dialect(
         UnaryOp,
         CompareOp,
         WhereOp,
+        ReduceOp,
+        ArgReduceOp,
+        CumsumOp,
     ],
     [],
 )

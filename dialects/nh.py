@@ -30,10 +30,12 @@ import numpy as np
 from nanoir.dialects.nf import (
     BilinearRows,
     PlaneRows,
+    ReduceRows,
     array_values,
     check_embedding,
     check_expand_like,
     check_plane_op,
+    check_reduce_dims,
     check_result_shape,
     check_upsample_bilinear,
     check_upsample_zero,
@@ -70,7 +72,9 @@ from nanoir.dialects.traits import (
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels, movement
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
+from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics.movement import check_indices, gather_shape
+from nanoir.runtime.numerics.reduce import sum_bits
 from nanoir.runtime.numerics.shapes import (
     DYNAMIC_INDEX,
     broadcast_shapes,
@@ -2368,6 +2372,158 @@ class SelectOp(IRDLOperation):
             )
 
 
+# --------------------------------------------------------------------------------------------
+# Reductions and prefix sums (issue 32)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_not_per_channel_along(op: IRDLOperation, value: SSAValue, dims: Sequence[int]) -> None:
+    """Codes of different exponents do not add or order: no per-channel exponents along a
+    reduced dim."""
+    f = fixed_of(value)
+    if f.is_per_channel and f.channel_axis in dims:
+        raise VerifyException(
+            f"{op.name}: the input's per-channel exponents run along reduced dim "
+            f"{f.channel_axis}; align them to one exponent first"
+        )
+
+
+def _reduced_count(shape: Sequence[int], dims: Sequence[int]) -> int | None:
+    sizes = [shape[d] for d in dims]
+    return None if DYNAMIC_INDEX in sizes else math.prod(sizes)
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    """``sum``, ``max`` or ``min`` of codes over ``dims`` (kept with size 1), exponents kept:
+    exact; a sum of ``n`` codes of ``b`` signed bits needs ``b + ceil(log2 n)`` bits (a
+    dynamic ``n``: the result is ``i32`` and the kernel checks it).
+
+    ```mlir
+    %s = nh.reduce "sum" %x {dims = array<i64: 2>}
+        : tensor<?x16x8xi8, #nh.fixed<5, BCM>> -> tensor<?x16x1xi16, #nh.fixed<5, BCM>>
+    ```
+    """
+
+    name = "nh.reduce"
+    kind = prop_def(StringAttr)
+    dims = prop_def(DenseArrayBase[I64])
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), ReduceRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$kind $input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        width, _ = check_nh_value(self, self.result, "result")
+        kind = self.kind.data
+        if kind not in ("sum", "max", "min"):
+            raise VerifyException(f"nh.reduce: kind {kind!r} is not one of sum, max, min")
+        dims = array_values(self.dims) or ()
+        x = tensor_shape(self.input)
+        check_reduce_dims(self.name, x, tensor_shape(self.result), dims)
+        _check_not_per_channel_along(self, self.input, dims)
+        ea, er = broadcast_exps(self, [self.input, self.result], len(x))
+        check_exps_equal(self, "the result keeps the input's exponents", ea, er)
+        if kind == "sum":
+            if is_unsigned(self.result):
+                raise VerifyException("nh.reduce: a sum's result must be signed")
+            n = _reduced_count(x, dims)
+            needed = ACC_WIDTH if n is None else sum_bits(signed_bits(self.input), n)
+            check_fits(self, needed, self.result)
+            return
+        (lo_in, hi_in), (lo, hi) = value_code_range(self.input), value_code_range(self.result)
+        if lo > lo_in or hi < hi_in:
+            raise VerifyException(
+                f"nh.reduce: result {type_text(self.result)} cannot hold the codes of "
+                f"{type_text(self.input)}"
+            )
+
+
+@irdl_op_definition
+class ArgReduceOp(IRDLOperation):
+    """Along one dim (``dims``, kept with size 1): the index of the first largest
+    (``argmax``) or smallest (``argmin``) code, or 1 where any (``any``) or all (``all``)
+    codes are non-zero, else 0; integers at exponent 0.
+
+    ```mlir
+    %i = nh.arg_reduce "argmax" %x {dims = array<i64: 1>}
+        : tensor<?x10xi8, #nh.fixed<4, BC>> -> tensor<?x1xi32, #nh.fixed<0, BC>>
+    ```
+    """
+
+    name = "nh.arg_reduce"
+    kind = prop_def(StringAttr)
+    dims = prop_def(DenseArrayBase[I64])
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), ReduceRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$kind $input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        width, fr = check_nh_value(self, self.result, "result")
+        kind = self.kind.data
+        if kind not in reduce_numerics.ARG_KINDS:
+            raise VerifyException(
+                f"nh.arg_reduce: kind {kind!r} is not one of "
+                + ", ".join(reduce_numerics.ARG_KINDS)
+            )
+        dims = array_values(self.dims) or ()
+        x = tensor_shape(self.input)
+        check_reduce_dims(self.name, x, tensor_shape(self.result), dims, single=True)
+        if kind in ("argmax", "argmin"):
+            _check_not_per_channel_along(self, self.input, dims)
+        n = _reduced_count(x, dims)
+        needed = ACC_WIDTH if n is None and kind in ("argmax", "argmin") else 2
+        if kind in ("argmax", "argmin") and n is not None:
+            needed = max(n - 1, 1).bit_length() + 1
+        if fr.is_per_channel or fr.exp_list != [0] or width < needed:
+            raise VerifyException(
+                f"nh.arg_reduce: the result holds {kind}'s integers at exponent 0 (i{needed} "
+                f"or wider), got {type_text(self.result)} at exponent {exps_text(fr.exp_array())}"
+            )
+
+
+@irdl_op_definition
+class CumsumOp(IRDLOperation):
+    """Prefix sums of codes along one dim (``dims``), exponents kept: exact, ``ceil(log2
+    n)`` bits of growth over ``n`` codes (a dynamic ``n``: ``i32``, checked by the kernel).
+
+    ```mlir
+    %c = nh.cumsum %x {dims = array<i64: 1>}
+        : tensor<?x16xi8, #nh.fixed<5, BC>> -> tensor<?x16xi16, #nh.fixed<5, BC>>
+    ```
+    """
+
+    name = "nh.cumsum"
+    dims = prop_def(DenseArrayBase[I64])
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), ReduceRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        check_nh_value(self, self.result, "result")
+        dims = array_values(self.dims) or ()
+        x = tensor_shape(self.input)
+        if len(dims) != 1 or not 0 <= dims[0] < max(len(x), 1):
+            raise VerifyException(f"nh.cumsum: dims {list(dims)} must be one dim of {shape_str(x)}")
+        check_result_shape(self, x, self.result)
+        _check_not_per_channel_along(self, self.input, dims)
+        ea, er = broadcast_exps(self, [self.input, self.result], len(x))
+        check_exps_equal(self, "the result keeps the input's exponents", ea, er)
+        if is_unsigned(self.result):
+            raise VerifyException("nh.cumsum: the result must be signed")
+        n = _reduced_count(x, dims) if x else 1
+        needed = ACC_WIDTH if n is None else sum_bits(signed_bits(self.input), n)
+        check_fits(self, needed, self.result)
+
+
 NH = Dialect(
     "nh",
     [
@@ -2410,6 +2566,9 @@ NH = Dialect(
         RecurrentOp,
         CompareOp,
         SelectOp,
+        ReduceOp,
+        ArgReduceOp,
+        CumsumOp,
     ],
     [FixedAttr],
 )

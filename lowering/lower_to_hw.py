@@ -76,6 +76,7 @@ from nanoir.lowering.hw.fake_quant import (
 )
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
+from nanoir.lowering.hw.reduce import LowerArgReduce, LowerCumsum, LowerReduce
 from nanoir.lowering.hw.select import LowerCompare, LowerWhere
 from nanoir.lowering.hw.softmax import LowerSoftmax
 from nanoir.lowering.hw.upsample import (
@@ -150,6 +151,9 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerRecurrent,
     LowerCompare,
     LowerWhere,
+    LowerReduce,
+    LowerArgReduce,
+    LowerCumsum,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

@@ -19,6 +19,7 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
+from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics import unary as unary_numerics
 from nanoir.runtime.numerics.shapes import window_params
@@ -434,3 +435,22 @@ def compare(op: nf.CompareOp, dtype: np.dtype[Any]) -> Kernel:
 @impl(nf.WhereOp)
 def where(op: nf.WhereOp, dtype: np.dtype[Any]) -> Kernel:
     return lambda c, a, b: (np.where(c != 0, a, b),)
+
+
+@impl(nf.ReduceOp)
+def reduce(op: nf.ReduceOp, dtype: np.dtype[Any]) -> Kernel:
+    kind, dims = op.kind.data, array_values(op.dims) or ()
+    return lambda x: (reduce_numerics.reduce(x, kind, dims),)
+
+
+@impl(nf.ArgReduceOp)
+def arg_reduce(op: nf.ArgReduceOp, dtype: np.dtype[Any]) -> Kernel:
+    """Integers (indices, 0/1) in the input's float dtype."""
+    kind, (dim,) = op.kind.data, array_values(op.dims) or (0,)
+    return lambda x: (reduce_numerics.arg_reduce(x, kind, dim).astype(x.dtype),)
+
+
+@impl(nf.CumsumOp)
+def cumsum(op: nf.CumsumOp, dtype: np.dtype[Any]) -> Kernel:
+    (dim,) = array_values(op.dims) or (0,)
+    return lambda x: (reduce_numerics.cumsum(x, dim),)

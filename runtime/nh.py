@@ -60,6 +60,7 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, quant, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
+from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
@@ -1133,3 +1134,50 @@ def compare(op: nh.CompareOp, dtype: np.dtype[Any]) -> Kernel:
 def select(op: nh.SelectOp, dtype: np.dtype[Any]) -> Kernel:
     """A code of ``lhs`` or ``rhs``: the verifier's range check is the whole proof."""
     return lambda c, a, b: (np.where(c != 0, a.astype(np.int64), b),)
+
+
+# --------------------------------------------------------------------------------------------
+# Reductions and prefix sums
+# --------------------------------------------------------------------------------------------
+
+
+def _reduced_dynamic(op: Operation, dims: Sequence[int]) -> bool:
+    shape = tensor_shape(op.operands[0])
+    return any(shape[d] == DYNAMIC_INDEX for d in dims)
+
+
+@impl(nh.ReduceOp)
+def reduce(op: nh.ReduceOp, dtype: np.dtype[Any]) -> Kernel:
+    """Exact in int64; a sum over a dynamic dim is checked against its i32 result."""
+    kind, dims = op.kind.data, array_values(op.dims) or ()
+    check = kind == "sum" and _reduced_dynamic(op, dims)
+    width = width_of(op.result)
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        y = reduce_numerics.reduce(x.astype(np.int64), kind, dims)
+        if check:
+            _check_fits(op, y, width)
+        return (y,)
+
+    return run
+
+
+@impl(nh.ArgReduceOp)
+def arg_reduce(op: nh.ArgReduceOp, dtype: np.dtype[Any]) -> Kernel:
+    kind, (dim,) = op.kind.data, array_values(op.dims) or (0,)
+    return lambda x: (reduce_numerics.arg_reduce(x, kind, dim),)
+
+
+@impl(nh.CumsumOp)
+def cumsum(op: nh.CumsumOp, dtype: np.dtype[Any]) -> Kernel:
+    (dim,) = array_values(op.dims) or (0,)
+    check = _reduced_dynamic(op, (dim,))
+    width = width_of(op.result)
+
+    def run(x: IntArray) -> tuple[Any, ...]:
+        y = reduce_numerics.cumsum(x.astype(np.int64), dim)
+        if check:
+            _check_fits(op, y, width)
+        return (y,)
+
+    return run

@@ -15,8 +15,12 @@ from typing import Any
 
 import torch
 from torch import fx
+from xdsl.ir import Operation
 
-__all__ = ["Unsupported", "axis", "constant_of", "is_runtime"]
+from nanoir.dialects.nf import IndexResult
+from nanoir.dialects.traits import DataMovement
+
+__all__ = ["Unsupported", "axes", "axis", "constant_of", "holds_integers", "is_runtime"]
 
 
 class Unsupported(Exception):
@@ -54,3 +58,17 @@ def constant_of(imp: Any, arg: Any) -> torch.Tensor | None:
 def is_runtime(imp: Any, arg: Any) -> bool:
     """Whether ``arg`` is a tensor computed at run time (from the program's inputs)."""
     return isinstance(arg, fx.Node) and constant_of(imp, arg) is None
+
+
+def holds_integers(value: Any) -> bool:
+    """Whether an nf value holds torch's integers or bools as floats: the result of an op
+    with ``IndexResult`` (indices, comparisons), or data movement of one (a reshape of
+    argmax's indices, a concat of masks)."""
+    op = getattr(value, "owner", None)
+    while isinstance(op, Operation):
+        if op.has_trait(IndexResult):
+            return True
+        if not op.has_trait(DataMovement) or not op.operands:
+            return False
+        op = op.operands[0].owner
+    return False

@@ -56,9 +56,9 @@ from xdsl.utils.exceptions import VerifyException
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
-from nanoir.frontend import math_ops
+from nanoir.frontend import math_ops, reductions
 from nanoir.frontend.errors import FrontendError
-from nanoir.frontend.support import Unsupported
+from nanoir.frontend.support import Unsupported, holds_integers
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.movement import expand_grown
 from nanoir.runtime.numerics.recurrent import RecurrentLayout
@@ -451,7 +451,7 @@ class _Importer:
         elif isinstance(result, list):
             pairs += [(r, v) for r, v in zip(result, val) if r is not None]
         for value, meta in pairs:
-            if isinstance(value.owner, Operation) and value.owner.has_trait(nf.IndexResult):
+            if holds_integers(value):
                 # torch's int64 indices are float integers in nf (exact below 2**24)
                 assert isinstance(value.type, TensorType)
                 if value.type.get_shape() != _meta_shape(meta):
@@ -1626,7 +1626,7 @@ ATEN_HANDLERS: dict[str, Handler] = {
 """The handler of each supported ATen overload, by its name (``str(OpOverload)``)."""
 
 # The op families of issue 32 (elementwise math, ...), each a module of its own.
-for _family in (math_ops.HANDLERS,):
+for _family in (math_ops.HANDLERS, reductions.HANDLERS):
     ATEN_HANDLERS.update(_family)
 
 
