@@ -1384,7 +1384,7 @@ def check_upsample_bilinear(name: str, x: Sequence[int], y: Sequence[int]) -> li
     if not ok:
         raise VerifyException(
             f"{name}: {shape_str(x)} -> {shape_str(y)} must keep batch, channels and rank "
-            "and keep or double each static spatial dim (x2 bilinear only)"
+            "and keep or double each static spatial dim (x2 only)"
         )
     return [t != s for s, t in zip(x[2:], y[2:])]
 
@@ -2634,6 +2634,63 @@ class CumsumOp(IRDLOperation):
             raise VerifyException(f"nf.cumsum: dims {list(dims)} must be one dim of {shape_str(x)}")
 
 
+# --------------------------------------------------------------------------------------------
+# x2 bicubic upsampling (issue 32: a fixed kernel; nanoir.runtime.numerics.bicubic)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BicubicRows(StreamingRule):
+    """x2 bicubic upsampling along a scaled dim: a window of five rows (the edge row repeated
+    past each end, as ``pads``) emits two; row by row along the other dims."""
+
+    def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
+        x, y = tensor_shape(op.operands[0]), tensor_shape(op.results[0])
+        if dim < 2 or x[dim] == y[dim]:
+            return RowStep()
+        return RowStep(5, 1, 2, pad_begin=2, pad_end=2, adjust="window")
+
+
+@irdl_op_definition
+class UpsampleBicubicOp(IRDLOperation):
+    """x2 bicubic upsampling with ``align_corners=False`` (torch's ``F.interpolate(...,
+    mode="bicubic")``: Keys' cubic with ``A = -0.75``, indices clamped to the edges) of the
+    spatial dims the result doubles: per doubled dim, output ``2i`` is ``(-9 x[i-2] + 67
+    x[i-1] + 225 x[i] - 27 x[i+1]) / 256`` and ``2i + 1`` its mirror image, the edge row
+    repeated past the ends (``pads`` of them: 2 each for the whole op). Dyadic weights: on a
+    quantized input the result is exact, and the output's fake-quant is the one rounding.
+
+    ```mlir
+    %y = nf.upsample_bicubic %x {pads = array<i64: 2, 2, 2, 2>} : tensor<?x16x4x4xf32> -> tensor<?x16x8x8xf32>
+    ```
+    """
+
+    name = "nf.upsample_bicubic"
+    input = operand_def(FloatTensor)
+    result = result_def(FloatTensor)
+    pads = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), BicubicRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, size: Sequence[int]):
+        t = input.type
+        assert isinstance(t, TensorType)
+        shape = (*t.get_shape()[:2], *size)
+        super().__init__(
+            operands=[input],
+            result_types=[TensorType(t.get_element_type(), shape)],
+            properties={"pads": int_array([2] * (2 * len(size)))},
+        )
+
+    def verify_(self) -> None:
+        check_same_element_type(self, [self.input, self.result])
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        check_upsample_bilinear(self.name, x, y)
+        if list(array_values(self.pads) or ()) != [2] * (2 * (len(x) - 2)):
+            raise VerifyException(f"{self.name}: pads must be 2 per spatial dim and end")
+
+
 NF = Dialect(
     "nf",
     [
@@ -2689,6 +2746,7 @@ NF = Dialect(
         ReduceOp,
         ArgReduceOp,
         CumsumOp,
+        UpsampleBicubicOp,
     ],
     [],
 )

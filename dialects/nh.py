@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 from nanoir.dialects.nf import (
+    BicubicRows,
     BilinearRows,
     PlaneRows,
     ReduceRows,
@@ -69,6 +70,7 @@ from nanoir.dialects.traits import (
     space_to_depth_rows,
     transpose_rows,
 )
+from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels, movement
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
@@ -2524,6 +2526,43 @@ class CumsumOp(IRDLOperation):
         check_fits(self, needed, self.result)
 
 
+@irdl_op_definition
+class UpsampleBicubicOp(IRDLOperation):
+    """``nf.upsample_bicubic`` on codes, exact: the sum with the integer weights ``-9, 67,
+    225, -27`` (and mirrored) per doubled dim (``256**n`` times the value, ``n`` doubled
+    dims), so the result's exponent is the input's plus ``8 n`` and its codes need ``9 n``
+    more bits; the output fake-quant's requant is the one rounding.
+
+    ```mlir
+    %y = nh.upsample_bicubic %x {pads = array<i64: 2, 2, 2, 2>}
+        : tensor<?x4x3x3xi8, #nh.fixed<5, BCMD>> -> tensor<?x4x6x6xi32, #nh.fixed<21, BCMD>>
+    ```
+    """
+
+    name = "nh.upsample_bicubic"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    pads = prop_def(DenseArrayBase[I64])
+    traits = traits_def(Pure(), BicubicRows())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        x, y = tensor_shape(self.input), tensor_shape(self.result)
+        doubled = sum(check_upsample_bilinear(self.name, x, y))
+        if list(array_values(self.pads) or ()) != [2] * (2 * (len(x) - 2)):
+            raise VerifyException(f"{self.name}: pads must be 2 per spatial dim and end")
+        _, fx = check_nh_value(self, self.input, "input")
+        _, fy = check_nh_value(self, self.result, "result")
+        want = fx.exp_array(len(x)) + bicubic_numerics.EXP_STEP * doubled
+        what = f"the result's exponent is the input's + {bicubic_numerics.EXP_STEP * doubled}"
+        check_exps_equal(self, what, want, fy.exp_array(len(y)))
+        if is_unsigned(self.result):
+            raise VerifyException(f"{self.name}: the result must be signed")
+        grown = max(signed_bits(self.input), 2) + bicubic_numerics.GROWTH_BITS * doubled
+        check_fits(self, grown, self.result)
+
+
 NH = Dialect(
     "nh",
     [
@@ -2569,6 +2608,7 @@ NH = Dialect(
         ReduceOp,
         ArgReduceOp,
         CumsumOp,
+        UpsampleBicubicOp,
     ],
     [FixedAttr],
 )

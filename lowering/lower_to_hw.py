@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nanoir.lowering.hw.bicubic import LowerUpsampleBicubic
 from nanoir.lowering.hw.channel_wise import FuseBatchNormFakeQuant, LowerBatchNorm, LowerPRelu
 from nanoir.lowering.hw.contraction import LowerConv, LowerConvTranspose, LowerLinear, LowerMatmul
 from nanoir.lowering.hw.core import (
@@ -154,6 +155,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerReduce,
     LowerArgReduce,
     LowerCumsum,
+    LowerUpsampleBicubic,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

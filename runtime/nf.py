@@ -16,6 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
@@ -454,3 +455,11 @@ def arg_reduce(op: nf.ArgReduceOp, dtype: np.dtype[Any]) -> Kernel:
 def cumsum(op: nf.CumsumOp, dtype: np.dtype[Any]) -> Kernel:
     (dim,) = array_values(op.dims) or (0,)
     return lambda x: (reduce_numerics.cumsum(x, dim),)
+
+
+@impl(nf.UpsampleBicubicOp)
+def upsample_bicubic(op: nf.UpsampleBicubicOp, dtype: np.dtype[Any]) -> Kernel:
+    x, y = nf.tensor_shape(op.input), nf.tensor_shape(op.result)
+    scaled = [a != b for a, b in zip(x[2:], y[2:])]
+    pads = array_values(op.pads) or ()
+    return lambda v: (bicubic_numerics.bicubic(v, scaled, pads),)

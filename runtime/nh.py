@@ -57,6 +57,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nh import FixedAttr, code_range, width_of
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
+from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, quant, unpool, upsample
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
@@ -1181,3 +1182,12 @@ def cumsum(op: nh.CumsumOp, dtype: np.dtype[Any]) -> Kernel:
         return (y,)
 
     return run
+
+
+@impl(nh.UpsampleBicubicOp)
+def upsample_bicubic(op: nh.UpsampleBicubicOp, dtype: np.dtype[Any]) -> Kernel:
+    """The integer weighted sum (int64; the verifier proves it fits)."""
+    x, y = tensor_shape(op.input), tensor_shape(op.result)
+    scaled = [a != b for a, b in zip(x[2:], y[2:])]
+    pads = array_values(op.pads) or ()
+    return lambda v: (bicubic_numerics.bicubic_sum(v.astype(np.int64), scaled, pads),)

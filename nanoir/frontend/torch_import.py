@@ -56,7 +56,7 @@ from xdsl.utils.exceptions import VerifyException
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
-from nanoir.frontend import math_ops, reductions
+from nanoir.frontend import math_ops, movement_ops, reductions
 from nanoir.frontend.errors import FrontendError
 from nanoir.frontend.support import Unsupported, holds_integers
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
@@ -1626,7 +1626,7 @@ ATEN_HANDLERS: dict[str, Handler] = {
 """The handler of each supported ATen overload, by its name (``str(OpOverload)``)."""
 
 # The op families of issue 32 (elementwise math, ...), each a module of its own.
-for _family in (math_ops.HANDLERS, reductions.HANDLERS):
+for _family in (math_ops.HANDLERS, reductions.HANDLERS, movement_ops.HANDLERS):
     ATEN_HANDLERS.update(_family)
 
 
