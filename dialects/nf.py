@@ -49,6 +49,7 @@ from nanoir.dialects.traits import (
 )
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics import l2norm as l2_numerics
 from nanoir.runtime.numerics import norm as norm_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import reduce as reduce_numerics
@@ -2691,6 +2692,106 @@ class UpsampleBicubicOp(IRDLOperation):
             raise VerifyException(f"{self.name}: pads must be 2 per spatial dim and end")
 
 
+# --------------------------------------------------------------------------------------------
+# L2 normalisation (issue 32: integer algorithm, nanoir.runtime.numerics.l2norm)
+# --------------------------------------------------------------------------------------------
+
+
+def l2_plan_of(
+    op: Operation, qin: Quantized, qout: Quantized, shape: tuple[int, ...] | None = None
+) -> l2_numerics.L2Plan:
+    """The integer algorithm's plan for an ``nf.normalize`` on these grids (``shape``: the
+    input's, by default its static type's)."""
+    assert isinstance(op, NormalizeOp)
+    shape = tensor_shape(op.input) if shape is None else shape
+    axis = op.axis.value.data % max(len(shape), 1)
+    user = next(iter(op.result.uses)).operation
+    mode = getattr(user, "rounding_mode", "trunc")
+    in_bits = qin.bits + (0 if qin.signed else 1)
+    return l2_numerics.l2_plan(
+        shape[axis] if shape else 1,
+        in_bits,
+        qin.exp,
+        op.epsilon.value.data,
+        qout.exp,
+        qout.bits,
+        mode,
+        qout.signed,
+    )
+
+
+def _l2_bound(op: Operation, qin: Quantized, qout: Quantized) -> str | None:
+    assert isinstance(op, NormalizeOp)
+    shape = tensor_shape(op.input)
+    if shape and shape[op.axis.value.data % len(shape)] == DYNAMIC_INDEX:
+        return None  # the plan is made for each run's shape (nq); lower-to-hw refuses it
+    try:
+        l2_plan_of(op, qin, qout)
+    except l2_numerics.L2BoundError as e:
+        return str(e)
+    return None
+
+
+def _l2_codes(op: Operation, q: np.ndarray, qin: Quantized, qout: Quantized) -> np.ndarray:
+    """The nq semantics: the integer algorithm on the codes (int64 inside)."""
+    assert isinstance(op, NormalizeOp)
+    codes = np.rint(q).astype(np.int64)
+    try:
+        plan = l2_plan_of(op, qin, qout, codes.shape)
+    except l2_numerics.L2BoundError as e:
+        raise ValueError(f"{op.name}: {e}") from None
+    axis = op.axis.value.data % max(codes.ndim, 1)
+    return l2_numerics.l2_normalize_codes(codes, axis, plan)
+
+
+L2_ALGORITHM = IntegerAlgorithm(_l2_codes, _l2_bound)
+"""L2 normalisation's integer algorithm (``nanoir.runtime.numerics.l2norm``)."""
+
+
+@irdl_op_definition
+class NormalizeOp(IRDLOperation):
+    """torch's ``F.normalize(x, p=2, dim=axis, eps=epsilon)``: ``x / max(||x||_2, epsilon)``
+    along ``axis``. Quantized, the integer algorithm of ``nanoir.runtime.numerics.l2norm``
+    (:class:`IntegerAlgorithm`: an i64 sum of squared codes, an exact isqrt, one rounding
+    division and the output requant): within ``1/2 + e`` output steps of torch's float64 op
+    on the quantized input for the half modes, one step for trunc and floor (``e`` below
+    ``2**(ko - 27)``).
+
+    ```mlir
+    %y = nf.normalize %x {axis = 1 : i64, epsilon = 1.0e-12 : f64} : tensor<?x16x8xf32>
+    ```
+    """
+
+    name = "nf.normalize"
+    T: ClassVar = VarConstraint("T", FloatTensor)
+    input = operand_def(T)
+    result = result_def(T)
+    axis = prop_def(IntegerAttr[I64])
+    epsilon = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(1e-12, Float64Type()))
+    traits = traits_def(Pure(), WholeAlongAxis(), L2_ALGORITHM)
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input)"
+
+    def __init__(self, input: SSAValue, axis: int, epsilon: float = 1e-12):
+        super().__init__(
+            operands=[input],
+            result_types=[input.type],
+            properties={
+                "axis": IntegerAttr(axis, i64),
+                "epsilon": FloatAttr(float(epsilon), Float64Type()),
+            },
+        )
+
+    def verify_(self) -> None:
+        rank = len(tensor_shape(self.input))
+        axis = self.axis.value.data
+        if not -max(rank, 1) <= axis < max(rank, 1):
+            raise VerifyException(f"nf.normalize: axis {axis} is out of range for rank {rank}")
+        eps = self.epsilon.value.data
+        if not eps >= 0:
+            raise VerifyException(f"nf.normalize: epsilon {eps} must be >= 0")
+
+
 NF = Dialect(
     "nf",
     [
@@ -2747,6 +2848,7 @@ NF = Dialect(
         ArgReduceOp,
         CumsumOp,
         UpsampleBicubicOp,
+        NormalizeOp,
     ],
     [],
 )

@@ -73,6 +73,7 @@ from nanoir.dialects.traits import (
 from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import kernels, movement
+from nanoir.runtime.numerics import l2norm as l2_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics.movement import check_indices, gather_shape
@@ -2563,6 +2564,79 @@ class UpsampleBicubicOp(IRDLOperation):
         check_fits(self, grown, self.result)
 
 
+@irdl_op_definition
+class NormalizeOp(IRDLOperation):
+    """Integer L2 normalisation along ``axis`` (``n`` codes per row; the algorithm of
+    ``nanoir.runtime.numerics.l2norm``): i64 ``S2 = sum x**2``; per row ``h = clamp((61 -
+    bitlen(max(S2, (eps_term >> 2 max_shift) + 1) + 1)) // 2, 0, max_shift)``, ``sigma =
+    max(isqrt(max(S2 4**h, eps_term >> 2 (max_shift - h))), 1)``; per element ``acc =
+    round_half_up(x 2**(h + exp(result) + guard) / sigma)``, moved by ``nudge`` (trunc: away
+    from zero, floor: up), then requantized by ``guard`` with ``rounding``, saturating to
+    ``bits``.
+
+    ```mlir
+    %y = nh.normalize %x {axis = 1 : i64, bits = 8 : i64, max_shift = 30 : i64,
+        eps_term = 0 : i64, guard = 24 : i64, nudge = 3 : i64, rounding = #nq.rounding<trunc>}
+        : tensor<?x16xi8, #nh.fixed<4, BC>> -> tensor<?x16xi8, #nh.fixed<7, BC>>
+    ```
+    """
+
+    name = "nh.normalize"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    bits = prop_def(IntegerAttr[I64])
+    max_shift = prop_def(IntegerAttr[I64])
+    eps_term = prop_def(IntegerAttr[I64])
+    guard = prop_def(IntegerAttr[I64])
+    nudge = prop_def(IntegerAttr[I64])
+    rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    traits = traits_def(Pure(), WholeAlongAxis())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        _, fx = check_nh_value(self, self.input, "input")
+        wout, fy = check_nh_value(self, self.result, "result")
+        if fx.is_per_channel or fy.is_per_channel:
+            raise VerifyException("nh.normalize: input and result need per-tensor exponents")
+        x = tensor_shape(self.input)
+        check_result_shape(self, x, self.result)
+        axis = self.axis.value.data
+        if not -max(len(x), 1) <= axis < max(len(x), 1):
+            raise VerifyException(f"nh.normalize: axis {axis} is out of range for {shape_str(x)}")
+        if x and x[axis % len(x)] == DYNAMIC_INDEX:
+            raise VerifyException("nh.normalize: the normalised dim must be static")
+        bits = self.bits.value.data
+        if not 2 <= bits <= wout + (1 if is_unsigned(self.result) else 0):
+            raise VerifyException(f"nh.normalize: bits {bits} do not fit the result's i{wout}")
+        for name in ("max_shift", "eps_term", "guard", "nudge"):
+            value = getattr(self, name).value.data
+            if not 0 <= value < 2**62:
+                raise VerifyException(f"nh.normalize: {name} {value} is not in 0..2**62")
+        if self.max_shift.value.data > 30:
+            raise VerifyException(f"nh.normalize: max_shift {self.max_shift.value.data} > 30")
+        if fy.exp_list[0] + self.guard.value.data > 31:
+            raise VerifyException(
+                "nh.normalize: the result's exponent plus guard pass 31 (i64 overflow)"
+            )
+
+    def plan(self) -> l2_numerics.L2Plan:
+        """The integer algorithm's plan these properties and types spell."""
+        x = tensor_shape(self.input)
+        return l2_numerics.L2Plan(
+            x[self.axis.value.data % len(x)] if x else 1,
+            self.max_shift.value.data,
+            self.eps_term.value.data,
+            self.guard.value.data,
+            fixed_of(self.result).exp_list[0],
+            self.bits.value.data,
+            RoundingMode(self.rounding.data),
+            self.nudge.value.data,
+            not is_unsigned(self.result),
+        )
+
+
 NH = Dialect(
     "nh",
     [
@@ -2609,6 +2683,7 @@ NH = Dialect(
         ArgReduceOp,
         CumsumOp,
         UpsampleBicubicOp,
+        NormalizeOp,
     ],
     [FixedAttr],
 )

@@ -75,6 +75,7 @@ from nanoir.lowering.hw.fake_quant import (
     QuantizeInput,
     RequantFakeQuant,
 )
+from nanoir.lowering.hw.l2_normalize import LowerNormalize
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
 from nanoir.lowering.hw.reduce import LowerArgReduce, LowerCumsum, LowerReduce
@@ -156,6 +157,7 @@ PATTERNS: tuple[type[HwPattern], ...] = (
     LowerArgReduce,
     LowerCumsum,
     LowerUpsampleBicubic,
+    LowerNormalize,
     LowerReturn,
 )
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""

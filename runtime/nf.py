@@ -19,6 +19,7 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel
 from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
+from nanoir.runtime.numerics import l2norm as l2_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
@@ -463,3 +464,9 @@ def upsample_bicubic(op: nf.UpsampleBicubicOp, dtype: np.dtype[Any]) -> Kernel:
     scaled = [a != b for a, b in zip(x[2:], y[2:])]
     pads = array_values(op.pads) or ()
     return lambda v: (bicubic_numerics.bicubic(v, scaled, pads),)
+
+
+@impl(nf.NormalizeOp)
+def normalize(op: nf.NormalizeOp, dtype: np.dtype[Any]) -> Kernel:
+    axis, eps = op.axis.value.data, op.epsilon.value.data
+    return _integer_algorithm(op, lambda x: (l2_numerics.normalize(x, axis, eps),))

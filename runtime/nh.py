@@ -60,6 +60,7 @@ from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, quant, unpool, upsample
+from nanoir.runtime.numerics import l2norm as l2_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
@@ -1191,3 +1192,11 @@ def upsample_bicubic(op: nh.UpsampleBicubicOp, dtype: np.dtype[Any]) -> Kernel:
     scaled = [a != b for a, b in zip(x[2:], y[2:])]
     pads = array_values(op.pads) or ()
     return lambda v: (bicubic_numerics.bicubic_sum(v.astype(np.int64), scaled, pads),)
+
+
+@impl(nh.NormalizeOp)
+def normalize(op: nh.NormalizeOp, dtype: np.dtype[Any]) -> Kernel:
+    """``nanoir.runtime.numerics.l2norm.l2_normalize_codes``: the same function nq runs."""
+    plan = op.plan()
+    axis = op.axis.value.data % max(len(tensor_shape(op.input)), 1)
+    return lambda x: (l2_numerics.l2_normalize_codes(x, axis, plan),)

@@ -12,6 +12,7 @@ them are compositions of ops that each have an integer form:
 | ``var``, ``std`` (any correction) | ``mean``, ``x - mean``, ``nf.unary "pow"`` 2, sum, times ``1/(n - c)`` (``sqrt``) |
 | ``linalg_vector_norm`` | ``abs``/``pow`` tables, sum (or max/min for ``ord = ±inf``), ``pow 1/p`` |
 | ``logsumexp`` | ``amax``, ``exp(x - max)``, sum, ``log``, ``+ max`` |
+| ``F.normalize(x, p=2, dim)``: ``div(x, expand(clamp_min(linalg_vector_norm(x, 2, [dim], True), eps)))`` | ``nf.normalize`` (an integer algorithm like LayerNorm's); the division's own handler wraps this match |
 
 A reduction to a dtype other than a float one (``sum(dtype=torch.int64)``, a sum of a bool
 tensor, whose result is an integer) is refused, naming it: nf holds float values.
@@ -31,7 +32,7 @@ from nanoir.dialects import nf
 from nanoir.frontend.support import Unsupported, axes, axis
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "WRAPS"]
 
 Handler = Callable[[Any, fx.Node, dict[str, Any]], Any]
 
@@ -270,3 +271,51 @@ HANDLERS: dict[str, Handler] = {
     "aten.cumsum.default": _cumsum,
 }
 """The ATen reductions, by overload name."""
+
+
+def _l2_pattern(node: fx.Node) -> tuple[fx.Node, int, float] | None:
+    """``(x, dim, eps)`` when ``node`` is ``F.normalize(x, p=2, dim, eps)`` as torch.export
+    writes it: ``div(x, expand(clamp_min(linalg_vector_norm(x, 2, [dim], True), eps)))``
+    (the expand may be missing: the division broadcasts)."""
+    x, rhs = node.args[0], node.args[1]
+    if isinstance(rhs, fx.Node) and str(rhs.target) == "aten.expand.default":
+        rhs = rhs.args[0]
+    if not isinstance(rhs, fx.Node) or str(rhs.target) != "aten.clamp_min.default":
+        return None
+    norm, eps = rhs.args[0], rhs.args[1]
+    if not isinstance(norm, fx.Node) or str(norm.target) != "aten.linalg_vector_norm.default":
+        return None
+    args = list(norm.args) + [None] * 4
+    ord_, dims, keepdim = args[1] if args[1] is not None else 2, args[2], args[3]
+    ord_ = norm.kwargs.get("ord", ord_)
+    dims = norm.kwargs.get("dim", dims)
+    keepdim = norm.kwargs.get("keepdim", keepdim)
+    if norm.args[0] is not x or float(ord_) != 2 or not keepdim or norm.kwargs.get("dtype"):
+        return None
+    if not isinstance(dims, (list, tuple)) or len(dims) != 1:
+        return None
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        return None
+    return x, int(dims[0]), float(eps)
+
+
+def _normalize_or(previous: Handler) -> Handler:
+    """The division's handler, but ``F.normalize``'s division (:func:`_l2_pattern`) becomes
+    one ``nf.normalize`` (its norm, clamp and expand are then read by nothing and dropped)."""
+
+    def handle(imp: Any, node: fx.Node, a: dict[str, Any]) -> Any:
+        match = _l2_pattern(node)
+        if match is None or a.get("rounding_mode") is not None:
+            return previous(imp, node, a)
+        x_node, dim, eps = match
+        x = imp.tensor(x_node, imp.element_type(node))
+        return imp.emit(nf.NormalizeOp(x, axis(dim, len(nf.tensor_shape(x))), eps)).result
+
+    handle.__doc__ = "``F.normalize``'s division as ``nf.normalize``; any other division as before."
+    return handle
+
+
+WRAPS: dict[str, Callable[[Handler], Handler]] = {
+    "aten.div.Tensor": _normalize_or,
+}
+"""Handlers of the core importer this family extends: each wraps the one it replaces."""

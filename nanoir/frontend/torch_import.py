@@ -1628,6 +1628,8 @@ ATEN_HANDLERS: dict[str, Handler] = {
 # The op families of issue 32 (elementwise math, ...), each a module of its own.
 for _family in (math_ops.HANDLERS, reductions.HANDLERS, movement_ops.HANDLERS):
     ATEN_HANDLERS.update(_family)
+for _name, _wrap in reductions.WRAPS.items():
+    ATEN_HANDLERS[_name] = _wrap(ATEN_HANDLERS[_name])
 
 
 def supported_aten_ops() -> list[str]:
