@@ -56,7 +56,7 @@ from xdsl.utils.exceptions import VerifyException
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
-from nanoir.frontend import math_ops, movement_ops, reductions
+from nanoir.frontend import core_aten, math_ops, movement_ops, reductions
 from nanoir.frontend.errors import FrontendError
 from nanoir.frontend.support import Unsupported, holds_integers
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
@@ -1626,10 +1626,13 @@ ATEN_HANDLERS: dict[str, Handler] = {
 """The handler of each supported ATen overload, by its name (``str(OpOverload)``)."""
 
 # The op families of issue 32 (elementwise math, ...), each a module of its own.
-for _family in (math_ops.HANDLERS, reductions.HANDLERS, movement_ops.HANDLERS):
-    ATEN_HANDLERS.update(_family)
-for _name, _wrap in reductions.WRAPS.items():
-    ATEN_HANDLERS[_name] = _wrap(ATEN_HANDLERS[_name])
+for _new, _old in core_aten.ALIASES.items():
+    ATEN_HANDLERS[_new] = ATEN_HANDLERS[_old]
+for _family in (math_ops, reductions, movement_ops, core_aten):
+    ATEN_HANDLERS.update(_family.HANDLERS)
+for _wraps in (reductions.WRAPS, core_aten.WRAPS):
+    for _name, _wrap in _wraps.items():
+        ATEN_HANDLERS[_name] = _wrap(ATEN_HANDLERS[_name])
 
 
 def supported_aten_ops() -> list[str]:
