@@ -325,7 +325,7 @@ def test_opset_17_inputs_read_as_attributes() -> None:
         "Resize", ["Split_n1_o1", "", "", g.const(np.array([2, 1, 10, 10], np.int64))], **nearest
     )
     out = g.op("Add", [r0, r1])
-    module = read(g.model(["N", 2, 3, 3], out))
+    module = read(g.model([2, 2, 3, 3], out))  # (sizes of 2 along a dynamic batch would resize it)
     xin = f32(2, 2, 3, 3)
     v = np.clip(
         np.pad(fq(xin.astype(np.float64), 8, 4), ((0, 0), (0, 0), (1, 1), (1, 1))), -0.5, 0.75
