@@ -4,7 +4,11 @@ The corpus: the networks of ``reach_models.py`` (timm CNNs and transformers, tor
 models, written in plain torch), the 14 of ``ptq_models.py``, DenseNet-121 of
 ``compile_models.py``, ``nanoir.testing.MAGIK_MODELS`` (the manual's CRNN in every variant,
 slim) plus the manual's CRNN at full width, and, as "blocks", ``OP_PROOF_MODELS``,
-``PROOF_MODELS`` and the small Magik proof nets. Random weights (timm's initialisation where
+``PROOF_MODELS`` and the small Magik proof nets; then the second corpus,
+``reach_models_more/`` (families the first lacks: more vision transformers and conv nets,
+detectors, speech and audio, text), added to measure whether the reach generalises
+(``--corpus more`` selects it; its first results, before any fix, are in
+``reach_results.md``). Random weights (timm's initialisation where
 the source builds it so), realistic BatchNorm statistics, small inputs (64x64 images, 1 s of
 audio at 8 kHz or less).
 
@@ -16,8 +20,8 @@ output's SQNR against the float torch module in float64. Calibration: 2 batches 
 ``ptq_images``'s smooth images; audio: seeded tones in noise; features: smooth noise).
 A non-``nanoir.Error`` exception is recorded as a crash (a traceback a user would see).
 
-    python benchmarks/bench_reach.py [--only ResNet-10t,M5] [--jobs 2] [--out reach.md]
-                                     [--timeout 300]
+    python benchmarks/bench_reach.py [--only ResNet-10t,M5] [--corpus first|more]
+                                     [--jobs 2] [--out reach.md] [--timeout 300]
 
 ``--out benchmarks/reach_results.md`` replaces only the measured part of that file (between
 its ``<!-- measured -->`` markers), keeping the hand-written analysis.
@@ -49,14 +53,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 BATCH = 4
 """Inputs per batch: the export example, each calibration batch and the evaluation batch."""
 CALIBRATION_BATCHES = 2
+BN_SEED = 2
+"""The seed of the inputs that set the second corpus' BatchNorm statistics (the measured
+inputs are drawn with seed 1)."""
 BEGIN, END = "<!-- measured -->", "<!-- /measured -->"
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A corpus network: group (``timm``, ``torchaudio``, ``Magik``, ``small``, ``block``),
-    where it comes from, how to build it, its input shape without the batch dim and the
-    input kind (``image``, ``audio``, ``features``, ``ids``)."""
+    """A corpus network: group (``timm``, ``torchaudio``, ``Magik``, ``small``, ``block``;
+    the second corpus adds ``torchvision``, ``edge``, ``detection``, ``audio``, ``text``),
+    where it comes from, how to build it, its input shape without the batch dim, the input
+    kind (``image``, ``audio``, ``features``, ``ids``, ``tokens``) and the corpus it belongs
+    to (``first`` or ``more``)."""
 
     name: str
     group: str
@@ -64,6 +73,7 @@ class Entry:
     build: Callable[[], Any]
     shape: tuple[int, ...]
     kind: str
+    corpus: str = "first"
 
 
 def _reach(name: str) -> Callable[[], Any]:
@@ -71,6 +81,17 @@ def _reach(name: str) -> Callable[[], Any]:
         from reach_models import make_reach_model
 
         return make_reach_model(name)
+
+    return build
+
+
+def _more(name: str) -> Callable[[], Any]:
+    def build() -> Any:
+        import torch
+        from reach_models_more import make_more_model
+
+        data = inputs(corpus()[name], 8, seed=BN_SEED)  # BN statistics: not the measured data
+        return make_more_model(name, data=torch.from_numpy(data))
 
     return build
 
@@ -142,6 +163,7 @@ def corpus() -> dict[str, Entry]:
     """Every network of the benchmark, by name, in table order."""
     from ptq_models import PTQ_MODELS, input_shape
     from reach_models import REACH_MODELS
+    from reach_models_more import MORE_MODELS
 
     from nanoir.testing.magik_models import MAGIK_INPUTS, MAGIK_MODELS
     from nanoir.testing.op_proof_models import OP_PROOF_MODELS
@@ -172,6 +194,10 @@ def corpus() -> dict[str, Entry]:
         Entry("MagikCRNN-lstm-full", "Magik", "Magik manual CRNN", _magik_full, (3, 32, 128),
               "image")
     )  # fmt: skip
+    for name, more in MORE_MODELS.items():
+        entries.append(
+            Entry(name, more.group, more.source, _more(name), more.shape, more.kind, "more")
+        )
     for name in OP_PROOF_MODELS:
         shape = tuple(_example_shape(_block("op", name)))
         entries.append(Entry(name, "block", "OP_PROOF_MODELS", _block("op", name), shape, "auto"))
@@ -187,7 +213,9 @@ def _example_shape(build: Callable[[], Any]) -> tuple[int, ...]:
 
 def inputs(entry: Entry, count: int, seed: int) -> np.ndarray:
     """``count`` inputs of ``entry``: smooth images (ImageNet-normalised for 3 channels),
-    tones in noise for audio, smooth noise for features, token ids for ``ids``."""
+    tones in noise for audio, smooth noise for features, token ids for ``ids``, and for
+    ``tokens`` ids in ``[1, VOCAB)`` with each row's end padded by 0 from a random length
+    between half and all of it."""
     from ptq_images import smooth_images
 
     rng = np.random.default_rng(seed)
@@ -196,6 +224,13 @@ def inputs(entry: Entry, count: int, seed: int) -> np.ndarray:
         from nanoir.testing.magik_models import TEXT_VOCAB
 
         return rng.integers(0, TEXT_VOCAB, (count, *shape)).astype(np.int64)
+    if entry.kind == "tokens":
+        from reach_models_more import VOCAB
+
+        ids = rng.integers(1, VOCAB, (count, *shape))
+        lengths = rng.integers(shape[-1] // 2, shape[-1] + 1, count)
+        ids[np.arange(shape[-1]) >= lengths[:, None]] = 0
+        return ids.astype(np.int64)
     if entry.kind == "image" or (entry.kind == "auto" and len(shape) == 3):
         return smooth_images(count, shape, seed)  # type: ignore[arg-type]
     if entry.kind == "audio":
@@ -329,7 +364,8 @@ def measure(name: str, timeout: int = 300) -> Result:
             double = copy.deepcopy(model).double()
             with torch.no_grad():
                 x = torch.from_numpy(evaluation)
-                reference = _flat(double(x if entry.kind == "ids" else x.double()))
+                ids = entry.kind in ("ids", "tokens")
+                reference = _flat(double(x if ids else x.double()))
             sqnr = sqnr_db(reference, got)
             one = nanoir.run(hw, evaluation[:1])
             four = nanoir.run(hw, evaluation)
@@ -403,7 +439,7 @@ def _commit() -> str:
 
 def _defaults() -> str:
     """quantize's defaults as this nanoir has them."""
-    from nanoir.lowering.quantize_rules import QuantConfig
+    from nanoir.lowering.quantize import QuantConfig
 
     c = QuantConfig()
     rounding = getattr(c.rounding, "name", str(c.rounding)).lower()
@@ -489,6 +525,11 @@ def write_out(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> list[Result]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated subset of the networks")
+    parser.add_argument(
+        "--corpus",
+        choices=("first", "more"),
+        help="only the first corpus or only the second (reach_models_more); default both",
+    )
     parser.add_argument("--list", action="store_true", help="print the networks and exit")
     parser.add_argument("--jobs", type=int, default=1, help="networks at once (default 1)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per network")
@@ -499,9 +540,11 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
 
     torch.set_num_threads(1)
     entries = corpus()
+    if args.corpus:
+        entries = {n: e for n, e in entries.items() if e.corpus == args.corpus}
     if args.list:
         for e in entries.values():
-            emit(f"{e.name}\t{e.group}\t{e.source}\t{e.shape}")
+            emit(f"{e.name}\t{e.group}\t{e.source}\t{e.shape}\t{e.corpus}")
         return []
     names = args.only.split(",") if args.only else list(entries)
     unknown = [n for n in names if n not in entries]

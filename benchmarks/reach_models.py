@@ -35,7 +35,7 @@ from nanoir.testing import randomize_batch_norm
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ptq_models import make_divisible, timm_init  # noqa: E402
 
-__all__ = ["REACH_MODELS", "ReachModel", "make_reach_model"]
+__all__ = ["REACH_MODELS", "ReachModel", "make_reach_model", "trunc02_init"]
 
 
 def _act(kind: str | None) -> nn.Module:
@@ -1292,6 +1292,21 @@ REACH_MODELS: dict[str, ReachModel] = {
 }
 """The networks this file adds, by name."""
 
+
+def trunc02_init(model: nn.Module, seed: int = 0) -> nn.Module:
+    """The transformers' initialisation (in place): conv and linear weights ``N(0, 0.02)``
+    truncated at two standard deviations, biases 0 (timm's ViT, ConvNeXt, Swin ``_init_weights``)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Conv2d | nn.Linear):
+                noise = torch.randn(module.weight.shape, generator=generator)
+                module.weight.copy_(0.02 * noise.clamp(-2, 2))
+                if module.bias is not None:
+                    module.bias.zero_()
+    return model
+
+
 _LAST_BN = {BasicBlock: "conv2", DlaBasic: "conv2", CspBottleneck: "conv3"}
 
 
@@ -1305,14 +1320,7 @@ def make_reach_model(name: str, seed: int = 0) -> nn.Module:
     if spec.init == "fan_out":
         timm_init(model, seed)
     elif spec.init == "trunc02":
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, nn.Conv2d | nn.Linear):
-                    noise = torch.randn(module.weight.shape, generator=generator)
-                    module.weight.copy_(0.02 * noise.clamp(-2, 2))
-                    if module.bias is not None:
-                        module.bias.zero_()
+        trunc02_init(model, seed)
     randomize_batch_norm(model, seed)
     if spec.zero_init_last:
         with torch.no_grad():
