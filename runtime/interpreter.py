@@ -121,7 +121,8 @@ def check_input(index: int, value: Any, t: Any, dtype: np.dtype[Any]) -> Any:
         if _is_nh_type(t):
             return _check_codes(index, array, t)
     if np.issubdtype(array.dtype, np.floating) or np.issubdtype(dtype, np.floating):
-        return np.ascontiguousarray(array, dtype=dtype)
+        # (not np.ascontiguousarray, which makes a 0-d input 1-d)
+        return np.asarray(array, dtype=dtype, order="C")
     return array
 
 
