@@ -394,6 +394,34 @@ HW_OPS: tuple[HwOp, ...] = (
             AttrMap("rounding", "rounding", "rounding"),
         ),
     ),
+    # issue 32's op families
+    HwOp(nh.CompareOp, "Compare", props=(AttrMap("predicate", "predicate", "name"),)),
+    HwOp(nh.SelectOp, "Where"),
+    HwOp(
+        nh.ReduceOp,
+        "Reduce",
+        props=(AttrMap("axes", "dims", "ints"), AttrMap("kind", "kind", "name")),
+    ),
+    HwOp(
+        nh.ArgReduceOp,
+        "ArgReduce",
+        props=(AttrMap("axes", "dims", "ints"), AttrMap("kind", "kind", "name")),
+    ),
+    HwOp(nh.CumsumOp, "CumSum", props=(AttrMap("axes", "dims", "ints"),)),
+    HwOp(nh.UpsampleBicubicOp, "UpsampleBicubic", props=(AttrMap("pads", "pads", "ints"),)),
+    HwOp(
+        nh.NormalizeOp,
+        "Normalize",
+        props=(
+            AttrMap("axis", "axis", "int"),
+            AttrMap("bit_len", "bits", "int"),
+            AttrMap("eps_term", "eps_term", "int"),
+            AttrMap("guard", "guard", "int"),
+            AttrMap("max_shift", "max_shift", "int"),
+            AttrMap("nudge", "nudge", "int"),
+            AttrMap("rounding", "rounding", "rounding"),
+        ),
+    ),
     HwOp(
         nh.ExpandOp,
         "Expand",

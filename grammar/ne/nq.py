@@ -109,6 +109,13 @@ from nanoir.grammar.ne.node import (
     Unsupported,
     kind_of_const,
 )
+from nanoir.grammar.ne.nq_families import (
+    FAMILY_CLASSES,
+    FAMILY_ROWS,
+    refusal,
+    resize_cubic,
+    row_type_for,
+)
 from nanoir.grammar.ne.schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
 from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
@@ -398,6 +405,8 @@ def _resize_spatial_sizes(n: NodeSpec, x: SSAValue) -> list[int]:
 def _resize(n: NodeSpec) -> Operation:
     if n.name_attr("mode", "nearest") == "linear":
         return _resize_linear(n)
+    if n.name_attr("mode", "nearest") == "cubic":
+        return resize_cubic(n)
     n.allow("axes", "sizes", *(k for k, _ in _RESIZE_NEAREST))
     n.one_output()
     if len(n.inputs) != 1:
@@ -1208,6 +1217,11 @@ NQ_OPS: tuple[NqOp, ...] = (
     NqOp("LogSoftmax", nf.LogSoftmaxOp, attrs=(AttrMap("axis", "axis", "int", -1),)),
     NqOp("LayerNormalization", nf.LayerNormOp, converter=_layer_norm, writer=_layer_norm_attrs),  # type: ignore[arg-type]
     NqOp("GroupNormalization", nf.GroupNormOp, converter=_group_norm, writer=_group_norm_attrs),  # type: ignore[arg-type]
+    # issue 32's op families (nq_families.py): one class, several op types
+    *(
+        NqOp(t, cls, inputs=i, converter=c, writer=w)  # type: ignore[arg-type]
+        for t, cls, c, w, i in FAMILY_ROWS
+    ),
 )
 """Every op type the nq level maps; the first row of a class is how export writes it."""
 
@@ -1222,6 +1236,11 @@ def row_of(op: Operation, op_type: str | None = None) -> NqOp:
     the op's class (Flatten for a reshape), else the class's first; KeyError for none."""
     if isinstance(op, nf.RecurrentOp):  # one class, three op types: by its mode
         return BY_OP_TYPE[_RECURRENT_OP_TYPE.get(op.mode.data, "LSTM")]
+    if isinstance(op, FAMILY_CLASSES):  # one class, an op type per function (or none)
+        op_type = row_type_for(op)
+        if op_type is None:
+            raise refusal(op)
+        return BY_OP_TYPE[op_type]
     if op_type is None:
         recorded = op.attributes.get(NE_OP_TYPE)
         op_type = recorded.data if isinstance(recorded, StringAttr) else None
