@@ -27,6 +27,7 @@ op, the module path it comes from (``node.meta["nn_module_stack"]``) and the sou
 
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import os
@@ -58,6 +59,8 @@ from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
 from nanoir.frontend import core_aten, math_ops, movement_ops, reductions
 from nanoir.frontend.errors import FrontendError
+from nanoir.frontend.export_errors import export_failure, scripted_module
+from nanoir.frontend.fold import Fold, fold_program
 from nanoir.frontend.support import Unsupported, holds_integers
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.movement import expand_grown
@@ -209,6 +212,7 @@ class _Importer:
         self.values: dict[fx.Node, Value] = {}
         self.constant_ops: list[Operation] = []
         self.body_ops: list[Operation] = []
+        self.fold = Fold()
 
     # -- operands ------------------------------------------------------------------------
 
@@ -244,9 +248,11 @@ class _Importer:
 
     def _materialize(self, const: _TorchConstant, element_type: Attribute | None) -> SSAValue:
         dtype = const.tensor.dtype
-        if dtype in _FLOAT_TYPES:
+        if dtype in _FLOAT_TYPES and element_type is None:
             elt = _element_type(dtype)
         elif element_type is not None and not dtype.is_complex:
+            # an op computes in its result's dtype: torch casts a 0-d float64 constant, or an
+            # integer/bool one, to it (``x + torch.tensor(0.5, dtype=torch.float64)``)
             elt = element_type  # integer/bool constants join float arithmetic as floats
         else:
             raise _Unsupported(f"constant '{const.name}' has dtype {dtype}")
@@ -278,6 +284,7 @@ class _Importer:
 
     def run(self, function_name: str) -> ModuleOp:
         graph = self.program.graph
+        self.fold = fold_program(self.program)
         self._reject_unsupported(graph)
         self._reject_runtime_indices(graph)
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs}
@@ -311,6 +318,8 @@ class _Importer:
                 return n is None
             if n.op == "placeholder":
                 return kinds.get(n.name) != InputKind.USER_INPUT
+            if self.fold.is_constant(n):
+                return True
             return ATEN_HANDLERS.get(str(n.target)) in (_identity, _reshape) and constant(n.args[0])
 
         for node in graph.nodes:
@@ -342,9 +351,12 @@ class _Importer:
         for node in graph.nodes:
             if node.op != "call_function" or _is_shape_arithmetic(node):
                 continue
+            if node in self.fold.folded:
+                continue
             if node.target is operator.getitem or str(node.target) in ATEN_HANDLERS:
                 continue
-            text = _describe(node)
+            why = self.fold.why_not_folded(node)
+            text = _describe(node) + (f"\n    ({why})" if why else "")
             if text not in problems:
                 problems.append(text)
         if problems:
@@ -400,7 +412,12 @@ class _Importer:
         if _is_shape_arithmetic(node):
             self.values[node] = None
             return
+        if node in self.fold.folded and node not in self.fold.values:
+            return  # read only by other folded nodes
         try:
+            if node in self.fold.folded:
+                self.values[node] = self._folded(node)
+                return
             if node.target is operator.getitem:
                 result = self._getitem(node)
             else:
@@ -415,6 +432,31 @@ class _Importer:
             ) from None
         self._name_results(node, result)
         self.values[node] = result
+
+    def _folded(self, node: fx.Node) -> Value:
+        """The folded value of an input-independent node, as constants named after the
+        parameter it is computed from (``pos_embed.permute``), else after its module and
+        node (``encoder.arange``); an identity of a constant is that constant itself."""
+        source = node.args[0] if node.args else None
+        if (
+            ATEN_HANDLERS.get(str(node.target)) is _identity
+            and isinstance(source, fx.Node)
+            and isinstance(self.values.get(source), _TorchConstant)
+        ):
+            return self.values[source]
+        stack = node.meta.get("nn_module_stack") or {}
+        path = str(list(stack.values())[-1][0]) if stack else ""
+        root = self.fold.roots.get(node) or path
+        name = f"{root}.{node.name}" if root else node.name
+        value = self.fold.values[node]
+        if isinstance(value, torch.Tensor):
+            return _TorchConstant(value, name)
+        if isinstance(value, (list, tuple)):
+            return [
+                _TorchConstant(v, f"{name}.{i}") if isinstance(v, torch.Tensor) else None  # type: ignore[misc]
+                for i, v in enumerate(value)
+            ]
+        raise _Unsupported(f"'{node.name}' folds to {type(value).__name__}, not a tensor")
 
     def _name_results(self, node: fx.Node, result: Value) -> None:
         """Name activations after the module that computed them (``layer1.0.conv1``), or
@@ -1454,8 +1496,11 @@ _RECURRENT_MODES = {
 
 def _initial_state(imp: _Importer, arg: Any) -> SSAValue | None:
     """An initial state: None where torch made it with ``aten.zeros``."""
-    if isinstance(arg, fx.Node) and isinstance(imp.values.get(arg), _Zeros):
+    value = imp.values.get(arg) if isinstance(arg, fx.Node) else None
+    if isinstance(value, _Zeros):
         return None
+    if isinstance(value, _TorchConstant) and not bool(value.tensor.any()):
+        return None  # torch.zeros of a static batch, folded: the states start at zero
     return imp.tensor(arg)
 
 
@@ -1662,11 +1707,17 @@ def export(
     """``torch.export`` the model in eval mode and functionalize it (``run_decompositions({})``).
 
     The modules' training flags are restored afterwards. With ``dynamic_batch``, dim 0 of every
-    input is one shared ``Dim("batch")``; batch-1 examples are doubled first, since
-    torch.export would specialize a size-1 dim.
+    input is one shared ``Dim("batch")`` (a ``forward(*args)`` gets one per argument it
+    gathers); batch-1 examples are doubled first, since torch.export would specialize a
+    size-1 dim. When torch.export fails, the error names the cause and the user's line
+    (:mod:`nanoir.frontend.export_errors`); with ``dynamic_batch`` it then retries with static
+    shapes, and suggests ``dynamic_batch=False`` only if that succeeds.
     """
     if not isinstance(model, torch.nn.Module):
         raise ArgumentError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    scripted = scripted_module(model)
+    if scripted is not None:
+        raise scripted
     inputs = _as_tuple(example_inputs)
     dynamic_shapes = None
     if dynamic_batch:
@@ -1675,28 +1726,54 @@ def export(
             torch.cat([t, t]) if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == 1 else t
             for t in inputs
         )
-        dynamic_shapes = tuple(
-            {0: batch} if isinstance(t, torch.Tensor) and t.ndim else None for t in inputs
-        )
+        dynamic_shapes = _batch_shapes(model, inputs, batch)
     # eval() flips every submodule; remember each flag, as some may have been set on their own.
     training = {m: m.training for m in model.modules()}
     model.eval()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
-            program = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
-            return program.run_decompositions({})
+        return _trace(model, inputs, dynamic_shapes)
     except Exception as e:  # torch raises many types here; the message is what matters
-        hint = " (try dynamic_batch=False)" if dynamic_batch else ""
-        lines = str(e).strip().splitlines()
-        detail = "\n".join(lines[:25])
-        raise FrontendError(
-            f"torch.export could not trace {type(model).__name__}{hint}:\n"
-            f"{type(e).__name__}: {detail}"
-        ) from e
+        static_helps = False
+        if dynamic_batch:
+            try:
+                _trace(model, _as_tuple(example_inputs), None)
+                static_helps = True
+            except Exception:  # noqa: BLE001 - any failure means the hint would not help
+                pass
+        raise export_failure(model, e, static_helps=static_helps) from e
     finally:
         for m, flag in training.items():
             m.training = flag
+
+
+def _trace(
+    model: torch.nn.Module, inputs: tuple[Any, ...], dynamic_shapes: Any
+) -> torch.export.ExportedProgram:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
+        program = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
+        return program.run_decompositions({})
+
+
+def _batch_shapes(model: torch.nn.Module, inputs: tuple[Any, ...], batch: Any) -> Any:
+    """torch.export's ``dynamic_shapes`` with dim 0 of every tensor input the batch, shaped
+    as ``forward``'s signature (a ``*args`` parameter takes a tuple of specs)."""
+
+    def spec(t: Any) -> Any:
+        return {0: batch} if isinstance(t, torch.Tensor) and t.ndim else None
+
+    try:
+        bound = inspect.signature(model.forward).bind(*inputs)
+    except (TypeError, ValueError):  # torch.export reports the mismatch itself
+        return tuple(spec(t) for t in inputs)
+    shapes: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind == inspect.Parameter.VAR_POSITIONAL:
+            shapes[name] = tuple(spec(t) for t in value)
+        else:
+            shapes[name] = spec(value)
+    return shapes
 
 
 def import_program(

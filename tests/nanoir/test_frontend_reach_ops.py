@@ -201,13 +201,15 @@ class BatchMean(nn.Module):
 
 
 class RuntimeWeightNorm(nn.Module):
+    """A weight norm of the input itself (``self.v * 2.0`` would be folded at import, as any
+    input-independent computation is: tests/nanoir/test_frontend_fold.py)."""
+
     def __init__(self):
         super().__init__()
-        self.v, self.g = nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.ones(4, 1))
+        self.g = nn.Parameter(torch.ones(1, 3))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        v = self.v * 2.0  # an nf.mul: computed in the program, not a parameter
-        return x @ torch._weight_norm(v, self.g, 0).t()
+        return torch._weight_norm(x, self.g, 1)
 
 
 class FlatRoll(nn.Module):
