@@ -45,8 +45,7 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import Weighted, negatives_unread, non_negative_result
 from nanoir.errors import Error, FileFormatError, batches_argument
 from nanoir.files import check_output_path, write_atomically, writes_through
-from nanoir.lowering.quantize_bias import restore_uncorrected
-from nanoir.lowering.quantize_recurrent import internal_names
+from nanoir.lowering.quantize import internal_names, restore_uncorrected
 from nanoir.runtime.interpreter import (
     Plan,
     compile_function,

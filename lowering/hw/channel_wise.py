@@ -19,7 +19,7 @@ PReLU and batch norm.
   once per kind of channel (same parameters and exponents) and for all of them at once as
   array operations (``affine_search_channels``; DenseNet-121 has 34,000 BN channels on
   16-bit codes). A BN whose ``A`` and ``B`` are dyadic enough that the float64 kernel rounds
-  nowhere (``exact_affine``; quantize gives lone BNs that form, ``lowering/quantize_bn.py``)
+  nowhere (``exact_affine``; quantize gives lone BNs that form, ``lowering/quantize/batch_norm.py``)
   takes its affine as it is, without the search and at any input width.
 - ``LowerBatchNorm``: a BN not read only by fake-quants keeps a float result: diagnostic.
 
@@ -37,7 +37,6 @@ import numpy as np
 from nanoir.dialects import nf, nh
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.codes import (
-    ACC_LIMIT,
     bits_of_bound,
     bits_of_codes,
     container_width,
@@ -53,6 +52,7 @@ from nanoir.lowering.hw.core import (
 from nanoir.lowering.hw.elementwise import exact_sum, product
 from nanoir.lowering.hw.fake_quant import fake_quant_params
 from nanoir.runtime.numerics import kernels, quant
+from nanoir.runtime.numerics.accumulator import ACC_LIMIT
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Operation, OpResult, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
@@ -308,7 +308,8 @@ def exact_affine(
     31 bits) times a power of two, and the sum is the integer ``c M + N`` times
     ``2**-(x + e)``, below 2**31 of them; so the fake-quant of it is ``requant(c M + N, x + e -
     out)`` for every code, and no search over the codes is needed (nor a bound on the input's
-    width). This is the form quantize gives a lone batch norm (``lowering/quantize_bn.py``)."""
+    width). This is the form quantize gives a lone batch norm
+    (``lowering/quantize/batch_norm.py``)."""
     found: list[tuple[int, int, int]] = []
     lo, hi = quant.qmin(x_bits), quant.qmax(x_bits)
     for av, bv, xe in zip(a.tolist(), b.tolist(), x_exps.tolist()):

@@ -20,7 +20,6 @@ from nanoir.dialects.dense import dense_to_numpy
 from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, IntegerType, TensorType
 from xdsl.ir import OpResult, SSAValue
 
-ACC_LIMIT = 2**31 - 1
 WIDTHS = (2, 4, 8, 16, 32)
 
 

@@ -20,7 +20,6 @@ from nanoir.dialects import nf, nh
 from nanoir.dialects.functions import runtime_layout
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.codes import (
-    ACC_LIMIT,
     bits_of_bound,
     dense_int,
     fixed,
@@ -31,6 +30,7 @@ from nanoir.lowering.hw.core import (
     HwValue,
     value_label,
 )
+from nanoir.runtime.numerics.accumulator import ACC_LIMIT, transposed_bound_terms
 from xdsl.dialects.builtin import IntegerType, TensorType
 from xdsl.ir import Attribute, Operation, OpResult, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
@@ -212,23 +212,6 @@ def align_groups(hw: HwLowering, op: Operation, x: HwValue, groups: int) -> HwVa
         return x
     target = np.repeat(per_group.max(axis=1), per_group.shape[1])
     return hw.shift_to(op, x, target.reshape(x.exps.shape))
-
-
-def transposed_bound_terms(
-    codes: np.ndarray, strides: tuple[int, ...], dils: tuple[int, ...]
-) -> np.ndarray:
-    """``max |sum|`` per output channel of a transposed conv with unit inputs, ``[O/g]``:
-    an output row reads only the taps ``t`` with ``t*d`` in one residue class mod ``s`` (per
-    dim), so the bound is the largest class sum of ``|w|``, not the sum over all taps."""
-    mags = np.abs(codes).astype(np.int64).sum(axis=0)  # [O/g, *K], summed over input channels
-    classes: dict[tuple[int, ...], np.ndarray] = {}
-    for tap in np.ndindex(*codes.shape[2:]):
-        key = tuple((t * d) % s for t, d, s in zip(tap, dils, strides))
-        term = mags[(slice(None), *tap)]
-        classes[key] = classes[key] + term if key in classes else term.copy()
-    if not classes:
-        return np.zeros(codes.shape[1], dtype=np.int64)
-    return np.max(np.stack(list(classes.values())), axis=0)
 
 
 class LowerConvTranspose(HwPattern):

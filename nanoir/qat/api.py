@@ -80,6 +80,8 @@ from xdsl.dialects.builtin import (
 from xdsl.dialects.func import ReturnOp
 from xdsl.ir import OpResult, SSAValue
 
+import nanoir.qat.distributed as distributed
+import nanoir.qat.low_bits as low_bits
 from nanoir.context import make_context
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
@@ -90,10 +92,12 @@ from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
 from nanoir.lowering.fold_bn import FoldBnPass
-from nanoir.lowering.quantize_bias import add_zero_biases
-from nanoir.lowering.quantize_bn import make_dyadic
-from nanoir.lowering.quantize_calibrate import checked_batch_array, spelled_shape
-from nanoir.qat import distributed, low_bits
+from nanoir.lowering.quantize import (
+    add_zero_biases,
+    checked_batch_array,
+    make_dyadic,
+    spelled_shape,
+)
 from nanoir.qat.batch_norm import BatchNormStep
 from nanoir.qat.batch_norm import input_grid as bn_input_grid
 from nanoir.qat.checkpoint import load_checkpoint, save_checkpoint
@@ -117,7 +121,7 @@ def _current_k(module: QATModule, key: str, applied: bool) -> set[int]:
     if applied:
         return set() if q.last_k is None else set(q.last_k.reshape(-1).long().tolist())
     k = q.int_exponents().astype(np.float64)
-    tie = module._ties.get(key)
+    tie = module.ties.get(key)
     if tie is not None:
         t = np.asarray(tie, dtype=np.float64).reshape(k.shape)
         k = np.where(np.isnan(t), k, t)
@@ -145,8 +149,8 @@ def _algorithm_grids(
     tie), or None where either is missing or per channel: ``IntegerAlgorithmStep.grids``."""
 
     def grids() -> tuple[Quantized, Quantized] | None:
-        kout = module._quant_of.get(out_slot)
-        qi = _grid(module, module._alg_source.get(in_slot), True)
+        kout = module.quant_of.get(out_slot)
+        qi = _grid(module, module.alg_source.get(in_slot), True)
         qo = _grid(module, None if kout is None else [kout], False)
         if qi is None or qo is None or qi.bits < 2 or qo.bits < 2:
             return None
@@ -160,7 +164,7 @@ def _operand_grid(
 ) -> tuple[np.ndarray, int] | None:
     """An operand's applied exponents (one, or per row) and bits: its own quantizer's (a
     weight or bias), else the per-tensor grid it is on through data movement."""
-    key = module._quant_of.get(slot) or module._bias_of.get(slot)
+    key = module.quant_of.get(slot) or module.bias_of.get(slot)
     q = None if key is None else module.quantizers[key]
     if q is None or q.last_k is None:
         grid = _grid(module, alg_source.get(slot), True)
@@ -197,7 +201,7 @@ def _recurrent_caps(
     caps: dict[str, Callable[[], torch.Tensor | None]] = {}
     first = 1 + step.has_h0 + step.has_c0
     for j, slot in enumerate(args[first:]):
-        key = module._bias_of.get(slot)
+        key = module.bias_of.get(slot)
         if key is not None:
             caps[key] = (lambda j: lambda: step.bias_cap(j, last_k))(j)
     return caps
@@ -212,12 +216,12 @@ def _norm_grids(
 
     def grids() -> tuple[Quantized, Quantized, Quantized, Quantized, str] | None:
         ends = inout()
-        wkey, bkey = module._quant_of.get(args[1]), module._quant_of.get(args[2])
+        wkey, bkey = module.quant_of.get(args[1]), module.quant_of.get(args[2])
         qw = _grid(module, None if wkey is None else [wkey], True)
         qb = _grid(module, None if bkey is None else [bkey], True)
         if ends is None or qw is None or qb is None:
             return None
-        rounding = module.quantizers[module._quant_of[out_slot]].rounding
+        rounding = module.quantizers[module.quant_of[out_slot]].rounding
         return (*ends, qw, qb, rounding)
 
     return grids
@@ -230,6 +234,13 @@ class QATModule(nn.Module):
     :meth:`tensor`), ``quantizers`` one :class:`Quantizer` per fake-quant. Inputs are torch
     tensors or NumPy arrays; the module computes in the inputs' float dtype (float32 for
     training, float64 for the bit-exact check against ``nanoir.run(convert(...))``).
+
+    How the program maps onto them, read by this module's functions and the steps' grids
+    (never set from outside): ``param_key`` (a constant's name -> its parameter's key),
+    ``quant_of`` / ``bias_of`` (a value's slot -> its quantizer's key), ``bias_users`` (the
+    layers adding each bias), ``alg_source`` (a slot -> the quantizers found through data
+    movement), ``joins`` (the join rules), ``ties`` (their exponents at the latest forward)
+    and ``recurrent_steps``.
     """
 
     def __init__(self, module: ModuleOp, config: qz.QuantConfig, function: str | None = None):
@@ -244,7 +255,7 @@ class QATModule(nn.Module):
         self.targets = {t.value: t for t in targets}
         self.params = nn.ParameterDict()
         self.quantizers = nn.ModuleDict()
-        self._param_key: dict[str, str] = {}
+        self.param_key: dict[str, str] = {}
         self._const_buffers: dict[int, str] = {}
         taken_p: set[str] = set()
         taken_q: set[str] = set()
@@ -256,10 +267,10 @@ class QATModule(nn.Module):
 
         self._arg_slots = [slot_of(a) for a in func.body.block.args]
         self._steps: list[tuple[str, Any, list[int], list[int]]] = []
-        self._quant_of: dict[int, str] = {}  # slot -> quantizer key (non-bias)
-        self._bias_of: dict[int, str] = {}  # bias slot -> quantizer key
-        self._bias_users: dict[str, list[tuple[int, int, int, int, bool]]] = {}
-        self._recurrent_steps: list[RecurrentStep] = []  # nanoir.qat.recurrent
+        self.quant_of: dict[int, str] = {}  # slot -> quantizer key (non-bias)
+        self.bias_of: dict[int, str] = {}  # bias slot -> quantizer key
+        self.bias_users: dict[str, list[tuple[int, int, int, int, bool]]] = {}
+        self.recurrent_steps: list[RecurrentStep] = []  # nanoir.qat.recurrent
         self._recurrent_caps: dict[str, Callable[[], torch.Tensor | None]] = {}
         source: dict[int, str] = {}  # slot -> quantizer key it comes from
         # slot -> the quantizers source_quantized finds it on (through every data movement)
@@ -270,7 +281,7 @@ class QATModule(nn.Module):
 
         def add_quantizer(t: qz.Target) -> str:
             key = tensor_key(t.name, taken_q)
-            shape = qz.exp_shape(t)  # noqa: SLF001
+            shape = qz.exp_shape(t)
             vshape = [d for d in value_shape(t.value)]
             if t.kind == "act":
                 vshape = vshape[1:]
@@ -297,7 +308,7 @@ class QATModule(nn.Module):
         for arg in func.body.block.args:
             if arg in self.targets:
                 key = add_quantizer(self.targets[arg])
-                self._quant_of[slot_of(arg)] = key
+                self.quant_of[slot_of(arg)] = key
                 source[slot_of(arg)] = key
                 alg_source[slot_of(arg)] = [key]
         for op in func.body.block.ops:
@@ -312,7 +323,7 @@ class QATModule(nn.Module):
                 t = self.targets.get(op.result)
                 if op.sym_name is not None and value.dtype.kind == "f":
                     key = tensor_key(op.sym_name.data, taken_p)
-                    self._param_key[op.sym_name.data] = key
+                    self.param_key[op.sym_name.data] = key
                     self.params[key] = nn.Parameter(torch.from_numpy(value))
                     self._steps.append(("param", key, [], outs))
                 else:
@@ -325,10 +336,10 @@ class QATModule(nn.Module):
                 if t is not None:
                     key = add_quantizer(t)
                     if t.kind == "bias":
-                        self._bias_of[outs[0]] = key
-                        self._bias_users[key] = []
+                        self.bias_of[outs[0]] = key
+                        self.bias_users[key] = []
                     else:
-                        self._quant_of[outs[0]] = key
+                        self.quant_of[outs[0]] = key
                         source[outs[0]] = key
                         alg_source[outs[0]] = [key]
                 continue
@@ -339,7 +350,7 @@ class QATModule(nn.Module):
                 step.grid = bn_input_grid(self, op, args[0], outs[0])
             if isinstance(step, RecurrentStep):  # its forward reads every operand's quantizer
                 step.grids = _recurrent_grids(self, args, alg_source)
-                self._recurrent_steps.append(step)
+                self.recurrent_steps.append(step)
                 self._recurrent_caps.update(_recurrent_caps(self, step, args, alg_source))
             if isinstance(step, IntegerAlgorithmStep):  # its forward reads both quantizers
                 step.grids = _algorithm_grids(self, args[0], outs[0])
@@ -353,30 +364,30 @@ class QATModule(nn.Module):
                 for o in outs:
                     alg_source[o] = moved
             if isinstance(op, qz.WEIGHTED) and len(args) > 2:
-                bkey = self._bias_of.get(args[2])
+                bkey = self.bias_of.get(args[2])
                 if bkey is not None:
                     groups = op.groups.value.data if not isinstance(op, nf.LinearOp) else 1
                     transposed = isinstance(op, nf.ConvTransposeOp)
                     out_c = value_shape(op.result)[1] if transposed else value_shape(op.weight)[0]
-                    self._bias_users[bkey].append((args[0], args[1], out_c, groups, transposed))
+                    self.bias_users[bkey].append((args[0], args[1], out_c, groups, transposed))
             for r, o in zip(op.results, outs):
                 if r in self.targets:
                     key = add_quantizer(self.targets[r])
-                    self._quant_of[o] = key
+                    self.quant_of[o] = key
                     source[o] = key
                     alg_source[o] = [key]
         self._source = source
-        self._alg_source = alg_source
-        self._ties: dict[str, Any] = {}
-        self._joins = JoinRules(
-            func, self.targets, key_of, self.quantizers, self.params, self._param_key
+        self.alg_source = alg_source
+        self.ties: dict[str, Any] = {}
+        self.joins = JoinRules(
+            func, self.targets, key_of, self.quantizers, self.params, self.param_key
         )
 
     # -- names -----------------------------------------------------------------------------
 
     def tensor(self, name: str) -> nn.Parameter:
         """The parameter of the named constant ``name`` (e.g. ``conv1.weight``)."""
-        return self.params[self._param_key[name]]
+        return self.params[self.param_key[name]]
 
     def quantizer(self, name: str) -> Quantizer:
         """The quantizer of the tensor ``name`` (a constant's name or an SSA name)."""
@@ -396,7 +407,7 @@ class QATModule(nn.Module):
 
     # -- forward ---------------------------------------------------------------------------
 
-    def _cap(self, key: str, slots: list[Any]) -> torch.Tensor | None:
+    def bias_cap(self, key: str, slots: list[Any]) -> torch.Tensor | None:
         """The bias cap of ``quantize`` (min over the layers using the bias)."""
         if key in self._recurrent_caps:  # a recurrent op's bias: its product's exponent
             return self._recurrent_caps[key]()
@@ -404,7 +415,7 @@ class QATModule(nn.Module):
         if q.bits <= 1:
             return None
         cap = None
-        for x_slot, w_slot, out_c, groups, transposed in self._bias_users[key]:
+        for x_slot, w_slot, out_c, groups, transposed in self.bias_users[key]:
             kx_key, kw_key = self._source.get(x_slot), self._source.get(w_slot)
             if kx_key is None or kw_key is None:
                 continue
@@ -429,15 +440,15 @@ class QATModule(nn.Module):
         xs = [torch.as_tensor(x) for x in inputs]
         dtype = next((x.dtype for x in xs if x.is_floating_point()), torch.float32)
         # quantize's join rules on this step's exponents (see nanoir.qat.joins)
-        ties = self._joins.ties(biases=not self.training)
-        self._ties = ties  # what an IntegerAlgorithm step's output grid is tied to
+        ties = self.joins.ties(biases=not self.training)
+        self.ties = ties  # what an IntegerAlgorithm step's output grid is tied to
         slots: dict[int, Any] = {}
         for s, x in zip(self._arg_slots, xs):
             slots[s] = x.to(dtype)
-            if s in self._quant_of:
-                key = self._quant_of[s]
+            if s in self.quant_of:
+                key = self.quant_of[s]
                 slots[s] = self.quantizers[key](slots[s], tie=ties.get(key))
-        pending_bias: dict[int, str] = dict(self._bias_of)
+        pending_bias: dict[int, str] = dict(self.bias_of)
         for kind, fn, args, outs in self._steps:
             if kind == "param":
                 values: Any = (self.params[fn].to(dtype),)
@@ -448,12 +459,12 @@ class QATModule(nn.Module):
                     if a in pending_bias:
                         key = pending_bias.pop(a)
                         slots[a] = self.quantizers[key](
-                            slots[a], self._cap(key, slots), ties.get(key)
+                            slots[a], self.bias_cap(key, slots), ties.get(key)
                         )
                 values = fn(*[slots[a] for a in args])
             for o, v in zip(outs, values):
-                if o in self._quant_of:
-                    key = self._quant_of[o]
+                if o in self.quant_of:
+                    key = self.quant_of[o]
                     v = self.quantizers[key](v, tie=ties.get(key))
                 slots[o] = v
         results = tuple(slots[s] for s in self._result_slots)
@@ -482,7 +493,7 @@ def _config(options: dict[str, Any]) -> qz.QuantConfig:
         for r in options.pop("rules", ())
     )
     if "rounding" in options:
-        options["rounding"] = qz.parse_rounding(options["rounding"])  # noqa: SLF001
+        options["rounding"] = qz.parse_rounding(options["rounding"])
     try:
         return qz.QuantConfig(rules=rules, **options)
     except TypeError as e:
@@ -567,7 +578,7 @@ def float_program(qat: QATModule) -> ModuleOp:
     func = find_function(module, qat.function)
     for op in func.walk():
         if isinstance(op, nf.ConstantOp) and op.sym_name is not None:
-            key = qat._param_key.get(op.sym_name.data)  # noqa: SLF001
+            key = qat.param_key.get(op.sym_name.data)
             if key is None:
                 continue
             value = qat.params[key].detach().cpu().to(torch.float32).numpy()
@@ -622,8 +633,8 @@ def calibrate(
                 qat.tensor(const.sym_name.data).copy_(
                     torch.from_numpy(np.array(dense_to_numpy(const.value), dtype=np.float32))
                 )
-    qat._joins.calibrate(targets)  # noqa: SLF001 - the join rules' origins, as quantize's
-    set_internal(qat._recurrent_steps, func)  # noqa: SLF001 - a recurrent op's cell grids
+    qat.joins.calibrate(targets)  # the join rules' origins, as quantize's
+    set_internal(qat.recurrent_steps, func)  # a recurrent op's cell grids
     return qat
 
 
@@ -663,7 +674,7 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
     was_training = qat.training
     qat.eval()
     out: dict[str, dict[str, Any]] = {}
-    settled = qat._joins.settle()[1]  # noqa: SLF001 - the join rules, as the forward applies them
+    settled = qat.joins.settle()[1]  # the join rules, as the forward applies them
     caps = _bias_caps(qat, settled)
     for key, q in qat.quantizers.items():
         k = settled.get(key, q.int_exponents()).reshape(-1)
@@ -676,7 +687,7 @@ def export_exponents(qat: QATModule) -> dict[str, dict[str, Any]]:
             "rounding": str(q.rounding),
             "axis": q.axis,
         }
-    out.update(internal_records(qat._recurrent_steps))  # noqa: SLF001 - <op>.gates, ...
+    out.update(internal_records(qat.recurrent_steps))  # <op>.gates, ...
     qat.train(was_training)
     return out
 
@@ -688,14 +699,9 @@ def _bias_caps(qat: QATModule, settled: dict[str, np.ndarray]) -> dict[str, np.n
         k = settled.get(key)
         q.last_k = q.exponents().detach() if k is None else torch.from_numpy(k.astype(np.float64))
     return {
-        key: (
-            None
-            if (c := qat._cap(key, [])) is None
-            # noqa: SLF001
-            else c.numpy().astype(np.int64)
-        )
-        for key in qat._bias_users
-    }  # noqa: SLF001
+        key: (None if (c := qat.bias_cap(key, [])) is None else c.numpy().astype(np.int64))
+        for key in qat.bias_users
+    }
 
 
 def save_exponents(qat: QATModule, path: str | Path) -> None:
@@ -716,7 +722,7 @@ def convert(qat: QATModule) -> ModuleOp:
     qat = _qat_argument(qat, "convert")
     module = float_program(qat)
     exponents = export_exponents(qat)
-    origins = {qat.quantizers[k].name: o for k, o in qat._joins.origins.items()}  # noqa: SLF001
+    origins = {qat.quantizers[k].name: o for k, o in qat.joins.origins.items()}
     func = find_function(module, qat.function)
     targets = qz.quantize_function(func, None, qat.config, exponents)
     make_dyadic(func, set())  # the module's lone BNs compute it (nanoir.qat.batch_norm)
@@ -782,7 +788,7 @@ def train(
     model = distributed.wrap(qat)  # after loading: DDP copies rank 0's state to every rank
     set_epoch = getattr(getattr(data, "sampler", None), "set_epoch", None)
     model.train()
-    with qz.progress_bar(progress, (epochs - done) * per_epoch) as advance:  # noqa: SLF001
+    with qz.progress_bar(progress, (epochs - done) * per_epoch) as advance:
         for epoch in range(done, epochs):
             if callable(set_epoch):  # a DistributedSampler shuffles by its epoch
                 set_epoch(epoch)

@@ -1,12 +1,12 @@
 """A lone batch norm in the QAT module: the dyadic affine ``quantize`` gives it.
 
 ``quantize`` rewrites a batch norm that fold-bn could not fold (after a concat) into a dyadic
-affine that lower-to-hw always lowers (:mod:`nanoir.lowering.quantize_bn`), from the
+affine that lower-to-hw always lowers (:mod:`nanoir.lowering.quantize.batch_norm`), from the
 fake-quantized parameters and the input's grid; ``nanoir.qat.convert`` does the same on the
 module's exponents. So the module computes that affine too: at every forward, from the
 parameters as fake-quantized at this step and the input quantizers' exponents as applied,
 ``A = g / sqrt(v + eps)`` and ``B = b - m A`` (float64, as the nq kernel), then
-``quantize_bn.dyadic_affine``'s ``A' = M 2**-e`` and ``B' = N 2**-(x + e)``, and
+``batch_norm.dyadic_affine``'s ``A' = M 2**-e`` and ``B' = N 2**-(x + e)``, and
 ``y = x A' + B'``. The gradient is the float BN's (straight through the rounding of ``A``
 and ``B``). Where ``quantize`` would leave the BN as it is (an input that is not a
 fake-quant, a per-tensor one moved by data movement, or a channel concat of fake-quants,
@@ -18,8 +18,8 @@ Imports torch (the ``torch`` extra).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -27,15 +27,20 @@ from xdsl.ir import Operation
 
 from nanoir.dialects import nf
 from nanoir.dialects.traits import DataMovement
-from nanoir.lowering.join_rules import aligned_bits
-from nanoir.lowering.quantize_bn import dyadic_affine
-
-if TYPE_CHECKING:
-    from nanoir.qat.api import QATModule
+from nanoir.lowering.quantize import aligned_bits, dyadic_affine
 
 __all__ = ["BatchNormStep", "input_grid"]
 
 Grid = Callable[[], tuple[np.ndarray, int] | None]
+
+
+class Quantizers(Protocol):
+    """What a BN step reads of the module that owns the quantizers (a ``QATModule``): the
+    targets by value, the quantizers by key, and each quantized value's key by slot."""
+
+    targets: Mapping[Any, Any]
+    quantizers: Any
+    quant_of: Mapping[int, str]
 
 
 class BatchNormStep:
@@ -71,7 +76,7 @@ def _snapped(
     x_exps: np.ndarray,
     x_bits: int,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(A', B')`` as ``quantize_bn.make_dyadic`` computes them, or None."""
+    """``(A', B')`` as ``batch_norm.make_dyadic`` computes them, or None."""
     g, b, m, v = (t.detach().cpu().double().reshape(-1).numpy() for t in (scale, bias, mean, var))
     with np.errstate(all="ignore"):
         a = g / np.sqrt(v + eps)  # the nq kernel's own float64 steps
@@ -83,9 +88,9 @@ def _snapped(
     return np.ldexp(mm, -e), np.ldexp(nn_, -(x_exps + e))
 
 
-def input_grid(module: QATModule, op: nf.BatchNormOp, in_slot: int, out_slot: int) -> Grid:
+def input_grid(module: Quantizers, op: nf.BatchNormOp, in_slot: int, out_slot: int) -> Grid:
     """The BN input's code exponents per channel and bits at this forward, as
-    ``quantize_bn.input_grid`` reads them from the converted program: the input's own
+    ``batch_norm.input_grid`` reads them from the converted program: the input's own
     quantizer (a per-tensor one also through data movement, e.g. a reshape), or a channel
     concat's parts' (per-tensor parts aligned to the finest), as
     applied; None where quantize would not rewrite the BN (its output not quantized)."""
@@ -111,7 +116,7 @@ def input_grid(module: QATModule, op: nf.BatchNormOp, in_slot: int, out_slot: in
     keys: list[str | None] = []
 
     def grid() -> tuple[np.ndarray, int] | None:
-        if out_slot not in module._quant_of or not parts:  # noqa: SLF001
+        if out_slot not in module.quant_of or not parts:
             return None
         if not keys:  # (the quantizers exist once the module is built)
             keys.extend(_key_of(module, v) for v in parts)
@@ -134,7 +139,7 @@ def input_grid(module: QATModule, op: nf.BatchNormOp, in_slot: int, out_slot: in
     return grid
 
 
-def _key_of(module: QATModule, value: Any) -> str | None:
+def _key_of(module: Quantizers, value: Any) -> str | None:
     """The key of the quantizer of ``value``'s target, if it has one."""
     t = module.targets.get(value)
     if t is None:

@@ -2,9 +2,9 @@
 would for the same exponents, so that ``convert`` is the module's program and lowers.
 
 ``quantize`` settles calibrated exponents where values meet (add, sub, concat, a conv's
-accumulator and bias; :mod:`nanoir.lowering.quantize_joins`) but uses imported ones as given,
+accumulator and bias; :mod:`nanoir.lowering.quantize.joins`) but uses imported ones as given,
 and ``convert`` imports the module's. So the module applies the same rules itself
-(:class:`JoinRules`, on :mod:`nanoir.lowering.join_rules`): at the start of each forward, the
+(:class:`JoinRules`, on :mod:`nanoir.lowering.quantize.join_rules`): at the start of each forward, the
 rules run on every quantizer's current integer exponent (the learner's: EMA scale or rounded
 LSQ exponent, before this step's EMA update) and the weights' and biases' current values.
 
@@ -33,9 +33,7 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.lowering.join_rules import Quant, Rules
-from nanoir.lowering.quantize_joins import describe, describe_norms
-from nanoir.lowering.quantize_targets import Target
+from nanoir.lowering.quantize import Quant, Rules, Target, describe, describe_norms
 
 __all__ = ["JoinRules"]
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from nanoir.errors import ArgumentError, Error
-from nanoir.lowering.quantize_rules import checked_bits
+from nanoir.lowering.quantize import checked_bits
 from nanoir.qat.distributed import all_reduce_max
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode

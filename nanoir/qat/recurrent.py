@@ -147,7 +147,7 @@ def set_internal(steps: Sequence[RecurrentStep], func: Any) -> None:
 
 def internal_records(steps: Sequence[RecurrentStep]) -> dict[str, dict[str, Any]]:
     """The internal grids as ``quantize(exponents=...)`` records, by quantizer name."""
-    from nanoir.lowering.quantize_recurrent import internal_names  # lazy: keeps import cheap
+    from nanoir.lowering.quantize import internal_names  # lazy: keeps import cheap
 
     out: dict[str, dict[str, Any]] = {}
     for step in steps:

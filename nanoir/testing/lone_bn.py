@@ -5,7 +5,7 @@ through a reshape). ``ConcatBnNet``: two conv branches of different ranges conca
 11-12-bit codes, or ~20 with a large ``gain``), then DenseNet's pre-activation BN-ReLU-conv.
 With random BN statistics (``set_batch_norm``, ``random_statistics``) lower-to-hw used to
 refuse its BN ("no integer affine within i32 that reproduces the float64 rounding"); the tests
-of ``lowering/quantize_bn.py`` and ``nanoir.qat.batch_norm`` use it. Import it from here
+of ``lowering/quantize/batch_norm.py`` and ``nanoir.qat.batch_norm`` use it. Import it from here
 (never from ``tests``).
 """
 

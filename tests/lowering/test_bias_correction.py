@@ -1,5 +1,5 @@
-"""Empirical bias correction (lowering/quantize_bias.py): each conv/linear bias absorbs the mean
-quantization error at its output, against NumPy/torch oracles written here."""
+"""Empirical bias correction (lowering/quantize/bias_correction.py): each conv/linear bias
+absorbs the mean quantization error at its output, against NumPy/torch oracles written here."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
     Mutants caught (in a private copy): the correction's sign flipped; the mean taken over the
     wrong axis (per position instead of per channel); the error measured without the input's
     fake-quant (float input on the quantized side); the output's mean truncation error not
-    removed (``out = None`` in ``quantize_bias._correct``)."""
+    removed (``out = None`` in ``bias_correction._correct``)."""
     torch.manual_seed(0)
     layer = nn.Conv2d(3, 5, 3, padding=1, bias=False) if kind == "conv" else nn.Linear(6, 4, False)
     shape = (3, 6, 6) if kind == "conv" else (6,)
@@ -435,7 +435,7 @@ def test_qat_prepare_mirrors_quantize_and_false_keeps_the_model() -> None:
     x = rng.standard_normal((8, 2, 4, 4)).astype(np.float32)
     example = (torch.from_numpy(x[:2]),)
     plain = qat.prepare(model, example, bias_correction=False)
-    assert "3.bias" not in plain._param_key  # noqa: SLF001
+    assert "3.bias" not in plain.param_key
     qat.calibrate(plain, [x])
     for name in ("0.weight", "0.bias", "3.weight"):
         want = dict(model.named_parameters())[name].detach().numpy()

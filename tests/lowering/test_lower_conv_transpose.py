@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from nanoir.dialects import nh
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.lowering.hw.contraction import transposed_bound_terms
 from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import kernels
+from nanoir.runtime.numerics.accumulator import transposed_bound_terms
 from nanoir.runtime.stream import stream
 from torch import nn
 from xdsl.ir import BlockArgument
@@ -191,7 +191,7 @@ def test_grouped_per_channel_exponents_are_tiled_per_group(rounding: str) -> Non
 
     Mutants it kills (checked in a copy; issue 19 lists both as surviving the suite): ``np.tile`` ->
     ``np.repeat`` in ``LowerConvTranspose`` (lowering/hw/contraction.py, the weight layout: nq !=
-    nh) and in ``_accumulator_cap`` (lowering/quantize.py, the bias cap: the bias exponents)."""
+    nh) and in ``_accumulator_cap`` (lowering/quantize/driver.py, the bias cap: the bias exponents)."""
     up = grouped_upsampler()
     x = torch.randn(3, 4, 6)
     module = from_torch(up, x)

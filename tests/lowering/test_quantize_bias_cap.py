@@ -5,7 +5,7 @@ that rule, computed from the program's own input and weight exponents).
 
 Mutant it kills (checked in a copy; it passed tests/lowering/test_quantize*.py before):
 ``cap.min()`` -> ``cap.max()`` for a per-tensor bias in ``quantize_function``
-(lowering/quantize.py)."""
+(lowering/quantize/driver.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A BN fold-bn cannot fold (after a concat: DenseNet's pre-activation BN-ReLU-conv
 by searching an integer affine reproducing the nq kernel's float64 ``x * A + B``; with random
 statistics it often had none (the input code equal to the quantized mean gives exactly the
 quantized bias, on the output grid, where float64's rounding decides). quantize now makes the
-affine dyadic (``lowering/quantize_bn.py``). The oracles: the nq program run in float64
+affine dyadic (``lowering/quantize/batch_norm.py``). The oracles: the nq program run in float64
 (NumPy) against the nh program (nq == nh bit for bit), torch's float BN (the snapped affine
 within the parameters' own quantization of ``g / sqrt(v + eps)`` and ``b - m A``, and the
 program's output SQNR against torch), and the refusal of lower-to-hw on the same program left
@@ -14,6 +14,7 @@ as it was.
 from __future__ import annotations
 
 import functools
+import sys
 
 import numpy as np
 import pytest
@@ -22,11 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy, numpy_to_dense
-from nanoir.lowering import quantize as quantize_module
 from nanoir.lowering.hw.channel_wise import exact_affine
 from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
-from nanoir.lowering.quantize import quantize
-from nanoir.lowering.quantize_bn import dyadic_affine
+from nanoir.lowering.quantize import dyadic_affine, quantize
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import kernels, quant
 from nanoir.runtime.numerics.quant import RoundingMode
@@ -155,7 +154,8 @@ def test_random_bn_statistics_lower_exactly(
 def test_without_the_rewrite_the_search_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """The case is real: the same program quantized with the BN left as it was is refused by
     lower-to-hw (so the tests above would fail without ``make_dyadic``)."""
-    monkeypatch.setattr(quantize_module, "make_dyadic", lambda func, fixed: 0)
+    driver = sys.modules[quantize.__module__]  # where quantize looks make_dyadic up
+    monkeypatch.setattr(driver, "make_dyadic", lambda func, fixed: 0)
     rng = np.random.default_rng(0)
     model = _set_bn(_net(0), _random_stats(rng))
     x = torch.randn(2, 3, H, H)

@@ -41,8 +41,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.lowering.quantize import QuantConfig, QuantizeError, QuantizePass, QuantRule
-from nanoir.lowering.quantize_import import EXPONENT_FILE_LIMIT, MAX_JSON_DEPTH, load_exponents
+from nanoir.lowering.quantize import (
+    EXPONENT_FILE_LIMIT,
+    MAX_JSON_DEPTH,
+    QuantConfig,
+    QuantizeError,
+    QuantizePass,
+    QuantRule,
+    load_exponents,
+)
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
@@ -346,7 +353,7 @@ def test_the_kind_is_checked_before_any_open(
 
 SWAPPED = """
 import os, sys
-from nanoir.lowering.quantize_import import load_exponents
+from nanoir.lowering.quantize import load_exponents
 from nanoir.runtime.arrays import load_arrays
 fifo, regular, which = sys.argv[1:]
 real_stat = os.stat

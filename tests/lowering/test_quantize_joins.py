@@ -144,7 +144,7 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
             values.append(b.add(nf.AddOp(v, y), f"join{len(values)}"))
         elif kind == "concat_bn":
             # DenseNet's pre-activation: concat -> BN (fold-bn cannot fold it) -> ReLU -> conv,
-            # random statistics (lowering/quantize_bn.py makes its affine dyadic).
+            # random statistics (lowering/quantize/batch_norm.py makes its affine dyadic).
             y = b.conv(v, C, draw(weights), draw(biases), draw(scales))
             cat = b.add(nf.ConcatOp([v, y], 1))
             b.n += 1

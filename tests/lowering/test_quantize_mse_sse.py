@@ -1,4 +1,4 @@
-"""The ``mse`` calibrator's per-candidate squared error (``quantize_calibrate.candidate_sse``,
+"""The ``mse`` calibrator's per-candidate squared error (``calibration.candidate_sse``,
 its fast path since mse became the default) against ``fake_quant``, the nq semantics."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from nanoir.lowering.quantize_calibrate import candidate_sse
+from nanoir.lowering.quantize import candidate_sse
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 

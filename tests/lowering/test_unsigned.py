@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import NonNegativeResult
 from nanoir.lowering.lower_to_hw import lower_to_hw
-from nanoir.lowering.quantize_rules import QuantRule
+from nanoir.lowering.quantize import QuantRule
 from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode

@@ -20,8 +20,7 @@ import nanoir
 torch = pytest.importorskip("torch")
 
 from nanoir.dialects.nq import FakeQuantOp  # noqa: E402
-from nanoir.lowering.quantize import QuantizeError, QuantizePass, QuantRule  # noqa: E402
-from nanoir.lowering.quantize_bias import UNCORRECTED  # noqa: E402
+from nanoir.lowering.quantize import UNCORRECTED, QuantizeError, QuantizePass, QuantRule  # noqa: E402
 from nanoir.runtime.numerics.quant import RoundingMode  # noqa: E402
 
 from nanoir import qat  # noqa: E402
@@ -250,7 +249,7 @@ def test_grouped_conv_transpose_bias_cap_tiles_per_group(learner: str) -> None:
     the rule of nh.conv_transpose written here), in training and in ``convert``.
 
     Mutant it kills (checked in a copy; issue 19 lists it as surviving the suite): ``np.tile`` ->
-    ``np.repeat`` of the weight's exponents in ``QATModule._cap`` (nanoir/qat/api.py)."""
+    ``np.repeat`` of the weight's exponents in ``QATModule.bias_cap`` (nanoir/qat/api.py)."""
     from torch import nn
 
     torch.manual_seed(3)

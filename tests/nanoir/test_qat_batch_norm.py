@@ -1,7 +1,7 @@
 """QAT computes quantize's dyadic affine for a lone batch norm (issue 20, section 3).
 
 A BN fold-bn cannot fold (after a concat) stays in the QAT module; ``convert`` gives it the
-dyadic affine of ``lowering/quantize_bn.py``, and the module computes the same one at every
+dyadic affine of ``lowering/quantize/batch_norm.py``, and the module computes the same one at every
 forward (``nanoir.qat.batch_norm``). Oracles: the converted nq program run by nanoir's NumPy
 interpreter in float64 against the module's torch forward, and the lowered nh program against
 the nq program, both bit for bit; and torch's float BN (the module's output SQNR).

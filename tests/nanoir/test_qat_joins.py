@@ -255,7 +255,7 @@ def test_networks_without_a_join_that_needs_it_are_untouched() -> None:
     q = qat.prepare(model, (torch.from_numpy(x[:2]),), lr=0.1, bias_correction=False)
     qat.calibrate(q, [x])
     for _ in range(3):
-        assert q._joins.ties() == {}  # noqa: SLF001
+        assert q.joins.ties() == {}
         train_hard(q, x, steps=1, seed=0)
 
 

@@ -19,9 +19,7 @@ torch = pytest.importorskip("torch")
 from nanoir.dialects import nf  # noqa: E402
 from nanoir.dialects.dense import dense_to_numpy  # noqa: E402
 from nanoir.dialects.nq import FakeQuantOp  # noqa: E402
-from nanoir.lowering.quantize import QuantRule  # noqa: E402
-from nanoir.lowering.quantize_bias import UNCORRECTED  # noqa: E402
-from nanoir.lowering.quantize_joins import get_exps  # noqa: E402
+from nanoir.lowering.quantize import UNCORRECTED, QuantRule, get_exps  # noqa: E402
 from nanoir.runtime.numerics.quant import RoundingMode  # noqa: E402
 from torch import nn  # noqa: E402
 

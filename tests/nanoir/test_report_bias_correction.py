@@ -11,7 +11,7 @@ import torch
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.fold_bn import FoldBnPass
-from nanoir.lowering.quantize_bias import UNCORRECTED, restore_uncorrected
+from nanoir.lowering.quantize import UNCORRECTED, restore_uncorrected
 from torch import nn
 from xdsl.dialects.builtin import ModuleOp
 

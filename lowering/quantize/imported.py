@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from nanoir.lowering.quantize_rules import QuantizeError, checked_bits, parse_rounding
+from nanoir.lowering.quantize.rules import QuantizeError, checked_bits, parse_rounding
 from nanoir.runtime.arrays import open_regular_file
 from nanoir.runtime.numerics import quant
 

@@ -28,9 +28,9 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import int_array, operand_codes_grid
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.lowering.quantize_calibrate import _as_batches
-from nanoir.lowering.quantize_rules import QuantConfig, QuantizeError
-from nanoir.lowering.quantize_targets import _shape, value_name
+from nanoir.lowering.quantize.calibration import as_batches
+from nanoir.lowering.quantize.rules import QuantConfig, QuantizeError
+from nanoir.lowering.quantize.targets import value_name
 from nanoir.runtime.interpreter import compile_function, default_builders
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.recurrent import EXP_RANGE, run_float
@@ -100,7 +100,7 @@ def _absmax(
     needed = {v for op in ops for v in op.operands}
     plan = compile_function(func, default_builders(), np.dtype(np.float64))
     stats = {id(op): dict.fromkeys(nf.RecurrentOp.INTERNAL, 0.0) for op in ops}
-    batches = list(_as_batches(calibration, [_shape(a) for a in func.body.block.args]))
+    batches = list(as_batches(calibration, [nf.tensor_shape(a) for a in func.body.block.args]))
     if not batches:
         raise QuantizeError("quantize: the calibration data is empty")
     for batch in batches:

@@ -20,7 +20,7 @@ from nanoir.dialects.traits import (
     non_negative_result,
     weight_reader,
 )
-from nanoir.lowering.quantize_rules import (
+from nanoir.lowering.quantize.rules import (
     QuantConfig,
     QuantizeError,
 )
@@ -52,18 +52,12 @@ class Target:
 
     @property
     def channel_axis(self) -> int | None:
-        rank = len(_shape(self.value))
+        rank = len(nf.tensor_shape(self.value))
         if not self.per_channel or rank == 0:
             return None
         if self.kind == "act":
             return 1 if rank >= 2 else None
         return self.weight_axis if self.kind == "weight" else 0
-
-
-def _shape(value: SSAValue) -> tuple[int, ...]:
-    t = value.type
-    assert isinstance(t, TensorType)
-    return t.get_shape()
 
 
 def value_name(value: SSAValue, index: dict[SSAValue, int]) -> str:
@@ -136,7 +130,7 @@ def scalar_factor(value: SSAValue) -> bool:
     tensor, weight bits), as it gives attention's scale (a named constant); QAT mirrors it
     through :func:`find_targets`. A 0 added or subtracted gets one too (0 exactly)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
-    if value.op.sym_name is not None or int(np.prod(_shape(value))) != 1:
+    if value.op.sym_name is not None or int(np.prod(nf.tensor_shape(value))) != 1:
         return False
     if not any(isinstance(u.operation, SCALAR_READERS) for u in value.uses):
         return False
@@ -158,8 +152,10 @@ def _constant_kind(value: SSAValue) -> str | None:
         if isinstance(use.operation, nf.EmbeddingOp) and use.index == 1:
             return "weight"  # an embedding's table: weight rules, per tensor (see add)
         if isinstance(use.operation, nf.RecurrentOp) and value in use.operation.weights:
-            return "weight" if len(_shape(value)) == 2 else "bias"  # w_ih, w_hh / b_ih, b_hh
-    if value.op.sym_name is None and int(np.prod(_shape(value))) <= 1:
+            return (
+                "weight" if len(nf.tensor_shape(value)) == 2 else "bias"
+            )  # w_ih, w_hh / b_ih, b_hh
+    if value.op.sym_name is None and int(np.prod(nf.tensor_shape(value))) <= 1:
         # A Python scalar such as ``x + 2``: lower-to-hw uses a short dyadic one exactly;
         # one that is not (``x * 32**-0.5``, ``x + 1e-3``) gets a weight's fake-quant.
         return "const" if scalar_factor(value) else None

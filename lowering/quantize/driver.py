@@ -1,30 +1,10 @@
-"""quantize: nf → nf + ``nq.fake_quant`` with power-of-two exponents (NanoEngine's Q level).
+"""The quantize pass: the phases of ``nanoir.lowering.quantize`` in order, on one function.
 
-Where fake-quants go, as NanoEngine-PyTorch does it:
-
-- every float input of the function (an *activation*);
-- every weight and bias (``nf.constant`` operands 1 and 2 of ``nf.conv``/``nf.linear``), and
-  every other named constant (a torch parameter or buffer added or multiplied in); unnamed
-  scalar constants (a Python ``x + 2``) stay float when they are short dyadics, else get a
-  weight's fake-quant (``x * 32**-0.5``; ``quantize_targets.scalar_factor``);
-- the result of every computing op; not after data movement (reshape, transpose, split,
-  concat, pad, upsample), which never leaves the input's grid.
-
-Bits and per-channel choice come from defaults per kind (weight, bias, activation) and an
-ordered list of :class:`QuantRule` (first match wins; a rule can also leave a tensor float).
-Exponents: weights from their values; activations from calibration data (the float program run
-on batches) with NanoEngine's absmax rule (``k = floor(log2(2**(b-1) / absmax))``) or the
-power of two minimising squared error; or imported (QAT) exponents by tensor name. A bias's
-exponent is capped at its accumulator's (input + weight exponent) so lowering to integers
-stays exact, and where values meet (add, sub, concat, a conv's accumulator) calibrated
-exponents are made coarser where lower-to-hw could not align them in i32
-(``quantize_joins``; the fake-quant's ``origin`` says which join chose it).
-
-    %y = nf.conv %x, %w, %b ...               %xq = nq.fake_quant %x {bits = 8, exp = dense<5>}
-                                    ─▶        %wq = nq.fake_quant %w {bits = 8, exp = dense<[[[[7]]], ...]>}
-                                              %bq = nq.fake_quant %b {bits = 8, exp = dense<[7, ...]>}
-                                              %y = nf.conv %xq, %wq, %bq ...
-                                              %yq = nq.fake_quant %y {bits = 8, exp = dense<4>}
+:func:`quantize_function` finds the targets (``targets``), takes imported exponents
+(``imported``), calibrates weights and activations (``calibration``), inserts the fake-quants,
+quantizes recurrent ops (``recurrent``), settles joins (``joins``), corrects biases
+(``bias_correction``), caps each bias at its accumulator and makes lone batch norms dyadic
+(``batch_norm``). :func:`quantize` and :class:`QuantizePass` are its Python and pass fronts.
 """
 
 from __future__ import annotations
@@ -38,40 +18,33 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import LookupTable
-from nanoir.lowering.quantize_bias import add_zero_biases, correct_biases, float_kernels
-from nanoir.lowering.quantize_bn import make_dyadic
-from nanoir.lowering.quantize_calibrate import (
+from nanoir.lowering.quantize.batch_norm import make_dyadic
+from nanoir.lowering.quantize.bias_correction import add_zero_biases, correct_biases, float_kernels
+from nanoir.lowering.quantize.calibration import (
     Reduce,
     calibrate,
     exp_shape,
     load_calibration,
-    mse_candidates,
-    progress_bar,
     tensor_exps,
 )
-from nanoir.lowering.quantize_import import checked_exponents, load_exponents
-from nanoir.lowering.quantize_joins import settle
-from nanoir.lowering.quantize_recurrent import (
+from nanoir.lowering.quantize.imported import checked_exponents, load_exponents
+from nanoir.lowering.quantize.joins import settle
+from nanoir.lowering.quantize.recurrent import (
     has_recurrent,
     pop_internal,
     quantize_recurrent,
     recurrent_bias_cap,
 )
-from nanoir.lowering.quantize_rules import (
-    ALLOWED_BITS,
-    DEFAULT_LR,
-    LEARNERS,
+from nanoir.lowering.quantize.rules import (
     QuantConfig,
     QuantizeError,
     QuantRule,
     parse_rounding,
 )
-from nanoir.lowering.quantize_targets import (
+from nanoir.lowering.quantize.targets import (
     WEIGHTED,
     Target,
-    _shape,
     find_targets,
-    value_name,
 )
 from nanoir.runtime.interpreter import find_function
 from nanoir.runtime.numerics import quant
@@ -85,30 +58,14 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from nanoir.errors import ArgumentError, batches_argument
 
 __all__ = [
-    "ALLOWED_BITS",
     "CONSTANT_ROUNDING",
-    "DEFAULT_LR",
-    "LEARNERS",
-    "QuantConfig",
-    "QuantRule",
-    "QuantizeError",
+    "Exponents",
     "QuantizePass",
-    "Target",
     "accumulator_cap",
-    "calibrate",
-    "exp_shape",
-    "find_targets",
-    "load_calibration",
-    "load_exponents",
-    "mse_candidates",
     "nh_exps",
-    "parse_rounding",
-    "progress_bar",
     "quantize",
     "quantize_function",
     "rounded_offline",
-    "tensor_exps",
-    "value_name",
 ]
 
 
@@ -161,7 +118,11 @@ def _accumulator_cap(op: nf.ConvOp | nf.ConvTransposeOp | nf.LinearOp) -> np.nda
         return None
     groups = op.groups.value.data if isinstance(op, nf.ConvOp | nf.ConvTransposeOp) else 1
     w_exps = dense_to_numpy(fw.exp).astype(np.int64)
-    out_c = _shape(op.result)[1] if isinstance(op, nf.ConvTransposeOp) else _shape(op.weight)[0]
+    out_c = (
+        nf.tensor_shape(op.result)[1]
+        if isinstance(op, nf.ConvTransposeOp)
+        else nf.tensor_shape(op.weight)[0]
+    )
     if isinstance(op, nf.ConvTransposeOp) and w_exps.size > 1:
         w_exps = np.tile(w_exps.reshape(-1), groups)  # [O/g] along axis 1, the same per group
     return accumulator_cap(
@@ -235,7 +196,7 @@ Exponents = Mapping[str, "int | Sequence[int] | np.ndarray | Mapping[str, Any]"]
 form ``nanoir.qat.export_exponents`` writes; ``bits`` and ``rounding`` then override the
 options for that tensor, and ``axis`` must be the tensor's channel axis). Each is the user's
 statement, used as given: an integer in -60..60, else a ``QuantizeError`` naming the tensor and
-the value (``quantize_import.checked_exponents``), never clamped."""
+the value (``imported.checked_exponents``), never clamped."""
 
 
 def _import_record(t: Target, record: np.ndarray | dict[str, Any]) -> np.ndarray:
@@ -269,8 +230,8 @@ def quantize_function(
     """Insert fake-quants into ``func``; returns what was quantized, with its exponents.
 
     ``bias_correction`` (None: on when there is calibration data) corrects every conv/linear
-    bias for the mean quantization error at its output (``quantize_bias``). ``reduce`` merges
-    the calibration statistics of several processes (``quantize_calibrate.Reduce``)."""
+    bias for the mean quantization error at its output (``bias_correction``). ``reduce`` merges
+    the calibration statistics of several processes (``calibration.Reduce``)."""
     exponents = checked_exponents(exponents)
     names = set(exponents)
     correct = calibration is not None and bias_correction is not False
@@ -342,7 +303,7 @@ def quantize_function(
                 config.calibrator,
                 t.rounding or config.rounding,
             ).reshape(exp_shape(t))
-    # Joins and accumulators that could not lower get coarser exponents (quantize_joins).
+    # Joins and accumulators that could not lower get coarser exponents (joins).
     settle(func, biases, [inserted[i] for i in imported], config.rounding)
     if correct:
         assert calibration is not None
@@ -365,7 +326,7 @@ def quantize_function(
         assert t.exps is not None
         t.exps = _capped_bias_exps(t, t.exps)
         _insert(t, config, rewriter)
-    make_dyadic(func, {inserted[i] for i in imported})  # lone BNs lower always (quantize_bn)
+    make_dyadic(func, {inserted[i] for i in imported})  # lone BNs lower always (batch_norm)
     return targets
 
 
@@ -404,7 +365,7 @@ def quantize(
     ``(inputs, labels)`` pairs from a DataLoader); ``options`` are :class:`QuantConfig` fields.
     ``bias_correction`` (default: on when ``calibration`` is given) shifts each conv/linear
     bias by the mean quantization error at its output on the calibration data
-    (``quantize_bias``); ``False`` gives the uncorrected program.
+    (``bias_correction``); ``False`` gives the uncorrected program.
     """
     if bias_correction is not None and not isinstance(bias_correction, bool | np.bool_):
         raise ArgumentError(

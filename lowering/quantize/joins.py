@@ -23,7 +23,7 @@ and changes exponents only where a join needs it, always to a coarser grid:
 
 1-bit operands (a 1-bit exponent is the magnitude ``2**k`` of codes ±1, so its codes sit at
 ``-k``) follow the same rules on that code exponent, as lower-to-hw aligns them; what differs
-for them is in :mod:`nanoir.lowering.join_rules`, which holds the rules on exponents alone (no
+for them is in :mod:`nanoir.lowering.quantize.join_rules`, which holds the rules on exponents alone (no
 IR), shared with ``nanoir.qat``: this module describes the program to them (:func:`describe`)
 and writes their choices back.
 
@@ -42,7 +42,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import DataMovement
-from nanoir.lowering.join_rules import (
+from nanoir.lowering.quantize.join_rules import (
     ALIGN_BITS,
     BN_INPUT_BITS,
     MAX_ROUNDS,
@@ -53,7 +53,7 @@ from nanoir.lowering.join_rules import (
     Rules,
     Weighted,
 )
-from nanoir.lowering.quantize_targets import WEIGHTED, Target
+from nanoir.lowering.quantize.targets import WEIGHTED, Target
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import StringAttr
 from xdsl.dialects.func import FuncOp
@@ -113,7 +113,7 @@ def describe(
     quant_of: Callable[[SSAValue], Quant | None],
     bias_of: Callable[[Operation], Quant | None],
 ) -> tuple[list[Join], list[Weighted]]:
-    """``func``'s joins and weighted ops for :class:`~nanoir.lowering.join_rules.Rules`, in
+    """``func``'s joins and weighted ops for :class:`~nanoir.lowering.quantize.join_rules.Rules`, in
     program order. ``quant_of`` gives the :class:`Quant` of a quantized value (the same one
     each time; a constant's with its values), ``bias_of`` a weighted op's bias's. A weighted
     op is left out unless its input is quantized and its weight is one quantized constant."""

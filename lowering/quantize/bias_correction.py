@@ -38,7 +38,7 @@ removed as well (``_truncating_output``): what a mean can remove of the sign-dep
 
 The new values need their own exponents: :func:`correct_biases` leaves each bias target with
 the exponents its new values give (or the imported ones), and quantize then settles joins and
-caps biases exactly as for any bias (``quantize_joins.settle``, the accumulator cap), so
+caps biases exactly as for any bias (``joins.settle``, the accumulator cap), so
 lower-to-hw still lowers and nq == nh: bias correction only changes constants.
 """
 
@@ -53,10 +53,10 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import negatives_unread
-from nanoir.lowering.quantize_calibrate import Reduce, _as_batches, exp_shape, tensor_exps
-from nanoir.lowering.quantize_joins import get_exps, sources
-from nanoir.lowering.quantize_rules import QuantConfig
-from nanoir.lowering.quantize_targets import WEIGHTED, Target, _shape
+from nanoir.lowering.quantize.calibration import Reduce, as_batches, exp_shape, tensor_exps
+from nanoir.lowering.quantize.joins import get_exps, sources
+from nanoir.lowering.quantize.rules import QuantConfig
+from nanoir.lowering.quantize.targets import WEIGHTED, Target
 from nanoir.runtime.base import ExecutionError, Kernel
 from nanoir.runtime.interpreter import default_builders
 from nanoir.runtime.numerics import quant
@@ -125,7 +125,7 @@ def add_zero_biases(func: FuncOp, config: QuantConfig) -> list[nf.ConstantOp]:
             continue
         out_t = op.result.type
         assert isinstance(out_t, TensorType)
-        channels = _shape(op.result)[-1 if isinstance(op, nf.LinearOp) else 1]
+        channels = nf.tensor_shape(op.result)[-1 if isinstance(op, nf.LinearOp) else 1]
         zero = np.zeros(channels, dtype=np.float64)
         const = nf.ConstantOp(numpy_to_dense(zero, out_t.get_element_type()), name=name)
         rewriter.insert_op(const, InsertPoint.before(op))
@@ -180,14 +180,14 @@ def _own_exps(t: Target, values: np.ndarray, config: QuantConfig) -> np.ndarray:
 
 def _settled_cap(op: Operation, t: Target, exps: np.ndarray) -> np.ndarray:
     """``exps`` capped at the op's accumulator, the finest input exponent plus the weight's
-    (looking through concat and split, as ``quantize_joins.settle`` caps a bias); quantize
+    (looking through concat and split, as ``joins.settle`` caps a bias); quantize
     settles the final exponents, this is the estimate the correction runs with."""
     xs, ws = sources(op.operands[0]), sources(op.operands[1])
     if not xs or not ws or len(ws) != 1 or t.bits <= 1:
         return exps
     if ws[0].bits.value.data == 1 or any(f.bits.value.data == 1 for f in xs):
         return exps
-    out_c = _shape(op.results[0])[-1 if isinstance(op, nf.LinearOp) else 1]
+    out_c = nf.tensor_shape(op.results[0])[-1 if isinstance(op, nf.LinearOp) else 1]
     kw = get_exps(ws[0]).reshape(-1)
     if isinstance(op, nf.ConvTransposeOp):
         kw = np.tile(kw, out_c // kw.size)
@@ -283,9 +283,9 @@ def correct_biases(
     ``func`` is quantize's program after ``settle``: fake-quants on activations and weights,
     biases still float constants whose targets carry their settled exponents; ``bias_cap`` is
     quantize's final cap, so the quantized side adds each bias as the program will.
-    ``reduce`` sums the errors and counts of several processes (``quantize_calibrate.Reduce``)."""
+    ``reduce`` sums the errors and counts of several processes (``calibration.Reduce``)."""
     block = func.body.block
-    batches = list(_as_batches(calibration, [_shape(a) for a in block.args]))
+    batches = list(as_batches(calibration, [nf.tensor_shape(a) for a in block.args]))
     if not (batches if reduce is None else reduce(len(batches), "sum")):
         return False
     of_op: dict[Operation, Target] = {}
@@ -414,7 +414,7 @@ def _correct(
     elt = np.asarray(original).dtype
     bias = np.asarray(original, np.float64)
     axis = -1 if isinstance(op, nf.LinearOp) else 1
-    shape = [1] * len(_shape(op.results[0]))
+    shape = [1] * len(nf.tensor_shape(op.results[0]))
     shape[axis] = -1
 
     def quantized_bias(values: np.ndarray) -> np.ndarray:

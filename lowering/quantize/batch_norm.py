@@ -36,10 +36,10 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.lowering.hw.codes import ACC_LIMIT
-from nanoir.lowering.join_rules import aligned_bits
-from nanoir.lowering.quantize_joins import sources
+from nanoir.lowering.quantize.join_rules import aligned_bits
+from nanoir.lowering.quantize.joins import sources
 from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.accumulator import ACC_LIMIT
 from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, OpResult, SSAValue

@@ -1,6 +1,6 @@
 """Where quantize's exponents come from: a weight's own values, calibration batches run through
 the float program (NanoEngine's absmax rule or the least squared error power of two); and the
-checked loading of calibration files (imported QAT exponents: ``quantize_import``).
+checked loading of calibration files (imported QAT exponents: ``imported``).
 """
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from nanoir.dialects import nf
 from nanoir.dialects.traits import negatives_unread
-from nanoir.lowering.quantize_rules import (
+from nanoir.lowering.quantize.rules import (
     QuantConfig,
     QuantizeError,
 )
-from nanoir.lowering.quantize_targets import (
-    Target,
-    _shape,
-)
+from nanoir.lowering.quantize.targets import Target
 from nanoir.runtime.arrays import load_arrays
 from nanoir.runtime.interpreter import compile_function, default_builders
 from nanoir.runtime.numerics import quant
@@ -32,7 +30,7 @@ from nanoir.errors import Error
 
 
 def exp_shape(target: Target) -> tuple[int, ...]:
-    shape = _shape(target.value)
+    shape = nf.tensor_shape(target.value)
     axis = target.channel_axis
     if axis is None:
         return (1,)
@@ -207,9 +205,11 @@ def checked_batch_array(
     return a
 
 
-def _as_batches(
+def as_batches(
     calibration: Iterable[Any], shapes: Sequence[Sequence[int]]
 ) -> Iterable[tuple[np.ndarray, ...]]:
+    """The calibration batches as tuples of checked arrays, one per program input of
+    ``shapes`` (a batch is one array, or a tuple or list whose first items are the inputs)."""
     for index, batch in enumerate(calibration):
         items = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
         if len(items) < len(shapes):
@@ -248,7 +248,7 @@ def calibrate(
         return
     plan = compile_function(func, default_builders(), np.dtype(np.float64))
     stats = {v: _Stats() for v in acts}
-    batches = list(_as_batches(calibration, [_shape(a) for a in func.body.block.args]))
+    batches = list(as_batches(calibration, [nf.tensor_shape(a) for a in func.body.block.args]))
     if not (batches if reduce is None else reduce(len(batches), "sum")):
         raise QuantizeError("quantize: the calibration data is empty")
     passes = 2 if config.calibrator == "mse" else 1

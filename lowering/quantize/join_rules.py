@@ -1,6 +1,6 @@
 """The join rules of quantize on exponents alone: NumPy arrays and a small graph, no IR.
 
-:mod:`nanoir.lowering.quantize_joins` describes a quantized program as this graph and applies
+:mod:`nanoir.lowering.quantize.joins` describes a quantized program as this graph and applies
 the rules (post-training quantize, ``settle``); ``nanoir.qat`` describes the program its module
 interprets the same way and applies them to its learned exponents at every forward, so the
 module, its ``convert`` and lower-to-hw agree. Why each rule exists is in quantize_joins'
@@ -31,9 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from nanoir.lowering.hw.codes import ACC_LIMIT
-from nanoir.lowering.hw.contraction import transposed_bound_terms
 from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.accumulator import ACC_LIMIT, transposed_bound_terms
 
 __all__ = [
     "ALIGN_BITS",
@@ -58,7 +57,7 @@ ALIGN_BITS = 31
 """Bits an aligned add/concat operand may take: i32 with one bit of growth for the sum."""
 BN_INPUT_BITS = 16
 """Bits the aligned parts of a concat read by a lone batch norm may take: its integer affine
-multiplies them (``lowering/quantize_bn.py`` needs ``bits(x) + bits(M) + 1 <= 32`` with a
+multiplies them (``lowering/quantize/batch_norm.py`` needs ``bits(x) + bits(M) + 1 <= 32`` with a
 useful ``M``; the exhaustive search takes at most 16-bit inputs)."""
 MAX_ROUNDS = 64
 NORM_BIAS_GUARD = 16

@@ -1,0 +1,47 @@
+"""The i32 accumulator: its limit and the static bounds of sums of products written into it.
+
+lower-to-hw sums integer codes into i32 and refuses (unless told to allow overflow) an op whose
+worst-case accumulator does not fit; quantize picks exponents so that it fits
+(``nanoir.lowering.quantize.join_rules``). Both read the limit and the bounds from here, so
+they agree on what fits.
+
+>>> ACC_LIMIT == 2**31 - 1
+True
+>>> transposed_bound_terms(np.ones((1, 1, 3)), (2,), (1,)).tolist()  # taps 0, 2 | tap 1
+[2]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ACC_LIMIT", "transposed_bound_terms"]
+
+ACC_LIMIT = 2**31 - 1
+"""The largest ``|acc|`` an i32 accumulator holds (symmetric: ``-2**31`` is not used)."""
+
+
+def transposed_bound_terms(
+    codes: np.ndarray, strides: tuple[int, ...], dils: tuple[int, ...]
+) -> np.ndarray:
+    """``max |sum|`` per output channel of a transposed conv with unit inputs, ``[O/g]``:
+    an output row reads only the taps ``t`` with ``t*d`` in one residue class mod ``s`` (per
+    dim), so the bound is the largest class sum of ``|w|``, not the sum over all taps.
+
+    ``codes`` are one group's weight codes ``[C/g, O/g, *K]``:
+
+    >>> w = np.array([[[1, -2, 3, 4]]])  # one input, one output channel, 4 taps
+    >>> transposed_bound_terms(w, (2,), (1,)).tolist()  # |1| + |3| vs |-2| + |4|
+    [6]
+    >>> transposed_bound_terms(w, (1,), (1,)).tolist()  # stride 1: every tap
+    [10]
+    """
+    mags = np.abs(codes).astype(np.int64).sum(axis=0)  # [O/g, *K], summed over input channels
+    classes: dict[tuple[int, ...], np.ndarray] = {}
+    for tap in np.ndindex(*codes.shape[2:]):
+        key = tuple((t * d) % s for t, d, s in zip(tap, dils, strides))
+        term = mags[(slice(None), *tap)]
+        classes[key] = classes[key] + term if key in classes else term.copy()
+    if not classes:
+        return np.zeros(codes.shape[1], dtype=np.int64)
+    return np.max(np.stack(list(classes.values())), axis=0)
