@@ -7,12 +7,15 @@ reductions ``ReduceMean``/``ReduceSum`` over any axes.
   ``C`` that is one value per column is its bias (times ``beta``), another ``C`` an ``nf.add``
   after it. A constant ``A`` with a runtime ``B`` is the transposed product ``(B'^T A'^T)^T``
   (``nf.linear`` of ``B'^T`` by the weight ``A'``); two runtime operands are ``nf.matmul``.
-- ``Pow(x, e)`` with a constant scalar ``e``: 1 is ``x``, 2 is ``x * x``; other exponents are
-  refused naming them (nf has no power op).
-- ``ReduceMean``/``ReduceSum``: the reduced dims moved last and merged (``nf.transpose``,
-  ``nf.reshape``), one global average pool (``nf.adaptive_avg_pool`` to 1, the exact integer
-  average at nh, as the torch frontend reads ``mean``), times the count for a sum, and the
-  result shape (``keepdims``). The batch dim 0 is reduced only when static.
+- ``Pow(x, e)`` with a constant scalar ``e``: 1 is ``x``, 2 is ``x * x``, 0.5 ``nf.unary
+  "sqrt"``, any other ``nf.unary "pow"`` (a table once quantized).
+- ``ReduceMean``: the reduced dims moved last and merged (``nf.transpose``, ``nf.reshape``),
+  one global average pool (``nf.adaptive_avg_pool`` to 1, the exact integer average at nh, as
+  the torch frontend reads ``mean``), and the result shape (``keepdims``). The batch dim 0 is
+  reduced only when static.
+- ``ReduceSum``/``ReduceMax``/``ReduceMin``/``ReduceProd``, ``ArgMax``/``ArgMin``,
+  ``CumSum``: their `.ne` rows (``nf.reduce``, ``nf.arg_reduce``, ``nf.cumsum``) with the axes
+  read from the attribute or the input (by opset), and a reshape for ``keepdims = 0``.
 """
 
 from __future__ import annotations
@@ -165,10 +168,10 @@ def _pow(r: ReaderState, n: Node) -> None:
         r.alias(n.outputs[0], x)
     elif e == 2:
         r.add(n, nf.MulOp(x, x), n.outputs)
+    elif e == 0.5:
+        r.add(n, nf.UnaryOp(x, "sqrt"), n.outputs)
     else:
-        raise r.error(
-            f"it raises to the power {e}; nanoir reads Pow by 1 and 2 (nf has no power op)"
-        )
+        r.add(n, nf.UnaryOp(x, "pow", (e,)), n.outputs)
 
 
 def _reduce_axes(r: ReaderState, n: Node, rank: int) -> list[int] | None:
@@ -184,6 +187,55 @@ def _reduce_axes(r: ReaderState, n: Node, rank: int) -> list[int] | None:
     if any(not -rank <= a < rank for a in given) or len({a % rank for a in given}) != len(given):
         raise r.error(f"its axes {list(given)} are out of range or repeated for rank {rank}")
     return sorted(a % rank for a in given)
+
+
+def _reduce_by_row(r: ReaderState, n: Node) -> None:
+    """ReduceSum / Max / Min / Prod: the `.ne` row (``nf.reduce``, reduced dims kept), axes
+    from the attribute or the input, then a reshape when ``keepdims = 0``."""
+    x = r.ssa(n.inputs[0])
+    shape = _shape(x)
+    axes = _reduce_axes(r, n, len(shape))
+    if axes is None:
+        r.alias(n.outputs[0], x)
+        return
+    _then_drop_dims(r, n, x, {"axes": tuple(axes), "keepdims": 1}, axes)
+
+
+def _arg_reduce(r: ReaderState, n: Node) -> None:
+    """ArgMax / ArgMin: the `.ne` row (``nf.arg_reduce``, the reduced dim kept; indices as
+    exact float values), then a reshape when ``keepdims = 0``."""
+    x = r.ssa(n.inputs[0])
+    rank = len(_shape(x))
+    axis = int(n.attrs.get("axis", 0))  # type: ignore[arg-type]
+    if not -rank <= axis < rank:
+        raise r.error(f"its axis {axis} is out of range for rank {rank}")
+    attrs = {k: v for k, v in n.attrs.items() if k != "keepdims"}
+    _then_drop_dims(r, n, x, {**attrs, "axis": axis % rank, "keepdims": 1}, [axis % rank])
+
+
+def _then_drop_dims(
+    r: ReaderState,
+    n: Node,
+    x: SSAValue,
+    attrs: dict,
+    axes: list[int],  # type: ignore[type-arg]
+) -> None:
+    if n.attrs.get("keepdims", 1):
+        r.row(n, n.op_type, attrs, [x], n.outputs)
+        return
+    kept = r.row(n, n.op_type, attrs, [x], [""]).results[0]
+    shape = _shape(kept)
+    r.add(n, nf.ReshapeOp(kept, [d for i, d in enumerate(shape) if i not in axes]), n.outputs)
+
+
+def _cumsum(r: ReaderState, n: Node) -> None:
+    """CumSum: the axis is an input in ONNX, an attribute in the `.ne` row."""
+    if len(n.inputs) != 2:
+        raise r.error("a CumSum takes (x, axis)")
+    axis = r.static_array(n.inputs[1], "axis")
+    if axis.size != 1 or axis.dtype.kind not in "iu":
+        raise r.error(f"its axis '{n.inputs[1]}' must be one integer")
+    r.row(n, "CumSum", {**n.attrs, "axis": int(axis.reshape(-1)[0])}, n.inputs[:1], n.outputs)
 
 
 def _reduce(r: ReaderState, n: Node) -> None:
@@ -224,13 +276,6 @@ def _reduce(r: ReaderState, n: Node) -> None:
         merged = [batch, math.prod(shape[a] for a in kept), count]
         x = r.emit(nf.ReshapeOp(x, merged)).results[0]
         y = r.emit(nf.AdaptiveAvgPoolOp(x, [1])).results[0]
-    if n.op_type == "ReduceSum":
-        factor = r.fresh_constant(f"{n.name}_count", np.asarray(count, _np_type(y)))
-        op = nf.MulOp(y, factor)
-        if tuple(_shape(y)) == tuple(out):
-            r.add(n, op, n.outputs)
-            return
-        y = r.emit(op).results[0]
     if tuple(_shape(y)) == tuple(out):
         r.alias(n.outputs[0], y)
         return
@@ -241,6 +286,12 @@ COMPUTE: dict[str, Callable[[ReaderState, Node], None]] = {
     "Gemm": _gemm,
     "Pow": _pow,
     "ReduceMean": _reduce,
-    "ReduceSum": _reduce,
+    "ReduceSum": _reduce_by_row,
+    "ReduceMax": _reduce_by_row,
+    "ReduceMin": _reduce_by_row,
+    "ReduceProd": _reduce_by_row,
+    "ArgMax": _arg_reduce,
+    "ArgMin": _arg_reduce,
+    "CumSum": _cumsum,
 }
 """ONNX op type -> how the reader builds its nf ops."""

@@ -451,6 +451,20 @@ def _prelu(r: ReaderState, n: Node) -> None:
     r.row(n, "PRelu", dict(n.attrs), [n.inputs[0], slope], n.outputs)
 
 
+def _where(r: ReaderState, n: Node) -> None:
+    """Where(cond, x, y): a constant bool or integer operand is read as a float constant of
+    its 0/1 (or integer) values, as ``nf.where`` and ``nf.compare`` hold them."""
+    like = next((r.values[x] for x in n.inputs if x in r.values), None)
+    dtype = _np_type(like) if like is not None else np.float32
+    inputs: list[str | SSAValue] = []
+    for name in n.inputs:
+        if name in r.static and r.static[name].dtype.kind in "biu":
+            inputs.append(r.fresh_constant(f"{name}_values", r.static[name].astype(dtype)))
+        else:
+            inputs.append(name)
+    r.row(n, "Where", dict(n.attrs), inputs, n.outputs)
+
+
 def _hard_sigmoid(r: ReaderState, n: Node) -> None:
     r.row(n, "HardSigmoid", dict(n.attrs), n.inputs, n.outputs)
 
@@ -481,5 +495,6 @@ FORMS: dict[str, Form] = {
     "GroupNormalization": _group_norm,
     "HardSigmoid": _hard_sigmoid,
     "PRelu": _prelu,
+    "Where": _where,
 }
 """ONNX op type -> how the reader reads it (where the `.ne` row alone does not)."""

@@ -40,7 +40,7 @@ from nanoir.grammar.onnx.importer.qdq import (
     read_q,
     read_quantize_linear,
 )
-from nanoir.grammar.onnx.importer.resize import RESIZE
+from nanoir.grammar.onnx.importer.resize import RESIZE, read_resize
 from nanoir.grammar.onnx.importer.state import (
     FLOAT_TYPES,
     Node,
@@ -620,35 +620,50 @@ class Reader(ReaderState):
         if n.op_type == "Expand" and len(n.inputs) == 2 and n.inputs[0] in self.values:
             self._expand_like(n)
             return
+        if n.op_type == "Resize" and n.inputs[0] in self.values and n.input(3) in self.symbolic:
+            if not any(x in self.symbolic for x in n.inputs[:3]):
+                read_resize(self, n, self._kept_dims(n, n.inputs[3], "sizes"))
+                return
         raise self.error(
             f"it computes with {dynamic.describe()}, which is dynamic; nanoir keeps a dynamic "
             "dim only where a shape read from it feeds a Reshape or Expand that keeps it in "
             "place" + self.shapes_hint()
         )
 
-    def _reshape_keeping(self, n: Node) -> None:
-        """``Reshape(x, shape)`` whose entry ``i`` is dim ``i`` of a tensor, dynamic: the
-        result keeps ``x``'s dim ``i`` (written as ONNX's 0, copy the input's dim)."""
-        x = self.values[n.inputs[0]]
-        x_shape = nf.tensor_shape(x)
-        entries = self.symbolic[n.inputs[1]].entries.reshape(-1)
-        if n.attrs.get("allowzero", 0):
-            raise self.error("its shape has a dynamic entry and allowzero=1" + self.shapes_hint())
-        shape = []
-        for i, e in enumerate(entries):
+    def _kept_dims(self, n: Node, name: str, what: str) -> tuple[int, ...]:
+        """The entries of the shape vector ``name``, -1 where it gives dim ``i`` of the data
+        input (``n.inputs[0]``) its own dynamic size."""
+        x_shape = nf.tensor_shape(self.values[n.inputs[0]])
+        out = []
+        for i, e in enumerate(self.symbolic[name].entries.reshape(-1)):
             if isinstance(e, DynamicDim):
                 kept = e.axis == i and i < len(x_shape) and x_shape[i] == DYNAMIC_INDEX
                 if not kept or (i != 0 and e.tensor != n.inputs[0]):
                     raise self.error(
-                        f"its shape puts {e.describe()}, which is dynamic, at dim {i} of the "
-                        f"result (from {dims_text(x_shape)}); nanoir keeps a dynamic dim only in "
-                        "its place" + self.shapes_hint()
+                        f"its {what} put {e.describe()}, which is dynamic, at dim {i} (of "
+                        f"{dims_text(x_shape)}); nanoir keeps a dynamic dim only in its place"
+                        + self.shapes_hint()
                     )
-                shape.append(0)
+                out.append(-1)
             else:
-                shape.append(int(e))
+                out.append(int(e))
+        return tuple(out)
+
+    def _reshape_keeping(self, n: Node) -> None:
+        """``Reshape(x, shape)`` whose entry ``i`` is dim ``i`` of a tensor, dynamic: the
+        result keeps ``x``'s dim ``i`` (written as ONNX's 0, copy the input's dim)."""
+        if n.attrs.get("allowzero", 0):
+            raise self.error("its shape has a dynamic entry and allowzero=1" + self.shapes_hint())
+        entries = self._kept_dims(n, n.inputs[1], "shape")
+        shape = [
+            0 if i < len(entries) and self._is_dynamic_entry(n.inputs[1], i) else e
+            for i, e in enumerate(entries)
+        ]
         const = ConstTensor.from_numpy(n.inputs[1], np.asarray(shape, np.int64))
         self.row(n, "Reshape", {}, [n.inputs[0], const], n.outputs)
+
+    def _is_dynamic_entry(self, name: str, i: int) -> bool:
+        return isinstance(self.symbolic[name].entries.reshape(-1)[i], DynamicDim)
 
     def _expand_like(self, n: Node) -> None:
         """How nanoir writes an ``nf.expand`` with a shape source ``like``: ``Expand(x,

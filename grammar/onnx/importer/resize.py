@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from nanoir.dialects import nf
@@ -43,7 +44,7 @@ from numpy.typing import NDArray
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import SSAValue
 
-__all__ = ["RESIZE", "Interpolation", "axis_weights"]
+__all__ = ["RESIZE", "Ambiguous", "Interpolation", "axis_weights"]
 
 _F = np.float32
 
@@ -57,6 +58,11 @@ _COORDINATE_MODES = (
     "tf_crop_and_resize",
 )
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+
+
+class Ambiguous(ValueError):
+    """A Resize whose result along an axis depends on how a runtime rounds its float32
+    coordinates, or where onnxruntime and ONNX's definition disagree: refused, saying why."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,8 @@ class Interpolation:
 def source_coordinates(
     how: Interpolation, l_in: int, l_out: int, scale: np.float32, roi: tuple[float, float]
 ) -> NDArray[np.float32]:
-    """The input coordinate of each output index, in float32 (onnxruntime's arithmetic)."""
+    """The input coordinate of each output index, in float32 as onnxruntime computes it (its
+    order of operations; half_pixel_symmetric and one-output tf_crop_and_resize in double)."""
     x = np.arange(l_out, dtype=_F)
     half, s = _F(0.5), _F(scale)
     mode = how.coordinates
@@ -96,10 +103,59 @@ def source_coordinates(
         return np.full(l_out, 0.5 * (float(start) + float(end)) * (l_in - 1), _F)
     if mode == "half_pixel_symmetric":
         adjustment = _F(l_out) / (s * _F(l_in))
-        center = _F(l_in) / _F(2)
-        offset = center * (_F(1) - adjustment)
-        return offset + (x + half) / s - half
+        offset = _F(_F(l_in) / _F(2)) * (_F(1) - adjustment)
+        return (float(offset) + (x.astype(np.float64) + 0.5) / float(s) - 0.5).astype(_F)
     return (x + half) / s - half  # half_pixel
+
+
+def _exact_coordinates(
+    how: Interpolation, l_in: int, l_out: int, scale: np.float32, roi: tuple[float, float]
+) -> list[Fraction]:
+    """`source_coordinates` without rounding: the same formula on the same (float32) inputs
+    in rational arithmetic."""
+    s, half = Fraction(float(scale)), Fraction(1, 2)
+    start, end = Fraction(float(_F(roi[0]))), Fraction(float(_F(roi[1])))
+    mode = how.coordinates
+    out = []
+    for j in range(l_out):
+        if mode == "asymmetric":
+            c = j / s
+        elif mode == "tf_half_pixel_for_nn":
+            c = (j + half) / s
+        elif mode == "align_corners":
+            c = Fraction(0) if l_out == 1 else Fraction(j * (l_in - 1), l_out - 1)
+        elif mode == "tf_crop_and_resize":
+            c = (start + j * (end - start) / (l_out - 1) if l_out > 1 else (start + end) / 2) * (
+                l_in - 1
+            )
+        elif mode == "pytorch_half_pixel" and l_out == 1:
+            c = Fraction(0)
+        elif mode == "half_pixel_symmetric":
+            adjustment = Fraction(l_out) / (s * l_in)
+            c = Fraction(l_in, 2) * (1 - adjustment) + (j + half) / s - half
+        else:
+            c = (j + half) / s - half
+        out.append(c)
+    return out
+
+
+def _nearest_boundary_is_close(
+    how: Interpolation, coords: NDArray[np.float32], exact: list[Fraction]
+) -> int | None:
+    """The first output index whose float32 coordinate was rounded to within 4 float32 steps of
+    a half-way point, but not onto it, in a round mode: there the pick depends on how a runtime
+    evaluates the formula (onnxruntime's picks there follow neither IEEE float32 nor exact
+    arithmetic), so nanoir does not choose. (Elsewhere onnxruntime picks as float32 does.)"""
+    if how.nearest not in ("round_prefer_floor", "round_prefer_ceil"):
+        return None
+    for j, (c, e) in enumerate(zip(coords, exact)):
+        value = float(c)
+        tie = math.floor(value) + 0.5
+        if Fraction(value) == e or value == tie:
+            continue
+        if abs(value - tie) <= 4 * float(np.spacing(np.abs(c))):
+            return j
+    return None
 
 
 def _nearest_pixels(
@@ -134,6 +190,15 @@ def axis_weights(
     where ``tf_crop_and_resize`` extrapolates a non-zero value)."""
     s = _F(scale)
     coords = source_coordinates(how, l_in, l_out, s, roi)
+    if how.mode == "nearest":
+        close = _nearest_boundary_is_close(
+            how, coords, _exact_coordinates(how, l_in, l_out, s, roi)
+        )
+        if close is not None:
+            raise Ambiguous(
+                f"output {close} of {l_out} reads input coordinate {float(coords[close])!r}, "
+                f"within float32 rounding of where nearest_mode '{how.nearest}' changes its pick"
+            )
     weights = np.zeros((l_out, l_in))
     outside = np.zeros(l_out, bool)
     if how.coordinates == "tf_crop_and_resize":
@@ -141,16 +206,8 @@ def axis_weights(
     if how.mode == "nearest":
         pixels = np.clip(_nearest_pixels(how, coords, bool(s < 1)), 0, l_in - 1)
         weights[np.arange(l_out), pixels] = 1.0
-    elif how.antialias and s < 1:
-        support = 1.0 if how.mode == "linear" else 2.0
-        c = coords.astype(np.float64)
-        for j in range(l_out):
-            lo = int(math.floor(c[j] - support / float(s))) - 1
-            hi = int(math.ceil(c[j] + support / float(s))) + 1
-            taps = np.arange(max(lo, 0), min(hi, l_in - 1) + 1)
-            d = (taps - c[j]) * float(s)
-            w = np.clip(1 - np.abs(d), 0, None) if how.mode == "linear" else _cubic(d, how.cubic_a)
-            weights[j, taps] = w / w.sum()
+    elif how.antialias:
+        _antialias_weights(how, weights, coords, l_in, s)
     elif how.mode == "linear":
         c = np.clip(coords, _F(0), _F(l_in - 1))
         left = np.minimum(c.astype(np.int64), l_in - 1)
@@ -172,13 +229,57 @@ def axis_weights(
                 w = np.where((taps < 0) | (taps >= l_in), 0.0, w)
             np.add.at(weights, (np.arange(l_out), np.clip(taps, 0, l_in - 1)), w)
         if how.exclude_outside:
-            weights /= weights.sum(axis=1, keepdims=True)
+            sums = weights.sum(axis=1, keepdims=True)
+            weights = np.divide(weights, sums, out=np.zeros_like(weights), where=sums != 0)
+    if s == 1 and l_in == l_out and (outside.any() or not np.array_equal(weights, np.eye(l_in))):
+        if how.coordinates == "tf_half_pixel_for_nn":
+            return np.eye(l_in), None  # (x + 0.5) / 1 rounds up in the ceil modes; runtimes copy
+        raise Ambiguous(
+            f"its scale is 1 and coordinate_transformation_mode '{how.coordinates}' moves the "
+            "axis, which onnxruntime copies unchanged at scale 1"
+        )
     bias = None
     if outside.any():
         weights[outside] = 0.0
         if how.extrapolation != 0:
             bias = np.where(outside, how.extrapolation, 0.0)
     return weights, bias
+
+
+def _antialias_weights(
+    how: Interpolation,
+    weights: NDArray[np.float64],
+    coords: NDArray[np.float32],
+    l_in: int,
+    s: np.float32,
+) -> None:
+    """Antialiased linear or cubic weights, as onnxruntime computes them (Pillow's resampling:
+    the filter widened by ``1 / scale`` when downsampling, over the input pixels whose centres
+    it covers; weights beyond the input added to the edge pixel, or dropped with
+    ``exclude_outside``; then normalised), in float32."""
+    scale = _F(1) / s
+    size = _F(2) if how.mode == "linear" else _F(4)
+    support = size * _F(0.5) * scale if scale >= 1 else size * _F(0.5)
+    inv = _F(1) / scale if scale >= 1 else _F(1)
+    a = _F(how.cubic_a)
+    for j in range(weights.shape[0]):
+        center = _F(0.5) + (_F(j) if scale == 1 else coords[j])
+        lo = math.floor(float(center) - float(support) + 0.5)
+        hi = math.floor(float(center) + float(support) + 0.5)
+        if how.exclude_outside:
+            lo, hi = max(lo, 0), min(hi, l_in)
+        taps = np.arange(lo, hi)
+        t = np.abs((taps.astype(_F) - center + _F(0.5)) * inv)
+        if how.mode == "linear":
+            w = np.where(t < 1, _F(1) - t, _F(0))
+        else:
+            near = ((a + 2) * t - (a + 3)) * t * t + 1
+            far = (((t - 5) * t + 8) * t - 4) * a
+            w = np.where(t < 1, near, np.where(t < 2, far, _F(0))).astype(_F)
+        total = _F(w.sum(dtype=_F))
+        if total != 0 and total != 1:
+            w = w / total
+        np.add.at(weights, (j, np.clip(taps, 0, l_in - 1)), w.astype(np.float64))
 
 
 def _bilinear_x2(l_in: int) -> NDArray[np.float64]:
@@ -210,18 +311,23 @@ def _interpolation(r: ReaderState, n: Node) -> Interpolation:
     if nearest not in _NEAREST_MODES[:-1]:
         raise r.error(f"its nearest_mode '{nearest}' is not ONNX's")
     exclude = bool(a.get("exclude_outside", 0))
-    if exclude and mode != "cubic":
-        raise r.error("exclude_outside=1 is defined for mode cubic only")
+    if exclude and mode != "cubic" and not (mode == "linear" and a.get("antialias", 0)):
+        raise r.error("exclude_outside=1 is defined for mode cubic (and antialiased linear) only")
     cubic_a = float(a["cubic_coeff_a"].value) if "cubic_coeff_a" in a else -0.75  # type: ignore[union-attr]
     extrapolation = float(a["extrapolation_value"].value) if "extrapolation_value" in a else 0.0  # type: ignore[union-attr]
     antialias = bool(a.get("antialias", 0)) and n.opset >= 18
     if antialias and mode == "nearest":
         antialias = False  # ONNX: antialias applies to linear and cubic only
+    if antialias and coordinates == "tf_crop_and_resize":
+        raise r.error(
+            "antialias=1 with coordinate_transformation_mode tf_crop_and_resize: onnxruntime "
+            "tests the roi bounds half a pixel off ONNX's definition; nanoir does not choose"
+        )
     return Interpolation(mode, coordinates, nearest, cubic_a, exclude, extrapolation, antialias)
 
 
 def _scales_and_sizes(
-    r: ReaderState, n: Node, shape: tuple[int, ...]
+    r: ReaderState, n: Node, shape: tuple[int, ...], kept_sizes: tuple[int, ...] | None
 ) -> tuple[list[float], list[int], list[tuple[float, float]]]:
     """Per dim of the input: the scale, the output length and the roi (start, end)."""
     rank = len(shape)
@@ -257,7 +363,7 @@ def _scales_and_sizes(
                     + r.shapes_hint()
                 )
     elif size_name:
-        wanted = r.static_ints(size_name, "sizes")
+        wanted = kept_sizes if kept_sizes is not None else r.static_ints(size_name, "sizes")
         if len(wanted) != len(axes):
             raise r.error(f"its sizes {list(wanted)} do not fit {len(axes)} axes")
         policy = (
@@ -297,14 +403,16 @@ def _scales_and_sizes(
     return scales, sizes, rois
 
 
-def read_resize(r: ReaderState, n: Node) -> None:
+def read_resize(r: ReaderState, n: Node, kept_sizes: tuple[int, ...] | None = None) -> None:
+    """``kept_sizes``: the sizes input when it was computed from a dynamic shape (-1 where it
+    keeps a dynamic dim)."""
     if len(n.outputs) != 1:
         raise r.error(f"a {n.op_type} has 1 output")
     how = _interpolation(r, n)
     x = r.ssa(n.inputs[0])
     shape = nf.tensor_shape(x)
     rank = len(shape)
-    scales, sizes, rois = _scales_and_sizes(r, n, shape)
+    scales, sizes, rois = _scales_and_sizes(r, n, shape, kept_sizes)
     plans: dict[int, tuple[NDArray[np.float64], NDArray[np.float64] | None]] = {}
     for axis in range(rank):
         l_in, l_out = shape[axis], sizes[axis]
@@ -318,7 +426,12 @@ def read_resize(r: ReaderState, n: Node) -> None:
             continue
         if l_out < 1 or l_in < 1:
             raise r.error(f"it resizes dim {axis} from {l_in} to {l_out}")
-        w, b = axis_weights(how, l_in, l_out, scales[axis], rois[axis])
+        try:
+            w, b = axis_weights(how, l_in, l_out, scales[axis], rois[axis])
+        except Ambiguous as why:
+            raise r.error(
+                f"along dim {axis} ({l_in} -> {l_out}): {why}; nanoir does not choose"
+            ) from None
         if b is None and w.shape[0] == w.shape[1] and np.array_equal(w, np.eye(l_in)):
             continue
         plans[axis] = (w, b)
@@ -326,6 +439,12 @@ def read_resize(r: ReaderState, n: Node) -> None:
     if not plans:
         r.alias(n.outputs[0], x)
         return
+    if list(sizes) == list(shape):
+        raise r.error(
+            f"it keeps the shape {dims_text(shape)}, which onnxruntime copies unchanged, while "
+            f"ONNX's definition moves dim {min(plans)} (scale {scales[min(plans)]}); nanoir does "
+            "not choose"
+        )
     spatial = rank >= 3 and all(axis >= 2 for axis in plans)
     one_hot = {
         a
