@@ -109,7 +109,7 @@ class PendingQ:
     op: FakeQuantOp | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ReaderState:
     """The tensors of one model being read, the ops made so far, and the helpers the reader's
     parts use to read inputs and add ops (their errors name the file and the node)."""
