@@ -229,6 +229,15 @@ def as_batches(
         yield tuple(arrays)
 
 
+def finite(x: np.ndarray) -> np.ndarray:
+    """``x`` with its infinities and NaNs as 0: they set no range (an infinity saturates on any
+    grid; a NaN of a function outside its domain, such as log(-1), is defined once quantized:
+    ``nanoir.runtime.numerics.unary``), so a ``masked_fill(-inf)`` or a ``log`` does not make
+    calibration fail."""
+    x = np.asarray(x)
+    return x if np.isfinite(x).all() else np.where(np.isfinite(x), x, 0.0)
+
+
 def calibrate(
     func: FuncOp,
     targets: Sequence[Target],
@@ -260,6 +269,7 @@ def calibrate(
 
     def observe_absmax(value: SSAValue, x: np.ndarray) -> None:
         t = acts[value]
+        x = finite(x)
         if value in positive:
             x = np.maximum(x, 0.0)
         m = quant.channel_absmax(x, t.channel_axis)
@@ -274,6 +284,7 @@ def calibrate(
     def observe_sse(value: SSAValue, x: np.ndarray) -> None:
         t, s = acts[value], stats[value]
         assert s.candidates is not None and s.sse is not None
+        x = finite(x)
         if value in positive:
             x = np.maximum(x, 0.0)
         s.sse += candidate_sse(
