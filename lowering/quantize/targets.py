@@ -1,6 +1,7 @@
 """Where quantize puts fake-quants: every float input, weight, bias, named constant and
 computing op's result, not after data movement (the ``DataMovement`` trait), each with the bits,
-per-channel choice and rule name its :class:`QuantConfig` gives.
+per-channel choice and rule name its :class:`QuantConfig` gives; per tensor, whatever the
+options say, where an op reads the value on one grid (:func:`needs_one_grid`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from nanoir.dialects.traits import (
     Weighted,
     negatives_unread,
     non_negative_result,
+    shape_operands,
     weight_reader,
 )
 from nanoir.lowering.quantize.rules import (
@@ -194,13 +196,68 @@ def _signed(
     return True
 
 
+ONE_GRID_OPERANDS: dict[type[Operation], tuple[int, ...]] = {
+    nf.MatmulOp: (0, 1),
+    nf.EmbeddingOp: (1,),
+}
+"""Operands (by index) that ops without a trait saying so read on one per-tensor grid: both
+of a matmul's (``nh.matmul``), an embedding's table (its rows are gathered)."""
+
+
+def one_grid_operand(op: Operation, index: int) -> bool:
+    """Whether ``op`` reads operand ``index`` on one per-tensor grid: an integer algorithm's input (softmax, log-softmax, the norms, normalize:
+    ``IntegerAlgorithm``), a recurrent op's input and initial states (its integer cell reads
+    them per tensor and signed), and :data:`ONE_GRID_OPERANDS`."""
+    if op.has_trait(IntegerAlgorithm):
+        return index == 0
+    if isinstance(op, nf.RecurrentOp):
+        return op.operands[index] not in op.weights
+    return index in ONE_GRID_OPERANDS.get(type(op), ())
+
+
+def moved_readers(value: SSAValue) -> list[tuple[Operation, int]]:
+    """``(op, operand index)`` of every op that reads ``value``'s numbers, looking through data
+    movement (a concat, split, transpose, reshape ... carries the grid on to its readers;
+    an expand's shape source carries nothing): what the grid of ``value`` must suit."""
+    found: list[tuple[Operation, int]] = []
+    todo, seen = [value], set[SSAValue]()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for use in v.uses:
+            op = use.operation
+            if op.has_trait(DataMovement) and not isinstance(op, nf.EmbeddingOp):
+                if op.operands[use.index] not in shape_operands(op):
+                    todo.extend(op.results)
+            else:
+                found.append((op, use.index))
+    return found
+
+
+def needs_one_grid(value: SSAValue) -> bool:
+    """Whether ``value`` must be quantized per tensor whatever ``act_per_channel`` says: an
+    op reads it (through data movement) on one grid (:func:`one_grid_operand`), or it is the
+    result of an integer algorithm (whose output grid is one per-tensor fake-quant) or of a
+    recurrent op (its hidden and cell grids are one exponent each). lower-to-hw refuses
+    per-channel exponents there."""
+    op = value.owner
+    if isinstance(op, Operation) and (
+        op.has_trait(IntegerAlgorithm) or isinstance(op, nf.RecurrentOp)
+    ):
+        return True
+    return any(one_grid_operand(reader, i) for reader, i in moved_readers(value))
+
+
 def _unsigned_unlowered(value: SSAValue) -> bool:
     """Whether lower-to-hw refuses unsigned codes for this value: into an op defined by an
-    integer algorithm (softmax, layer/group norm), out of one whose result can be negative
-    (log-softmax, the norms; softmax's, ``NonNegativeResult``, is written as unsigned codes),
-    out of a batch norm (whose affine is searched for signed codes). ``unsigned="auto"`` leaves
-    those signed so that its programs lower (a rule's ``u`` still asks, and lower-to-hw then
-    names the op)."""
+    integer algorithm (softmax, layer/group norm) or a recurrent op, directly or through data
+    movement (a ReLU's output transposed into an LSTM), out of one whose result can be
+    negative (log-softmax, the norms; softmax's, ``NonNegativeResult``, is written as
+    unsigned codes), out of a batch norm (whose affine is searched for signed codes).
+    ``unsigned="auto"`` leaves those signed so that its programs lower (a rule's ``u`` still
+    asks, and lower-to-hw then names the op)."""
     op = value.owner
     if isinstance(op, nf.BatchNormOp) or (
         isinstance(op, Operation)
@@ -208,7 +265,10 @@ def _unsigned_unlowered(value: SSAValue) -> bool:
         and not op.has_trait(NonNegativeResult)
     ):
         return True
-    return any(u.operation.has_trait(IntegerAlgorithm) for u in value.uses)
+    return any(
+        reader.has_trait(IntegerAlgorithm) or isinstance(reader, nf.RecurrentOp)
+        for reader, _ in moved_readers(value)
+    )
 
 
 def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
@@ -237,8 +297,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         if resolved is None:
             return
         bits, per_channel = resolved
-        if kind == "const" or any(isinstance(u.operation, nf.EmbeddingOp) for u in value.uses):
-            per_channel = False  # (a table's rows are gathered: one exponent for all)
+        if kind == "const" or kind != "bias" and needs_one_grid(value):
+            per_channel = False  # (an embedding table's rows are gathered: one exponent)
         targets.append(
             Target(
                 value,
