@@ -93,7 +93,7 @@ def _worker(rank: int, world: int, out: str, text: str) -> None:
     x = _calibration(rank)
     program = nanoir.parse(text)
     # absmax calibration, then ema statistics at optimizer rate 0 from a DistributedSampler
-    q = qat.prepare(program, (), weight_bits=4, learner="ema", lr=0.5)
+    q = qat.prepare(program, (), weight_bits=4, learner="ema", lr=0.5, calibrator="absmax")
     qat.calibrate(q, [x])
     results["absmax"] = _snapshot(q)
     loader = DataLoader(_dataset(), batch_size=2, sampler=_sampler(rank))
@@ -119,7 +119,7 @@ def _single_process(text: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     program = nanoir.parse(text)
     both = [_calibration(0), _calibration(1)]
-    q = qat.prepare(program, (), weight_bits=4, learner="ema", lr=0.5)
+    q = qat.prepare(program, (), weight_bits=4, learner="ema", lr=0.5, calibrator="absmax")
     qat.calibrate(q, both)
     results["absmax"] = _snapshot(q)
     dataset = _dataset()
@@ -145,7 +145,7 @@ def _single_process(text: str) -> dict[str, Any]:
     qat.train(q, [batch] * LSQ_STEPS, epochs=1, optimizer=_lsq_optimizer(q))
     results["lsq"] = _snapshot(q)
     # rank 0's batch alone: the reduction must matter for this data
-    q = qat.prepare(program, (), weight_bits=4, learner="ema", lr=0.5)
+    q = qat.prepare(program, (), weight_bits=4, learner="ema", lr=0.5, calibrator="absmax")
     qat.calibrate(q, both[:1])
     results["rank0_alone"] = _snapshot(q)
     return results
@@ -163,7 +163,9 @@ def test_two_ranks_hold_one_set_of_exponents(tmp_path: Path) -> None:
     differs across ranks); the mse errors not merged (``_merge`` skips ``sse``: the mse
     program differs from one process's); bias correction's sums not reduced; ``train`` not
     wrapping a bare module (the lsq exponents differ across ranks); ``train`` not calling
-    ``set_epoch`` (epoch 2 repeats epoch 1's order: ema scales differ from the oracle's).
+    ``set_epoch`` (epoch 2 repeats epoch 1's order: ema scales differ from the oracle's);
+    calibration's absmax reduced by a sum across ranks instead of a max (``_merge``: the
+    "absmax" scenario ran the default mse calibrator before, whose candidates hid it).
     """
     text = _program()
     # The oracle runs while the ranks do (CI's 2 cores).

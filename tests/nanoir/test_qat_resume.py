@@ -165,3 +165,67 @@ def test_a_foreign_or_damaged_checkpoint_is_one_clear_error(program: str, tmp_pa
         "other.pt",
         "other2.pt",
     ]
+
+
+class _GlobalRandomBatches:
+    """Batches whose order each epoch comes from Python's ``random`` and whose input noise
+    from NumPy's global generator (as data pipelines and augmentations draw them): a resumed
+    run equals the uninterrupted one only if the checkpoint restores both."""
+
+    def __init__(self) -> None:
+        gen = np.random.default_rng(5)
+        self.x = gen.standard_normal((24, 1, 6, 6)).astype(np.float32)
+        self.y = gen.integers(0, 3, 24)
+
+    def __iter__(self):  # noqa: ANN204
+        order = list(range(4))
+        random.shuffle(order)
+        for i in order:
+            rows = slice(6 * i, 6 * i + 6)
+            noise = np.random.normal(0.0, 0.1, self.x[rows].shape).astype(np.float32)
+            yield torch.from_numpy(self.x[rows] + noise), torch.from_numpy(self.y[rows])
+
+
+def test_resume_restores_the_python_and_numpy_generators(program: str, tmp_path: Path) -> None:
+    """A run whose data reads Python's ``random`` (the batch order) and NumPy's global
+    generator (noise), killed in epoch 3 and resumed in a fresh module with both generators
+    scrambled, equals the uninterrupted run: every epoch's loss and every state tensor.
+
+    kills: Python's ``random`` state not restored from the checkpoint (``_set_rng_state``
+    skipping ``random.setstate``); NumPy's global state not restored (skipping
+    ``np.random.set_state``). Neither is read by the test above, whose data shuffles with
+    torch's generator only."""
+
+    def seeded() -> None:
+        torch.manual_seed(1)
+        np.random.seed(1)
+        random.seed(1)
+
+    seeded()
+    whole = _prepared(program)
+    seeded()
+    losses = qat.train(whole, _GlobalRandomBatches(), epochs=EPOCHS, lr=1e-2)
+
+    path = tmp_path / "qat.pt"
+    seeded()
+    first = _prepared(program)
+    seeded()
+    with pytest.raises(Interrupted):
+        qat.train(
+            first,
+            _GlobalRandomBatches(),
+            epochs=EPOCHS,
+            lr=1e-2,
+            checkpoint=path,
+            loss_fn=_interrupting_loss(2 * 4 + 2),
+        )
+    torch.manual_seed(99)
+    np.random.seed(99)
+    random.seed(99)
+    resumed = qat.prepare(nanoir.parse(program), (), **OPTIONS)
+    got = qat.train(resumed, _GlobalRandomBatches(), epochs=EPOCHS, lr=1e-2, checkpoint=path)
+    assert got == losses
+    want, have = _state(whole), _state(resumed)
+    assert all(np.array_equal(want[k], have[k]) for k in want), [
+        k for k in want if not np.array_equal(want[k], have[k])
+    ]
