@@ -302,15 +302,39 @@ class TanhOp(UnaryFloatOp):
 
 @irdl_op_definition
 class HardSigmoidOp(UnaryFloatOp):
-    """PyTorch's hardsigmoid: ``clamp(x + 3, 0, 6) / 6``.
+    """ONNX's HardSigmoid, ``clamp(alpha * x + beta, 0, 1)``; by default PyTorch's hardsigmoid
+    (``alpha = 1/6, beta = 0.5``, computed as ``clamp(x + 3, 0, 6) / 6``).
 
     ```mlir
     %y = nf.hardsigmoid %x : tensor<?x16x8x8xf32>
+    %z = nf.hardsigmoid %x {alpha = 2.0e-01 : f64} : tensor<?x16x8x8xf32>
     ```
     """
 
     name = "nf.hardsigmoid"
-    traits = traits_def(FloatOnly(), LookupTable(kernels.hardsigmoid), NonNegativeResult())
+    alpha = prop_def(
+        FloatAttr[Float64Type], default_value=FloatAttr(kernels.HARDSIGMOID_TORCH[0], Float64Type())
+    )
+    beta = prop_def(
+        FloatAttr[Float64Type], default_value=FloatAttr(kernels.HARDSIGMOID_TORCH[1], Float64Type())
+    )
+    traits = traits_def(
+        FloatOnly(), LookupTable(kernels.hardsigmoid, ("alpha", "beta")), NonNegativeResult()
+    )
+
+    def __init__(
+        self,
+        input: SSAValue,
+        alpha: float = kernels.HARDSIGMOID_TORCH[0],
+        beta: float = kernels.HARDSIGMOID_TORCH[1],
+    ):
+        super().__init__(
+            input,
+            {
+                "alpha": FloatAttr(float(alpha), Float64Type()),
+                "beta": FloatAttr(float(beta), Float64Type()),
+            },
+        )
 
 
 @irdl_op_definition

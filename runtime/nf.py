@@ -52,7 +52,6 @@ for _op, _fn in (
     (nf.ReluOp, kernels.relu),
     (nf.SigmoidOp, kernels.sigmoid),
     (nf.TanhOp, kernels.tanh),
-    (nf.HardSigmoidOp, kernels.hardsigmoid),
     (nf.HardSwishOp, kernels.hardswish),
     (nf.SiluOp, kernels.silu),
 ):
@@ -80,6 +79,12 @@ def clamp(op: nf.ClampOp, dtype: np.dtype[Any]) -> Kernel:
     lo = None if op.min is None else op.min.value.data
     hi = None if op.max is None else op.max.value.data
     return lambda x: (kernels.clamp(x, lo, hi),)
+
+
+@impl(nf.HardSigmoidOp)
+def hardsigmoid(op: nf.HardSigmoidOp, dtype: np.dtype[Any]) -> Kernel:
+    alpha, beta = op.alpha.value.data, op.beta.value.data
+    return lambda x: (kernels.hardsigmoid(x, alpha, beta),)
 
 
 @impl(nf.LeakyReluOp)

@@ -74,8 +74,8 @@ and/or a `writer` function next to its row.
     Swish                nf.silu                  alpha=1 only (ONNX opset 24's Swish; the ONNX
                                                   writer spells it Sigmoid + Mul for opset 21)
     Gelu                 nf.gelu                  approximate (none, tanh; ONNX opset 20's)
-    HardSigmoid          nf.hardsigmoid           alpha=1/6, beta=0.5 only (torch's; ONNX's
-                                                  defaults 0.2/0.5 stay nf.custom)
+    HardSigmoid          nf.hardsigmoid           alpha (ONNX's default 0.2), beta (0.5); torch's
+                                                  is 1/6 and 0.5
     Softmax, LogSoftmax  nf.softmax,              axis (ONNX opset 13's, default -1); one input
                          nf.log_softmax           (a masked nf.softmax is not written)
     LayerNormalization   nf.layer_norm            axis (opset 17's, default -1: from axis to
@@ -118,7 +118,7 @@ from nanoir.grammar.ne.nq_families import (
 )
 from nanoir.grammar.ne.schema import NE_OP_TYPE, Attrs, dense_from_const, is_float_dtype
 from nanoir.grammar.ne.syntax_tree import AttrValue, ConstTensor, Float
-from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
+from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS, HARDSIGMOID_TORCH
 from nanoir.runtime.numerics.movement import expand_shape_operand
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.recurrent import RecurrentLayout
@@ -783,26 +783,25 @@ def _expand_attrs(op: nf.ExpandOp) -> Attrs:
     return (("shape", tuple(expand_shape_operand(_shape(op.input), _shape(op.result)))),)
 
 
-_HARD_SIGMOID = (("alpha", 1 / 6), ("beta", 0.5))
-"""torch's hardsigmoid as ONNX HardSigmoid's `max(0, min(1, alpha * x + beta))` (ONNX's
-defaults are alpha=0.2, beta=0.5: that one is not nanoir's)."""
-
-
 def _hard_sigmoid(n: NodeSpec) -> Operation:
+    """ONNX HardSigmoid (defaults alpha 0.2, beta 0.5): nf.hardsigmoid with its alpha and beta;
+    an alpha within float32 rounding of 1/6 with beta 0.5 is torch's (its export writes
+    float32(1/6))."""
     n.allow("alpha", "beta")
     n.one_output()
-    for key, value in _HARD_SIGMOID:
-        got = n.float(key, 0.2 if key == "alpha" else 0.5)
-        if abs(got - value) > 1e-7:  # torch's export writes alpha as float32(1/6)
-            raise Unsupported(
-                f"HardSigmoid with {key}={got} (nf.hardsigmoid is alpha=1/6, beta=0.5)"
-            )
+    alpha, beta = n.float("alpha", 0.2), n.float("beta", 0.5)
+    torch_alpha, torch_beta = HARDSIGMOID_TORCH
+    if abs(alpha - torch_alpha) <= 1e-7 and beta == torch_beta:
+        alpha = torch_alpha
     (x,) = n.values(1, 1)
-    return nf.HardSigmoidOp(x)
+    return nf.HardSigmoidOp(x, alpha, beta)
 
 
 def _hard_sigmoid_attrs(op: nf.HardSigmoidOp) -> Attrs:
-    return tuple((key, Float.from_value(value)) for key, value in _HARD_SIGMOID)
+    return (
+        ("alpha", Float.from_value(op.alpha.value.data)),
+        ("beta", Float.from_value(op.beta.value.data)),
+    )
 
 
 def _swish(n: NodeSpec) -> Operation:

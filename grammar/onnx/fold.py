@@ -283,7 +283,7 @@ def evaluate(
     graph = helper.make_graph([node], "fold", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        from onnx.reference import ReferenceEvaluator
+        from onnx.reference import ReferenceEvaluator  # lazy: the optional onnx package
 
         got = ReferenceEvaluator(model).run(None, feeds)
     except Exception as e:

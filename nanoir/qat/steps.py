@@ -293,7 +293,10 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
     if isinstance(op, nf.TanhOp):
         return _exact_unary(kernels.tanh, torch.tanh)
     if isinstance(op, nf.HardSigmoidOp):
-        return lambda x: (torch.clamp(x + 3, 0, 6) / 6,)
+        alpha, beta = op.alpha.value.data, op.beta.value.data
+        if (alpha, beta) == kernels.HARDSIGMOID_TORCH:
+            return lambda x: (torch.clamp(x + 3, 0, 6) / 6,)
+        return lambda x: (torch.clamp(alpha * x + beta, 0, 1),)
     if isinstance(op, nf.HardSwishOp):
         return lambda x: (x * torch.clamp(x + 3, 0, 6) / 6,)
     if isinstance(op, nf.SiluOp):

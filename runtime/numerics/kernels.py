@@ -483,9 +483,18 @@ def tanh(x: Array) -> Array:
     return np.tanh(x)
 
 
-def hardsigmoid(x: Array) -> Array:
-    """``relu6(x + 3) / 6`` (``torch.nn.functional.hardsigmoid``; ONNX's with alpha = 1/6)."""
-    return np.clip(x + 3, 0, 6) / 6
+HARDSIGMOID_TORCH = (1 / 6, 0.5)
+"""torch's hardsigmoid as ONNX HardSigmoid's ``(alpha, beta)``."""
+
+
+def hardsigmoid(
+    x: Array, alpha: float = HARDSIGMOID_TORCH[0], beta: float = HARDSIGMOID_TORCH[1]
+) -> Array:
+    """ONNX's ``max(0, min(1, alpha * x + beta))``; at torch's ``(1/6, 0.5)`` computed as torch
+    does, ``relu6(x + 3) / 6`` (``torch.nn.functional.hardsigmoid``), bit for bit."""
+    if (alpha, beta) == HARDSIGMOID_TORCH:
+        return np.clip(x + 3, 0, 6) / 6
+    return np.clip(alpha * x + beta, 0, 1)
 
 
 def hardswish(x: Array) -> Array:

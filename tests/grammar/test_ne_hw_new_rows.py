@@ -501,14 +501,18 @@ def test_nq_hard_swish_and_hard_sigmoid_round_trip(quantized: bool) -> None:
     assert "op_type=HardSigmoid,\n    attr=[alpha=0.16666666666666666, beta=0.5]," in text
 
 
-def test_nq_hard_sigmoid_other_than_torch_s_is_kept_as_custom() -> None:
+def test_nq_hard_sigmoid_of_any_alpha_reads_and_round_trips() -> None:
+    """torch's export writes alpha as float32(1/6): read as torch's hardsigmoid. ONNX's
+    default alpha 0.2 (issue 32: Paddle writes it) is nf.hardsigmoid with alpha 0.2 (it was
+    kept as nf.custom), and the file round-trips byte for byte."""
     x = torch.randn(2, 2, 5, 6)
     text = export_nanoengine(from_torch(nn.Sequential(nn.Hardsigmoid()).eval(), x))
     float32_sixth = text.replace("alpha=0.16666666666666666", "alpha=0.1666666716337204")
     (op,) = [o for o in import_nanoengine(float32_sixth).walk() if o.name.startswith("nf.hard")]
     assert isinstance(op, nf.HardSigmoidOp)  # torch's export writes float32(1/6)
+    assert op.alpha.value.data == 1 / 6
     onnx_default = text.replace("attr=[alpha=0.16666666666666666, beta=0.5]", "attr=[]")
-    with pytest.warns(NanoEngineImportWarning, match="HardSigmoid with alpha=0.2"):
-        module = import_nanoengine(onnx_default)
-    assert any(isinstance(o, nf.CustomOp) for o in module.walk())
+    module = import_nanoengine(onnx_default)
+    (op,) = [o for o in module.walk() if isinstance(o, nf.HardSigmoidOp)]
+    assert (op.alpha.value.data, op.beta.value.data) == (0.2, 0.5)
     assert export_nanoengine(module) == onnx_default

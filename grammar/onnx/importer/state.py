@@ -29,6 +29,7 @@ from nanoir.runtime.numerics.quant import RoundingMode
 from numpy.typing import NDArray
 from xdsl.dialects.builtin import StringAttr, TensorType, UnitAttr, f16, f32, f64
 from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from nanoir.errors import FileFormatError
 
@@ -344,8 +345,6 @@ class ReaderState:
     ) -> FakeQuantOp:
         """An ``nq.fake_quant`` (verified; unsigned codes are ``signed = false`` at the same
         step)."""
-        from xdsl.utils.exceptions import VerifyException
-
         const = ConstTensor.from_numpy("exp", exp)
         op = FakeQuantOp(x, bits, dense_from_const(const), mode, signed)
         try:
