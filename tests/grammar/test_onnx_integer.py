@@ -22,6 +22,7 @@ from nanoir.grammar.ne.schema import main_function
 from nanoir.grammar.onnx.exporter import OnnxExportError
 from nanoir.grammar.onnx.integer import (
     IO_KEY,
+    KERNELS_KEY,
     PROGRAM_KEY,
     IntegerOnnxError,
     IntegerOnnxImportError,
@@ -31,6 +32,7 @@ from nanoir.grammar.onnx.integer import (
     run_model,
 )
 from nanoir.lowering.lower_to_hw import LowerToHwError, lower_to_hw
+from nanoir.runtime.base import ExecutionError
 from nanoir.runtime.nh import quantize_inputs
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.utils.exceptions import VerifyException
@@ -46,17 +48,15 @@ def input_codes(hw: ModuleOp, x: np.ndarray) -> list[np.ndarray]:
     return quantize_inputs(main_function(hw), [x])
 
 
-def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
-    """Export, check, run in onnxruntime and compare with the NumPy nh executor."""
-    model = export_model(hw)
-    onnx.checker.check_model(model, full_check=True)
-    assert not [n for n in model.graph.node if n.op_type == "Relu"]  # FuseReluClip: see writer
-    assert {o.domain for o in model.opset_import} == {""}
-    assert {n.domain for n in model.graph.node} <= {""}
+def _compare(hw: ModuleOp, model: onnx.ModelProto, codes: list[np.ndarray]) -> None:
+    """onnxruntime's codes (its default optimization level) are the NumPy executor's; where
+    NumPy refuses the input (a value outside its type), onnxruntime refuses it too."""
     try:
         want = nanoir.run(hw, *codes, raw=True)
     except nanoir.Error:  # a value overflows its declared width: no defined result
-        assume(False)
+        with pytest.raises(ExecutionError):
+            run_model(make_session(model), codes)
+        return
     got = run_model(make_session(model), codes)
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -68,15 +68,31 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
             f"{bad.size} codes differ; first at {bad[0]}: onnxruntime {g64.flat[bad[0]]}, "
             f"nh {w64.flat[bad[0]]}\n{hw}"
         )
+
+
+def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
+    """Export, check, run in onnxruntime and compare with the NumPy nh executor; a graph
+    written with the uint8 x int8 kernels is compared again written without them (the graph
+    a machine whose kernels saturate gets)."""
+    model = export_model(hw)
+    onnx.checker.check_model(model, full_check=True)
+    assert not [n for n in model.graph.node if n.op_type == "Relu"]  # FuseReluClip: see writer
+    assert {o.domain for o in model.opset_import} == {""}
+    assert {n.domain for n in model.graph.node} <= {""}
+    _compare(hw, model, codes)
+    if any(p.key == KERNELS_KEY for p in model.metadata_props):
+        portable = export_model(hw, u8s8=False)
+        assert not any(n.op_type.startswith("QLinear") for n in portable.graph.node)
+        _compare(hw, portable, codes)
     return model
 
 
 def random_hw(
     data: st.DataObject, mode: RoundingMode | None, kinds: tuple[str, ...] = ALL_KINDS
-) -> tuple[ModuleOp, np.ndarray]:
+) -> tuple[ModuleOp, np.ndarray] | None:
     """A random nh program of ``kinds`` (every op kind by default; lowered from a random nq
     program whose fake-quants all round ``mode``, and some of them unsigned) and a float input
-    for it."""
+    for it; None when lower-to-hw refuses the program (an unsigned operand it does not take)."""
     module, shape = random_nq_program(data.draw, kinds=kinds)
     for op in module.walk():
         if isinstance(op, FakeQuantOp):
@@ -88,31 +104,45 @@ def random_hw(
         module.verify()
         hw = lower_to_hw(module)
     except (LowerToHwError, VerifyException):  # an unsigned operand nq or nh does not take
-        assume(False)
+        return None
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
     batch = data.draw(st.sampled_from((1, 2)))
     x = rng.standard_normal((batch, *shape[1:])) * data.draw(st.sampled_from((0.5, 2.0, 20.0)))
     return hw, x
 
 
+VALID_FLOOR = 0.8
+"""The share of drawn programs that must be compared (not refused by lower-to-hw)."""
+
+
 @pytest.mark.parametrize("mode", list(RoundingMode))
-@settings(
-    max_examples=examples(12),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-@given(data=st.data())
-def test_random_programs_equal_the_nh_executor(mode: RoundingMode, data: st.DataObject) -> None:
+def test_random_programs_equal_the_nh_executor(mode: RoundingMode) -> None:
     """Random nh programs of every op kind (1/2/4/8-bit, signed and unsigned, per-tensor and
-    per-channel exponents) at each rounding mode: onnxruntime's codes are the NumPy
-    executor's, and the file reads back as the same program text.
+    per-channel exponents) at each rounding mode, 50 per mode under the default profile:
+    onnxruntime's codes are the NumPy executor's (also written without the uint8 x int8
+    kernels), and the file reads back as the same program text. At least 80% of the drawn
+    programs are compared (lower-to-hw may refuse a drawn unsigned operand): a generator that
+    drifts into refusals fails here instead of passing on few examples.
 
     Mutants seen to fail it (in a private copy): floor written as trunc (``Div`` alone), the
     u8 form's offset 127 instead of 128 (zero point still 128), requant's saturation bound one
     too high, a transposed conv's weight not flipped."""
-    hw, x = random_hw(data, mode)
-    model = check_equal(hw, input_codes(hw, x))
-    assert str(import_model(model)) == str(hw)
+    counts = {"drawn": 0, "valid": 0}
+
+    @settings(max_examples=examples(50), deadline=None)
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        counts["drawn"] += 1
+        drawn = random_hw(data, mode)
+        if drawn is None:
+            return
+        hw, x = drawn
+        model = check_equal(hw, input_codes(hw, x))
+        assert str(import_model(model)) == str(hw)
+        counts["valid"] += 1
+
+    run()
+    assert counts["valid"] >= VALID_FLOOR * counts["drawn"], counts
 
 
 MOVING_KINDS = ("conv", "relu", "upsample_zero", "upsample_bilinear", "max_unpool", "maximum")
@@ -138,7 +168,10 @@ def test_upsampling_and_unpooling_equal_the_nh_executor(
     and 3; its edge rows padded with zeros (Pad ``constant``) instead of copied; ArgMax taking
     the last largest code of a window (``select_last_index=1``); max_pool_indices' flat index
     ``row * oh + col`` (the pooled height instead of the input plane's width)."""
-    hw, x = random_hw(data, mode, MOVING_KINDS)
+    drawn = random_hw(data, mode, MOVING_KINDS)
+    assume(drawn is not None)
+    assert drawn is not None
+    hw, x = drawn
     assume(any(isinstance(op, MOVING_OPS) for op in hw.walk()))
     check_equal(hw, input_codes(hw, x))
 
@@ -433,7 +466,7 @@ def _edited(model: onnx.ModelProto, how: str) -> onnx.ModelProto:
     if how == "constant":  # a weight changed by hand
         init = m.graph.initializer[0]
         a = onnx.numpy_helper.to_array(init).copy()
-        a.flat[0] ^= 1
+        a.flat[0] += 1
         init.CopyFrom(onnx.numpy_helper.from_array(a, init.name))
     elif how == "node":  # a node dropped (an optimizer's fusion, say)
         del m.graph.node[len(m.graph.node) // 2]
@@ -506,19 +539,19 @@ def test_isqrt_and_bit_length_are_the_runtimes() -> None:
     length counted from 2**1."""
     import math
 
+    from nanoir.grammar.onnx.integer.algorithms import bit_length_f64, isqrt
     from nanoir.grammar.onnx.integer.graph import Graph
-    from nanoir.grammar.onnx.integer.ops import _bit_length_f64, _isqrt
     from nanoir.runtime.numerics import norm
 
     roots = np.array([0, 1, 2, 3, 2**20 + 7, 2**26 + 1, 2**31 - 1, 2**31], np.int64)
     v = np.concatenate([roots * roots - 1, roots * roots, roots * roots + 1])
     v = v[(v >= 0) & (v <= 2**62)]
     g = Graph(onnx)
-    root = _isqrt(g, "v", "root")
+    root = isqrt(g, "v", "root")
     assert _run_graph(g, {"v": v}, root, 7).tolist() == [math.isqrt(int(a)) for a in v]
     k = np.arange(62, dtype=np.int64)
     w = np.concatenate([2**k - 1, 2**k, 2**k + 1, (2**k)[30:] - 2**8])
     w = w[w >= 1]
     g = Graph(onnx)
-    bits = _bit_length_f64(g, "w", "bits")
+    bits = bit_length_f64(g, "w", "bits")
     assert np.array_equal(_run_graph(g, {"w": w}, bits, 7), norm._bit_length(w))

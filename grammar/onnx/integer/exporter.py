@@ -12,8 +12,23 @@ is ``v * 2**-exp``, per channel along the layout's first ``C``), and for a quant
 nh program's MLIR text, from which :func:`nanoir.grammar.onnx.integer.importer.import_model`
 reads the file back (and checks the graph against it).
 
-Each nh op is written by its row of :data:`nanoir.grammar.onnx.integer.ops.OPS`, exactly
-(every rounding mode: see :mod:`.arith`). What has no exact form here is an
+Each nh op is written by its row of :data:`nanoir.grammar.onnx.integer.ops.OPS`, exactly, in
+every rounding mode, on the fastest kernel whose exactness its static bounds prove (float32
+convolutions and requantization on the codes, ``QLinearConv``, or integer kernels: see
+:mod:`.products`). ``nanoir.kernels`` says when the graph uses onnxruntime's uint8 x int8
+kernels, which are exact only on some CPUs (the session checks).
+
+Overflow: a program whose static bounds fit its types (what lower-to-hw writes by default) is
+written as it runs. One whose bounds do not (a hand-written nh program or ``.ne``,
+``lower-to-hw{allow_overflow=true}``, an ``nh.add`` of two ``i32`` values) is written with a
+check rather than refused, as the NumPy executor runs it and refuses only the inputs that
+overflow: the op is computed in int64 (a product summed in int64 from parts that each fit
+int32), its codes outside the result's type are counted, and the counts are the graph output
+``nanoir_checks`` (the ops named in the io record's ``checks``).
+:func:`nanoir.grammar.onnx.integer.session.run_model` raises an ``ExecutionError`` when a count
+is above 0 (``nanoir.run(..., backend="onnxruntime")`` then raises the NumPy executor's own
+error); the check is part of the graph, so a file read from disk runs it too: onnxruntime never
+returns a wrapped code. What has no exact form here is an
 :class:`IntegerOnnxError` naming the op: an nh op without a row (one added to the dialect
 after this writer, until its row is written: docs/ADDING_AN_OP.md), products of operands wider
 than 16 bits, a
@@ -44,6 +59,12 @@ IO_KEY = "nanoir.io"
 """metadata_props key: JSON describing the inputs' and outputs' codes."""
 PROGRAM_KEY = "nanoir.nh"
 """metadata_props key: the nh program's MLIR text (its presence marks an integer-flavour file)."""
+KERNELS_KEY = "nanoir.kernels"
+"""metadata_props key, present when the graph uses onnxruntime's uint8 x int8 kernels
+(``"u8s8"``): its reader writes the same graph, a session checks the machine runs them exactly."""
+CHECK_OUTPUT = "nanoir_checks"
+"""The graph output counting, per checked op (``checks`` in the io record), its codes outside
+its type: a session raises on a count above 0 (the op's result would have wrapped)."""
 
 
 def is_nh_program(module: ModuleOp) -> bool:
@@ -121,6 +142,8 @@ def _output(g: Graph, value: SSAValue, name: str) -> str:
         return g.node("Identity", [forms["in"]], name)
     if dtype == np.dtype(np.uint8) and "u8" in forms:
         return g.node("Identity", [forms["u8"]], name)
+    if "f32" in forms:  # integer-valued and within the dtype: exact
+        return g.node("Cast", [forms["f32"]], name, to=ELEM[dtype])
     return g.node("Cast", [g.get(value, "i32")], name, to=ELEM[dtype])
 
 
@@ -132,11 +155,15 @@ def _program_text(module: ModuleOp, func: FuncOp) -> str:
     return str(ModuleOp([func.clone()]))
 
 
-def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
+def export_model(
+    module: ModuleOp, *, program_text: str | None = None, u8s8: bool | None = None
+) -> Any:
     """The ``onnx.ModelProto`` of an nh module (see the module docstring); passes
     ``onnx.checker.check_model(full_check=True)``; :class:`IntegerOnnxError` for what has no
     exact form. ``program_text`` is the embedded program's text when the caller has it (the
-    reader does: printing a large program's constants takes longer than writing its graph)."""
+    reader does: printing a large program's constants takes longer than writing its graph).
+    ``u8s8``: whether products may use onnxruntime's uint8 x int8 kernels; None: where this
+    machine's onnxruntime runs them exactly (:func:`.session.u8s8_is_exact`)."""
     onnx = _onnx()
     if not isinstance(module, ModuleOp):
         raise IntegerOnnxError(
@@ -152,7 +179,11 @@ def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
             f"integer onnx export: @{func.sym_name.data} is a streamed program ({key}): ONNX "
             "runs whole tensors, not stream-plan steps; export the program before stream-plan"
         )
-    g = Graph(onnx)
+    if u8s8 is None:
+        from nanoir.grammar.onnx.integer.session import u8s8_is_exact  # lazy: onnxruntime
+
+        u8s8 = u8s8_is_exact()
+    g = Graph(onnx, u8s8=u8s8)
     block = func.body.block
     arg_attrs = [d.data for d in func.arg_attrs.data] if func.arg_attrs is not None else []
     inputs, io_in = [], []
@@ -195,18 +226,26 @@ def export_model(module: ModuleOp, *, program_text: str | None = None) -> Any:
         io_out.append(_describe(value, name))
     if program_text is None:
         program_text = _program_text(module, func)
+    record: dict[str, Any] = {"inputs": io_in, "outputs": io_out}
+    if g.checks:
+        counts = [
+            g.node("Unsqueeze", [n, g.const([0], np.int64)], "nanoir_check") for n, _ in g.checks
+        ]
+        joined = g.node("Concat", counts, CHECK_OUTPUT, axis=0) if len(counts) > 1 else None
+        name = joined or g.node("Identity", counts, CHECK_OUTPUT)
+        outputs.append(
+            g.helper.make_tensor_value_info(name, ELEM[np.dtype(np.int64)], [len(counts)])
+        )
+        record["checks"] = [label for _, label in g.checks]
+    props = {IO_KEY: json.dumps(record), PROGRAM_KEY: program_text}
+    if g.used_u8s8:
+        props[KERNELS_KEY] = "u8s8"
     graph = g.helper.make_graph(g.nodes, "main", inputs, outputs, g.initializers)
     model = g.helper.make_model(
         graph, opset_imports=[g.helper.make_opsetid("", OPSET)], producer_name="nanoir"
     )
     model.ir_version = IR_VERSION
-    g.helper.set_model_props(
-        model,
-        {
-            IO_KEY: json.dumps({"inputs": io_in, "outputs": io_out}),
-            PROGRAM_KEY: program_text,
-        },
-    )
+    g.helper.set_model_props(model, props)
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as e:  # a bug of this writer: say so rather than write a bad file

@@ -1,22 +1,26 @@
-"""The graph under construction: nodes, initializers, and each nh value in the ONNX forms it
-has been asked for.
+"""The graph under construction: nodes, initializers, each nh value in the ONNX forms it has been
+asked for, static bounds, and the run-time overflow checks.
 
-An nh value is a tensor of integer codes. ONNX has no one integer type every op takes
-(onnxruntime 1.32: `ConvInteger`/`MatMulInteger` want uint8 or int8, `MaxPool` int8/uint8 or
-float, `Div`/`Mod`/`Clip` int32/int64), so a value may live in several *forms*, each made on
-first demand from one already there and then kept:
+An nh value is a tensor of integer codes. ONNX has no one type every fast kernel takes
+(onnxruntime 1.32: float ``Conv``/``MatMul`` want float, ``QLinearConv`` uint8 codes, ``Div``/
+``Mod`` int32/int64), so a value may live in several *forms*, each made on first demand from
+one already there and then kept:
 
-- ``i32`` / ``i64``: the codes in int32 / int64 (all integer arithmetic);
-- ``u8``: codes of at most 8 bits as uint8 for the integer products: a signed value offset by
-  128 (zero point 128: the fast uint8 x uint8 kernels; int8 operands take a slow path), an
-  unsigned one as is (zero point 0);
-- ``f64``: the codes as float64 (exact: nh codes have at most 32 bits), for `MaxPool` of wide
-  codes;
+- ``f32``: the codes as float32, exact while ``|code| < 2**24`` (the bound says where): float
+  convolutions, matmuls, requantization and elementwise ops run on it (:mod:`.products`);
+- ``u8``: codes of at most 8 bits as uint8, a signed value offset by 128 (zero point 128), an
+  unsigned one as is (zero point 0): what ``QLinearConv`` reads and writes;
+- ``i32`` / ``i64``: the codes in int32 / int64 (integer arithmetic, tables, the integer
+  algorithms);
+- ``f64``: the codes as float64 (exact: nh codes have at most 32 bits);
 - ``in``: a graph input as given (int8, uint8, int16, uint16 or int32).
 
-Data movement applies to whichever form the value already has. :class:`Graph` also tracks a
-static bound of each value's ``|code|``, tighter than its type for products of constant
-weights, so that rounding stays in int32 wherever it provably cannot overflow.
+Data movement applies to whichever form the value already has. :class:`Graph` tracks a static
+bound of each value's ``|code|``, tighter than its type for products of constant weights: it
+says where float32 is exact and where int32 provably does not overflow. Where an op's result
+may leave its type (a hand-written program, ``lower-to-hw{allow_overflow=true}``), the writer
+computes it wide and adds a *check*: a count of the codes outside the type, returned in the
+graph output :data:`CHECK_OUTPUT` (see :mod:`.exporter`).
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nh
 from nanoir.grammar.onnx.exporter import OnnxExportError
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 I32_MAX = 2**31 - 1
+F32_EXACT = 2**24
+"""Every integer of magnitude <= 2**24 is a float32; a sum of integers is exact in float32 while
+every partial sum is."""
 
 ELEM = {
     np.dtype(np.int8): 3,
@@ -38,10 +45,20 @@ ELEM = {
     np.dtype(np.uint16): 4,
     np.dtype(np.int32): 6,
     np.dtype(np.int64): 7,
+    np.dtype(np.float32): 1,
     np.dtype(np.float64): 11,
     np.dtype(np.bool_): 9,
 }
 """ONNX TensorProto element types of the NumPy dtypes used."""
+
+FORM_DTYPE = {
+    "f32": np.float32,
+    "u8": np.uint8,
+    "i32": np.int32,
+    "i64": np.int64,
+    "f64": np.float64,
+}
+"""The element type of each form (``in`` is the value's exchange dtype)."""
 
 
 class IntegerOnnxError(OnnxExportError):
@@ -70,12 +87,23 @@ def declared_bound(value: SSAValue) -> int:
     return max(-lo, hi)
 
 
-class Graph:
-    """Nodes and initializers in order, fresh names, and the forms of each nh value."""
+def op_label(op: Operation) -> str:
+    """The op and, when it has one, its result's SSA name: ``nh.conv (%acc)``."""
+    hints = [r.name_hint for r in op.results if r.name_hint]
+    return f"{op.name} (%{hints[0]})" if hints else op.name
 
-    def __init__(self, onnx: Any) -> None:
+
+class Graph:
+    """Nodes and initializers in order, fresh names, the forms of each nh value, bounds and
+    checks. ``u8s8``: products may use onnxruntime's uint8 x int8 kernels (see
+    :func:`nanoir.grammar.onnx.integer.session.u8s8_is_exact`)."""
+
+    def __init__(self, onnx: Any, *, u8s8: bool = False) -> None:
         self.onnx = onnx
         self.helper = onnx.helper
+        self.u8s8 = u8s8
+        self.used_u8s8 = False
+        """Whether a written node uses the uint8 x int8 kernels (recorded in the file)."""
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self.taken: set[str] = set()
@@ -86,9 +114,16 @@ class Graph:
         self.hints: dict[SSAValue, str] = {}
         self.fused: set[Any] = set()
         """``nh.relu`` ops whose requant already saturates at 0."""
+        self.done: set[Any] = set()
+        """Ops a product's writer wrote with it (the requant a fused kernel applies)."""
+        self.scaled: dict[Any, str] = {}
+        """``nh.requant`` ops whose product wrote the accumulator already scaled by
+        ``2**-shift`` (and offset for half_up) in float32: the requant rounds and clips it."""
         self.lazy: dict[SSAValue, np.ndarray] = {}
-        """Constant codes, written as an int32 initializer only when some node reads them
-        (a weight is written in its products' own form instead)."""
+        """Constant codes, written as an initializer only when some node reads them (a
+        weight is written in its products' own form instead)."""
+        self.checks: list[tuple[str, str]] = []
+        """Per checked op: (the int64 count of its codes outside its type, the op's label)."""
 
     # -- names, nodes, constants ---------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -133,8 +168,12 @@ class Graph:
 
     def first_form(self, value: SSAValue) -> str:
         if not self.forms.get(value):
-            return "i32"
+            return "f32" if self.float_exact(value) else "i32"
         return next(iter(self.forms[value]))
+
+    def float_exact(self, value: SSAValue) -> bool:
+        """Whether ``value``'s codes are exact in float32 (its bound is within 2**24)."""
+        return self.bound(value) <= F32_EXACT
 
     def base(self, value: SSAValue) -> str:
         return self.hints.get(value) or value.name_hint or "v"
@@ -142,16 +181,34 @@ class Graph:
     def get(self, value: SSAValue, form: str) -> str:
         """``value`` in ``form``, converted from a form it has (and kept)."""
         if value in self.lazy and not self.forms.get(value):
-            self.put(value, "i32", self.const(self.lazy[value], np.int32, self.base(value)))
+            dtype = np.float32 if form == "f32" and self.float_exact(value) else np.int32
+            self.put(
+                value,
+                "f32" if dtype is np.float32 else "i32",
+                self.const(self.lazy[value], dtype, self.base(value)),
+            )
         have = self.forms.get(value)
         if not have:
             raise IntegerOnnxError("integer onnx export: a value is read before it is defined")
         if form in have:
             return have[form]
         base = f"{self.base(value)}_{form}"
-        if form == "i32":
-            if "in" in have or "i64" in have or "f64" in have:
-                src = have.get("in") or have.get("i64") or have["f64"]
+        if form == "f32":
+            if not self.float_exact(value):  # a bug of the caller: say so, never round
+                raise IntegerOnnxError(
+                    f"integer onnx export: codes of bound {self.bound(value)} asked for as "
+                    "float32, which holds integers up to 2**24 only"
+                )
+            src = next((have[f] for f in ("in", "i32", "i64", "f64") if f in have), None)
+            if src is not None:
+                name = self.node("Cast", [src], base, to=1)
+            else:
+                cast = self.node("Cast", [have["u8"]], base + "c", to=1)
+                zp = zero_point(value)
+                name = self.node("Sub", [cast, self.const(zp, np.float32)], base) if zp else cast
+        elif form == "i32":
+            src = next((have[f] for f in ("in", "f32", "i64", "f64") if f in have), None)
+            if src is not None:
                 name = self.node("Cast", [src], base, to=6)
             else:
                 cast = self.node("Cast", [have["u8"]], base + "c", to=6)
@@ -166,11 +223,16 @@ class Graph:
                 raise IntegerOnnxError(
                     f"integer onnx export: {nh.type_text(value)} codes have no uint8 form"
                 )
+            zp = zero_point(value)
             if "in" in have and nh.is_unsigned(value):
                 name = have["in"]
+            elif "f32" in have:
+                x = have["f32"]
+                if zp:
+                    x = self.node("Add", [x, self.const(zp, np.float32)], base + "o")
+                name = self.node("Cast", [x], base, to=2)
             else:
                 x = self.get(value, "i32")
-                zp = zero_point(value)
                 if zp:
                     x = self.node("Add", [x, self.const(zp, np.int32)], base + "o")
                 name = self.node("Cast", [x], base, to=2)
@@ -186,3 +248,27 @@ class Graph:
 
     def set_bound(self, value: SSAValue, bound: int) -> None:
         self.bounds[value] = min(int(bound), declared_bound(value))
+
+    # -- run-time checks -----------------------------------------------------------------
+    def check(self, op: Operation, x: str, lo: int, hi: int, dtype: Any, *, one_bit: bool = False):
+        """Count the values of ``x`` (in ``dtype``) outside ``lo..hi`` (and, for 1-bit codes,
+        equal to 0) into the graph's check output, labelled with ``op``."""
+        base = f"{op_label(op).split(' ')[0].replace('.', '_')}_check"
+        outside = self.node(
+            "Or",
+            [
+                self.node("Less", [x, self.const(lo, dtype)], base + "_lo"),
+                self.node("Greater", [x, self.const(hi, dtype)], base + "_hi"),
+            ],
+            base + "_out",
+        )
+        if one_bit:
+            zero = self.node("Equal", [x, self.const(0, dtype)], base + "_zero")
+            outside = self.node("Or", [outside, zero], base + "_out1")
+        count = self.node(
+            "ReduceSum",
+            [self.node("Cast", [outside], base + "_n", to=7)],
+            base + "_count",
+            keepdims=0,
+        )
+        self.checks.append((count, op_label(op)))

@@ -19,7 +19,7 @@ from nanoir.dialects.nf import NF
 from nanoir.dialects.nh import NH, ConstantOp
 from nanoir.dialects.nq import NQ
 from nanoir.grammar.onnx.exporter import _onnx
-from nanoir.grammar.onnx.integer.exporter import IO_KEY, PROGRAM_KEY, export_model
+from nanoir.grammar.onnx.integer.exporter import IO_KEY, KERNELS_KEY, PROGRAM_KEY, export_model
 from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, DenseIntOrFPElementsAttr, ModuleOp, TensorType
@@ -118,7 +118,9 @@ def import_model(
     _check_one_function(module, name)
     _check_constant_size(module, model, name)
     try:
-        again = export_model(module, program_text=props[PROGRAM_KEY])
+        again = export_model(
+            module, program_text=props[PROGRAM_KEY], u8s8=props.get(KERNELS_KEY) == "u8s8"
+        )
     except IntegerOnnxError as e:
         raise IntegerOnnxImportError(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not export: {e}"
@@ -128,6 +130,11 @@ def import_model(
             f"{name}: its graph is not the one its nh program ({PROGRAM_KEY}) writes: the file "
             "was changed after nanoir wrote it (by an optimizer or by hand); refusing to read "
             "it as that program"
+        )
+    if _props(again).get(KERNELS_KEY) != props.get(KERNELS_KEY):
+        raise IntegerOnnxImportError(
+            f"{name}: its {KERNELS_KEY} record is not the one its nh program writes: the file "
+            "was changed after nanoir wrote it; refusing to read it as that program"
         )
     if _props(again).get(IO_KEY) != props.get(IO_KEY) or list(again.opset_import) != list(
         model.opset_import

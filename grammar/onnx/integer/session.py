@@ -1,13 +1,17 @@
 """Run an integer-flavour model in onnxruntime: codes in, codes out (the ``ort`` extra).
 
-onnxruntime runs it at its default graph optimization level (every optimizer on): the graph is
-integer ops only, which its optimizers keep exact (unlike QDQ graphs, whose fusions change
-rounding). One ``InferenceSession`` per :func:`make_session` call; callers that run a model
-repeatedly keep the session.
+onnxruntime runs it at its default graph optimization level (every optimizer on): the graph
+computes on integer codes (in integer or float32 tensors, where the bounds prove float32
+exact), which its optimizers keep exact (unlike QDQ graphs, whose fusions change rounding). One
+``InferenceSession`` per :func:`make_session` call; callers that run a model repeatedly keep
+the session. A graph using onnxruntime's uint8 x int8 kernels runs only where
+:func:`u8s8_is_exact` holds; a graph's overflow checks (``nanoir_checks``) become an
+:class:`~nanoir.runtime.base.ExecutionError`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +39,116 @@ def _ort() -> Any:
     return onnxruntime
 
 
+def _probe_cases(rng: np.random.Generator) -> list[tuple[str, dict[str, Any]]]:
+    """Conv and matmul shapes that reach onnxruntime's uint8 x int8 GEMM, GEMV and depthwise
+    kernels, with codes at the extremes (uint8 255 next to int8 127 or -128: a pair of such
+    products is 64,770 in magnitude, past the int16 ``vpmaddubsw`` saturates at)."""
+
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for c, o, hw, k, group in (
+        (32, 16, 4, 3, 1),
+        (64, 1, 3, 1, 1),
+        (16, 16, 1, 1, 1),
+        (8, 8, 5, 3, 8),
+    ):
+        x = np.where(rng.random((1, c, hw, hw)) < 0.9, 255, rng.integers(0, 256, (1, c, hw, hw)))
+        w = np.where(
+            rng.random((o, c // group, k, k)) < 0.9,
+            rng.choice([127, -128], (o, c // group, k, k)),
+            rng.integers(-128, 128, (o, c // group, k, k)),
+        )
+        cases.append(("conv", {"x": x.astype(np.uint8), "w": w.astype(np.int8), "group": group}))
+    for m, kk, n in ((4, 96, 8), (1, 200, 1), (16, 64, 16)):
+        a = np.where(rng.random((m, kk)) < 0.9, 255, rng.integers(0, 256, (m, kk)))
+        b = np.where(rng.random((kk, n)) < 0.9, rng.choice([127, -128], (kk, n)), 0)
+        cases.append(("matmul", {"x": a.astype(np.uint8), "w": b.astype(np.int8)}))
+    return cases
+
+
+def _probe_model(kind: str, case: dict[str, Any], shift: int) -> Any:
+    import onnx  # lazy: the probe runs once, on the first session that needs it
+    from onnx import helper
+
+    x, w = case["x"], case["w"]
+    consts = {
+        "sx": np.array(1.0, np.float32),
+        "zx": np.array(0, np.uint8),
+        "w": w,
+        "sw": np.array(2.0**-shift, np.float32),
+        "zw": np.array(0, np.int8),
+        "sy": np.array(1.0, np.float32),
+        "zy": np.array(128, np.uint8),
+    }
+    names = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
+    if kind == "conv":
+        k = w.shape[2]
+        node = helper.make_node("QLinearConv", names, ["y"], pads=[k // 2] * 4, group=case["group"])
+    else:
+        node = helper.make_node("QLinearMatMul", names, ["y"])
+    graph = helper.make_graph(
+        [node],
+        "probe",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, list(x.shape))],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def _exact_product(kind: str, case: dict[str, Any]) -> np.ndarray:
+    """The products' exact int64 sums, written here in NumPy."""
+    x, w = case["x"].astype(np.int64), case["w"].astype(np.int64)
+    if kind == "matmul":
+        return x @ w
+    k, group = w.shape[2], case["group"]
+    xp = np.pad(x, ((0, 0), (0, 0), (k // 2, k // 2), (k // 2, k // 2)))
+    hw = x.shape[2]
+    out = np.zeros((1, w.shape[0], hw, hw), dtype=np.int64)
+    per_in, per_out = x.shape[1] // group, w.shape[0] // group
+    for o in range(w.shape[0]):
+        g0 = (o // per_out) * per_in
+        for i in range(hw):
+            for j in range(hw):
+                out[0, o, i, j] = (xp[0, g0 : g0 + per_in, i : i + k, j : j + k] * w[o]).sum()
+    return out
+
+
+@functools.cache
+def u8s8_is_exact() -> bool:
+    """Whether this machine's onnxruntime sums uint8 x int8 products exactly in
+    ``QLinearConv`` and ``QLinearMatMul`` (their GEMM, GEMV and depthwise kernels), at codes
+    where a pair of products leaves int16: onnxruntime's x86 kernels without VNNI saturate such
+    pairs (``vpmaddubsw``), those with VNNI or AMX do not, and onnxruntime picks them from the
+    CPU alone (no setting forces another), so the writer asks this once per process. False
+    when onnxruntime is missing or refuses the probe."""
+    try:
+        ort = _ort()
+    except Error:
+        return False
+    rng = np.random.default_rng(0)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.intra_op_num_threads = 1
+    for kind, case in _probe_cases(rng):
+        exact = _exact_product(kind, case)
+        # The shift that brings the largest sum to about 100: every output code in range.
+        shift = max(int(np.abs(exact).max()).bit_length() - 7, 0)
+        want = np.clip(np.rint(exact * 2.0**-shift) + 128, 0, 255)
+        try:
+            model = _probe_model(kind, case, shift)
+            session = ort.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+            (got,) = session.run(None, {"x": case["x"]})
+        except Exception:  # a build without these kernels: not exact, as far as we know
+            return False
+        if not np.array_equal(np.asarray(got, dtype=np.int64), want.astype(np.int64)):
+            return False
+    return True
+
+
 def make_session(model: Any, threads: int | None = None) -> Any:
     """An onnxruntime ``InferenceSession`` of ``model`` (ModelProto or bytes) on the CPU, at
     the default optimization level; ``threads`` sets ``intra_op_num_threads``. A model
@@ -47,10 +161,25 @@ def make_session(model: Any, threads: int | None = None) -> Any:
     if threads is not None:
         options.intra_op_num_threads = threads
     data = model if isinstance(model, bytes) else model.SerializeToString()
+    if b"nanoir.kernels" in data and _uses_u8s8(model) and not u8s8_is_exact():
+        raise ExecutionError(
+            "the model uses onnxruntime's uint8 x int8 kernels, which on this machine's CPU "
+            "saturate sums of products (no VNNI): write it again here (nanoir.save or "
+            "export_model: the writer then uses kernels exact on this machine)"
+        )
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime's own types (Fail, InvalidGraph, ...): one nanoir error
         raise ExecutionError(f"onnxruntime refused the model: {_status(e)}") from None
+
+
+def _uses_u8s8(model: Any) -> bool:
+    """Whether the model's metadata records the uint8 x int8 kernels."""
+    if isinstance(model, bytes):
+        import onnx  # lazy: only files that name the key are parsed again
+
+        model = onnx.load_from_string(model)
+    return any(p.key == "nanoir.kernels" and p.value == "u8s8" for p in model.metadata_props)
 
 
 def _code_ranges(session: Any) -> list[tuple[str, int, int] | None]:
@@ -112,7 +241,29 @@ def run_model(model_or_session: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
         outputs = session.run(None, feeds)
     except Exception as e:  # onnxruntime's own exception types (Fail, InvalidArgument, ...)
         raise ExecutionError(f"onnxruntime failed to run the model: {_status(e)}") from None
+    names = [o.name for o in session.get_outputs()]
+    if names and names[-1] == "nanoir_checks":
+        _raise_on_checks(session, np.asarray(outputs[-1]))
+        outputs = outputs[:-1]
     return [np.asarray(y) for y in outputs]
+
+
+def _raise_on_checks(session: Any, counts: np.ndarray) -> None:
+    """The graph's overflow checks: an :class:`ExecutionError` naming the first op whose
+    result left its type (its codes would have wrapped)."""
+    if not counts.any():
+        return
+    record = session.get_modelmeta().custom_metadata_map.get("nanoir.io")
+    try:
+        labels = json.loads(record)["checks"] if record else []
+    except (ValueError, KeyError, TypeError):
+        labels = []
+    first = int(np.flatnonzero(counts)[0])
+    label = labels[first] if first < len(labels) else f"check {first}"
+    raise ExecutionError(
+        f"{label}: {int(counts[first])} result values do not fit its type (computed by "
+        "onnxruntime and checked); the program's types are wrong for this input"
+    )
 
 
 def _status(e: Exception) -> str:

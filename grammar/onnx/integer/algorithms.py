@@ -1,0 +1,325 @@
+"""The ops defined by an integer algorithm: softmax, log-softmax, LayerNorm and GroupNorm
+(:mod:`nanoir.runtime.numerics.softmax`, :mod:`nanoir.runtime.numerics.norm`) step by step in
+int64: table lookups are `Gather`, bit lengths count the powers of two at most the value
+(``ReduceSum`` of a comparison), the norms' integer square root is the float64 root floored and
+corrected by one either way, as the runtime's ``isqrt`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nf import array_values, tensor_shape
+from nanoir.dialects.nq import RoundingMode
+from nanoir.grammar.onnx.integer.arith import clip, div_round
+from nanoir.grammar.onnx.integer.common import (
+    Writer,
+    constant_codes,
+    out_name,
+    refuse,
+    static_shape,
+)
+from nanoir.grammar.onnx.integer.graph import Graph
+from nanoir.runtime.numerics.softmax import (
+    _MANTISSA,
+    EXP_FRAC,
+    LN2,
+    LN_FRAC,
+    LN_TABLE,
+    LN_TABLE_BITS,
+    LO_FRAC,
+)
+from xdsl.dialects.builtin import DYNAMIC_INDEX
+from xdsl.ir import Operation, SSAValue
+
+
+def _exp_codes(g: Graph, op: Any, mask: str | None) -> tuple[str, str, str]:
+    """``(neg, e, S)`` of ``nanoir.runtime.numerics.softmax._exp_codes`` in int64: the code
+    distances to the row max (clipped to the tables), the i-exp values and the row sums."""
+    base = out_name(g, op)
+    axis = op.axis.value.data
+    hi = np.asarray(array_values(op.exp_hi), dtype=np.int64)
+    lo = np.asarray(array_values(op.exp_lo), dtype=np.int64)
+    i64 = np.int64
+    q = g.get(op.input, "i64")
+    if mask is not None:
+        lowest = g.const(np.iinfo(np.int64).min // 4, i64)
+        qm = g.node("Where", [mask, q, lowest], base + "_qm")
+        top = g.node("ReduceMax", [qm, g.const([axis], i64)], base + "_top0", keepdims=1)
+        whole = g.node("ReduceMax", [q], base + "_all", keepdims=0)
+        whole = g.node("Max", [whole, g.const(0, i64)], base + "_all0")
+        none = g.node("Equal", [top, lowest], base + "_none")
+        top = g.node("Where", [none, whole, top], base + "_top")
+    else:
+        top = g.node("ReduceMax", [q, g.const([axis], i64)], base + "_top", keepdims=1)
+    neg = g.node("Sub", [top, q], base + "_neg")
+    neg = clip(g, neg, 0, len(hi) * len(lo) - 1, i64, base + "_negc")
+    m = g.const(len(lo), i64)
+    i = g.node("Div", [neg, m], base + "_i")
+    j = g.node("Sub", [neg, g.node("Mul", [i, m], base + "_im")], base + "_j")
+    prod = g.node(
+        "Mul",
+        [
+            g.node("Gather", [g.const(hi, i64, base + "_hi"), i], base + "_ehi", axis=0),
+            g.node("Gather", [g.const(lo, i64, base + "_lo"), j], base + "_elo", axis=0),
+        ],
+        base + "_prod",
+    )
+    rounded = g.node("Add", [prod, g.const(2 ** (LO_FRAC - 1), i64)], base + "_pr")
+    e = g.node("Div", [rounded, g.const(2**LO_FRAC, i64)], base + "_e")  # >= 0: floor
+    if mask is not None:
+        e = g.node("Where", [mask, e, g.const(0, i64)], base + "_em")
+    s = g.node("ReduceSum", [e, g.const([axis], i64)], base + "_s", keepdims=1)
+    return neg, e, s
+
+
+def _saturated(g: Graph, op: Any, y: str) -> None:
+    bits, signed = op.bits.value.data, not nh.is_unsigned(op.result)
+    lo_c, hi_c = nh.code_range(bits, signed)
+    y = clip(g, y, lo_c, hi_c, np.int64, out_name(g, op) + "_yc")
+    g.put(op.result, "i32", g.node("Cast", [y], out_name(g, op), to=6))
+
+
+def softmax(g: Graph, op: nh.SoftmaxOp) -> None:
+    """``nanoir.runtime.numerics.softmax.softmax_codes`` in int64."""
+    base = out_name(g, op)
+    k_out = nh.fixed_of(op.result).exp_list[0]
+    i64 = np.int64
+    mask = None
+    if op.mask is not None:
+        mask = g.const(dense_to_numpy(op.mask).astype(bool), np.bool_, base + "_mask")
+    _, e, s = _exp_codes(g, op, mask)
+    num = g.node("Mul", [e, g.const(2 ** max(k_out, 0), i64)], base + "_num")
+    den = g.node("Mul", [s, g.const(2 ** max(-k_out, 0), i64)], base + "_den")
+    positive = g.node("Greater", [den, g.const(0, i64)], base + "_pos")
+    safe = g.node("Where", [positive, den, g.const(1, i64)], base + "_safe")
+    two = g.const(2, i64)
+    y = g.node(
+        "Div",
+        [
+            g.node("Add", [g.node("Mul", [num, two], base + "_n2"), safe], base + "_n3"),
+            g.node("Mul", [safe, two], base + "_d2"),
+        ],
+        base + "_y",
+    )  # both non-negative: Div's truncation is the floor
+    _saturated(g, op, g.node("Where", [positive, y, g.const(0, i64)], base + "_y0"))
+
+
+def _ln_fixed(g: Graph, s: str, base: str) -> str:
+    """``nanoir.runtime.numerics.softmax.ln_fixed`` of ``s >= 1`` (int64, below ``2**53``)."""
+    i64 = np.int64
+    pow2 = g.const(2 ** np.arange(63, dtype=np.int64), i64, base + "_pow2")
+    # The bit length: how many powers of two are <= s.
+    wide = g.node("Unsqueeze", [s, g.const([-1], i64)], base + "_su")
+    ge = g.node("Cast", [g.node("GreaterOrEqual", [wide, pow2], base + "_ge")], base + "_gec", to=7)
+    n = g.node("ReduceSum", [ge, g.const([-1], i64)], base + "_n", keepdims=0)
+    up = g.node(
+        "Max",
+        [g.node("Sub", [g.const(_MANTISSA, i64), n], base + "_up0"), g.const(0, i64)],
+        base + "_up",
+    )
+    down = g.node(
+        "Max",
+        [g.node("Sub", [n, g.const(_MANTISSA, i64)], base + "_dn0"), g.const(0, i64)],
+        base + "_dn",
+    )
+    scaled = g.node("Mul", [s, g.node("Gather", [pow2, up], base + "_pu", axis=0)], base + "_sc")
+    mant = g.node(
+        "Div", [scaled, g.node("Gather", [pow2, down], base + "_pd", axis=0)], base + "_m"
+    )
+    rest_bits = _MANTISSA - 1 - LN_TABLE_BITS
+    f = g.node("Sub", [mant, g.const(2 ** (_MANTISSA - 1), i64)], base + "_f")
+    i = g.node("Div", [f, g.const(2**rest_bits, i64)], base + "_i")
+    r = g.node(
+        "Sub", [f, g.node("Mul", [i, g.const(2**rest_bits, i64)], base + "_ir")], base + "_r"
+    )
+    table = g.const(LN_TABLE, i64, base + "_ln")
+    t0 = g.node("Gather", [table, i], base + "_t0", axis=0)
+    i1 = g.node(
+        "Min",
+        [g.node("Add", [i, g.const(1, i64)], base + "_i1"), g.const(len(LN_TABLE) - 1, i64)],
+        base + "_i1c",
+    )
+    t1 = g.node("Gather", [table, i1], base + "_t1", axis=0)
+    slope = g.node("Mul", [g.node("Sub", [t1, t0], base + "_dt"), r], base + "_sl")
+    interp = g.node(
+        "Div",
+        [
+            g.node("Add", [slope, g.const(2 ** (rest_bits - 1), i64)], base + "_ia"),
+            g.const(2**rest_bits, i64),
+        ],
+        base + "_ip",
+    )  # >= 0: floor
+    whole = g.node(
+        "Mul",
+        [g.node("Sub", [n, g.const(1 + EXP_FRAC, i64)], base + "_e2"), g.const(LN2, i64)],
+        base + "_w",
+    )
+    return g.node("Add", [g.node("Add", [whole, t0], base + "_w0"), interp], base + "_ln")
+
+
+def log_softmax(g: Graph, op: nh.LogSoftmaxOp) -> None:
+    """``nanoir.runtime.numerics.softmax.log_softmax_codes`` in int64."""
+    base = out_name(g, op)
+    k_in, k_out = nh.fixed_of(op.input).exp_list[0], nh.fixed_of(op.result).exp_list[0]
+    i64 = np.int64
+    neg, _, s = _exp_codes(g, op, None)
+    # d = q - max, unclipped (the tables' clip applies to their index only).
+    q = g.get(op.input, "i64")
+    top = g.node("ReduceMax", [q, g.const([op.axis.value.data], i64)], base + "_top2", keepdims=1)
+    d = g.node("Sub", [q, top], base + "_d")
+    c = max(k_in - k_out, LN_FRAC - k_out, 0)
+    a, b = k_out - k_in + c, k_out - LN_FRAC + c
+    big = g.node(
+        "Sub",
+        [
+            g.node("Mul", [d, g.const(2**a, i64)], base + "_da"),
+            g.node("Mul", [_ln_fixed(g, s, base + "_lnS"), g.const(2**b, i64)], base + "_lb"),
+        ],
+        base + "_big",
+    )
+    y = div_round(g, big, np.asarray(2**c), RoundingMode.HALF_UP, i64, base + "_y")
+    _saturated(g, op, y)
+
+
+def _div_half_up(g: Graph, num: str, den: str, base: str) -> str:
+    """``div_round(num, den, half_up)`` for a run-time ``den > 0``, without overflow:
+    ``q = floor(num / den)``, ``r = num - q den``, ``q + (2 r >= den)``."""
+    r = g.node("Mod", [num, den], base + "_r")
+    q = g.node("Div", [g.node("Sub", [num, r], base + "_f"), den], base + "_q")
+    up = g.node(
+        "GreaterOrEqual",
+        [g.node("Mul", [r, g.const(2, np.int64)], base + "_2r"), den],
+        base + "_up",
+    )
+    return g.node("Add", [q, g.node("Cast", [up], base + "_upc", to=7)], base)
+
+
+def bit_length_f64(g: Graph, v: str, base: str) -> str:
+    """``frexp(float64(v))[1]`` of ``v >= 1`` (the bit length, or one more where the float
+    rounds up to a power of two), as the runtime's ``_bit_length``: how many powers of two
+    (exact doubles) are at most the double."""
+    pow2 = g.const(2.0 ** np.arange(64), np.float64, base + "_p2f")
+    dv = g.node(
+        "Unsqueeze",
+        [g.node("Cast", [v], base + "_dv", to=11), g.const([-1], np.int64)],
+        base + "_dvu",
+    )
+    ge = g.node("Cast", [g.node("GreaterOrEqual", [dv, pow2], base + "_ge")], base + "_gec", to=7)
+    return g.node("ReduceSum", [ge, g.const([-1], np.int64)], base, keepdims=0)
+
+
+def isqrt(g: Graph, w: str, base: str) -> str:
+    """``nanoir.runtime.numerics.norm.isqrt``: the float64 root, floored, then corrected by
+    one either way (exact for ``0 <= w <= 2**62``)."""
+    i64 = np.int64
+    root = g.node("Sqrt", [g.node("Cast", [w], base + "_wf", to=11)], base + "_sq")
+    s = g.node("Cast", [g.node("Floor", [root], base + "_fl")], base + "_s0", to=7)
+    one = g.const(1, i64)
+    too_big = g.node("Greater", [g.node("Mul", [s, s], base + "_ss"), w], base + "_big")
+    s = g.node("Where", [too_big, g.node("Sub", [s, one], base + "_sm"), s], base + "_s1")
+    s1 = g.node("Add", [s, one], base + "_sp")
+    fits = g.node("LessOrEqual", [g.node("Mul", [s1, s1], base + "_s11"), w], base + "_fit")
+    return g.node("Where", [fits, s1, s], base)
+
+
+def _norm(g: Graph, op: nh.LayerNormOp | nh.GroupNormOp) -> None:
+    """``nanoir.runtime.numerics.norm.normalize_codes`` in int64, rows of ``n`` codes."""
+    base = out_name(g, op)
+    i64 = np.int64
+    n, big = op.reduced(), op.max_shift.value.data
+    eps, guard, nudge = op.eps_term.value.data, op.guard.value.data, op.nudge.value.data
+    out_exp = nh.fixed_of(op.result).exp_list[0]
+    kg, kc = nh.fixed_of(op.weight).exp_list[0], nh.fixed_of(op.bias).exp_list[0]
+    if guard > 62:
+        raise refuse(op, f"has guard {guard}: its rounding shift leaves int64")
+    shape = tensor_shape(op.input)
+    rank = len(shape)
+    if any(d == DYNAMIC_INDEX for d in shape[1:]):
+        raise refuse(op, "has dynamic sizes past the batch dim")
+    x = g.get(op.input, "i64")
+    rows = g.node("Reshape", [x, g.const([-1, n], i64)], base + "_rows")
+    axis1 = g.const([1], i64)
+    s1 = g.node("ReduceSum", [rows, axis1], base + "_s1", keepdims=1)
+    s2 = g.node(
+        "ReduceSum", [g.node("Mul", [rows, rows], base + "_qq"), axis1], base + "_s2", keepdims=1
+    )
+    v = g.node(
+        "Sub",
+        [
+            g.node("Mul", [s2, g.const(n, i64)], base + "_ns2"),
+            g.node("Mul", [s1, s1], base + "_s11"),
+        ],
+        base + "_v",
+    )
+    bl = bit_length_f64(
+        g, g.node("Add", [v, g.const((eps >> (2 * big)) + 1, i64)], base + "_ve"), base + "_bl"
+    )
+    h = g.node(
+        "Div", [g.node("Sub", [g.const(61, i64), bl], base + "_h0"), g.const(2, i64)], base + "_h1"
+    )
+    h = clip(g, h, 0, big, i64, base + "_h")
+    pow2 = g.const(2 ** np.arange(63, dtype=np.int64), i64, base + "_p2")
+    two_h = g.node("Mul", [h, g.const(2, i64)], base + "_2h")
+    vs = g.node("Mul", [v, g.node("Gather", [pow2, two_h], base + "_4h", axis=0)], base + "_vs")
+    down = g.node("Sub", [g.const(2 * big, i64), two_h], base + "_dn")
+    eps_h = g.node(
+        "Div",
+        [g.const(eps, i64), g.node("Gather", [pow2, down], base + "_pd", axis=0)],
+        base + "_eh",
+    )
+    sigma = g.node(
+        "Max",
+        [isqrt(g, g.node("Add", [vs, eps_h], base + "_w"), base + "_isq"), g.const(1, i64)],
+        base + "_sig",
+    )
+    d = g.node("Sub", [g.node("Mul", [rows, g.const(n, i64)], base + "_nq"), s1], base + "_d")
+    frac = out_exp + guard - kg
+    hf = g.node("Add", [h, g.const(frac, i64)], base + "_hf")
+    up = clip(g, hf, 0, 62, i64, base + "_upc")
+    num = g.node("Mul", [d, g.node("Gather", [pow2, up], base + "_pu", axis=0)], base + "_num")
+    extra = clip(g, g.node("Sub", [up, hf], base + "_ex0"), 0, 31, i64, base + "_ex")
+    den = g.node(
+        "Mul", [sigma, g.node("Gather", [pow2, extra], base + "_pe", axis=0)], base + "_den"
+    )
+    z = _div_half_up(g, num, den, base + "_z")
+    z = g.node("Reshape", [z, g.const(static_shape(shape), i64)], base + "_zs")
+    if isinstance(op, nh.GroupNormOp):
+        affine = (-1,) + (1,) * (rank - 2)
+    else:
+        affine = tuple(tensor_shape(op.weight))
+
+    def operand(v: SSAValue, scale: int, label: str) -> str:
+        codes = constant_codes(v)
+        if codes is not None:
+            return g.const(codes.reshape(affine) * scale, i64, base + label)
+        y = g.node("Reshape", [g.get(v, "i64"), g.const(affine, i64)], base + label + "r")
+        return g.node("Mul", [y, g.const(scale, i64)], base + label) if scale != 1 else y
+
+    acc = g.node("Mul", [z, operand(op.weight, 1, "_g")], base + "_zg")
+    acc = g.node(
+        "Add", [acc, operand(op.bias, 2 ** max(out_exp + guard - kc, 0), "_c")], base + "_acc"
+    )
+    mode = op.rounding.data
+    if mode is RoundingMode.FLOOR:
+        acc = g.node("Add", [acc, g.const(nudge, i64)], base + "_nudge")
+    elif mode is RoundingMode.TRUNC:
+        moved = g.node(
+            "Mul", [g.node("Sign", [acc], base + "_sgn"), g.const(nudge, i64)], base + "_nm"
+        )
+        acc = g.node("Add", [acc, moved], base + "_nudge")
+    y = div_round(g, acc, np.asarray(2**guard), mode, i64, base + "_y")
+    lo, hi = nh.code_range(op.bits.value.data, not nh.is_unsigned(op.result))
+    y = clip(g, y, lo, hi, i64, base + "_yc")
+    g.put(op.result, "i32", g.node("Cast", [y], base, to=6))
+
+
+WRITERS: dict[type[Operation], Writer] = {
+    nh.SoftmaxOp: softmax,
+    nh.LogSoftmaxOp: log_softmax,
+    nh.LayerNormOp: _norm,
+    nh.GroupNormOp: _norm,
+}

@@ -1,0 +1,68 @@
+"""What every op writer uses: the writer type, refusals naming the op, constant operands, the
+sole reader of a value, and per-channel shifts shaped for broadcasting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import tensor_shape
+from nanoir.grammar.onnx.integer.graph import Graph, IntegerOnnxError, op_label
+from xdsl.dialects.builtin import DYNAMIC_INDEX
+from xdsl.ir import Operation, SSAValue
+
+Writer = Callable[[Graph, Any], None]
+"""Writes one nh op's nodes into the graph and puts its results' forms and bounds."""
+
+
+def refuse(op: Operation, why: str) -> IntegerOnnxError:
+    return IntegerOnnxError(f"integer onnx export: {op_label(op)} {why}")
+
+
+def out_name(g: Graph, op: Operation, i: int = 0) -> str:
+    return g.base(op.results[i])
+
+
+def constant_codes(v: SSAValue) -> np.ndarray | None:
+    """A constant operand's codes (int64), or None for a run-time value."""
+    if isinstance(v.owner, nh.ConstantOp):
+        return v.owner.codes().astype(np.int64)
+    return None
+
+
+def sole_reader(value: SSAValue) -> Operation | None:
+    """The one op reading ``value``, if exactly one op reads it once."""
+    uses = list(value.uses)
+    return uses[0].operation if len(uses) == 1 else None
+
+
+def channel_shifts(op: Any, shifts: list[int], rank: int) -> np.ndarray:
+    """An op's shifts shaped to broadcast over its input (per channel along the per-channel
+    encoding's C, as the runtime's requant does)."""
+    s = np.asarray(shifts or (0,), dtype=np.int64)
+    fx, fy = nh.fixed_of(op.input), nh.fixed_of(op.result)
+    if (fx.is_per_channel or fy.is_per_channel) and len(s) > 1:
+        axis = (fx if fx.is_per_channel else fy).channel_axis
+        assert axis is not None
+        shape = [1] * rank
+        shape[axis] = len(s)
+        return s.reshape(shape)
+    return s.reshape(())
+
+
+def static_shape(shape: tuple[int, ...]) -> list[int]:
+    """``shape`` for a Reshape: a dynamic dim as -1."""
+    return [-1 if d == DYNAMIC_INDEX else d for d in shape]
+
+
+def spatial(op: Operation, shape: tuple[int, ...]) -> list[int]:
+    """The static spatial sizes of ``shape`` (Reshapes need them)."""
+    if any(d == DYNAMIC_INDEX for d in shape[2:]):
+        raise refuse(op, "has dynamic spatial sizes")
+    return list(shape[2:])
+
+
+def rank_of(value: SSAValue) -> int:
+    return len(tensor_shape(value))

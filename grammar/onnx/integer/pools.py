@@ -1,0 +1,167 @@
+"""Pools: ``nh.max_pool`` as ``MaxPool`` on the codes (float32, uint8 or float64: the order of
+codes is the order of values), ``nh.avg_pool`` as exact window sums divided with the op's
+rounding.
+
+The window sums are a float32 depthwise ``Conv`` with a ones kernel (a ``ReduceSum`` for a
+global pool) where they stay within ``2**24``, else ``ConvInteger`` on uint8 parts. A divisor
+that is one power of two everywhere (a 2x2 pool without padding) is a float32 scale and the
+mode's rounding (:func:`nanoir.grammar.onnx.integer.requant.float_round`); any other (3x3, a
+padded window's count) is the integer rounding division of :mod:`.arith`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values, tensor_shape
+from nanoir.dialects.nq import RoundingMode
+from nanoir.grammar.onnx.integer.arith import cast_to, div_round, int_dtype
+from nanoir.grammar.onnx.integer.common import Writer, out_name, refuse
+from nanoir.grammar.onnx.integer.graph import F32_EXACT, I32_MAX, Graph
+from nanoir.grammar.onnx.integer.products import integer_product, value_parts
+from nanoir.grammar.onnx.integer.requant import float_round
+from nanoir.runtime.nh import _pool_geometry, _pool_setup, _window_counts
+from xdsl.dialects.builtin import DYNAMIC_INDEX
+from xdsl.ir import Operation
+
+
+def max_pool(g: Graph, op: nh.MaxPoolOp) -> None:
+    kernel, strides, begins, ends, dil, ceil_mode = _pool_geometry(op, array_values(op.dilations))
+    if g.has(op.input, "u8"):
+        form = "u8"
+    elif g.float_exact(op.input):
+        form = "f32"
+    else:
+        form = "f64"
+    y = g.node(
+        "MaxPool",
+        [g.get(op.input, form)],
+        out_name(g, op),
+        kernel_shape=list(kernel),
+        strides=list(strides),
+        pads=list(begins) + list(ends),
+        dilations=list(dil),
+        ceil_mode=int(ceil_mode),
+    )
+    g.put(op.result, form, y)
+    g.set_bound(op.result, g.bound(op.input))
+
+
+def _divisor(op: nh.AvgPoolOp, x_shape: tuple[int, ...], geometry: tuple) -> np.ndarray:
+    """The divisor of each output position (times ``2**shift``), broadcast over the output."""
+    kernel, strides, begins, ends, dil, _ = geometry
+    n = len(kernel)
+    override = None if op.divisor_override is None else op.divisor_override.value.data
+    if override is not None:
+        divisor = np.full((1,) * (n + 2), override, dtype=np.int64)
+    else:
+        probe = np.zeros((1, 1, *x_shape[2:]), dtype=np.int8)
+        out, _ = _pool_setup(probe, *geometry)
+        include_pad = bool(op.count_include_pad.value.data)
+        divisor = np.ones((), dtype=np.int64)
+        for i in range(n):
+            inside, padded = _window_counts(
+                x_shape[2 + i], kernel[i], strides[i], begins[i], ends[i], dil[i], out[i]
+            )
+            divisor = np.multiply.outer(divisor, padded if include_pad else inside)
+        if divisor.size and int(divisor.min()) == 0:
+            raise refuse(op, "has a window of padding only, whose mean divides by 0")
+        divisor = divisor.reshape(1, 1, *out)
+    shifts = np.asarray(array_values(op.shift) or (0,), dtype=np.int64)
+    if len(shifts) > 1:
+        fx = nh.fixed_of(op.input)
+        per = fx if fx.is_per_channel else nh.fixed_of(op.result)
+        shape = [1] * (n + 2)
+        shape[per.channel_axis or 1] = len(shifts)
+        return divisor * (np.int64(1) << shifts.reshape(shape))
+    return divisor * (np.int64(1) << shifts[0])
+
+
+def avg_pool(g: Graph, op: nh.AvgPoolOp) -> None:
+    base = out_name(g, op)
+    geometry = _pool_geometry(op, None)
+    kernel, strides, begins, ends, dil, ceil_mode = geometry
+    x_shape = tensor_shape(op.input)
+    if any(d == DYNAMIC_INDEX for d in x_shape[1:]):
+        raise refuse(op, "has dynamic channels or spatial sizes")
+    channels, n = x_shape[1], len(kernel)
+    probe = np.zeros((1, 1, *x_shape[2:]), dtype=np.int8)
+    out, reach = _pool_setup(probe, kernel, strides, begins, ends, dil, ceil_mode)
+    divisor = _divisor(op, x_shape, geometry)
+    bound = math.prod(kernel) * g.bound(op.input)
+    width, signed = nh.width_of(op.result), not nh.is_unsigned(op.result)
+    lo, hi = nh.code_range(width, signed)
+    override = None if op.divisor_override is None else op.divisor_override.value.data
+    checked = width == 1 or (override is not None and override < math.prod(kernel))
+    mode = op.rounding.data
+    exact = bound <= F32_EXACT and g.float_exact(op.input)
+    if exact:
+        whole = all(
+            o == 1 and k == s and not b and not e
+            for o, k, s, b, e in zip(out, kernel, x_shape[2:], begins, reach)
+        )
+        x = g.get(op.input, "f32")
+        if whole:  # a global pool: one sum per plane
+            total = g.node(
+                "ReduceSum",
+                [x, g.const(list(range(2, 2 + n)), np.int64)],
+                base + "_sum",
+                keepdims=1,
+            )
+        else:
+            total = g.node(
+                "Conv",
+                [x, g.const(np.ones((channels, 1, *kernel)), np.float32, base + "_ones")],
+                base + "_sum",
+                kernel_shape=list(kernel),
+                strides=list(strides),
+                pads=list(begins) + list(reach),
+                group=channels,
+            )
+        d = np.unique(divisor)
+        power = len(d) == 1 and int(d[0]) > 0 and int(d[0]) & (int(d[0]) - 1) == 0
+        if (
+            power
+            and not checked
+            and (mode is not RoundingMode.HALF_UP or bound + int(d[0]) <= F32_EXACT)
+        ):
+            k = int(d[0]).bit_length() - 1
+            y = total
+            if k:
+                y = g.node("Mul", [y, g.const(2.0**-k, np.float32)], base + "_m")
+                if mode is RoundingMode.HALF_UP:
+                    y = g.node("Add", [y, g.const(0.5, np.float32)], base + "_h")
+            y = float_round(g, y, mode, lo, hi, base)
+            g.put(op.result, "f32", y)
+            g.set_bound(op.result, max(-lo, hi))
+            return
+        total, total_dtype = g.node("Cast", [total], base + "_sumi", to=6), np.int32
+    else:
+        total_dtype = np.int64 if bound > I32_MAX else np.int32
+        ones = [(g.const(np.ones((channels, 1, *kernel)), np.uint8, base + "_ones"), 0, 1, 1)]
+        total = integer_product(
+            g,
+            op,
+            "ConvInteger",
+            value_parts(g, op.input, op),
+            ones,
+            math.prod(kernel),
+            bound > I32_MAX,
+            base + "_sum",
+            kernel_shape=list(kernel),
+            strides=list(strides),
+            pads=list(begins) + list(reach),
+            group=channels,
+        )
+    dtype = int_dtype(bound + int(divisor.max(initial=1)))
+    y = cast_to(g, total, total_dtype, dtype, base + "_w")
+    y = div_round(g, y, divisor, mode, dtype, base + "_q")
+    if checked:
+        g.check(op, y, lo, hi, dtype, one_bit=width == 1)
+    g.put(op.result, "i32", cast_to(g, y, dtype, np.int32, base))
+    g.set_bound(op.result, max(-lo, hi))
+
+
+WRITERS: dict[type[Operation], Writer] = {nh.MaxPoolOp: max_pool, nh.AvgPoolOp: avg_pool}

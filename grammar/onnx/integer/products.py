@@ -1,0 +1,591 @@
+"""Integer products (``nh.conv``, ``nh.conv_transpose``, ``nh.linear``, ``nh.matmul``) on the
+fastest kernel onnxruntime runs exactly (issue 33 §1), chosen per op from static bounds:
+
+1. **fused** (``QLinearConv``, uint8 codes x int8 weights): for a conv read only by a half_even
+   requant to at most 8 bits. onnxruntime requantizes the int32 sum by a float32 multiply by
+   ``2**-shift`` (the scales are powers of two: ``w_scale`` per output channel), rounds half to
+   even and saturates: exact while ``|acc| <= 2**24`` (the bound says so) and while the kernel
+   sums its products exactly. Its uint8 x int8 GEMM kernels on x86 without VNNI saturate pairs
+   of products in int16 (``vpmaddubsw``): the graph uses them only when ``Graph.u8s8`` is set,
+   which :func:`nanoir.grammar.onnx.integer.session.u8s8_is_exact` decides per machine and
+   the file records (its reader writes the same graph; a session on a machine where the probe
+   fails refuses it). Narrower results and a fused ReLU are a uint8 ``Clip`` after.
+2. **float** (``Conv``, ``ConvTranspose``, ``MatMul`` in float32 on the codes): exact while every
+   partial sum is, which holds when ``sum_k |x| |w_k| + |bias| <= 2**24`` per output (the static
+   bound, from the constant weights' codes): any summation order, FMA or not, stays exact.
+   A product read only by its requant is written with ``2**-shift`` folded into its weights and
+   bias (exact: powers of two), plus 1/2 for half_up, so the requant is the rounding and the
+   clip alone (:mod:`.requant`).
+3. **integer** (``ConvInteger`` / ``MatMulInteger`` on uint8 parts) otherwise: signed codes
+   offset by 128 with zero point 128, unsigned ones with zero point 0; a 9..16-bit operand split
+   into bytes (``x = 256 hi + lo``). int32 wraps like the exact sum modulo ``2**32``, so where the
+   bound fits int32 the sum is exact. Where it does not (hand-written programs,
+   ``lower-to-hw{allow_overflow=true}``), each part's product (which does fit int32) is summed
+   in int64 and the result is *checked*: codes outside i32 count in the graph's check output,
+   which the session turns into an :class:`~nanoir.runtime.base.ExecutionError`, as the NumPy
+   executor refuses them. A part whose own sum may leave int32 (more than 33,025 terms of
+   full bytes) is refused, naming the op and its bound.
+
+A transposed convolution's integer form is ``ConvInteger`` on the input with ``stride - 1``
+zeros (codes) put between its samples, the weight flipped and its channel dims swapped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values, tensor_shape
+from nanoir.dialects.nq import RoundingMode
+from nanoir.grammar.onnx.integer.common import (
+    Writer,
+    constant_codes,
+    out_name,
+    refuse,
+    sole_reader,
+)
+from nanoir.grammar.onnx.integer.graph import F32_EXACT, I32_MAX, Graph, zero_point
+from nanoir.grammar.onnx.integer.requant import half_up_fits, saturation, shifts_of
+from nanoir.runtime.numerics.shapes import window_params
+from xdsl.dialects.builtin import DYNAMIC_INDEX
+from xdsl.ir import Operation, SSAValue
+
+SCALE_LIMIT = 100
+"""Largest ``|shift|`` folded into float32 weights: ``2**-100`` times a code is a normal float."""
+
+
+def constant(g: Graph, op: nh.ConstantOp) -> None:
+    codes = op.codes().astype(np.int64)
+    g.lazy[op.result] = codes
+    g.set_bound(op.result, int(np.abs(codes).max(initial=0)))
+
+
+# --------------------------------------------------------------------------------------------
+# Bounds and the choice of kernel
+# --------------------------------------------------------------------------------------------
+
+
+def _per_output_bound(
+    w: np.ndarray | None, out_axis: int, bx: int, bw: int, inner: int, bias: np.ndarray | None
+) -> np.ndarray:
+    """Per output channel, a bound on every partial sum of ``sum_k x w_k + bias``."""
+    if w is None:
+        sums = np.asarray([inner * bx * bw], dtype=object)
+    else:
+        moved = np.moveaxis(np.abs(w), out_axis, 0).reshape(w.shape[out_axis], -1)
+        sums = moved.sum(axis=1).astype(object) * bx
+    if bias is not None:
+        sums = sums + np.abs(bias.reshape(-1)).astype(object)
+    return sums
+
+
+def _requant_reader(op: Operation) -> nh.RequantOp | None:
+    """The requant that alone reads the product, with shifts a float32 scale holds."""
+    reader = sole_reader(op.results[0])
+    if not isinstance(reader, nh.RequantOp) or nh.width_of(reader.result) == 1:
+        return None
+    if np.abs(shifts_of(reader)).max(initial=0) > SCALE_LIMIT:
+        return None
+    return reader
+
+
+def _per_out(shifts: np.ndarray, outs: int) -> np.ndarray:
+    """Requant shifts as one per output channel."""
+    return np.broadcast_to(shifts.reshape(-1), (outs,)) if shifts.size == 1 else shifts.reshape(-1)
+
+
+def _foldable(g: Graph, reader: nh.RequantOp | None, sums: np.ndarray) -> bool:
+    """Whether the requant's scale (and half_up's half) can go into a float product."""
+    if reader is None:
+        return False
+    if reader.rounding.data is RoundingMode.HALF_UP:
+        s = _per_out(shifts_of(reader), len(sums))
+        return all(half_up_fits(int(b), np.asarray(k)) for b, k in zip(sums, s))
+    return True
+
+
+def _fusable(g: Graph, op: Operation, x: SSAValue, w: np.ndarray | None, sums: np.ndarray) -> bool:
+    """Whether ``QLinearConv`` (uint8 x int8) computes the product and its requant exactly."""
+    reader = _requant_reader(op)
+    return (
+        g.u8s8
+        and reader is not None
+        and reader.rounding.data is RoundingMode.HALF_EVEN
+        and nh.width_of(reader.result) <= 8
+        and nh.width_of(x) <= 8
+        and w is not None
+        and int(w.min(initial=0)) >= -128
+        and int(w.max(initial=0)) <= 127
+        and max(sums, default=0) <= F32_EXACT
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Fused: QLinearConv
+# --------------------------------------------------------------------------------------------
+
+
+def _fused_conv(
+    g: Graph,
+    op: Operation,
+    x: SSAValue,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    attrs: dict[str, Any],
+    sums: np.ndarray,
+) -> None:
+    """``QLinearConv`` writing the requant's result in uint8 form (see the module docstring)."""
+    reader = _requant_reader(op)
+    assert reader is not None
+    base = out_name(g, reader)
+    outs = w.shape[0]
+    zx, zy = zero_point(x), zero_point(reader.result)
+    shifts = _per_out(shifts_of(reader), outs)
+    if len(set(shifts.tolist())) == 1:  # per tensor: scalar scale and zero point
+        shifts = shifts[:1].reshape(())
+    inputs = [
+        g.get(x, "u8"),
+        g.const(1.0, np.float32),
+        g.const(zx, np.uint8),
+        g.const(w, np.int8, base + "_w"),
+        g.const(np.ldexp(1.0, -shifts), np.float32, base + "_ws"),
+        g.const(np.zeros(shifts.shape), np.int8, base + "_wz"),
+        g.const(1.0, np.float32),
+        g.const(zy, np.uint8),
+    ]
+    if bias is not None:
+        inputs.append(g.const(bias.reshape(-1), np.int32, base + "_b"))
+    lo, hi = saturation(g, reader)
+    y = g.node(
+        "QLinearConv", inputs, base + ("_q" if lo + zy > 0 or hi + zy < 255 else ""), **attrs
+    )
+    if lo + zy > 0 or hi + zy < 255:
+        y = g.node("Clip", [y, g.const(lo + zy, np.uint8), g.const(hi + zy, np.uint8)], base)
+    g.used_u8s8 = True
+    g.done.add(reader)
+    g.put(reader.result, "u8", y)
+    g.set_bound(reader.result, max(-lo, hi))
+    g.set_bound(op.results[0], int(max(sums, default=0)))
+
+
+# --------------------------------------------------------------------------------------------
+# Float32 products
+# --------------------------------------------------------------------------------------------
+
+
+def _float_weights(
+    g: Graph,
+    op: Operation,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    out_axis: int,
+    sums: np.ndarray,
+    label: str,
+    fold: bool = True,
+) -> tuple[str, str | None, nh.RequantOp | None]:
+    """The weight and bias initializers of a float product: scaled by its requant's
+    ``2**-shift`` (plus 1/2 in the bias for half_up) when the requant alone reads it (and
+    ``fold``: not with a run-time bias, added after)."""
+    reader = _requant_reader(op) if fold else None
+    if not _foldable(g, reader, sums):
+        reader = None
+    outs = w.shape[out_axis]
+    wf = w.astype(np.float64)
+    bf = None if bias is None else bias.reshape(-1).astype(np.float64)
+    if reader is not None:
+        s = _per_out(shifts_of(reader), outs)
+        shape = [1] * w.ndim
+        shape[out_axis] = outs
+        wf = np.ldexp(wf, -s.reshape(shape))
+        bf = np.zeros(outs) if bf is None else bf
+        bf = np.ldexp(bf, -s)
+        if reader.rounding.data is RoundingMode.HALF_UP:
+            bf = bf + np.where(s > 0, 0.5, 0.0)
+    if bias is None and not (reader is not None and reader.rounding.data is RoundingMode.HALF_UP):
+        bf = None  # a zero bias is no bias
+    base = label if reader is None else out_name(g, reader) + "_scaled"
+    wn = g.const(wf, np.float32, base + "_w")
+    bn = None if bf is None else g.const(bf, np.float32, base + "_b")
+    return wn, bn, reader
+
+
+def _float_result(
+    g: Graph, op: Operation, y: str, reader: nh.RequantOp | None, sums: np.ndarray
+) -> None:
+    """Record a float product's result: the scaled accumulator for its requant, or the
+    accumulator's f32 form."""
+    if reader is not None:
+        g.scaled[reader] = y
+    else:
+        g.put(op.results[0], "f32", y)
+    g.set_bound(op.results[0], int(max(sums, default=0)))
+
+
+def _runtime_bias(g: Graph, op: Operation, y: str, bias: SSAValue, shape: tuple[int, ...]) -> str:
+    b = g.node("Reshape", [g.get(bias, "f32"), g.const(shape, np.int64)], out_name(g, op) + "_b")
+    return g.node("Add", [y, b], out_name(g, op) + "_acc")
+
+
+# --------------------------------------------------------------------------------------------
+# Integer products on uint8 parts
+# --------------------------------------------------------------------------------------------
+
+Part = tuple[str, int, int, int]
+"""A uint8 operand part: (tensor name, zero point, scale, bound of |part - zero point|)."""
+
+
+def _const_parts(codes: np.ndarray, op: Operation) -> list[tuple[np.ndarray, int, int]]:
+    """Constant codes as uint8 parts (array, zero point, scale): one byte when they fit, else
+    low bytes (unsigned) and a signed top byte, ``c = sum(part * scale)``."""
+    c = np.asarray(codes, dtype=np.int64)
+    if c.size == 0 or (c.min() >= -128 and c.max() <= 127):
+        return [((c + 128).astype(np.uint8), 128, 1)]
+    if c.min() >= 0 and c.max() <= 255:
+        return [(c.astype(np.uint8), 0, 1)]
+    parts: list[tuple[np.ndarray, int, int]] = []
+    scale = 1
+    while c.min() < -128 or c.max() > 127:
+        lo = np.mod(c, 256)
+        parts.append((lo.astype(np.uint8), 0, scale))
+        c = (c - lo) // 256
+        scale *= 256
+    if scale > 2**24:
+        raise refuse(op, "has a constant operand wider than 32 bits")
+    return [*parts, ((c + 128).astype(np.uint8), 128, scale)]
+
+
+def _named_parts(
+    g: Graph, codes: np.ndarray, op: Operation, array: Callable[[np.ndarray], np.ndarray], base: str
+) -> list[Part]:
+    return [
+        (
+            g.const(array(a), np.uint8, base),
+            z,
+            s,
+            int(np.abs(a.astype(np.int64) - z).max(initial=0)),
+        )
+        for a, z, s in _const_parts(codes, op)
+    ]
+
+
+def value_parts(g: Graph, v: SSAValue, op: Operation) -> list[Part]:
+    """A run-time operand as uint8 parts: itself up to 8 bits, else its bytes (the low ones
+    unsigned, the top one signed, or unsigned for ``ui16``)."""
+    width = nh.width_of(v)
+    if width <= 8:
+        zp = zero_point(v)
+        return [(g.get(v, "u8"), zp, 1, max(zp, 255 - zp) if zp else 255)]
+    base = g.base(v)
+    x = g.get(v, "i32")
+    unsigned = nh.is_unsigned(v)
+    parts: list[Part] = []
+    nbytes = -(-width // 8)
+    for k in range(nbytes - 1):
+        lo = g.node("Mod", [x, g.const(256, np.int32)], f"{base}_b{k}")
+        parts.append((g.node("Cast", [lo], f"{base}_u{k}", to=2), 0, 256**k, 255))
+        x = g.node("Sub", [x, lo], f"{base}_r{k}")
+        x = g.node("Div", [x, g.const(256, np.int32)], f"{base}_q{k}")
+    if not unsigned:
+        x = g.node("Add", [x, g.const(128, np.int32)], f"{base}_top")
+    top = g.node("Cast", [x], f"{base}_u{nbytes - 1}", to=2)
+    return [*parts, (top, 0 if unsigned else 128, 256 ** (nbytes - 1), 255 if unsigned else 128)]
+
+
+def integer_product(
+    g: Graph,
+    op: Operation,
+    op_type: str,
+    xs: list[Part],
+    ws: list[Part],
+    inner: int,
+    wide: bool,
+    base: str,
+    **attrs: Any,
+) -> str:
+    """Sum over part pairs of ``scale_x * scale_w * op_type(x, w)``: in int32 (wrapping like
+    the exact sum modulo ``2**32``) or, ``wide``, in int64 from int32 part products that each
+    provably fit (else refused)."""
+    acc: str | None = None
+    for xn, xz, xsc, xb in xs:
+        for wn, wz, wsc, wb in ws:
+            if wide:
+                part_bound = inner * xb * wb
+                if part_bound > I32_MAX:
+                    raise refuse(
+                        op,
+                        f"sums {inner} products of up to {xb * wb} per part (bound "
+                        f"{part_bound}), past int32 in one integer kernel: no exact integer "
+                        "ONNX form (split the reduction, or lower without allow_overflow)",
+                    )
+                scale = xsc * wsc
+            else:  # int32 wraps like the exact sum modulo 2**32: so does the scale.
+                scale = (xsc * wsc) % 2**32
+                scale -= 2**32 if scale >= 2**31 else 0
+                if scale == 0:
+                    continue
+            zx, zw = g.const(xz, np.uint8), g.const(wz, np.uint8)
+            y = g.node(op_type, [xn, wn, zx, zw], base + "_p", **attrs)
+            dtype = np.int32
+            if wide:
+                y, dtype = g.node("Cast", [y], base + "_p64", to=7), np.int64
+            if scale != 1:
+                y = g.node("Mul", [y, g.const(scale, dtype)], base + "_ps")
+            acc = y if acc is None else g.node("Add", [acc, y], base + "_pa")
+    assert acc is not None
+    return acc
+
+
+def _integer_bias(
+    g: Graph, acc: str, bias: SSAValue | None, shape: tuple[int, ...], wide: bool, base: str
+) -> str:
+    if bias is None:
+        return acc
+    dtype = np.int64 if wide else np.int32
+    codes = constant_codes(bias)
+    if codes is not None:
+        b = g.const(codes.reshape(shape), dtype, base + "_b")
+    else:
+        b = g.node(
+            "Reshape",
+            [g.get(bias, "i64" if wide else "i32"), g.const(shape, np.int64)],
+            base + "_b",
+        )
+    return g.node("Add", [acc, b], base + "_acc" if wide else base)
+
+
+def _integer_result(g: Graph, op: Operation, acc: str, wide: bool, bound: int) -> None:
+    """The accumulator's i32 form; a wide one is checked against i32 first."""
+    result = op.results[0]
+    if wide:
+        g.check(op, acc, -(2**31), I32_MAX, np.int64)
+        acc = g.node("Cast", [acc], out_name(g, op), to=6)
+    g.put(result, "i32", acc)
+    g.set_bound(result, bound)
+
+
+# --------------------------------------------------------------------------------------------
+# The writers
+# --------------------------------------------------------------------------------------------
+
+
+def conv(g: Graph, op: nh.ConvOp) -> None:
+    base = out_name(g, op)
+    w_shape = tensor_shape(op.weight)
+    n = len(w_shape) - 2
+    kernel, strides, pads, dil = window_params(
+        n, w_shape[2:], array_values(op.strides), array_values(op.pads), array_values(op.dilations)
+    )
+    attrs = {
+        "kernel_shape": list(kernel),
+        "strides": list(strides),
+        "pads": list(pads),
+        "dilations": list(dil),
+        "group": op.groups.value.data,
+    }
+    w, bias = constant_codes(op.weight), None if op.bias is None else constant_codes(op.bias)
+    if w is None:
+        raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
+    runtime_bias = op.bias is not None and bias is None
+    sums = _per_output_bound(w, 0, g.bound(op.input), 0, 0, bias)
+    if runtime_bias:
+        sums = sums + g.bound(op.bias)
+    if not runtime_bias and _fusable(g, op, op.input, w, sums):
+        _fused_conv(g, op, op.input, w, bias, attrs, sums)
+        return
+    if max(sums, default=0) <= F32_EXACT and g.float_exact(op.input):
+        wn, bn, reader = _float_weights(g, op, w, bias, 0, sums, base, not runtime_bias)
+        inputs = [g.get(op.input, "f32"), wn, *([bn] if bn is not None else [])]
+        y = g.node("Conv", inputs, base + ("_acc" if runtime_bias else ""), **attrs)
+        if runtime_bias:
+            assert op.bias is not None
+            y = _runtime_bias(g, op, y, op.bias, (w_shape[0],) + (1,) * n)
+        _float_result(g, op, y, reader, sums)
+        return
+    bound = int(max(sums, default=0))
+    wide = bound > I32_MAX
+    xs = value_parts(g, op.input, op)
+    ws = _named_parts(g, w, op, lambda a: a, base + "_w")
+    acc = integer_product(
+        g,
+        op,
+        "ConvInteger",
+        xs,
+        ws,
+        math.prod(w_shape[1:]),
+        wide,
+        base + "_acc" if op.bias is not None or wide else base,
+        **attrs,
+    )
+    acc = _integer_bias(g, acc, op.bias, (w_shape[0],) + (1,) * n, wide, base)
+    _integer_result(g, op, acc, wide, bound)
+
+
+def conv_transpose(g: Graph, op: nh.ConvTransposeOp) -> None:
+    """A convolution of the input with ``stride - 1`` zeros put between its samples, by the
+    weight flipped with its channel dims swapped: float32 ``Conv`` where exact, else
+    ``ConvInteger`` on uint8 parts (onnxruntime's own ``ConvTranspose`` refuses an
+    ``output_padding`` of at least the stride, which torch and nh take)."""
+    base = out_name(g, op)
+    x_shape, w_shape = tensor_shape(op.input), tensor_shape(op.weight)
+    n = len(w_shape) - 2
+    kernel, strides, pads, dil = window_params(
+        n, w_shape[2:], array_values(op.strides), array_values(op.pads), array_values(op.dilations)
+    )
+    out_pad = list(array_values(op.output_padding) or (0,) * n)
+    groups = op.groups.value.data
+    w = constant_codes(op.weight)
+    if w is None:
+        raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
+    if any(d == DYNAMIC_INDEX for d in x_shape[1:]):
+        raise refuse(op, "has dynamic channels or spatial sizes")
+    c_in, per_group = w_shape[0], w_shape[1]
+    inner = math.prod(w_shape[2:]) * c_in // groups
+    bw = int(np.abs(w).max(initial=0))
+    bias_bound = 0 if op.bias is None else g.bound(op.bias)
+    bound = inner * g.bound(op.input) * bw + bias_bound
+    spatial = list(x_shape[2:])
+    begin = [d * (k - 1) - p for d, k, p in zip(dil, kernel, pads[:n])]
+    end = [d * (k - 1) - p + o for d, k, p, o in zip(dil, kernel, pads[n:], out_pad)]
+
+    def stuffed(x: str, zero: str, label: str) -> str:
+        """Zero-stuff one operand (``zero`` is code 0 in its form): [N, C, S] -> [N, C,
+        (S-1)s+1]; then crop where ``d (k - 1) - pad`` (plus output_padding at the end) < 0."""
+        y = x
+        if any(s > 1 for s in strides):
+            inter = [0, x_shape[1]] + [v for sz in spatial for v in (sz, 1)]
+            y = g.node("Reshape", [y, g.const(inter, np.int64)], base + label + "_r")
+            widen = [0] * (2 + 2 * n) + [0, 0] + [v for s in strides for v in (0, s - 1)]
+            y = g.node("Pad", [y, g.const(widen, np.int64), zero], base + label + "_z")
+            full = [0, x_shape[1]] + [sz * s for sz, s in zip(spatial, strides)]
+            y = g.node("Reshape", [y, g.const(full, np.int64)], base + label + "_s")
+            ends = [sz * s - s + 1 for sz, s in zip(spatial, strides)]
+            axes = g.const(list(range(2, 2 + n)), np.int64)
+            starts = g.const([0] * n, np.int64)
+            y = g.node("Slice", [y, starts, g.const(ends, np.int64), axes], base + label + "_c")
+        if any(v < 0 for v in begin + end):
+            crop = [0, 0] + [min(v, 0) for v in begin] + [0, 0] + [min(v, 0) for v in end]
+            y = g.node("Pad", [y, g.const(crop, np.int64)], base + label + "_crop")
+        return y
+
+    def as_conv(a: np.ndarray) -> np.ndarray:
+        # [C, O/g, *K] -> [O, C/g, *K], flipped: w'[g O/g + o, c] = w[g C/g + c, o, K - 1 - k].
+        wg = a.reshape(groups, c_in // groups, per_group, *kernel)
+        wg = np.swapaxes(wg, 1, 2)[(Ellipsis, *(slice(None, None, -1),) * n)]
+        return np.ascontiguousarray(wg.reshape(groups * per_group, c_in // groups, *kernel))
+
+    conv_pads = [max(v, 0) for v in begin] + [max(v, 0) for v in end]
+    attrs = {
+        "kernel_shape": list(kernel),
+        "pads": conv_pads,
+        "dilations": list(dil),
+        "group": groups,
+    }
+    bias_shape = (groups * per_group,) + (1,) * n
+    if bound <= F32_EXACT and g.float_exact(op.input):
+        x = stuffed(g.get(op.input, "f32"), g.const(0.0, np.float32), "_x")
+        bias = None if op.bias is None else constant_codes(op.bias)
+        inputs = [x, g.const(as_conv(w), np.float32, base + "_w")]
+        if bias is not None:
+            inputs.append(g.const(bias.reshape(-1), np.float32, base + "_b"))
+        runtime_bias = op.bias is not None and bias is None
+        y = g.node("Conv", inputs, base + ("_acc" if runtime_bias else ""), **attrs)
+        if runtime_bias:
+            assert op.bias is not None
+            y = _runtime_bias(g, op, y, op.bias, bias_shape)
+        g.put(op.result, "f32", y)
+        g.set_bound(op.result, bound)
+        return
+    xs = [
+        (stuffed(name, g.const(zp, np.uint8), f"_x{i}"), zp, scale, b)
+        for i, (name, zp, scale, b) in enumerate(value_parts(g, op.input, op))
+    ]
+    wide = bound > I32_MAX
+    ws = _named_parts(g, w, op, as_conv, base + "_w")
+    acc = integer_product(
+        g,
+        op,
+        "ConvInteger",
+        xs,
+        ws,
+        inner,
+        wide,
+        base + "_acc" if op.bias is not None or wide else base,
+        **attrs,
+    )
+    acc = _integer_bias(g, acc, op.bias, bias_shape, wide, base)
+    _integer_result(g, op, acc, wide, bound)
+
+
+def linear(g: Graph, op: nh.LinearOp) -> None:
+    base = out_name(g, op)
+    w_shape = tensor_shape(op.weight)
+    w = constant_codes(op.weight)
+    if w is None:
+        raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
+    bias = None if op.bias is None else constant_codes(op.bias)
+    runtime_bias = op.bias is not None and bias is None
+    sums = _per_output_bound(w, 0, g.bound(op.input), 0, 0, bias)
+    if runtime_bias:
+        sums = sums + g.bound(op.bias)
+    if max(sums, default=0) <= F32_EXACT and g.float_exact(op.input):
+        wn, bn, reader = _float_weights(g, op, w.T, bias, 1, sums, base, not runtime_bias)
+        last = bn is None and not runtime_bias
+        y = g.node("MatMul", [g.get(op.input, "f32"), wn], base + ("" if last else "_mm"))
+        if bn is not None:
+            y = g.node("Add", [y, bn], base)
+        if runtime_bias:
+            assert op.bias is not None
+            y = _runtime_bias(g, op, y, op.bias, (w_shape[0],))
+        _float_result(g, op, y, reader, sums)
+        return
+    bound = int(max(sums, default=0))
+    wide = bound > I32_MAX
+    xs = value_parts(g, op.input, op)
+    ws = _named_parts(g, w, op, lambda a: np.ascontiguousarray(a.T), base + "_w")
+    acc = integer_product(
+        g,
+        op,
+        "MatMulInteger",
+        xs,
+        ws,
+        w_shape[1],
+        wide,
+        base + "_acc" if op.bias is not None or wide else base,
+    )
+    acc = _integer_bias(g, acc, op.bias, (w_shape[0],), wide, base)
+    _integer_result(g, op, acc, wide, bound)
+
+
+def matmul(g: Graph, op: nh.MatmulOp) -> None:
+    base = out_name(g, op)
+    inner = max(tensor_shape(op.lhs)[-1], 1)
+    bound = inner * g.bound(op.lhs) * g.bound(op.rhs)
+    if bound <= F32_EXACT:
+        y = g.node("MatMul", [g.get(op.lhs, "f32"), g.get(op.rhs, "f32")], base)
+        g.put(op.result, "f32", y)
+        g.set_bound(op.result, bound)
+        return
+    wide = bound > I32_MAX
+    parts = []
+    for v in (op.lhs, op.rhs):
+        codes = constant_codes(v)
+        if codes is not None:
+            parts.append(_named_parts(g, codes, op, lambda a: a, base + "_k"))
+        else:
+            parts.append(value_parts(g, v, op))
+    acc = integer_product(
+        g, op, "MatMulInteger", parts[0], parts[1], inner, wide, base + ("_acc" if wide else "")
+    )
+    _integer_result(g, op, acc, wide, bound)
+
+
+WRITERS: dict[type[Operation], Writer] = {
+    nh.ConstantOp: constant,
+    nh.ConvOp: conv,
+    nh.ConvTransposeOp: conv_transpose,
+    nh.LinearOp: linear,
+    nh.MatmulOp: matmul,
+}

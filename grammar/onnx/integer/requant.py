@@ -1,0 +1,111 @@
+"""``nh.requant`` as exact float32 or integer ops.
+
+``y = saturate(shift_round(x, s, mode))`` (:func:`nanoir.runtime.numerics.quant.requant_codes`)
+has two exact forms here:
+
+- **float32**, where ``|x| <= 2**24`` (the static bound says so): ``x * 2**-s`` is exact (a power
+  of two), and so is each mode's own rounding of it: ``Floor`` (floor), ``Round`` (ONNX's round
+  half to even: half_even), ``Floor`` of ``x * 2**-s + 1/2`` (half_up: exact while
+  ``|x| + 2**(s-1) <= 2**24``), and ``sign(y) * Floor(|y|)`` (trunc; ``Floor`` alone when the
+  saturation's lower bound is at least 0: a trunc of a clipped value is the clipped trunc, as
+  the bounds are integers). Then ``Clip``. A product read only by its requant folds ``2**-s``
+  (and half_up's half) into its weights and bias (:mod:`.products`): the requant is then the
+  rounding and the clip alone.
+- **integer** otherwise: rounding division by ``2**s`` in int32 or int64 (:mod:`.arith`).
+
+A requant whose only reader is an ``nh.relu`` saturates at 0 itself (the ReLU then reads the
+same tensor).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values, tensor_shape
+from nanoir.dialects.nq import RoundingMode
+from nanoir.grammar.onnx.integer.arith import cast_to, clip, shift_round
+from nanoir.grammar.onnx.integer.common import channel_shifts, out_name, sole_reader
+from nanoir.grammar.onnx.integer.graph import F32_EXACT, Graph
+
+
+def saturation(g: Graph, op: nh.RequantOp) -> tuple[int, int]:
+    """The requant's saturation bounds, raised to 0 when its only reader is an ``nh.relu``
+    (marked fused: it then reads the same tensor, one pass fewer per conv + ReLU)."""
+    lo, hi = nh.code_range(nh.width_of(op.result), not nh.is_unsigned(op.result))
+    reader = sole_reader(op.result)
+    if isinstance(reader, nh.ReluOp) and lo < 0:
+        g.fused.add(reader)
+        return 0, hi
+    return lo, hi
+
+
+def shifts_of(op: nh.RequantOp) -> np.ndarray:
+    """The requant's shifts shaped to broadcast over its input."""
+    return channel_shifts(op, list(array_values(op.shift) or ()), len(tensor_shape(op.input)))
+
+
+def half_up_fits(bound: int, shifts: np.ndarray) -> bool:
+    """Whether ``x * 2**-s + 1/2`` is exact in float32 for ``|x| <= bound``."""
+    top = int(shifts.max(initial=0))
+    return top < 1 or bound + 2 ** (top - 1) <= F32_EXACT
+
+
+def float_round(g: Graph, y: str, mode: RoundingMode, lo: int, hi: int, base: str) -> str:
+    """``clip(round_mode(y), lo, hi)`` of float32 ``y`` already scaled by ``2**-s`` (and, for
+    half_up, offset by 1/2): exact (see the module docstring)."""
+    f32 = np.float32
+    if mode is RoundingMode.TRUNC and lo >= 0:
+        y = g.node("Clip", [y, g.const(lo, f32), g.const(hi, f32)], base + "_c")
+        return g.node("Floor", [y], base)
+    if mode is RoundingMode.TRUNC:
+        magnitude = g.node("Floor", [g.node("Abs", [y], base + "_a")], base + "_f")
+        y = g.node("Mul", [g.node("Sign", [y], base + "_s"), magnitude], base + "_t")
+    else:
+        y = g.node("Round" if mode is RoundingMode.HALF_EVEN else "Floor", [y], base + "_r")
+    return g.node("Clip", [y, g.const(lo, f32), g.const(hi, f32)], base)
+
+
+def requant(g: Graph, op: nh.RequantOp) -> None:
+    if op in g.done:  # written with its product (a fused kernel)
+        return
+    base = out_name(g, op)
+    width = nh.width_of(op.result)
+    mode = op.rounding.data
+    if width == 1:  # the sign rule: x >= 0 -> +1, else -1 (the shift does not matter)
+        form = "f32" if g.float_exact(op.input) else "i32"
+        dtype = np.float32 if form == "f32" else np.int32
+        x = g.get(op.input, form)
+        cond = g.node("GreaterOrEqual", [x, g.const(0, dtype)], base + "_ge")
+        y = g.node("Where", [cond, g.const(1, dtype), g.const(-1, dtype)], base)
+        g.put(op.result, form, y)
+        g.set_bound(op.result, 1)
+        return
+    lo, hi = saturation(g, op)
+    shifts = shifts_of(op)
+    bound = g.bound(op.input)
+    if op in g.scaled:
+        y = float_round(g, g.scaled[op], mode, lo, hi, base)
+        g.put(op.result, "f32", y)
+    elif (
+        g.float_exact(op.input)
+        and g.first_form(op.input) in ("f32", "u8", "in")
+        and (mode is not RoundingMode.HALF_UP or half_up_fits(bound, shifts))
+    ):
+        y = g.get(op.input, "f32")
+        if shifts.any():
+            scale = g.const(np.ldexp(1.0, -shifts), np.float32, base + "_scale")
+            y = g.node("Mul", [y, scale], base + "_m")
+        if mode is RoundingMode.HALF_UP and (shifts > 0).any():
+            half = g.const(np.where(shifts > 0, 0.5, 0.0), np.float32, base + "_half")
+            y = g.node("Add", [y, half], base + "_h")
+        if (shifts > 0).any():
+            y = float_round(g, y, mode, lo, hi, base)
+        else:  # an integer already: the clip alone
+            y = clip(g, y, lo, hi, np.float32, base)
+        g.put(op.result, "f32", y)
+    else:
+        x = g.get(op.input, "i32")
+        y, dtype, _ = shift_round(g, x, bound, shifts, mode, base + "_q")
+        y = clip(g, y, lo, hi, dtype, base if dtype is np.int32 else base + "_c")
+        g.put(op.result, "i32", cast_to(g, y, dtype, np.int32, base))
+    g.set_bound(op.result, max(-lo, hi))

@@ -1,0 +1,196 @@
+"""The fast kernels the integer ONNX writer uses, checked exact before use (issue 33 §1), and the
+static bounds that choose them.
+
+- onnxruntime's ``QLinearConv`` / ``QLinearMatMul`` at extreme codes (uint8 255 beside int8 127
+  or -128, where a pair of products leaves int16), uint8 x uint8, uint8 x int8 and int8 x int8,
+  against their exact sums written here in Python integers, requantized by a power of two with
+  round half to even. onnxruntime picks its x86 kernels from the CPU alone (MLAS's
+  ``platform.cpp`` reads cpuid; no setting forces its AVX2 path on a VNNI machine), so the
+  uint8 x int8 path's exactness is this machine's: the writer asks
+  :func:`~nanoir.grammar.onnx.integer.session.u8s8_is_exact` (which must agree with this test)
+  and a session on a machine where it fails refuses a graph that uses them.
+- Programs whose accumulator passes ``2**24`` by one code, where float32 (in a float conv or in
+  the fused kernel's requantization) would round it: the writer must use the integer kernels
+  there, in half_even and trunc.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from nanoir.grammar.onnx.integer import export_model, make_session, run_model, u8s8_is_exact
+from onnx import TensorProto, helper
+
+import nanoir
+
+ort = pytest.importorskip("onnxruntime")
+
+DTYPES = {"u8": (np.uint8, TensorProto.UINT8, 0, 255), "s8": (np.int8, TensorProto.INT8, -128, 127)}
+
+
+def _extremes(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    dtype, _, lo, hi = DTYPES[kind]
+    a = rng.choice([lo, hi], size=shape)
+    noise = rng.random(shape) < 0.15
+    a[noise] = rng.integers(lo, hi + 1, size=int(noise.sum()))
+    return a.astype(dtype)
+
+
+def _run(node: onnx.NodeProto, x: np.ndarray, consts: dict[str, np.ndarray], xk: str, yk: str):
+    graph = helper.make_graph(
+        [node],
+        "k",
+        [helper.make_tensor_value_info("x", DTYPES[xk][1], list(x.shape))],
+        [helper.make_tensor_value_info("y", DTYPES[yk][1], None)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    (y,) = session.run(None, {"x": x})
+    return np.asarray(y, dtype=np.int64)
+
+
+def _kernel_is_exact(op: str, xk: str, wk: str, seed: int) -> bool:
+    """One op at extreme codes against Python's exact sums, requantized by ``2**-shift``."""
+    rng = np.random.default_rng(seed)
+    if op == "conv":
+        x = _extremes(rng, (1, 32, 5, 5), xk)
+        w = _extremes(rng, (16, 32, 3, 3), wk)
+        xi = np.pad(x.astype(object), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        exact = np.array(
+            [
+                [
+                    [(xi[0, :, i : i + 3, j : j + 3] * w[o].astype(object)).sum() for j in range(5)]
+                    for i in range(5)
+                ]
+                for o in range(16)
+            ],
+            dtype=object,
+        )[None]
+    else:
+        x = _extremes(rng, (8, 160), xk)
+        w = _extremes(rng, (160, 12), wk)
+        exact = x.astype(object) @ w.astype(object)
+    shift = max(int(np.abs(exact).max()).bit_length() - 7, 0)
+    zy = 128 if xk == "u8" else 0
+    want = [
+        min(max(round(v / 2**shift) + zy, DTYPES[xk][2]), DTYPES[xk][3])  # round(): half even
+        for v in exact.reshape(-1).tolist()
+    ]
+    consts = {
+        "sx": np.array(1.0, np.float32),
+        "zx": np.array(0, DTYPES[xk][0]),
+        "w": w,
+        "sw": np.array(2.0**-shift, np.float32),
+        "zw": np.array(0, DTYPES[wk][0]),
+        "sy": np.array(1.0, np.float32),
+        "zy": np.array(zy, DTYPES[xk][0]),
+    }
+    names = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
+    node = (
+        helper.make_node("QLinearConv", names, ["y"], pads=[1, 1, 1, 1])
+        if op == "conv"
+        else helper.make_node("QLinearMatMul", names, ["y"])
+    )
+    got = _run(node, x, consts, xk, xk)
+    return got.reshape(-1).tolist() == want
+
+
+@pytest.mark.parametrize("op", ["conv", "matmul"])
+def test_uint8_x_int8_kernels_agree_with_the_probe(op: str) -> None:
+    """The writer's probe says what extreme codes show on this machine (here: exact, VNNI
+    or AMX). Kills: the probe requantizing its reference with a floor instead of round half to
+    even (it then answers False, unlike the extreme codes)."""
+    exact = all(_kernel_is_exact(op, "u8", "s8", seed) for seed in range(3))
+    assert exact == u8s8_is_exact()
+
+
+@pytest.mark.parametrize("op", ["conv", "matmul"])
+def test_uint8_x_uint8_and_int8_x_int8_kernels_at_the_extremes(op: str) -> None:
+    """uint8 x uint8 (widened to 16 bits before the products on every x86 path) is exact;
+    int8 x int8 is where the uint8 x int8 kernels are (the writer uses neither for fused
+    products: int8 x int8 is onnxruntime's slow path here, uint8 x uint8 no faster than the
+    float32 convolution)."""
+    assert all(_kernel_is_exact(op, "u8", "u8", seed) for seed in range(3))
+    if u8s8_is_exact():
+        assert all(_kernel_is_exact(op, "s8", "s8", seed) for seed in range(3))
+
+
+def _one_by_one(target: int, mode: str) -> tuple[str, np.ndarray]:
+    """A 1x1 conv over 1,100 channels and an input (most codes 127) whose ``sum x w`` is
+    ``target``, requantized by 18 bits to i8 in ``mode``."""
+    w = np.zeros(1100, dtype=np.int64)
+    full, rest = divmod(target, 127 * 127)
+    w[:full] = 127
+    w[full], w[full + 1] = divmod(rest, 127)
+    x = np.full((1, 1100, 1, 1), 127, np.int8)
+    x[0, full + 1] = 1  # the second remainder weight's input
+    assert (x.reshape(-1).astype(np.int64) * w).sum() == target
+    codes = np.array2string(w.reshape(1, 1100, 1, 1), separator=", ", threshold=10**9)
+    codes = codes.replace("\n", "")
+    fx = "#nh.fixed<0, BCMD>"
+    return (
+        f"""func.func @main(%x: tensor<?x1100x1x1xi8, {fx}>) -> tensor<?x1x1x1xi8, #nh.fixed<-18, BCMD>> {{
+  %w = nh.constant "w" dense<{codes}> : tensor<1x1100x1x1xi8>
+      -> tensor<1x1100x1x1xi8, #nh.fixed<0, CCDD>>
+  %acc = nh.conv %x, %w : (tensor<?x1100x1x1xi8, {fx}>, tensor<1x1100x1x1xi8, #nh.fixed<0, CCDD>>)
+      -> tensor<?x1x1x1xi32, {fx}>
+  %y = nh.requant %acc {{shift = array<i64: 18>, rounding = #nq.rounding<{mode}>}}
+      : tensor<?x1x1x1xi32, {fx}> -> tensor<?x1x1x1xi8, #nh.fixed<-18, BCMD>>
+  func.return %y : tensor<?x1x1x1xi8, #nh.fixed<-18, BCMD>>
+}}""",
+        x,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "target", "want"),
+    [
+        ("half_even", 2**24 + 2**17 + 1, 65),  # float32 rounds it to 64.5 * 2**18: gives 64
+        ("trunc", 2**24 + 2**18 - 1, 64),  # float32 rounds it up to 65 * 2**18: gives 65
+    ],
+)
+def test_an_accumulator_past_float32_uses_the_integer_kernels(
+    mode: str, target: int, want: int
+) -> None:
+    """Kills: the fused kernel chosen without its ``2**24`` bound (half_even), the float32
+    convolution chosen without it (trunc): float32 rounds the sum one code away."""
+    text, x = _one_by_one(target, mode)
+    module = nanoir.parse(text)
+    (numpy_y,) = nanoir.run(module, x, raw=True)
+    assert int(numpy_y.reshape(-1)[0]) == want
+    for u8s8 in (True, False):
+        model = export_model(module, u8s8=u8s8)
+        (y,) = run_model(make_session(model), [x])
+        assert int(y.reshape(-1)[0]) == want
+
+
+def test_extreme_codes_through_the_fused_and_float_kernels() -> None:
+    """A 3x3 conv whose codes are all at the extremes (sums up to 288 * 128**2, within
+    ``2**24``): the fused kernel (uint8 x int8 where exact here) and the float32 one give
+    NumPy's codes in every rounding mode."""
+    rng = np.random.default_rng(5)
+    w = rng.choice([127, -128], size=(8, 32, 3, 3))
+    x = rng.choice([127, -128], size=(2, 32, 6, 6)).astype(np.int8)
+    codes = np.array2string(w, separator=", ", threshold=10**9).replace("\n", "")
+    fx, fw = "#nh.fixed<0, BCMD>", "#nh.fixed<0, CCDD>"
+    for mode in ("half_even", "trunc", "floor", "half_up"):
+        module = nanoir.parse(f"""func.func @main(%x: tensor<?x32x6x6xi8, {fx}>) -> tensor<?x8x6x6xi8, #nh.fixed<-15, BCMD>> {{
+  %w = nh.constant "w" dense<{codes}> : tensor<8x32x3x3xi8> -> tensor<8x32x3x3xi8, {fw}>
+  %acc = nh.conv %x, %w {{pads = array<i64: 1, 1, 1, 1>}} : (tensor<?x32x6x6xi8, {fx}>,
+      tensor<8x32x3x3xi8, {fw}>) -> tensor<?x8x6x6xi32, {fx}>
+  %y = nh.requant %acc {{shift = array<i64: 15>, rounding = #nq.rounding<{mode}>}}
+      : tensor<?x8x6x6xi32, {fx}> -> tensor<?x8x6x6xi8, #nh.fixed<-15, BCMD>>
+  func.return %y : tensor<?x8x6x6xi8, #nh.fixed<-15, BCMD>>
+}}""")
+        (want,) = nanoir.run(module, x, raw=True)
+        for u8s8 in (True, False):
+            model = export_model(module, u8s8=u8s8)
+            fused = any(n.op_type == "QLinearConv" for n in model.graph.node)
+            assert fused == (u8s8 and mode == "half_even")
+            (got,) = run_model(make_session(model), [x])
+            assert np.array_equal(got, want)

@@ -1,0 +1,55 @@
+"""1-bit codes in integer ONNX (issue 31 §5: two survivors no test saw). The sign rule of a
+requant to ``i1`` sends an exact 0 to +1, and a lookup table read by ``i1`` codes (-1, +1)
+takes its entries 0 and 1: each against NumPy's codes and an oracle written here, in
+onnxruntime with the uint8 x int8 kernels and without."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from nanoir.grammar.onnx.integer import export_model, make_session, run_model
+
+import nanoir
+
+pytest.importorskip("onnxruntime")
+
+REQUANT = """\
+func.func @main(%x: tensor<?x6xi8, #nh.fixed<0, BC>>) -> tensor<?x6xi1, #nh.fixed<-3, BC>> {
+  %y = nh.requant %x {shift = array<i64: 3>} : tensor<?x6xi8, #nh.fixed<0, BC>>
+      -> tensor<?x6xi1, #nh.fixed<-3, BC>>
+  func.return %y : tensor<?x6xi1, #nh.fixed<-3, BC>>
+}
+"""
+LUT = """\
+func.func @main(%x: tensor<?x4xi1, #nh.fixed<0, BC>>) -> tensor<?x4xi8, #nh.fixed<0, BC>> {
+  %y = nh.lut %x {table = array<i64: -7, 11>} : tensor<?x4xi1, #nh.fixed<0, BC>>
+      -> tensor<?x4xi8, #nh.fixed<0, BC>>
+  func.return %y : tensor<?x4xi8, #nh.fixed<0, BC>>
+}
+"""
+
+
+def _both_graphs(text: str, x: np.ndarray) -> list[np.ndarray]:
+    module = nanoir.parse(text)
+    (want,) = nanoir.run(module, x, raw=True)
+    got = []
+    for u8s8 in (True, False):
+        (y,) = run_model(make_session(export_model(module, u8s8=u8s8)), [x])
+        assert np.array_equal(y, want)
+        got.append(y)
+    return got
+
+
+def test_the_sign_rule_sends_zero_to_plus_one() -> None:
+    """Kills: the 1-bit requant written ``x > 0`` (an exact 0 then gives -1)."""
+    x = np.array([[0, 1, -1, 127, -128, 0]], np.int8)
+    for y in _both_graphs(REQUANT, x):
+        assert y.tolist() == [[1, 1, -1, 1, -1, 1]]
+
+
+def test_a_one_bit_table_index() -> None:
+    """Kills: the 1-bit index written as the code itself (-1 then reads the table's last
+    entry, +1 its second: the entries swapped) or as ``x + 1`` (+1 past the table)."""
+    x = np.array([[-1, 1, 1, -1], [1, -1, -1, -1]], np.int8)
+    for y in _both_graphs(LUT, x):
+        assert y.tolist() == np.where(x > 0, 11, -7).tolist()
