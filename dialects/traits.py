@@ -164,6 +164,10 @@ class Elementwise(StreamingRule):
             axis = dim - (rank - len(shape))  # NumPy aligns trailing dims
             if (shape[axis] if axis >= 0 else 1) != expected:
                 return None
+        # A runtime operand of lower rank that reaches dim runs along another axis of its
+        # own (NumPy right-aligns it), which the planner does not stream along dim.
+        if any(v in runtime and 0 <= dim - (rank - len(_shape(v))) < dim for v in op.operands):
+            return None
         return ROW
 
 

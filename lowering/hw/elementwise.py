@@ -4,6 +4,13 @@
   growth; max / min align the same way and pick a code, no growth); mul adds exponents; a
   float constant operand (``x + 2``) is used at the exponent where it is an integer;
   division by a constant whose reciprocal is dyadic is a product;
+- operands broadcast as NumPy does, at any rank: a runtime operand of lower rank (an
+  attention bias ``[H, T, T]`` added to ``[N, H, T, T]`` scores, a ``[C]`` vector to
+  ``[N, T, C]`` tokens) is shifted in its own rank and layout, and nh broadcasts it. Exponents
+  may vary along one axis only (the result's channel axis, where every runtime operand has
+  its own channels too): along any other axis the aligned exponent is the finest there
+  (``alignment_target``), and a product's operand is first made one exponent
+  (``on_channel_axis``);
 - relu keeps codes and exponents; clamp compares codes on a grid fine enough that both bounds
   are whole codes. Both can make a 0 from binary ``i1`` codes (±1, no 0), so they read such
   codes widened to ``i2`` (``HwLowering.with_zero``).
@@ -14,6 +21,8 @@
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 from nanoir.dialects import nf, nh
@@ -57,23 +66,57 @@ def check_alignment(
             )
 
 
+def channel_axis(hw: HwLowering, hv: HwValue, rank: int) -> int | None:
+    """The axis of a rank-``rank`` result that a runtime operand's channel axis (its
+    layout's ``C``, NumPy broadcasting right-aligns it) falls on; None when it has none."""
+    axis = hw.layout_of(hv).find("C")
+    return None if axis < 0 else rank - hv.rank + axis
+
+
+def alignment_target(hw: HwLowering, parts: list[HwValue], rank: int, layout: str) -> np.ndarray:
+    """The exponents both operands of an aligned op (add, sub, max, min) move onto: the
+    finer of the two, per element, except along an axis where exponents cannot vary; there
+    the finest along it. An axis keeps varying exponents only if it is the result's channel
+    axis (``layout``'s ``C``) and every runtime operand has its own channels there (not a
+    broadcast 1, not a lower-rank operand's other axis: one nh value has one shift per
+    channel of its own); constants are shifted at compile time, element by element."""
+    target = functools.reduce(np.maximum, [expand(p.exps, rank) for p in parts])
+    result_axis = layout.find("C")
+    for d in range(rank):
+        if target.shape[d] == 1:
+            continue
+        varies = d == result_axis and all(
+            p.codes is not None
+            or (p.rank > rank - 1 - d and p.shape[d - rank] != 1 and channel_axis(hw, p, rank) == d)
+            for p in parts
+        )
+        if not varies:
+            target = target.max(axis=d, keepdims=True)
+    return target
+
+
+def shift_onto(hw: HwLowering, op: Operation, hv: HwValue, target: np.ndarray) -> HwValue:
+    """``hw.shift_to`` for an operand NumPy broadcasts: a runtime operand of lower rank is
+    shifted in its own rank (``target`` is one exponent along the axes it lacks, as
+    :func:`alignment_target` and :func:`on_channel_axis` make it)."""
+    lead = target.ndim - hv.rank
+    if hv.codes is None and lead > 0:
+        assert all(n == 1 for n in target.shape[:lead]), "exponents vary along a missing axis"
+        target = target.reshape(target.shape[lead:])
+    return hw.shift_to(op, hv, target)
+
+
 def exact_sum(
     hw: HwLowering, op: Operation, a: HwValue, b: HwValue, cls: type[nh.AddOp] | type[nh.SubOp]
 ) -> HwValue:
-    """``a + b`` (or ``a - b``) on the finer exponent of the two: exact, one bit of growth."""
+    """``a + b`` (or ``a - b``) on the finer exponent of the two: exact, one bit of growth.
+    A runtime operand broadcast along a dim (one channel added to several) moves by one
+    shift there: the sum takes the finest exponent along that dim."""
     out_shape = nf.tensor_shape(op.results[0])
     rank = len(out_shape)
-    target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
-    for p in (a, b):
-        if p.codes is None:
-            # A runtime operand broadcast along a dim (one channel added to several) moves
-            # by one shift there: the sum takes the finest exponent along that dim.
-            shape = (1,) * (rank - p.rank) + tuple(p.shape)
-            for d in range(rank):
-                if shape[d] == 1 and target.shape[d] > 1:
-                    target = target.max(axis=d, keepdims=True)
+    target = alignment_target(hw, [a, b], rank, hw.runtime_layout_for(out_shape, a, b))
     check_alignment(hw, op, [a, b], target)
-    a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
+    a2, b2 = shift_onto(hw, op, a, target), shift_onto(hw, op, b, target)
     bits = max(a2.bits, b2.bits, 2) + 1
     # (a ui<b> operand counts b + 1 signed bits)
     width = min(max(nh.signed_bits(a2.value), nh.signed_bits(b2.value), 2) + 1, 32)
@@ -109,15 +152,9 @@ class LowerMaxMin(HwPattern):
         a, b = hw.get(op, op.lhs), hw.get(op, op.rhs)
         out_shape = nf.tensor_shape(op.result)
         rank = len(out_shape)
-        target = np.maximum(expand(a.exps, rank), expand(b.exps, rank))
-        if any(
-            t > 1 and d == 1
-            for v in (a, b)
-            for t, d in zip(target.shape, (1,) * (rank - v.rank) + tuple(v.shape))
-        ):  # per-channel exponents against a broadcast operand: one exponent for both
-            target = np.array(target.max()).reshape((1,) * rank)
+        target = alignment_target(hw, [a, b], rank, hw.runtime_layout_for(out_shape, a, b))
         check_alignment(hw, op, [a, b], target)
-        a2, b2 = hw.shift_to(op, a, target), hw.shift_to(op, b, target)
+        a2, b2 = shift_onto(hw, op, a, target), shift_onto(hw, op, b, target)
         signed = hw.signed(a2) or hw.signed(b2)
         if signed:
             width = max(nh.signed_bits(a2.value), nh.signed_bits(b2.value))
@@ -134,10 +171,22 @@ class LowerMaxMin(HwPattern):
         hw.set(op.result, HwValue(new.result, target, max(a2.bits, b2.bits)))
 
 
+def on_channel_axis(hw: HwLowering, op: Operation, hv: HwValue, rank: int, axis: int) -> HwValue:
+    """``hv`` with exponents that vary, broadcast to rank ``rank``, along ``axis`` at most:
+    else moved onto its finest one by an exact left shift (a product's exponents add, and
+    the result's may vary along its channel axis only)."""
+    exps = expand(hv.exps, rank)
+    if all(n == 1 or d == axis for d, n in enumerate(exps.shape)):
+        return hv
+    return shift_onto(hw, op, hv, np.full((1,) * rank, int(exps.max()), np.int64))
+
+
 def product(hw: HwLowering, op: Operation, a: HwValue, b: HwValue) -> HwValue:
     """Exact product of codes; exponents add."""
     out_shape = nf.tensor_shape(op.results[0])
     rank = len(out_shape)
+    axis = hw.runtime_layout_for(out_shape, a, b).find("C")
+    a, b = on_channel_axis(hw, op, a, rank, axis), on_channel_axis(hw, op, b, rank, axis)
     exps = expand(a.exps, rank) + expand(b.exps, rank)
     bits = (1 if a.bits == 1 else a.bits) + (1 if b.bits == 1 else b.bits)
     if a.bits == 1 and b.bits == 1:

@@ -420,6 +420,8 @@ class _Importer:
                 return
             if node.target is operator.getitem:
                 result = self._getitem(node)
+            elif self._unbatched(node):
+                result = self._with_batch_of_one(node)
             else:
                 handler = ATEN_HANDLERS[str(node.target)]
                 result = handler(self, node, _bind_args(node))
@@ -432,6 +434,60 @@ class _Importer:
             ) from None
         self._name_results(node, result)
         self.values[node] = result
+
+    def _unbatched(self, node: fx.Node) -> bool:
+        """Whether ``node`` is a conv or pool given one sample without its batch dim (a
+        ``[C, L]`` input to ``Conv1d``), which torch takes as a batch of one; refused naming
+        the missing batch dim when the sample's dim 0 was made the dynamic batch."""
+        name = str(node.target)
+        if name not in TAKES_UNBATCHED or not node.args:
+            return False
+        if "conv" in name:
+            weight = node.args[1]
+            batched = len(weight.meta["val"].shape) if isinstance(weight, fx.Node) else None
+        else:
+            batched = int(re.findall(r"(\d)d", name)[-1]) + 2
+        val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.ndim + 1 != batched:
+            return False
+        if not all(isinstance(d, int) for d in val.shape):
+            raise _Unsupported(
+                f"its input {_shape_text(_meta_shape(val))} has no batch dim (torch takes it as "
+                f"one sample; the op takes rank {batched} with the batch), but its dim 0 is "
+                "dynamic: import with dynamic_batch=False for unbatched inputs"
+            )
+        return True
+
+    def _with_batch_of_one(self, node: fx.Node) -> Value:
+        """Import an unbatched conv or pool as torch runs it: its input (and a max unpool's
+        indices) reshaped to a batch of one, the op's own handler on that, and each result
+        reshaped back to torch's unbatched shape."""
+        handler = ATEN_HANDLERS[str(node.target)]
+        args = [a for a in node.args[: 2 if "unpool" in str(node.target) else 1]]
+        saved_values = {a: self.values[a] for a in args}
+        saved_meta = node.meta["val"]
+
+        def batched(val: Any) -> Any:
+            if isinstance(val, torch.Tensor):
+                return torch.empty((1, *val.shape), dtype=val.dtype, device="meta")
+            return type(val)(batched(v) for v in val) if isinstance(val, (list, tuple)) else val
+
+        try:
+            for a in args:
+                x = self.tensor(a)
+                self.values[a] = self.emit(nf.ReshapeOp(x, (1, *nf.tensor_shape(x)))).result
+            node.meta["val"] = batched(saved_meta)
+            result = handler(self, node, _bind_args(node))
+            self._check_against_meta(node, result)
+        finally:
+            self.values.update(saved_values)
+            node.meta["val"] = saved_meta
+        if isinstance(result, SSAValue):
+            return self.emit(nf.ReshapeOp(result, _meta_shape(saved_meta))).result
+        return [
+            self.emit(nf.ReshapeOp(r, _meta_shape(v))).result if isinstance(r, SSAValue) else r
+            for r, v in zip(result, saved_meta)  # type: ignore[arg-type]
+        ]
 
     def _folded(self, node: fx.Node) -> Value:
         """The folded value of an input-independent node, as constants named after the
@@ -974,25 +1030,33 @@ def _mean(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """A mean over all spatial dims (``x.mean((2, 3))``) is a global average pool. A mean over
     other dims (``x.mean(1)`` on tokens ``[B, N, C]``) is one too, after moving the reduced
     dims last and flattening the rest to ``[B, K, L]``: the same exact integer average at nh.
-    The batch dim is never reduced (it is dynamic, and rows must stay independent)."""
+    The dynamic batch dim is never reduced (rows must stay independent); a static dim 0 is
+    (``[1, K, L]``). The mean of a 0-d tensor (over its dim -1 or 0, as torch allows) is it."""
     x = imp.tensor(a["self"])
     rank = imp.rank(x)
-    dims = sorted({_axis(d, rank) for d in (a["dim"] or [])})
+    if rank == 0:
+        return x
+    dims = sorted({_axis(d, rank) for d in (a["dim"] or range(rank))})
     if rank >= 3 and dims == list(range(2, rank)):
         y = imp.emit(nf.AdaptiveAvgPoolOp(x, [1] * (rank - 2))).result
         if a["keepdim"]:
             return y
         return imp.emit(nf.ReshapeOp(y, imp.result_type(node).get_shape())).result
-    if not dims or 0 in dims:
-        raise _Unsupported(f"mean over dims {a['dim']} (the batch dim 0 cannot be reduced)")
     shape = nf.tensor_shape(x)
+    if 0 in dims and shape[0] == DYNAMIC_INDEX:
+        raise _Unsupported(
+            f"mean over dims {a['dim']} (the batch dim 0 cannot be reduced: it is dynamic; "
+            "import with dynamic_batch=False if dim 0 is not a batch)"
+        )
+    lead = [] if 0 in dims else [0]
     kept = [d for d in range(1, rank) if d not in dims]
     if any(shape[d] == DYNAMIC_INDEX for d in kept + dims):
         raise _Unsupported(f"mean over dims {a['dim']} of a tensor with dynamic dims")
-    perm = [0, *kept, *dims]
+    perm = [*lead, *kept, *dims]
     if perm != list(range(rank)):
         x = imp.emit(nf.TransposeOp(x, perm)).result
-    flat = [shape[0], math.prod(shape[d] for d in kept), math.prod(shape[d] for d in dims)]
+    batch = shape[0] if lead else 1
+    flat = [batch, math.prod(shape[d] for d in kept), math.prod(shape[d] for d in dims)]
     x = imp.emit(nf.ReshapeOp(x, flat)).result
     y = imp.emit(nf.AdaptiveAvgPoolOp(x, [1])).result
     return imp.emit(nf.ReshapeOp(y, imp.result_type(node).get_shape())).result
@@ -1250,6 +1314,25 @@ def _channel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     perm = [0, 2, 1, *range(3, len(shape) + 1)]
     swapped = imp.emit(nf.TransposeOp(split, perm)).result
     return imp.emit(nf.ReshapeOp(swapped, shape)).result
+
+
+_FILLS = {"zeros_like": 0.0, "ones_like": 1.0, "ones": 1.0, "new_zeros": 0.0, "new_ones": 1.0}
+
+
+def _fill(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``ones``/``full``/``zeros_like``/``new_ones``... of a shape with a dynamic dim (a static
+    one is folded at import): one value at every element, so a constant with 1 at the dynamic
+    dims, expanded to the tensor those dims are read from (``ones(x.shape[0], T)``) or, for
+    ``*_like(x)``, to ``x``."""
+    kind = str(node.target).split(".")[1]
+    value = float(a["fill_value"]) if "fill_value" in a else _FILLS[kind]
+    shape = imp.result_type(node).get_shape()
+    if DYNAMIC_INDEX not in shape:  # the fold left it: too large, say why
+        raise _Unsupported(imp.fold.why_not_folded(node) or "a static fill that did not fold")
+    one = imp.fill(value, [1 if d == DYNAMIC_INDEX else d for d in shape], imp.element_type(node))
+    if kind.endswith("_like"):
+        return _expand_to(imp, one, shape, imp.tensor(a["self"]))
+    return _expand_to(imp, one, shape, _shape_source(imp, a["size"], shape))
 
 
 def _expand(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
@@ -1648,6 +1731,12 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.channel_shuffle.default": _channel_shuffle,
     "aten.native_channel_shuffle.default": _channel_shuffle,
     "aten.expand.default": _expand,
+    **{
+        f"aten.{fill}.default": _fill
+        for fill in ("zeros_like", "ones_like", "full_like", "ones", "full", "new_ones")
+    },
+    "aten.new_zeros.default": _fill,
+    "aten.new_full.default": _fill,
     "aten.copy.default": _copy,
     "aten.index.Tensor": _index,
     "aten.unbind.int": _unbind,
@@ -1678,6 +1767,23 @@ for _family in (math_ops, reductions, movement_ops, core_aten):
 for _wraps in (reductions.WRAPS, core_aten.WRAPS):
     for _name, _wrap in _wraps.items():
         ATEN_HANDLERS[_name] = _wrap(ATEN_HANDLERS[_name])
+
+
+TAKES_UNBATCHED = frozenset(
+    f"aten.{op}.{overload}"
+    for op, overload in (
+        *((f"conv{n}d", o) for n in (1, 2, 3) for o in ("default", "padding")),
+        *((f"conv_transpose{n}d", "input") for n in (2, 3)),
+        ("conv_transpose1d", "default"),
+        *((f"{p}{n}d", "default") for p in ("max_pool", "avg_pool") for n in (1, 2, 3)),
+        *((f"max_pool{n}d_with_indices", "default") for n in (2, 3)),
+        *((f"adaptive_{p}_pool{n}d", "default") for p in ("avg", "max") for n in (1, 2, 3)),
+        ("_adaptive_avg_pool2d", "default"),
+        ("max_unpool2d", "default"),
+    )
+)
+"""Convs and pools that torch also runs on one sample without its batch dim (``[C, L]`` for a
+``Conv1d``); the importer gives their handlers a batch of one (``_with_batch_of_one``)."""
 
 
 def supported_aten_ops() -> list[str]:

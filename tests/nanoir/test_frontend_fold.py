@@ -226,6 +226,28 @@ def test_a_static_dim_folds_under_the_dynamic_batch() -> None:
     np.testing.assert_array_equal(y, StaticArange()(x).numpy())
 
 
+class BatchFills(nn.Module):
+    """Fills whose shape holds the dynamic batch: a mask of ones over ``[N, T]``, and
+    ``*_like`` / ``new_*`` of the input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.ones(x.shape[0], x.shape[1])
+        twos = torch.ones_like(x) + torch.full_like(x, 1.0)
+        return x * mask.unsqueeze(-1) + twos * x.new_ones(x.shape[0], 1, x.shape[2])
+
+
+def test_fills_of_the_dynamic_batch_expand_a_constant() -> None:
+    """A fill that depends on the batch size only through its shape is a constant expanded
+    to the batch (nf.expand with the input as the size source), equal to torch at another
+    batch size. Kills: the fill handlers removed (refused: input-independent except for the
+    size of dim 0 of input 'x')."""
+    module = nanoir.from_torch(BatchFills(), (torch.randn(2, 3, 4),))
+    assert "nf.expand" in str(module)
+    x = torch.randn(5, 3, 4)
+    (y,) = nanoir.run(module, x.numpy())
+    np.testing.assert_array_equal(y, BatchFills()(x).numpy())
+
+
 class Dropout(nn.Module):
     """dropout of a constant in eval mode is deterministic (tagged random by torch)."""
 
@@ -267,6 +289,19 @@ def test_fold_limits_refuse_before_allocating() -> None:
     assert "more than the 1048576" in fold.unfolded[ones]
     why = fold.why_not_folded(ones)
     assert why is not None and why.startswith("input-independent, but not folded")
+
+
+def test_a_fill_past_the_limits_is_refused_naming_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: the fill the fold left (over a lowered limit) is refused with the fold's
+    reason, not materialised by its handler. Kills: the fill handler building the static
+    fill the fold refused."""
+    from nanoir.frontend import fold
+
+    monkeypatch.setattr(fold, "MIN_FOLDED", 1 << 10)
+    with pytest.raises(FrontendError) as info:
+        nanoir.from_torch(Huge(), (torch.randn(2, 4),))
+    assert "aten.ones" in str(info.value)
+    assert "input-independent, but not folded: its result would hold 16777216" in str(info.value)
 
 
 class Uninitialised(nn.Module):
