@@ -16,6 +16,7 @@ Every error raised here derives from ``nanoir.Error``: ``FileFormatError`` (also
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,8 +92,42 @@ def _program_format(path: Path) -> str:
     return path.suffix
 
 
-def load(path: str | Path) -> ModuleOp:
+def parse_input_shape(spec: str) -> tuple[str, tuple[int | None, ...]]:
+    """A command line's ``NAME=D1xD2x...`` (``?`` or ``-1`` for a dim left dynamic) as the name
+    and the dims ``load``'s ``input_shapes`` takes; ``ArgumentError`` for anything else.
+
+    >>> parse_input_shape("x=1x3x48x320")
+    ('x', (1, 3, 48, 320))
+    >>> parse_input_shape("image=?x3x224x224")
+    ('image', (None, 3, 224, 224))
+    """
+    name, sep, dims = spec.rpartition("=")
+    parts = dims.split("x") if dims else []
+    ok = bool(sep and name and parts)
+    shape: list[int | None] = []
+    for part in parts:
+        if part in ("?", "-1"):
+            shape.append(None)
+        elif part.isdigit():
+            shape.append(int(part))
+        else:
+            ok = False
+    if not ok:
+        raise ArgumentError(
+            f"--input-shape {spec!r}: expected NAME=D1xD2x... (a graph input's name and its "
+            "sizes, ? for a dim left dynamic), e.g. x=1x3x48x320"
+        )
+    return name, tuple(shape)
+
+
+def load(
+    path: str | Path, *, input_shapes: Mapping[str, Sequence[int | None]] | None = None
+) -> ModuleOp:
     """Read a program from a ``.ne`` (NanoEngine), ``.onnx`` (ONNX) or ``.mlir`` file.
+
+    ``input_shapes`` (ONNX only) gives graph inputs declared with dynamic dims static sizes,
+    as onnxruntime's and TensorRT's tools take them: ``{"x": (1, 3, 48, 320)}`` (``None`` or
+    -1 leaves a dim dynamic); a dim the file declares static must be given as it is.
 
     Errors are located: ``NanoEngineError`` for ``.ne``, ``OnnxImportError`` (a
     ``FileFormatError`` naming the node) for ``.onnx``, ``ParseError``/``NanoirDiagnostic``
@@ -101,6 +136,11 @@ def load(path: str | Path) -> ModuleOp:
     """
     path = Path(path_argument("path", path))
     check_path_name(str(path), "read")
+    if input_shapes is not None and _program_format(path) != ".onnx":
+        raise ArgumentError(
+            f"input_shapes gives the shapes of an ONNX file's graph inputs; {path.name} is no "
+            ".onnx file"
+        )
     if _program_format(path) == ".ne":
         # lazy: each format's reader or writer loads on first use
         from nanoir.grammar.ne.importer import import_nanoengine_bytes
@@ -114,8 +154,13 @@ def load(path: str | Path) -> ModuleOp:
         data = read_bytes(path)
         integer = integer_model_of(data)  # nanoir's integer flavour: the nh program again
         if integer is not None:
+            if input_shapes is not None:
+                raise ArgumentError(
+                    f"{path}: input_shapes is for float ONNX models; this is nanoir's integer "
+                    "flavour, whose shapes are the program's"
+                )
             return import_model(integer, str(path), lambda text: parse(text, f"{path}:nanoir.nh"))
-        return import_onnx_bytes(data, str(path), str(path.resolve().parent))
+        return import_onnx_bytes(data, str(path), str(path.resolve().parent), input_shapes)
     return parse(decode_text(read_bytes(path), str(path)), str(path))
 
 

@@ -25,15 +25,16 @@ __all__ = ["MOVEMENT", "DynamicDim", "SymbolicShape", "first_dynamic", "static_o
 
 @dataclass(frozen=True)
 class DynamicDim:
-    """Dim ``axis`` of the tensor ``tensor`` (of shape ``shape``, -1 for dynamic dims), whose
-    size is known only at run time."""
+    """Dim ``axis`` of the tensor ``tensor`` (of shape ``dims``, -1 for dynamic dims), whose
+    size is known only at run time. (No ``shape`` attribute: NumPy would take it for the
+    shape of an array holding this object.)"""
 
     tensor: str
     axis: int
-    shape: tuple[int, ...]
+    dims: tuple[int, ...]
 
     def describe(self) -> str:
-        dims = ", ".join("?" if d < 0 else str(d) for d in self.shape)
+        dims = ", ".join("?" if d < 0 else str(d) for d in self.dims)
         return f"dim {self.axis} of '{self.tensor}' [{dims}]"
 
 

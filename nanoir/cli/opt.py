@@ -26,7 +26,7 @@ from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 import nanoir
-from nanoir.api import decode_text
+from nanoir.api import decode_text, parse_input_shape
 from nanoir.cli.entry import run_main
 from nanoir.cli.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.cli.onnx_target import OnnxIntegerTarget, OnnxNanoEngineTarget, OnnxTarget
@@ -38,9 +38,12 @@ from nanoir.grammar.ne.errors import NanoEngineError
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
 
 
-def _read_onnx(stream: IO[bytes], filename: str, from_file: bool) -> ModuleOp:
+def _read_onnx(
+    stream: IO[bytes], filename: str, from_file: bool, shapes: Sequence[str] = ()
+) -> ModuleOp:
     """Import ONNX bytes; import warnings go to stderr as one line each. External data is
-    looked for beside an input file only: read from stdin, a model has no folder."""
+    looked for beside an input file only: read from stdin, a model has no folder. ``shapes``
+    are ``--input-shape`` values (``NAME=D1xD2...``)."""
     # lazy: registered as a frontend at start-up; the ONNX reader loads only when a file is read
     from nanoir.grammar.onnx.importer import OnnxImportWarning, import_onnx_bytes
     from nanoir.grammar.onnx.integer import import_model, integer_model_of
@@ -48,12 +51,17 @@ def _read_onnx(stream: IO[bytes], filename: str, from_file: bool) -> ModuleOp:
     base = os.path.dirname(os.path.abspath(filename)) if from_file else None
     data = stream.read()
     integer = integer_model_of(data)  # nanoir's integer flavour: the nh program again
+    input_shapes = dict(parse_input_shape(spec) for spec in shapes) if shapes else None
     if integer is not None:
+        if input_shapes is not None:
+            raise Error(
+                f"{filename}: --input-shape is for float ONNX models, not the integer flavour"
+            )
         return import_model(integer, filename, lambda t: nanoir.parse(t, f"{filename}:nanoir.nh"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", OnnxImportWarning)
         try:
-            return import_onnx_bytes(data, filename, base)
+            return import_onnx_bytes(data, filename, base, input_shapes)
         finally:
             for w in caught:
                 if issubclass(w.category, OnnxImportWarning):
@@ -117,7 +125,7 @@ class NanoirOptMain(xDSLOptMain):
         )
         # ONNX (NanoEngine-PyTorch's export or QDQ), by the `.onnx` extension or `-f onnx`.
         self.available_frontends["onnx"] = lambda stream: _read_onnx(
-            stream, self.get_input_name(), self.args.input_file is not None
+            stream, self.get_input_name(), self.args.input_file is not None, self.args.input_shape
         )
 
     def get_input_stream(self) -> tuple[IO[bytes], str]:
@@ -174,6 +182,14 @@ class NanoirOptMain(xDSLOptMain):
             help="input format, same as -f (default: from the file extension)",
         )
         arg_parser.add_argument(
+            "--input-shape",
+            action="append",
+            default=[],
+            metavar="NAME=D1xD2...",
+            help="for .onnx input: give graph input NAME these sizes (? for a dim left "
+            "dynamic), e.g. --input-shape x=1x3x48x320; once per input",
+        )
+        arg_parser.add_argument(
             "--lower-to-hw",
             action="store_true",
             help="lower the quantized program to integer nh ops after the -p passes "
@@ -214,6 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     try:
         tool = NanoirOptMain(description="nanoir modular optimizer driver", args=argv)
+        onnx_input = tool.args.frontend == "onnx" or (
+            tool.args.frontend is None and str(tool.args.input_file or "").endswith(".onnx")
+        )
+        if tool.args.input_shape and not onnx_input:
+            raise Error("--input-shape gives the shapes of an .onnx input's graph inputs")
         if tool.args.output_file is not None:
             check_output_path(tool.args.output_file)  # before the work, not after
         elif tool.args.target.startswith("onnx") and sys.stdout.isatty():

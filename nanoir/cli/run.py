@@ -31,7 +31,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 import nanoir
-from nanoir.api import load
+from nanoir.api import load, parse_input_shape
 from nanoir.backends import BACKENDS, run
 from nanoir.cli.entry import run_main
 from nanoir.dialects import nf
@@ -71,6 +71,14 @@ def _arguments() -> argparse.ArgumentParser:
         "(by suffix, any case; a special file such as /dev/stdout gets .npy)",
     )
     p.add_argument("-f", "--function", help="the function to run (default: the only one, or @main)")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D1xD2...",
+        help="for an .onnx program: give graph input NAME these sizes (? for a dim left "
+        "dynamic), e.g. --input-shape x=1x3x48x320; once per input",
+    )
     p.add_argument(
         "--dtype",
         choices=["float32", "float64"],
@@ -283,7 +291,8 @@ def _main(argv: Sequence[str] | None) -> int:
                     "onnxruntime runs integer (nh) programs"
                 )
         outs = _check_outputs(args.output)
-        module = load(args.program)
+        shapes = dict(parse_input_shape(spec) for spec in args.input_shape)
+        module = load(args.program, input_shapes=shapes or None)
         func = find_function(module, args.function)
         if args.stream:
             _check_stream_options(func, args.mem_dim, args.step)

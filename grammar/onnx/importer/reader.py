@@ -631,8 +631,8 @@ class Reader(ReaderState):
         )
 
     def _kept_dims(self, n: Node, name: str, what: str) -> tuple[int, ...]:
-        """The entries of the shape vector ``name``, -1 where it gives dim ``i`` of the data
-        input (``n.inputs[0]``) its own dynamic size."""
+        """The entries of the shape vector ``name``, DYNAMIC_INDEX where it gives dim ``i`` of
+        the data input (``n.inputs[0]``) its own dynamic size."""
         x_shape = nf.tensor_shape(self.values[n.inputs[0]])
         out = []
         for i, e in enumerate(self.symbolic[name].entries.reshape(-1)):
@@ -644,7 +644,7 @@ class Reader(ReaderState):
                         f"{dims_text(x_shape)}); nanoir keeps a dynamic dim only in its place"
                         + self.shapes_hint()
                     )
-                out.append(-1)
+                out.append(DYNAMIC_INDEX)
             else:
                 out.append(int(e))
         return tuple(out)
@@ -655,15 +655,9 @@ class Reader(ReaderState):
         if n.attrs.get("allowzero", 0):
             raise self.error("its shape has a dynamic entry and allowzero=1" + self.shapes_hint())
         entries = self._kept_dims(n, n.inputs[1], "shape")
-        shape = [
-            0 if i < len(entries) and self._is_dynamic_entry(n.inputs[1], i) else e
-            for i, e in enumerate(entries)
-        ]
+        shape = [0 if e == DYNAMIC_INDEX else e for e in entries]
         const = ConstTensor.from_numpy(n.inputs[1], np.asarray(shape, np.int64))
         self.row(n, "Reshape", {}, [n.inputs[0], const], n.outputs)
-
-    def _is_dynamic_entry(self, name: str, i: int) -> bool:
-        return isinstance(self.symbolic[name].entries.reshape(-1)[i], DynamicDim)
 
     def _expand_like(self, n: Node) -> None:
         """How nanoir writes an ``nf.expand`` with a shape source ``like``: ``Expand(x,

@@ -384,6 +384,8 @@ def _scales_and_sizes(
                 sizes[axis] = int(np.floor(float(common) * shape[axis] + 0.5))
         elif policy == "stretch":
             for axis, size in zip(axes, wanted):
+                if size == DYNAMIC_INDEX:
+                    continue  # a dynamic dim kept (its size computed from a Shape)
                 if size < 0:
                     raise r.error(f"its sizes {list(wanted)} hold a negative size")
                 sizes[axis] = size
@@ -404,8 +406,8 @@ def _scales_and_sizes(
 
 
 def read_resize(r: ReaderState, n: Node, kept_sizes: tuple[int, ...] | None = None) -> None:
-    """``kept_sizes``: the sizes input when it was computed from a dynamic shape (-1 where it
-    keeps a dynamic dim)."""
+    """``kept_sizes``: the sizes input when it was computed from a dynamic shape
+    (DYNAMIC_INDEX where it keeps a dynamic dim)."""
     if len(n.outputs) != 1:
         raise r.error(f"a {n.op_type} has 1 output")
     how = _interpolation(r, n)

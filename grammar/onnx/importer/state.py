@@ -329,7 +329,8 @@ class ReaderState:
         try:
             op = convert_known(spec)
         except Unsupported as why:
-            raise self.error(f"nanoir cannot read this {node.op_type} node: {why}") from None
+            hint = self.shapes_hint() if "dynamic" in str(why) else ""
+            raise self.error(f"nanoir cannot read this {node.op_type} node: {why}{hint}") from None
         except NodeProblem as problem:
             raise self.error(problem.message) from None
         self.add(node, op, outputs)
