@@ -297,3 +297,54 @@ def test_elementwise_functions(op: str) -> None:
     """The functions of nf.unary (another session's op family) read through their rows."""
     data = graph_model([helper.make_node(op, ["x"], ["y"])], [2, 5])
     compare(data, RNG.uniform(0.1, 2.0, (2, 5)).astype(F32), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# The HardSwish written out
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("opset", "last"), [(11, "Div"), (13, "Mul"), (9, "Div")])
+def test_the_written_out_hard_swish_is_one_nf_hardswish(opset: int, last: str) -> None:
+    """paddle2onnx's `Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)` (or times 1/6; Clip's bounds as
+    attributes before opset 11) is one nf.hardswish, which quantizes to a lookup table and
+    lowers with nq == nh. Kills: the pattern left as Div by 6, which lower-to-hw refuses
+    (6's reciprocal is not dyadic: the PaddleOCR models stopped there)."""
+    consts = {"three": np.array(3.0, F32), "six": np.array(6.0 if last == "Div" else 1 / 6, F32)}
+    clip = (
+        helper.make_node("Clip", ["a"], ["c"], min=0.0, max=6.0)
+        if opset < 11
+        else helper.make_node("Clip", ["a", "zero", "six_max"], ["c"])
+    )
+    if opset >= 11:
+        consts.update({"zero": np.array(0.0, F32), "six_max": np.array(6.0, F32)})
+    nodes = [
+        helper.make_node("Add", ["x", "three"], ["a"]),
+        clip,
+        helper.make_node("Mul", ["x", "c"], ["m"]),
+        helper.make_node(last, ["m", "six"], ["y"]),
+    ]
+    data = graph_model(nodes, ["N", 4, 5], consts, opset=opset)
+    x = (RNG.standard_normal((2, 4, 5)) * 4).astype(F32)
+    module = compare(data, x, rtol=1e-6, atol=1e-6)
+    assert ops_of(module) == ["nf.hardswish"]
+    nanoir.quantize(module, [x.astype(np.float64)], progress=False)
+    (nq,) = nanoir.run(module, x)
+    (nh,) = nanoir.run(nanoir.lower_to_hw(module.clone()), x)  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(np.asarray(nh), np.asarray(nq))
+
+
+def test_a_hard_swish_pattern_of_other_constants_reads_node_by_node() -> None:
+    """`x * Clip(x + 2, 0, 6) / 6` is no HardSwish: read as its ops, equal to onnxruntime.
+    Kills: a fusion that does not check the constants."""
+    consts = {"two": np.array(2.0, F32), "six": np.array(6.0, F32), "zero": np.array(0.0, F32)}
+    nodes = [
+        helper.make_node("Add", ["x", "two"], ["a"]),
+        helper.make_node("Clip", ["a", "zero", "six"], ["c"]),
+        helper.make_node("Mul", ["x", "c"], ["m"]),
+        helper.make_node("Div", ["m", "six"], ["y"]),
+    ]
+    module = compare(
+        graph_model(nodes, [2, 5], consts), (RNG.standard_normal((2, 5)) * 4).astype(F32)
+    )
+    assert "nf.hardswish" not in ops_of(module)

@@ -1,25 +1,28 @@
-"""Subgraphs an exporter writes for one op, read as that op: the LayerNorm older exporters
-(paddle2onnx, torch before opset 17) write out,
+"""Subgraphs an exporter writes for one op, read as that op (`PATTERNS`, one matcher each):
 
-    m = ReduceMean(x, axes)          d = Sub(x, m)        p = Pow(d, 2)   (or Mul(d, d))
-    v = ReduceMean(p, axes)          e = Add(v, eps)      s = Sqrt(e)
-    n = Div(d, s)                    y = Add(Mul(n, gamma), beta)   (gamma, beta optional)
+- the LayerNorm older exporters (paddle2onnx, torch before opset 17) write out,
 
-is one ``nf.layer_norm`` over the last ``len(axes)`` dims (ONNX LayerNormalization's
-semantics: biased variance, ``eps`` inside the root).
+      m = ReduceMean(x, axes)          d = Sub(x, m)        p = Pow(d, 2)   (or Mul(d, d))
+      v = ReduceMean(p, axes)          e = Add(v, eps)      s = Sqrt(e)
+      n = Div(d, s)                    y = Add(Mul(n, gamma), beta)   (gamma, beta optional)
 
-`find_layer_norms` matches the structure once, before reading: op types, who reads each
-output (every intermediate read by the next node alone, ``d`` by the Pow and the Div alone,
-none a graph output). The reader then defers the group's nodes to its last one, where
-`fuse_layer_norm` checks what only values tell (``eps`` a constant scalar, the exponent 2, the
-axes the last dims, gamma and beta of the normalised shape) and builds the op; when a check
-fails, the reader reads the deferred nodes one by one as usual.
+  is one ``nf.layer_norm`` over the last ``len(axes)`` dims (ONNX LayerNormalization's
+  semantics: biased variance, ``eps`` inside the root);
+- the HardSwish paddle2onnx writes, ``Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)`` (or times
+  ``1/6``), is one ``nf.hardswish`` (a lookup table once quantized; the division by 6 alone
+  has no exact integer form).
+
+A matcher finds the structure once, before reading: op types, and who reads each output
+(every intermediate read by the next node alone and no graph output). The reader defers a
+group's nodes to its last one, where the group's ``fuse`` checks what only values tell
+(constants, axes, shapes) and builds the op; when a check fails, the reader reads the
+deferred nodes one by one as usual.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,27 +30,47 @@ from nanoir.dialects import nf
 from nanoir.grammar.onnx.importer.state import Node, ReaderState
 from xdsl.ir import SSAValue
 
-__all__ = ["LayerNormGroup", "find_layer_norms", "fuse_layer_norm"]
+__all__ = ["PATTERNS", "Group", "find_groups"]
+
+NodeOf = Callable[[int], Node]
 
 
 @dataclass(frozen=True)
-class LayerNormGroup:
-    """A matched LayerNorm subgraph: its node indices in graph order and its operands."""
+class Group:
+    """A matched subgraph: its node indices in graph order, the output its last node
+    defines, and how to read it as one op (False: it is not one after all)."""
 
     members: tuple[int, ...]
-    x: str
-    mean: int
-    """The index of the first ReduceMean (its axes)."""
-    squared: int
-    """The index of the Pow (or Mul) that squares."""
-    eps: str
-    gamma: str
-    beta: str
     output: str
+    fuse: Callable[[ReaderState, Group, NodeOf], bool] = field(compare=False)
+    operands: dict[str, str] = field(default_factory=dict, compare=False)
+    """Named operands the matcher found (tensor names)."""
 
     @property
     def last(self) -> int:
         return self.members[-1]
+
+
+class _Graph:
+    """Who reads each tensor of a graph, for matchers."""
+
+    def __init__(self, graph: Any) -> None:
+        self.nodes = list(graph.node)
+        self.readers: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            for name in node.input:
+                self.readers.setdefault(name, []).append(i)
+        self.outputs = {o.name for o in graph.output}
+
+    def only_reader(self, name: str, *op_types: str) -> int | None:
+        """The one node reading ``name`` (no graph output), if it is one of ``op_types``."""
+        found = sorted(set(self.readers.get(name, [])))
+        if name in self.outputs or len(found) != 1:
+            return None
+        node = self.nodes[found[0]]
+        if node.op_type not in op_types or node.domain not in ("", "ai.onnx"):
+            return None
+        return found[0]
 
 
 def _other(node: Any, name: str) -> str | None:
@@ -58,35 +81,38 @@ def _other(node: Any, name: str) -> str | None:
     return inputs[1] if inputs[0] == name else inputs[0]
 
 
-def find_layer_norms(graph: Any) -> list[LayerNormGroup]:
-    """Every written-out LayerNorm of ``graph`` (by structure alone)."""
-    nodes = list(graph.node)
-    readers: dict[str, list[int]] = {}
-    for i, node in enumerate(nodes):
-        for name in node.input:
-            readers.setdefault(name, []).append(i)
-    outputs = {o.name for o in graph.output}
+def _scalar(r: ReaderState, name: str) -> float | None:
+    """A constant of one float value, or None."""
+    array = r.static.get(name)
+    if array is None or array.size != 1 or array.dtype.kind != "f":
+        return None
+    return float(array.reshape(-1)[0])
 
-    def only_reader(name: str, op_type: str) -> int | None:
-        found = sorted(set(readers.get(name, [])))
-        if name in outputs or len(found) != 1:
-            return None
-        i = found[0]
-        if nodes[i].op_type != op_type or nodes[i].domain not in ("", "ai.onnx"):
-            return None
-        return i
 
-    groups: list[LayerNormGroup] = []
+def _dtype(value: SSAValue) -> Any:
+    return {"f16": np.float16, "f32": np.float32, "f64": np.float64}[
+        str(value.type.get_element_type())  # type: ignore[attr-defined]
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# LayerNorm
+# ---------------------------------------------------------------------------------------
+
+
+def _match_layer_norms(g: _Graph) -> list[Group]:
+    groups: list[Group] = []
+    nodes = g.nodes
     for m, node in enumerate(nodes):
         if node.op_type != "ReduceMean" or len(node.output) != 1 or not node.input:
             continue
         x = node.input[0]
-        sub = only_reader(node.output[0], "Sub")
+        sub = g.only_reader(node.output[0], "Sub")
         if sub is None or list(nodes[sub].input) != [x, node.output[0]]:
             continue
         d = nodes[sub].output[0]
-        users = sorted(set(readers.get(d, [])))
-        if d in outputs or len(users) != 2:
+        users = sorted(set(g.readers.get(d, [])))
+        if d in g.outputs or len(users) != 2:
             continue
         square = next((u for u in users if nodes[u].op_type in ("Pow", "Mul")), None)
         div = next((u for u in users if nodes[u].op_type == "Div"), None)
@@ -97,40 +123,37 @@ def find_layer_norms(graph: Any) -> list[LayerNormGroup]:
             continue
         if sq.op_type == "Pow" and list(sq.input)[:1] != [d]:
             continue
-        mean2 = only_reader(sq.output[0], "ReduceMean")
-        if mean2 is None:
-            continue
-        add = only_reader(nodes[mean2].output[0], "Add")
-        if add is None:
+        mean2 = g.only_reader(sq.output[0], "ReduceMean")
+        add = None if mean2 is None else g.only_reader(nodes[mean2].output[0], "Add")
+        if mean2 is None or add is None:
             continue
         eps = _other(nodes[add], nodes[mean2].output[0])
-        sqrt = only_reader(nodes[add].output[0], "Sqrt")
-        if eps is None or sqrt is None or only_reader(nodes[sqrt].output[0], "Div") != div:
+        sqrt = g.only_reader(nodes[add].output[0], "Sqrt")
+        if eps is None or sqrt is None or g.only_reader(nodes[sqrt].output[0], "Div") != div:
             continue
         members = [m, sub, square, mean2, add, sqrt, div]
         last = nodes[div].output[0]
-        gamma = beta = ""
-        mul = only_reader(last, "Mul")
+        operands = {"x": x, "eps": eps, "gamma": "", "beta": ""}
+        mul = g.only_reader(last, "Mul")
         if mul is not None and _other(nodes[mul], last) not in (None, last):
-            gamma = str(_other(nodes[mul], last))
+            operands["gamma"] = str(_other(nodes[mul], last))
             members.append(mul)
             last = nodes[mul].output[0]
-        bias = only_reader(last, "Add")
+        bias = g.only_reader(last, "Add")
         if bias is not None and _other(nodes[bias], last) not in (None, last):
-            beta = str(_other(nodes[bias], last))
+            operands["beta"] = str(_other(nodes[bias], last))
             members.append(bias)
             last = nodes[bias].output[0]
-        if sorted(members) != members:
-            continue  # (a graph in topological order has them so; another is read node by node)
-        groups.append(LayerNormGroup(tuple(members), x, m, square, eps, gamma, beta, last))
+        if sorted(members) == members:  # (graph order; another graph is read node by node)
+            groups.append(Group(tuple(members), last, _fuse_layer_norm, operands))
     return groups
 
 
 def _axes(r: ReaderState, node: Node, rank: int) -> list[int] | None:
     if node.opset >= 18:
-        if not node.input(1):
+        if not node.input(1) or node.inputs[1] not in r.static:
             return None
-        given = list(r.static_ints(node.inputs[1], "axes")) if node.inputs[1] in r.static else None
+        given = list(r.static_ints(node.inputs[1], "axes"))
     else:
         given = [int(a) for a in node.attrs.get("axes", ())]  # type: ignore[union-attr]
     if not given or node.attrs.get("keepdims", 1) != 1:
@@ -141,47 +164,41 @@ def _axes(r: ReaderState, node: Node, rank: int) -> list[int] | None:
 def _affine(
     r: ReaderState, name: str, normalized: Sequence[int], fill: float, dtype: Any
 ) -> SSAValue | None:
-    """gamma or beta as a constant of the normalised shape (``fill`` when absent), or None when
+    """gamma or beta as a value of the normalised shape (``fill`` when absent), or None when
     it is not one."""
     if not name:
-        return r.fresh_constant(
-            f"layer_norm_{'weight' if fill else 'bias'}", np.full(normalized, fill, dtype)
-        )
+        label = "layer_norm_weight" if fill else "layer_norm_bias"
+        return r.fresh_constant(label, np.full(normalized, fill, dtype))
     if name in r.static and r.static[name].dtype.kind == "f":
         array = r.static[name]
-        try:
-            full = np.broadcast_to(
-                array, (1,) * max(0, array.ndim - len(normalized)) + tuple(normalized)
-            )
-        except ValueError:
+        lead = array.ndim - len(normalized)
+        if array.size != int(np.prod(normalized)) or any(d != 1 for d in array.shape[:lead]):
             return None
-        if (
-            full.size != int(np.prod(normalized))
-            or array.ndim > len(normalized)
-            and any(d != 1 for d in array.shape[: array.ndim - len(normalized)])
-        ):
+        try:
+            full = np.broadcast_to(array.reshape(array.shape[max(lead, 0) :]), tuple(normalized))
+        except ValueError:
             return None
         if tuple(array.shape) == tuple(normalized):
             return r.ssa(name)
-        return r.fresh_constant(
-            f"{name}_normalized", np.ascontiguousarray(full.reshape(normalized))
-        )
+        return r.fresh_constant(f"{name}_normalized", np.ascontiguousarray(full))
     value = r.values.get(name)
     if value is not None and tuple(nf.tensor_shape(value)) == tuple(normalized):
         return value
     return None
 
 
-def fuse_layer_norm(r: ReaderState, group: LayerNormGroup, node_of: Any) -> bool:
-    """Add ``nf.layer_norm`` for ``group`` if its values allow (`node_of(index)` is the
-    reader's `Node` of a member); False, adding nothing, otherwise."""
-    x = r.values.get(group.x)
+def _fuse_layer_norm(r: ReaderState, group: Group, node_of: NodeOf) -> bool:
+    ops = group.operands
+    x = r.values.get(ops["x"])
     if x is None:
         return False
     shape = nf.tensor_shape(x)
     rank = len(shape)
-    mean, squared = node_of(group.mean), node_of(group.squared)
-    second = node_of(group.members[3])
+    mean, squared, second = (
+        node_of(group.members[0]),
+        node_of(group.members[2]),
+        node_of(group.members[3]),
+    )
     axes = _axes(r, mean, rank)
     if (
         axes is None
@@ -192,20 +209,94 @@ def fuse_layer_norm(r: ReaderState, group: LayerNormGroup, node_of: Any) -> bool
     normalized = shape[rank - len(axes) :]
     if any(d < 0 for d in normalized):
         return False
-    if squared.op_type == "Pow":
-        exponent = r.static.get(squared.inputs[1])
-        if exponent is None or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2:
-            return False
-    eps = r.static.get(group.eps)
-    if eps is None or eps.size != 1 or eps.dtype.kind != "f" or not float(eps.reshape(-1)[0]) >= 0:
+    if squared.op_type == "Pow" and _scalar(r, squared.inputs[1]) != 2:
         return False
-    dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[
-        str(x.type.get_element_type())
-    ]  # type: ignore[attr-defined]
-    weight = _affine(r, group.gamma, normalized, 1.0, dtype)
-    bias = _affine(r, group.beta, normalized, 0.0, dtype)
+    eps = _scalar(r, ops["eps"])
+    if eps is None or not eps >= 0:
+        return False
+    weight = _affine(r, ops["gamma"], normalized, 1.0, _dtype(x))
+    bias = _affine(r, ops["beta"], normalized, 0.0, _dtype(x))
     if weight is None or bias is None:
         return False
-    op = nf.LayerNormOp(x, weight, bias, len(axes), float(eps.reshape(-1)[0]))
-    r.add(node_of(group.last), op, [group.output])
+    r.add(node_of(group.last), nf.LayerNormOp(x, weight, bias, len(axes), eps), [group.output])
     return True
+
+
+# ---------------------------------------------------------------------------------------
+# HardSwish
+# ---------------------------------------------------------------------------------------
+
+
+def _match_hard_swishes(g: _Graph) -> list[Group]:
+    groups: list[Group] = []
+    nodes = g.nodes
+    for a, node in enumerate(nodes):
+        if node.op_type != "Add" or len(node.input) != 2:
+            continue
+        for x, three in (tuple(node.input), tuple(node.input)[::-1]):
+            clip = g.only_reader(node.output[0], "Clip")
+            if clip is None or nodes[clip].input[0] != node.output[0]:
+                continue
+            mul = g.only_reader(nodes[clip].output[0], "Mul")
+            if mul is None or _other(nodes[mul], nodes[clip].output[0]) != x:
+                continue
+            last = g.only_reader(nodes[mul].output[0], "Div", "Mul")
+            if last is None or list(nodes[last].input)[:1] != [nodes[mul].output[0]]:
+                continue
+            members = [a, clip, mul, last]
+            operands = {"x": x, "three": three, "six": nodes[last].input[1]}
+            if sorted(members) == members:
+                groups.append(
+                    Group(tuple(members), nodes[last].output[0], _fuse_hard_swish, operands)
+                )
+            break
+    return groups
+
+
+def _clip_bounds(r: ReaderState, clip: Node) -> tuple[float | None, float | None]:
+    if clip.opset < 11:
+        lo, hi = clip.attrs.get("min"), clip.attrs.get("max")
+        return (
+            None if lo is None else float(lo.value),  # type: ignore[union-attr]
+            None if hi is None else float(hi.value),  # type: ignore[union-attr]
+        )
+    return (
+        _scalar(r, clip.input(1)) if clip.input(1) else None,
+        _scalar(r, clip.input(2)) if clip.input(2) else None,
+    )
+
+
+def _fuse_hard_swish(r: ReaderState, group: Group, node_of: NodeOf) -> bool:
+    ops = group.operands
+    x = r.values.get(ops["x"])
+    if (
+        x is None
+        or _scalar(r, ops["three"]) != 3
+        or _clip_bounds(r, node_of(group.members[1])) != (0, 6)
+    ):
+        return False
+    last = node_of(group.last)
+    divisor = _scalar(r, ops["six"])
+    if (
+        divisor is None
+        or (last.op_type == "Div" and divisor != 6)
+        or (last.op_type == "Mul" and abs(divisor - 1 / 6) > 1e-7)
+    ):
+        return False
+    r.add(last, nf.HardSwishOp(x), [group.output])
+    return True
+
+
+PATTERNS: tuple[Callable[[_Graph], list[Group]], ...] = (_match_layer_norms, _match_hard_swishes)
+"""The matchers, in the order their groups are taken (a node joins one group at most)."""
+
+
+def find_groups(graph: Any) -> dict[int, Group]:
+    """Node index -> the matched group it belongs to, for every pattern of ``graph``."""
+    g = _Graph(graph)
+    found: dict[int, Group] = {}
+    for match in PATTERNS:
+        for group in match(g):
+            if not any(i in found for i in group.members):
+                found.update({i: group for i in group.members})
+    return found

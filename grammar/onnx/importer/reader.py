@@ -8,7 +8,7 @@ Reshape or Expand); the constant folder when every input is a constant (``fold.p
 input-independent node is evaluated at import); ``Shape``/``Size`` of a runtime tensor; the
 recurrent layers (``recurrent.py``); an embedding's ``Gather``; the op forms
 (``forms.py``, ``compute.py``, ``resize.py``); else the op type's `.ne` row. A written-out
-LayerNorm (``patterns.py``) is deferred to its last node and read as one ``nf.layer_norm``.
+LayerNorm or HardSwish (``patterns.py``) is deferred to its last node and read as one op.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from nanoir.grammar.onnx.fold import (
 )
 from nanoir.grammar.onnx.importer.compute import COMPUTE
 from nanoir.grammar.onnx.importer.forms import FORMS, read_by_row
-from nanoir.grammar.onnx.importer.patterns import LayerNormGroup, find_layer_norms, fuse_layer_norm
+from nanoir.grammar.onnx.importer.patterns import Group, find_groups
 from nanoir.grammar.onnx.importer.qdq import (
     NANOENGINE_DOMAIN,
     read_dequantize_linear,
@@ -133,7 +133,7 @@ class Reader(ReaderState):
         self.input_shapes = _check_input_shapes(input_shapes)
         self.budget = FoldBudget(fold_budget(file_bytes))
         self.opsets: dict[str, int] = {}
-        self.groups: dict[int, LayerNormGroup] = {}
+        self.groups: dict[int, Group] = {}
         self.deferred: set[int] = set()
 
     # -- validity -----------------------------------------------------------------------------
@@ -264,10 +264,7 @@ class Reader(ReaderState):
             self._define(info.name, "a graph input")
             self.values[info.name] = arg
             set_hint(arg, info.name)
-        self.groups = {}
-        for group in find_layer_norms(self.graph):
-            if not any(i in self.groups for i in group.members):
-                self.groups.update({i: group for i in group.members})
+        self.groups = find_groups(self.graph)
         for index, node in enumerate(self.graph.node):
             self.current = node_label(node, index)
             self._node(node, index)
@@ -395,10 +392,10 @@ class Reader(ReaderState):
             return
         if group is not None:
             self.groups = {i: g for i, g in self.groups.items() if g is not group}
-            if fuse_layer_norm(self, group, self._node_of):
+            if group.fuse(self, group, self._node_of):
                 self.deferred -= set(group.members)
                 return
-            for member in group.members[:-1]:  # not a LayerNorm after all: node by node
+            for member in group.members[:-1]:  # not the op after all: node by node
                 self.deferred.discard(member)
                 self.current = node_label(self.graph.node[member], member)
                 self._read(self._node_of(member))
