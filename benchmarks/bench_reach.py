@@ -271,6 +271,8 @@ class Result:
     stage_seconds: dict[str, float]
     """CPU seconds per stage run: ``nf`` (torch.export and import), ``fold``, ``nq``, ``nh``."""
     ops: int
+    corpus: str = "first"
+    """``first`` (the networks ops were added for) or ``more`` (``reach_models_more``)."""
 
 
 def sqnr_db(reference: np.ndarray, value: np.ndarray) -> float:
@@ -388,7 +390,7 @@ def measure(name: str, timeout: int = 300) -> Result:
     if not seconds:  # refused: the time until the refusal
         seconds = time.process_time() - start
     return Result(name, entry.group, entry.source, reached, refusal, crash, same, sqnr, batch1, seconds,
-                  stages, ops)  # fmt: skip
+                  stages, ops, entry.corpus)  # fmt: skip
 
 
 _STAGE_MARK = {"nf": ("nf",), "folded": ("nf",), "nq": ("nf", "nq"), "nh": ("nf", "nq", "nh")}
@@ -496,6 +498,13 @@ def table(results: list[Result]) -> str:
         + ", ".join(f"{g} {sum(map(integer, rs))}/{len(rs)}" for g, rs in groups.items())
         + "."
     )
+    corpora = {c: [r for r in nets if r.corpus == c] for c in ("first", "more")}
+    if all(corpora.values()):
+        first, more = corpora["first"], corpora["more"]
+        lines.append(
+            f"By corpus: first {sum(map(integer, first))}/{len(first)}, second "
+            f"(reach_models_more, not tuned for) {sum(map(integer, more))}/{len(more)}."
+        )
     return "\n".join(lines)
 
 
