@@ -15,12 +15,21 @@ from typing import Any
 
 import torch
 from torch import fx
+from xdsl.dialects.builtin import DYNAMIC_INDEX, TensorType
 from xdsl.ir import Operation
 
 from nanoir.dialects.nf import IndexResult
 from nanoir.dialects.traits import DataMovement
 
-__all__ = ["Unsupported", "axes", "axis", "constant_of", "holds_integers", "is_runtime"]
+__all__ = [
+    "Unsupported",
+    "axes",
+    "axis",
+    "constant_of",
+    "holds_integers",
+    "is_runtime",
+    "refines",
+]
 
 
 class Unsupported(Exception):
@@ -72,3 +81,17 @@ def holds_integers(value: Any) -> bool:
             return False
         op = op.operands[0].owner
     return False
+
+
+def refines(actual: Any, expected: Any) -> bool:
+    """Whether the nf type ``actual`` is torch's ``expected`` with some of its dynamic dims
+    known (a length torch leaves data-dependent, such as ``repeat_interleave`` by a constant
+    tensor's counts, that the importer computes)."""
+    if not isinstance(actual, TensorType) or not isinstance(expected, TensorType):
+        return False
+    a, e = actual.get_shape(), expected.get_shape()
+    return (
+        actual.get_element_type() == expected.get_element_type()
+        and len(a) == len(e)
+        and all(x == y or y == DYNAMIC_INDEX for x, y in zip(a, e))
+    )

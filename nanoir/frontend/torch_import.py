@@ -61,7 +61,7 @@ from nanoir.frontend import core_aten, math_ops, movement_ops, reductions
 from nanoir.frontend.errors import FrontendError
 from nanoir.frontend.export_errors import export_failure, scripted_module
 from nanoir.frontend.fold import Fold, fold_program
-from nanoir.frontend.support import Unsupported, holds_integers
+from nanoir.frontend.support import Unsupported, holds_integers, refines
 from nanoir.runtime.numerics.kernels import GELU_APPROXIMATIONS
 from nanoir.runtime.numerics.movement import expand_grown
 from nanoir.runtime.numerics.recurrent import RecurrentLayout
@@ -556,7 +556,7 @@ class _Importer:
                     raise VerifyException(f"nf indices {value.type} differ from torch's shape")
                 continue
             expected = _tensor_type(meta)
-            if value.type != expected:
+            if value.type != expected and not refines(value.type, expected):
                 raise VerifyException(
                     f"nf result type {value.type} differs from torch's {expected}"
                 )
