@@ -15,6 +15,10 @@ named after the `nf.constant`; a dynamic dim is a symbolic dim (`N` for the batc
 `nf.embedding` (the `.ne` Embedding row) is `Gather(table, indices, axis=0)`; a program input
 read only as indices (`nf.is_index_input`) is an int64 graph input, other indices are Cast to
 int64 (the reader maps a Gather of a constant table by an int64 graph input back).
+`nf.recurrent` is ONNX's LSTM / GRU / RNN, one node per layer (ONNX's W/R/B and gate order,
+`Y` transposed to nf's layout; not the `.ne` row's attributes, which ONNX does not have); a
+reshape to a dim of size 0 is written with `allowzero = 1`. Every written file passes
+`onnx.checker`'s full check (strict shape and type inference).
 
 Two flavours (`FLAVORS`), of the quantizers (`nq.fake_quant`):
 
@@ -105,6 +109,11 @@ NANOENGINE_OPSET = 17
 
 _ELEM = {f32: 1, f16: 10, f64: 11}  # ONNX TensorProto FLOAT, FLOAT16, DOUBLE
 _INT64 = 7  # ONNX TensorProto INT64: an embedding's indices (nf.is_index_input)
+
+_RECURRENT_TYPE = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+_ONNX_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN": (0,)}
+"""For each ONNX gate (LSTM i, o, f, c; GRU z, r, h), the torch gate (LSTM i, f, g, o; GRU
+r, z, n) that holds it: the inverse of the reader's permutation (``grammar/onnx/recurrent``)."""
 
 
 class OnnxExportError(ExportError):
@@ -381,10 +390,106 @@ class _Writer:
             )
         return varying[0], exp.reshape(-1)
 
+    # -- recurrent layers -------------------------------------------------------------------
+    def recurrent(self, op: nf.RecurrentOp) -> None:
+        """nf.recurrent as ONNX's LSTM / GRU / RNN, one node per layer: torch's weights
+        regrouped into ONNX's ``W [D, G*H, F]``, ``R [D, G*H, H]``, ``B [D, 2*G*H]`` in ONNX's
+        gate order (the reader's permutation, inverted); ``Y [T, D, N, H]`` transposed and
+        reshaped to nf's ``[T, N, D*H]`` (and to ``[N, T, D*H]`` for ``batch_first``);
+        ``h_n``/``c_n`` the layers' ``Y_h``/``Y_c`` concatenated. A quantized recurrent op is
+        its integer cell, which ONNX's float ops do not compute bit for bit: refused."""
+        layout = op.layout
+        if op.gates is not None:
+            raise OnnxExportError(
+                "onnx export: nf.recurrent between fake-quants is an integer cell "
+                "(nanoir.runtime.numerics.recurrent) that ONNX's float LSTM/GRU/RNN does not "
+                "compute bit for bit; export the float (nf) program, or lower it to nh "
+                "(written as exact integer ONNX)"
+            )
+        op_type = _RECURRENT_TYPE[layout.mode]
+        weights = []
+        for w in op.weights:
+            owner = w.owner
+            if not isinstance(owner, nf.ConstantOp):
+                raise OnnxExportError(
+                    "onnx export: nf.recurrent's weights must be constants (ONNX's W, R and B)"
+                )
+            weights.append(np.asarray(dense_to_numpy(owner.value)))
+        outputs = self.result_names(op)
+        base = outputs[0]
+        dirs, hidden = layout.dirs, layout.hidden
+        order = _ONNX_GATES[op_type]
+        rows = np.concatenate([np.arange(g * hidden, (g + 1) * hidden) for g in order])
+        x = self.value_name(op.input)
+        if layout.batch_first:
+            seq = self.fresh(f"{base}_time_major")
+            self.add_node("Transpose", [x], [seq], {"perm": [1, 0, 2]})
+            x = seq
+        states = [None if v is None else self.value_name(v) for v in (op.h0, op.c0)]
+        finals: list[list[str]] = [[], []]
+        for layer, cells in enumerate(layout.cells(weights)):
+            stem = f"{base}_l{layer}"
+            w = self.const(f"{stem}_W", np.stack([c[0][rows] for c in cells]))
+            r = self.const(f"{stem}_R", np.stack([c[1][rows] for c in cells]))
+            inputs = [x, w, r]
+            if layout.has_biases:
+                biases = [np.concatenate([c[2][rows], c[3][rows]]) for c in cells]
+                inputs.append(self.const(f"{stem}_B", np.stack(biases)))
+            else:
+                inputs.append("")
+            inputs.append("")  # sequence_lens
+            for state in states[: 2 if op_type == "LSTM" else 1]:
+                if state is None:
+                    inputs.append("")
+                    continue
+                if layout.layers == 1:
+                    inputs.append(state)
+                    continue
+                part = self.fresh(f"{stem}_initial")
+                bounds = [
+                    self.const(f"{stem}_from", np.asarray([layer * dirs], np.int64)),
+                    self.const(f"{stem}_to", np.asarray([(layer + 1) * dirs], np.int64)),
+                ]
+                self.add_node("Slice", [state, *bounds], [part])
+                inputs.append(part)
+            while inputs and not inputs[-1]:
+                inputs.pop()
+            attrs: dict[str, Any] = {
+                "hidden_size": hidden,
+                "direction": "bidirectional" if layout.bidirectional else "forward",
+            }
+            if op_type == "GRU":
+                attrs["linear_before_reset"] = 1  # torch's GRU
+            if op_type == "RNN":
+                attrs["activations"] = ["Relu" if layout.mode == "rnn_relu" else "Tanh"] * dirs
+            y, y_h = self.fresh(f"{stem}_Y"), self.fresh(f"{stem}_Y_h")
+            outs = [y, y_h]
+            if op_type == "LSTM":
+                outs.append(self.fresh(f"{stem}_Y_c"))
+                finals[1].append(outs[2])
+            finals[0].append(y_h)
+            self.add_node(op_type, inputs, outs, attrs)
+            moved = self.fresh(f"{stem}_Y_t")
+            self.add_node("Transpose", [y], [moved], {"perm": [0, 2, 1, 3]})
+            last = layer == layout.layers - 1
+            x = outputs[0] if last and not layout.batch_first else self.fresh(f"{stem}_out")
+            keep = self.const(f"{stem}_shape", np.asarray([0, 0, -1], np.int64))
+            self.add_node("Reshape", [moved, keep], [x])
+        if layout.batch_first:
+            self.add_node("Transpose", [x], [outputs[0]], {"perm": [1, 0, 2]})
+        for name, parts in zip(outputs[1:], finals):
+            if len(parts) == 1:
+                self.add_node("Identity", parts, [name])
+            else:
+                self.add_node("Concat", parts, [name], {"axis": 0})
+
     # -- other ops ------------------------------------------------------------------------
     def op(self, op: Operation) -> None:
         if isinstance(op, FakeQuantOp):
             self.fake_quant(op)
+            return
+        if isinstance(op, nf.RecurrentOp):
+            self.recurrent(op)
             return
         try:
             row = row_of(op)
@@ -440,6 +545,8 @@ class _Writer:
         if op_type == "Reshape":
             dims = [-1 if d == DYNAMIC_INDEX else d for d in nf.tensor_shape(op.results[0])]
             inputs.append(self.const(f"{base}_shape", np.asarray(dims, np.int64)))
+            if 0 in dims:  # a dim of size 0, not ONNX's "copy the input's dim"
+                attrs["allowzero"] = 1
         elif op_type == "Pad":
             inputs.append(self.const(f"{base}_pads", np.asarray(attrs.pop("pads"), np.int64)))
             value = attrs.pop("value", 0.0)
@@ -633,7 +740,7 @@ class _Writer:
         model = self.helper.make_model(graph, opset_imports=opsets, producer_name="nanoir")
         model.ir_version = 10 if self.flavor == "qdq" else 8
         try:
-            self.onnx.checker.check_model(model, full_check=self.flavor == "qdq")
+            self.onnx.checker.check_model(model, full_check=True)
         except Exception as e:  # a bug of this writer: say so rather than write a bad file
             raise OnnxExportError(f"onnx export: the written model fails onnx.checker: {e}") from e
         return model

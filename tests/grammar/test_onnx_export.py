@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
@@ -27,6 +28,7 @@ from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
 from nanoir.grammar.onnx.exporter import OnnxExportError, export_onnx_bytes, export_onnx_model
 from nanoir.grammar.onnx.importer import OnnxImportWarning, import_onnx_bytes
 from nanoir.runtime.numerics.quant import RoundingMode
+from onnx import TensorProto, helper, numpy_helper
 from xdsl.dialects.builtin import IntegerAttr
 
 import nanoir
@@ -465,3 +467,109 @@ def test_random_programs_write_or_refuse_and_read_back(data: st.DataObject) -> N
         back = nanoir.run(import_onnx_bytes(data_bytes), x)
         for b, w in zip(back, want):
             np.testing.assert_array_equal(b, w)
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 32 §2: the writer writes back what the reader reads
+# ---------------------------------------------------------------------------------------
+
+
+class _Recurrent(torch.nn.Module):
+    """A recurrent layer's sequence and final state (and, with `states`, initial states)."""
+
+    def __init__(self, rnn: torch.nn.Module, states: bool = False) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self.states = states
+
+    def forward(self, x, h0=None, c0=None):  # noqa: ANN001, ANN201
+        if not self.states:
+            y, h = self.rnn(x)
+        elif c0 is not None:
+            y, h = self.rnn(x, (h0, c0))
+        else:
+            y, h = self.rnn(x, h0)
+        return y, (h[0] if isinstance(h, tuple) else h)
+
+
+RECURRENT_CASES = {
+    "lstm-2-layers-bi": (lambda: torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True), False, 0),
+    "gru-batch-first": (lambda: torch.nn.GRU(3, 4, batch_first=True), True, 0),
+    "rnn-relu-bi-nobias": (
+        lambda: torch.nn.RNN(3, 4, nonlinearity="relu", bidirectional=True, bias=False),
+        False,
+        0,
+    ),
+    "rnn-tanh-2-layers": (lambda: torch.nn.RNN(3, 4, num_layers=2), False, 0),
+    "lstm-initial-states": (lambda: torch.nn.LSTM(3, 4, num_layers=2), False, 2),
+    "gru-initial-state-bi": (lambda: torch.nn.GRU(3, 4, bidirectional=True), False, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(RECURRENT_CASES))
+@pytest.mark.parametrize("flavor", ["qdq", "nanoengine"])
+def test_recurrent_layers_are_written_as_onnx_defines_them(case: str, flavor: str) -> None:
+    """nf.recurrent is written as ONNX's LSTM/GRU/RNN (W/R/B in ONNX's gate order, one node
+    per layer, Y transposed to nf's layout): the file passes onnx.checker's full check, runs
+    in onnxruntime as torch computes, and reads back to the same values. Kills: the old
+    writer's `.ne` attributes (has_biases, num_layers: refused by onnx.checker), RNN's
+    activations written as a string, the gate permutation not inverted (LSTM's f and o
+    swapped), a layer's initial states not sliced from h0."""
+    make, batch_first, states = RECURRENT_CASES[case]
+    torch.manual_seed(0)
+    model = _Recurrent(make(), states=bool(states)).eval()
+    x = torch.randn(2, 5, 3) if batch_first else torch.randn(5, 2, 3)
+    rnn = model.rnn
+    layers_dirs = rnn.num_layers * (2 if rnn.bidirectional else 1)
+    initial = [torch.randn(layers_dirs, 2, 4) for _ in range(states)]
+    module = nanoir.from_torch(model, (x, *initial), dynamic_batch=batch_first and not states)
+    data = export_onnx_bytes(module, flavor)
+    written = onnx.load_model_from_string(data)
+    onnx.checker.check_model(written, full_check=True)
+    kinds = [n.op_type for n in written.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+    assert len(kinds) == rnn.num_layers
+    with torch.no_grad():
+        want = [t.numpy() for t in model(x, *initial)]
+    session = ort_session(data)
+    feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), (x, *initial))}  # type: ignore[attr-defined]
+    got = session.run(None, feeds)  # type: ignore[attr-defined]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    back = import_onnx_bytes(data)
+    for g, w in zip(nanoir.run(back, x.numpy(), *(a.numpy() for a in initial)), want):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_quantized_recurrent_layer_is_refused_naming_why() -> None:
+    """The quantized cell is nanoir's integer algorithm: no ONNX float op computes it."""
+    torch.manual_seed(0)
+    model = _Recurrent(torch.nn.GRU(3, 4)).eval()
+    x = torch.randn(5, 2, 3)
+    module = nanoir.from_torch(model, x, dynamic_batch=False)
+    nanoir.quantize(module, [x.numpy().astype(np.float64)], progress=False)
+    with pytest.raises(
+        OnnxExportError, match="nf.recurrent between fake-quants is an integer cell"
+    ):
+        export_onnx_bytes(module, "nanoengine")
+
+
+def test_reshape_allowzero_is_written_back() -> None:
+    """A Reshape read with allowzero=1 to `[2, 0, 3]` (a dim of size 0) is written with
+    allowzero=1: without it, ONNX's 0 copies the input's dim 1 (2) and onnxruntime refuses
+    the reshape. Kills: the writer dropping allowzero (the issue)."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "s"], ["r"], allowzero=1),
+            helper.make_node("Relu", ["r"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([2, 0, 3], np.int64), "s")],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    written = export_onnx_bytes(import_onnx_bytes(data))
+    onnx.checker.check_model(onnx.load_model_from_string(written), full_check=True)
+    x = np.zeros((0, 2, 3), np.float32)
+    (y,) = run_ort(written, x)
+    assert y.shape == (2, 0, 3)
