@@ -43,6 +43,7 @@ from torch import fx
 
 __all__ = [
     "METADATA_ARGS",
+    "NOT_VALUES",
     "Dependence",
     "Fold",
     "FoldLimits",
@@ -74,7 +75,7 @@ METADATA_ARGS: dict[str, tuple[str, str]] = {
 """Ops that read one tensor argument only for its metadata: ``(argument, what is read)``.
 Reading ``"dtype"`` is always static; reading ``"shape"`` is static unless a dim is dynamic."""
 
-_NOT_VALUES = {
+NOT_VALUES = {
     "aten.sym_size.int",
     "aten.sym_numel.default",
     "aten.sym_stride.int",
@@ -127,6 +128,11 @@ class Fold:
     roots: dict[fx.Node, str] = field(default_factory=dict)
     """For a ``CONSTANT`` node: the parameter or buffer it is computed from (a float one
     first), to name the folded constant after it."""
+    batched: dict[fx.Node, Any] = field(default_factory=dict)
+    """``SYMBOLIC`` nodes the same for every sample, at batch one (those read by other nodes;
+    :mod:`nanoir.frontend.batch_fold`), to be expanded to the batch of ``batch_source``."""
+    batch_folded: set[fx.Node] = field(default_factory=set)
+    batch_source: fx.Node | None = None
 
     def is_constant(self, node: Any) -> bool:
         return isinstance(node, fx.Node) and self.dependence.get(node) == Dependence.CONSTANT
@@ -257,7 +263,7 @@ class _Analysis:
                 fold.folded.add(node)
             return
         target = str(node.target)
-        if target in _NOT_VALUES:
+        if target in NOT_VALUES:
             fold.unfolded[node] = "a size computation"
             return
         missing = [

@@ -58,6 +58,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
 from nanoir.frontend import core_aten, math_ops, movement_ops, reductions
+from nanoir.frontend.batch_fold import fold_batch_uniform
 from nanoir.frontend.errors import FrontendError
 from nanoir.frontend.export_errors import export_failure, scripted_module
 from nanoir.frontend.fold import Fold, fold_program
@@ -200,7 +201,18 @@ class _TorchConstant:
     ops: dict[Attribute, SSAValue] = field(default_factory=dict)
 
 
-Value = SSAValue | list[SSAValue | None] | _TorchConstant | None
+@dataclass
+class _BatchConstant:
+    """A value the same for every sample (:mod:`nanoir.frontend.batch_fold`): its value at
+    batch one, expanded to the batch where an op reads it (once per element type)."""
+
+    tensor: torch.Tensor
+    name: str
+    shape: Sequence[int]
+    ops: dict[Attribute | None, SSAValue] = field(default_factory=dict)
+
+
+Value = SSAValue | list[SSAValue | None] | _TorchConstant | _BatchConstant | None
 Handler = Callable[["_Importer", fx.Node, dict[str, Any]], Value]
 
 
@@ -223,6 +235,8 @@ class _Importer:
         value = self.values.get(arg)
         if isinstance(value, _TorchConstant):
             return self._materialize(value, element_type)
+        if isinstance(value, _BatchConstant):
+            return self._expanded(value, element_type)
         if not isinstance(value, SSAValue):
             raise _Unsupported(f"operand {arg.name} is not a tensor nf can hold")
         return value
@@ -285,6 +299,7 @@ class _Importer:
     def run(self, function_name: str) -> ModuleOp:
         graph = self.program.graph
         self.fold = fold_program(self.program)
+        fold_batch_uniform(self.program, self.fold)
         self._reject_unsupported(graph)
         self._reject_runtime_indices(graph)
         specs = {s.arg.name: s for s in self.program.graph_signature.input_specs}
@@ -351,7 +366,7 @@ class _Importer:
         for node in graph.nodes:
             if node.op != "call_function" or _is_shape_arithmetic(node):
                 continue
-            if node in self.fold.folded:
+            if node in self.fold.folded or node in self.fold.batch_folded:
                 continue
             if node.target is operator.getitem or str(node.target) in ATEN_HANDLERS:
                 continue
@@ -414,9 +429,14 @@ class _Importer:
             return
         if node in self.fold.folded and node not in self.fold.values:
             return  # read only by other folded nodes
+        if node in self.fold.batch_folded and node not in self.fold.batched:
+            return
         try:
             if node in self.fold.folded:
                 self.values[node] = self._folded(node)
+                return
+            if node in self.fold.batched:
+                self.values[node] = self._batch_folded(node)
                 return
             if node.target is operator.getitem:
                 result = self._getitem(node)
@@ -488,6 +508,25 @@ class _Importer:
             self.emit(nf.ReshapeOp(r, _meta_shape(v))).result if isinstance(r, SSAValue) else r
             for r, v in zip(result, saved_meta)  # type: ignore[arg-type]
         ]
+
+    def _batch_folded(self, node: fx.Node) -> Value:
+        """A node the same for every sample: its value at batch one, to be expanded to the
+        batch where an op reads it."""
+        stack = node.meta.get("nn_module_stack") or {}
+        path = str(list(stack.values())[-1][0]) if stack else ""
+        name = f"{path}.{node.name}" if path else node.name
+        return _BatchConstant(self.fold.batched[node], name, _meta_shape(node.meta["val"]))
+
+    def _expanded(self, value: _BatchConstant, element_type: Attribute | None) -> SSAValue:
+        """``value`` at batch one, expanded to the batch of the input that carries it."""
+        if element_type not in value.ops:
+            source = self.fold.batch_source
+            like = self.values.get(source) if source is not None else None
+            if not isinstance(like, SSAValue):
+                raise _Unsupported("a value of the batch size with no input to take it from")
+            one = self._materialize(_TorchConstant(value.tensor, value.name), element_type)
+            value.ops[element_type] = _expand_to(self, one, value.shape, like)
+        return value.ops[element_type]
 
     def _folded(self, node: fx.Node) -> Value:
         """The folded value of an input-independent node, as constants named after the
@@ -1335,6 +1374,15 @@ def _fill(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     return _expand_to(imp, one, shape, _shape_source(imp, a["size"], shape))
 
 
+def _type_as(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
+    """``x.type_as(y)`` is ``x.to(y.dtype)``: the cast handler with ``y``'s dtype (``y`` is
+    read for its dtype only; an input-independent ``x`` was folded at import)."""
+    other = a["other"].meta["val"] if isinstance(a["other"], fx.Node) else None
+    dtype = other.dtype if isinstance(other, torch.Tensor) else None
+    cast = ATEN_HANDLERS["aten._to_copy.default"]
+    return cast(imp, node, {"self": a["self"], "dtype": dtype})
+
+
 def _expand(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """expand (and ``copy``'s broadcast): one nf.expand to torch's result shape. A size that
     is a SymInt read by ``sym_size(t, i)`` at the dim it sets (the class token's
@@ -1736,6 +1784,7 @@ ATEN_HANDLERS: dict[str, Handler] = {
         for fill in ("zeros_like", "ones_like", "full_like", "ones", "full", "new_ones")
     },
     "aten.new_zeros.default": _fill,
+    "aten.type_as.default": _type_as,
     "aten.new_full.default": _fill,
     "aten.copy.default": _copy,
     "aten.index.Tensor": _index,

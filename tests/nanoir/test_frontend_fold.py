@@ -248,6 +248,91 @@ def test_fills_of_the_dynamic_batch_expand_a_constant() -> None:
     np.testing.assert_array_equal(y, BatchFills()(x).numpy())
 
 
+BATCH_STEPS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
+    "sin": lambda v, x, k: _float(v).sin(),
+    "cos_pow": lambda v, x, k: torch.pow(10.0, _float(v) / 8).cos(),
+    "cumsum": lambda v, x, k: v.cumsum(1 + k % (v.ndim - 1)),
+    "cat": lambda v, x, k: torch.cat([v, v * 2], 1 + k % (v.ndim - 1)),
+    "stack": lambda v, x, k: torch.stack([v, v + 1], 1 + k % v.ndim),
+    "where": lambda v, x, k: torch.where(v > k, v, -v),
+    "masked_fill": lambda v, x, k: _float(v).masked_fill(v.eq(1), 0.5),
+    "type_as": lambda v, x, k: v.type_as(x) * 3,
+    "flip": lambda v, x, k: v.flip(1 + k % (v.ndim - 1)),
+    "transpose": lambda v, x, k: v.transpose(1, -1),
+    "slice": lambda v, x, k: v[:, ::2] if v.shape[1] > 1 else v,
+    "permute": lambda v, x, k: v.permute(0, *reversed(range(1, v.ndim))),
+    "unsqueeze_view": lambda v, x, k: v.unsqueeze(1).view(v.shape[0], *v.shape[1:]),
+}
+"""Steps that keep each sample to itself (along dims other than 0), for batch-built values."""
+
+
+class BatchChain(nn.Module):
+    """``x + f(ones(B, T, C)...)``: a value built for the batch (``repeat`` or a fill of
+    ``x.shape[0]``), then the drawn steps, then laid out as ``[B, T, C]``."""
+
+    def __init__(self, start: str, ops: list[tuple[str, int]]):
+        super().__init__()
+        self.start, self.ops = start, ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        if self.start == "repeat":
+            v = torch.arange(t * c).view(1, t, c).repeat(b, 1, 1)
+        elif self.start == "fill":
+            v = torch.ones(b, t, c).cumsum(2)
+        else:
+            v = torch.zeros_like(x, dtype=torch.bool).logical_not().cumsum(1)
+        for kind, k in self.ops:
+            v = BATCH_STEPS[kind](v, x, k)
+        flat = v.reshape(b, -1).to(x.dtype)
+        need = t * c
+        if flat.shape[1] < need:
+            flat = flat.repeat(1, math.ceil(need / flat.shape[1]))
+        return x + flat[:, :need].reshape(b, t, c)
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(
+    st.sampled_from(["repeat", "fill", "zeros_like"]),
+    st.lists(st.tuples(st.sampled_from(sorted(BATCH_STEPS)), st.integers(0, 3)), max_size=4),
+)
+def test_values_built_for_the_batch_fold_at_batch_one(
+    start: str, ops: list[tuple[str, int]]
+) -> None:
+    """What reads the batch size only to replicate itself folds at batch one and is expanded
+    to the batch: the program is constants, expands, reshapes/slices and one add, and equals
+    eager torch at batches 3 and 1. Kills: sample_local ignoring its dims (a cumsum along the
+    batch would fold); the batch-one value not expanded (wrong shape at batch 3)."""
+    model = BatchChain(start, ops)
+    module = nanoir.from_torch(model, (torch.randn(2, 3, 4),))
+    assert {"nf.unary", "nf.cumsum", "nf.where", "nf.concat"}.isdisjoint(_body_ops(module))
+    for batch in (3, 1):
+        x = torch.randn(batch, 3, 4)
+        (y,) = nanoir.run(module, x.numpy())
+        np.testing.assert_array_equal(y, model(x).numpy())
+
+
+class AlongTheBatch(nn.Module):
+    """A cumsum along the batch of a batch-repeated constant: not the same for every
+    sample, so not folded (mapped as run-time ops, or refused)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.ones(1, 4).repeat(x.shape[0], 1).cumsum(0)
+
+
+def test_what_varies_along_the_batch_is_not_folded_at_batch_one() -> None:
+    """Kills: a cumsum along dim 0 taken as sample-local (folded at batch one, every row
+    would be 1)."""
+    try:
+        module = nanoir.from_torch(AlongTheBatch(), (torch.randn(2, 4),))
+    except FrontendError as e:
+        assert "dim 0 of input 'x'" in str(e)
+        return
+    x = torch.randn(3, 4)
+    (y,) = nanoir.run(module, x.numpy())
+    np.testing.assert_array_equal(y, AlongTheBatch()(x).numpy())
+
+
 class Dropout(nn.Module):
     """dropout of a constant in eval mode is deterministic (tagged random by torch)."""
 
