@@ -11,8 +11,9 @@ A dependence analysis from the graph inputs sorts every node of the exported gra
 - ``CONSTANT``: its value follows from parameters, buffers, lifted constants and literal
   arguments (torch.export writes a static dim as a literal int);
 - ``SYMBOLIC``: it depends on the inputs only through a dynamic dim's size (a
-  ``sym_size(x, 0)`` of the batch, and what is computed from it): not foldable, since the
-  size is known only at run time;
+  ``sym_size(x, 0)`` of the batch, and what is computed from it): not foldable here, since
+  the size is known only at run time (:mod:`nanoir.frontend.batch_fold` folds those that are
+  the same for every sample, at batch one);
 - ``RUNTIME``: it reads an input's values.
 
 An argument that an op reads only for its dtype or shape (``type_as(x)``, ``zeros_like(x)``,
