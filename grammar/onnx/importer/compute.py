@@ -198,6 +198,11 @@ def _reduce_by_row(r: ReaderState, n: Node) -> None:
     if axes is None:
         r.alias(n.outputs[0], x)
         return
+    if n.op_type in ("ReduceMax", "ReduceMin") and any(shape[a] == 0 for a in axes):
+        raise r.error(
+            f"it reduces the empty dim(s) of {dims_text(shape)} (ONNX's {n.op_type} of nothing "
+            "is an infinity); nanoir reduces non-empty dims"
+        )
     _then_drop_dims(r, n, x, {"axes": tuple(axes), "keepdims": 1}, axes)
 
 

@@ -30,7 +30,9 @@ times the count), ``Sum``/``Mean``/``Max``/``Min`` of any number of inputs (a ch
 ops), ``Cast`` to the same float type, ``Dropout`` and ``Identity``, a ``Slice`` of several axes
 (one ``nf.gather`` per axis), ``InstanceNormalization`` (``nf.group_norm`` with one group per
 channel), ``LayerNormalization`` without a bias (zeros), ``Mul``/``Div`` by a constant 1 and
-``Add``/``Sub`` of a constant 0 (nothing: an exporter's ``x * 1.0`` before a SiLU).
+``Add``/``Sub`` of a constant 0 (nothing: an exporter's ``x * 1.0`` before a SiLU), ``auto_pad``
+of Conv, MaxPool and AveragePool (SAME_UPPER, SAME_LOWER, VALID) as the explicit pads it means
+for static spatial sizes.
 """
 
 from __future__ import annotations
@@ -138,13 +140,6 @@ def _batch_norm(r: ReaderState, n: Node) -> None:
         attrs.pop("training_mode", None)
         outputs = outputs[:1]
     r.row(n, "BatchNormalization", attrs, n.inputs, outputs)
-
-
-def _max_pool(r: ReaderState, n: Node) -> None:
-    outputs = n.outputs
-    if len(outputs) > 1 and not r.readers(outputs[1:]):
-        outputs = outputs[:1]  # the Indices output, which nobody reads
-    r.row(n, "MaxPool", dict(n.attrs), n.inputs, outputs)
 
 
 def _squeeze(r: ReaderState, n: Node) -> None:
@@ -465,6 +460,49 @@ def _where(r: ReaderState, n: Node) -> None:
     r.row(n, "Where", dict(n.attrs), inputs, n.outputs)
 
 
+def _explicit_pads(r: ReaderState, n: Node, kernel: Sequence[int]) -> dict[str, AttrValue]:
+    """``auto_pad`` SAME_UPPER / SAME_LOWER / VALID as the explicit ``pads`` it means for the
+    input's static spatial sizes (ONNX: the output is ``ceil(L / stride)`` for SAME, the extra
+    pad at the end for SAME_UPPER, at the start for SAME_LOWER)."""
+    attrs = dict(n.attrs)
+    mode = str(attrs.pop("auto_pad", "NOTSET"))
+    if mode == "NOTSET":
+        return attrs
+    shape = _shape(r.ssa(n.inputs[0]))[2:]
+    if mode == "VALID":
+        attrs["pads"] = (0,) * (2 * len(kernel))
+        return attrs
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise r.error(f"its auto_pad '{mode}' is not ONNX's")
+    if DYNAMIC_INDEX in shape:
+        raise r.error(f"its auto_pad {mode} pads dynamic spatial dims" + r.shapes_hint())
+    strides = attrs.get("strides") or (1,) * len(kernel)
+    dilations = attrs.get("dilations") or (1,) * len(kernel)
+    begins, ends = [], []
+    for size, k, s, d in zip(shape, kernel, strides, dilations):  # type: ignore[arg-type]
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else large)
+        ends.append(large if mode == "SAME_UPPER" else small)
+    attrs["pads"] = tuple(begins + ends)
+    return attrs
+
+
+def _conv(r: ReaderState, n: Node) -> None:
+    """Conv; ``auto_pad`` as explicit pads (`_explicit_pads`), the kernel from the weight."""
+    kernel = _shape(r.ssa(n.inputs[1]))[2:] if len(n.inputs) > 1 else ()
+    r.row(n, n.op_type, _explicit_pads(r, n, kernel), n.inputs, n.outputs)
+
+
+def _pool(r: ReaderState, n: Node) -> None:
+    """MaxPool / AveragePool; ``auto_pad`` as explicit pads, the unread Indices dropped."""
+    kernel = tuple(int(k) for k in n.attrs.get("kernel_shape", ()))  # type: ignore[union-attr]
+    outputs = n.outputs
+    if n.op_type == "MaxPool" and len(outputs) > 1 and not r.readers(outputs[1:]):
+        outputs = outputs[:1]  # the Indices output, which nobody reads
+    r.row(n, n.op_type, _explicit_pads(r, n, kernel), n.inputs, outputs)
+
+
 def _hard_sigmoid(r: ReaderState, n: Node) -> None:
     r.row(n, "HardSigmoid", dict(n.attrs), n.inputs, n.outputs)
 
@@ -474,7 +512,9 @@ FORMS: dict[str, Form] = {
     "Split": _split,
     "Clip": _clip,
     "BatchNormalization": _batch_norm,
-    "MaxPool": _max_pool,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
+    "Conv": _conv,
     "Squeeze": _squeeze,
     "Unsqueeze": _squeeze,
     "Slice": _slice,

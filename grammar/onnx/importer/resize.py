@@ -282,6 +282,25 @@ def _antialias_weights(
         np.add.at(weights, (j, np.clip(taps, 0, l_in - 1)), w.astype(np.float64))
 
 
+def _check_fractional_length(how: Interpolation, l_in: int, l_out: int, scale: float) -> None:
+    """From ``scales``, ONNX's definition (its reference implementation) puts the resized length
+    ``scale * L_in`` itself into align_corners', tf_crop_and_resize's and pytorch_half_pixel's
+    formulas; onnxruntime puts the output length ``floor(scale * L_in)``. Where the two differ
+    and the formula reads it, `Ambiguous`."""
+    length = float(_F(l_in) * _F(scale))
+    if length == l_out:
+        return
+    if (
+        how.coordinates in ("align_corners", "tf_crop_and_resize")
+        and l_out > 1
+        or (how.coordinates == "pytorch_half_pixel" and l_out == 1 and length > 1)
+    ):
+        raise Ambiguous(
+            f"its scale {scale} makes the resized length {length}, which ONNX's "
+            f"{how.coordinates} formula reads where onnxruntime reads the output length {l_out}"
+        )
+
+
 def _bilinear_x2(l_in: int) -> NDArray[np.float64]:
     """``nf.upsample_bilinear``'s matrix along one doubled axis."""
     w = np.zeros((2 * l_in, l_in))
@@ -415,6 +434,7 @@ def read_resize(r: ReaderState, n: Node, kept_sizes: tuple[int, ...] | None = No
     shape = nf.tensor_shape(x)
     rank = len(shape)
     scales, sizes, rois = _scales_and_sizes(r, n, shape, kept_sizes)
+    by_scales = kept_sizes is None and not (n.opset >= 11 and n.op_type == "Resize" and n.input(3))
     plans: dict[int, tuple[NDArray[np.float64], NDArray[np.float64] | None]] = {}
     for axis in range(rank):
         l_in, l_out = shape[axis], sizes[axis]
@@ -429,6 +449,8 @@ def read_resize(r: ReaderState, n: Node, kept_sizes: tuple[int, ...] | None = No
         if l_out < 1 or l_in < 1:
             raise r.error(f"it resizes dim {axis} from {l_in} to {l_out}")
         try:
+            if by_scales:
+                _check_fractional_length(how, l_in, l_out, scales[axis])
             w, b = axis_weights(how, l_in, l_out, scales[axis], rois[axis])
         except Ambiguous as why:
             raise r.error(
