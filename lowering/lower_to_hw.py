@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nanoir.dialects.functions import describe
 from nanoir.lowering.hw.bicubic import LowerUpsampleBicubic
 from nanoir.lowering.hw.channel_wise import FuseBatchNormFakeQuant, LowerBatchNorm, LowerPRelu
 from nanoir.lowering.hw.contraction import LowerConv, LowerConvTranspose, LowerLinear, LowerMatmul
@@ -88,8 +89,9 @@ from nanoir.lowering.hw.upsample import (
     LowerUpsampleZero,
 )
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -163,12 +165,35 @@ PATTERNS: tuple[type[HwPattern], ...] = (
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""
 
 
+def refuse_scalars(ops: list[Operation], args: list[BlockArgument]) -> None:
+    """A 0-d value computed at run time has no nh form (an nh layout names at least one dim;
+    0-d constants are folded into codes of one element): refused, naming its op."""
+    runtime: set[SSAValue] = set(args)
+    for arg in args:
+        if isinstance(arg.type, TensorType) and not arg.type.get_shape():
+            raise LowerToHwError(
+                f"lower-to-hw: function input %{arg.name_hint or arg.index} is 0-d; nh values "
+                "have at least one dim (give it shape [1])"
+            )
+    for op in ops:
+        if not any(v in runtime for v in op.operands):
+            continue
+        runtime.update(op.results)
+        for r in op.results:
+            if isinstance(r.type, TensorType) and not r.type.get_shape():
+                raise LowerToHwError(
+                    f"lower-to-hw: {describe(op)} has a 0-d result; nh values have at least "
+                    "one dim (keep a dim of size 1, e.g. keepdim=True)"
+                )
+
+
 def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
     """The nh form of one nq function (a new ``func.func``; ``func`` is left emptied)."""
     hw = HwLowering(func, allow_overflow=allow_overflow)
     block = func.body.block
     old_args = list(block.args)
     nq_ops = [op for op in block.ops if not isinstance(op, ReturnOp)]
+    refuse_scalars(nq_ops, old_args)
     patterns = [cls(hw) for cls in PATTERNS] + [ReportUnlowered(hw)]
     walker = PatternRewriteWalker(
         GreedyRewritePatternApplier(patterns, dce_enabled=False), apply_recursively=False

@@ -8,7 +8,9 @@ Mutants checked (each made the tests named fail; applied in place and restored):
 - per-channel exponents along a reduced dim not aligned first (``one_exponent_along``
   returning its input): test_nq_equals_nh[True] (the nh program fails to run);
 - argmax picking the last maximum (``np.argmax`` of the reversed axis): test_nf_matches_torch;
-- ``keepdim`` ignored by the frontend (no reshape): test_nf_matches_torch.
+- ``keepdim`` ignored by the frontend (no reshape): test_nf_matches_torch;
+- lower-to-hw's refusal of 0-d runtime values dropped: test_a_0d_result_is_refused_by_name
+  (an xDSL verifier error instead).
 """
 
 from __future__ import annotations
@@ -182,3 +184,26 @@ def test_streamed_equals_whole() -> None:
     got = nanoir.stream(hw, [x.numpy()], step=1)
     for g, w in zip(got, want):
         assert g.tobytes() == w.tobytes()
+
+
+def test_a_0d_result_is_refused_by_name() -> None:
+    """A reduction to a 0-d value computed at run time has no nh layout: lower-to-hw refuses
+    it naming the op (keepdim=True lowers)."""
+
+    class Whole(nn.Module):
+        def __init__(self, keepdim: bool):
+            super().__init__()
+            self.keepdim = keepdim
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.amax(dim=(0, 1), keepdim=self.keepdim)
+
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    for keepdim in (True, False):
+        module = nanoir.from_torch(Whole(keepdim), (torch.tensor(x),), dynamic_batch=False)
+        nanoir.quantize(module, [x], progress=False)
+        if keepdim:
+            assert run(lower_to_hw(module.clone()), x)[0].tobytes() == run(module, x)[0].tobytes()
+        else:
+            with pytest.raises(LowerToHwError, match="'nf.reshape'.*0-d result"):
+                lower_to_hw(module)
