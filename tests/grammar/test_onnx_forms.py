@@ -272,12 +272,33 @@ def test_a_mean_over_the_dynamic_batch_is_refused_naming_it() -> None:
         import_onnx_bytes(graph_model([node], ["N", 3]))
 
 
-def test_cast_to_the_same_float_type_is_nothing_and_another_is_refused_by_name() -> None:
-    data = graph_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], [2, 3])
-    assert ops_of(compare(data, RNG.standard_normal((2, 3)).astype(F32))) == []
-    other = graph_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE)], [2, 3])
-    with pytest.raises(OnnxImportError, match="casts a runtime f32 tensor to DOUBLE"):
-        import_onnx_bytes(other)
+@pytest.mark.parametrize(
+    ("to", "refused"),
+    [
+        (TensorProto.FLOAT, None),
+        (TensorProto.DOUBLE, None),
+        (TensorProto.BOOL, None),
+        (TensorProto.FLOAT16, "casts a runtime f32 tensor to FLOAT16, which rounds"),
+        (TensorProto.INT64, "casts a runtime f32 tensor to INT64, which is not a float type"),
+    ],
+)
+def test_cast_of_a_runtime_tensor(to: int, refused: str | None) -> None:
+    """To the same or a wider float type: nothing (exact); to BOOL: a comparison with 0 (1/0
+    values, equal to onnxruntime's true/false); narrowing or to integers: refused by name.
+    Kills: a widening cast refused (the issue's list), a bool cast keeping the values."""
+    model = onnx.load_model_from_string(
+        graph_model([helper.make_node("Cast", ["x"], ["y"], to=to)], [2, 3])
+    )
+    model.graph.output[0].type.tensor_type.elem_type = to
+    data = model.SerializeToString()
+    x = RNG.standard_normal((2, 3)).astype(F32)
+    x[0, 0] = 0.0
+    if refused is not None:
+        with pytest.raises(OnnxImportError, match=refused):
+            import_onnx_bytes(data)
+        return
+    module = compare(data, x)
+    assert ops_of(module) == ([] if to != TensorProto.BOOL else ["nf.compare"])
 
 
 @pytest.mark.parametrize("op", ["Sum", "Mean", "Max", "Min"])

@@ -251,17 +251,31 @@ def _dropout(r: ReaderState, n: Node) -> None:
     r.alias(n.outputs[0], r.ssa(n.inputs[0]))
 
 
+_FLOAT_BITS = {"f16": 16, "f32": 32, "f64": 64}
+_BOOL = 9  # ONNX TensorProto BOOL
+
+
 def _cast(r: ReaderState, n: Node) -> None:
-    """Cast of a runtime (float) tensor: to its own type it is the identity."""
+    """Cast of a runtime (float) tensor: to its own type, or to a wider float type (exact: every
+    value is kept), the identity (nanoir computes a program in one float type); to BOOL,
+    ``nf.compare "ne"`` with 0 (true and false as 1 and 0, as nf holds them). A narrowing cast
+    (it rounds) and a cast to integers are refused naming both types."""
     x = r.ssa(n.inputs[0])
     to = n.attrs.get("to")
-    elt = x.type.get_element_type()  # type: ignore[attr-defined]
-    if FLOAT_TYPES.get(to) == elt:  # type: ignore[arg-type]
+    elt = str(x.type.get_element_type())  # type: ignore[attr-defined]
+    target = FLOAT_TYPES.get(to)  # type: ignore[arg-type]
+    if target is not None and _FLOAT_BITS[str(target)] >= _FLOAT_BITS[elt]:
         r.alias(n.outputs[0], x)
         return
+    if to == _BOOL:
+        zero = r.fresh_constant(f"{n.name}_zero", np.zeros((), _np_type(x)))
+        r.add(n, nf.CompareOp(x, zero, "ne"), n.outputs)
+        return
+    what = "rounds" if target is not None else "is not a float type"
     raise r.error(
-        f"it casts a runtime {elt} tensor to {type_name(r.onnx, to)}; nanoir computes a program "  # type: ignore[arg-type]
-        "in one float type (a Cast to the same type is read as nothing)"
+        f"it casts a runtime {elt} tensor to {type_name(r.onnx, to)}, which {what}; nanoir "  # type: ignore[arg-type]
+        "computes a program in one float type (a cast to the same or a wider float type is "
+        "read as nothing, to BOOL as a comparison with 0)"
     )
 
 
