@@ -209,7 +209,7 @@ class _BatchConstant:
     tensor: torch.Tensor
     name: str
     shape: Sequence[int]
-    ops: dict[Attribute | None, SSAValue] = field(default_factory=dict)
+    ops: dict[tuple[Attribute | None, SSAValue], SSAValue] = field(default_factory=dict)
 
 
 Value = SSAValue | list[SSAValue | None] | _TorchConstant | _BatchConstant | None
@@ -225,6 +225,8 @@ class _Importer:
         self.constant_ops: list[Operation] = []
         self.body_ops: list[Operation] = []
         self.fold = Fold()
+        self.current: fx.Node | None = None
+        """The node being imported (an expanded batch constant takes its batch from it)."""
 
     # -- operands ------------------------------------------------------------------------
 
@@ -431,6 +433,7 @@ class _Importer:
             return  # read only by other folded nodes
         if node in self.fold.batch_folded and node not in self.fold.batched:
             return
+        self.current = node
         try:
             if node in self.fold.folded:
                 self.values[node] = self._folded(node)
@@ -518,15 +521,24 @@ class _Importer:
         return _BatchConstant(self.fold.batched[node], name, _meta_shape(node.meta["val"]))
 
     def _expanded(self, value: _BatchConstant, element_type: Attribute | None) -> SSAValue:
-        """``value`` at batch one, expanded to the batch of the input that carries it."""
-        if element_type not in value.ops:
-            source = self.fold.batch_source
-            like = self.values.get(source) if source is not None else None
-            if not isinstance(like, SSAValue):
-                raise _Unsupported("a value of the batch size with no input to take it from")
+        """``value`` at batch one, expanded to the batch: the size is taken from a run-time
+        operand of the op reading it whose dim 0 is the batch (so that token ids, read only
+        by embeddings, stay indices), else from the input that carries the batch."""
+        like = self._batch_carrier()
+        if like is None:
+            raise _Unsupported("a value of the batch size with no input to take it from")
+        if (element_type, like) not in value.ops:
             one = self._materialize(_TorchConstant(value.tensor, value.name), element_type)
-            value.ops[element_type] = _expand_to(self, one, value.shape, like)
-        return value.ops[element_type]
+            value.ops[element_type, like] = _expand_to(self, one, value.shape, like)
+        return value.ops[element_type, like]
+
+    def _batch_carrier(self) -> SSAValue | None:
+        operands = self.current.all_input_nodes if self.current is not None else []
+        for node in [*operands, self.fold.batch_source]:
+            v = self.values.get(node) if node is not None else None
+            if isinstance(v, SSAValue) and self.rank(v) and nf.tensor_shape(v)[0] == DYNAMIC_INDEX:
+                return v
+        return None
 
     def _folded(self, node: fx.Node) -> Value:
         """The folded value of an input-independent node, as constants named after the
