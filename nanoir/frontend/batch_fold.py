@@ -52,7 +52,6 @@ _COPIES = {
     "aten.detach.default",
     "aten.contiguous.default",
     "aten.lift_fresh_copy.default",
-    "aten.dropout.default",
 }
 
 _ALONG_DIMS = {
@@ -321,6 +320,8 @@ def fold_batch_uniform(program: torch.export.ExportedProgram, fold: Fold) -> Non
         val = node.meta.get("val")
         if not batch.batched_shape(val):
             continue
+        if torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            continue  # a draw per sample and per run: nothing to fold
         try:
             if not (batch.makes_batch(node) or batch.sample_local(node)):
                 continue
