@@ -2637,6 +2637,82 @@ class NormalizeOp(IRDLOperation):
         )
 
 
+# ---------------------------------------------------------------------------------------------
+# Host islands: the boundary between the engine's codes and the host's floats
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_float_twin(op: IRDLOperation, codes: SSAValue, value: SSAValue, label: str) -> None:
+    """``value`` is a float tensor of ``codes``' shape (the other side of a host boundary)."""
+    t = value.type
+    if not isinstance(t, TensorType) or isinstance(t.get_element_type(), IntegerType):
+        raise VerifyException(f"{op.name}: the {label} must be a float tensor, got {t}")
+    if tuple(t.get_shape()) != tuple(tensor_shape(codes)):
+        raise VerifyException(
+            f"{op.name}: the {label} has shape {shape_str(t.get_shape())}, the codes "
+            f"{shape_str(tensor_shape(codes))}"
+        )
+
+
+@irdl_op_definition
+class ToHostOp(IRDLOperation):
+    """Hand engine codes to the host as the real values they stand for:
+    ``y = x * 2**-exp`` (per tensor or per channel, from ``x``'s ``#nh.fixed`` type), exact
+    (a code of at most 32 bits times a power of two is a float64). The host island after it
+    runs the nq program's own ops in float64, so it computes what the nq level computes.
+
+    ```mlir
+    %f = nh.to_host %x : tensor<?x8x4x4xi8, #nh.fixed<5, BCMD>> -> tensor<?x8x4x4xf32>
+    ```
+    """
+
+    name = "nh.to_host"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        check_nh_value(self, self.input, "input")
+        _check_float_twin(self, self.input, self.result, "result")
+
+
+@irdl_op_definition
+class FromHostOp(IRDLOperation):
+    """Take a host island's float result back onto the engine as ``bits``-bit codes, as the
+    fake-quant it replaces quantizes it: ``q = clamp(round(x * 2**exp), lo, hi)`` with
+    ``round`` = ``rounding``, ``exp`` and the code range (signed ``i<w>``, unsigned ``ui<w>``)
+    from the result's type; ``bits = 1``: ``q = x >= 0 ? +1 : -1``. Its codes are the
+    fake-quant's codes, so the engine after it computes what the nq level computes.
+
+    ```mlir
+    %q = nh.from_host %f {bits = 8 : i64, rounding = #nq.rounding<trunc>}
+        : tensor<?x8x4x4xf32> -> tensor<?x8x4x4xi8, #nh.fixed<4, BCMD>>
+    ```
+    """
+
+    name = "nh.from_host"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    bits = prop_def(IntegerAttr[I64])
+    rounding = prop_def(RoundingModeAttr, default_value=RoundingModeAttr(RoundingMode.TRUNC))
+    traits = traits_def(Pure(), Elementwise())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def verify_(self) -> None:
+        width, _ = check_nh_value(self, self.result, "result")
+        _check_float_twin(self, self.result, self.input, "input")
+        bits = self.bits.value.data
+        if not 1 <= bits <= MAX_BITS:
+            raise VerifyException(f"{self.name}: bits = {bits} is outside 1..{MAX_BITS}")
+        if (bits == 1) != (width == 1) or bits > width:
+            raise VerifyException(
+                f"{self.name}: {bits}-bit codes do not fit the result's element type "
+                f"{'u' if is_unsigned(self.result) else ''}i{width}"
+            )
+
+
 NH = Dialect(
     "nh",
     [
@@ -2684,6 +2760,8 @@ NH = Dialect(
         CumsumOp,
         UpsampleBicubicOp,
         NormalizeOp,
+        ToHostOp,
+        FromHostOp,
     ],
     [FixedAttr],
 )

@@ -18,6 +18,13 @@ exponent per tensor or per channel, and each pattern computes the same rational 
 - data movement (``hw/data_movement.py``): max pool, concat, reshape, transpose, pad, split and
   nearest upsampling move codes.
 
+Before any pattern, every op is asked what the engine can take (``hw/support.py``, the
+same questions ``nanoir.inspect`` asks): an op with no integer form, one the ``target``
+(``nanoir.Target``: ops, widths, rounding, on-chip buffer) cannot run, an operand or shape its
+integer form cannot take. With ``host=false`` (the default) such an op, like any pattern's
+refusal, is an error naming it; with ``host=true`` it stays on the host as float nq ops
+between ``nh.to_host`` and ``nh.from_host`` (``hw/host.py``), and the engine runs the rest.
+
 Anything else is reported by name with the reason (``LowerToHwError``). The function's inputs
 become the codes of their first fake-quant (recorded in the argument attributes
 ``nq.bits``/``nq.exp``/``nq.rounding`` so runners can quantize float inputs), and runtime
@@ -35,6 +42,7 @@ module of its family (or a new one) and add it to ``PATTERNS``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from nanoir.dialects.functions import describe
@@ -76,6 +84,7 @@ from nanoir.lowering.hw.fake_quant import (
     QuantizeInput,
     RequantFakeQuant,
 )
+from nanoir.lowering.hw.host import EngineOrHost
 from nanoir.lowering.hw.l2_normalize import LowerNormalize
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
@@ -101,7 +110,8 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.transforms.dead_code_elimination import region_dce
 
-from nanoir.errors import ArgumentError
+from nanoir.errors import ArgumentError, bool_argument
+from nanoir.target import Target, load_target
 
 
 class LowerReturn(HwPattern):
@@ -187,17 +197,25 @@ def refuse_scalars(ops: list[Operation], args: list[BlockArgument]) -> None:
                 )
 
 
-def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
-    """The nh form of one nq function (a new ``func.func``; ``func`` is left emptied)."""
+def lower_function(
+    func: FuncOp,
+    *,
+    allow_overflow: bool = False,
+    target: Target | None = None,
+    host: bool = False,
+) -> FuncOp:
+    """The nh form of one nq function (a new ``func.func``; ``func`` is left emptied); with
+    ``host``, what the engine (``target``) cannot run stays on the host (``hw/host.py``)."""
     hw = HwLowering(func, allow_overflow=allow_overflow)
     block = func.body.block
     old_args = list(block.args)
     nq_ops = [op for op in block.ops if not isinstance(op, ReturnOp)]
     refuse_scalars(nq_ops, old_args)
     patterns = [cls(hw) for cls in PATTERNS] + [ReportUnlowered(hw)]
-    walker = PatternRewriteWalker(
-        GreedyRewritePatternApplier(patterns, dce_enabled=False), apply_recursively=False
+    engine_or_host = EngineOrHost(
+        hw, GreedyRewritePatternApplier(patterns, dce_enabled=False), func, target, host
     )
+    walker = PatternRewriteWalker(engine_or_host, apply_recursively=False)
     try:
         walker.rewrite_region(func.body)
     except LowerToHwError as e:
@@ -215,8 +233,11 @@ def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
     order = sorted(old_args, key=lambda a: hw.input_index[a])
     if [a.index for a in order] != list(range(len(old_args))):
         raise LowerToHwError("lower-to-hw: function inputs are quantized out of order")
-    # Every nq value now has its nh form; the nq ops and inputs go.
+    # Every nq value now has its nh form; the nq ops and inputs go (host islands stay).
+    kept = engine_or_host.kept_ops()
     for op in reversed(nq_ops):
+        if op in kept:
+            continue
         op.detach()
         op.erase()
     for arg in old_args:
@@ -232,13 +253,25 @@ def lower_function(func: FuncOp, *, allow_overflow: bool = False) -> FuncOp:
     return new
 
 
-def lower_to_hw(module: ModuleOp, *, allow_overflow: bool = False) -> ModuleOp:
-    """Lower every function of an nq program to nh, in place; returns the module."""
+def lower_to_hw(
+    module: ModuleOp,
+    *,
+    allow_overflow: bool = False,
+    target: Target | str | os.PathLike[str] | None = None,
+    host: bool = False,
+) -> ModuleOp:
+    """Lower every function of an nq program to nh, in place; returns the module.
+
+    ``target`` (a ``nanoir.Target`` or the path of its TOML file) is the engine: what it
+    cannot run is refused, naming the op, or with ``host=True`` stays float on the host
+    between ``nh.to_host`` / ``nh.from_host`` (each host op says why in ``nh.host``)."""
     if not isinstance(module, ModuleOp):
         raise ArgumentError(f"module must be a program (a ModuleOp), got {type(module).__name__}")
+    host = bool_argument("host", host)
+    target = target_argument(target)
     for op in list(module.body.block.ops):
         if isinstance(op, FuncOp):
-            new = lower_function(op, allow_overflow=allow_overflow)
+            new = lower_function(op, allow_overflow=allow_overflow, target=target, host=host)
             module.body.block.insert_op_before(new, op)
             op.detach()
             op.erase(safe_erase=False)
@@ -253,9 +286,25 @@ class LowerToHwPass(ModulePass):
 
     allow_overflow: bool = False
     """Accept accumulators whose worst case may exceed i32 (otherwise an error)."""
+    host: bool = False
+    """Keep what the engine cannot run float on the host (``nh.to_host``/``nh.from_host``
+    around each host island) instead of refusing it."""
+    hw_target: str | None = None
+    """A target TOML file (``nanoir.Target``): the ops, widths and buffer of the engine."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lower_to_hw(op, allow_overflow=self.allow_overflow)
+        lower_to_hw(op, allow_overflow=self.allow_overflow, target=self.hw_target, host=self.host)
 
 
-__all__ = ["PATTERNS", "LowerToHwError", "LowerToHwPass", "lower_to_hw"]
+def target_argument(target: object) -> Target | None:
+    """``target=`` as a :class:`~nanoir.target.Target`: one, a TOML file's path, or None."""
+    if target is None or isinstance(target, Target):
+        return target
+    if isinstance(target, str | os.PathLike):
+        return load_target(target)
+    raise ArgumentError(
+        f"target must be a nanoir.Target or the path of a target file, got {type(target).__name__}"
+    )
+
+
+__all__ = ["PATTERNS", "LowerToHwError", "LowerToHwPass", "lower_to_hw", "target_argument"]

@@ -4,7 +4,8 @@
         --> Program --printer--> text
 
 A function with nh ops or nh-typed arguments is written at the hw level, any other at the
-nq level. IR the format cannot express is an `ExportError` naming the op.
+nq level. IR the format cannot express is an `ExportError` naming the op; a program with host
+islands (``lower-to-hw{host=true}``) is refused naming its host ops.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from nanoir.grammar.ne.schema import (
 )
 from nanoir.grammar.ne.syntax_tree import Program
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 __all__ = ["ExportError", "StreamPlan", "UnitStepPlan", "export_program", "export_nanoengine"]
 
@@ -34,8 +36,28 @@ def export_program(module: ModuleOp, plan: StreamPlan | None = None) -> Program:
     """
     func = main_function(module)
     if level_of(func) == "nh":
+        refuse_host_islands(func)
         return export_hw_program(func, plan)
     return export_nq_program(module, plan)
+
+
+def refuse_host_islands(func: Operation) -> None:
+    """A program partitioned by ``lower-to-hw{host=true}`` runs some ops on the host, and `.ne`
+    has no host op: refused, naming them (compile the engine part alone, or write integer
+    ONNX, which carries the host islands as float ops)."""
+    host = [op for op in func.walk() if op.name.startswith(("nf.", "nq."))]
+    if not host:
+        return
+    named = [
+        f"{op.name} %{op.results[0].name_hint or '?'}" if op.results else op.name
+        for op in host
+        if "nh.host" in op.attributes
+    ] or [host[0].name]
+    raise ExportError(
+        f"nanoengine export: the program runs {len(named)} op(s) on the host "
+        f"({', '.join(named[:4])}{', ...' if len(named) > 4 else ''}): NanoEngine text "
+        "holds engine programs only; lower without host=true to see why each is refused"
+    )
 
 
 def export_nanoengine(module: ModuleOp, plan: StreamPlan | None = None) -> str:

@@ -39,6 +39,7 @@ LAYERS = [
     (1, "nanoir.runtime.numerics"),
     (2, "nanoir.dialects"),
     (3, "nanoir.lowering.analysis"),
+    (3, "nanoir.target"),  # what the engine is: read by passes, analysis users and the API
     (4, "nanoir.runtime"),
     (5, "nanoir.lowering"),
     (5, "nanoir.grammar"),
