@@ -42,7 +42,15 @@ from nanoir.grammar.ne.schema import Attrs
 from nanoir.grammar.ne.syntax_tree import Float
 from xdsl.ir import Operation
 
-__all__ = ["FAMILY_CLASSES", "FAMILY_ROWS", "RowSpec", "refusal", "resize_cubic", "row_type_for"]
+__all__ = [
+    "FAMILY_CLASSES",
+    "FAMILY_ROWS",
+    "NoOpType",
+    "RowSpec",
+    "refusal",
+    "resize_cubic",
+    "row_type_for",
+]
 
 PLAIN_UNARY: dict[str, str] = {
     "Abs": "abs",
@@ -241,8 +249,17 @@ def resize_cubic(n: NodeSpec) -> Operation:
 # -- writers ------------------------------------------------------------------------------
 
 
+class NoOpType(ExportError, KeyError):
+    """An op of these families whose function has no op type: an ``ExportError`` for the
+    `.ne` writer, and a ``KeyError`` (no row) for the ONNX writer, which refuses it by name as
+    any op without a row."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _refuse(op: Operation, what: str) -> ExportError:
-    return ExportError(f"nanoengine export: {op.name} {what} has no NanoEngine (ONNX) op type")
+    return NoOpType(f"nanoengine export: {op.name} {what} has no NanoEngine (ONNX) op type")
 
 
 def row_type_for(op: Operation) -> str | None:

@@ -83,6 +83,7 @@ def test_the_lookup_tables() -> None:
         "nf.leaky_relu",
         "nf.silu",
         "nf.gelu",
+        "nf.unary",
     }
     assert {o.name for o in ALL_OPS if o.has_trait(FloatOnly)} == lut
 
@@ -160,10 +161,12 @@ def test_the_other_facts() -> None:
     assert named(Contraction) == {"nf.linear", "nh.linear", "nf.matmul", "nh.matmul"}
     assert named(ChannelWise) == {"nf.batch_norm", "nf.prelu", "nh.prelu"}
     softmax = {"nf.softmax", "nf.log_softmax", "nh.softmax", "nh.log_softmax"}
-    assert named(WholeAlongAxis) == softmax
+    l2 = {"nf.normalize", "nh.normalize"}
+    assert named(WholeAlongAxis) == softmax | l2
     norms = {"nf.layer_norm", "nf.group_norm", "nh.layer_norm", "nh.group_norm"}
     assert named(Normalising) == norms
     assert named(WholeExtent) - named(WholeAlongAxis) - norms == {"nf.adaptive_avg_pool"}
+    assert {"nf.normalize"} <= named(IntegerAlgorithm)
     assert {"nf.softmax", "nf.log_softmax"} <= named(IntegerAlgorithm)
     assert {"nf.layer_norm", "nf.group_norm"} <= named(IntegerAlgorithm)
     assert {
