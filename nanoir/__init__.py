@@ -17,6 +17,10 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
   ``convert``; imports torch, on first use);
 - ``nanoir.draw(module, "g.svg")`` draws the op graph with Graphviz (``.svg``/``.png``/``.pdf``;
   ``nanoir-opt X --emit=dot`` writes the DOT text);
+- ``nanoir.Target`` describes an engine (a TOML file: ops, widths, lanes, buffer, bandwidth);
+  ``nanoir.inspect(module, target)`` says which op runs on the engine and which on the host,
+  and why, before quantizing; ``nanoir.estimate(hw, target)`` gives per-layer MACs, bytes,
+  cycles, latency and frames per second;
 - ``nanoir.Error`` is the base of every error nanoir raises for bad input;
 - ``nanoir.__version__`` is the installed package's version (its metadata).
 """
@@ -31,10 +35,13 @@ from nanoir.errors import Error
 __all__ = [
     "Error",
     "Streamer",
+    "Target",
     "compile_model",
     "compile_module",
     "draw",
+    "estimate",
     "from_torch",
+    "inspect",
     "load",
     "lower_to_hw",
     "make_context",
@@ -68,6 +75,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "quantize": ("nanoir.lowering.quantize", "quantize"),
     "report": ("nanoir.quant_report", "report"),
     "draw": ("nanoir.dot", "draw"),
+    "Target": ("nanoir.target", "Target"),
+    "inspect": ("nanoir.inspection", "inspect"),
+    "estimate": ("nanoir.cost", "estimate"),
     "lower_to_hw": ("nanoir.lowering.lower_to_hw", "lower_to_hw"),
     "stream_plan": ("nanoir.lowering.stream_plan", "stream_plan"),
     "stream": ("nanoir.runtime.stream", "stream"),

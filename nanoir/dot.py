@@ -19,6 +19,12 @@ the op has several operands. Each node's label says what the op is and what it m
   stream-plan``), each runtime op's streamed output shape and the shape and size of each of its
   caches, and the stream plan (streamed dim and steps) in the function's label.
 
+Devices: given ``devices`` (op -> ``engine``, ``host`` or ``boundary``, as
+``nanoir.inspect(...).devices()`` gives them), each op is filled with its device's colour
+(:data:`DEVICE_COLOURS`) and its label gains the device; a program ``lower-to-hw{host=true}``
+partitioned is coloured so by itself (nh ops on the engine, ``nh.to_host``/``nh.from_host``
+the boundary, the nf/nq ops left on the host), with a legend in the function's label.
+
 ``nanoir.draw(module, "g.svg")`` renders the DOT with the Graphviz ``dot`` program (a system
 package, e.g. ``apt-get install graphviz``; a clear ``GraphvizMissingError`` when it is not
 installed), in the format the suffix names (``.svg``, ``.png``, ``.pdf``, or ``.dot`` for the
@@ -65,12 +71,21 @@ from nanoir.lowering.analysis.attributes import (
     WARMUP_ATTR,
 )
 
-__all__ = ["DotTarget", "GraphvizMissingError", "draw", "to_dot"]
+__all__ = [
+    "DEVICE_COLOURS",
+    "DotTarget",
+    "GraphvizMissingError",
+    "draw",
+    "partition_devices",
+    "to_dot",
+]
 
 FORMATS = ("svg", "png", "pdf")
 """Formats ``draw`` renders with ``dot`` (by the path's suffix); ``.dot`` writes the text."""
 
-_SKIPPED_ATTRS = {"name", "bits", "exp", "rounding", OUT_ATTR, MEM_ATTR, WARMUP_ATTR}
+_SKIPPED_ATTRS = {"name", "bits", "exp", "rounding", "nh.host", OUT_ATTR, MEM_ATTR, WARMUP_ATTR}
+DEVICE_COLOURS = {"engine": "#cfe2f3", "host": "#fce5cd", "boundary": "#e6e6e6"}
+"""Fill colours of ops by device (light blue, light orange, light grey)."""
 _MAX_ATTR_TEXT = 40
 _MAX_EXPS = 6
 
@@ -214,11 +229,19 @@ class _Graph:
     lines: list[str]
     ids: dict[object, str]
 
-    def node(self, key: object, label_lines: list[str], indent: str, shape: str = "box") -> str:
+    def node(
+        self,
+        key: object,
+        label_lines: list[str],
+        indent: str,
+        shape: str = "box",
+        fill: str | None = None,
+    ) -> str:
         node_id = f"v{len(self.ids)}"
         self.ids[key] = node_id
         label = _quote("\n".join(label_lines))
-        self.lines.append(f"{indent}{node_id} [label = {label}, shape = {shape}];")
+        style = f", style = filled, fillcolor = {_quote(fill)}" if fill else ""
+        self.lines.append(f"{indent}{node_id} [label = {label}, shape = {shape}{style}];")
         return node_id
 
 
@@ -237,8 +260,28 @@ def _ssa_names(func: FuncOp) -> dict[SSAValue, str]:
     return names
 
 
-def to_dot(module: ModuleOp, *, name: str = "G") -> str:
-    """The program as Graphviz DOT text (the conventions are in the module docstring)."""
+def partition_devices(module: ModuleOp) -> dict[Operation, str]:
+    """The device of each op of a program with host islands (nh ops mixed with nf/nq ops):
+    nh ops ``engine``, the boundary ops ``boundary``, the rest ``host``; empty otherwise."""
+    ops = [op for op in module.walk() if "." in op.name and not op.name.startswith("func.")]
+    dialects = {op.name.split(".", 1)[0] for op in ops}
+    if "nh" not in dialects or not dialects & {"nf", "nq"}:
+        return {}
+    return {
+        op: "boundary"
+        if op.name in ("nh.to_host", "nh.from_host")
+        else ("engine" if op.name.startswith("nh.") else "host")
+        for op in ops
+    }
+
+
+def to_dot(
+    module: ModuleOp, *, name: str = "G", devices: dict[Operation, str] | None = None
+) -> str:
+    """The program as Graphviz DOT text (the conventions are in the module docstring);
+    ``devices`` colours ops by where they run (default: a partitioned program's own)."""
+    if devices is None:
+        devices = partition_devices(module)
     graph = _Graph(
         [
             f"digraph {_quote(name)} {{",
@@ -256,7 +299,14 @@ def to_dot(module: ModuleOp, *, name: str = "G") -> str:
         names.update(_ssa_names(func))
     for k, func in enumerate(funcs):
         graph.lines.append(f"  subgraph cluster_{k} {{")
-        graph.lines.append(f"    label = {_quote(_func_label(func))};")
+        legend = ""
+        if devices:
+            used = [d for d in DEVICE_COLOURS if d in devices.values()]
+            legend = "\ncolours: " + ", ".join(
+                f"{d} {'blue' if d == 'engine' else 'orange' if d == 'host' else 'grey'}"
+                for d in used
+            )
+        graph.lines.append(f"    label = {_quote(_func_label(func) + legend)};")
         graph.lines.append('    style = "rounded";')
         if func.body.blocks:
             for i, arg in enumerate(func.body.block.args):
@@ -264,7 +314,10 @@ def to_dot(module: ModuleOp, *, name: str = "G") -> str:
         for op in func.walk():
             if op is func:
                 continue
-            graph.node(op, _op_lines(op, names), "    ", "box")
+            device = devices.get(op) if devices else None
+            lines = _op_lines(op, names) + ([f"[{device}]"] if device else [])
+            fill = DEVICE_COLOURS.get(device) if device else None
+            graph.node(op, lines, "    ", "box", fill)
             edges.extend((v, op, i, len(op.operands)) for i, v in enumerate(op.operands))
         graph.lines.append("  }")
     for value, user, index, count in edges:
@@ -301,7 +354,12 @@ def dot_program() -> str:
     return found
 
 
-def draw(module: ModuleOp, path: str | os.PathLike[str]) -> None:
+def draw(
+    module: ModuleOp,
+    path: str | os.PathLike[str],
+    *,
+    devices: dict[Operation, str] | None = None,
+) -> None:
     """Render ``module`` to ``path`` with Graphviz: ``.svg``, ``.png`` or ``.pdf`` by the
     suffix (``.dot`` writes the DOT text and needs no Graphviz). The file is written
     atomically; a special file such as ``/dev/stdout`` is written through (SVG unless its
@@ -319,7 +377,7 @@ def draw(module: ModuleOp, path: str | os.PathLike[str]) -> None:
             "name the file with one of those suffixes"
         )
     check_output_path(name)
-    text = to_dot(module)
+    text = to_dot(module, devices=devices)
     if suffix in ("dot", "gv"):
         write_atomically(name, text)
         return

@@ -43,8 +43,16 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import Weighted, negatives_unread, non_negative_result
-from nanoir.errors import Error, FileFormatError, batches_argument
-from nanoir.files import check_output_path, write_atomically, writes_through
+from nanoir.errors import batches_argument
+from nanoir.layer_table import (
+    PLOT_FORMATS,
+    Cell,
+    LayerTable,
+    PlotUnavailableError,
+    figure_class,
+    require_matplotlib,
+    write_figure,
+)
 from nanoir.lowering.quantize import internal_names, restore_uncorrected
 from nanoir.runtime.interpreter import (
     Plan,
@@ -55,6 +63,19 @@ from nanoir.runtime.interpreter import (
 from nanoir.runtime.nf import recurrent_grids
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
+
+__all__ = [
+    "PLOT_FORMATS",
+    "PlotUnavailableError",
+    "QuantReport",
+    "ReportRow",
+    "float_twin",
+    "plot_report",
+    "report",
+    "report_figure",
+    "require_matplotlib",
+    "sqnr_db",
+]
 
 
 def sqnr_db(signal_power: float, noise_power: float) -> float:
@@ -138,6 +159,17 @@ class ReportRow:
         return str(lo) if lo == hi else f"{lo}..{hi} ({len(self.exps)} ch)"
 
 
+def _report_cell(column: int, value: Cell) -> str:
+    """The report's own forms: the saturation as a percentage, SQNRs to 0.1 dB."""
+    if value is None:
+        return ""
+    if column == 4 and isinstance(value, float):
+        return f"{100 * value:.2f}%"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
 @dataclass
 class QuantReport:
     """Per-tensor rows and the SQNR of each output against the float program."""
@@ -145,50 +177,32 @@ class QuantReport:
     rows: list[ReportRow] = field(default_factory=list)
     output_sqnr: list[float] = field(default_factory=list)
 
-    def __str__(self) -> str:
-        header: tuple[str, ...] = (
-            "tensor",
-            "kind",
-            "bits",
-            "exp",
-            "saturated",
-            "SQNR dB",
-            "vs float dB",
-        )
+    def table(self) -> LayerTable:
+        """The rows as nanoir's per-layer table (``nanoir.layer_table``): text, rich, JSON."""
+        columns = ["tensor", "kind", "bits", "exp", "saturated", "SQNR dB", "vs float dB"]
+        keys = ["tensor", "kind", "bits", "exp", "saturation", "sqnr_db", "sqnr_vs_float_db"]
         joined = any(r.origin for r in self.rows)
         if joined:  # two more columns, only when quantize chose an exponent for a join
-            header += ("own-range SQNR dB", "origin")
-        lines = [header] + [
-            (
-                r.name,
-                r.kind,
-                r.bits_text,
-                r.exp_text,
-                f"{100 * r.saturation:.2f}%",
-                f"{r.sqnr:.1f}",
-                f"{r.sqnr_vs_float:.1f}",
-            )
-            + ((f"{r.sqnr_own:.1f}" if r.sqnr_own is not None else "", r.origin) if joined else ())
+            columns += ["own-range SQNR dB", "origin"]
+            keys += ["own_range_sqnr_db", "origin"]
+        rows: list[list[Cell]] = [
+            [r.name, r.kind, r.bits_text, r.exp_text, r.saturation, r.sqnr, r.sqnr_vs_float]
+            + ([r.sqnr_own, r.origin] if joined else [])
             for r in self.rows
         ]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-        text = [
-            "  ".join(
-                cell.ljust(w) if i < 2 else cell.rjust(w)
-                for i, (cell, w) in enumerate(zip(line, widths))
-            )
-            for line in lines
-        ]
-        text.insert(1, "  ".join("-" * w for w in widths))
+        notes = []
         if any(not r.signed and not r.known_non_negative for r in self.rows):
-            text.append(
+            notes.append(
                 "u* unsigned codes on a value not known non-negative: negatives saturate to 0"
             )
         if any(r.after_relu for r in self.rows):
-            text.append("+ read only by a ReLU: measured on max(value, 0), what the ReLU reads")
+            notes.append("+ read only by a ReLU: measured on max(value, 0), what the ReLU reads")
         for i, s in enumerate(self.output_sqnr):
-            text.append(f"output {i}: SQNR {s:.1f} dB against the float program")
-        return "\n".join(text)
+            notes.append(f"output {i}: SQNR {s:.1f} dB against the float program")
+        return LayerTable(columns, rows, left=2, notes=notes, cells=_report_cell, keys=keys)
+
+    def __str__(self) -> str:
+        return self.table().text()
 
     def figure(self, *, title: str | None = None) -> Any:
         """The report as a matplotlib ``Figure`` (see :func:`report_figure`)."""
@@ -197,30 +211,6 @@ class QuantReport:
     def plot(self, path: str | os.PathLike[str], *, title: str | None = None) -> None:
         """Draw the report to ``path`` (``.png``, ``.svg``, ``.pdf``; see :func:`plot_report`)."""
         plot_report(self, path, title=title)
-
-
-class PlotUnavailableError(ImportError, Error):
-    """Plotting the report needs matplotlib, which is not installed."""
-
-
-PLOT_FORMATS = ("png", "svg", "pdf")
-"""The figure formats ``QuantReport.plot`` writes, by the path's suffix."""
-
-
-def _figure_class() -> Any:
-    try:
-        # lazy: matplotlib (the `plot` extra) loads only to draw a report
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise PlotUnavailableError(
-            f"plotting the quantization report needs matplotlib ({e}): pip install nanoir[plot]"
-        ) from None
-    return Figure
-
-
-def require_matplotlib() -> None:
-    """A ``PlotUnavailableError`` (``pip install nanoir[plot]``) unless matplotlib imports."""
-    _figure_class()
 
 
 def _finite_or(value: float, fallback: float) -> float:
@@ -233,10 +223,10 @@ def report_figure(rep: QuantReport, *, title: str | None = None) -> Any:
     and marked "exact"), the saturation rate (%), and the exponents (a dot per tensor, the
     range of per-channel ones as a bar). The row with the lowest SQNR against its own input
     (the fake-quant that adds the most error) is marked in red on the axis."""
-    figure_class = _figure_class()
+    fig_cls = figure_class()
     rows = rep.rows
     n = max(len(rows), 1)
-    fig = figure_class(figsize=(max(6.0, 0.55 * n + 2.5), 7.5), layout="constrained")
+    fig = fig_cls(figsize=(max(6.0, 0.55 * n + 2.5), 7.5), layout="constrained")
     ax_sqnr, ax_sat, ax_exp = fig.subplots(3, 1, sharex=True, height_ratios=[3, 1.4, 1.6])
     xs = np.arange(len(rows))
     finite = [v for r in rows for v in (r.sqnr, r.sqnr_vs_float) if math.isfinite(v)]
@@ -296,18 +286,7 @@ def plot_report(
     """Write ``report_figure(rep)`` to ``path`` (``.png``, ``.svg`` or ``.pdf`` by the suffix),
     atomically; a special file such as ``/dev/stdout`` is written through (PNG unless its name
     has one of those suffixes), never replaced."""
-    name = os.fspath(path)
-    suffix = os.path.splitext(name)[1].lower().lstrip(".")
-    if suffix not in PLOT_FORMATS and writes_through(name):
-        suffix = "png"  # a device or pipe such as /dev/stdout: PNG bytes
-    if suffix not in PLOT_FORMATS:
-        raise FileFormatError(
-            f"{name}: the report figure is written as .png, .svg or .pdf; name the file "
-            "with one of those suffixes"
-        )
-    check_output_path(name)
-    fig = report_figure(rep, title=title)
-    write_atomically(name, lambda f: fig.savefig(f, format=suffix, dpi=110))
+    write_figure(report_figure(rep, title=title), path)
 
 
 def _name(op: FakeQuantOp, index: int) -> tuple[str, str]:

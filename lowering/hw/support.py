@@ -47,6 +47,7 @@ from nanoir.dialects.traits import (
 from nanoir.lowering.analysis.plan import plan_function
 from nanoir.lowering.analysis.rules import StreamPlanError
 from nanoir.lowering.hw.codes import container_width, dyadic_exponent, float_constant_of
+from nanoir.lowering.hw.core import LowerToHwError
 from nanoir.runtime.numerics.reduce import sum_bits
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
 from xdsl.dialects.builtin import TensorType
@@ -64,8 +65,12 @@ __all__ = [
     "Refusal",
     "View",
     "buffer_refusals",
+    "check_before_calibrating",
     "conditions",
+    "function_ops",
     "is_placed_op",
+    "placement",
+    "planned_view",
     "reads_host_value",
     "refusal",
 ]
@@ -304,8 +309,9 @@ CONDITIONS: dict[type[Operation], str] = {
 
 
 def conditions(op: Operation) -> str:
-    """What ``op``'s lowering checks on the calibrated exponents (for inspect's table)."""
-    return CONDITIONS.get(type(op), "per-tensor or per-channel exponents it can carry")
+    """What ``op``'s lowering checks on the calibrated exponents (for inspect's table); empty
+    for an op that only carries them (data movement, relu ...)."""
+    return CONDITIONS.get(type(op), "")
 
 
 def is_placed_op(op: Operation) -> bool:
@@ -682,3 +688,45 @@ def buffer_refusals(func: FuncOp, view: View, target: Target | None) -> dict[Ope
 def function_ops(func: FuncOp) -> list[Operation]:
     """The ops of ``func`` the engine-or-host question is asked of, in program order."""
     return [op for op in func.body.block.ops if is_placed_op(op) and not isinstance(op, ReturnOp)]
+
+
+def placement(
+    func: FuncOp, view: View, target: Target | None
+) -> list[tuple[Operation, Refusal | None]]:
+    """Every op of ``func`` with why it runs on the host (None: on the engine, subject to
+    :func:`conditions`), asked in program order as lower-to-hw asks them (``hw/host.py``):
+    a host island's float read directly, then :func:`refusal`, then the stream buffers."""
+    buffers = buffer_refusals(func, view, target)
+    host: set[Operation] = set()
+    placed: list[tuple[Operation, Refusal | None]] = []
+    for op in function_ops(func):
+        why = reads_host_value(op, view, host) or refusal(op, view, target) or buffers.get(op)
+        if why is not None:
+            host.add(op)
+        placed.append((op, why))
+    return placed
+
+
+def planned_view(targets: Iterable[object], rounding: object) -> PlannedView:
+    """quantize's placement as a view: each target (``find_targets``: its ``value``,
+    ``bits``, ``signed`` and ``rounding``, else ``rounding``, the options') becomes a grid."""
+    grids: dict[SSAValue, Grid] = {}
+    for t in targets:
+        mode = getattr(t, "rounding", None) or rounding
+        grids[t.value] = Grid(t.bits, t.signed, str(getattr(mode, "value", mode)))  # type: ignore[attr-defined]
+    return PlannedView(grids)
+
+
+def check_before_calibrating(
+    func: FuncOp, targets: Iterable[object], rounding: object, target: Target
+) -> None:
+    """quantize's question before it calibrates: an op ``target`` cannot run, whatever the
+    exponents, is refused now, naming it (:class:`LowerToHwError`), so a network that cannot
+    lower costs no calibration. ``quantize(host=True)`` does not ask (the host runs it)."""
+    for op, why in placement(func, planned_view(targets, rounding), target):
+        if why is not None:
+            raise LowerToHwError(
+                f"quantize: {describe(op)} cannot run on the engine {target.name!r}: "
+                f"{why.reason} (quantize and lower with host=True to run it on the host; "
+                "nanoir.inspect lists every such op)"
+            )

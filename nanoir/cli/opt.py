@@ -2,8 +2,11 @@
 
 Reads ``.mlir``, NanoEngine ``.ne`` or ``.onnx`` (by extension, or ``--input-format``; stdin
 is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a target (``-t``/``--emit``:
-``mlir``, ``nanoengine``, ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``, or
-``onnx`` / ``onnx-nanoengine`` / ``onnx-integer``: binary ONNX, see ``nanoir.cli.onnx_target``).
+``mlir``, ``nanoengine``, ``dot``: Graphviz DOT of the op graph, see ``nanoir.dot``,
+``onnx`` / ``onnx-nanoengine`` / ``onnx-integer``: binary ONNX, see ``nanoir.cli.onnx_target``,
+or ``perf`` / ``perf-json``: the cost estimate, ``nanoir.cost``). ``--hw-target FILE`` names the
+engine (``nanoir.Target``) for ``--lower-to-hw [--host]``, ``--inspect`` (which op runs where,
+and why: a table, ``json`` or ``dot``) and ``--emit=perf``.
 Bad input is one message with ``file:line:col`` and exit code 1: no traceback, and ``-o`` is written only when everything succeeded (atomically, see
 ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
 written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
@@ -107,6 +110,8 @@ class NanoirOptMain(xDSLOptMain):
             "onnx": lambda: OnnxTarget,
             "onnx-nanoengine": lambda: OnnxNanoEngineTarget,
             "onnx-integer": lambda: OnnxIntegerTarget,
+            "perf": lambda: MLIRTarget,  # (written by output_resulting_program: the estimate)
+            "perf-json": lambda: MLIRTarget,
         }
 
     def register_all_frontends(self) -> None:
@@ -173,7 +178,8 @@ class NanoirOptMain(xDSLOptMain):
             metavar="TARGET",
             help="output format, same as -t (mlir, nanoengine, dot: Graphviz DOT of the op graph, "
             "onnx: standard QDQ, onnx-nanoengine: NanoEngine-PyTorch's ONNX, onnx-integer: an "
-            "nh program as exact integer ONNX)",
+            "nh program as exact integer ONNX, perf / perf-json: the per-layer cost estimate "
+            "on --hw-target)",
         )
         arg_parser.add_argument(
             "--input-format",
@@ -195,10 +201,45 @@ class NanoirOptMain(xDSLOptMain):
             help="lower the quantized program to integer nh ops after the -p passes "
             "(same as appending ',lower-to-hw' to -p)",
         )
+        arg_parser.add_argument(
+            "--host",
+            action="store_true",
+            help="with --lower-to-hw: keep what the engine cannot run on the host "
+            "(lower-to-hw{host=true})",
+        )
+        arg_parser.add_argument(
+            "--hw-target",
+            metavar="FILE",
+            help="the engine, a target TOML file (nanoir.Target; see "
+            "examples/targets/nanoengine_example.toml): read by --lower-to-hw, --inspect and "
+            "--emit=perf (-t/--target is the output format)",
+        )
+        arg_parser.add_argument(
+            "--inspect",
+            nargs="?",
+            const="table",
+            choices=("table", "json", "dot"),
+            help="print which op runs on the engine and which on the host, and why, instead "
+            "of the program: a table (default), json, or dot (the picture, coloured by device)",
+        )
+        arg_parser.add_argument(
+            "--perf-plot",
+            metavar="FILE",
+            help="with --emit=perf or perf-json: also draw the per-layer cycles as a bar "
+            "chart (.png, .svg, .pdf; needs matplotlib)",
+        )
 
     def setup_pipeline(self) -> None:
         if self.args.lower_to_hw:
-            self.args.passes = ",".join(p for p in (self.args.passes, "lower-to-hw") if p)
+            options = []
+            if self.args.host:
+                options.append("host=true")
+            if self.args.hw_target:
+                options.append(f"hw_target={_quoted(self.args.hw_target)}")
+            step = "lower-to-hw" + ("{" + " ".join(options) + "}" if options else "")
+            self.args.passes = ",".join(p for p in (self.args.passes, step) if p)
+        elif self.args.host:
+            raise Error("--host goes with --lower-to-hw (or write lower-to-hw{host=true} in -p)")
         super().setup_pipeline()
 
     def prepare_output(self) -> IO[str]:
@@ -209,6 +250,10 @@ class NanoirOptMain(xDSLOptMain):
     """What a binary target (ONNX) wrote; main() writes it instead of the text."""
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
+        if self.args.inspect:
+            return _inspection_text(prog, self.args.inspect, self.args.hw_target)
+        if self.args.target in ("perf", "perf-json"):
+            return _estimate_text(prog, self.args.target, self.args.hw_target, self.args.perf_plot)
         target = {
             "onnx": OnnxTarget,
             "onnx-nanoengine": OnnxNanoEngineTarget,
@@ -220,6 +265,42 @@ class NanoirOptMain(xDSLOptMain):
             raise FileFormatError(f"--emit={self.args.target} writes one program, not several")
         self.binary_output = target().to_bytes(prog)
         return ""
+
+
+def _quoted(text: str) -> str:
+    """A pass option's string value, quoted for the pipeline syntax."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _inspection_text(prog: ModuleOp, form: str, target: str | None) -> str:
+    """``--inspect``: the program's engine-or-host table, JSON or coloured picture."""
+    # lazy: the quantize placement and the table load only when asked for
+    from nanoir.inspection import inspect
+
+    result = inspect(prog, target)
+    if form == "json":
+        return result.to_json() + "\n"
+    if form == "dot":
+        return result.to_dot()
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        Console(file=buffer, force_terminal=True, width=200).print(result.rich())
+        return buffer.getvalue()
+    return str(result) + "\n"
+
+
+def _estimate_text(prog: ModuleOp, form: str, target: str | None, plot: str | None) -> str:
+    """``--emit=perf`` / ``perf-json``: the per-layer estimate (and its chart with
+    ``--perf-plot``)."""
+    # lazy: the estimate loads only when asked for
+    from nanoir.cost import estimate
+
+    result = estimate(prog, target)
+    if plot:
+        result.plot(plot)
+    return (result.to_json() if form == "perf-json" else str(result)) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,6 +316,13 @@ def _main(argv: Sequence[str] | None) -> int:
         )
         if tool.args.input_shape and not onnx_input:
             raise Error("--input-shape gives the shapes of an .onnx input's graph inputs")
+        if tool.args.perf_plot and tool.args.target not in ("perf", "perf-json"):
+            raise Error("--perf-plot draws the estimate: use it with --emit=perf or perf-json")
+        if tool.args.hw_target:
+            # lazy: a bad target file is refused before any pass runs
+            from nanoir.target import load_target
+
+            load_target(tool.args.hw_target)
         if tool.args.output_file is not None:
             check_output_path(tool.args.output_file)  # before the work, not after
         elif tool.args.target.startswith("onnx") and sys.stdout.isatty():
