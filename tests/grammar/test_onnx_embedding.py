@@ -39,8 +39,9 @@ def _program(ids: int, vocab: int, dim: int, table: np.ndarray) -> str:
 }}"""
 
 
-def _numpy_fake_quant(x: np.ndarray, bits: int, k: int, rounding: str) -> np.ndarray:
-    """A power-of-two fake-quant written here: signed codes at step ``2**-k``."""
+def _numpy_fake_quant(x: np.ndarray, bits: int, k: np.ndarray, rounding: str) -> np.ndarray:
+    """A power-of-two fake-quant written here: signed codes at step ``2**-k`` (``k`` one
+    exponent, or one per row)."""
     mode = {
         "trunc": np.trunc,
         "floor": np.floor,
@@ -48,7 +49,7 @@ def _numpy_fake_quant(x: np.ndarray, bits: int, k: int, rounding: str) -> np.nda
         "half_even": np.round,
     }[rounding]
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-    return np.clip(mode(np.ldexp(x, k)), lo, hi) * 2.0**-k
+    return np.clip(mode(np.ldexp(x, k)), lo, hi) * np.exp2(-k.astype(np.float64))
 
 
 def _ort(data: bytes, ids: np.ndarray) -> np.ndarray:
@@ -80,7 +81,7 @@ def test_embedding_is_gather_in_onnxruntime(vocab, dim, length, batch, bits, rou
         calib = [rng.integers(0, vocab, (2, length)) for _ in range(2)]
         nanoir.quantize(module, calib, weight_bits=bits, rounding=rounding, bias_correction=False)
         (fq,) = [op for op in module.walk() if isinstance(op, FakeQuantOp)]
-        (k,) = (int(e) for e in fq.exp.get_values())
+        k = np.asarray([int(e) for e in fq.exp.get_values()]).reshape(-1, 1)  # per row or one
         want = _numpy_fake_quant(table, bits, k, rounding)
     data = export_onnx_bytes(module)
     model = onnx.load_model_from_string(data)
