@@ -10,15 +10,21 @@ For each model of ``nanoir.testing.TEST_MODELS`` (ResNet-18 at 3x224x224) and ea
 - ``nh-ort``: that nh program as exact integer ONNX (``nanoir.run(..., backend="onnxruntime")``)
   in onnxruntime with one intra-op thread; its codes are checked equal to ``nh``'s.
 
-Targets (issue 23): ResNet-18 at batch 1, nh via onnxruntime <= 0.9x torch fp32; nh via
-onnxruntime faster than NumPy nh on every model at every batch size.
+Targets: ResNet-18 at batch 1, nh via onnxruntime <= 0.9x torch fp32 (issue 23) and NumPy nh
+<= 1.0x torch fp32 (issue 33); nh via onnxruntime faster than NumPy nh on every model at every
+batch size.
 
 Each (model, implementation) pair runs in its own worker process with
 OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=1 and ``torch.set_num_threads(1)``:
 torch's and OpenBLAS's thread pools slow each other down when alternated in one process.
-Times are the best of ``--repeat`` runs after one warm-up; compilation is not timed.
+Times are the best of ``--repeat`` calls after one warm-up; compilation is not timed. The
+clock is the process's CPU time (``--clock cpu``, the default: one thread, so it is the time
+the work takes, and other jobs on a shared machine inflate it far less than wall time) or
+``--clock wall``. ``--runs N`` repeats the whole table N times (the implementations of a row
+interleaved in each) and reports, per cell, the median of the N runs' bests; the load average
+is printed before and after.
 
-    python benchmarks/bench_models.py [--repeat 5] [--batch 1 16] [--models ResNet18 ...]
+    python benchmarks/bench_models.py [--repeat 5] [--runs 3] [--batch 1 16] [--models ResNet18 ...]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -51,7 +58,7 @@ def _input(name: str, batch: int) -> Any:
     return model, x
 
 
-def worker(name: str, impl: str, repeat: int, batch: int) -> dict[str, Any]:
+def worker(name: str, impl: str, repeat: int, batch: int, clock: str = "cpu") -> dict[str, Any]:
     import numpy as np
     import torch
 
@@ -102,12 +109,13 @@ def worker(name: str, impl: str, repeat: int, batch: int) -> dict[str, Any]:
             def call() -> object:
                 return plan(xn)
 
+    now = time.process_time if clock == "cpu" else time.perf_counter
     call()
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = now()
         call()
-        times.append(time.perf_counter() - start)
+        times.append(now() - start)
     return {"ms": min(times) * 1e3, "equal": check}
 
 
@@ -115,11 +123,17 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "—"
 
 
+def _load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
 def main() -> int:
     from nanoir.testing import TEST_MODELS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--models", nargs="+", default=list(TEST_MODELS), choices=TEST_MODELS)
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
@@ -127,7 +141,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.worker:
         name, impl, batch = args.worker
-        print(json.dumps(worker(name, impl, args.repeat, int(batch))))
+        print(json.dumps(worker(name, impl, args.repeat, int(batch), args.clock)))
         return 0
     env = {
         **os.environ,
@@ -135,42 +149,56 @@ def main() -> int:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
-    print(
-        "| model | batch | torch fp32 ms | nf ms | nh NumPy ms | nh onnxruntime ms | "
-        "nh ort / torch | nh ort / nh NumPy | codes equal |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    failed = []
-    for name in args.models:
-        for batch in args.batch:
-            ms: dict[str, float] = {}
-            equal = None
+    print(f"clock: {args.clock}; best of {args.repeat} per run; median of {args.runs} run(s)")
+    print(f"load average before: {_load()}")
+    rows = [(name, batch) for name in args.models for batch in args.batch]
+    got: dict[tuple[str, int, str], list[float]] = {}
+    equal: dict[tuple[str, int], bool | None] = {}
+    for _ in range(args.runs):
+        for name, batch in rows:
             for impl in args.impls:
                 cmd = [sys.executable, __file__, "--repeat", str(args.repeat)]
                 out = subprocess.run(
-                    [*cmd, "--worker", name, impl, str(batch)],
+                    [*cmd, "--clock", args.clock, "--worker", name, impl, str(batch)],
                     capture_output=True,
                     text=True,
                     env=env,
                     check=True,
                 )
-                got = json.loads(out.stdout.strip().splitlines()[-1])
-                ms[impl] = got["ms"]
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                got.setdefault((name, batch, impl), []).append(result["ms"])
                 if impl == "nh-ort":
-                    equal = got["equal"]
-            t, nf, nh, ort = (ms.get(k) for k in IMPLS)
-            cells = [f"{v:.2f}" if v is not None else "—" for v in (t, nf, nh, ort)]
-            print(
-                f"| {name} | {batch} | {' | '.join(cells)} | {_ratio(ort, t)} | "
-                f"{_ratio(ort, nh)} | {'yes' if equal else 'NO' if equal is False else '—'} |",
-                flush=True,
-            )
-            if ort is not None and nh is not None and ort >= nh:
-                failed.append(f"{name} batch {batch}: nh via onnxruntime not faster than NumPy")
-            if name == "ResNet18" and batch == 1 and ort is not None and t and ort > 0.9 * t:
-                failed.append(f"ResNet18 batch 1: nh via onnxruntime {ort / t:.2f}x torch (> 0.9)")
-            if equal is False:
-                failed.append(f"{name} batch {batch}: onnxruntime codes differ from NumPy's")
+                    equal[(name, batch)] = equal.get((name, batch), True) and result["equal"]
+    print(f"load average after: {_load()}")
+    print()
+    print(
+        "| model | batch | torch fp32 ms | nf ms | nh NumPy ms | nh onnxruntime ms | "
+        "nh NumPy / torch | nh ort / torch | nh ort / nh NumPy | codes equal |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    failed = []
+    for name, batch in rows:
+        ms = {
+            impl: statistics.median(got[(name, batch, impl)])
+            for impl in IMPLS
+            if (name, batch, impl) in got
+        }
+        same = equal.get((name, batch))
+        t, nf, nh, ort = (ms.get(k) for k in IMPLS)
+        cells = [f"{v:.2f}" if v is not None else "—" for v in (t, nf, nh, ort)]
+        print(
+            f"| {name} | {batch} | {' | '.join(cells)} | {_ratio(nh, t)} | {_ratio(ort, t)} | "
+            f"{_ratio(ort, nh)} | {'yes' if same else 'NO' if same is False else '—'} |",
+            flush=True,
+        )
+        if ort is not None and nh is not None and ort >= nh:
+            failed.append(f"{name} batch {batch}: nh via onnxruntime not faster than NumPy")
+        if name == "ResNet18" and batch == 1 and ort is not None and t and ort > 0.9 * t:
+            failed.append(f"ResNet18 batch 1: nh via onnxruntime {ort / t:.2f}x torch (> 0.9)")
+        if name == "ResNet18" and batch == 1 and nh is not None and t and nh > t:
+            failed.append(f"ResNet18 batch 1: NumPy nh {nh / t:.2f}x torch (> 1.0)")
+        if same is False:
+            failed.append(f"{name} batch {batch}: onnxruntime codes differ from NumPy's")
     print()
     print("Targets: " + ("all met" if not failed else "MISSED: " + "; ".join(failed)))
     return 0

@@ -9,6 +9,11 @@ attributes were read at compile time, so the hot loop does no IR work at all.
 Ops whose operands are all compile-time constants (weights, their fake-quants, folded
 arithmetic) are evaluated while compiling: this is NanoEngine's ``init`` phase.
 
+A producer and the elementwise chain that reads it (an nh conv, its requant and ReLU) run as
+one fused kernel where ``nanoir.runtime.fused`` computes them exactly: ``Plan.fused`` is the
+step list a call runs. With ``observe`` the plan runs ``Plan.steps``, one op at a time, so
+every value is seen; the results are the same bit for bit.
+
 The kernels for each dialect live in ``runtime/<dialect>.py`` as a table from op class to a
 *builder*: ``builder(op, dtype) -> kernel``, where ``kernel(*arrays) -> tuple of arrays``.
 """
@@ -23,7 +28,7 @@ import numpy as np
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nh import FixedAttr, code_range
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
-from nanoir.runtime.host import HOST_BUILDERS, has_host_ops
+from nanoir.runtime.fused import NH_FUSIONS, Fuser
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
 from nanoir.runtime.nq import NQ_BUILDERS
@@ -68,6 +73,8 @@ class Plan:
     dtype: np.dtype[Any] = field(default_factory=lambda: np.dtype(np.float32))
     slot_of: dict[SSAValue, int] = field(default_factory=dict)
     """Where each value lives (constants' values are in ``constants`` under their slot)."""
+    fused: list[Step] | None = None
+    """The steps a call without ``observe`` runs: ``steps`` with fused chains (None: same)."""
 
     def __call__(self, *inputs: Any, observe: Observer | None = None) -> list[Any]:
         """Run on ``inputs``; ``observe(op, results)`` sees every runtime op's results."""
@@ -81,7 +88,8 @@ class Plan:
         arg_types = self.func.function_type.inputs.data
         for i, (slot, value, t) in enumerate(zip(self.arg_slots, inputs, arg_types)):
             slots[slot] = check_input(i, value, t, self.dtype)
-        for step in self.steps:
+        steps = self.steps if observe is not None or self.fused is None else self.fused
+        for step in steps:
             try:
                 results = step.kernel(*[slots[a] for a in step.args])
             except ExecutionError:
@@ -221,7 +229,62 @@ def compile_function(
             continue
         steps.append(Step(op, kernel, args, outs))
     _plan_frees(steps, result_slots, constants)
-    return Plan(func, len(slot_of), arg_slots, result_slots, steps, constants, dtype, slot_of)
+    fused = fuse_steps(steps, result_slots, constants, default_fusions())
+    if fused is not None:
+        _plan_frees(fused, result_slots, constants)
+    return Plan(
+        func, len(slot_of), arg_slots, result_slots, steps, constants, dtype, slot_of, fused
+    )
+
+
+def fuse_steps(
+    steps: list[Step],
+    result_slots: tuple[int, ...],
+    constants: dict[int, Any],
+    fusions: dict[type[Operation], Fuser],
+) -> list[Step] | None:
+    """``steps`` with each fusable chain as one step (``None`` when nothing fuses): a
+    producer with a fuser and its successors, each the only user of the value before it
+    (read as its only operand, not a result). The fused step takes the producer's place:
+    its successors read nothing else, so they may run there. (A fuser may also take the
+    producer alone, giving a faster kernel of that op.)"""
+    users: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
+        for a in step.args:
+            users.setdefault(a, []).append(i)
+    results = set(result_slots)
+    absorbed: set[int] = set()
+    changed = False
+    out: list[Step] = []
+    for i, step in enumerate(steps):
+        if i in absorbed:
+            continue
+        fuser = fusions.get(type(step.op))
+        chain = [step]
+        while fuser is not None:
+            last = chain[-1]
+            if len(last.outs) != 1 or last.outs[0] in results:
+                break
+            readers = users.get(last.outs[0], [])
+            if len(readers) != 1 or steps[readers[0]].args != last.outs:
+                break
+            chain.append(steps[readers[0]])
+        fused = None
+        if fuser is not None:
+            fused = fuser([s.op for s in chain], [constants.get(a) for a in step.args])
+        if fused is None:
+            out.append(step)
+            continue
+        kernel, n = fused
+        absorbed.update(users[s.outs[0]][0] for s in chain[: n - 1])
+        out.append(Step(step.op, kernel, step.args, chain[n - 1].outs))
+        changed = True
+    return out if changed else None
+
+
+def default_fusions() -> dict[type[Operation], Fuser]:
+    """Fused kernels of op chains (only the nh level has any)."""
+    return dict(NH_FUSIONS)
 
 
 def _plan_frees(
@@ -246,21 +309,17 @@ def _plan_frees(
 
 def default_builders() -> dict[type[Operation], Builder]:
     """Kernels for every dialect the runtime knows."""
-    return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS, **HOST_BUILDERS}
+    return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS}
 
 
 def compile_module(
     module: ModuleOp | FuncOp, *, function: str | None = None, dtype: Any = None
 ) -> Plan:
     """Compile the function to run; float64 for quantized (nq) programs, int64 for integer
-    (nh) programs, whose kernels compute on integer codes whatever the dtype (float64 when
-    they have host islands: nf and nq ops between ``nh.to_host`` and ``nh.from_host``), else
-    float32."""
+    (nh) programs, whose kernels compute on integer codes whatever the dtype, else float32."""
     func = find_function(module, function)
     if dtype is None:
         dtype = {"nf": np.float32, "nq": np.float64, "nh": np.int64}[level_of(func)]
-        if has_host_ops(func.walk()):  # host islands run the nq ops: float64 (runtime/host.py)
-            dtype = np.float64
     return compile_function(func, default_builders(), numeric_dtype(dtype))
 
 

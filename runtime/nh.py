@@ -74,6 +74,7 @@ from xdsl.ir import Operation, SSAValue
 __all__ = [
     "F32_EXACT",
     "F64_EXACT",
+    "ConvGeometry",
     "MIN_F32_CHUNK",
     "NH_BUILDERS",
     "MatmulPlan",
@@ -361,52 +362,125 @@ def _tap_views(
         )
 
 
+@dataclass(frozen=True)
+class ConvGeometry:
+    """An ``nh.conv``'s window over its ``n`` spatial dims, defaults filled in, and the im2col
+    both the conv kernel and its fused form (:mod:`nanoir.runtime.fused`) compute with."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    begins: tuple[int, ...]
+    ends: tuple[int, ...]
+    dilations: tuple[int, ...]
+    groups: int
+
+    @classmethod
+    def of(cls, op: nh.ConvOp) -> ConvGeometry:
+        kernel_shape = op.weight.type.get_shape()[2:]  # type: ignore[union-attr]
+        n = len(kernel_shape)
+        kernel, strides, pads, dilations = window_params(
+            n,
+            kernel_shape,
+            array_values(op.strides),
+            array_values(op.pads),
+            array_values(op.dilations),
+        )
+        return cls(kernel, strides, pads[:n], pads[n:], dilations, op.groups.value.data)
+
+    def out_sizes(self, op: Operation, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The output's spatial sizes for an input of ``x_shape`` (0 where the padded input
+        is shorter than the window by less than a stride: no position fits); an input
+        shorter than that is an :class:`ExecutionError` naming the op and the dim."""
+        out = []
+        for i, size in enumerate(x_shape[2:]):
+            span = self.dilations[i] * (self.kernel[i] - 1) + 1
+            padded = size + self.begins[i] + self.ends[i]
+            n = (padded - span) // self.strides[i] + 1
+            if n < 0:
+                raise ExecutionError(
+                    f"{_name(op)}: the input is too short along dim {2 + i}: {size} rows "
+                    f"(padded to {padded}) for a window of {span} rows (input shape "
+                    f"{tuple(x_shape)})"
+                )
+            out.append(n)
+        return tuple(out)
+
+    def padded(self, x: IntArray, dtype: np.dtype[Any]) -> NDArray[Any]:
+        """``x`` in ``dtype``, zero-padded over its spatial dims."""
+        return _padded(x, self.begins, self.ends, dtype, 0)
+
+    def columns(self, x: IntArray, out: Sequence[int], dtype: np.dtype[Any]) -> NDArray[Any]:
+        """The column matrix ``[N, G, C/G * prod(K), prod(out)]`` of the zero-padded input in
+        ``dtype``: ``cols[n, c, *tap, *o] = xp[n, c, o * s + tap * d]``, one strided copy
+        per tap; ``[C, *K]`` flattens in the weight's ``[O, C * K]`` order."""
+        return self.columns_of_padded(self.padded(x, dtype), out)
+
+    def columns_of_padded(self, xp: NDArray[Any], out: Sequence[int]) -> NDArray[Any]:
+        """:meth:`columns` of an input already padded (or a slice of one), in its dtype."""
+        batch, channels = xp.shape[:2]
+        positions = math.prod(out)
+        inner = channels // self.groups * math.prod(self.kernel)
+        if math.prod(self.kernel) == 1 and all(s == 1 for s in self.strides):
+            # A 1x1 stride-1 conv needs no im2col: the (converted) input is the column matrix.
+            return np.ascontiguousarray(xp).reshape(batch, self.groups, inner, positions)
+        cols = np.empty((batch, channels, *self.kernel, *out), dtype=xp.dtype)
+        if math.prod(self.kernel) >= 4 * math.prod(self.strides) > 4:
+            # Strided taps read every s-th element; split the input into its prod(s) phases
+            # once (xp[..., p + s * i] = phase p, row i), and every tap is a stride-1 window of
+            # one phase. Measured on ResNet-18's 7x7/2 conv: 0.6 ms instead of 0.87 (a 3x3/2
+            # kernel reuses a phase too little to gain).
+            phases = _phases(xp, self.strides)
+            for tap in itertools.product(*(range(k) for k in self.kernel)):
+                offsets = [t * d for t, d in zip(tap, self.dilations)]
+                cols[(slice(None), slice(None), *tap)] = phases[
+                    (
+                        slice(None),
+                        slice(None),
+                        *(o % s for o, s in zip(offsets, self.strides)),
+                        *(slice(o // s, o // s + n) for o, s, n in zip(offsets, self.strides, out)),
+                    )
+                ]
+        else:
+            for tap, view in _tap_views(xp, self.kernel, self.strides, self.dilations, out):
+                cols[(slice(None), slice(None), *tap)] = view
+        return cols.reshape(batch, self.groups, inner, positions)
+
+
+def _phases(xp: NDArray[Any], strides: Sequence[int]) -> NDArray[Any]:
+    """``ph[n, c, *p, *i] = xp[n, c, *(p + s * i)]`` (zeros past the end): the input's
+    ``prod(s)`` phases, each contiguous."""
+    n = len(strides)
+    lead, spatial = xp.shape[:-n], xp.shape[-n:]
+    rows = [-(-size // s) for size, s in zip(spatial, strides)]
+    if any(r * s != size for r, s, size in zip(rows, strides, spatial)):
+        grown = np.zeros((*lead, *(r * s for r, s in zip(rows, strides))), dtype=xp.dtype)
+        grown[(Ellipsis, *(slice(0, size) for size in spatial))] = xp
+        xp = grown
+    split = xp.reshape(*lead, *(v for r, s in zip(rows, strides) for v in (r, s)))
+    k = len(lead)
+    order = [*range(k), *(k + 2 * i + 1 for i in range(n)), *(k + 2 * i for i in range(n))]
+    return np.ascontiguousarray(split.transpose(order))
+
+
 @impl(nh.ConvOp)
 def conv(op: nh.ConvOp, dtype: np.dtype[Any]) -> Kernel:
     """Grouped N-d convolution: im2col of the zero-padded input, then an exact chunked matmul."""
-    groups = op.groups.value.data
-    kernel_shape = op.weight.type.get_shape()[2:]  # type: ignore[union-attr]
-    n = len(kernel_shape)
-    kernel_t, strides, pads, dilations = window_params(
-        n,
-        kernel_shape,
-        array_values(op.strides),
-        array_values(op.pads),
-        array_values(op.dilations),
-    )
-    begins, ends = pads[:n], pads[n:]
+    geometry = ConvGeometry.of(op)
+    groups, taps = geometry.groups, math.prod(geometry.kernel)
     xin, win = _Operand(op.input), _Operand(op.weight)
     bin_ = _Operand(op.bias) if op.bias is not None else None
-    taps = math.prod(kernel_t)
 
     def run(x: IntArray, w: IntArray, b: IntArray | None = None) -> tuple[Any, ...]:
-        batch, channels = x.shape[:2]
+        batch = x.shape[0]
         out_channels, group_channels = w.shape[:2]
-        out = tuple(
-            (x.shape[2 + i] + begins[i] + ends[i] - dilations[i] * (kernel_t[i] - 1) - 1)
-            // strides[i]
-            + 1
-            for i in range(n)
-        )
-        positions = math.prod(out)
+        out = geometry.out_sizes(op, x.shape)
         inner = group_channels * taps
         bias_bound = 0 if b is None or bin_ is None else bin_.bound(b)
         plan = plan_exact_matmul(inner, xin.bound(x), win.bound(w), bias_bound)
-        fdt = plan.float_dtype
-        xp = _padded(x, begins, ends, fdt, 0)
-        if taps == 1 and all(s == 1 for s in strides):
-            # A 1x1 stride-1 conv needs no im2col: the (converted) input is the column matrix.
-            cols = np.ascontiguousarray(xp).reshape(batch, groups, inner, positions)
-        else:
-            # cols[n, c, *tap, *o] = xp[n, c, o * s + tap * d]: one strided copy per tap, and
-            # [C, *K] flattens in the weight's [O, C * K] order.
-            cols = np.empty((batch, channels, *kernel_t, *out), dtype=fdt)
-            for tap, view in _tap_views(xp, kernel_t, strides, dilations, out):
-                cols[(slice(None), slice(None), *tap)] = view
-            cols = cols.reshape(batch, groups, inner, positions)
-        wg = win.floats(w, fdt, (groups, out_channels // groups, inner))
+        cols = geometry.columns(x, out, plan.float_dtype)
+        wg = win.floats(w, plan.float_dtype, (groups, out_channels // groups, inner))
         # [G, O/G, K] @ [N, G, K, P] -> [N, G, O/G, P] = [N, O, P]: groups are a batch dim.
-        acc = _chunked_matmul(wg, cols, plan).reshape(batch, out_channels, positions)
+        acc = _chunked_matmul(wg, cols, plan).reshape(batch, out_channels, math.prod(out))
         if b is not None:
             acc += b.reshape(out_channels, 1).astype(acc.dtype, copy=False)
         return (_finish_accumulator(op, acc, plan).reshape(batch, out_channels, *out),)
@@ -738,14 +812,25 @@ def max_pool(op: nh.MaxPoolOp, dtype: np.dtype[Any]) -> Kernel:
                     f"covers only padding (input shape {tuple(x.shape)})"
                 )
         # The dtype's minimum is <= every code, so it cannot beat a real element of a window.
-        xp = _padded(x, begins, reach, x.dtype, np.iinfo(x.dtype).min)
-        y: NDArray[Any] | None = None
-        for _, view in _tap_views(xp, kernel, strides, dil, out):
-            if y is None:
-                y = view.copy()
-            else:
-                np.maximum(y, view, out=y)
-        assert y is not None
+        y = _padded(x, begins, reach, x.dtype, np.iinfo(x.dtype).min)
+        # A window is a product of ranges, so its max is the max along one dim at a time:
+        # sum(K) - n passes, not prod(K) - 1. The first dim first: its views keep whole rows
+        # contiguous (measured 2x faster than the last first on ResNet-18's 3x3/2 pool).
+        for i in range(len(kernel)):
+            axis = y.ndim - len(kernel) + i
+            index: list[slice] = [slice(None)] * y.ndim
+            reduced: NDArray[Any] | None = None
+            for t in range(kernel[i]):
+                index[axis] = slice(
+                    t * dil[i], t * dil[i] + strides[i] * (out[i] - 1) + 1, strides[i]
+                )
+                view = y[tuple(index)]
+                if reduced is None:
+                    reduced = view.copy()
+                else:
+                    np.maximum(reduced, view, out=reduced)
+            assert reduced is not None
+            y = reduced
         return (y,)
 
     return run
