@@ -37,6 +37,7 @@ REFUSALS = (
     "tests the roi bounds half a pixel off",
     "which onnxruntime copies unchanged, while",
     "formula reads where onnxruntime reads the output length",
+    "copies unchanged while ONNX's definition interpolates",
 )
 """The reasons a valid Resize is refused (each a documented ambiguity)."""
 

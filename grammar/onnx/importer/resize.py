@@ -451,6 +451,11 @@ def read_resize(r: ReaderState, n: Node, kept_sizes: tuple[int, ...] | None = No
         try:
             if by_scales:
                 _check_fractional_length(how, l_in, l_out, scales[axis])
+            if how.antialias and l_in == l_out and _F(scales[axis]) != 1:
+                raise Ambiguous(
+                    f"antialias with scale {scales[axis]} keeps the length {l_in}, which "
+                    "onnxruntime copies unchanged while ONNX's definition interpolates"
+                )
             w, b = axis_weights(how, l_in, l_out, scales[axis], rois[axis])
         except Ambiguous as why:
             raise r.error(
