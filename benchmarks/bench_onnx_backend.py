@@ -14,11 +14,15 @@ Configurations: ``trunc`` = ``compile_model``'s defaults (8 bits, mse, trunc, bi
 ``half_even`` = the recommended ``rounding="half_even", unsigned="auto"``. A program the integer
 ONNX writer refuses is reported by name with the writer's reason. Models: the test models
 (ResNet-18 at 3x224x224, as bench_models.py) and the op-proof, proof and Magik networks, or
-``--models``; ``--mlir NAME=PATH`` adds an nh program saved elsewhere (its input is drawn from
-N(0, 1) in its argument's shape, batch 1). The load average is printed with the table.
+``--models``; ``--trained det cls ...`` adds bench_trained.py's networks (their wheels in its
+cache; their first evaluation input), with a third executor, ``qdq``: onnxruntime running its
+own ``quantize_static`` QDQ model of the network (bench_trained's baseline) at its default
+optimization level, the reference of issue 33's half_even target; ``--mlir NAME=PATH`` adds an
+nh program saved elsewhere (its input is drawn from N(0, 1) in its argument's shape, batch 1).
+The load average is printed with the table.
 
     python benchmarks/bench_onnx_backend.py [--repeat 5] [--models ResNet18 KWSNet ...]
-        [--configs trunc half_even] [--mlir NAME=PATH ...]
+        [--configs trunc half_even] [--trained det cls rec] [--mlir NAME=PATH ...]
 """
 
 from __future__ import annotations
@@ -97,6 +101,54 @@ def compile_worker(name: str, config: str, out: str) -> dict[str, Any]:
     return {"compile_s": time.process_time() - start}
 
 
+def trained_worker(name: str, configs: list[str], folder: str) -> dict[str, Any]:
+    """Build bench_trained's ``name``; save its nh program per config, its input and
+    onnxruntime's QDQ model of it into ``folder``."""
+    import numpy as np
+
+    import nanoir
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from trained.fetch import default_cache
+    from trained.models import MODELS, batches
+    from trained.ort_baseline import ort_quantize
+
+    out = Path(folder)
+    subject = MODELS[name].build(default_cache(), out / "work", lambda _: None)
+    x = subject.evaluation[:1]
+    calibration = batches(subject.calibration, subject.batch)
+    for config in configs:
+        module = subject.program.clone()
+        nanoir.quantize(module, calibration, **CONFIGS[config])
+        program = out / f"{name}-{config}.mlir"
+        program.write_text(str(nanoir.lower_to_hw(module)))
+        np.save(str(program) + ".npy", x)
+    qdq, _ = ort_quantize(subject.onnx_float, calibration, out / "qdq")
+    np.save(str(qdq) + ".npy", x)
+    return {"qdq": str(qdq)}
+
+
+def qdq_worker(path: str, repeat: int) -> dict[str, Any]:
+    """Time onnxruntime on its own QDQ model (one thread, default optimization level)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feeds = {session.get_inputs()[0].name: np.load(path + ".npy").astype(np.float32)}
+    for _ in range(2):
+        session.run(None, feeds)
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        session.run(None, feeds)
+        times.append(time.process_time() - start)
+    return {"ms": min(times) * 1e3}
+
+
 def run_worker(program: str, executor: str, repeat: int) -> dict[str, Any]:
     """Time one executor on a saved nh program (and check its codes equal NumPy's)."""
     import numpy as np
@@ -150,14 +202,24 @@ def _worker(args: list[str], env: dict[str, str]) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--models", nargs="+")
+    parser.add_argument("--models", nargs="*")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--mlir", nargs="*", default=[], metavar="NAME=PATH")
+    parser.add_argument("--trained", nargs="*", default=[], metavar="NAME")
+    parser.add_argument("--keep", metavar="DIR", help="keep the programs in DIR")
     parser.add_argument("--compile", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--build", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--run", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--qdq", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.compile:
         print(json.dumps(compile_worker(*args.compile)))
+        return 0
+    if args.build:
+        print(json.dumps(trained_worker(args.build[0], args.configs, args.build[1])))
+        return 0
+    if args.qdq:
+        print(json.dumps(qdq_worker(args.qdq, args.repeat)))
         return 0
     if args.run:
         import torch
@@ -171,23 +233,37 @@ def main() -> int:
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
-    names = args.models or list(_registries())
+    names = args.models if args.models is not None else list(_registries())
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print("| model | config | nh NumPy ms | nh onnxruntime ms | ort / NumPy |")
-    print("|---|---|---:|---:|---:|")
-    with tempfile.TemporaryDirectory() as tmp:
+    print("| model | config | nh NumPy ms | nh onnxruntime ms | ort / NumPy | ort QDQ ms |")
+    print("|---|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         jobs = [(n, c, None) for n in names for c in args.configs]
         jobs += [(spec.split("=", 1)[0], "given", spec.split("=", 1)[1]) for spec in args.mlir]
-        for name, config, given in jobs:
+        rep = ["--repeat", str(args.repeat)]
+        for name in args.trained:
+            folder = Path(tmp) / name
+            built = _worker(["--configs", *args.configs, "--build", name, str(folder)], env)
+            if "refused" in built:
+                print(f"| {name} | — | — | — | build failed: {built['refused']} | — |")
+                continue
+            qdq = _worker([*rep, "--qdq", built["qdq"]], env)
+            qdq_ms = f"{qdq['ms']:.2f}" if "ms" in qdq else qdq.get("refused", "—")
+            for config in args.configs:
+                jobs.append((name, config, str(folder / f"{name}-{config}.mlir"), qdq_ms))
+        for job in jobs:
+            name, config, given = job[:3]
+            qdq_cell = job[3] if len(job) > 3 else "—"
             program = given or str(Path(tmp) / f"{name}-{config}.mlir")
             if given is None:
                 built = _worker(["--compile", name, config, program], env)
                 if "refused" in built:
-                    print(f"| {name} | {config} | — | — | compile failed: {built['refused']} |")
+                    print(f"| {name} | {config} | — | — | compile failed: {built['refused']} | — |")
                     continue
             elif not Path(program + ".npy").exists():
                 _save_input(program)
-            rep = ["--repeat", str(args.repeat)]
             numpy_ms = _worker([*rep, "--run", program, "numpy"], env)
             ort = _worker([*rep, "--run", program, "ort"], env)
             if "refused" in ort:
@@ -195,7 +271,7 @@ def main() -> int:
             else:
                 ratio = ort["ms"] / numpy_ms["ms"]
                 cells = f"{numpy_ms['ms']:.2f} | {ort['ms']:.2f} | {ratio:.2f}"
-            print(f"| {name} | {config} | {cells} |", flush=True)
+            print(f"| {name} | {config} | {cells} | {qdq_cell} |", flush=True)
     print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     return 0
 

@@ -9,6 +9,12 @@ The dispatch lives here, in the API layer, because the runtime must not import t
 The onnxruntime session of a module is built once and kept while the module lives (a weak
 cache keyed by the module object): repeated calls neither re-export nor re-optimise. A module
 changed in place after a run (an op, an operand or an attribute replaced) gets a new session.
+
+Errors are the NumPy executor's: a model onnxruntime refuses is one ``ExecutionError``; a run
+that fails in onnxruntime (an index outside its table) or whose overflow checks count a code
+outside its type (a program whose static bounds do not fit its types: see
+:mod:`nanoir.grammar.onnx.integer.exporter`) is run again by the NumPy executor, which raises
+its own error naming the op and the value. onnxruntime never returns a wrapped code.
 """
 
 from __future__ import annotations

@@ -87,8 +87,33 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
     return model
 
 
+NO_ROW_YET = {
+    "recurrent": nh.RecurrentOp,  # issue 33 §2
+    "where": nh.CompareOp,
+    "reduce": nh.ReduceOp,
+    "arg_reduce": nh.ArgReduceOp,
+    "cumsum": nh.CumsumOp,
+    "normalize": nh.NormalizeOp,
+    "upsample_bicubic": nh.UpsampleBicubicOp,
+}
+"""Generator kinds whose nh ops the integer writer has no row for yet (it refuses them by
+name): left out of the drawn programs until their rows are written."""
+NOT_WRITTEN = {*NO_ROW_YET.values(), nh.SelectOp, nh.ToHostOp, nh.FromHostOp}
+"""Every nh op without an integer ONNX row."""
+KINDS = tuple(k for k in ALL_KINDS if k not in NO_ROW_YET)
+
+
+def test_every_nh_op_has_a_row_or_is_known() -> None:
+    """An op added to nh gets its integer ONNX row, or a line above saying it has none yet
+    (then the writer names it): the property tests then draw it as soon as it has one."""
+    from nanoir.grammar.onnx.integer.ops import OPS
+
+    missing = {op for op in nh.NH.operations if op not in OPS}
+    assert missing == NOT_WRITTEN, {o.name for o in missing ^ NOT_WRITTEN}
+
+
 def random_hw(
-    data: st.DataObject, mode: RoundingMode | None, kinds: tuple[str, ...] = ALL_KINDS
+    data: st.DataObject, mode: RoundingMode | None, kinds: tuple[str, ...] = KINDS
 ) -> tuple[ModuleOp, np.ndarray] | None:
     """A random nh program of ``kinds`` (every op kind by default; lowered from a random nq
     program whose fake-quants all round ``mode``, and some of them unsigned) and a float input

@@ -159,15 +159,17 @@ def test_nanoir_run_prints_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``nanoir-run --backend onnxruntime`` on a program whose file onnxruntime refuses prints
-    one error line and exits 1 (the refusal forced here by writing the old int32 Relu)."""
+    one error line and exits 1 (the refusal forced here by an int32 Relu read by an int32 Clip)."""
     from nanoir.grammar.onnx.integer import ops
 
     prog, xin = tmp_path / "p.mlir", tmp_path / "x.npy"
     prog.write_text(RELU_REQUANT)
     np.save(xin, np.arange(-16, 16, dtype=np.int8).reshape(1, 4, 8))
 
-    def int32_relu(g, op) -> None:  # noqa: ANN001
-        g.put(op.result, "i32", g.node("Relu", [g.get(op.input, "i32")], "relu"))
+    def int32_relu(g, op) -> None:  # noqa: ANN001  (an int32 Relu read by an int32 Clip)
+        y = g.node("Relu", [g.get(op.input, "i32")], "relu")
+        lo, hi = g.const(-128, np.int32), g.const(127, np.int32)
+        g.put(op.result, "i32", g.node("Clip", [y, lo, hi], "relu_clip"))
 
     monkeypatch.setitem(ops.OPS, nh.ReluOp, int32_relu)
     code = run_main([str(prog), "-i", str(xin), "--raw", "--backend", "onnxruntime"])

@@ -42,9 +42,14 @@ def _proven(op: Operation, fn: Callable[[int, int], int], bound: int) -> bool:
 
 
 def _arith_form(g: Graph, operands: tuple[SSAValue, ...], bound: int) -> str:
-    """float32 where every operand and the result are exact there, else int32."""
+    """int32 where the run-time operands are integers already (a signed trunc's result: no
+    conversion), else float32 where every operand and the result are exact there, else
+    int32."""
     exact = bound <= F32_EXACT and all(g.float_exact(v) for v in operands)
-    return "f32" if exact else "i32"
+    held = [g.first_form(v) for v in operands if v not in g.lazy]
+    if not exact or (held and all(f in ("i32", "i64", "in") for f in held)):
+        return "i32"
+    return "f32"
 
 
 def _binary(op_type: str, combine: Callable[[int, int], int], fn: Callable[[int, int], int]):

@@ -133,8 +133,8 @@ def avg_pool(g: Graph, op: nh.AvgPoolOp) -> None:
                 y = g.node("Mul", [y, g.const(2.0**-k, np.float32)], base + "_m")
                 if mode is RoundingMode.HALF_UP:
                     y = g.node("Add", [y, g.const(0.5, np.float32)], base + "_h")
-            y = float_round(g, y, mode, lo, hi, base)
-            g.put(op.result, "f32", y)
+            y, form = float_round(g, y, mode, lo, hi, base)
+            g.put(op.result, form, y)
             g.set_bound(op.result, max(-lo, hi))
             return
         total, total_dtype = g.node("Cast", [total], base + "_sumi", to=6), np.int32

@@ -424,10 +424,11 @@ def conv(g: Graph, op: nh.ConvOp) -> None:
 
 
 def conv_transpose(g: Graph, op: nh.ConvTransposeOp) -> None:
-    """A convolution of the input with ``stride - 1`` zeros put between its samples, by the
-    weight flipped with its channel dims swapped: float32 ``Conv`` where exact, else
-    ``ConvInteger`` on uint8 parts (onnxruntime's own ``ConvTranspose`` refuses an
-    ``output_padding`` of at least the stride, which torch and nh take)."""
+    """float32 ``ConvTranspose`` where exact; else a convolution of the input with
+    ``stride - 1`` zeros put between its samples, by the weight flipped with its channel dims
+    swapped: float32 ``Conv`` where exact (onnxruntime's ``ConvTranspose`` refuses an
+    ``output_padding`` of at least the stride, which torch and nh take), else ``ConvInteger``
+    on uint8 parts."""
     base = out_name(g, op)
     x_shape, w_shape = tensor_shape(op.input), tensor_shape(op.weight)
     n = len(w_shape) - 2
@@ -485,13 +486,30 @@ def conv_transpose(g: Graph, op: nh.ConvTransposeOp) -> None:
     }
     bias_shape = (groups * per_group,) + (1,) * n
     if bound <= F32_EXACT and g.float_exact(op.input):
-        x = stuffed(g.get(op.input, "f32"), g.const(0.0, np.float32), "_x")
         bias = None if op.bias is None else constant_codes(op.bias)
-        inputs = [x, g.const(as_conv(w), np.float32, base + "_w")]
-        if bias is not None:
-            inputs.append(g.const(bias.reshape(-1), np.float32, base + "_b"))
         runtime_bias = op.bias is not None and bias is None
-        y = g.node("Conv", inputs, base + ("_acc" if runtime_bias else ""), **attrs)
+        name = base + ("_acc" if runtime_bias else "")
+        if all(o < s for o, s in zip(out_pad, strides)):  # what ConvTranspose itself takes
+            inputs = [g.get(op.input, "f32"), g.const(w, np.float32, base + "_w")]
+            if bias is not None:
+                inputs.append(g.const(bias.reshape(-1), np.float32, base + "_b"))
+            y = g.node(
+                "ConvTranspose",
+                inputs,
+                name,
+                kernel_shape=list(kernel),
+                strides=list(strides),
+                pads=list(pads),
+                dilations=list(dil),
+                output_padding=out_pad,
+                group=groups,
+            )
+        else:
+            x = stuffed(g.get(op.input, "f32"), g.const(0.0, np.float32), "_x")
+            inputs = [x, g.const(as_conv(w), np.float32, base + "_w")]
+            if bias is not None:
+                inputs.append(g.const(bias.reshape(-1), np.float32, base + "_b"))
+            y = g.node("Conv", inputs, name, **attrs)
         if runtime_bias:
             assert op.bias is not None
             y = _runtime_bias(g, op, y, op.bias, bias_shape)

@@ -6,9 +6,9 @@ has two exact forms here:
 - **float32**, where ``|x| <= 2**24`` (the static bound says so): ``x * 2**-s`` is exact (a power
   of two), and so is each mode's own rounding of it: ``Floor`` (floor), ``Round`` (ONNX's round
   half to even: half_even), ``Floor`` of ``x * 2**-s + 1/2`` (half_up: exact while
-  ``|x| + 2**(s-1) <= 2**24``), and ``sign(y) * Floor(|y|)`` (trunc; ``Floor`` alone when the
-  saturation's lower bound is at least 0: a trunc of a clipped value is the clipped trunc, as
-  the bounds are integers). Then ``Clip``. A product read only by its requant folds ``2**-s``
+  ``|x| + 2**(s-1) <= 2**24``), and for trunc ``Floor`` when the saturation's lower bound is
+  at least 0 (a trunc of a clipped value is the clipped trunc, as the bounds are integers),
+  else a ``Cast`` to int32 of the clipped value (see :func:`float_round`). Then ``Clip``. A product read only by its requant folds ``2**-s``
   (and half_up's half) into its weights and bias (:mod:`.products`): the requant is then the
   rounding and the clip alone.
 - **integer** otherwise: rounding division by ``2**s`` in int32 or int64 (:mod:`.arith`).
@@ -18,6 +18,8 @@ same tensor).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from nanoir.dialects import nh
@@ -50,19 +52,38 @@ def half_up_fits(bound: int, shifts: np.ndarray) -> bool:
     return top < 1 or bound + 2 ** (top - 1) <= F32_EXACT
 
 
-def float_round(g: Graph, y: str, mode: RoundingMode, lo: int, hi: int, base: str) -> str:
+def float_round(
+    g: Graph,
+    y: str,
+    mode: RoundingMode,
+    lo: int,
+    hi: int,
+    base: str,
+    reach: float | None = None,
+) -> tuple[str, str]:
     """``clip(round_mode(y), lo, hi)`` of float32 ``y`` already scaled by ``2**-s`` (and, for
-    half_up, offset by 1/2): exact (see the module docstring)."""
+    half_up, offset by 1/2), exactly: the tensor's name and its form (``f32``, or ``i32`` for a
+    signed trunc). ``reach`` bounds ``|y|``: no ``Clip`` where the rounded values provably
+    stay within ``lo..hi``.
+
+    A signed trunc is the clip, then ``Cast`` to int32, which truncates toward zero (C++'s
+    conversion of an in-range float, and SIMD's ``cvtt``): ``sign(y) * Floor(|y|)`` would be
+    exact too, but onnxruntime's ``Sign`` costs five times another unary op."""
     f32 = np.float32
-    if mode is RoundingMode.TRUNC and lo >= 0:
-        y = g.node("Clip", [y, g.const(lo, f32), g.const(hi, f32)], base + "_c")
-        return g.node("Floor", [y], base)
+    top = None if reach is None else math.floor(reach) + 1
+    clipped = top is not None and -top >= lo and top <= hi
+
+    def clip_f32(x: str, name: str) -> str:
+        return x if clipped else g.node("Clip", [x, g.const(lo, f32), g.const(hi, f32)], name)
+
+    if mode is RoundingMode.TRUNC and lo >= 0:  # trunc of a clipped value: the clipped trunc
+        return g.node("Floor", [clip_f32(y, base + "_c")], base), "f32"
     if mode is RoundingMode.TRUNC:
-        magnitude = g.node("Floor", [g.node("Abs", [y], base + "_a")], base + "_f")
-        y = g.node("Mul", [g.node("Sign", [y], base + "_s"), magnitude], base + "_t")
-    else:
-        y = g.node("Round" if mode is RoundingMode.HALF_EVEN else "Floor", [y], base + "_r")
-    return g.node("Clip", [y, g.const(lo, f32), g.const(hi, f32)], base)
+        return g.node("Cast", [clip_f32(y, base + "_c")], base, to=6), "i32"
+    op_type = "Round" if mode is RoundingMode.HALF_EVEN else "Floor"
+    if clipped:
+        return g.node(op_type, [y], base), "f32"
+    return clip_f32(g.node(op_type, [y], base + "_r"), base), "f32"
 
 
 def requant(g: Graph, op: nh.RequantOp) -> None:
@@ -83,14 +104,13 @@ def requant(g: Graph, op: nh.RequantOp) -> None:
     lo, hi = saturation(g, op)
     shifts = shifts_of(op)
     bound = g.bound(op.input)
+    reach = bound * 2.0 ** -float(shifts.min(initial=0)) + 0.5
     if op in g.scaled:
-        y = float_round(g, g.scaled[op], mode, lo, hi, base)
-        g.put(op.result, "f32", y)
-    elif (
-        g.float_exact(op.input)
-        and g.first_form(op.input) in ("f32", "u8", "in")
-        and (mode is not RoundingMode.HALF_UP or half_up_fits(bound, shifts))
-    ):
+        y, form = float_round(g, g.scaled[op], mode, lo, hi, base, reach)
+        g.put(op.result, form, y)
+    elif g.float_exact(op.input) and (
+        mode is not RoundingMode.HALF_UP or half_up_fits(bound, shifts)
+    ):  # (onnxruntime's int32 Div is scalar: a Cast and float ops cost less)
         y = g.get(op.input, "f32")
         if shifts.any():
             scale = g.const(np.ldexp(1.0, -shifts), np.float32, base + "_scale")
@@ -99,13 +119,17 @@ def requant(g: Graph, op: nh.RequantOp) -> None:
             half = g.const(np.where(shifts > 0, 0.5, 0.0), np.float32, base + "_half")
             y = g.node("Add", [y, half], base + "_h")
         if (shifts > 0).any():
-            y = float_round(g, y, mode, lo, hi, base)
-        else:  # an integer already: the clip alone
-            y = clip(g, y, lo, hi, np.float32, base)
-        g.put(op.result, "f32", y)
+            y, form = float_round(g, y, mode, lo, hi, base, reach)
+        elif bound * 2.0 ** -float(shifts.min(initial=0)) > min(-lo, hi):
+            y, form = clip(g, y, lo, hi, np.float32, base), "f32"  # an integer: the clip alone
+        else:  # a left shift that provably fits (an alignment): nothing to clip
+            form = "f32"
+        g.put(op.result, form, y)
     else:
         x = g.get(op.input, "i32")
         y, dtype, _ = shift_round(g, x, bound, shifts, mode, base + "_q")
         y = clip(g, y, lo, hi, dtype, base if dtype is np.int32 else base + "_c")
         g.put(op.result, "i32", cast_to(g, y, dtype, np.int32, base))
-    g.set_bound(op.result, max(-lo, hi))
+    # The rounded codes reach at most one past the scaled bound (an i32 requant's result
+    # is no wider than its input says: the adds after it stay proven and in float32).
+    g.set_bound(op.result, min(max(-lo, hi), math.floor(reach) + 1))
