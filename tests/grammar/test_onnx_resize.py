@@ -229,8 +229,9 @@ def _ops(data: bytes) -> list[str]:
 
 def test_each_mode_becomes_the_cheapest_nf_form() -> None:
     """Integer asymmetric/floor nearest (PaddleOCR's) is nf.upsample_nearest; x2 half-pixel
-    linear is nf.upsample_bilinear; another nearest is nf.gather (data movement); another
-    linear is nf.linear over the axis. Kills: everything read as nf.linear (not exact at nh
+    linear is nf.upsample_bilinear; x2 half-pixel cubic (a = -0.75, torch's) is
+    nf.upsample_bicubic; another nearest is nf.gather (data movement); another linear is
+    nf.linear over the axis. Kills: everything read as nf.linear (not exact at nh
     for nearest), or the torch-nearest fast path taken for a mode it does not compute."""
     nearest = {
         "mode": "nearest",
@@ -246,6 +247,10 @@ def test_each_mode_becomes_the_cheapest_nf_form() -> None:
     assert set(_ops(resize_model([1, 2, 5, 5], 13, {"mode": "nearest"}, sizes=[1, 2, 7, 7]))) == {
         "nf.gather"
     }
+    cubic = {"mode": "cubic", "cubic_coeff_a": -0.75}
+    assert _ops(resize_model([1, 2, 4, 4], 13, cubic, scales=[1, 1, 2, 2])) == [
+        "nf.upsample_bicubic"
+    ]
     linear = _ops(resize_model([1, 2, 5, 5], 13, {"mode": "linear"}, sizes=[1, 2, 7, 3]))
     assert linear.count("nf.linear") == 2 and set(linear) == {"nf.linear", "nf.transpose"}
 

@@ -24,7 +24,8 @@ outside). `axis_weights` builds that matrix from ONNX's definition:
 
 Then each axis becomes the cheapest nf form that computes its matrix: nothing (the
 identity), ``nf.upsample_nearest`` (torch's nearest picks on every resized spatial axis),
-``nf.upsample_bilinear`` (x2 half-pixel linear on every resized spatial axis), ``nf.gather``
+``nf.upsample_bilinear`` (x2 half-pixel linear on every resized spatial axis),
+``nf.upsample_bicubic`` (x2 half-pixel cubic with ``a = -0.75``, torch's), ``nf.gather``
 (rows that each pick one input: nearest in any other mode: data movement, exact at every
 level), or ``nf.linear`` by the matrix over that axis (moved last by ``nf.transpose``; any
 other interpolation). Pure NumPy for the matrices; onnxruntime is the test oracle.
@@ -39,6 +40,7 @@ from fractions import Fraction
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.grammar.onnx.importer.state import Node, ReaderState, dims_text
+from nanoir.runtime.numerics.bicubic import bicubic
 from nanoir.runtime.numerics.kernels import nearest_indices
 from numpy.typing import NDArray
 from xdsl.dialects.builtin import DYNAMIC_INDEX
@@ -301,6 +303,12 @@ def _check_fractional_length(how: Interpolation, l_in: int, l_out: int, scale: f
         )
 
 
+def _bicubic_x2(l_in: int) -> NDArray[np.float64]:
+    """``nf.upsample_bicubic``'s matrix along one doubled axis (its kernel on each unit
+    vector)."""
+    return np.asarray(bicubic(np.eye(l_in).reshape(l_in, 1, l_in), [True]))[:, 0, :].T
+
+
 def _bilinear_x2(l_in: int) -> NDArray[np.float64]:
     """``nf.upsample_bilinear``'s matrix along one doubled axis."""
     w = np.zeros((2 * l_in, l_in))
@@ -497,6 +505,14 @@ def read_resize(r: ReaderState, n: Node, kept_sizes: tuple[int, ...] | None = No
         for w, b in plans.values()
     ):
         r.add(n, nf.UpsampleBilinearOp(x, sizes[2:]), n.outputs)
+        return
+    if spatial and all(
+        b is None
+        and w.shape[0] == 2 * w.shape[1]
+        and np.allclose(w, _bicubic_x2(w.shape[1]), rtol=0, atol=1e-6)
+        for w, b in plans.values()
+    ):
+        r.add(n, nf.UpsampleBicubicOp(x, sizes[2:]), n.outputs)
         return
     axes = sorted(plans)
     for i, axis in enumerate(axes):
