@@ -83,7 +83,9 @@ __all__ = [
 FORMATS = ("svg", "png", "pdf")
 """Formats ``draw`` renders with ``dot`` (by the path's suffix); ``.dot`` writes the text."""
 
-_SKIPPED_ATTRS = {"name", "bits", "exp", "rounding", "nh.host", OUT_ATTR, MEM_ATTR, WARMUP_ATTR}
+_SKIPPED_ATTRS = {
+    "name", "bits", "exp", "rounding", "nh.host", "nh.host_kind", OUT_ATTR, MEM_ATTR, WARMUP_ATTR,
+}  # fmt: skip
 DEVICE_COLOURS = {"engine": "#cfe2f3", "host": "#fce5cd", "boundary": "#e6e6e6"}
 """Fill colours of ops by device (light blue, light orange, light grey)."""
 _MAX_ATTR_TEXT = 40

@@ -38,7 +38,7 @@ from xdsl.ir import Operation
 from nanoir.dialects.functions import find_function, level_of
 from nanoir.errors import ArgumentError
 from nanoir.layer_table import LayerTable
-from nanoir.lowering.hw.host import HOST_ATTR
+from nanoir.lowering.hw.host import HOST_ATTR, HOST_KIND_ATTR
 from nanoir.lowering.hw.support import (
     QuantizedView,
     View,
@@ -178,9 +178,10 @@ def _partitioned(module: ModuleOp, func: FuncOp, target: Target | None) -> Inspe
     for op in func.body.block.ops:
         if op.name in ("func.return", "nh.constant", "nf.constant", "nq.fake_quant"):
             continue
-        mark = op.attributes.get(HOST_ATTR)
+        mark, kind = op.attributes.get(HOST_ATTR), op.attributes.get(HOST_KIND_ATTR)
         if isinstance(mark, StringAttr):
-            placed.append(Placed(len(placed), op, "host", mark.data))
+            lacks = kind.data if isinstance(kind, StringAttr) else ""
+            placed.append(Placed(len(placed), op, "host", mark.data, lacks))
         elif op.name in ("nh.to_host", "nh.from_host"):
             placed.append(Placed(len(placed), op, "boundary", "host boundary"))
         elif op.name.startswith("nh."):

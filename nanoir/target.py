@@ -7,7 +7,8 @@ fields, as the TOML file spells them (every one optional; an absent one takes th
 below, which is what the nh level itself can express, so a target that says nothing limits
 nothing):
 
-    name = "my-engine"                      # for messages and reports
+    name = "my-engine"                      # for messages and reports (default: the file's
+                                            #   name without its suffix)
 
     [engine]
     ops = ["conv", "linear", "add", ...]    # the nh ops the engine executes, by mnemonic
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -183,9 +185,9 @@ def load_target(path: str | os.PathLike[str]) -> Target:
     """Read a target file: a regular file of at most 1 MiB holding TOML (see the module)."""
     name = path_argument("path", path)
     try:
+        if not stat.S_ISREG(os.stat(name).st_mode):  # (before opening: a FIFO would block)
+            raise TargetError(f"{name}: a target is a regular file (TOML)")
         with open(name, "rb") as f:
-            if not os.path.isfile(name):
-                raise TargetError(f"{name}: a target is a regular file (TOML)")
             data = f.read(2**20 + 1)
     except OSError as e:
         raise FileAccessError(f"cannot read target {name}: {os_reason(e)}", name, e.errno) from None
@@ -196,6 +198,12 @@ def load_target(path: str | os.PathLike[str]) -> Target:
     except UnicodeDecodeError as e:
         raise TargetError(f"{name}: error: not UTF-8 text (byte {e.start})") from None
     return Target.from_toml(text, name)
+
+
+def _default_name(source: str) -> str:
+    """A target without ``name`` is called after its file (``tiny.toml``: ``tiny``)."""
+    stem = Path(source).stem
+    return stem if stem and not source.startswith("<") else "unnamed"
 
 
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -227,7 +235,7 @@ class _Reader:
         return TargetError(f"{self.source}: error: {key}: {message}")
 
     def target(self, data: Mapping[str, Any]) -> Target:
-        values: dict[str, Any] = {"source": self.source}
+        values: dict[str, Any] = {"source": self.source, "name": _default_name(self.source)}
         for key, value in data.items():
             if key == "name":
                 if not isinstance(value, str) or not value:

@@ -10,7 +10,7 @@ ops already emitted are taken back), as does an nh op the pattern emits that the
 does not take.
 
 A host island is the nq program's own ops, kept as they are: the nf op (marked
-``nh.host = "<reason>"``), and the constants and fake-quants of constants it reads. Its
+``nh.host = "<reason>"`` and ``nh.host_kind = "<what the engine lacks>"``), and the constants and fake-quants of constants it reads. Its
 boundary:
 
 - an engine value a host op reads goes through ``nh.to_host`` (codes to reals, exact);
@@ -54,10 +54,13 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from nanoir.target import Target
 
-__all__ = ["HOST_ATTR", "EngineOrHost", "host_ops", "host_reasons"]
+__all__ = ["HOST_ATTR", "HOST_KIND_ATTR", "EngineOrHost", "host_ops", "host_reasons"]
 
 HOST_ATTR = "nh.host"
 """The attribute naming why an op of a partitioned program runs on the host."""
+HOST_KIND_ATTR = "nh.host_kind"
+"""Beside it, what the engine lacks (``Refusal.kind``: ``op``, ``bits``, ``mode``, ``shape``,
+``buffer``, ``host``, or ``exponents`` for a refusal found on the calibrated exponents)."""
 
 
 def host_ops(func: FuncOp) -> list[Operation]:
@@ -65,13 +68,21 @@ def host_ops(func: FuncOp) -> list[Operation]:
     return [op for op in func.body.block.ops if HOST_ATTR in op.attributes]
 
 
-def host_reasons(func: FuncOp) -> list[tuple[Operation, str]]:
-    """``(op, reason)`` for every host op of a partitioned function."""
-    return [
-        (op, attr.data)
-        for op in host_ops(func)
-        if isinstance(attr := op.attributes[HOST_ATTR], StringAttr)
-    ]
+def host_reasons(func: FuncOp) -> list[tuple[Operation, Refusal]]:
+    """``(op, why)`` for every host op of a partitioned function."""
+    found = []
+    for op in host_ops(func):
+        reason, kind = op.attributes[HOST_ATTR], op.attributes.get(HOST_KIND_ATTR)
+        found.append(
+            (
+                op,
+                Refusal(
+                    reason.data if isinstance(reason, StringAttr) else str(reason),
+                    kind.data if isinstance(kind, StringAttr) else "exponents",
+                ),
+            )
+        )
+    return found
 
 
 def _reason(error: LowerToHwError, op: Operation) -> str:
@@ -136,10 +147,9 @@ class EngineOrHost(RewritePattern):
             self.patterns.match_and_rewrite(op, rewriter)
             missing = self._missing_ops(before, op)
             if missing is not None:
+                name = self.target.name if self.target else ""
                 raise self.hw.fail(
-                    op,
-                    f"lowers here to nh.{missing}, which the target "
-                    f"{self.target.name if self.target else ''} does not take",
+                    op, f"lowers here to nh.{missing}, which the target {name!r} does not take"
                 )
         except LowerToHwError as e:
             if not self.host:
@@ -159,7 +169,10 @@ class EngineOrHost(RewritePattern):
             self.patterns.match_and_rewrite(op, rewriter)
             missing = self._missing_ops(before, op)
             if missing is not None:
-                raise self.hw.fail(op, f"lowers here to nh.{missing}, which the target lacks")
+                name = self.target.name if self.target else ""
+                raise self.hw.fail(
+                    op, f"lowers here to nh.{missing}, which the target {name!r} does not take"
+                )
         except LowerToHwError as e:
             if not (isinstance(producer, Operation) and producer in self.deferred):
                 raise  # (a fake-quant of an input, a constant or an engine op's result)
@@ -213,6 +226,7 @@ class EngineOrHost(RewritePattern):
         self.host_set.add(op)
         self.reasons[op] = why
         op.attributes[HOST_ATTR] = StringAttr(why.reason)
+        op.attributes[HOST_KIND_ATTR] = StringAttr(why.kind)
         for i, v in enumerate(op.operands):
             if self.view.is_host_float(v, self.host_set) or self.view.is_constant(v):
                 continue  # a host float, or a constant the host computes itself

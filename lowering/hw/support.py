@@ -546,11 +546,12 @@ def _target_refusal(op: Operation, view: View, target: Target) -> Refusal | None
         return Refusal(
             f"lowers to nh.{missing[0]}, which the target {target.name!r} does not take", "op"
         )
-    weight = op.operands[1] if len(op.operands) > 1 and type(op) in _WEIGHTED else None
-    for v in op.operands:
+    weighted = type(op) in _WEIGHTED
+    weight = op.operands[1] if len(op.operands) > 1 and weighted else None
+    for i, v in enumerate(op.operands):
         grid = view.grid(v)
-        if grid is None:
-            continue
+        if grid is None or (weighted and i == 2):
+            continue  # (a bias is aligned into the i32 accumulator when compiling)
         is_weight = v is weight
         if not target.takes_bits(grid.bits, weight=is_weight):
             widths = sorted(target.weight_bits if is_weight else target.activation_bits)

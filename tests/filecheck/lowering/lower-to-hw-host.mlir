@@ -7,7 +7,7 @@
 // CHECK-LABEL: func.func @product_in_the_middle
 // CHECK:       %a = nh.relu %x
 // CHECK-NEXT:  %[[F:.*]] = nh.to_host %a : tensor<?x4x3xi8, #nh.fixed<5, BCM>> -> tensor<?x4x3xf32>
-// CHECK-NEXT:  %p = nf.reduce "prod" %[[F]] {nh.host = "multiplies codes together: {{.*}}", dims = array<i64: 2>}
+// CHECK-NEXT:  %p = nf.reduce "prod" %[[F]] {nh.host = "multiplies codes together: {{.*}}", nh.host_kind = "op", dims = array<i64: 2>}
 // CHECK-NEXT:  %pq = nh.from_host %p {bits = 8 : i64} : tensor<?x4x1xf32> -> tensor<?x4x1xi8, #nh.fixed<2, BCM>>
 // CHECK-NEXT:  %r = nh.relu %pq
 // CHECK-NEXT:  func.return %r
@@ -31,9 +31,9 @@ func.func @product_in_the_middle(%x: tensor<?x4x3xf32>) -> tensor<?x4x1xf32> {
 // CHECK:       %[[A:.*]] = nh.to_host %x
 // CHECK-NEXT:  %[[B:.*]] = nh.to_host %y
 // CHECK-NEXT:  %d = nf.div %[[A]], %[[B]] {nh.host = "divides by a runtime value{{.*}}"}
-// CHECK-NEXT:  %n = nf.relu %d {nh.host = "reads the float result of the host op 'nf.div' (%d)"}
+// CHECK-NEXT:  %n = nf.relu %d {nh.host = "reads the float result of the host op 'nf.div' (%d)", nh.host_kind = "host"}
 // CHECK-NEXT:  %nq = nq.fake_quant %n
-// CHECK-NEXT:  %m = nf.div %nq, %nq {nh.host = "divides{{.*}}"}
+// CHECK-NEXT:  %m = nf.div %nq, %nq {nh.host = "divides{{.*}}", nh.host_kind = "shape"}
 // REFUSED: lower-to-hw: 'nf.div' (%d) divides by a runtime value
 func.func @island_of_two(%x: tensor<?x4xf32>, %y: tensor<?x4xf32>) -> tensor<?x4xf32> {
   %xq = nq.fake_quant %x {bits = 8 : i64, exp = dense<5> : tensor<1xi8>} : tensor<?x4xf32>
