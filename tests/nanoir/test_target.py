@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nanoir.target import ALL_BITS, ROUNDINGS, Target, TargetError, engine_op_names, load_target
 
 import nanoir
+from nanoir.target import ALL_BITS, ROUNDINGS, Target, TargetError, engine_op_names, load_target
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "targets" / "nanoengine_example.toml"
