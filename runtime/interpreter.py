@@ -34,6 +34,7 @@ from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
 from nanoir.runtime.nq import NQ_BUILDERS
 from xdsl.dialects.builtin import (
     DYNAMIC_INDEX,
+    Float64Type,
     IntegerType,
     ModuleOp,
     NoneAttr,
@@ -316,11 +317,31 @@ def compile_module(
     module: ModuleOp | FuncOp, *, function: str | None = None, dtype: Any = None
 ) -> Plan:
     """Compile the function to run; float64 for quantized (nq) programs, int64 for integer
-    (nh) programs, whose kernels compute on integer codes whatever the dtype, else float32."""
+    (nh) programs, whose kernels compute on integer codes whatever the dtype, and float (nf)
+    programs in the float type they declare (:func:`declared_float_dtype`)."""
     func = find_function(module, function)
     if dtype is None:
-        dtype = {"nf": np.float32, "nq": np.float64, "nh": np.int64}[level_of(func)]
+        level = level_of(func)
+        dtype = (
+            declared_float_dtype(func)
+            if level == "nf"
+            else {"nq": np.float64, "nh": np.int64}[level]
+        )
     return compile_function(func, default_builders(), numeric_dtype(dtype))
+
+
+def declared_float_dtype(func: FuncOp) -> np.dtype[Any]:
+    """The dtype a float program runs in: float64 when any of its values is declared ``f64``
+    (a model on doubles keeps their range and precision: 1e200 + 1e200 is no ``inf``), else
+    float32. ``f16`` programs run in float32 too, and return float32: float32 holds every
+    f16 value exactly, NumPy has no BLAS for float16, and rounding each intermediate result to
+    f16 would mimic no particular runtime."""
+    types = [*func.function_type.inputs.data, *func.function_type.outputs.data]
+    types += [r.type for op in func.walk() for r in op.results]
+    wide = any(
+        isinstance(t, TensorType) and isinstance(t.get_element_type(), Float64Type) for t in types
+    )
+    return np.dtype(np.float64 if wide else np.float32)
 
 
 def numeric_dtype(dtype: Any) -> np.dtype[Any]:
@@ -343,8 +364,9 @@ def run(
 ) -> list[Any]:
     """Run a program on NumPy inputs and return its outputs.
 
-    nf programs run in float32 and nq programs in float64 (the exactness contract's reference),
-    unless ``dtype`` says otherwise. nh programs compute on integer codes: float inputs are
+    nf programs run in the float type they declare (float64 when a value is ``f64``, else
+    float32) and nq programs in float64 (the exactness contract's reference), unless ``dtype``
+    says otherwise. nh programs compute on integer codes: float inputs are
     quantized as the argument attributes (``nq.bits``/``nq.exp``/``nq.rounding``, written by
     lower-to-hw) say, integer inputs are taken as codes, and the outputs come back as exact
     real values (``code * 2**-exp``) — or as the raw codes with ``raw=True``.
