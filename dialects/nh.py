@@ -190,9 +190,10 @@ class FixedAttr(ParametrizedAttribute):
 
     @staticmethod
     def layout_error(layout: str) -> str | None:
-        """Why ``layout`` is not a valid layout string, or None."""
-        if not layout or any(c not in LAYOUT_LETTERS for c in layout):
-            return f"layout {layout!r} must be a non-empty string of the letters {LAYOUT_LETTERS}"
+        """Why ``layout`` is not a valid layout string, or None (``""``: a 0-d value's, which
+        nh has only where a function takes or returns one, written ``#nh.fixed<5, "">``)."""
+        if any(c not in LAYOUT_LETTERS for c in layout):
+            return f"layout {layout!r} must be a string of the letters {LAYOUT_LETTERS}"
         if "B" in layout[1:]:
             return f"layout {layout!r} may have B only as its first letter"
         return None
@@ -242,7 +243,9 @@ class FixedAttr(ParametrizedAttribute):
                 per_channel = False
             parser.parse_punctuation(",")
             start = parser.pos
-            layout = parser.parse_identifier(" (layout letters, e.g. BCMD)")
+            layout = parser.parse_optional_str_literal()
+            if layout is None:
+                layout = parser.parse_identifier(" (layout letters, e.g. BCMD)")
             error = cls.layout_error(layout)
             if error is None and per_channel and "C" not in layout:
                 error = f"per-channel exponents need a C in the layout {layout!r}"
@@ -263,7 +266,7 @@ class FixedAttr(ParametrizedAttribute):
             else:
                 printer.print_int(values[0])
             printer.print_string(", ")
-            printer.print_string(self.layout.data)
+            printer.print_string(self.layout.data or '""')
 
     @property
     def exp_list(self) -> list[int]:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from nanoir.dialects.functions import describe
 from nanoir.lowering.hw.bicubic import LowerUpsampleBicubic
 from nanoir.lowering.hw.channel_wise import FuseBatchNormFakeQuant, LowerBatchNorm, LowerPRelu
 from nanoir.lowering.hw.contraction import LowerConv, LowerConvTranspose, LowerLinear, LowerMatmul
@@ -89,6 +88,7 @@ from nanoir.lowering.hw.l2_normalize import LowerNormalize
 from nanoir.lowering.hw.normalization import LowerNorm
 from nanoir.lowering.hw.recurrent import LowerRecurrent
 from nanoir.lowering.hw.reduce import LowerArgReduce, LowerCumsum, LowerReduce
+from nanoir.lowering.hw.scalars import promote_scalars
 from nanoir.lowering.hw.select import LowerCompare, LowerWhere
 from nanoir.lowering.hw.softmax import LowerSoftmax
 from nanoir.lowering.hw.upsample import (
@@ -98,9 +98,8 @@ from nanoir.lowering.hw.upsample import (
     LowerUpsampleZero,
 )
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp, TensorType
+from xdsl.dialects.builtin import ArrayAttr, FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -175,28 +174,6 @@ PATTERNS: tuple[type[HwPattern], ...] = (
 """Every lower-to-hw pattern, tried in this order (``ReportUnlowered`` runs after them)."""
 
 
-def refuse_scalars(ops: list[Operation], args: list[BlockArgument]) -> None:
-    """A 0-d value computed at run time has no nh form (an nh layout names at least one dim;
-    0-d constants are folded into codes of one element): refused, naming its op."""
-    runtime: set[SSAValue] = set(args)
-    for arg in args:
-        if isinstance(arg.type, TensorType) and not arg.type.get_shape():
-            raise LowerToHwError(
-                f"lower-to-hw: function input %{arg.name_hint or arg.index} is 0-d; nh values "
-                "have at least one dim (give it shape [1])"
-            )
-    for op in ops:
-        if not any(v in runtime for v in op.operands):
-            continue
-        runtime.update(op.results)
-        for r in op.results:
-            if isinstance(r.type, TensorType) and not r.type.get_shape():
-                raise LowerToHwError(
-                    f"lower-to-hw: {describe(op)} has a 0-d result; nh values have at least "
-                    "one dim (keep a dim of size 1, e.g. keepdim=True)"
-                )
-
-
 def lower_function(
     func: FuncOp,
     *,
@@ -209,8 +186,8 @@ def lower_function(
     hw = HwLowering(func, allow_overflow=allow_overflow)
     block = func.body.block
     old_args = list(block.args)
+    promote_scalars(func)
     nq_ops = [op for op in block.ops if not isinstance(op, ReturnOp)]
-    refuse_scalars(nq_ops, old_args)
     patterns = [cls(hw) for cls in PATTERNS] + [ReportUnlowered(hw)]
     engine_or_host = EngineOrHost(
         hw, GreedyRewritePatternApplier(patterns, dce_enabled=False), func, target, host

@@ -57,7 +57,7 @@ def test_fixed_attr_round_trips(ctx: Context, text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("#nh.fixed<7, BXMD>", "must be a non-empty string of the letters BCMD"),
+        ("#nh.fixed<7, BXMD>", "must be a string of the letters BCMD"),
         ("#nh.fixed<7, CBMD>", "may have B only as its first letter"),
         ("#nh.fixed<[1, 2], MD>", "per-channel exponents need a C"),
     ],

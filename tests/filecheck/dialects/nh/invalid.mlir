@@ -50,7 +50,7 @@ func.func @layout_letters(%x: tensor<2x4xi8, #nh.fixed<1, BX>>) -> tensor<2x4xi8
   func.return %y : tensor<2x4xi8, #nh.fixed<1, BX>>
 }
 // CHECK: invalid.mlir:{{[0-9]+}}:{{[0-9]+}}
-// CHECK: layout 'BX' must be a non-empty string of the letters BCMD
+// CHECK: layout 'BX' must be a string of the letters BCMD
 
 // -----
 
