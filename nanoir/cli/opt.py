@@ -7,9 +7,11 @@ is MLIR), runs ``-p`` pipelines of nanoir and xDSL passes, and prints with a tar
 or ``perf`` / ``perf-json``: the cost estimate, ``nanoir.cost``). ``--hw-target FILE`` names the
 engine (``nanoir.Target``) for ``--lower-to-hw [--host]``, ``--inspect`` (which op runs where,
 and why: a table, ``json`` or ``dot``) and ``--emit=perf``.
-Bad input is one message with ``file:line:col`` and exit code 1: no traceback, and ``-o`` is written only when everything succeeded (atomically, see
-``nanoir.files.write_atomically``; special files such as ``/dev/null`` or ``/dev/stdout`` are
-written through). SIGINT and SIGTERM end it with one line and exit code 130 or 143.
+Bad input is one message with ``file:line:col`` and exit code 1, and so is a bad option, pass
+or pass option (one line): no traceback, and ``-o`` is written only when everything succeeded
+(atomically, see ``nanoir.files.write_atomically``; special files such as ``/dev/null`` or
+``/dev/stdout`` are written through). SIGINT and SIGTERM end it with one line and exit code 130
+or 143.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 import nanoir
 from nanoir.api import decode_text, parse_input_shape
-from nanoir.cli.entry import run_main
+from nanoir.cli.entry import one_line_usage_errors, run_main
 from nanoir.cli.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.cli.onnx_target import OnnxIntegerTarget, OnnxNanoEngineTarget, OnnxTarget
 from nanoir.context import ALL_DIALECTS
@@ -165,6 +167,7 @@ class NanoirOptMain(xDSLOptMain):
         return super().parse_chunk(chunk, file_extension, start_offset)
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        one_line_usage_errors(arg_parser, "nanoir-opt")  # (also xDSL's own -t check)
         super().register_all_arguments(arg_parser)
         arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         width = max(len(name) for name in self.available_passes)
@@ -361,10 +364,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     except ArgSpecParseError as e:  # a BaseException in xDSL
         print(f"nanoir-opt: error: bad pipeline: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
+        return 1
+    except ValueError as e:  # xDSL's pipeline errors: an unknown pass, a bad pass option
         print(f"nanoir-opt: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     except BrokenPipeError:
         raise  # stdout's reader is gone: run_main ends quietly
     except OSError as e:

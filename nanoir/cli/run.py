@@ -5,14 +5,15 @@
     nanoir-run model.mlir --input x.npy --stream --step 4 -o out.npy
     nanoir-run q.mlir --input x.npy --report --plot report.png   # the report, also as a figure
 
-Float (nf) programs run in float32, quantized (nq) ones in float64; integer (nh) programs take
-float inputs (quantized as their inputs say) or codes, and output exact real values (``--raw``:
-the codes). Errors are one message
-(the file and place for bad programs, the op and shapes for failed runs, what is wrong with a
-bad ``.npy`` or ``-o`` path), exit code 1, and no output file is written unless every output
-was computed. Options and paths are checked before anything runs. Outputs are written
-atomically and exactly to the named files (``nanoir.files.write_atomically``); SIGINT and SIGTERM
-end the run with one line and exit code 130 or 143.
+Float (nf) programs run in the float type they declare (float64 where a value is f64, else
+float32), quantized (nq) ones in float64; integer (nh) programs take float inputs (quantized as
+their inputs say) or codes, and output exact real values (``--raw``: the codes). Errors are one
+message (the file and place for bad programs, the op and shapes for failed runs, what is wrong
+with a bad ``.npy`` or ``-o`` path, the option and what it takes for a bad option), exit code
+1, and no output file is written unless every output was computed. Options and paths are
+checked before anything runs. Outputs are written atomically and exactly to the named files
+(``nanoir.files.write_atomically``); SIGINT and SIGTERM end the run with one line and exit code
+130 or 143.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError
 import nanoir
 from nanoir.api import load, parse_input_shape
 from nanoir.backends import BACKENDS, run
-from nanoir.cli.entry import run_main
+from nanoir.cli.entry import one_line_usage_errors, run_main
 from nanoir.dialects import nf
 from nanoir.errors import Error
 from nanoir.files import check_output_path, write_atomically, writes_through
@@ -47,6 +48,7 @@ def _arguments() -> argparse.ArgumentParser:
         prog="nanoir-run",
         description="Run a nanoir program with NumPy (or an nh program with onnxruntime).",
     )
+    one_line_usage_errors(p, "nanoir-run")
     p.add_argument(
         "--version",
         action="version",

@@ -109,9 +109,9 @@ def test_missing_file_and_bad_pipeline(tmp_path: Path) -> None:
     src = tmp_path / "good.mlir"
     src.write_text(GOOD)
     bad_pass = run(str(src), "-p", "no-such-pass")
-    assert bad_pass.returncode == 2 and "Unrecognized passes" in bad_pass.stderr
+    assert bad_pass.returncode == 1 and "Unrecognized passes" in bad_pass.stderr
     bad_spec = run(str(src), "-p", "cse{")
-    assert bad_spec.returncode == 2 and "Traceback" not in bad_spec.stderr
+    assert bad_spec.returncode == 1 and "Traceback" not in bad_spec.stderr
 
 
 def test_stdin_pipeline_and_generic_form(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_print_between_passes_and_emit_alias(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert "IR after cse:" in proc.stdout
     bad_target = run(str(src), "--emit=nope")
-    assert bad_target.returncode == 2 and "invalid choice: 'nope'" in bad_target.stderr
+    assert bad_target.returncode == 1 and "invalid choice: 'nope'" in bad_target.stderr
 
 
 def test_version() -> None:
