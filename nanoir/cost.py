@@ -132,8 +132,10 @@ def _bits(value: SSAValue, view: View | None) -> int:
     return 32
 
 
-def _bytes(value: SSAValue, view: View | None) -> int:
-    return -(-_per_sample(value) * _bits(value, view) // 8)
+def _bytes(value: SSAValue, view: View | None, constant: bool = False) -> int:
+    """Packed bytes of one sample of a runtime value, or of the whole of a constant."""
+    count = math.prod(_shape(value)) if constant else _per_sample(value)
+    return -(-count * _bits(value, view) // 8)
 
 
 def _weight_bits(op: Operation, constants: set[SSAValue], view: View | None) -> int:
@@ -406,7 +408,7 @@ def estimate(
         device = _device(op, level)
         macs = macs_of(op)
         wbits = _weight_bits(op, constants, view)
-        weight = sum(_bytes(v, view) for v in op.operands if v in constants)
+        weight = sum(_bytes(v, view, constant=True) for v in op.operands if v in constants)
         runtime_in = sum(_bytes(v, view) for v in op.operands if v not in constants)
         out = sum(_bytes(r, view) for r in op.results)
         values = sum(_per_sample(r) for r in op.results)
