@@ -18,6 +18,8 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import LookupTable
+from nanoir.lowering.hw.support import check_before_calibrating
+from nanoir.lowering.lower_to_hw import target_argument
 from nanoir.lowering.quantize.batch_norm import make_dyadic
 from nanoir.lowering.quantize.bias_correction import add_zero_biases, correct_biases, float_kernels
 from nanoir.lowering.quantize.calibration import (
@@ -357,6 +359,8 @@ def quantize(
     function: str | None = None,
     progress: bool | None = None,
     bias_correction: bool | None = None,
+    target: Any = None,
+    host: bool = False,
     **options: Any,
 ) -> list[Target]:
     """Quantize a float (nf) program in place: ``nanoir.quantize(module, batches, act_bits=8)``.
@@ -365,7 +369,10 @@ def quantize(
     ``(inputs, labels)`` pairs from a DataLoader); ``options`` are :class:`QuantConfig` fields.
     ``bias_correction`` (default: on when ``calibration`` is given) shifts each conv/linear
     bias by the mean quantization error at its output on the calibration data
-    (``bias_correction``); ``False`` gives the uncorrected program.
+    (``bias_correction``); ``False`` gives the uncorrected program. ``target`` (a
+    ``nanoir.Target`` or its TOML file) is the engine the program will lower to: an op it
+    cannot run is refused before anything is calibrated, unless ``host=True`` (the op will
+    run on the host: ``lower_to_hw(..., host=True)``).
     """
     if bias_correction is not None and not isinstance(bias_correction, bool | np.bool_):
         raise ArgumentError(
@@ -390,6 +397,10 @@ def quantize(
     elif options:
         raise QuantizeError("quantize: pass either config= or keyword options, not both")
     func = find_function(module, function)
+    if target is not None and not host:  # before calibrating: what the engine cannot run
+        engine = target_argument(target)
+        assert engine is not None
+        check_before_calibrating(func, find_targets(func, config), config.rounding, engine)
     return quantize_function(
         func,
         calibration,
