@@ -221,3 +221,25 @@ def test_the_cli(tmp_path, models) -> None:
     assert main([str(program), "--hw-target", str(target), "--inspect=json", "-o", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["target"]["name"] == "noconv" and data["host"] >= 1
+
+
+def test_quantize_asks_before_calibrating() -> None:
+    """quantize(target=...) refuses an op the engine cannot run before it reads one batch
+    (kills: the check moved after calibration, or run on the quantized program only)."""
+
+    class Product(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x).prod(dim=2, keepdim=True)
+
+    x = torch.rand(2, 3, 4)
+    module = nanoir.from_torch(Product(), (x,))
+
+    def never():
+        raise AssertionError("calibration data was read")
+        yield x.numpy()
+
+    with pytest.raises(LowerToHwError, match=r"quantize: 'nf.reduce' .* multiplies codes"):
+        nanoir.quantize(module.clone(), never(), target=Target.example())
+    nanoir.quantize(module, [x.numpy()], target=Target.example(), host=True)
+    hw = lower_to_hw(module.clone(), target=Target.example(), host=True)
+    assert np.array_equal(nanoir.run(hw, x.numpy())[0], nanoir.run(module, x.numpy())[0])
