@@ -15,6 +15,11 @@ one already there and then kept:
 - ``f64``: the codes as float64 (exact: nh codes have at most 32 bits);
 - ``in``: a graph input as given (int8, uint8, int16, uint16 or int32).
 
+No ``DequantizeLinear`` is ever written: onnxruntime 1.32 reads a float ``MatMul``/``Conv``
+whose input is dequantized (and whose result is quantized) as a QDQ node group and rewrites its
+float weights and bias into int8/int32 on its own grids (``MatMulAddFusion`` at the basic
+level, the QDQ selectors above it), which moves a bias that carries a rounding offset.
+
 Data movement applies to whichever form the value already has. :class:`Graph` tracks a static
 bound of each value's ``|code|``, tighter than its type for products of constant weights: it
 says where float32 is exact and where int32 provably does not overflow. Where an op's result
@@ -202,7 +207,7 @@ class Graph:
             src = next((have[f] for f in ("in", "i32", "i64", "f64") if f in have), None)
             if src is not None:
                 name = self.node("Cast", [src], base, to=1)
-            else:
+            else:  # Cast and Sub, never DequantizeLinear: see the module docstring
                 cast = self.node("Cast", [have["u8"]], base + "c", to=1)
                 zp = zero_point(value)
                 name = self.node("Sub", [cast, self.const(zp, np.float32)], base) if zp else cast

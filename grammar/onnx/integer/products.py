@@ -48,7 +48,13 @@ from nanoir.grammar.onnx.integer.common import (
     sole_reader,
 )
 from nanoir.grammar.onnx.integer.graph import F32_EXACT, I32_MAX, Graph, zero_point
-from nanoir.grammar.onnx.integer.requant import half_up_fits, saturation, shifts_of
+from nanoir.grammar.onnx.integer.requant import (
+    half_up_fits,
+    quantize_offset,
+    quantizes,
+    saturation,
+    shifts_of,
+)
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
@@ -98,9 +104,11 @@ def _per_out(shifts: np.ndarray, outs: int) -> np.ndarray:
 
 
 def _foldable(g: Graph, reader: nh.RequantOp | None, sums: np.ndarray) -> bool:
-    """Whether the requant's scale (and half_up's half) can go into a float product."""
+    """Whether the requant's scale (and its rounding offset) can go into a float product."""
     if reader is None:
         return False
+    if quantizes(g, reader, int(max(sums, default=0))):
+        return True
     if reader.rounding.data is RoundingMode.HALF_UP:
         s = _per_out(shifts_of(reader), len(sums))
         return all(half_up_fits(int(b), np.asarray(k)) for b, k in zip(sums, s))
@@ -202,9 +210,11 @@ def _float_weights(
         wf = np.ldexp(wf, -s.reshape(shape))
         bf = np.zeros(outs) if bf is None else bf
         bf = np.ldexp(bf, -s)
-        if reader.rounding.data is RoundingMode.HALF_UP:
+        if quantizes(g, reader, int(max(sums, default=0))):
+            bf = bf + quantize_offset(reader.rounding.data, s)
+        elif reader.rounding.data is RoundingMode.HALF_UP:
             bf = bf + np.where(s > 0, 0.5, 0.0)
-    if bias is None and not (reader is not None and reader.rounding.data is RoundingMode.HALF_UP):
+    if bias is None and (bf is None or not bf.any()):
         bf = None  # a zero bias is no bias
     base = label if reader is None else out_name(g, reader) + "_scaled"
     wn = g.const(wf, np.float32, base + "_w")

@@ -27,7 +27,7 @@ from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nq import RoundingMode
 from nanoir.grammar.onnx.integer.arith import cast_to, clip, shift_round
 from nanoir.grammar.onnx.integer.common import channel_shifts, out_name, sole_reader
-from nanoir.grammar.onnx.integer.graph import F32_EXACT, Graph
+from nanoir.grammar.onnx.integer.graph import F32_EXACT, Graph, zero_point
 
 
 def saturation(g: Graph, op: nh.RequantOp) -> tuple[int, int]:
@@ -44,6 +44,55 @@ def saturation(g: Graph, op: nh.RequantOp) -> tuple[int, int]:
 def shifts_of(op: nh.RequantOp) -> np.ndarray:
     """The requant's shifts shaped to broadcast over its input."""
     return channel_shifts(op, list(array_values(op.shift) or ()), len(tensor_shape(op.input)))
+
+
+def quantizes(g: Graph, op: nh.RequantOp, bound: int) -> bool:
+    """Whether the requant is one ``QuantizeLinear`` (uint8, the result's zero point): a
+    result of 2..8 bits, not a trunc that keeps negative codes, and ``x`` with its rounding
+    offset (:func:`quantize_offset`) exact in float32 for ``|x| <= bound``."""
+    width, mode = nh.width_of(op.result), op.rounding.data
+    if width == 1 or width > 8:
+        return False
+    lo, _ = saturation(g, op)
+    if mode is RoundingMode.TRUNC and lo < 0:
+        return False
+    if mode is RoundingMode.HALF_EVEN:
+        return bound <= F32_EXACT
+    return 2 * bound + 2 ** int(shifts_of(op).max(initial=0)) <= F32_EXACT
+
+
+def quantize_offset(mode: RoundingMode, shifts: np.ndarray) -> np.ndarray:
+    """What to add to ``y = x * 2**-s`` so that ``QuantizeLinear``'s round half to even gives
+    the mode's rounding (``s >= 1``; integers need none): half_up adds ``2**-(s+1)`` (a tie
+    then rounds up, nothing else moves past a half); floor, and trunc of values saturated at
+    0, add ``2**-(s+1) - 1/2`` (every fraction then lies strictly within half a step of the
+    floor)."""
+    half = np.ldexp(1.0, -(shifts + 1))
+    if mode is RoundingMode.HALF_EVEN:
+        return np.zeros(np.shape(shifts))
+    if mode is RoundingMode.HALF_UP:
+        return np.where(shifts > 0, half, 0.0)
+    return np.where(shifts > 0, half - 0.5, 0.0)
+
+
+def quantize(g: Graph, op: nh.RequantOp, x: str, scale: np.ndarray, base: str) -> str:
+    """``QuantizeLinear(x, scale, zero point)`` to the result's uint8 form, clipped in uint8
+    where the result's range is narrower than uint8's (fewer bits, a fused ReLU)."""
+    lo, hi = saturation(g, op)
+    zp = zero_point(op.result)
+    scale = np.asarray(scale, dtype=np.float64)
+    attrs = {}
+    zero = np.asarray(zp)
+    if scale.size > 1:  # per axis: the zero point's shape follows the scale's
+        attrs["axis"] = int(np.argmax(scale.shape))
+        scale = scale.reshape(-1)
+        zero = np.full(scale.shape, zp)
+    inputs = [x, g.const(scale, np.float32, base + "_qs"), g.const(zero, np.uint8, base + "_qz")]
+    narrow = lo + zp > 0 or hi + zp < 255
+    y = g.node("QuantizeLinear", inputs, base + ("_q" if narrow else ""), **attrs)
+    if narrow:
+        y = g.node("Clip", [y, g.const(lo + zp, np.uint8), g.const(hi + zp, np.uint8)], base)
+    return y
 
 
 def half_up_fits(bound: int, shifts: np.ndarray) -> bool:
@@ -105,9 +154,17 @@ def requant(g: Graph, op: nh.RequantOp) -> None:
     shifts = shifts_of(op)
     bound = g.bound(op.input)
     reach = bound * 2.0 ** -float(shifts.min(initial=0)) + 0.5
-    if op in g.scaled:
+    if op in g.scaled and quantizes(g, op, bound):  # its product added the offset
+        g.put(op.result, "u8", quantize(g, op, g.scaled[op], np.ones(()), base))
+    elif op in g.scaled:
         y, form = float_round(g, g.scaled[op], mode, lo, hi, base, reach)
         g.put(op.result, form, y)
+    elif g.float_exact(op.input) and quantizes(g, op, bound):
+        y = g.get(op.input, "f32")
+        offset = quantize_offset(mode, shifts) * np.ldexp(1.0, shifts)
+        if offset.any():
+            y = g.node("Add", [y, g.const(offset, np.float32, base + "_off")], base + "_o")
+        g.put(op.result, "u8", quantize(g, op, y, np.ldexp(1.0, shifts), base))
     elif g.float_exact(op.input) and (
         mode is not RoundingMode.HALF_UP or half_up_fits(bound, shifts)
     ):  # (onnxruntime's int32 Div is scalar: a Cast and float ops cost less)
