@@ -16,7 +16,10 @@ Per network, the stages of ``nanoir.compile_model(model, (x,), calibration, stop
 every default, run one by one as ``compile_model`` runs them (``from_torch``, ``fold-bn``,
 ``quantize``, ``lower-to-hw``) so that the first refusal is attributed to its stage; then the
 nq program and the nh program run on 4 held-out inputs (nq == nh bit for bit?) and the nh
-output's SQNR against the float torch module in float64. Calibration: 2 batches of 4 (images:
+output's SQNR against the float torch module in float64. Every network that quantizes is
+also lowered with ``host=true`` (what the engine cannot run stays on the host): the
+partitioned program runs against nq (bit for bit?), with its host ops and the engine's share
+of the MACs and of the estimated time (``nanoir.estimate`` on the example target). Calibration: 2 batches of 4 (images:
 ``ptq_images``'s smooth images; audio: seeded tones in noise; features: smooth noise).
 A non-``nanoir.Error`` exception is recorded as a crash (a traceback a user would see).
 
@@ -273,6 +276,17 @@ class Result:
     ops: int
     corpus: str = "first"
     """``first`` (the networks ops were added for) or ``more`` (``reach_models_more``)."""
+    host: str = ""
+    """``lower-to-hw{host=true}`` (issue 34 §3) on the quantized program: ``yes`` when the
+    partitioned program ran and equals nq bit for bit, ``NO`` when it differs, ``""`` when
+    quantize was not reached, else the first refusal or crash (shortened)."""
+    host_ops: int = 0
+    """Ops the partition left on the host."""
+    engine_macs: float | None = None
+    """The engine's share of the MACs under ``host=true`` (``nanoir.estimate``)."""
+    engine_time: float | None = None
+    """The engine's share of the estimated time on the example target (its numbers are an
+    example, not a vendor's)."""
 
 
 def sqnr_db(reference: np.ndarray, value: np.ndarray) -> float:
@@ -389,8 +403,47 @@ def measure(name: str, timeout: int = 300) -> Result:
         signal.signal(signal.SIGALRM, old)
     if not seconds:  # refused: the time until the refusal
         seconds = time.process_time() - start
+    host = (
+        _host_run(module, evaluation, timeout) if reached in ("nq", "nh") else ("", 0, None, None)
+    )
     return Result(name, entry.group, entry.source, reached, refusal, crash, same, sqnr, batch1, seconds,
-                  stages, ops, entry.corpus)  # fmt: skip
+                  stages, ops, entry.corpus, *host)  # fmt: skip
+
+
+def _host_run(
+    module: Any, evaluation: np.ndarray, timeout: int
+) -> tuple[str, int, float | None, float | None]:
+    """``lower-to-hw{host=true}`` on the quantized program, run against nq: (result, host
+    ops, the engine's share of MACs and of the estimated time on the example target)."""
+    from nanoir.dialects.functions import find_function
+    from nanoir.lowering.hw.host import host_ops
+
+    import nanoir
+
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(timeout)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mixed = nanoir.lower_to_hw(module.clone(), host=True)
+            kept = len(host_ops(find_function(mixed, None)))
+            cost = nanoir.estimate(mixed, nanoir.Target.example())
+            want = _flat(nanoir.run(module, evaluation))
+            got = _flat(nanoir.run(mixed, evaluation))
+        same = "yes" if np.array_equal(want, got) else "NO"
+        return same, kept, cost.engine_share_macs, cost.engine_share_time
+    except _Timeout:
+        return f"timeout after {timeout} s", 0, None, None
+    except Exception as error:  # noqa: BLE001 -- recorded as the host run's refusal or crash
+        crash = "" if isinstance(error, nanoir.Error) else "CRASH "
+        return crash + _short(error), 0, None, None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.0f}%"
 
 
 _STAGE_MARK = {"nf": ("nf",), "folded": ("nf",), "nq": ("nf", "nq"), "nh": ("nf", "nq", "nh")}
@@ -471,8 +524,8 @@ def table(results: list[Result]) -> str:
         "program run on one input gives the 4-input run's first rows.",
         "",
         "| network | group | source | nf | nq | nh | nq == nh | SQNR dB | batch 1 | compile s (nf/q/nh) | nf ops "
-        "| first refusal |",
-        "|---|---|---|:-:|:-:|:-:|:-:|---:|:-:|---:|---:|---|",
+        "| first refusal | host=true: nq == mixed | host ops | engine MACs / time |",
+        "|---|---|---|:-:|:-:|:-:|:-:|---:|:-:|---:|---:|---|:-:|---:|---:|",
     ]
     for r in results:
         nf, nq, nh = _marks(r)
@@ -480,7 +533,10 @@ def table(results: list[Result]) -> str:
         why = ("CRASH " if r.crash else "") + r.refusal
         lines.append(
             f"| {r.name} | {r.group} | {r.source} | {nf} | {nq} | {nh} | {r.same} | {sq} | {r.batch1} | "
-            f"{r.compile_seconds:.0f} ({_stages(r)}) | {r.ops} | {why} |"
+            f"{r.compile_seconds:.0f} ({_stages(r)}) | {r.ops} | {why} | {r.host} | "
+            f"{r.host_ops if r.host else ''} | "
+            f"{_share(r.engine_macs)}{' / ' if r.engine_macs is not None else ''}"
+            f"{_share(r.engine_time)} |"
         )
     nets = [r for r in results if r.group != "block"]
     blocks = [r for r in results if r.group == "block"]
@@ -490,6 +546,15 @@ def table(results: list[Result]) -> str:
         f"(lower to nh with nq == nh bit for bit); blocks: {sum(map(integer, blocks))} of "
         f"{len(blocks)}.",
     ]
+    imported = [r for r in nets if r.reached != "-"]
+    lines.append(
+        f"**host=true: {sum(r.host == 'yes' for r in imported)} of {len(imported)} networks that "
+        "import run end to end** (quantize, `lower_to_hw(host=True)`, run; the partitioned "
+        "program equals nq bit for bit), "
+        f"{sum(r.host_ops > 0 for r in imported)} of them with ops on the host. Engine share: "
+        "of the MACs, and of the time `nanoir.estimate` gives on the example target "
+        "(`examples/targets/nanoengine_example.toml`, example numbers)."
+    )
     groups: dict[str, list[Result]] = {}
     for r in nets:
         groups.setdefault(r.group, []).append(r)
@@ -571,6 +636,8 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
         emit(
             f"{r.name}: reached {r.reached}, nq==nh {r.same or '-'}{sq}, "
             f"{r.compile_seconds:.1f} s CPU ({_stages(r)}) {('CRASH ' if r.crash else '') + r.refusal}"
+            f"; host=true {r.host or '-'} ({r.host_ops} host ops, engine "
+            f"{_share(r.engine_macs) or '-'} of MACs, {_share(r.engine_time) or '-'} of time)"
         )
         results.append(r)
     if pool is not None:
