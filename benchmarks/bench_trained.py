@@ -22,7 +22,7 @@ on every evaluation input. Where an output collapses, ``nanoir.report`` says whe
 network the SQNR against float is lost. One thread; CPU seconds.
 
     python benchmarks/bench_trained.py [--models cls,rec] [--columns defaults,recommended]
-                                       [--cache DIR] [--out FILE] [--layers]
+                                       [--cache DIR] [--out FILE] [--layers] [--jobs 2]
 
 The full run (every model and column) writes ``benchmarks/trained_results.md`` unless ``--out``
 says otherwise; a partial run prints only (or writes ``--out``).
@@ -43,8 +43,10 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trained.columns import REPORT_INPUTS, Cell, Column, run_column  # noqa: E402
@@ -163,6 +165,27 @@ def summary(results: list[ModelResult], columns: list[Column]) -> list[str]:
             continue
         cells = " | ".join(summary_cell(e, r.cells.get(c.name)) for c in columns)
         lines.append(f"| {e.title} ({e.source}) | {e.measure_name} | {cells} |")
+    timed = [c for c in columns if c.kind != "float"]
+    lines += [
+        "",
+        "Quantize CPU seconds (nanoir.quantize; onnxruntime: quantize_static with its "
+        "calibration) and nq == nh on every evaluation input:",
+        "",
+        "| network | " + " | ".join(c.title for c in timed) + " | nq == nh |",
+        "|---|" + "---:|" * len(timed) + "---|",
+    ]
+    for r in results:
+        if r.skipped:
+            continue
+        seconds = [r.cells[c.name].seconds if c.name in r.cells else None for c in timed]
+        checks = [
+            f"{c.name}: {r.cells[c.name].nq_nh}" for c in timed if r.cells.get(c.name, Cell()).nq_nh
+        ]
+        lines.append(
+            f"| {r.entry.name} | "
+            + " | ".join("" if s is None else f"{s:.1f}" for s in seconds)
+            + f" | {'; '.join(checks)} |"
+        )
     return lines
 
 
@@ -252,6 +275,23 @@ def measure_model(
     return result
 
 
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _measure_job(job: tuple[Any, ...]) -> tuple[ModelResult, list[str]]:
+    """:func:`measure_model` in a worker: the result without its entry (closures do not
+    pickle; the caller puts it back) and the lines it logged."""
+    name, column_names, cache, work, layers = job
+    logged: list[str] = []
+    columns = [c for c in COLUMNS if c.name in column_names]
+    result = measure_model(MODELS[name], columns, cache, work, logged.append, layers)
+    result.entry = None  # type: ignore[assignment]
+    return result, logged
+
+
 def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> list[ModelResult]:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -263,6 +303,12 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
     parser.add_argument("--out", type=Path, help="write the markdown here too")
     parser.add_argument(
         "--layers", action="store_true", help="per-layer SQNR for every quantized nanoir column"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="networks measured at once, each in its own one-thread process (default 1)",
     )
     args = parser.parse_args(argv)
     names = args.models.split(",") if args.models else list(MODELS)
@@ -280,11 +326,21 @@ def main(argv: list[str] | None = None, emit: Callable[[str], None] = print) -> 
     load = os.getloadavg()
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        for name in names:
-            work = Path(folder) / name
-            results.append(
-                measure_model(MODELS[name], columns, args.cache, work, emit, args.layers)
-            )
+        jobs = [
+            (n, [c.name for c in columns], args.cache, Path(folder) / n, args.layers) for n in names
+        ]
+        if args.jobs > 1:
+            pool = ProcessPoolExecutor(args.jobs, initializer=_one_thread)
+            done: Any = pool.map(_measure_job, jobs)
+        else:
+            pool, done = None, map(_measure_job, jobs)
+        for name, (result, logged) in zip(names, done):
+            for line in logged:
+                emit(line)
+            result.entry = MODELS[name]
+            results.append(result)
+        if pool is not None:
+            pool.shutdown()
     lines = header(argv, started, load) + ["", *summary(results, columns), "", "## Per network", ""]
     for r in results:
         if not r.skipped:

@@ -62,9 +62,8 @@ class Entry:
     """The task measure shown in the summary (a key of ``measure``'s result)."""
     measure: Measure
     build: Callable[[Path, Path, Callable[[str], None]], Subject]
-    """``build(cache, work_folder, log)``."""
-    network: bool = True
-    """Needs a downloaded wheel (skipped when the registry cannot be reached)."""
+    """``build(cache, work_folder, log)``; raises ``fetch.Unreachable`` when its wheel cannot
+    be downloaded."""
 
 
 def batches(x: np.ndarray, size: int) -> list[np.ndarray]:
@@ -395,7 +394,6 @@ MODELS = {
         "strings equal",
         strings_measure(32),
         _crnn("wide"),
-        network=False,
     ),
     "crnn-t4": Entry(
         "crnn-t4",
@@ -404,7 +402,6 @@ MODELS = {
         "strings equal",
         strings_measure(4),
         _crnn("manual"),
-        network=False,
     ),
 }
 """Every network, in the order of the table."""

@@ -130,6 +130,19 @@ def render_line(
     """``text`` drawn as an ``HxWx3`` uint8 RGB image cropped to the text (a margin of a few
     pixels): a random font of the machine and size in ``size`` (px), ground and ink grey levels
     drawn apart by at least 100, swapped with ``inverted``, Gaussian noise of ``noise`` levels."""
+    return draw_line(text, rng, inverted=inverted, size=size, noise=noise)[0]
+
+
+def draw_line(
+    text: str,
+    rng: np.random.Generator,
+    *,
+    inverted: bool = False,
+    size: tuple[int, int] = (22, 40),
+    noise: float = 4.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`render_line`'s image and the x coordinate (pixels) of each character's centre
+    (the middle of its advance), known from the font."""
     from PIL import Image, ImageDraw
 
     fonts = find_fonts()
@@ -145,11 +158,14 @@ def render_line(
         ground, ink = 255 - ground, 255 - ink
     tint = rng.integers(-12, 13, size=3)
     image = Image.new("RGB", (width, height), tuple(int(np.clip(ground + t, 0, 255)) for t in tint))
+    origin = int(margin[0] - left)
     ImageDraw.Draw(image).text(
-        (int(margin[0] - left), int(margin[1] - top)), text, fill=(ink, ink, ink), font=font
+        (origin, int(margin[1] - top)), text, fill=(ink, ink, ink), font=font
     )
     pixels = np.asarray(image, np.float64) + rng.normal(0, noise, (height, width, 3))
-    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+    advance = np.array([font.getlength(text[:i]) for i in range(len(text) + 1)])
+    centers = origin + (advance[:-1] + advance[1:]) / 2
+    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8), centers
 
 
 def normalise(pixels: np.ndarray) -> np.ndarray:
@@ -192,10 +208,18 @@ def text_line_set(
 
 
 def code_line(
-    rng: np.random.Generator, height: int, width: int, lengths: tuple[int, int]
-) -> tuple[np.ndarray, str]:
-    """A code of ``lengths`` characters of :data:`CODE_ALPHABET` drawn and fitted into
-    ``3 x height x width`` (one in five inverted), and the code."""
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    lengths: tuple[int, int],
+    spacing: int = 0,
+) -> tuple[np.ndarray, str, np.ndarray]:
+    """A code of ``lengths`` characters of :data:`CODE_ALPHABET` drawn (``spacing`` spaces
+    between the characters) and fitted into ``3 x height x width`` (one in five inverted), the
+    code, and the x coordinate of each of its characters' centres in the fitted input."""
     code = "".join(rng.choice(list(CODE_ALPHABET), int(rng.integers(lengths[0], lengths[1] + 1))))
-    pixels = render_line(code, rng, inverted=rng.random() < 0.2, size=(20, 40))
-    return fit_line(pixels, height, width), code
+    drawn = (" " * spacing).join(code)
+    pixels, centers = draw_line(drawn, rng, inverted=rng.random() < 0.2, size=(20, 40))
+    h, w = pixels.shape[:2]
+    scale = max(1, min(width, int(np.ceil(height * w / h)))) / w  # fit_line's resize
+    return fit_line(pixels, height, width), code, centers[:: spacing + 1] * scale

@@ -31,10 +31,12 @@ import torch.nn.functional as F  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from torch import nn  # noqa: E402
 
+import nanoir  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_trained  # noqa: E402
-from trained import measures, prepare  # noqa: E402
-from trained.columns import run_column  # noqa: E402
+from trained import measures, models, prepare  # noqa: E402
+from trained.columns import nanoir_outputs, nq_equals_nh, run_column  # noqa: E402
 from trained.models import (  # noqa: E402
     Entry,
     batches,
@@ -245,7 +247,7 @@ EDIT_COUNTS = {
 def test_each_edit_keeps_the_function(tmp_path: Path) -> None:
     """onnxruntime gives the same outputs before and after each edit alone, and each edit
     changes what it says (mutants seen to fail: Clip's bounds 0..6; the reciprocal not taken;
-    the LayerNorm's epsilon dropped, which at this variance moves the output by 1e-4)."""
+    the LayerNorm's epsilon dropped, which moves the output past the 1e-5 tolerance here)."""
     source = _paddle_style_block(tmp_path)
     x = np.random.default_rng(1).normal(0, 3, (5, 4, 8)).astype(np.float32)
     (want,) = run_file(source, [x])
@@ -297,18 +299,29 @@ def test_text_lines_are_seeded_disjoint_and_half_turned(
 
 
 def test_stand_in_through_every_column(
-    stand_in: Path, inputs: tuple[np.ndarray, np.ndarray], tmp_path: Path
+    stand_in: Path,
+    inputs: tuple[np.ndarray, np.ndarray],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The float column is the shipped file's function (prepare kept it: labels 100%, SQNR
     far above 8-bit's); onnxruntime's and nanoir's quantized columns give 8-bit-like SQNRs
-    against it; every nanoir column is equal bit for bit at nh; the measures the columns
-    report equal ones computed here from the outputs by NumPy.
+    against it; every nanoir column is equal bit for bit at nh, and the check says NO when
+    the nq outputs it is given differ from the nh program's by one value.
 
     Mutants seen to fail it: the float reference taken from the prepared file instead of the
-    shipped one (the float column exact); the nq == nh check comparing nq with itself."""
+    shipped one; the nq == nh check comparing the nq outputs with themselves."""
     calibration, evaluation = inputs
     notes: list[str] = []
+    referenced: list[Path] = []
+
+    def recorded(path: Path, xs: list[np.ndarray]) -> list[np.ndarray]:
+        referenced.append(path)
+        return run_file(path, xs)
+
+    monkeypatch.setattr(models, "run_file", recorded)
     subject = build_from_onnx(stand_in, SHAPE, calibration, evaluation, tmp_path, notes)
+    assert referenced == [stand_in]  # the shipped file: the prepared one computes the same here
     assert any(n.startswith("prepare: hardsigmoid-as-clip") for n in notes)
     assert any("batch norms folded" in n for n in notes)
     (reference,) = run_file(stand_in, batches(evaluation, 8))
@@ -333,6 +346,13 @@ def test_stand_in_through_every_column(
     layers = cells["defaults"].layers
     assert layers is not None and layers.path and math.isfinite(layers.local_db)
 
+    program = subject.program.clone()
+    nanoir.quantize(program, batches(calibration, 1))
+    outputs = nanoir_outputs(program, evaluation, 1)
+    assert nq_equals_nh(program, subject, outputs).startswith("yes")
+    outputs[0][3, 1] += 2.0**-20
+    assert nq_equals_nh(program, subject, outputs) == "NO"
+
 
 def test_measure_model_and_markdown(
     stand_in: Path, inputs: tuple[np.ndarray, np.ndarray], tmp_path: Path
@@ -349,7 +369,6 @@ def test_measure_model_and_markdown(
         lambda cache, work, log: build_from_onnx(
             stand_in, SHAPE, calibration, evaluation[:8], work, []
         ),
-        network=False,
     )
     columns = [c for c in bench_trained.COLUMNS if c.name in ("float", "defaults")]
     lines: list[str] = []
