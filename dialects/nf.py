@@ -1212,6 +1212,23 @@ class PadMode:
     ALL = (CONSTANT, REFLECT, EDGE)
 
 
+def check_reflect_pads(op: IRDLOperation, shape: Sequence[int], pads: Sequence[int]) -> None:
+    """A reflection repeats no row, so each side of a static dim reflects at most its size - 1
+    rows (after negative pads crop it), as torch and onnxruntime require; NumPy's ``reflect``
+    would reflect again. A dynamic dim is checked by the kernel when it runs."""
+    n = len(shape)
+    for d, size in enumerate(shape):
+        begin, end = pads[d], pads[n + d]
+        kept = size - max(-begin, 0) - max(-end, 0)
+        if size != DYNAMIC_INDEX and max(begin, end) > 0 and max(begin, end) >= kept:
+            cropped = " after cropping" if kept != size else ""
+            raise VerifyException(
+                f"{op.name}: reflect pads ({begin}, {end}) on dim {d} of size {kept}{cropped}: "
+                f"at most {max(kept - 1, 0)} rows a side reflect (a reflection repeats no row; "
+                "torch and onnxruntime refuse more)"
+            )
+
+
 @irdl_op_definition
 class PadOp(IRDLOperation):
     """Pad every dim by ``pads`` (all begins, then all ends; ONNX ``Pad``) with ``mode``.
@@ -1269,6 +1286,8 @@ class PadOp(IRDLOperation):
             )
         if self.mode.data != PadMode.CONSTANT and any(p < 0 for p in pads):
             raise VerifyException(f"nf.pad: negative pads {list(pads)} need mode constant")
+        if self.mode.data == PadMode.REFLECT:
+            check_reflect_pads(self, x, pads)
         shape = [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)]
         if any(d != DYNAMIC_INDEX and d < 0 for d in shape):
             raise VerifyException(f"nf.pad: pads {list(pads)} remove more than {shape_str(x)} has")

@@ -37,6 +37,7 @@ from nanoir.dialects.nf import (
     check_expand_like,
     check_plane_op,
     check_reduce_dims,
+    check_reflect_pads,
     check_result_shape,
     check_upsample_bilinear,
     check_upsample_zero,
@@ -1534,6 +1535,8 @@ class PadOp(IRDLOperation):
             )
         if self.mode.data not in ("constant", "reflect", "edge"):
             raise VerifyException(f"nh.pad: unknown mode {self.mode.data!r}")
+        if self.mode.data == "reflect":
+            check_reflect_pads(self, x, pads)
         check_result_shape(
             self,
             [d if d == DYNAMIC_INDEX else d + pads[i] + pads[n + i] for i, d in enumerate(x)],

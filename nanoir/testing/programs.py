@@ -394,7 +394,7 @@ def random_nq_program(
             mode = draw(st.sampled_from(("constant", "reflect", "edge")))
             pads = [0] * (2 * rank)
             for d in range(2, rank):
-                top = 1 if mode == "reflect" and shape[d] < 3 else 2
+                top = min(2, shape[d] - 1) if mode == "reflect" else 2  # torch: < size
                 pads[d], pads[rank + d] = draw(st.integers(0, top)), draw(st.integers(0, top))
             if mode == "constant" and draw(st.booleans()):
                 pads[1] = 1  # the channel dim too

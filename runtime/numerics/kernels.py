@@ -746,8 +746,9 @@ def pad(x: Array, pads: Sequence[int], mode: str = "constant", value: float = 0.
 
     Negative entries crop, as in ONNX [Pad](https://onnx.ai/onnx/operators/onnx__Pad.html) and
     ``torch.nn.functional.pad`` (whose own pads run last dim first, in (begin, end) pairs).
-    Modes: ``constant`` (with ``value``), ``reflect`` (mirror without repeating the edge),
-    ``replicate``/``edge``, ``circular``/``wrap``.
+    Modes: ``constant`` (with ``value``), ``reflect`` (mirror without repeating the edge, so
+    at most size - 1 rows a side, as torch and onnxruntime require), ``replicate``/``edge``,
+    ``circular``/``wrap``.
     """
     r = x.ndim
     if len(pads) != 2 * r:
@@ -764,6 +765,12 @@ def pad(x: Array, pads: Sequence[int], mode: str = "constant", value: float = 0.
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
     if not any(b or e for b, e in widths):
         return x
+    for d, (b, e) in enumerate(widths):
+        if mode == "reflect" and max(b, e) > 0 and max(b, e) >= x.shape[d]:  # (NumPy: again)
+            raise ValueError(
+                f"reflect pads ({b}, {e}) on dim {d} of size {x.shape[d]}: at most "
+                f"{max(x.shape[d] - 1, 0)} rows a side reflect"
+            )
     if mode == "constant":
         return np.pad(x, widths, mode="constant", constant_values=np.asarray(value, dtype=x.dtype))
     return np.pad(x, widths, mode=_PAD_MODES[mode])

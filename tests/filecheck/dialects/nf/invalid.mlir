@@ -251,6 +251,14 @@ func.func @pad_count(%x: tensor<4x4xf32>) -> tensor<6x4xf32> {
 
 // -----
 
+func.func @pad_reflect_as_wide_as_the_dim(%x: tensor<?x3xf32>) -> tensor<?x6xf32> {
+  %y = nf.pad %x {pads = array<i64: 0, 3, 0, 0>, mode = "reflect"} : tensor<?x3xf32> -> tensor<?x6xf32>
+  func.return %y : tensor<?x6xf32>
+}
+// CHECK: error: nf.pad: reflect pads (3, 0) on dim 1 of size 3: at most 2 rows a side reflect
+
+// -----
+
 func.func @upsample_channels(%x: tensor<?x16x4x4xf32>) -> tensor<?x8x8x8xf32> {
   %y = nf.upsample_nearest %x : tensor<?x16x4x4xf32> -> tensor<?x8x8x8xf32>
   func.return %y : tensor<?x8x8x8xf32>

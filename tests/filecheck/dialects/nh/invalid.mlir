@@ -471,3 +471,11 @@ func.func @gather_keeps_exponents(%x: tensor<?x4xi8, #nh.fixed<[5, 4, 3, 2], BC>
   func.return %y : tensor<?x2xi8, #nh.fixed<[5, 4], BC>>
 }
 // CHECK: error: nh.gather: data movement keeps the exponents: exponents [2, 5] and [5, 4] differ
+
+// -----
+
+func.func @pad_reflect_as_wide_as_the_cropped_dim(%x: tensor<?x1x4xi8, #nh.fixed<3, BCM>>) -> tensor<?x1x4xi8, #nh.fixed<3, BCM>> {
+  %y = nh.pad %x {pads = array<i64: 0, 0, -2, 0, 0, 2>, mode = "reflect"} : tensor<?x1x4xi8, #nh.fixed<3, BCM>> -> tensor<?x1x4xi8, #nh.fixed<3, BCM>>
+  func.return %y : tensor<?x1x4xi8, #nh.fixed<3, BCM>>
+}
+// CHECK: error: nh.pad: reflect pads (-2, 2) on dim 2 of size 2 after cropping: at most 1 rows a side reflect
