@@ -42,9 +42,11 @@ from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from xdsl.dialects.builtin import (
     DictionaryAttr,
+    IntegerAttr,
     IntegerType,
     Signedness,
     TensorType,
+    i64,
 )
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
@@ -337,7 +339,19 @@ class HwLowering:
             },
         )
         self.emit(req, name)
-        return HwValue(req.result, out_exps, bits if signed else bits + 1)
+        result: SSAValue = req.result
+        if container_width(bits) != bits and bits > 1:
+            # nh.requant saturates at its container's width (a 3-bit code in i4): the
+            # fake-quant's own bounds are a clamp after it (exact: nested saturations).
+            low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+            bound = nh.ClampOp.create(
+                operands=[result],
+                result_types=[t],
+                properties={"min": IntegerAttr(low, i64), "max": IntegerAttr(high, i64)},
+            )
+            self.emit(bound, name)
+            result = bound.result
+        return HwValue(result, out_exps, bits if signed else bits + 1)
 
     def widen(self, hv: HwValue, width: int) -> HwValue:
         """The same codes in a wider signed container (a zero-shift requant); unsigned

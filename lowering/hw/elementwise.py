@@ -26,6 +26,8 @@ import functools
 
 import numpy as np
 from nanoir.dialects import nf, nh
+from nanoir.dialects.dense import dense_to_numpy
+from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.codes import (
     container_width,
     dyadic_exponent,
@@ -38,6 +40,7 @@ from nanoir.lowering.hw.core import (
     HwValue,
     value_label,
 )
+from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import IntegerAttr, i64
 from xdsl.ir import Attribute, Operation
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
@@ -253,9 +256,60 @@ class LowerRelu(HwPattern):
         hw.set(op.result, HwValue(new.result, a.exps, a.bits))
 
 
+def clamp_reader(op: nf.ClampOp) -> FakeQuantOp | None:
+    """The fake-quant that alone reads ``op`` (several equal ones count as one), or None."""
+    readers = [u.operation for u in op.result.uses]
+    first = readers[0] if readers else None
+    if not isinstance(first, FakeQuantOp):
+        return None
+    if any(
+        not isinstance(r, FakeQuantOp)
+        or r.properties != first.properties
+        or r.attributes != first.attributes
+        for r in readers
+    ):
+        return None
+    return first
+
+
+def clamp_after_fake_quant(
+    hw: HwLowering, op: nf.ClampOp, a: HwValue, fq: FakeQuantOp, bounds: list[float]
+) -> HwValue:
+    """``fq(clamp(x, lo, hi))`` as ``clamp(fq(x), fq(lo), fq(hi))``: a fake-quant is
+    monotone (any rounding, saturation included), and a monotone ``g`` has
+    ``g(max(x, lo)) == max(g(x), g(lo))`` and ``g(min(x, hi)) == min(g(x), g(hi))``; the
+    bounds' codes come from the same float64 values and the same quantizer as nq's."""
+    bits, mode = fq.bits.value.data, fq.rounding_mode
+    k = np.asarray(dense_to_numpy(fq.exp), np.int64)
+    if bits == 1 or (k != k.reshape(-1)[0]).any():
+        raise hw.fail(
+            op,
+            f"clamps at {bounds}, which are not dyadic rationals, and its fake-quant is "
+            + ("1-bit" if bits == 1 else "per channel")
+            + " (a per-tensor one of 2 bits or more takes the bounds' codes)",
+        )
+    y = hw.requant(op, a, bits, k.reshape(-1)[:1], mode, None, fq.is_signed)
+    props: dict[str, Attribute] = {}
+    for key, bound in (("min", op.min), ("max", op.max)):
+        if bound is not None:
+            code = quant.quantize_to_int(
+                np.float64(bound.value.data),
+                bits,
+                int(k.reshape(-1)[0]),
+                mode,
+                signed=fq.is_signed,
+            )
+            props[key] = IntegerAttr(int(code), i64)
+    new = nh.ClampOp.create(operands=[y.value], result_types=[y.value.type], properties=props)
+    hw.emit(new, op.result.name_hint)
+    return HwValue(new.result, y.exps, y.bits)
+
+
 class LowerClamp(HwPattern):
     """Clamp on codes, on a grid fine enough that both bounds are whole codes (``i1`` codes
-    first widened to ``i2``: a bound between -1 and +1 makes a 0)."""
+    first widened to ``i2``: a bound between -1 and +1 makes a 0). Bounds that are no
+    dyadic rational (``x.clamp(min=1e-6)`` before a ``log``) are on no grid: read by a
+    fake-quant, the clamp moves after it onto the bounds' codes (``clamp_after_fake_quant``)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.ClampOp, rewriter: PatternRewriter) -> None:
@@ -264,7 +318,15 @@ class LowerClamp(HwPattern):
         bounds = [b.value.data for b in (op.min, op.max) if b is not None]
         needed = dyadic_exponent(np.array(bounds)) if bounds else None
         if bounds and needed is None:
-            raise hw.fail(op, f"clamps at {bounds}, which are not dyadic rationals")
+            fq = clamp_reader(op)
+            if fq is None:
+                raise hw.fail(
+                    op,
+                    f"clamps at {bounds}, which are not dyadic rationals (read by fake-quants "
+                    "alone of 2 bits or more, it would clamp at the bounds' codes)",
+                )
+            hw.set(op.result, clamp_after_fake_quant(hw, op, a, fq, bounds))
+            return
         common = int(a.exps.max()) if needed is None else max(int(a.exps.max()), needed)
         if a.exps.size > 1 or common != int(a.exps.max()) or bounds and (a.exps != common).any():
             a = hw.shift_to(op, a, np.array(common).reshape((1,) * a.rank))

@@ -379,7 +379,13 @@ def _div(op: Operation, view: View) -> str | None:
 def _clamp(op: Operation, view: View) -> str | None:
     bounds = [b.value.data for b in (op.min, op.max) if b is not None]  # type: ignore[attr-defined]
     if bounds and dyadic_exponent(np.array(bounds)) is None:
-        return f"clamps at {bounds}, which are not dyadic rationals"
+        # On no grid; read by fake-quants alone, it clamps at the bounds' codes after them.
+        grid = view.result_grid(op.results[0])
+        if not view.only_quantized(op.results[0]) or grid is None or grid.bits == 1:
+            return (
+                f"clamps at {bounds}, which are not dyadic rationals (read by fake-quants "
+                "alone of 2 bits or more, it would clamp at the bounds' codes)"
+            )
     return None
 
 
