@@ -48,6 +48,7 @@ from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.schema import main_function
 from nanoir.grammar.onnx.exporter import OnnxExportError, _onnx, export_onnx_bytes
 from nanoir.grammar.onnx.integer.graph import ELEM, Graph, IntegerOnnxError, natural_dtype
+from nanoir.grammar.onnx.integer.host import host_output, host_writer
 from nanoir.grammar.onnx.integer.ops import OPS
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -203,7 +204,7 @@ def export_model(
         if isinstance(op, ReturnOp):
             results = list(op.arguments)
             continue
-        writer = OPS.get(type(op))
+        writer = OPS.get(type(op)) or host_writer(op)  # (host islands: see .host)
         if writer is None:
             what = (
                 "has no integer ONNX form yet"
@@ -217,6 +218,11 @@ def export_model(
         writer(g, op)
     outputs, io_out = [], []
     for i, value in enumerate(results):
+        host = host_output(g, value, "output" if i == 0 else f"output_{i}")
+        if host is not None:  # a result computed on the host: float32
+            outputs.append(host[0])
+            io_out.append(host[1])
+            continue
         if not isinstance(value.type, TensorType) or not isinstance(
             value.type.encoding, nh.FixedAttr
         ):

@@ -13,6 +13,7 @@ from nanoir.dialects import nh
 from nanoir.grammar.onnx.integer.algorithms import WRITERS as ALGORITHMS
 from nanoir.grammar.onnx.integer.common import Writer
 from nanoir.grammar.onnx.integer.elementwise import WRITERS as ELEMENTWISE
+from nanoir.grammar.onnx.integer.host import HOST
 from nanoir.grammar.onnx.integer.movement import WRITERS as MOVEMENT
 from nanoir.grammar.onnx.integer.pools import WRITERS as POOLS
 from nanoir.grammar.onnx.integer.products import WRITERS as PRODUCTS
@@ -26,5 +27,6 @@ OPS: dict[type[Operation], Writer] = {
     **POOLS,
     **MOVEMENT,
     **ALGORITHMS,
+    **HOST,  # nh.to_host / nh.from_host; the host's own ops: host.host_writer
 }
 """The writer of each nh op."""
