@@ -1,7 +1,9 @@
 """``nanoir.estimate``: what each layer of a program costs on an engine (``nanoir.Target``),
 and the totals: latency and frames per second (``nanoir-opt --emit=perf``).
 
-A first-order roofline, one sample (batch 1), one row per op:
+A first-order roofline, one sample (batch 1), one row per layer: an op with the requantization
+that follows it (``nh.requant``, or an nq fake-quant, read by nothing else), so what leaves a
+layer is its requantized codes, not its accumulator:
 
 - **MACs**: conv ``out elements x (C_in / groups) x kernel``; transposed conv ``in elements x
   (C_out / groups) x kernel``; linear ``out elements x in features``; matmul ``out elements x
@@ -318,15 +320,16 @@ class Estimate:
         return json.dumps(self.as_dict(), indent=2)
 
     def figure(self, *, title: str | None = None) -> Any:
-        """A per-layer bar chart of cycles, coloured by device (``nanoir.layer_table``)."""
-        table = self.table()
+        """A per-layer bar chart of the estimated time, coloured by device (engine, host,
+        boundary; ``nanoir.layer_table``)."""
+        labels = [f"{r.name} ({r.op.split('.', 1)[-1]})" for r in self.layers]
         return bar_chart(
-            table,
-            "cycles",
-            label="layer",
+            self.table(),
+            "us",
+            label=labels,
             group="device",
-            title=title or f"estimated cycles per layer on {self.target.name}",
-            unit="engine cycles",
+            title=title or f"estimated time per layer on {self.target.name}",
+            unit="microseconds per sample",
         )
 
     def plot(self, path: str | os.PathLike[str], *, title: str | None = None) -> None:
@@ -396,15 +399,21 @@ def estimate(
     constants = _constant_values(func)
     streams = cache_bytes(func, view or QuantizedView(), checked.stream_dim)
     layers: list[LayerCost] = []
+    last: Operation | None = None
     for op in func.body.block.ops:
         if isinstance(op, ReturnOp) or not op.results or op.name.endswith(".constant"):
             continue
-        if (
-            all(v in constants for v in op.operands)
-            or op.name == "nq.fake_quant"
-            and (op.operands[0] in constants)
-        ):
+        if all(v in constants for v in op.operands):
             continue  # computed once, at compile time
+        if layers and last is not None and _requantizes(op, last):
+            # The producer's requantization (an nh.requant, an nq fake-quant) is part of its
+            # layer: what leaves the layer is the requantized codes, not the accumulator.
+            r = layers[-1]
+            out = sum(_bytes(v, view) for v in op.results)
+            merged = replace(r, out_bytes=out)
+            layers[-1] = _recost(merged, checked)
+            last = op
+            continue
         device = _device(op, level)
         macs = macs_of(op)
         wbits = _weight_bits(op, constants, view)
@@ -434,7 +443,21 @@ def estimate(
                 seconds,
             )  # fmt: skip
         )
+        last = op
     return Estimate(checked, layers, level)
+
+
+REQUANTIZING = ("nh.requant", "nq.fake_quant")
+"""Ops that requantize their producer's result: costed in the producer's layer."""
+
+
+def _requantizes(op: Operation, last: Operation) -> bool:
+    """``op`` requantizes the result of ``last`` (the op costed just before it), which
+    nothing else reads: one layer, as the engine runs it (the accumulator stays on chip)."""
+    if op.name not in REQUANTIZING or len(op.operands) != 1:
+        return False
+    value = op.operands[0]
+    return value.owner is last and len(last.results) == 1 and len(list(value.uses)) == 1
 
 
 def _constant_values(func: FuncOp) -> set[SSAValue]:

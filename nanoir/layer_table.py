@@ -161,16 +161,19 @@ def bar_chart(
     table: LayerTable,
     value: str,
     *,
-    label: str = "column",
+    label: str | list[str] = "column",
     group: str | None = None,
     title: str | None = None,
     unit: str = "",
 ) -> Any:
     """A matplotlib ``Figure``: one horizontal bar per row, its length ``value``'s column,
     its colour ``group``'s (``engine``/``host``/``boundary`` have fixed colours), rows in
-    table order from the top, each labelled by the ``label`` column."""
+    table order from the top, each labelled by the ``label`` column (or the given labels)."""
     fig_cls = figure_class()
-    names = [str(r[table.columns.index(label)]) for r in table.rows]
+    if isinstance(label, str):
+        names = [str(r[table.columns.index(label)]) for r in table.rows]
+    else:
+        names = list(label)
     values = [float(r[table.columns.index(value)] or 0) for r in table.rows]
     groups = [str(r[table.columns.index(group)]) for r in table.rows] if group else []
     n = max(len(names), 1)
@@ -184,10 +187,11 @@ def bar_chart(
     ax.set_xlabel(f"{value}" + (f" ({unit})" if unit else ""))
     ax.grid(axis="x", alpha=0.3)
     if groups:
+        # lazy: matplotlib is loaded by figure_class above
+        from matplotlib.patches import Patch
+
         seen = list(dict.fromkeys(groups))
-        handles = [
-            ax.barh([0], [0], color=GROUP_COLOURS.get(g, "tab:green"), label=g)[0] for g in seen
-        ]
+        handles = [Patch(color=GROUP_COLOURS.get(g, "tab:green"), label=g) for g in seen]
         ax.legend(handles=handles, loc="lower right", fontsize=8)
     ax.set_title(title or f"{value} per layer")
     return fig
