@@ -100,7 +100,7 @@ NO_ROW_YET = {
 }
 """Generator kinds whose nh ops the integer writer has no row for yet (it refuses them by
 name): left out of the drawn programs until their rows are written."""
-NOT_WRITTEN = {*NO_ROW_YET.values(), nh.SelectOp, nh.ToHostOp, nh.FromHostOp}
+NOT_WRITTEN = {*NO_ROW_YET.values(), nh.SelectOp}
 """Every nh op without an integer ONNX row."""
 KINDS = tuple(k for k in ALL_KINDS if k not in NO_ROW_YET)
 
