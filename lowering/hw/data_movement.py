@@ -107,13 +107,20 @@ class LowerConcat(HwPattern):
 
 
 class LowerReshape(HwPattern):
-    """``nf.reshape`` → ``nh.reshape`` (per-channel exponents only when channels stay)."""
+    """``nf.reshape`` → ``nh.reshape`` (per-channel exponents only when channels stay); a
+    reshape of a constant is the constant in the new shape (an ``nh.constant`` with a
+    constant's layout: a conv bias written as ``Reshape(bias, [1, C, 1, 1])`` + ``Add``, as
+    paddle2onnx writes one, must not become a runtime tensor, which `.ne` cannot compute at
+    init)."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: nf.ReshapeOp, rewriter: PatternRewriter) -> None:
         hw = self.begin(op, rewriter)
         a = hw.get(op, op.input)
         out_shape = nf.tensor_shape(op.result)
+        if a.codes is not None:
+            hw.set(op.result, reshaped_constant(hw, op, a, out_shape))
+            return
         if a.exps.size != 1:
             if a.rank >= 2 and len(out_shape) >= 2 and a.shape[1] == out_shape[1]:
                 exps = a.exps  # channels stay in dim 1
@@ -131,6 +138,23 @@ class LowerReshape(HwPattern):
         new = nh.ReshapeOp.create(operands=[a.value], result_types=[t])
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, a.bits, None))
+
+
+def reshaped_constant(hw: HwLowering, op: Operation, a: HwValue, shape: tuple[int, ...]) -> HwValue:
+    """The constant ``a`` in ``shape``, named as it was: its exponents move with its codes
+    (one per element of the dim they vary along), aligned to one by exact left shifts only
+    where they would vary along several dims."""
+    assert a.codes is not None
+    source = a.value.owner
+    name = source.sym_name.data if isinstance(source, nh.ConstantOp) and source.sym_name else None
+    exps = np.broadcast_to(expand(a.exps, a.rank), a.shape).reshape(shape)
+    varying = [i for i in range(len(shape)) if (exps != exps.take([0], axis=i)).any()]
+    if len(varying) > 1:
+        a = hw.shift_to(op, a, np.array(a.exps.max()).reshape((1,) * a.rank))
+        assert a.codes is not None
+        exps = np.broadcast_to(expand(a.exps, a.rank), a.shape).reshape(shape)
+    keep = tuple(slice(None) if i in varying[:1] else slice(0, 1) for i in range(len(shape)))
+    return hw.make_constant(a.codes.reshape(shape), exps[keep], "const", name, a.bits)
 
 
 def per_tensor(hw: HwLowering, op: Operation, a: HwValue) -> HwValue:
