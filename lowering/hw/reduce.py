@@ -59,6 +59,16 @@ def sum_width(hw: HwLowering, op: Operation, hv: HwValue, dims: tuple[int, ...])
     return bits
 
 
+def declared_sum_width(op: Operation, hv: HwValue, dims: tuple[int, ...], bits: int) -> int:
+    """The container of a sum of ``hv``'s codes over ``dims``: ``bits`` wide, and as wide as
+    the nh verifier asks from the operand's declared width (a 3-bit value in ``i4`` counts
+    4 bits there), up to i32 (which the verifier takes as the accumulator)."""
+    shape = nf.tensor_shape(op.operands[0])
+    n = math.prod(shape[d] for d in dims)
+    declared = sum_bits(nh.signed_bits(hv.value), n)
+    return container_width(min(max(bits, declared), 32))
+
+
 class LowerReduce(HwPattern):
     """``nf.reduce`` (sum, max, min) → ``nh.reduce`` on codes at one exponent."""
 
@@ -78,7 +88,7 @@ class LowerReduce(HwPattern):
         if kind == "sum":
             a = hw.with_zero(a)  # (±1 codes can sum to 0)
             bits = sum_width(hw, op, a, dims)
-            width, signed = container_width(max(bits, nh.signed_bits(a.value))), True
+            width, signed = declared_sum_width(op, a, dims, bits), True
         else:
             bits, width = a.bits, hw.declared(a)
         t = hw.result_type(nf.tensor_shape(op.result), a.exps, width, hw.layout_of(a), signed)
@@ -122,7 +132,7 @@ class LowerCumsum(HwPattern):
         dims = tuple(array_values(op.dims) or ())
         a = hw.with_zero(one_exponent_along(hw, op, hw.get(op, op.input), dims))
         bits = sum_width(hw, op, a, dims) if a.rank else a.bits
-        width = container_width(max(bits, nh.signed_bits(a.value)))
+        width = declared_sum_width(op, a, dims, bits)
         t = hw.result_type(nf.tensor_shape(op.result), a.exps, width, hw.layout_of(a))
         new = nh.CumsumOp.create(operands=[a.value], result_types=[t], properties={"dims": op.dims})
         hw.emit(new, op.result.name_hint)

@@ -1,6 +1,6 @@
 """Handlers for torch's data movement beyond the core importer's, each written with the data
-movement ops nf already has (so every level, the exponents and streaming follow), and for
-x2 bicubic upsampling:
+movement ops nf already has (so every level, the exponents and streaming follow; resizing is
+``resize.py``'s):
 
 | ATen | nf |
 |---|---|
@@ -9,7 +9,6 @@ x2 bicubic upsampling:
 | ``repeat_interleave`` by a number or a constant tensor | ``nf.gather`` of each index repeated (the flattened tensor without ``dim``) |
 | ``repeat`` (``tile``) | ``nf.reshape`` for new leading dims, ``nf.concat`` of copies per repeated dim |
 | ``index_select`` by a constant index | ``nf.gather`` |
-| ``upsample_bicubic2d`` x2, ``align_corners=False`` | ``nf.upsample_bicubic`` (dyadic weights: exact on codes) |
 
 A dim of dynamic size cannot be flipped, gathered or repeated by index (its indices are not
 static): refused, naming the dim.
@@ -136,31 +135,6 @@ def _index_select(imp: Any, node: fx.Node, a: dict[str, Any]) -> Any:
     return imp.emit(nf.GatherOp(x, d, indices)).result
 
 
-def _upsample_bicubic(imp: Any, node: fx.Node, a: dict[str, Any]) -> Any:
-    """x2 bicubic upsampling with ``align_corners=False``: ``nf.upsample_bicubic``.
-    ``align_corners=True`` weighs by ``j (in - 1) / (out - 1)``, not dyadic, and other
-    sizes put the taps at other fractions: refused."""
-    x = imp.tensor(node.args[0], imp.element_type(node))
-    if a.get("align_corners"):
-        raise Unsupported(
-            "bicubic upsampling with align_corners=True (its weights are not dyadic, so it "
-            "has no exact integer form; use align_corners=False)"
-        )
-    in_spatial = nf.tensor_shape(x)[2:]
-    out_spatial = imp.result_type(node).get_shape()[2:]
-    if any(i == DYNAMIC_INDEX or o not in (i, 2 * i) for i, o in zip(in_spatial, out_spatial)):
-        raise Unsupported(
-            f"bicubic upsampling of {list(in_spatial)} to {list(out_spatial)} (only x2, or "
-            "x1, per static spatial dim: other scales put the taps at non-dyadic fractions)"
-        )
-    scales = a.get("scale_factors") or [a.get(k) for k in ("scales_h", "scales_w") if k in a]
-    if any(s is not None and float(s) not in (1.0, 2.0) for s in scales):
-        raise Unsupported(f"bicubic upsampling by scale factors {list(scales)} (x2 only)")
-    if tuple(in_spatial) == tuple(out_spatial):
-        return x
-    return imp.emit(nf.UpsampleBicubicOp(x, out_spatial)).result
-
-
 HANDLERS: dict[str, Handler] = {
     "aten.stack.default": _stack,
     "aten.flip.default": _flip,
@@ -168,7 +142,5 @@ HANDLERS: dict[str, Handler] = {
     "aten.repeat_interleave.self_Tensor": _repeat_interleave,
     "aten.repeat.default": _repeat,
     "aten.index_select.default": _index_select,
-    "aten.upsample_bicubic2d.vec": _upsample_bicubic,
-    "aten.upsample_bicubic2d.default": _upsample_bicubic,
 }
-"""The ATen data movement (and bicubic) ops of this family, by overload name."""
+"""The ATen data movement ops of this family, by overload name."""

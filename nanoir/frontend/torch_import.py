@@ -57,7 +57,7 @@ from xdsl.utils.exceptions import VerifyException
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
-from nanoir.frontend import core_aten, math_ops, movement_ops, reductions
+from nanoir.frontend import core_aten, math_ops, movement_ops, reductions, resize
 from nanoir.frontend.batch_fold import fold_batch_uniform
 from nanoir.frontend.errors import FrontendError
 from nanoir.frontend.export_errors import export_failure, scripted_module
@@ -1324,27 +1324,6 @@ def _upsample_nearest(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value
     return imp.emit(nf.UpsampleNearestOp(x, out_spatial)).result
 
 
-def _upsample_bilinear(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
-    """x2 bilinear upsampling with ``align_corners=False`` (the Magik manual's ``Unpool2D``
-    mode ``bilinear``): weights 1/4 and 3/4, dyadic, so exact on integers with one rounding.
-    ``align_corners=True`` weighs by ``j (in - 1) / (out - 1)``, not dyadic: refused, as is
-    any size other than the input's or twice it."""
-    x = imp.tensor(node.args[0])
-    if a.get("align_corners"):
-        raise _Unsupported(
-            "bilinear upsampling with align_corners=True (its weights j*(in-1)/(out-1) are "
-            "not dyadic, so it has no exact integer form; use align_corners=False)"
-        )
-    in_spatial = nf.tensor_shape(x)[2:]
-    out_spatial = imp.result_type(node).get_shape()[2:]
-    if any(i == DYNAMIC_INDEX or o not in (i, 2 * i) for i, o in zip(in_spatial, out_spatial)):
-        raise _Unsupported(
-            f"bilinear upsampling of {list(in_spatial)} to {list(out_spatial)} (only x2, or "
-            "x1, per static spatial dim)"
-        )
-    return imp.emit(nf.UpsampleBilinearOp(x, out_spatial)).result
-
-
 def _pixel_shuffle(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     """pixel_shuffle is DepthToSpace in CRD mode; pixel_unshuffle its inverse."""
     x = imp.tensor(a["self"])
@@ -1784,8 +1763,6 @@ ATEN_HANDLERS: dict[str, Handler] = {
     "aten.upsample_nearest2d.default": _upsample_nearest,
     "aten.upsample_nearest3d.vec": _upsample_nearest,
     "aten.upsample_nearest3d.default": _upsample_nearest,
-    "aten.upsample_bilinear2d.vec": _upsample_bilinear,
-    "aten.upsample_bilinear2d.default": _upsample_bilinear,
     "aten.pixel_shuffle.default": _pixel_shuffle,
     "aten.pixel_unshuffle.default": _pixel_shuffle,
     "aten.channel_shuffle.default": _channel_shuffle,
@@ -1823,7 +1800,7 @@ ATEN_HANDLERS: dict[str, Handler] = {
 # The op families of issue 32 (elementwise math, ...), each a module of its own.
 for _new, _old in core_aten.ALIASES.items():
     ATEN_HANDLERS[_new] = ATEN_HANDLERS[_old]
-for _family in (math_ops, reductions, movement_ops, core_aten):
+for _family in (math_ops, reductions, movement_ops, resize, core_aten):
     ATEN_HANDLERS.update(_family.HANDLERS)
 for _wraps in (reductions.WRAPS, core_aten.WRAPS):
     for _name, _wrap in _wraps.items():

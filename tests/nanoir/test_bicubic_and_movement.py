@@ -76,19 +76,6 @@ def test_bicubic_nq_is_torch_quantized() -> None:
     assert streamed.tobytes() == nh.tobytes()
 
 
-def test_bicubic_refusals_name_the_reason() -> None:
-    """align_corners=True and x3 have non-dyadic taps: refused by the frontend, saying so."""
-
-    class Corners(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=True)
-
-    with pytest.raises(nanoir.Error, match="align_corners=True"):
-        nanoir.from_torch(Corners(), (torch.randn(2, 3, 4, 4),))
-    with pytest.raises(nanoir.Error, match="only x2"):
-        nanoir.from_torch(Bicubic((12, 4)), (torch.randn(2, 3, 4, 4),))
-
-
 class Movement(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return (

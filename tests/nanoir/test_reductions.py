@@ -9,8 +9,9 @@ Mutants checked (each made the tests named fail; applied in place and restored):
   returning its input): test_nq_equals_nh[True] (the nh program fails to run);
 - argmax picking the last maximum (``np.argmax`` of the reversed axis): test_nf_matches_torch;
 - ``keepdim`` ignored by the frontend (no reshape): test_nf_matches_torch;
-- lower-to-hw's refusal of 0-d runtime values dropped: test_a_0d_result_is_refused_by_name
-  (an xDSL verifier error instead).
+- the sum's container from the codes' bits alone, not the operand's declared width
+  (``declared_sum_width`` returning ``container_width(bits)``):
+  test_a_sum_of_codes_in_a_wider_container_verifies (0-d results: test_lower_scalars.py).
 """
 
 from __future__ import annotations
@@ -205,3 +206,24 @@ def test_a_0d_result_lowers() -> None:
         got = run(lower_to_hw(module.clone()), x)[0]
         assert got.shape == ((1, 1) if keepdim else ())
         assert got.tobytes() == run(module, x)[0].tobytes()
+
+
+def test_a_sum_of_codes_in_a_wider_container_verifies() -> None:
+    """Codes that per-channel exponents aligned to one (3 signed bits, held in ``i4``) summed:
+    the result is as wide as the verifier asks from the declared ``i4`` (it was ``i4``, and
+    nh.reduce refused: "may overflow; the exact result needs i5"); nq == nh."""
+    t, s, r = "tensor<?x2x3xf32>", "tensor<?x2x1xf32>", "tensor<?x1x1xf32>"
+    module = nanoir.parse(f"""
+    func.func @main(%x: {t}) -> {r} {{
+      %xq = nq.fake_quant %x {{bits = 2 : i64, exp = dense<0> : tensor<1xi8>}} : {t}
+      %a = nf.reduce "sum" %xq {{dims = array<i64: 2>}} : {t} -> {s}
+      %aq = nq.fake_quant %a {{bits = 2 : i64, exp = dense<[[0], [1]]> : tensor<2x1xi8>}} : {s}
+      %b = nf.reduce "sum" %aq {{dims = array<i64: 1>}} : {s} -> {r}
+      %bq = nq.fake_quant %b {{bits = 2 : i64, exp = dense<0> : tensor<1xi8>}} : {r}
+      func.return %bq : {r}
+    }}""")
+    x = np.random.default_rng(0).integers(-2, 2, size=(5, 2, 3)).astype(np.float32)
+    hw = lower_to_hw(module.clone())
+    hw.verify()
+    nh = run(hw, x)[0]
+    assert nh.tobytes() == run(module, x)[0].tobytes()

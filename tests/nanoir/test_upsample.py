@@ -34,22 +34,10 @@ def _net(mode: str) -> nn.Module:
     return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), Unpool2d(4, mode), nn.Conv2d(4, 2, 1))
 
 
-def test_refusals_name_the_reason() -> None:
-    """align_corners=True is not dyadic (refused; so is x3, by the same check of sizes), a
-    conv_transpose that is not one-hot stays a transposed conv."""
-
-    class Up(nn.Module):
-        def __init__(self, **kw: object) -> None:
-            super().__init__()
-            self.kw = kw
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return F.interpolate(x, mode="bilinear", **self.kw)  # type: ignore[arg-type]
-
+def test_a_transposed_conv_that_is_not_one_hot_stays_one() -> None:
+    """A conv_transpose that is not one-hot stays a transposed conv (bilinear resizing of any
+    size and ``align_corners``: tests/nanoir/test_resize.py)."""
     x = torch.randn(2, 3, 4, 4)
-    for kw, reason in (({"scale_factor": 2, "align_corners": True}, "not dyadic"),):
-        with pytest.raises(nanoir.Error, match=reason):
-            from_torch(Up(**kw), (x,))
     weight = torch.ones(3, 1, 1, 1)
     weight[1] = 0.5  # not one-hot 1.0: a real transposed conv
     conv = nn.ConvTranspose2d(3, 3, 1, stride=2, output_padding=1, groups=3, bias=False)
