@@ -1567,7 +1567,7 @@ class MaxUnpoolOp(IRDLOperation):
     input = operand_def(FloatTensor)
     indices = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure(), DataMovement(plane_rows))
+    traits = traits_def(Pure(), DataMovement(plane_rows, indices=(1,)))
     assembly_format = "$input `,` $indices attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, input: SSAValue, indices: SSAValue, size: Sequence[int]):
@@ -1843,7 +1843,7 @@ class EmbeddingOp(IRDLOperation):
     indices = operand_def(FloatTensor)
     table = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure(), DataMovement(embedding_rows))
+    traits = traits_def(Pure(), DataMovement(embedding_rows, indices=(0,)))
     assembly_format = "$indices `,` $table attr-dict `:` functional-type(operands, results)"
 
     def __init__(self, indices: SSAValue, table: SSAValue):

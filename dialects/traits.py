@@ -78,6 +78,7 @@ __all__ = [
     "Window",
     "WholeAlongAxis",
     "WholeExtent",
+    "grid_operands",
     "shape_operands",
     "weight_reader",
 ]
@@ -329,6 +330,10 @@ class DataMovement(StreamingRule):
     """Operands read for their shape alone (an expand's shape source, ``like``): no value of
     theirs reaches the result, so quantize, the exponents and the stream planner's caches
     leave them out (:func:`shape_operands`)."""
+    indices: tuple[int, ...] = ()
+    """Operands read as positions (an embedding's ids, an unpool's indices): runtime integers
+    on no grid, whose values do not reach the result; the result's grid is the other
+    operands' (:func:`grid_operands`)."""
 
     def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
         return self.rows(op, dim, runtime)
@@ -340,6 +345,14 @@ def shape_operands(op: Operation) -> tuple[SSAValue, ...]:
     if trait is None or not trait.shape_only:
         return ()
     return tuple(op.operands[i] for i in trait.shape_only if i < len(op.operands))
+
+
+def grid_operands(op: Operation) -> tuple[SSAValue, ...]:
+    """The operands of a data-movement ``op`` whose values (and so grids) reach its result:
+    all but those read for their shape or as positions (:class:`DataMovement`)."""
+    trait = op.get_trait(DataMovement)
+    skip = () if trait is None else (*trait.shape_only, *trait.indices)
+    return tuple(v for i, v in enumerate(op.operands) if i not in skip)
 
 
 def _same_prefix(a: Sequence[int], b: Sequence[int], dim: int) -> bool:
@@ -493,8 +506,7 @@ def source_quantized(value: SSAValue) -> Quantized | str:
         return _fake_quant_spec(op)
     if not op.has_trait(DataMovement) or not op.operands:
         return f"it comes from {op.name}, not from a fake-quant"
-    shape_only = shape_operands(op)
-    specs = {source_quantized(v) for v in op.operands if v not in shape_only}
+    specs = {source_quantized(v) for v in grid_operands(op)}
     if len(specs) != 1:
         return f"the inputs of {op.name} are on different grids"
     return specs.pop()

@@ -29,6 +29,7 @@ from nanoir.dialects.functions import find_function, level_of
 from nanoir.dialects.nh import FixedAttr, code_range
 from nanoir.runtime.base import Builder, ExecutionError, Kernel, as_array
 from nanoir.runtime.fused import NH_FUSIONS, Fuser
+from nanoir.runtime.host import HOST_BUILDERS, has_host_ops
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.nh import NH_BUILDERS, dequantize_outputs, quantize_inputs
 from nanoir.runtime.nq import NQ_BUILDERS
@@ -310,15 +311,16 @@ def _plan_frees(
 
 def default_builders() -> dict[type[Operation], Builder]:
     """Kernels for every dialect the runtime knows."""
-    return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS}
+    return {**NF_BUILDERS, **NQ_BUILDERS, **NH_BUILDERS, **HOST_BUILDERS}
 
 
 def compile_module(
     module: ModuleOp | FuncOp, *, function: str | None = None, dtype: Any = None
 ) -> Plan:
     """Compile the function to run; float64 for quantized (nq) programs, int64 for integer
-    (nh) programs, whose kernels compute on integer codes whatever the dtype, and float (nf)
-    programs in the float type they declare (:func:`declared_float_dtype`)."""
+    (nh) programs, whose kernels compute on integer codes whatever the dtype (float64 when
+    they have host islands: nf and nq ops between ``nh.to_host`` and ``nh.from_host``), and
+    float (nf) programs in the float type they declare (:func:`declared_float_dtype`)."""
     func = find_function(module, function)
     if dtype is None:
         level = level_of(func)
@@ -327,6 +329,8 @@ def compile_module(
             if level == "nf"
             else {"nq": np.float64, "nh": np.int64}[level]
         )
+        if has_host_ops(func.walk()):  # host islands run the nq ops: float64 (runtime/host.py)
+            dtype = np.float64
     return compile_function(func, default_builders(), numeric_dtype(dtype))
 
 

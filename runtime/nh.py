@@ -388,15 +388,15 @@ class ConvGeometry:
         return cls(kernel, strides, pads[:n], pads[n:], dilations, op.groups.value.data)
 
     def out_sizes(self, op: Operation, x_shape: tuple[int, ...]) -> tuple[int, ...]:
-        """The output's spatial sizes for an input of ``x_shape`` (0 where the padded input
-        is shorter than the window by less than a stride: no position fits); an input
-        shorter than that is an :class:`ExecutionError` naming the op and the dim."""
+        """The output's spatial sizes for an input of ``x_shape``; a padded input shorter
+        than the window is an :class:`ExecutionError` naming the op and the dim, as torch's
+        conv (and the float kernel, ``conv_output_size``) refuses it."""
         out = []
         for i, size in enumerate(x_shape[2:]):
             span = self.dilations[i] * (self.kernel[i] - 1) + 1
             padded = size + self.begins[i] + self.ends[i]
             n = (padded - span) // self.strides[i] + 1
-            if n < 0:
+            if padded < span:
                 raise ExecutionError(
                     f"{_name(op)}: the input is too short along dim {2 + i}: {size} rows "
                     f"(padded to {padded}) for a window of {span} rows (input shape "

@@ -14,9 +14,12 @@ A host island is the nq program's own ops, kept as they are: the nf op (marked
 boundary:
 
 - an engine value a host op reads goes through ``nh.to_host`` (codes to reals, exact);
-- a fake-quant of a host op's float result becomes ``nh.from_host`` (the fake-quant's own
-  bits, rounding, signedness and exponents), read by the engine ops after it; a host op
-  reading it reads the float fake-quant, which stays on the host (no round trip);
+- an engine value a host op reads that is a fake-quant's (or moved from one) is that
+  fake-quant again on the host after ``nh.to_host`` (the identity on its grid): an op whose
+  nq kernel reads its operands' grids from the IR (softmax, a norm, a recurrent cell) finds it;
+- a fake-quant of a host op's float result stays on the host, and ``nh.from_host`` (its own
+  bits, rounding, signedness and exponents) brings its value onto the engine, exactly; a host
+  op reading it reads the float fake-quant (no round trip through codes);
 - an op reading a host op's float result directly (no fake-quant between) joins the island.
 
 Run in float64 (the executor does, for a program with host ops), each island computes what
@@ -35,6 +38,7 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.functions import describe, runtime_layout
 from nanoir.dialects.nq import FakeQuantOp, RoundingModeAttr
+from nanoir.dialects.traits import DataMovement, grid_operands
 from nanoir.lowering.hw.codes import container_width, expand
 from nanoir.lowering.hw.core import HwLowering, HwValue, LowerToHwError, fused_into_fake_quant
 from nanoir.lowering.hw.fake_quant import fake_quant_params
@@ -115,6 +119,9 @@ class EngineOrHost(RewritePattern):
         """Engine values a host op reads, and their ``nh.to_host``."""
         self.deferred: set[Operation] = set()
         """Ops lowered with the fake-quant that reads them (not yet lowered)."""
+        self.kept_quants: set[Operation] = set()
+        """Fake-quants the host runs: those read by ``nh.from_host``, and their copies on
+        ``nh.to_host`` values."""
 
     # -- the walk ----------------------------------------------------------------------------
 
@@ -234,17 +241,37 @@ class EngineOrHost(RewritePattern):
             if isinstance(owner, FakeQuantOp) and owner.input.owner in self.host_set:
                 continue  # a fake-quant of a host float: the host quantizes it itself
             if v not in self.on_host:
-                hv = self.hw.values.get(v)
-                if hv is None:
-                    raise self.hw.fail(op, f"reads %{v.name_hint or '?'}, which has no nh value")
-                t = v.type
-                assert isinstance(t, TensorType)
-                new = nh.ToHostOp.create(operands=[hv.value], result_types=[t])
-                Rewriter.insert_op(new, InsertPoint.before(op))
-                if v.name_hint:
-                    new.result.name_hint = v.name_hint
-                self.on_host[v] = new.result
+                self.on_host[v] = self._to_host(op, v)
             op.operands[i] = self.on_host[v]
+
+    def _to_host(self, op: Operation, v: SSAValue) -> SSAValue:
+        """``v``'s reals on the host (``nh.to_host`` of its codes) and, when ``v`` is a
+        fake-quant's value (or a data movement of a per-tensor one), that fake-quant again on
+        them: the identity on values already on its grid, and what an op whose nq kernel reads
+        its operand's grid from the IR (an integer algorithm, a recurrent cell) looks for."""
+        hv = self.hw.values.get(v)
+        if hv is None:
+            raise self.hw.fail(op, f"reads %{v.name_hint or '?'}, which has no nh value")
+        t = v.type
+        assert isinstance(t, TensorType)
+        new = nh.ToHostOp.create(operands=[hv.value], result_types=[t])
+        Rewriter.insert_op(new, InsertPoint.before(op))
+        if v.name_hint:
+            new.result.name_hint = v.name_hint
+        source = source_fake_quant(v)
+        if source is None or (
+            source.result is not v and source.exp.get_type().element_count() != 1
+        ):
+            return new.result
+        again = FakeQuantOp(
+            new.result, source.bits.value.data, source.exp, source.rounding_mode,
+            signed=source.is_signed,
+        )  # fmt: skip
+        Rewriter.insert_op(again, InsertPoint.before(op))
+        if v.name_hint:
+            again.result.name_hint = v.name_hint
+        self.kept_quants.add(again)
+        return again.result
 
     def from_host(self, op: FakeQuantOp) -> None:
         """A fake-quant of a host float: its codes come onto the engine by ``nh.from_host``."""
@@ -256,12 +283,16 @@ class EngineOrHost(RewritePattern):
         layout = layout_with_channels(rank, varying[0] if varying else None)
         signed = op.is_signed
         t = self.hw.result_type(shape, exps, container_width(bits), layout, signed)
+        # It reads the fake-quant's value (on its grid already: requantized exactly), so the
+        # fake-quant stays on the host, the sole reader of the host op an integer algorithm
+        # looks for.
         new = nh.FromHostOp.create(
-            operands=[op.input],
+            operands=[op.result],
             result_types=[t],
             properties={"bits": IntegerAttr(bits, i64), "rounding": RoundingModeAttr(mode)},
         )
-        Rewriter.insert_op(new, InsertPoint.before(op))
+        Rewriter.insert_op(new, InsertPoint.after(op))
+        self.kept_quants.add(op)
         if op.result.name_hint:
             new.result.name_hint = op.result.name_hint
         self.hw.set(op.result, HwValue(new.result, np.asarray(exps), bits + (0 if signed else 1)))
@@ -269,7 +300,7 @@ class EngineOrHost(RewritePattern):
     def kept_ops(self) -> set[Operation]:
         """The nq ops the host islands keep: host ops and the nq ops they read."""
         kept: set[Operation] = set()
-        todo = list(self.host_set)
+        todo = [*self.host_set, *self.kept_quants]
         while todo:
             op = todo.pop()
             if op in kept:
@@ -279,6 +310,21 @@ class EngineOrHost(RewritePattern):
                 if isinstance(v, OpResult) and not v.op.name.startswith("nh."):
                     todo.append(v.op)
         return kept
+
+
+def source_fake_quant(value: SSAValue) -> FakeQuantOp | None:
+    """The fake-quant ``value`` comes from, looking back through data movement."""
+    for _ in range(10_000):
+        owner = value.owner
+        if isinstance(owner, FakeQuantOp):
+            return owner
+        if not isinstance(owner, Operation) or not owner.has_trait(DataMovement):
+            return None
+        sources = grid_operands(owner)
+        if not sources:
+            return None
+        value = sources[0]
+    return None
 
 
 def layout_with_channels(rank: int, axis: int | None) -> str:

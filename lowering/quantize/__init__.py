@@ -18,7 +18,11 @@ power of two minimising squared error; or imported (QAT) exponents by tensor nam
 exponent is capped at its accumulator's (input + weight exponent) so lowering to integers
 stays exact, and where values meet (add, sub, concat, a conv's accumulator) calibrated
 exponents are made coarser where lower-to-hw could not align them in i32
-(``joins``; the fake-quant's ``origin`` says which join chose it).
+(``joins``; the fake-quant's ``origin`` says which join chose it). What an op reads on one
+grid (an integer algorithm's or a recurrent op's input, a matmul's operands) is quantized per
+tensor whatever ``act_per_channel`` says, and a concat it reads puts its parts on one
+exponent; a value 0 on every calibration batch takes the exponent of what it is computed
+from, never 60 (``targets.needs_one_grid``, ``join_rules.Rules.zero_range``).
 
     %y = nf.conv %x, %w, %b ...               %xq = nq.fake_quant %x {bits = 8, exp = dense<5>}
                                     ─▶        %wq = nq.fake_quant %w {bits = 8, exp = dense<[[[[7]]], ...]>}
@@ -39,6 +43,7 @@ affine of a lone batch norm; ``recurrent`` the internal quantizers of ``nf.recur
 from __future__ import annotations
 
 from nanoir.lowering.quantize.batch_norm import dyadic_affine, make_dyadic
+from nanoir.lowering.quantize.batch_norm import input_grid as bn_input_grid
 from nanoir.lowering.quantize.bias_correction import (
     UNCORRECTED,
     add_zero_biases,
@@ -66,7 +71,7 @@ from nanoir.lowering.quantize.driver import (
 )
 from nanoir.lowering.quantize.imported import EXPONENT_FILE_LIMIT, MAX_JSON_DEPTH, load_exponents
 from nanoir.lowering.quantize.join_rules import Quant, Rules, aligned_bits
-from nanoir.lowering.quantize.joins import describe, describe_norms, get_exps
+from nanoir.lowering.quantize.joins import describe, describe_derived, describe_norms, get_exps
 from nanoir.lowering.quantize.recurrent import internal_names
 from nanoir.lowering.quantize.rules import (
     ALLOWED_BITS,
@@ -99,11 +104,13 @@ __all__ = [
     "accumulator_cap",
     "add_zero_biases",
     "aligned_bits",
+    "bn_input_grid",
     "calibrate",
     "candidate_sse",
     "checked_batch_array",
     "checked_bits",
     "describe",
+    "describe_derived",
     "describe_norms",
     "dyadic_affine",
     "exp_shape",

@@ -32,12 +32,14 @@ lower-to-hw may refuse it, naming the channel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import DataMovement, grid_operands
 from nanoir.lowering.quantize.join_rules import aligned_bits
-from nanoir.lowering.quantize.joins import sources
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.accumulator import ACC_LIMIT
 from xdsl.dialects.builtin import Float32Type, Float64Type, FloatAttr, TensorType
@@ -45,7 +47,16 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, OpResult, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
-__all__ = ["FLOAT32_BITS", "dyadic_affine", "input_grid", "make_dyadic"]
+__all__ = [
+    "FLOAT32_BITS",
+    "Grid",
+    "Leaf",
+    "carried_grid",
+    "dyadic_affine",
+    "fake_quant_grid",
+    "input_grid",
+    "make_dyadic",
+]
 
 FLOAT32_BITS = 24
 """Significant bits of a float32: the snapped scale and bias stay exact in the constants."""
@@ -59,51 +70,73 @@ def _fake_quant(value: SSAValue) -> FakeQuantOp | None:
     return None
 
 
-def _grid_of(fq: FakeQuantOp, channels: int) -> tuple[np.ndarray, int] | None:
-    """Per-channel code exponents and signed bits of an activation fake-quant (b > 1)."""
+Grid = tuple[np.ndarray, int]
+"""Code exponents (one, or one per channel of dim 1) and signed bits (0: not usable)."""
+Leaf = Callable[[SSAValue], "Grid | None"]
+"""The grid of a quantized value (a fake-quant's result; a QAT quantizer's value), or None for
+a value that is not one (the walk goes on through data movement)."""
+
+
+def fake_quant_grid(value: SSAValue) -> Grid | None:
+    """The grid of a fake-quant's result (bits 0 for a 1-bit one: no affine reads it)."""
+    fq = _fake_quant(value)
+    if fq is None:
+        return None
     bits = fq.bits.value.data
     exps = dense_to_numpy(fq.exp).astype(np.int64).reshape(-1)
-    if bits < 2 or exps.size not in (1, channels):
-        return None
-    return np.broadcast_to(exps, (channels,)).copy(), bits + (0 if fq.is_signed else 1)
+    return exps, (bits + (0 if fq.is_signed else 1)) if bits > 1 else 0
 
 
-def input_grid(bn: nf.BatchNormOp) -> tuple[np.ndarray, int] | None:
-    """The BN input's per-channel code exponents and bits as lower-to-hw carries them: a
-    fake-quant's own, a per-tensor one's moved by data movement (a reshape), or a channel
-    concat's (per-tensor parts aligned to the finest, per-channel parts kept). None for anything
-    else (the BN is then left as it is)."""
+def input_grid(bn: nf.BatchNormOp, leaf: Leaf = fake_quant_grid) -> Grid | None:
+    """The BN input's code exponents, one per channel, and bits as lower-to-hw carries them
+    (:func:`carried_grid`); None where they cannot be known here (the BN is then left as it
+    is). ``nanoir.qat`` passes its quantizers' grids as ``leaf``."""
     channels = nf.tensor_shape(bn.input)[1]
-    fq = _fake_quant(bn.input)
-    if fq is not None:
-        return _grid_of(fq, channels)
-    op = bn.input.op if isinstance(bn.input, OpResult) else None
-    if not isinstance(op, nf.ConcatOp):
-        # a per-tensor fake-quant moved by data movement (LeViT's linear -> flatten(0, 1) ->
-        # BatchNorm1d): the codes keep its exponent and bits; per-channel exponents moved
-        # to other channels are left alone
-        leaves = sources(bn.input)
-        if leaves is None or len(leaves) != 1 or dense_to_numpy(leaves[0].exp).size != 1:
-            return None
-        return _grid_of(leaves[0], channels)
-    rank = len(nf.tensor_shape(op.result))
-    if op.axis.value.data % rank != 1:
+    grid = carried_grid(bn.input, leaf)
+    if grid is None or grid[0].size not in (1, channels):
         return None
-    parts = []
-    for v in op.inputs:
-        part_fq = _fake_quant(v)
-        grid = None if part_fq is None else _grid_of(part_fq, nf.tensor_shape(v)[1])
-        if grid is None or part_fq is None:
+    return np.broadcast_to(grid[0], (channels,)).copy(), grid[1]
+
+
+def carried_grid(value: SSAValue, leaf: Leaf = fake_quant_grid) -> Grid | None:
+    """The grid ``value`` has at the hw level, as lower-to-hw's data-movement patterns carry
+    it: a quantized value's own (``leaf``, b > 1); a split's part of its input's (per-channel
+    exponents sliced along the channels); a channel concat's (per-tensor parts aligned to the
+    finest where no part is per channel, else each part's side by side); a per-tensor grid
+    through any other data movement (LeViT's linear -> flatten(0, 1) -> BatchNorm1d). None
+    for anything else (per-channel exponents moved to other dims, a part not quantized)."""
+    own = leaf(value)
+    if own is not None:
+        return own if own[1] >= 2 else None
+    op = value.op if isinstance(value, OpResult) else None
+    if op is None or not op.has_trait(DataMovement):
+        return None
+    rank = len(nf.tensor_shape(value))
+    if isinstance(op, nf.SplitOp) and op.axis.value.data % rank == 1:
+        grid = carried_grid(op.input, leaf)
+        if grid is None or grid[0].size == 1:
+            return grid
+        if grid[0].size != nf.tensor_shape(op.input)[1]:
             return None
-        parts.append((grid, dense_to_numpy(part_fq.exp).size > 1))
-    if any(per_channel for _, per_channel in parts):  # lower-to-hw keeps them per channel
-        return (
-            np.concatenate([g[0] for g, _ in parts]),
-            max(g[1] for g, _ in parts),
-        )
-    target = max(int(g[0][0]) for g, _ in parts)
-    bits = max(aligned_bits(g[1], target - int(g[0][0])) for g, _ in parts)
-    return np.full(channels, target, dtype=np.int64), bits
+        start = sum(nf.tensor_shape(r)[1] for r in op.results[: list(op.results).index(value)])
+        return grid[0][start : start + nf.tensor_shape(value)[1]], grid[1]
+    if isinstance(op, nf.ConcatOp) and op.axis.value.data % rank == 1:
+        parts = [carried_grid(v, leaf) for v in op.inputs]
+        grids = [p for p in parts if p is not None]
+        if len(grids) < len(parts):
+            return None
+        widths = [nf.tensor_shape(v)[1] for v in op.inputs]
+        if any(g[0].size not in (1, n) for g, n in zip(grids, widths)):
+            return None
+        if any(g[0].size > 1 for g in grids):  # lower-to-hw keeps them per channel
+            exps = [np.broadcast_to(g[0], (n,)) for g, n in zip(grids, widths)]
+            return np.concatenate(exps), max(g[1] for g in grids)
+        target = max(int(g[0][0]) for g in grids)
+        bits = max(aligned_bits(g[1], target - int(g[0][0])) for g in grids)
+        return np.array([target], dtype=np.int64), bits
+    moved = grid_operands(op)
+    grid = carried_grid(moved[0], leaf) if len(moved) == 1 else None
+    return grid if grid is not None and grid[0].size == 1 else None
 
 
 def _signed_bits(m: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ from nanoir.lowering.quantize.recurrent import (
     pop_internal,
     quantize_recurrent,
     recurrent_bias_cap,
+    settle_zero_rows,
 )
 from nanoir.lowering.quantize.rules import (
     QuantConfig,
@@ -267,12 +268,13 @@ def quantize_function(
         raise QuantizeError(
             "quantize: exponents given for unknown tensors: " + ", ".join(sorted(exponents))
         )
-    for t in targets:
-        if t.exps is None and t.kind in ("weight", "const"):
-            x = _constant_array(t.value)
-            t.exps = tensor_exps(
-                x, t.bits, t.channel_axis, config.calibrator, t.rounding or config.rounding
-            ).reshape(exp_shape(t))
+    measured = [t for t in targets if t.exps is None and t.kind in ("weight", "const")]
+    for t in measured:
+        x = _constant_array(t.value)
+        t.exps = tensor_exps(
+            x, t.bits, t.channel_axis, config.calibrator, t.rounding or config.rounding
+        ).reshape(exp_shape(t))
+    settle_zero_rows(measured)  # a recurrent weight's zero rows (recurrent)
     for t in targets:  # a softmax's output lies in [0, 1]: its exponent is that range's
         if t.exps is None and t.kind == "act" and isinstance(t.value.owner, nf.SoftmaxOp):
             ones = np.ones(exp_shape(t))

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_ROUNDS",
     "NORM_BIAS_GUARD",
     "ZERO_EXP",
+    "Derived",
     "Join",
     "Norm",
     "Quant",
@@ -47,6 +48,7 @@ __all__ = [
     "aligned_bits",
     "code_exps",
     "signed_bits",
+    "unit_range_exps",
 ]
 
 ZERO_EXP = quant.CALIB_EXP_RANGE[1]
@@ -101,6 +103,10 @@ class Join:
     width: int = ALIGN_BITS
     """Bits an operand may take once aligned (:data:`BN_INPUT_BITS` for a concat read by a
     lone batch norm)."""
+    one_grid: bool = False
+    """A concat read as one per-tensor grid (by a softmax, a norm, a recurrent op: the
+    ``IntegerAlgorithm`` input ``source_quantized`` finds through data movement): every part
+    takes one exponent."""
 
 
 @dataclass(eq=False)
@@ -110,6 +116,17 @@ class Norm:
     name: str
     b: Quant
     out: Quant
+
+
+@dataclass(eq=False)
+class Derived:
+    """An activation ``out`` (an op's result or a function input) and the quantized values it
+    is computed from: its op's first operand, looking through data movement (empty for a
+    function input). The zero-range rule reads it (:meth:`Rules.zero_range`)."""
+
+    name: str
+    out: Quant
+    source: list[Quant]
 
 
 @dataclass(eq=False)
@@ -152,6 +169,12 @@ def _width(q: Quant) -> int:
     return 2 if q.bits == 1 else signed_bits(q)
 
 
+def unit_range_exps(bits: int, signed: bool = True) -> int:
+    """The exponent of a range of 1 (absmax 1), for ``bits``-bit codes: the zero-range rule's
+    last resort for a value that was 0 on every calibration batch and meets nothing."""
+    return int(quant.exp_from_absmax(np.array([1.0]), bits, signed=signed)[0])
+
+
 def _zero(q: Quant) -> np.ndarray:
     """Where ``q`` was 0 on every calibration batch (never for 1-bit: its codes are ±1)."""
     return q.exps >= ZERO_EXP if q.bits > 1 else np.zeros(q.exps.shape, dtype=bool)
@@ -164,6 +187,7 @@ class Rules:
     joins: Sequence[Join]
     weighted: Sequence[Weighted]
     norms: Sequence[Norm] = ()
+    derived: Sequence[Derived] = ()
     changed: bool = False
     bias_exps: dict[Quant, np.ndarray] = field(default_factory=dict)
     """Each bias's exponents after :meth:`settle`: its own, capped at its accumulators'."""
@@ -183,6 +207,8 @@ class Rules:
                 self.accumulate(wt)
             for n in self.norms:
                 self.norm(n)
+            for d in self.derived:
+                self.zero_range(d)
             if not self.changed:
                 break
         return self.bias_exps
@@ -222,6 +248,37 @@ class Rules:
         cap = min(int(code_exps(q).min()) + j.width - _width(q) for q in everything)
         for q in everything:
             self.lower(q, cap, where)
+        if j.one_grid:
+            # One grid for all: the coarsest part's, which holds every part's range.
+            coarsest = min(int(code_exps(q).min()) for q in everything)
+            for q in everything:
+                self.lower(q, coarsest, where)
+
+    # -- values 0 on every calibration batch ---------------------------------------------------
+
+    def zero_range(self, d: Derived) -> None:
+        """An activation still 0 everywhere (exponent 60, nothing measured) once the joins and
+        accumulators had their say takes the exponent of what it is computed from (per channel
+        where both are per channel alike; else the finest of the source's live exponents),
+        or, where that is 0 everywhere too (or it is a function input), the exponent of a
+        unit range. 60 would leave an op reading it shifting codes 55 places (a clamp or an
+        average pool aligning its input onto its output grid, a recurrent cell summing its
+        input's products with its hidden state's), or a norm's epsilon past i64."""
+        out = d.out
+        if out.fixed or out.bits < 2 or out.values is not None:
+            return
+        zero = _zero(out)
+        if not zero.any():
+            return
+        live = [q for q in d.source if not _zero(q).all()]
+        fill: np.ndarray | int = unit_range_exps(out.bits, out.signed)
+        if len(live) == 1 and live[0].exps.size == out.exps.size > 1:
+            own = code_exps(live[0]).reshape(out.exps.shape)
+            finest = int(own[~_zero(live[0]).reshape(out.exps.shape)].max())
+            fill = np.where(_zero(live[0]).reshape(out.exps.shape), finest, own)
+        elif live:
+            fill = max(int(code_exps(q)[~_zero(q)].max()) for q in live)
+        self.lower(out, np.where(zero, fill, out.exps), f"zero:{d.name}")
 
     # -- layer / group norm ------------------------------------------------------------------
 

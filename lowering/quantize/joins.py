@@ -16,6 +16,10 @@ and changes exponents only where a join needs it, always to a coarser grid:
   takes the exponent of what it meets: the other operands' at a join, and, as the input of a
   weighted op with a bias, the one that puts the accumulator on the bias's grid;
 - an add/sub/concat operand finer than ``31 - bits`` steps past the coarsest is capped there;
+  the parts of a concat read as one grid (by a softmax, a norm, a recurrent op, through data
+  movement: ``targets.one_grid_operand``) all take the coarsest part's exponent;
+- a value still 0 everywhere takes the exponent of what it is computed from, else a unit
+  range (``join_rules.Rules.zero_range``);
 - a bias's exponent is capped at its accumulator's, whatever produced the input (looking
   through concat, split and every other data movement);
 - where the accumulator bound still does not fit i32, the accumulator's resolution is lowered:
@@ -41,19 +45,25 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.dialects.traits import DataMovement
+from nanoir.dialects.traits import DataMovement, grid_operands
 from nanoir.lowering.quantize.join_rules import (
     ALIGN_BITS,
     BN_INPUT_BITS,
     MAX_ROUNDS,
     ZERO_EXP,
+    Derived,
     Join,
     Norm,
     Quant,
     Rules,
     Weighted,
 )
-from nanoir.lowering.quantize.targets import WEIGHTED, Target
+from nanoir.lowering.quantize.targets import (
+    WEIGHTED,
+    Target,
+    moved_readers,
+    one_grid_operand,
+)
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import StringAttr
 from xdsl.dialects.func import FuncOp
@@ -64,6 +74,7 @@ __all__ = [
     "MAX_ROUNDS",
     "ZERO_EXP",
     "describe",
+    "describe_derived",
     "describe_norms",
     "get_exps",
     "settle",
@@ -86,8 +97,8 @@ def sources(
     value: SSAValue, leaf: Callable[[SSAValue], Leaf | None] = _fake_quant
 ) -> list[Leaf] | None:
     """The quantized values (``leaf``: a fake-quant's, by default) whose exponents ``value``
-    carries, looking through data movement (a concat carries all its parts'); None if some
-    part is not quantized."""
+    carries, looking through data movement (a concat carries all its parts', an embedding its
+    table's: ``grid_operands``); None if some part is not quantized."""
     found_leaf = leaf(value)
     if found_leaf is not None:
         return [found_leaf]
@@ -95,7 +106,7 @@ def sources(
         op = value.op
         if op.has_trait(DataMovement) and op.operands:
             found: list[Leaf] = []
-            for operand in op.operands if isinstance(op, nf.ConcatOp) else op.operands[:1]:
+            for operand in grid_operands(op):
                 part = sources(operand, leaf)
                 if part is None:
                     return None
@@ -128,7 +139,10 @@ def describe(
                 for use in op.results[0].uses
             )
             parts = [sources(v, quant_of) or [] for v in operands]
-            joins.append(Join(name, parts, BN_INPUT_BITS if bn else ALIGN_BITS))
+            one_grid = isinstance(op, nf.ConcatOp) and any(
+                one_grid_operand(reader, i) for reader, i in moved_readers(op.results[0])
+            )
+            joins.append(Join(name, parts, BN_INPUT_BITS if bn else ALIGN_BITS, one_grid))
         elif isinstance(op, WEIGHTED):
             xs, ws = sources(op.operands[0], quant_of), sources(op.operands[1], quant_of)
             if not xs or not ws or len(ws) != 1 or ws[0].values is None:
@@ -178,6 +192,41 @@ def describe_norms(func: FuncOp, quant_of: Callable[[SSAValue], Quant | None]) -
     return norms
 
 
+def _quant_read(value: SSAValue, quant_of: Callable[[SSAValue], Quant | None]) -> Quant | None:
+    """The :class:`Quant` of ``value`` as its readers see it: its own (a QAT value), or that of
+    the fake-quant that alone reads it (quantize's program)."""
+    q = quant_of(value)
+    uses = list(value.uses)
+    if q is None and len(uses) == 1 and isinstance(uses[0].operation, FakeQuantOp):
+        q = quant_of(uses[0].operation.result)
+    return q
+
+
+def describe_derived(func: FuncOp, quant_of: Callable[[SSAValue], Quant | None]) -> list[Derived]:
+    """``func``'s quantized activations with what each is computed from (its op's first
+    operand through data movement), in program order, for the zero-range rule
+    (``join_rules.Rules.zero_range``): function inputs, and the results of computing ops but
+    recurrent ones (whose results are on the op's own hidden and cell grids)."""
+    derived: list[Derived] = []
+    for arg in func.body.block.args:
+        q = _quant_read(arg, quant_of)
+        if q is not None:
+            derived.append(Derived(f"%{arg.name_hint or 'input'}", q, []))
+    for op in func.body.block.ops:
+        if (
+            not op.name.startswith("nf.")
+            or isinstance(op, nf.ConstantOp | nf.RecurrentOp)
+            or op.has_trait(DataMovement)
+        ):
+            continue
+        source = (sources(op.operands[0], quant_of) or []) if op.operands else []
+        for r in op.results:
+            q = _quant_read(r, quant_of)
+            if q is not None and q.values is None:
+                derived.append(Derived(f"%{r.name_hint or op.name}", q, source))
+    return derived
+
+
 def _constant_values(value: SSAValue) -> Callable[[], np.ndarray] | None:
     if isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp):
         return lambda: np.asarray(constant_array(value), dtype=np.float64)
@@ -223,7 +272,9 @@ def settle(
     joins, weighted = describe(
         func, quant_of, lambda op: bias_quants[op][1] if op in bias_quants else None
     )
-    capped = Rules(joins, weighted, describe_norms(func, quant_of)).settle()
+    capped = Rules(
+        joins, weighted, describe_norms(func, quant_of), describe_derived(func, quant_of)
+    ).settle()
     for fq, q in quants.items():
         old = get_exps(fq)
         if (q.exps != old).any():

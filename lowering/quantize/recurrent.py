@@ -15,7 +15,10 @@ and imported exponents (``lstm\\.cell=16``, ``{"lstm.cell": {"exp": 11, "bits": 
   fake-quants take those grids (they then change nothing);
 - a bias's exponent is capped at its product's (``x W_ih``: input + weight exponent; ``h
   W_hh``: hidden + weight), so the exact pre-activation sum needs only left shifts of bounded
-  size.
+  size;
+- what was 0 on every calibration batch (an internal grid, a weight's row: nothing measured)
+  takes the exponent of a unit range, or of the weight's live rows (``settle_zero_rows``),
+  never 60: the cell's exact sums would shift the other terms past ``2**62``.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import int_array, operand_codes_grid
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
+from nanoir.dialects.traits import source_quantized
 from nanoir.lowering.quantize.calibration import as_batches
+from nanoir.lowering.quantize.join_rules import ZERO_EXP, unit_range_exps
 from nanoir.lowering.quantize.rules import QuantConfig, QuantizeError
-from nanoir.lowering.quantize.targets import value_name
+from nanoir.lowering.quantize.targets import Target, value_name
 from nanoir.runtime.interpreter import compile_function, default_builders
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.recurrent import EXP_RANGE, run_float
@@ -45,6 +50,7 @@ __all__ = [
     "pop_internal",
     "quantize_recurrent",
     "recurrent_bias_cap",
+    "settle_zero_rows",
 ]
 
 CELL_BITS = 16
@@ -181,7 +187,8 @@ def quantize_recurrent(
         final = {}
         for which, (bits, exp) in grids.items():
             if exp is None:
-                absmax = stats[id(op)][which]
+                # (0 everywhere: nothing measured, a unit range, as the join rules' zero range)
+                absmax = stats[id(op)][which] or 1.0
                 exp = int(quant.exp_from_absmax(absmax, bits, (lo, hi)))
             elif not lo <= exp <= hi:
                 raise QuantizeError(
@@ -194,6 +201,38 @@ def quantize_recurrent(
         _set_result_grid(op.h_n, *final["hidden"])
         if op.c_n is not None:
             _set_result_grid(op.c_n, *final["cell"])
+
+
+def settle_zero_rows(targets: Sequence[Target]) -> None:
+    """Rows of a recurrent op's weight that were 0 everywhere (exponent 60, nothing measured)
+    take the finest exponent of the weight's live rows, else of the other weight of the same
+    cell (``w_hh`` for ``w_ih``), else that of a unit range: at 60 their product's grid
+    would be 2**-60-fine and the cell's exact sums would shift the bias and the other product
+    onto it, past ``2**62`` (a ``RecurrentBoundError`` on every input). Their codes are 0 at
+    any exponent. ``targets`` are the weights whose exponents quantize chose (not imported)."""
+    by_value = {t.value: t for t in targets if t.kind == "weight" and t.exps is not None}
+    seen: set[SSAValue] = set()
+    for v in by_value:
+        op = next((u.operation for u in v.uses if isinstance(u.operation, nf.RecurrentOp)), None)
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        per_cell = op.layout.per_cell
+        for first in range(0, len(op.weights), per_cell):
+            pair = [by_value.get(w) for w in op.weights[first : first + 2]]
+            for t, other in (pair, pair[::-1]):
+                if t is None or t.bits < 2:
+                    continue
+                assert t.exps is not None
+                zero = t.exps >= ZERO_EXP
+                if not zero.any():
+                    continue
+                fill = unit_range_exps(t.bits)
+                for q in (t, other):
+                    if q is not None and q.exps is not None and (q.exps < ZERO_EXP).any():
+                        fill = int(q.exps[q.exps < ZERO_EXP].max())
+                        break
+                t.exps = np.where(zero, fill, t.exps)
 
 
 def recurrent_bias_cap(value: SSAValue) -> np.ndarray | None:
@@ -211,7 +250,8 @@ def recurrent_bias_cap(value: SSAValue) -> np.ndarray | None:
         weight = op.weights[cell * layout.per_cell + part - 2]
         grid = operand_codes_grid(weight)
         if cell // layout.dirs == 0 and part == 2:
-            source = operand_codes_grid(op.input)
+            q = source_quantized(op.input)  # (through data movement, as the cell reads it)
+            source = q if isinstance(q, str) else (np.array([q.exp]), q.bits)
         else:
             hidden = op.internal_grid("hidden")
             assert hidden is not None

@@ -6,6 +6,7 @@ options say, where an op reads the value on one grid (:func:`needs_one_grid`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +18,9 @@ from nanoir.dialects.traits import (
     IntegerAlgorithm,
     NonNegativeResult,
     Weighted,
+    grid_operands,
     negatives_unread,
     non_negative_result,
-    shape_operands,
     weight_reader,
 )
 from nanoir.lowering.quantize.rules import (
@@ -216,9 +217,10 @@ def one_grid_operand(op: Operation, index: int) -> bool:
 
 
 def moved_readers(value: SSAValue) -> list[tuple[Operation, int]]:
-    """``(op, operand index)`` of every op that reads ``value``'s numbers, looking through data
-    movement (a concat, split, transpose, reshape ... carries the grid on to its readers;
-    an expand's shape source carries nothing): what the grid of ``value`` must suit."""
+    """``(op, operand index)`` of every op that reads ``value``, and of every op reading the
+    data movement it goes through (a concat, split, transpose, reshape, an embedding's table
+    ... carries the grid on to its readers; an expand's shape source and an embedding's ids
+    carry nothing: ``grid_operands``): what the grid of ``value`` must suit."""
     found: list[tuple[Operation, int]] = []
     todo, seen = [value], set[SSAValue]()
     while todo:
@@ -228,11 +230,9 @@ def moved_readers(value: SSAValue) -> list[tuple[Operation, int]]:
         seen.add(v)
         for use in v.uses:
             op = use.operation
-            if op.has_trait(DataMovement) and not isinstance(op, nf.EmbeddingOp):
-                if op.operands[use.index] not in shape_operands(op):
-                    todo.extend(op.results)
-            else:
-                found.append((op, use.index))
+            found.append((op, use.index))
+            if op.has_trait(DataMovement) and op.operands[use.index] in grid_operands(op):
+                todo.extend(op.results)
     return found
 
 
@@ -271,6 +271,20 @@ def _unsigned_unlowered(value: SSAValue) -> bool:
     )
 
 
+def _refuse_one_bit_into_recurrent(value: SSAValue, name: str, kind: str) -> None:
+    """A ``QuantizeError`` if a recurrent op reads ``value`` (an operand, or through data
+    movement), which would get 1-bit codes: the integer cell has no 1-bit form (lower-to-hw
+    would refuse it), and giving it more bits than asked is the user's choice, by a rule."""
+    for reader, _ in moved_readers(value):
+        if isinstance(reader, nf.RecurrentOp):
+            op = value_name(reader.output, {})
+            raise QuantizeError(
+                f"quantize: {name} would get 1-bit codes ({kind}_bits or a rule), and "
+                f"nf.recurrent ({op}) reads it, whose integer cell takes 2 bits or more; "
+                f"give it more with a rule (e.g. '{kind}@^{re.escape(name)}$=8')"
+            )
+
+
 def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
     """The tensors of ``func`` to quantize, in program order.
 
@@ -297,6 +311,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         if resolved is None:
             return
         bits, per_channel = resolved
+        if bits == 1:
+            _refuse_one_bit_into_recurrent(value, unique, rule_kind)
         if kind == "const" or kind != "bias" and needs_one_grid(value):
             per_channel = False  # (an embedding table's rows are gathered: one exponent)
         targets.append(

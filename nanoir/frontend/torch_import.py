@@ -1380,15 +1380,22 @@ def _expand(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
     ``expand(x.shape[0], -1, -1)`` to the dynamic batch) names ``t`` as the shape source."""
     x = imp.tensor(a["self"], imp.element_type(node))
     shape = imp.result_type(node).get_shape()
-    return _expand_to(imp, x, shape, _shape_source(imp, a["size"], shape))
+    grown = expand_grown(nf.tensor_shape(x), shape)
+    return _expand_to(imp, x, shape, _shape_source(imp, a["size"], shape, grown))
 
 
-def _shape_source(imp: _Importer, sizes: Sequence[Any], shape: Sequence[int]) -> SSAValue | None:
+def _shape_source(
+    imp: _Importer, sizes: Sequence[Any], shape: Sequence[int], grown: Sequence[int] | None = None
+) -> SSAValue | None:
     """The tensor whose dims the symbolic sizes of ``expand`` read, at the same index (None
-    when no size is read from a tensor; refused when they read several, or another dim)."""
+    when no size is read from a tensor; refused when they read several, or another dim).
+    Only the ``grown`` dims (all dynamic ones by default) take a size: a dynamic dim the
+    input has already (``[B*nW, 4, 1]`` expanded to ``[B*nW, 4, C]``) keeps its own."""
     sources: set[fx.Node] = set()
     for i, size in enumerate(sizes):
         if not isinstance(size, fx.Node) or shape[i] != DYNAMIC_INDEX:
+            continue
+        if grown is not None and i not in grown:
             continue
         if str(size.target) != "aten.sym_size.int" or int(size.args[1]) % len(shape) != i:  # type: ignore[arg-type]
             raise _Unsupported(

@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     FunctionType,
     ModuleOp,
+    StringAttr,
     TensorType,
     f32,
 )
@@ -50,6 +51,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics.quant import RoundingMode
 
 BITS = (1, 2, 4, 8)
@@ -75,11 +77,13 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
 class ProgramBuilder:
     """Accumulates ops into one ``func.func @main`` and keeps the quantized values."""
 
-    def __init__(self, draw: Callable[[Any], Any], spatial: int):
+    def __init__(self, draw: Callable[[Any], Any], spatial: int, quantized: bool = True):
         self.draw = draw
         self.ops: list[Operation] = []
         self.rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         self.spatial = spatial
+        self.quantized = quantized
+        """False: a float (nf) program, every fake-quant left out (``random_nf_program``)."""
 
     def add(self, op: Operation) -> Operation:
         self.ops.append(op)
@@ -102,7 +106,10 @@ class ProgramBuilder:
         per_channel: bool | None = None,
     ) -> SSAValue:
         """A fake-quant of ``v``; with ``per_channel_axis``, per channel when ``per_channel``
-        (drawn when None). Per-channel exponents are all ``exp`` when it is given."""
+        (drawn when None). Per-channel exponents are all ``exp`` when it is given. ``v``
+        itself in a float program."""
+        if not self.quantized:
+            return v
         draw = self.draw
         bits = draw(st.sampled_from(BITS)) if bits is None else bits
         mode = draw(st.sampled_from(MODES)) if mode is None else mode
@@ -126,6 +133,8 @@ class ProgramBuilder:
         """A quantized weight, its output channels along ``axis`` (per channel or not)."""
         w = self.rng.standard_normal(shape) * 0.5
         c = self.constant(w, name)
+        if not self.quantized:
+            return c
         bits = self.draw(st.sampled_from(BITS))
         absmax = float(np.abs(w).max()) or 1.0
         base = int(quant.exp_from_absmax([absmax], bits)[0])
@@ -133,11 +142,15 @@ class ProgramBuilder:
 
     def bias(self, n: int, name: str) -> SSAValue:
         b = self.constant(self.rng.standard_normal(n) * 0.5, name)
+        if not self.quantized:
+            return b
         # At most the accumulator's exponent in practice (small exps keep lowering exact).
         return self.fake_quant(b, bits=8, exp=self.draw(st.integers(-1, 2)))
 
     def act(self, v: SSAValue) -> SSAValue:
         """A fake-quant of an activation: 2/4/8 bits, per tensor or per channel."""
+        if not self.quantized:
+            return v
         bits = self.draw(st.sampled_from((2, 4, 8)))
         return self.fake_quant(v, bits=bits, per_channel_axis=1, base=self.draw(st.integers(-1, 4)))
 
@@ -151,6 +164,8 @@ class ProgramBuilder:
         """``f(v)`` for a float-only elementwise ``f`` drawn from ``functions``, between
         per-tensor fake-quants (a lookup table at the hw level)."""
         draw = self.draw
+        if not self.quantized:
+            return self.add(draw(st.sampled_from(functions))(v)).results[0]
         bits = draw(st.sampled_from((2, 4, 8)))
         if draw(st.booleans()):
             # Per-channel exponents that are all equal, then a per-tensor fake-quant at
@@ -176,12 +191,37 @@ def _leaky_relu(alpha: float) -> Callable[[SSAValue], Operation]:
     return lambda x: nf.LeakyReluOp(x, alpha)
 
 
+def _unary(fn: str, *params: float) -> Callable[[SSAValue], Operation]:
+    return lambda x: nf.UnaryOp(x, fn, params)
+
+
+UNARY_FUNCTIONS = (
+    _unary("exp"),
+    _unary("log"),
+    _unary("sqrt"),
+    _unary("rsqrt"),
+    _unary("erf"),
+    _unary("sin"),
+    _unary("atan"),
+    _unary("abs"),
+    _unary("neg"),
+    _unary("softsign"),
+    _unary("mish"),
+    _unary("log_sigmoid"),
+    _unary("pow", 2.0),
+    _unary("elu", 1.0, 1.0, 1.0),
+    _unary("softplus", 1.0, 20.0),
+)
+"""``nf.unary`` functions the generator draws: with and without parameters, defined
+everywhere or on part of the line (log, sqrt: the nearest point of the domain outside it)."""
+
 LUT_FUNCTIONS: dict[str, tuple[Callable[[SSAValue], Operation], ...]] = {
     "lut": (nf.SigmoidOp, nf.TanhOp, nf.HardSwishOp),
     "hardsigmoid": (nf.HardSigmoidOp,),
     "leaky_relu": tuple(_leaky_relu(a) for a in (0.01, 0.1, 0.25)),
     "silu": (nf.SiluOp,),
     "gelu": (nf.GeluOp, lambda x: nf.GeluOp(x, "tanh")),
+    "unary": UNARY_FUNCTIONS,
 }
 """The float-only elementwise ops each lookup-table kind draws from."""
 
@@ -219,26 +259,96 @@ ALL_KINDS = BASE_KINDS + (
     "upsample_zero",
     "upsample_bilinear",
     "max_unpool",
+    "unary",
+    "where",
+    "reduce",
+    "arg_reduce",
+    "cumsum",
+    "normalize",
+    "upsample_bicubic",
+    "recurrent",
 )
-"""Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics); the hw
+"""Every nf op with an integer lowering (``nf.custom`` aside, which has no semantics, and
+``nf.embedding``, whose indices are a second, integer input: :data:`INDEX_KINDS`); the hw
 lowering's and the streaming executor's property tests draw from these."""
+
+INDEX_KINDS = ("embedding",)
+"""Kinds that add an integer program input (an embedding's token ids, ``[N, T]``): programs
+drawn with them take :func:`program_inputs`, not one float array."""
+
+QUANTIZE_KINDS = (
+    ALL_KINDS
+    + INDEX_KINDS
+    + (
+        "dead",
+        "negative_pool",
+        "class_token",
+        "split_concat_bn",
+    )
+)
+"""What the property test of ``quantize`` draws as float programs (``random_nf_program``):
+every kind, and the shapes quantize once accepted and lower-to-hw then refused: a branch that
+is 0 on every input (``dead``: a norm or RNN reading it), a ReLU-read average pool whose
+output is negative everywhere (``negative_pool``), a class token concatenated to the
+sequence (``class_token``), a lone batch norm after a concat of split parts
+(``split_concat_bn``); with an embedding read directly by a norm or an RNN, a concat read by
+softmax or a norm, a ReLU feeding an RNN as the other kinds meet."""
+
+
+def random_nf_program(
+    draw: Callable[[Any], Any], max_ops: int = 6, kinds: tuple[str, ...] = QUANTIZE_KINDS
+) -> tuple[ModuleOp, tuple[int, ...]]:
+    """A random float (nf) program made of ``kinds`` (the programs of
+    :func:`random_nq_program` with every fake-quant left out, for ``quantize`` to place) and
+    its float input's shape; :func:`program_inputs` makes inputs for it."""
+    return random_nq_program(draw, max_ops, kinds, quantized=False)
+
+
+def program_inputs(
+    module: ModuleOp, rng: np.random.Generator, batch: int, scale: float = 1.0
+) -> list[np.ndarray]:
+    """An input for every argument of ``module``'s function: float64 normal times ``scale``,
+    or, for an index input (read only by embeddings), int64 ids below every table's rows."""
+    func = next(op for op in module.walk() if isinstance(op, FuncOp))
+    inputs = []
+    for arg in func.body.block.args:
+        shape = [batch if d == DYNAMIC_INDEX else d for d in _shape(arg)]
+        if nf.is_index_input(arg):
+            vocab = min(_shape(u.operation.operands[1])[0] for u in arg.uses)
+            inputs.append(rng.integers(0, vocab, shape).astype(np.int64))
+        else:
+            inputs.append(rng.standard_normal(shape) * scale)
+    return inputs
+
+
+def _exps(v: SSAValue) -> np.ndarray:
+    """The exponents of the fake-quant ``v`` comes from."""
+    op = v.owner
+    assert isinstance(op, FakeQuantOp)
+    return np.asarray(op.exp.get_values(), dtype=np.int64)
 
 
 def random_nq_program(
-    draw: Callable[[Any], Any], max_ops: int = 6, kinds: tuple[str, ...] = BASE_KINDS
+    draw: Callable[[Any], Any],
+    max_ops: int = 6,
+    kinds: tuple[str, ...] = BASE_KINDS,
+    quantized: bool = True,
 ) -> tuple[ModuleOp, tuple[int, ...]]:
-    """A random exact-lowerable nq program made of ``kinds`` and its input shape (batch dim
-    dynamic)."""
+    """A random exact-lowerable nq program made of ``kinds`` and its float input's shape
+    (batch dim dynamic); a float program with ``quantized=False`` (:func:`random_nf_program`).
+    With :data:`INDEX_KINDS` the program may take a second, integer input
+    (:func:`program_inputs`)."""
     spatial = draw(st.sampled_from((1, 2)))
     channels = draw(st.integers(1, 4))
     sizes = tuple(draw(st.integers(3, 9)) for _ in range(spatial))
     in_shape = (DYNAMIC_INDEX, channels, *sizes)
     block = Block(arg_types=[TensorType(f32, in_shape)])
-    b = ProgramBuilder(draw, spatial)
+    b = ProgramBuilder(draw, spatial, quantized)
     x = b.fake_quant(
         block.args[0], bits=draw(st.sampled_from((2, 4, 8))), exp=draw(st.integers(-1, 5))
     )
     values = [x]
+    extra: list[SSAValue] = []  # integer results (indices), returned
     for i in range(draw(st.integers(1, max_ops))):
         v = draw(st.sampled_from(values))
         shape = _shape(v)
@@ -565,6 +675,97 @@ def random_nq_program(
             perm = [*range(rank - 2), rank - 1, rank - 2]
             xt = b.add(nf.TransposeOp(x, perm)).results[0]
             values.append(b.act(b.add(nf.MatmulOp(x, xt)).results[0]))
+        elif kind == "where":
+            # A selection by a comparison (masked_fill's form): of two values, or of a value
+            # and a threshold constant.
+            same = [u for u in values if _shape(u) == shape]
+            other = draw(st.sampled_from(same))
+            pred = draw(st.sampled_from(("lt", "le", "gt", "ge", "eq", "ne")))
+            rhs = other
+            if draw(st.booleans()):
+                rhs = b.constant(np.array(draw(st.sampled_from((0.0, 0.5, -1.25)))), f"t{i}")
+            cond = b.add(nf.CompareOp(v, rhs, pred)).results[0]
+            first, second = (v, other) if draw(st.booleans()) else (other, v)
+            values.append(b.act(b.add(nf.WhereOp(cond, first, second)).results[0]))
+        elif kind == "reduce":
+            rank = len(shape)
+            dims = sorted(set(draw(st.lists(st.integers(1, rank - 1), min_size=1, max_size=2))))
+            how = draw(st.sampled_from(("sum", "max", "min")))
+            values.append(b.act(b.add(nf.ReduceOp(v, how, dims)).results[0]))
+        elif kind == "arg_reduce":  # indices or truth values: integers, returned
+            how = draw(st.sampled_from(("argmax", "argmin", "any", "all")))
+            d = draw(st.integers(1, len(shape) - 1))
+            extra.append(b.add(nf.ArgReduceOp(v, how, d)).results[0])
+        elif kind == "cumsum":
+            d = draw(st.integers(1, len(shape) - 1))
+            values.append(b.act(b.add(nf.CumsumOp(v, d)).results[0]))
+        elif kind == "normalize":  # an integer algorithm between per-tensor fake-quants
+            x = b.fake_quant(v, bits=draw(st.sampled_from((4, 8))), per_channel_axis=None)
+            axis = draw(st.integers(1, len(shape) - 1))
+            y = b.add(nf.NormalizeOp(x, axis)).results[0]
+            values.append(b.fake_quant(y, bits=8, exp=6, per_channel_axis=None))
+        elif kind == "upsample_bicubic":  # x2 or x1 per spatial dim
+            if max(shape[2:]) > 9:
+                continue
+            size = [d * draw(st.integers(1, 2)) for d in shape[2:]]
+            values.append(b.act(b.add(nf.UpsampleBicubicOp(v, size)).results[0]))
+        elif kind == "recurrent":
+            if len(shape) != 3:
+                continue
+            values.append(_recurrent(b, v, i))
+        elif kind == "embedding":  # token ids: a second, integer input
+            vocab, dim = draw(st.integers(2, 6)), draw(st.integers(1, 4))
+            ids = block.insert_arg(
+                TensorType(f32, (DYNAMIC_INDEX, draw(st.integers(1, 6)))), len(block.args)
+            )
+            table = b.rng.standard_normal((vocab, dim))
+            bits = draw(st.sampled_from(BITS))
+            base = int(quant.exp_from_absmax([float(np.abs(table).max())], bits)[0])
+            t = b.fake_quant(b.constant(table, f"emb{i}.weight"), bits=bits, base=base)
+            values.append(b.add(nf.EmbeddingOp(ids, t)).results[0])
+        elif kind == "dead":  # a 1x1 conv with zero weights: 0 on every input
+            w = b.constant(np.zeros((shape[1], shape[1]) + (1,) * (len(shape) - 2)), f"dead{i}.w")
+            wq = b.fake_quant(w, bits=8, exp=0)
+            bias = b.fake_quant(b.constant(np.zeros(shape[1]), f"dead{i}.b"), bits=8, exp=0)
+            values.append(b.act(b.add(nf.ConvOp(v, wq, bias)).results[0]))
+        elif kind == "negative_pool":
+            # A conv whose channel 0 is below -50 everywhere, average-pooled, then a ReLU
+            # (which alone reads the pool: calibrated on its positive part, 0 in channel 0).
+            c = shape[1]
+            w = b.weight((c, c) + (1,) * (len(shape) - 2), f"neg{i}.weight")
+            bias_data = b.rng.standard_normal(c) * 0.5
+            bias_data[0] = -100.0
+            bias = b.fake_quant(b.constant(bias_data, f"neg{i}.bias"), bits=8, exp=0)
+            y = b.act(b.add(nf.ConvOp(v, w, bias)).results[0])
+            size = [1] * (len(shape) - 2)
+            p = b.add(nf.AdaptiveAvgPoolOp(y, size)).results[0]
+            p = b.fake_quant(p, bits=8, mode=RoundingMode.TRUNC, base=draw(st.integers(0, 5)))
+            values.append(b.add(nf.ReluOp(p)).results[0])
+        elif kind == "class_token":
+            # ViT: cat([cls.expand(N, -1, ...), x], 1) with a named [1, 1, *rest] parameter.
+            cls = b.constant(b.rng.standard_normal((1, 1, *shape[2:])) * 3, f"cls{i}")
+            cls = b.fake_quant(cls, bits=8, base=3)
+            token = b.add(nf.ExpandOp(cls, (DYNAMIC_INDEX, 1, *shape[2:]), v)).results[0]
+            values.append(b.add(nf.ConcatOp([token, v], axis=1)).results[0])
+        elif kind == "split_concat_bn":
+            # a, b = x.split(C // 2, 1); BatchNorm(cat([a, conv(b)], 1)) with random
+            # statistics (fold-bn cannot fold a BN after a concat).
+            c = shape[1]
+            if c < 2:
+                continue
+            first, rest = b.add(nf.SplitOp(v, 1, [c // 2, c - c // 2])).results
+            conv = b.pointwise_conv(rest, c - c // 2, f"conv{i}")
+            cat = b.add(nf.ConcatOp([first, conv], axis=1)).results[0]
+            cat = b.act(cat)  # (a quantized program: the BN's input on its own grid)
+            stats = [
+                b.rng.uniform(0.5, 2.0, c),
+                b.rng.standard_normal(c) * 0.5,
+                b.rng.standard_normal(c) * 0.5,
+                b.rng.uniform(0.1, 2.0, c),
+            ]
+            names = ("weight", "bias", "running_mean", "running_var")
+            params = [b.constant(p, f"bn{i}.{n}") for p, n in zip(stats, names)]
+            values.append(b.act(b.add(nf.BatchNormOp(cat, *params)).results[0]))
     out = values[-1]
     if draw(st.booleans()):
         shape = _shape(out)
@@ -575,11 +776,56 @@ def random_nq_program(
         out = b.act(y.results[0])
     block.add_ops(b.ops)
     # Return every value nothing else reads, so that no generated op is dead code.
-    sinks = [v for v in values if not v.uses and v is not out] + [out]
+    sinks = [v for v in values if not v.uses and v is not out] + extra + [out]
     block.add_op(ReturnOp(*sinks))
-    ftype = FunctionType.from_lists([block.args[0].type], [v.type for v in sinks])
+    ftype = FunctionType.from_lists([a.type for a in block.args], [v.type for v in sinks])
     module = ModuleOp([FuncOp("main", ftype, Region(block))])
     return module, (None, channels, *sizes)  # type: ignore[return-value]
+
+
+def _recurrent(b: ProgramBuilder, v: SSAValue, i: int) -> SSAValue:
+    """An ``nf.recurrent`` (any mode, 1-2 layers, either direction, biases or not) reading
+    the rank-3 ``v`` as ``[N, T, F]`` directly (an embedding's result) or transposed from
+    ``[N, C, L]``; its sequence output, back in ``v``'s layout. In a quantized program the
+    operands come through per-tensor signed (or per-row weight) fake-quants and the internal
+    grids are set, as quantize sets them."""
+    draw = b.draw
+    direct = draw(st.booleans())
+    seq = v if direct else b.add(nf.TransposeOp(v, [0, 2, 1])).results[0]
+    x = b.fake_quant(seq, bits=draw(st.sampled_from((4, 8))), per_channel_axis=None)
+    layout = recurrent_numerics.RecurrentLayout(
+        draw(st.sampled_from(recurrent_numerics.MODES)),
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 2)),
+        draw(st.booleans()),
+        True,
+        draw(st.booleans()),
+    )
+    weights = []
+    for j, w_shape in enumerate(layout.weight_shapes(_shape(seq)[2])):
+        data = b.rng.standard_normal(w_shape) * 0.5
+        c = b.constant(data, f"rnn{i}.w{j}")
+        if len(w_shape) == 1:
+            weights.append(b.fake_quant(c, bits=8, exp=draw(st.integers(-1, 2))))
+            continue
+        bits = draw(st.sampled_from((2, 4, 8)))
+        base = int(quant.exp_from_absmax([float(np.abs(data).max()) or 1.0], bits)[0])
+        weights.append(b.fake_quant(c, bits=bits, per_channel_axis=0, base=base))
+    out, state, cell = layout.result_shapes(_shape(seq))
+    types = [TensorType(f32, out), TensorType(f32, state)]
+    if cell is not None:
+        types.append(TensorType(f32, cell))
+    op = b.add(nf.RecurrentOp(x, weights, layout, types))
+    assert isinstance(op, nf.RecurrentOp)
+    y = op.output
+    if b.quantized:
+        hidden = draw(st.integers(5, 7))
+        op.properties["gates"] = nf.int_array([draw(st.integers(3, 6)), 8])
+        op.properties["cell"] = nf.int_array([12, 16])
+        op.properties["hidden"] = nf.int_array([hidden, 8])
+        op.properties["rounding"] = StringAttr(str(draw(st.sampled_from(MODES))))
+        y = b.fake_quant(y, bits=8, exp=hidden, per_channel_axis=None)
+    return y if direct else b.add(nf.TransposeOp(y, [0, 2, 1])).results[0]
 
 
 def _dense_f32(a: np.ndarray) -> str:

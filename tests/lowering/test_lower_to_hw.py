@@ -12,7 +12,14 @@ from nanoir.runtime.interpreter import run
 from xdsl.dialects.builtin import ModuleOp
 
 import nanoir
-from nanoir.testing.programs import ALL_KINDS, BASE_KINDS, examples, random_nq_program
+from nanoir.testing.programs import (
+    ALL_KINDS,
+    BASE_KINDS,
+    INDEX_KINDS,
+    examples,
+    program_inputs,
+    random_nq_program,
+)
 
 
 def check_exact(nq_module: ModuleOp, inputs: list[np.ndarray]) -> ModuleOp:
@@ -86,11 +93,20 @@ NEW_KINDS = {
     "upsample_zero": "nf.upsample_zero",
     "upsample_bilinear": "nf.upsample_bilinear",
     "max_unpool": "nf.max_unpool",
+    "unary": "nf.unary",
+    "where": "nf.where",
+    "reduce": "nf.reduce",
+    "arg_reduce": "nf.arg_reduce",
+    "cumsum": "nf.cumsum",
+    "normalize": "nf.normalize",
+    "upsample_bicubic": "nf.upsample_bicubic",
+    "recurrent": "nf.recurrent",
+    "embedding": "nf.embedding",
 }
 
 
 def test_every_kind_is_generated() -> None:
-    assert set(ALL_KINDS) == set(BASE_KINDS) | set(NEW_KINDS)
+    assert set(ALL_KINDS) | set(INDEX_KINDS) == set(BASE_KINDS) | set(NEW_KINDS)
 
 
 def test_every_nf_op_is_generated() -> None:
@@ -104,19 +120,15 @@ def test_every_nf_op_is_generated() -> None:
         module, _ = random_nq_program(data.draw, max_ops=3, kinds=(kind,))
         seen.update(op.name for op in module.walk())
 
-    for kind in sorted(set(ALL_KINDS)):
+    for kind in sorted(set(ALL_KINDS) | set(INDEX_KINDS)):
         collect(kind)
     assert {op.name for op in NF.operations} - {"nf.custom"} - NOT_GENERATED - seen == set()
     assert NOT_GENERATED <= {op.name for op in NF.operations}  # the list is kept short
 
 
-NOT_GENERATED: set[str] = {"nf.recurrent", "nf.embedding"}
+NOT_GENERATED: set[str] = set()
 """Ops the generator does not draw yet (an op added to nf gets a generator kind, or is named
-here with the reason until it does). nf.recurrent: its own property test
-(tests/nanoir/test_recurrent.py: nq == nh over sizes, sequence lengths 1..50, bits, rounding and
-initial states); the generator draws no [T, N, F] sequences yet. nf.embedding: its own property
-test (tests/nanoir/test_embedding.py: nq == NumPy and nh over vocab/dim sizes, bits, rounding);
-the generator draws float inputs only, and an embedding reads an integer program input."""
+here with the reason until it does)."""
 
 
 @pytest.mark.parametrize("kind", sorted(NEW_KINDS))
@@ -131,8 +143,8 @@ def test_each_new_op_lowers_exactly(kind: str, data: st.DataObject) -> None:
     module, shape = random_nq_program(data.draw, max_ops=3, kinds=(kind,))
     assume(any(op.name == NEW_KINDS[kind] for op in module.walk()))
     rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
-    x = rng.standard_normal((2, *shape[1:])) * data.draw(st.sampled_from((0.5, 2.0, 20.0)))
-    hw = check_exact(module, [x])
+    scale = data.draw(st.sampled_from((0.5, 2.0, 20.0)))
+    hw = check_exact(module, program_inputs(module, rng, 2, scale))
     assert not any(op.name.startswith(("nf.", "nq.")) for op in hw.walk())
 
 

@@ -14,14 +14,23 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.fold_bn import FoldBnPass
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 import nanoir
 from nanoir.context import make_context
+from nanoir.testing.programs import (
+    QUANTIZE_KINDS,
+    examples,
+    program_inputs,
+    random_nf_program,
+)
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -30,7 +39,8 @@ torch.set_num_threads(1)
 
 
 def _numpy(x: torch.Tensor) -> np.ndarray:
-    return x.detach().numpy().astype(np.float64)
+    """float64, or int64 for integer ids (which the nh program takes as integers)."""
+    return x.detach().numpy().astype(np.float64 if x.is_floating_point() else np.int64)
 
 
 def compile_checked(
@@ -162,3 +172,457 @@ def test_magik_crnn_with_auto_unsigned_lowers() -> None:
     torch.manual_seed(0)
     x = torch.randn(1, 3, 32, 64)
     compile_checked(MagikCRNN("lstm", width=0.125), x, [torch.randn(2, 3, 32, 64)], unsigned="auto")
+
+
+# --------------------------------------------------------------------------------------------
+# The zero-range rule: what was 0 on every calibration batch never keeps exponent 60
+# --------------------------------------------------------------------------------------------
+
+ZERO_EXP = 60
+"""The exponent calibration gives a tensor that is 0 everywhere (the top of its range)."""
+
+
+def _unit_range_exp(bits: int) -> int:
+    """``floor(log2(2**(b-1) / 1))``: the absmax rule's exponent for a range of 1."""
+    return bits - 1
+
+
+class _ZeroNorm(nn.Module):
+    """``nn.Linear(3, 4)`` with zero weight and bias (its output is 0 on every input) →
+    ``nn.LayerNorm(4)`` → ``nn.Linear(4, 2)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.norm, self.b = nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2)
+        with torch.no_grad():
+            self.a.weight.zero_()
+            self.a.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.norm(self.a(x)))
+
+
+def test_a_norm_whose_input_is_zero_lowers() -> None:
+    """The norm's input (0 on every calibration batch) takes the exponent of the value it is
+    computed from (the linear's input), not 60. Kills: ``Rules.zero_range`` returning at
+    once (lower-to-hw: "'nf.layer_norm' (%norm) cannot run its integer algorithm exactly: has
+    eps 1e-05 at input exponent 60: eps term past i64")."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3)
+    nq, _ = compile_checked(_ZeroNorm(), x, [torch.randn(4, 3) for _ in range(2)])
+    exps = {fq.input.name_hint: int(fq.exp.get_values()[0]) for fq in fake_quants(nq)}
+    assert exps["a"] == exps["x"] != ZERO_EXP
+
+
+class _ZeroLSTM(nn.Module):
+    def __init__(self, mode: str = "lstm") -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 4)
+        self.rnn = nn.LSTM(4, 8) if mode == "lstm" else nn.GRU(4, 8)
+        with torch.no_grad():
+            self.a.weight.zero_()
+            self.a.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(self.a(x))[0]
+
+
+def test_a_recurrent_op_whose_input_is_zero_runs() -> None:
+    """§2 item 7: ``nn.Linear(3, 4)`` with zero weight and bias → ``nn.LSTM(4, 8)``: the
+    LSTM's input takes the linear input's exponent, and nq and nh run (``compile_checked``
+    runs both on the calibration batches). Kills: ``Rules.zero_range`` returning at once
+    (nq and nh: "layer 0: |125| << 61 would pass 2**62")."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 3)
+    compile_checked(_ZeroLSTM(), x, [torch.randn(5, 2, 3)], dynamic_batch=False)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.parametrize("zero", ["w_ih row", "w_hh row", "everything"])
+def test_a_recurrent_op_with_zero_weights_runs(mode: str, zero: str) -> None:
+    """A recurrent weight's rows that are 0 take the exponent of its live rows (or the
+    other weight's), and internal grids that measured nothing a unit range. Kills:
+    ``settle_zero_rows`` not called ("|125| << 57 would pass 2**62" at run time); the
+    internal grids' ``or 1.0`` dropped (gates, cell and hidden at 32, not 7/15/7)."""
+    torch.manual_seed(0)
+    model = _ZeroLSTM(mode)
+    rnn = model.rnn
+    with torch.no_grad():
+        model.a.weight.normal_()
+        if zero == "w_ih row":
+            rnn.weight_ih_l0[1].zero_()
+        elif zero == "w_hh row":
+            rnn.weight_hh_l0[2].zero_()
+        else:
+            for p in rnn.parameters():
+                p.zero_()
+    x = torch.randn(5, 2, 3)
+    nq, _ = compile_checked(model, x, [torch.randn(5, 2, 3)], dynamic_batch=False)
+    (op,) = [op for op in nq.walk() if op.name == "nf.recurrent"]
+    for fq in fake_quants(nq):
+        assert (np.asarray(fq.exp.get_values()) < ZERO_EXP).all(), fq.input.name_hint
+    if zero == "everything":
+        grids = {k: op.internal_grid(k) for k in ("gates", "cell", "hidden")}
+        assert {k: g.exp for k, g in grids.items()} == {
+            k: _unit_range_exp(g.bits) for k, g in grids.items()
+        }
+
+
+@pytest.mark.parametrize("pool", ["avg", "adaptive"])
+def test_an_average_pool_whose_output_measured_nothing_lowers(pool: str) -> None:
+    """An average pool read by a ReLU alone is calibrated on its positive part, which is 0
+    on every batch for a channel whose bias is -100: its exponent was 60, finer than the
+    input's by 60 steps (lower-to-hw: "'nf.avg_pool' aligning operands needs 68-bit codes").
+    It takes the input channel's exponent. Kills: ``Rules.zero_range`` returning at once."""
+
+    class Pool(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
+            with torch.no_grad():
+                self.conv.bias[1] = -100.0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.conv(x)
+            if pool == "avg":
+                return torch.relu(nn.functional.avg_pool2d(y, 2))
+            return torch.relu(nn.functional.adaptive_avg_pool2d(y, 1))
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 4)
+    for per_channel in (False, True):
+        compile_checked(Pool(), x, [x], act_per_channel=per_channel)
+
+
+def test_mobilenet_v2_at_4_bits_per_channel_lowers() -> None:
+    """``MobileNetV2Stack`` at 4 bits with ``act_per_channel=True``: a ReLU6 (``nf.clamp``)
+    output channel that is 0 on every batch had exponent 60 while its input channel had 7
+    (lower-to-hw: "'nf.clamp' aligning operands needs 57-bit codes"). Kills:
+    ``Rules.zero_range`` returning at once."""
+    from nanoir.testing.models import MobileNetV2Stack
+
+    torch.manual_seed(0)
+    model = MobileNetV2Stack()
+    x = model.make_example_input(2)
+    compile_checked(model, x, [x], act_bits=4, weight_bits=4, act_per_channel=True)
+
+
+def test_magik_crnn_with_per_channel_activations_lowers() -> None:
+    """``MagikCRNN`` (GRU) with ``act_per_channel=True``: quantize crashed with a bare
+    ``ValueError: cannot reshape array of size 1 into shape (4,1)`` (the recurrent results'
+    fake-quants were per channel, set per tensor to the hidden grid), then a ReLU6 channel
+    at exponent 60 was refused. Kills: ``needs_one_grid`` ignoring recurrent results (the
+    ValueError); ``Rules.zero_range`` returning at once ("'nf.clamp' (%conv2.2) aligning
+    operands needs 61-bit codes")."""
+    from nanoir.testing.magik_models import MagikCRNN
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 32, 64)
+    compile_checked(
+        MagikCRNN("gru", width=0.125), x, [torch.randn(2, 3, 32, 64)], act_per_channel=True
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# §3: an embedding read directly by a norm or an RNN; a concat read by softmax or a norm
+# --------------------------------------------------------------------------------------------
+
+
+class _Embedded(nn.Module):
+    def __init__(self, tail: str) -> None:
+        super().__init__()
+        self.emb, self.tail = nn.Embedding(5, 4), tail
+        self.norm, self.gru = nn.LayerNorm(4), nn.GRU(4, 3, batch_first=True)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        y = self.emb(ids)
+        return self.norm(y) if self.tail == "layer_norm" else self.gru(y)[0]
+
+
+@pytest.mark.parametrize("tail", ["layer_norm", "gru"])
+def test_an_embedding_read_by_a_norm_or_an_rnn_lowers(tail: str) -> None:
+    """``nn.Embedding(5, 4)`` → ``nn.LayerNorm(4)`` or ``nn.GRU(4, 3)``: the integer ids are
+    no grid (``DataMovement.indices``); the embedding's values are its table's. Kills:
+    ``source_quantized`` reading every operand of a data movement ("the inputs of
+    nf.embedding are on different grids", and the GRU ran float at nq); the recurrent op
+    must be quantized inside (its grids set) and run as the integer cell."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 5, (2, 6))
+    nq, nh = compile_checked(_Embedded(tail), ids, [torch.randint(0, 5, (3, 6)) for _ in range(2)])
+    assert not any(op.name.startswith(("nf.", "nq.")) for op in nh.walk())
+    if tail == "gru":
+        (op,) = [op for op in nq.walk() if op.name == "nf.recurrent"]
+        assert op.internal_grid("gates") is not None
+
+
+class _CatTail(nn.Module):
+    """``torch.cat([conv1x1(x), 8 * conv3x3(x)], 1)`` read by ``tail``: parts eight times
+    apart in range."""
+
+    def __init__(self, tail: str) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 3, padding=1)
+        self.tail, self.norm = tail, nn.LayerNorm(5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([self.a(x), 8 * self.b(x)], 1)
+        return torch.softmax(y, 1) if self.tail == "softmax" else self.norm(y)
+
+
+class _ClassToken(nn.Module):
+    """ViT's class token: ``torch.cat([cls.expand(N, -1, -1), x], 1)`` read by a LayerNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cls = nn.Parameter(torch.randn(1, 1, 8) * 3)
+        self.proj, self.norm = nn.Linear(4, 8), nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        return self.norm(torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1))
+
+
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "class_token"])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_concat_read_as_one_grid_lowers(case: str, per_channel: bool) -> None:
+    """A concat read by an op that takes one per-tensor grid: its parts all take the
+    coarsest part's exponent (``Join.one_grid``). Kills: the ``one_grid`` step of
+    ``Rules.join`` dropped ("'nf.softmax' has no integer form here: its input is not
+    quantized per tensor: the inputs of nf.concat are on different grids")."""
+    torch.manual_seed(0)
+    if case == "class_token":
+        model, x = _ClassToken(), torch.randn(2, 6, 4)
+    else:
+        model, x = _CatTail(case), torch.randn(2, 3, 5, 5)
+    nq, _ = compile_checked(
+        model, x, [torch.randn(*x.shape) for _ in range(2)], act_per_channel=per_channel
+    )
+    concat = next(op for op in nq.walk() if op.name == "nf.concat")
+    parts = [v.owner for v in concat.operands]
+    while not all(isinstance(p, FakeQuantOp) for p in parts):  # (through the expand)
+        parts = [p if isinstance(p, FakeQuantOp) else p.operands[0].owner for p in parts]
+    assert len({tuple(p.exp.get_values()) for p in parts}) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# §3: a lone batch norm after a concat of split parts
+# --------------------------------------------------------------------------------------------
+
+
+class _SplitBN(nn.Module):
+    """``a, b = x.split(C // 2, 1)``; ``BatchNorm2d(C)(cat([a, conv(b)], 1))`` with
+    statistics far from the identity (fold-bn cannot fold a BN after a concat)."""
+
+    def __init__(self, c: int = 4) -> None:
+        super().__init__()
+        self.c = c
+        self.conv, self.bn = nn.Conv2d(c // 2, c // 2, 3, padding=1), nn.BatchNorm2d(c)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.3, 3)
+            self.bn.weight.uniform_(0.5, 2)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = x.split(self.c // 2, 1)
+        return self.bn(torch.cat([a, self.conv(b)], 1))
+
+
+def _dyadic_bn(bn: Operation) -> bool:
+    """Whether quantize wrote the BN's affine in its dyadic form (mean 0, var 1, eps 0)."""
+    return bn.epsilon.value.data == 0.0
+
+
+def _dyadic(nq: ModuleOp) -> bool:
+    (bn,) = [op for op in nq.walk() if op.name == "nf.batch_norm"]
+    return _dyadic_bn(bn)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_lone_batch_norm_after_split_parts_is_dyadic(per_channel: bool) -> None:
+    """The BN's input grid is found through the split (``carried_grid``), so its affine is
+    made dyadic and lowers whatever its statistics (the README's promise for lone BNs).
+    Kills: ``carried_grid`` not walking a split (the BN left as it is: lower-to-hw then
+    searches an affine, "no integer affine within i32 ... channel N" where none fits)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 5, 5)
+    nq, _ = compile_checked(
+        _SplitBN(), x, [torch.randn(2, 4, 5, 5) for _ in range(2)], act_per_channel=per_channel
+    )
+    assert _dyadic(nq)
+
+
+def test_qat_mirrors_the_batch_norm_after_split_parts() -> None:
+    """QAT computes the same dyadic affine on the same input grid
+    (``nanoir.qat.batch_norm.input_grid`` walks the split as quantize does), so ``convert``
+    equals the module bit for bit. Kills: QAT's grid ignoring a split part (the module runs
+    the float BN; its grid is None where the converted program's is not)."""
+    from nanoir.lowering.quantize import bn_input_grid
+
+    from nanoir import qat
+    from nanoir.qat.batch_norm import BatchNormStep
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 5, 5)
+    q = qat.prepare(_SplitBN().eval(), (x,))
+    qat.calibrate(q, [_numpy(torch.randn(2, 4, 5, 5)) for _ in range(2)])
+    program = qat.convert(q)
+    assert _dyadic(program)
+    xs = _numpy(torch.randn(256, 4, 5, 5))
+    got = run(program, xs)[0]
+    want = qat.evaluate(q, xs)
+    want = want[0] if isinstance(want, tuple) else want
+    assert np.array_equal(got, want), np.count_nonzero(got != want)
+    (step,) = [s[1] for s in q._steps if isinstance(s[1], BatchNormStep)]  # noqa: SLF001
+    (bn,) = [op for op in program.walk() if op.name == "nf.batch_norm"]
+    grid, expected = step.grid(), bn_input_grid(bn)
+    assert grid is not None and expected is not None
+    assert np.array_equal(grid[0], expected[0]) and grid[1] == expected[1]
+
+
+# --------------------------------------------------------------------------------------------
+# The promise, as a property: random float programs that quantize accepts lower, nq == nh
+# --------------------------------------------------------------------------------------------
+
+
+FAMILIES = {
+    "every kind": QUANTIZE_KINDS,
+    "embedding read by a norm or an RNN": ("embedding", "layer_norm", "recurrent"),
+    "ReLU feeding an RNN": ("relu", "recurrent", "conv"),
+    "concat read by softmax or a norm": (
+        "concat",
+        "class_token",
+        "softmax",
+        "layer_norm",
+        "group_norm",
+        "normalize",
+    ),
+    "lone BN after split parts": ("split_concat_bn", "split_concat_bn", "conv"),
+    "0 on every batch": ("dead", "layer_norm", "group_norm", "recurrent", "avgpool", "clamp"),
+    "pool calibrated on nothing": ("negative_pool", "conv"),
+}
+"""The kinds each run of the property test draws from: every kind, and each shape of issue
+31 §3 with the ops that read it, so that every shape is drawn in every run."""
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@settings(
+    max_examples=examples(20),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    data=st.data(),
+    rounding=st.sampled_from(("trunc", "floor", "half_up", "half_even")),
+    act_bits=st.sampled_from((2, 4, 8)),
+    weight_bits=st.sampled_from((1, 2, 4, 8)),
+    per_channel=st.tuples(st.booleans(), st.booleans()),
+    calibrator=st.sampled_from(("absmax", "mse")),
+    unsigned=st.sampled_from(("never", "auto")),
+    seed=st.integers(0, 2**16),
+)
+def test_programs_quantize_makes_lower(
+    family: str,
+    data: st.DataObject,
+    rounding: str,
+    act_bits: int,
+    weight_bits: int,
+    per_channel: tuple[bool, bool],
+    calibrator: str,
+    unsigned: str,
+    seed: int,
+) -> None:
+    """Every float program of ``nanoir.testing.programs.QUANTIZE_KINDS`` (every nf op, an
+    embedding read by a norm or an RNN, a ReLU feeding an RNN, a concat or a class token read
+    by softmax or a norm, a lone BN after split parts, a branch 0 on every input, a pool
+    calibrated on nothing) that quantize accepts lowers, and the integer program equals the nq
+    program (float64, NumPy) bit for bit on the calibration batches and on fresh inputs.
+    Kills (each seen failing): ``needs_one_grid`` answering False (four families),
+    the ``one_grid`` join step dropped (concat), ``Rules.zero_range`` returning at once (three
+    families), ``source_quantized`` reading an embedding's ids as a grid (embedding),
+    ``_unsigned_unlowered`` ignoring recurrent readers (ReLU feeding an RNN), ``carried_grid``
+    not walking a split (lone BN: the BN not made dyadic)."""
+    module, _ = random_nf_program(data.draw, kinds=FAMILIES[family])
+    rng = np.random.default_rng(seed)
+    batches = [program_inputs(module, rng, 2, 2.0) for _ in range(2)]
+    if weight_bits == 1 and any(op.name == "nf.recurrent" for op in module.walk()):
+        with pytest.raises(nanoir.Error, match="whose integer cell takes 2 bits or more"):
+            nanoir.quantize(module, [tuple(b) for b in batches], weight_bits=1, progress=False)
+        return
+    nanoir.quantize(
+        module,
+        [tuple(b) for b in batches],
+        rounding=rounding,
+        act_bits=act_bits,
+        weight_bits=weight_bits,
+        weight_per_channel=per_channel[0],
+        act_per_channel=per_channel[1],
+        calibrator=calibrator,
+        unsigned=unsigned,
+        progress=False,
+    )
+    if family == "lone BN after split parts":  # each BN's input grid is found: dyadic
+        assert all(_dyadic_bn(op) for op in module.walk() if op.name == "nf.batch_norm")
+    nh = lower_to_hw(module.clone())
+    for inputs in [*batches, program_inputs(module, rng, 3, 2.0)]:
+        want = run(module, *inputs, dtype=np.float64)
+        got = run(nh, *inputs)
+        for w, g in zip(want, got, strict=True):
+            bad = np.flatnonzero(w != g)
+            assert bad.size == 0, f"{bad.size} differ: nq {w.flat[bad[0]]} nh {g.flat[bad[0]]}"
+
+
+# --------------------------------------------------------------------------------------------
+# QAT mirrors the rules: the module equals its converted program, which lowers
+# --------------------------------------------------------------------------------------------
+
+
+def _qat_converts_and_lowers(q: object, xs: np.ndarray) -> ModuleOp:
+    """``convert(q)`` run by NumPy equals ``q`` in eval mode (torch) bit for bit; it lowers
+    and the integer program equals it bit for bit."""
+    from nanoir import qat
+
+    program = qat.convert(q)
+    want = qat.evaluate(q, xs)
+    want = want[0] if isinstance(want, tuple) else want
+    got = run(program, xs)[0]
+    assert np.array_equal(got, want), np.count_nonzero(got != want)
+    integers = run(lower_to_hw(program.clone()), xs)[0]
+    assert np.array_equal(integers, got)
+    return program
+
+
+@pytest.mark.parametrize("learner", ["ema", "lsq"])
+def test_qat_ties_a_zero_norm_input_as_quantize_does(learner: str) -> None:
+    """A norm's input that is 0 on every batch: the module's learner set back to 60 (as an
+    imported state or a drifting learner could) is tied by the zero-range rule in the forward
+    and in ``convert`` alike. Kills: ``JoinRules`` leaving ``derived`` out of its rules (the
+    module normalises at 60: convert refused by lower-to-hw, "eps term past i64")."""
+    from nanoir import qat
+
+    torch.manual_seed(0)
+    x = _numpy(torch.randn(8, 3))
+    q = qat.prepare(_ZeroNorm().eval(), (torch.from_numpy(x[:2]).float(),), learner=learner)
+    qat.calibrate(q, [x])
+    q.quantizer("a").set_exponents(ZERO_EXP)
+    program = _qat_converts_and_lowers(q, x)
+    fq = next(f for f in fake_quants(program) if f.input.name_hint == "a")
+    assert int(fq.exp.get_values()[0]) < ZERO_EXP and fq.origin is not None
+
+
+@pytest.mark.parametrize("case", ["softmax", "class_token"])
+def test_qat_ties_a_concat_read_as_one_grid(case: str) -> None:
+    """The parts of a concat read by softmax (or a class token read by LayerNorm) share one
+    exponent in the module's forward as in ``convert``, whatever their learners say. Kills:
+    the ``one_grid`` step of ``Rules.join`` dropped (the module's softmax runs float, and the
+    converted program is refused by lower-to-hw)."""
+    from nanoir import qat
+
+    torch.manual_seed(0)
+    if case == "class_token":
+        model, x = _ClassToken(), _numpy(torch.randn(6, 6, 4))
+    else:
+        model, x = _CatTail("softmax"), _numpy(torch.randn(6, 3, 5, 5))
+    q = qat.prepare(model.eval(), (torch.from_numpy(x[:2]).float(),), act_per_channel=True)
+    qat.calibrate(q, [x])
+    _qat_converts_and_lowers(q, x)

@@ -95,7 +95,7 @@ def softmax(g: Graph, op: nh.SoftmaxOp) -> None:
     num = g.node("Mul", [e, g.const(2 ** max(k_out, 0), i64)], base + "_num")
     den = g.node("Mul", [s, g.const(2 ** max(-k_out, 0), i64)], base + "_den")
     positive = g.node("Greater", [den, g.const(0, i64)], base + "_pos")
-    safe = g.node("Where", [positive, den, g.const(1, i64)], base + "_safe")
+    safe = g.node("Max", [den, g.const(1, i64)], base + "_safe")  # den >= 0
     two = g.const(2, i64)
     y = g.node(
         "Div",
@@ -105,7 +105,8 @@ def softmax(g: Graph, op: nh.SoftmaxOp) -> None:
         ],
         base + "_y",
     )  # both non-negative: Div's truncation is the floor
-    _saturated(g, op, g.node("Where", [positive, y, g.const(0, i64)], base + "_y0"))
+    keep = g.node("Cast", [positive], base + "_keep", to=7)
+    _saturated(g, op, g.node("Mul", [y, keep], base + "_y0"))
 
 
 def _ln_fixed(g: Graph, s: str, base: str) -> str:
@@ -218,12 +219,13 @@ def isqrt(g: Graph, w: str, base: str) -> str:
     i64 = np.int64
     root = g.node("Sqrt", [g.node("Cast", [w], base + "_wf", to=11)], base + "_sq")
     s = g.node("Cast", [g.node("Floor", [root], base + "_fl")], base + "_s0", to=7)
+    # The corrections add a comparison's 0/1 (onnxruntime's Where is slow).
     one = g.const(1, i64)
     too_big = g.node("Greater", [g.node("Mul", [s, s], base + "_ss"), w], base + "_big")
-    s = g.node("Where", [too_big, g.node("Sub", [s, one], base + "_sm"), s], base + "_s1")
+    s = g.node("Sub", [s, g.node("Cast", [too_big], base + "_bi", to=7)], base + "_s1")
     s1 = g.node("Add", [s, one], base + "_sp")
     fits = g.node("LessOrEqual", [g.node("Mul", [s1, s1], base + "_s11"), w], base + "_fit")
-    return g.node("Where", [fits, s1, s], base)
+    return g.node("Add", [s, g.node("Cast", [fits], base + "_fi", to=7)], base)
 
 
 def _norm(g: Graph, op: nh.LayerNormOp | nh.GroupNormOp) -> None:
