@@ -86,8 +86,14 @@ from nanoir.context import make_context
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import DataMovement, Quantized
-from nanoir.errors import ArgumentError, batches_argument, int_argument, path_argument
+from nanoir.dialects.traits import DataMovement, Quantized, grid_operands
+from nanoir.errors import (
+    ArgumentError,
+    batches_argument,
+    bool_argument,
+    int_argument,
+    path_argument,
+)
 from nanoir.files import check_output_path, write_atomically
 from nanoir.frontend import from_torch
 from nanoir.lowering import quantize as qz
@@ -98,6 +104,7 @@ from nanoir.lowering.quantize import (
     make_dyadic,
     spelled_shape,
 )
+from nanoir.qat.arguments import FLOAT32_MAX, rate_argument, rules_argument, training_batch
 from nanoir.qat.batch_norm import BatchNormStep
 from nanoir.qat.batch_norm import input_grid as bn_input_grid
 from nanoir.qat.checkpoint import load_checkpoint, save_checkpoint
@@ -266,6 +273,8 @@ class QATModule(nn.Module):
             return slot.setdefault(v, len(slot))
 
         self._arg_slots = [slot_of(a) for a in func.body.block.args]
+        self.input_shapes = [tuple(value_shape(a)) for a in func.body.block.args]
+        """The program's input shapes (``DYNAMIC_INDEX`` where any size goes)."""
         self._steps: list[tuple[str, Any, list[int], list[int]]] = []
         self.quant_of: dict[int, str] = {}  # slot -> quantizer key (non-bias)
         self.bias_of: dict[int, str] = {}  # bias slot -> quantizer key
@@ -314,6 +323,7 @@ class QATModule(nn.Module):
         for op in func.body.block.ops:
             if isinstance(op, ReturnOp):
                 self._result_slots = [slot_of(v) for v in op.arguments]
+                self.output_shapes = [tuple(value_shape(v)) for v in op.arguments]
                 continue
             if isinstance(op, FakeQuantOp):
                 raise QATError("nanoir.qat: the program is already quantized (nq.fake_quant)")
@@ -359,8 +369,9 @@ class QATModule(nn.Module):
             self._steps.append(("op", step, args, outs))
             if isinstance(op, _THROUGH) and args[0] in source:
                 source[outs[0]] = source[args[0]]
-            if op.has_trait(DataMovement) and all(a in alg_source for a in args):
-                moved = [k for a in args for k in alg_source[a]]
+            grid_args = [slot_of(v) for v in grid_operands(op)]  # (not an embedding's ids)
+            if op.has_trait(DataMovement) and all(a in alg_source for a in grid_args):
+                moved = [k for a in grid_args for k in alg_source[a]]
                 for o in outs:
                     alg_source[o] = moved
             if isinstance(op, qz.WEIGHTED) and len(args) > 2:
@@ -438,6 +449,14 @@ class QATModule(nn.Module):
                 f"nanoir.qat: the program takes {len(self._arg_slots)} inputs, got {len(inputs)}"
             )
         xs = [torch.as_tensor(x) for x in inputs]
+        for i, (x, shape) in enumerate(zip(xs, self.input_shapes)):
+            if x.dim() != len(shape) or any(
+                d not in (DYNAMIC_INDEX, n) for d, n in zip(shape, x.shape)
+            ):
+                raise QATError(  # torch would fail inside an op, with its own message
+                    f"nanoir.qat: input {i} has shape {spelled_shape(tuple(x.shape))}; the "
+                    f"program takes {spelled_shape(shape)}"
+                )
         dtype = next((x.dtype for x in xs if x.is_floating_point()), torch.float32)
         # quantize's join rules on this step's exponents (see nanoir.qat.joins)
         ties = self.joins.ties(biases=not self.training)
@@ -487,17 +506,25 @@ class QATModule(nn.Module):
 
 
 def _config(options: dict[str, Any]) -> qz.QuantConfig:
+    """``prepare``'s quantize options as a config; the arguments ``QuantConfig`` takes as
+    given (a rate, a per-channel flag) checked first, each naming the argument."""
+    where = "nanoir.qat.prepare"
     options = dict(options)
-    rules = tuple(
-        r if isinstance(r, qz.QuantRule) else qz.QuantRule.parse(r)
-        for r in options.pop("rules", ())
-    )
+    rules = rules_argument(where, options.pop("rules", ()))
     if "rounding" in options:
         options["rounding"] = qz.parse_rounding(options["rounding"])
+    for flag in ("weight_per_channel", "act_per_channel"):
+        if flag in options and not isinstance(options[flag], bool | np.bool_):
+            raise ArgumentError(f"{where}: {flag} must be True or False, got {options[flag]!r}")
     try:
-        return qz.QuantConfig(rules=rules, **options)
+        config = qz.QuantConfig(rules=rules, **{**options, "lr": None})
     except TypeError as e:
         raise QATError(f"nanoir.qat: {e}") from None
+    if options.get("lr") is not None:  # an ema rate is a moving average's weight: at most 1
+        at_most = 1.0 if config.learner == "ema" else FLOAT32_MAX
+        lr = rate_argument(where, "lr", options["lr"], positive=True, at_most=at_most)
+        config = qz.QuantConfig(**{**config.__dict__, "lr": lr})
+    return config
 
 
 def prepare(
@@ -767,16 +794,43 @@ def train(
     ``train`` starts, the run resumes after its last epoch (``epochs`` is the total): with a
     loader whose order depends only on torch's global generator (a shuffling DataLoader,
     ``num_workers=0``), the resumed run equals the uninterrupted one bit for bit. A file
-    that is not a checkpoint of this module and optimizer is a :class:`QATError` naming it."""
+    that is not a checkpoint of this module and optimizer, or holds a value training would
+    fail on, is a :class:`QATError` naming it and the field, and changes nothing.
+
+    Arguments are checked before anything changes (an :class:`ArgumentError` naming the
+    argument): ``lr`` a finite rate >= 0; each batch a tuple ``(inputs..., target)`` of the
+    program's input shapes, finite, and (with the default loss) a target of class indices in
+    range or class probabilities shaped as the output, checked as it comes (a bad batch
+    stops the run before its step, naming the epoch and batch)."""
     core = _qat_argument(qat, "train")
     batches_argument("data", data)
     epochs = int_argument("epochs", epochs, 0)
+    lr = rate_argument("nanoir.qat.train", "lr", lr)
+    if loss_fn is not None and not callable(loss_fn):
+        raise ArgumentError(
+            f"nanoir.qat.train: loss_fn must be callable, got {type(loss_fn).__name__}"
+        )
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ArgumentError(
+            "nanoir.qat.train: optimizer must be a torch.optim.Optimizer, got "
+            f"{type(optimizer).__name__}"
+        )
+    cosine = bool_argument("cosine", cosine)
+    if progress is not None:
+        bool_argument("progress", progress)
+    if loss_fn is None and len(core.output_shapes) != 1:
+        raise ArgumentError(
+            f"nanoir.qat.train: the program has {len(core.output_shapes)} outputs; the "
+            "default loss (cross entropy) takes one: give loss_fn"
+        )
     path = None if checkpoint is None else path_argument("checkpoint", checkpoint)
     if path is not None and distributed.is_main():
         check_output_path(path)
+    output = core.output_shapes[0] if loss_fn is None else None  # the target it is checked for
     loss_fn = loss_fn or F.cross_entropy
     optimizer = optimizer or torch.optim.Adam(core.param_groups(lr), lr=lr)
     per_epoch = len(data) if hasattr(data, "__len__") else 0  # type: ignore[arg-type]
+    hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     schedule = (
         torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(epochs * per_epoch, 1))
         if cosine
@@ -784,7 +838,14 @@ def train(
     )
     done, losses = 0, []
     if path is not None and os.path.lexists(path):
-        done, losses = load_checkpoint(path, core, optimizer, schedule, epochs)
+        try:
+            done, losses = load_checkpoint(path, core, optimizer, schedule, epochs)
+        except QATError:  # nothing restored; the schedule's own marks (initial_lr) go too
+            for group, saved in zip(optimizer.param_groups, hyper):
+                params = group["params"]
+                group.clear()
+                group.update(saved, params=params)
+            raise
     model = distributed.wrap(qat)  # after loading: DDP copies rank 0's state to every rank
     set_epoch = getattr(getattr(data, "sampler", None), "set_epoch", None)
     model.train()
@@ -793,12 +854,20 @@ def train(
             if callable(set_epoch):  # a DistributedSampler shuffles by its epoch
                 set_epoch(epoch)
             running, count = 0.0, 0
-            for batch in data:
-                *xs, y = batch
+            for index, batch in enumerate(data):
+                where = f"nanoir.qat.train: data batch {index} (epoch {epoch})"
+                xs, y = training_batch(batch, where, core.input_shapes, output)
                 optimizer.zero_grad()
-                loss = loss_fn(model(*xs), torch.as_tensor(y))
+                loss = _checked_loss(loss_fn(model(*xs), y), where)
                 loss.backward()
-                optimizer.step()
+                try:
+                    optimizer.step()
+                except RuntimeError as e:  # a step beyond float32 (a rate too large)
+                    raise QATError(
+                        f"{where}: training diverged: the optimizer's step failed ({e}); "
+                        "a smaller lr"
+                    ) from None
+                _check_diverged(core, where)
                 if schedule is not None:
                     schedule.step()
                 running, count = running + float(loss.detach()), count + 1
@@ -808,6 +877,42 @@ def train(
                 save_checkpoint(path, core, optimizer, schedule, epoch + 1, losses)
     core.eval()
     return losses
+
+
+def _checked_loss(loss: object, where: str) -> torch.Tensor:
+    """``loss`` if it is a finite scalar with a gradient; a custom ``loss_fn`` returning
+    anything else failed in ``backward`` with torch's message, and a NaN loss turns every
+    weight into NaN at the step."""
+    if not (
+        isinstance(loss, torch.Tensor)
+        and loss.numel() == 1
+        and loss.is_floating_point()
+        and loss.requires_grad
+    ):
+        what = (
+            f"a {list(loss.shape)} tensor"
+            if isinstance(loss, torch.Tensor)
+            else type(loss).__name__
+        )
+        raise ArgumentError(
+            f"{where}: loss_fn must return a scalar float tensor with a gradient, got {what}"
+        )
+    if not bool(torch.isfinite(loss.detach()).all()):
+        raise QATError(
+            f"{where}: training diverged: the loss is {float(loss.detach())} (a smaller lr, "
+            "or check the data); the step was not taken"
+        )
+    return loss
+
+
+def _check_diverged(qat: QATModule, where: str) -> None:
+    """Refuse to go on from a step that made a weight or exponent infinite or NaN (a rate
+    too large for float32): the next forward would fail on it deep inside."""
+    for key, p in qat.named_parameters():
+        if not bool(torch.isfinite(p.detach()).all()):
+            raise QATError(
+                f"{where}: the step made {key} infinite or NaN; training diverged (a smaller lr)"
+            )
 
 
 @torch.no_grad()

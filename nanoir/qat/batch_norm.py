@@ -9,9 +9,8 @@ parameters as fake-quantized at this step and the input quantizers' exponents as
 ``batch_norm.dyadic_affine``'s ``A' = M 2**-e`` and ``B' = N 2**-(x + e)``, and
 ``y = x A' + B'``. The gradient is the float BN's (straight through the rounding of ``A``
 and ``B``). Where ``quantize`` would leave the BN as it is (an input that is not a
-fake-quant, a per-tensor one moved by data movement, or a channel concat of fake-quants,
-parameters that are not one per channel, no
-affine that fits), so does the module.
+fake-quant, a per-tensor one moved by data movement, a split's part or a channel concat of
+those; parameters that are not one per channel, no affine that fits), so does the module.
 
 Imports torch (the ``torch`` extra).
 """
@@ -23,11 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from xdsl.ir import Operation
 
 from nanoir.dialects import nf
-from nanoir.dialects.traits import DataMovement
-from nanoir.lowering.quantize import aligned_bits, dyadic_affine
+from nanoir.lowering.quantize import bn_input_grid, dyadic_affine
 
 __all__ = ["BatchNormStep", "input_grid"]
 
@@ -89,52 +86,28 @@ def _snapped(
 
 
 def input_grid(module: Quantizers, op: nf.BatchNormOp, in_slot: int, out_slot: int) -> Grid:
-    """The BN input's code exponents per channel and bits at this forward, as
-    ``batch_norm.input_grid`` reads them from the converted program: the input's own
-    quantizer (a per-tensor one also through data movement, e.g. a reshape), or a channel
-    concat's parts' (per-tensor parts aligned to the finest), as
-    applied; None where quantize would not rewrite the BN (its output not quantized)."""
-    channels = nf.tensor_shape(op.input)[1]
-    concat = op.input.owner if isinstance(op.input.owner, nf.ConcatOp) else None
-    parts: list[Any] = [op.input]
-    moved = False
-    if concat is not None and concat.axis.value.data % len(nf.tensor_shape(concat.result)) == 1:
-        parts = list(concat.inputs)
-    elif concat is not None:
-        parts = []
-    else:  # a quantized value moved by data movement (a reshape): per-tensor exponents only
-        v = op.input
-        while (
-            module.targets.get(v) is None
-            and isinstance(v.owner, Operation)
-            and v.owner.has_trait(DataMovement)
-            and not isinstance(v.owner, nf.ConcatOp)
-            and v.owner.operands
-        ):
-            v, moved = v.owner.operands[0], True
-        parts = [v]
-    keys: list[str | None] = []
+    """The BN input's code exponents per channel and bits at this forward, as quantize's
+    ``bn_input_grid`` reads them from the converted program (through splits, channel concats
+    and, per tensor, any other data movement), on the quantizers' exponents as applied; None
+    where quantize would not rewrite the BN (its output not quantized)."""
+    keys: dict[Any, str | None] = {}
+
+    def leaf(value: Any) -> tuple[np.ndarray, int] | None:
+        if value not in keys:  # (the quantizers exist once the module is built)
+            keys[value] = _key_of(module, value)
+        key = keys[value]
+        if key is None:
+            return None
+        q = module.quantizers[key]
+        if q.last_k is None or q.bits < 2:
+            return np.zeros(1, np.int64), 0
+        k = q.last_k.reshape(-1).long().cpu().numpy().astype(np.int64)
+        return k, q.bits + (0 if q.signed else 1)
 
     def grid() -> tuple[np.ndarray, int] | None:
-        if out_slot not in module.quant_of or not parts:
+        if out_slot not in module.quant_of:
             return None
-        if not keys:  # (the quantizers exist once the module is built)
-            keys.extend(_key_of(module, v) for v in parts)
-        found = []
-        for v, key in zip(parts, keys):
-            q = None if key is None else module.quantizers[key]
-            if q is None or q.last_k is None or q.bits < 2:
-                return None
-            k = q.last_k.reshape(-1).long().cpu().numpy().astype(np.int64)
-            n = channels if moved else nf.tensor_shape(v)[1]
-            if k.size not in (1, n) or (moved and k.size != 1):
-                return None
-            found.append((np.broadcast_to(k, (n,)).copy(), q.bits + (0 if q.signed else 1), k.size))
-        if len(found) > 1 and all(size == 1 for _, _, size in found):
-            target = max(int(k[0]) for k, _, _ in found)
-            bits = max(aligned_bits(b, target - int(k[0])) for k, b, _ in found)
-            return np.full(channels, target, dtype=np.int64), bits
-        return np.concatenate([k for k, _, _ in found]), max(b for _, b, _ in found)
+        return bn_input_grid(op, leaf)
 
     return grid
 

@@ -33,7 +33,14 @@ from xdsl.ir import Operation, OpResult, SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.lowering.quantize import Quant, Rules, Target, describe, describe_norms
+from nanoir.lowering.quantize import (
+    Quant,
+    Rules,
+    Target,
+    describe,
+    describe_derived,
+    describe_norms,
+)
 
 __all__ = ["JoinRules"]
 
@@ -82,6 +89,7 @@ class JoinRules:
 
         self.joins, self.weighted = describe(func, quant_of, bias_of)
         self.norms = describe_norms(func, quant_of)
+        self.derived = describe_derived(func, quant_of)
         self.origins: dict[str, str] = {}
         """Why the latest :meth:`settle` changed a quantizer's exponents (``join:%add``, as
         quantize's ``origin`` attribute), by key."""
@@ -111,7 +119,7 @@ class JoinRules:
             own[key] = q.exps = self.quantizers[key].int_exponents()
             q.origin = None
             q.values = self.loaders[key]
-        capped = Rules(self.joins, self.weighted, self.norms).settle()
+        capped = Rules(self.joins, self.weighted, self.norms, self.derived).settle()
         settled = {key: q.exps for key, q in self.quants.items()}
         self.origins = {key: q.origin for key, q in self.quants.items() if q.origin is not None}
         for key, (start, origin) in self.calibrated.items():

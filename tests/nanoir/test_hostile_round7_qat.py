@@ -67,8 +67,8 @@ def _moment(s: dict[str, Any], key: str, value: Any) -> None:
     [
         (lambda s: _moment(s, "exp_avg", torch.zeros(7)), "another optimizer's state: The size"),
         (lambda s: s["optimizer"]["state"][0].pop("exp_avg_sq"), "another optimizer's state"),
-        (lambda s: s["optimizer"]["param_groups"][0].update(lr="abc"), "another optimizer's"),
-        (lambda s: s["optimizer"]["param_groups"][0].update(betas=(0.9,)), "another optimizer"),
+        (lambda s: s["optimizer"]["param_groups"][0].update(lr="abc"), r"\[0\]\.lr is 'abc'"),
+        (lambda s: s["optimizer"]["param_groups"][0].update(betas=(0.9,)), "betas is .0.9,."),
         (lambda s: s["model"]["params.0_weight"].fill_(np.nan), "params.0_weight holds NaN"),
     ],
     ids=["moment-shape", "moment-missing", "lr-text", "betas-short", "weight-nan"],
