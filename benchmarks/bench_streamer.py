@@ -11,7 +11,15 @@ each) are pushed one at a time:
 
 The streamed rows are checked against the whole-tensor run on the first 2000 frames.
 
+``--ratio`` measures instead what a push costs against one whole run (issue 33 §4): the whole
+KWS test model (``nanoir.testing.KWSNet`` on ``[N, 40, 49]``, BN folded, 8-bit, nh, raw codes)
+through a ``Streamer`` built once (``reset()`` per stream: every push of the 49 frames and the
+``flush()``) against its compiled whole-tensor plan, both on the same codes and checked equal
+bit for bit; CPU time of one thread, best of ``--repeat`` with the two interleaved, for batch
+16 with 4 frames a push and batch 1 with one frame a push (targets: <= 1.0x and <= 3x).
+
     python benchmarks/bench_streamer.py [--frames 360000]
+    python benchmarks/bench_streamer.py --ratio [--repeat 21]
 """
 
 from __future__ import annotations
@@ -53,6 +61,72 @@ def build() -> object:
     return nanoir.parse(text)
 
 
+RATIO_CASES = ((16, 4, 1.0), (1, 1, 3.0))
+"""(batch, frames per push, target ratio) of ``--ratio``."""
+
+
+def ratio(repeat: int) -> None:
+    """Streamed / whole through a Streamer built once (see the module docstring)."""
+    import torch
+    from nanoir.lowering.fold_bn import FoldBnPass
+    from nanoir.lowering.lower_to_hw import lower_to_hw
+    from nanoir.lowering.quantize import quantize
+    from nanoir.runtime.interpreter import compile_module
+    from nanoir.runtime.nh import quantize_inputs
+
+    import nanoir
+    from nanoir.context import make_context
+    from nanoir.frontend import from_torch
+    from nanoir.testing import make_test_model
+
+    torch.set_num_threads(1)
+    model = make_test_model("KWSNet")
+    module = from_torch(model, (model.make_example_input(2),))  # type: ignore[operator]
+    FoldBnPass().apply(make_context(), module)
+    rng = np.random.default_rng(0)
+    quantize(module, [rng.standard_normal((8, 40, 49)).astype(np.float32)])
+    hw = lower_to_hw(module)
+    plan = compile_module(hw)
+    streamer = nanoir.Streamer(hw, raw=True)
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(
+        "| batch | frames a push | pushes | whole ms | streamed ms | per push µs | ratio | target |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    missed = []
+    for batch, step, target in RATIO_CASES:
+        x = np.random.default_rng(batch).standard_normal((batch, 40, 49))
+        (codes,) = quantize_inputs(plan.func, [x])
+        chunks = [codes[:, :, t : t + step] for t in range(0, 49, step)]
+
+        def streamed() -> list[np.ndarray]:
+            streamer.reset()
+            out = [streamer.push(c)[0] for c in chunks]
+            return [*out, streamer.flush()[0]]
+
+        want = plan(codes)[0]
+        got = [y for y in streamed() if y is not None]
+        assert np.concatenate(got, axis=-1).tobytes() == want.tobytes()
+        whole_t: list[float] = []
+        stream_t: list[float] = []
+        for _ in range(repeat):
+            for fn, times in ((lambda: plan(codes), whole_t), (streamed, stream_t)):
+                start = time.process_time()
+                fn()
+                times.append(time.process_time() - start)
+        whole, stream = min(whole_t) * 1e3, min(stream_t) * 1e3
+        r = stream / whole
+        if r > target:
+            missed.append(f"batch {batch}, {step} a push: {r:.2f}x (> {target})")
+        print(
+            f"| {batch} | {step} | {len(chunks)} + flush | {whole:.3f} | {stream:.3f} | "
+            f"{stream / (len(chunks) + 1) * 1e3:.0f} | {r:.2f} | <= {target} |",
+            flush=True,
+        )
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print("Targets: " + ("all met" if not missed else "MISSED: " + "; ".join(missed)))
+
+
 def main() -> None:
     from nanoir.runtime.interpreter import run
 
@@ -60,7 +134,12 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=360_000)
+    p.add_argument("--ratio", action="store_true")
+    p.add_argument("--repeat", type=int, default=21)
     args = p.parse_args()
+    if args.ratio:
+        ratio(args.repeat)
+        return
     hw = build()
     rng = np.random.default_rng(1)
     frames = rng.standard_normal((2000, 1, 40, 1)).astype(np.float32)

@@ -121,23 +121,28 @@ class Epilogue:
     offset: NDArray[np.int64]
     """``2**(s-1)`` per channel for ``half_up`` (``s >= 1``), else 0."""
     round: Any
-    """The float rounding of the first requant, or ``None``: the cast truncates."""
-    stages: tuple[tuple[int, int, NDArray[np.float64] | None], ...]
+    """The float rounding of the first requant, or ``None``: the cast to integer codes
+    truncates (trunc ending the chain), or the values are integers already."""
+    exact_round: Any
+    """The first requant's float rounding (``None``: integers already), for float codes."""
+    stages: tuple[tuple[int, int, NDArray[np.float32] | None], ...]
     """Per requant: its clip range (narrowed by relu/clamp), and the next requant's
-    ``2**-s`` (``None`` for the last)."""
+    ``2**-s`` shaped as :attr:`channel_shape` (``None`` for the last; float32 holds these
+    powers of two exactly)."""
     dtype: np.dtype[Any]
     """The dtype the unfused chain gives its last value."""
     channel_shape: tuple[int, ...]
     """How a per-channel vector broadcasts against the producer's float array."""
 
     def apply(self, y: NDArray[Any], out: NDArray[Any] | None = None) -> NDArray[Any]:
-        """The codes of ``y`` (rounded in place), in :attr:`dtype` (written to ``out`` when
-        given, an array of ``y``'s shape)."""
-        if self.round is not None:
-            self.round(y, out=y)
+        """The codes of ``y`` (rounded in place), in :attr:`dtype`, or written to ``out`` (an
+        array of ``y``'s shape: the codes as floats when it is ``y`` itself)."""
+        rnd = self.exact_round if out is not None and out.dtype.kind == "f" else self.round
+        if rnd is not None:
+            rnd(y, out=y)
         for lo, hi, then in self.stages[:-1]:
             _clip(y, y.dtype.type(lo), y.dtype.type(hi), out=y)
-            y *= then.reshape(self.channel_shape).astype(y.dtype)  # type: ignore[union-attr]
+            y *= then  # type: ignore[misc]
         lo, hi, _ = self.stages[-1]
         if out is None:
             out = np.empty(y.shape, dtype=self.dtype)
@@ -186,7 +191,7 @@ def epilogue(
     mode = RoundingMode(first.rounding.data)
     dtype = code_dtype(bits, signed=signed)
     lo, hi = code_range(bits, signed)
-    stages: list[tuple[int, int, NDArray[np.float64] | None]] = []
+    stages: list[tuple[int, int, NDArray[np.float32] | None]] = []
     count = 1
     for op in chain[1:]:
         if isinstance(op, nh.ReluOp):
@@ -204,7 +209,8 @@ def epilogue(
                 break
             if int(more.max(initial=0)) > 0 or int(more.min(initial=0)) < -_MAX_CODE_BITS:
                 break  # a right shift would round a second time: not in one float pass
-            stages.append((lo, hi, np.ldexp(1.0, -more)))
+            scale = np.ldexp(np.float32(1), -more).astype(np.float32).reshape(channel_shape)
+            stages.append((lo, hi, scale))
             lo, hi = code_range(nbits, nsigned)
             dtype = code_dtype(nbits, signed=nsigned)
             got = (lo, hi)
@@ -219,14 +225,14 @@ def epilogue(
     offset = (
         np.where(shifts > 0, np.int64(1) << np.maximum(shifts - 1, 0), 0) if half else 0 * shifts
     )
-    rnd = None if mode is RoundingMode.TRUNC and len(stages) == 1 else _ROUND[mode]
-    if int(shifts.max(initial=0)) <= 0:
-        rnd = None  # integers already
+    exact = _ROUND[mode] if int(shifts.max(initial=0)) > 0 else None  # else integers already
+    rnd = None if mode is RoundingMode.TRUNC and len(stages) == 1 else exact
     return Epilogue(
         count,
         np.ldexp(1.0, -shifts),
         offset.astype(np.int64),
         rnd,
+        exact,
         tuple(stages),
         dtype,
         channel_shape,

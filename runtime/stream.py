@@ -69,6 +69,7 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import TransposedWindow
 from nanoir.lowering.analysis.cursor import Firing, NodeCursor
 from nanoir.lowering.analysis.graph import StreamNode, build_graph
+from nanoir.lowering.analysis.plan import mem_dim_problem
 from nanoir.runtime.interpreter import (
     ExecutionError,
     Kernel,
@@ -474,12 +475,73 @@ class _NodeRun:
                 self._step_pointwise(arrivals[0] or [], inputs_ended, produced)
             else:
                 self._step_windows(arrivals, inputs_ended, produced)
+            if cursor.ended and not cursor.fired:
+                self._never_fired(produced, arrivals)
         if cursor.ended:
+            if self.fast is not None and not cursor.fired:
+                self._never_fired(produced, [])
             for s in self.outputs:
                 ended[s] = True
             for f in self.fused:
                 for s in f.outputs:
                     ended[s] = True
+
+    def _never_fired(self, produced: list[Chunks | None], arrivals: list[Chunks | None]) -> None:
+        """A node whose inputs ended before it ever fired: no window filled (or no row came),
+        nothing was dropped, so it holds all it received (a one-row node: its last, empty,
+        arrivals). The op's whole-tensor kernel on that is what the whole run computes for
+        it: a result with no rows, or the kernel's own error (an input shorter than a conv's
+        window says so, naming the conv, as the whole run does). Nothing arrived at all (a
+        stream without rows): nothing to run it on."""
+        windows: Chunks = []
+        for i, cache in enumerate(self.caches):
+            if self.pointwise:
+                chunks = [a for a in arrivals[i] or () if a is not None]
+                if not chunks:
+                    return
+                windows.append(chunks[0])
+            elif isinstance(cache, RowBuffer):
+                if cache.buf is None and cache.empty is None:
+                    return
+                windows.append(np.ascontiguousarray(cache.take(0, cache.end).transpose(0, 2, 1)))
+            elif cache.axis is None:
+                if not cache.chunks:
+                    return
+                windows.append(cache.take(cache.base, cache.base + 1))
+            else:
+                if not cache.chunks and not cache.empty_is_real:
+                    return
+                windows.append(cache.take(cache.base, cache.end))
+        args = [
+            windows[i] if i >= 0 else value if i == -1 else _shape_stand_in(value, self.batch)
+            for i, value in self.args
+        ]
+        op = self.node.op
+        try:
+            results = self.whole_kernel(*args)
+            if self.fused:
+                chain = [results[0]]
+                for f in self.fused:
+                    chain.append(f.whole_kernel(chain[-1])[0])
+                results = (chain[0],)
+        except ExecutionError:
+            raise
+        except Exception as e:
+            shapes = ", ".join(str(getattr(a, "shape", "?")) for a in args)
+            raise ExecutionError(
+                f"{op.name} failed on inputs of shapes ({shapes}): {type(e).__name__}: {e}"
+            ) from e
+        outs = list(zip(self.outputs, results, self.node.rule.gains))
+        if self.fused:
+            outs += [(f.outputs[0], y, 1) for f, y in zip(self.fused, chain[1:])]
+        for slot, r, gain in outs:
+            if not gain:
+                continue  # a recurrent op's final state: not produced while streaming
+            chunks = produced[slot]
+            if chunks is None:
+                produced[slot] = [r]
+            else:
+                chunks.append(r)
 
     def _step_pointwise(
         self, chunks: Chunks, inputs_ended: bool, produced: list[Chunks | None]
@@ -671,6 +733,24 @@ class _NodeRun:
                 chunks.append(r)
 
 
+def _codes_only(t: Attribute) -> Any:
+    """For an argument type, ``dtype -> bool``: whether every value of that integer dtype is
+    a code of the argument (an nh tensor type; int8 for i8 and wider), so that checking an
+    array of it reads no values."""
+    if not isinstance(t, TensorType) or not isinstance(t.encoding, FixedAttr):
+        return lambda dtype: False
+    lo, hi = nh.value_code_range(t)
+    width = t.get_element_type().width.data  # type: ignore[union-attr]
+
+    def check(dtype: np.dtype[Any]) -> bool:
+        if dtype.kind != "i" or width == 1:
+            return False
+        info = np.iinfo(dtype)
+        return lo <= int(info.min) and int(info.max) <= hi
+
+    return check
+
+
 def _repeats_grid(chain: list[_NodeRun], k: int, dtype: np.dtype[Any]) -> bool:
     """Whether ``chain[k]`` returns its input bit for bit: an ``nq.fake_quant`` after
     ``nf.relu`` after one with the same bits (> 1), exponents and rounding. The first one's
@@ -700,18 +780,13 @@ def _repeats_grid(chain: list[_NodeRun], k: int, dtype: np.dtype[Any]) -> bool:
 
 def check_mem_dim(func: FuncOp, mem_dim: Any) -> int:
     """``mem_dim`` as an int in 2..rank-1 of the inputs it streams, else
-    :class:`ArgumentError`: dim 0 is the batch and dim 1 the channels, which the stream plan
-    never splits, and at least one input must have the dim."""
-    ranks = [
-        len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
-    ]
+    :class:`ArgumentError` (``mem_dim_problem``'s reason, which stream-plan gives too): dim 0
+    is the batch and dim 1 the channels, which the stream plan never splits, and at least one
+    input must have the dim."""
     dim = int_argument("mem_dim", mem_dim, -(2**63))
-    if not nf.lowest_streamed_dim(func.body.block.args) <= dim < max(ranks, default=0):
-        raise ArgumentError(
-            f"mem_dim must be a spatial dim of the inputs of @{func.sym_name.data} it streams, "
-            f"in 2..rank-1 (dim 0 is the batch, dim 1 the channels; input ranks: "
-            f"{', '.join(map(str, ranks)) or 'none'}), got {dim}"
-        )
+    problem = mem_dim_problem(func, dim)
+    if problem is not None:
+        raise ArgumentError(problem)
     return dim
 
 
@@ -776,8 +851,19 @@ class StreamRunner:
         self.results: list[SSAValue] = list(self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
         self._fuse()
         self._active = [r for r in self.runs if not r.absorbed]
+        self._consumers: list[list[int]] = [[] for _ in values]
+        """Per slot, the active nodes (indices in ``_active``) that read it."""
+        for k, run in enumerate(self._active):
+            run.out_slots = [*run.outputs, *(s for f in run.fused for s in f.outputs)]
+            for s in dict.fromkeys(run.inputs):
+                self._consumers[s].append(k)
         self._empties: dict[int, list[tuple[int, int, np.ndarray]]] = {}
         self._arg_types = [self._chunk_type(a.type) for a in self.graph.inputs]
+        self._codes_only = [_codes_only(t) for t in self._arg_types]
+        """Per input, whether an integer dtype holds codes of the argument only (its checks
+        then read no values)."""
+        self._known: list[set[tuple[Any, ...]]] = [set() for _ in self.graph.inputs]
+        """Per input, the signatures (:meth:`_signature`) of arrays that passed as they are."""
         self.reset()
 
     def _fuse(self) -> None:
@@ -856,6 +942,7 @@ class StreamRunner:
         self._peaks = [0] * len(self.values)
         self._given_units: set[int] = set()
         self.batch: int | None = None
+        self._first = True
 
     @property
     def cache_peaks(self) -> dict[tuple[Operation, SSAValue], int]:
@@ -910,11 +997,27 @@ class StreamRunner:
 
     def check(self, rows: Sequence[Any]) -> list[np.ndarray | None]:
         """The rows of one ``push`` converted and checked as ``run`` checks whole inputs
-        (quantized first at the nh level; NaN refused there), changing no state."""
+        (quantized first at the nh level; NaN refused there), changing no state.
+
+        Integer codes of a dtype whose every value is a code of the argument (int8 for an i8
+        argument) need no look at their values: once an array of a dtype and shape (the
+        streamed dim aside) has passed, the next one like it passes as it is (the shape and
+        dtype checks are per shape, never per element)."""
         if len(rows) != len(self.graph.inputs):
             raise ExecutionError(
                 f"@{self.func.sym_name.data} takes {len(self.graph.inputs)} inputs, got {len(rows)}"
             )
+        known = self._known
+        fast: list[np.ndarray | None] = []
+        for i, r in enumerate(rows):
+            if r is None:
+                fast.append(None)
+            elif type(r) is np.ndarray and self._signature(i, r) in known[i]:
+                fast.append(r)
+            else:
+                break
+        else:
+            return fast
         if self.integer:
             rows = quantize_inputs(self.func, rows)
         checked = [
@@ -928,7 +1031,17 @@ class StreamRunner:
                     f"input {i} has NaN at index {at}, which has no integer code "
                     "(its nq.fake_quant refuses NaN; +-inf saturates)"
                 )
+        for i, (r, a) in enumerate(zip(rows, checked)):
+            if a is not None and a is r and self._codes_only[i](a.dtype):
+                known[i].add(self._signature(i, a))
         return checked
+
+    def _signature(self, index: int, a: np.ndarray) -> tuple[Any, ...]:
+        """What the checks of input ``index`` read of ``a``: its dtype and shape (the rows
+        along the streamed dim aside)."""
+        if self.streamed[index] and a.ndim > self.dim:
+            return (a.dtype, a.shape[: self.dim], a.shape[self.dim + 1 :])
+        return (a.dtype, a.shape)
 
     def _push_checked(self, rows: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
         """``push`` of rows already converted and checked (``stream`` checks whole inputs)."""
@@ -937,6 +1050,7 @@ class StreamRunner:
         if self.batch is None:
             self._set_batch(rows)
         produced: list[Chunks | None] = [None] * len(self.values)
+        everything = self._first
         for i, chunk in enumerate(rows):
             if chunk is None:
                 continue
@@ -945,8 +1059,10 @@ class StreamRunner:
                     raise ExecutionError(f"input {i} has no dim {self.dim}: give it once")
                 self._given_units.add(i)
                 self.ended[i] = True  # a unit arrives whole (as the plan has it)
+                everything = True
             produced[i] = [chunk]
-        return self._step(produced)
+        self._first = False
+        return self._step(produced, everything)
 
     def finish(self) -> list[np.ndarray | None]:
         """End the stream: feed the end padding and return the last output rows."""
@@ -955,14 +1071,35 @@ class StreamRunner:
         self.finished = True
         for i in range(len(self.graph.inputs)):
             self.ended[i] = True
-        out = self._step([None] * len(self.values))
+        out = self._step([None] * len(self.values), everything=True)
         assert all(r.cursor.ended for r in self.runs), "every node ends with its inputs"
         return out
 
-    def _step(self, produced: list[Chunks | None]) -> list[np.ndarray | None]:
-        for run in self._active:
-            if not run.cursor.ended:
-                run.step(produced, self.ended)
+    def _step(self, produced: list[Chunks | None], everything: bool) -> list[np.ndarray | None]:
+        """Step the nodes in program order: ``everything``, or (within a stream, once every
+        node has seen its first step) only those some of whose inputs got rows in this step:
+        a node that got none fires nothing new until its inputs end (which is ``everything``:
+        the end of the stream, a unit input given)."""
+        ended = self.ended
+        if everything:
+            for run in self._active:
+                if not run.cursor.ended:
+                    run.step(produced, ended)
+        else:
+            consumers = self._consumers
+            dirty = [False] * len(self._active)
+            for s, chunks in enumerate(produced):
+                if chunks:
+                    for k in consumers[s]:
+                        dirty[k] = True
+            for k, run in enumerate(self._active):
+                if not dirty[k] or run.cursor.ended:
+                    continue
+                run.step(produced, ended)
+                for s in run.out_slots:
+                    if produced[s]:
+                        for c in consumers[s]:
+                            dirty[c] = True
         axes, peaks = self.axes, self._peaks
         for s, chunks in enumerate(produced):
             if chunks:

@@ -36,6 +36,7 @@ from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import code_range, width_of
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.runtime.base import ExecutionError
+from nanoir.runtime.fused import epilogue
 from nanoir.runtime.nh import plan_exact_matmul
 from nanoir.runtime.numerics.quant import (
     EXACT_EXP_LIMIT,
@@ -267,63 +268,34 @@ def fast_conv(
 
 
 def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
-    """A fast nh conv followed by ``nh.requant`` and optionally ``nh.relu`` as one kernel:
-    the accumulators stay floats, where a right shift by ``s`` is an exact product by
-    ``2**-s``, and each rounding mode is one exact float rounding (trunc, floor, half_even:
-    ``rint``; half_up: ``floor`` after adding ``2**(s-1)``); saturation (and relu) is one
-    clip. ``None`` unless ``ops`` is that chain with right shifts of 0..30 into more than
-    one bit."""
+    """A fast nh conv followed by its chain (``nh.requant``, then relu, clamp and widening
+    requants) as one kernel: the accumulators stay floats and the chain is
+    :class:`nanoir.runtime.fused.Epilogue`'s exact float computation (a right shift by ``s``
+    an exact product by ``2**-s``, each rounding mode one exact float rounding, saturation,
+    relu and clamp one clip). ``None`` unless the epilogue covers the whole chain."""
     parts = getattr(conv, "parts", None)
-    if parts is None or not ops or not isinstance(ops[0], nh.RequantOp):
+    if parts is None or not ops:
         return None
     columns, w, b, plan = parts
-    if len(ops) > 2 or (len(ops) == 2 and not isinstance(ops[1], nh.ReluOp)):
-        return None
-    op = ops[0]
-    fx, fy = nh.fixed_of(op.input), nh.fixed_of(op.result)
-    shifts = np.asarray(array_values(op.shift) or (0,), dtype=np.int64)
-    if len(shifts) > 1 and (fx if fx.is_per_channel else fy).channel_axis != 1:
-        return None
-    bits, mode = width_of(op.result), RoundingMode(op.rounding.data)
-    if bits == 1 or int(shifts.min()) < 0 or int(shifts.max()) > 30:
-        return None
-    if len(ops) == 2 and width_of(ops[1].operands[0]) != bits:
-        return None
     out_channels = w.shape[1]
-    shift = np.broadcast_to(shifts, (out_channels,)) if len(shifts) == 1 else shifts
-    if len(shift) != out_channels:
+    epi = epilogue(ops, 1, (out_channels,))
+    if epi is None or epi.count != len(ops):
         return None
-    half = mode is RoundingMode.HALF_UP  # floor((acc + 2**(s-1)) * 2**-s)
     # acc * 2**-s is a product by a power of two: folded into the weights and the bias (with
     # half_up's 2**(s-1), the offset added before flooring). Every partial sum of the
     # product is then a multiple of 2**-s below the plan's bound times 2**-s, exact in the
     # plan's float; the bias is added where the whole sum is exact too: in float32 when
     # the worst case (with the offset) is below 2**24, else in float64.
-    offset = np.where(shift > 0, 1 << np.maximum(shift - 1, 0), 0) if half else 0 * shift
     bias_bound = 0 if b is None else _absmax(b)
     fdt = plan.float_dtype
-    scale = np.ldexp(1.0, -shift)
-    wt = np.ascontiguousarray((w.astype(np.float64) * scale).astype(fdt))
-    add = (np.zeros(out_channels, np.int64) if b is None else b.astype(np.int64)) + offset
-    total_bound = conv.bound + bias_bound + int(offset.max(initial=0))  # type: ignore[attr-defined]
+    wt = np.ascontiguousarray((w.astype(np.float64) * epi.scale).astype(fdt))
+    add = (np.zeros(out_channels, np.int64) if b is None else b.astype(np.int64)) + epi.offset
+    total_bound = conv.bound + bias_bound + int(epi.offset.max(initial=0))  # type: ignore[attr-defined]
     pdt = (
         np.dtype(np.float32) if fdt == np.float32 and total_bound <= 2**24 else np.dtype(np.float64)
     )
-    addf = (add.astype(np.float64) * scale).astype(pdt)
+    addf = (add.astype(np.float64) * epi.scale).astype(pdt)
     has_add = bool(np.any(addf != 0))
-    signed = not nh.is_unsigned(op.result)
-    lo, hi = code_range(bits, signed)
-    if len(ops) == 2:
-        lo = 0
-    cdt = code_dtype(bits, signed=signed)
-    rnd = {
-        RoundingMode.TRUNC: np.trunc,
-        RoundingMode.FLOOR: np.floor,
-        RoundingMode.HALF_UP: np.floor,
-        RoundingMode.HALF_EVEN: np.rint,
-    }[mode]
-
-    flo, fhi = pdt.type(lo), pdt.type(hi)
 
     def floats(cols: np.ndarray, batch: int, count: int) -> np.ndarray:
         """The codes as ``pdt`` floats, ``[N, O, count]`` (a view of ``[N, count, O]``)."""
@@ -332,8 +304,7 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
             y = y.astype(pdt)
         if has_add:
             y += addf
-        rnd(y, out=y)
-        _clip(y, flo, fhi, out=y)
+        epi.apply(y, out=y)
         return y.reshape(batch, count, out_channels).transpose(0, 2, 1)
 
     def codes(cols: np.ndarray, batch: int, count: int) -> np.ndarray:
@@ -342,11 +313,9 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
             y = y.astype(pdt)
         if has_add:
             y += addf
-        rnd(y, out=y)
-        _clip(y, flo, fhi, out=y)
         # [N, O, count] as a view of the [N, count, O] codes: a consumer that is a fast conv
         # stores rows channel-last anyway, and the values are the same in any layout
-        return y.reshape(batch, count, out_channels).astype(cdt).transpose(0, 2, 1)
+        return epi.apply(y).reshape(batch, count, out_channels).transpose(0, 2, 1)
 
     def run(x: np.ndarray, zb: int, ze: int, count: int) -> np.ndarray:
         return codes(columns(x, zb, ze, count), x.shape[0], count)

@@ -91,6 +91,8 @@ class Streamer:
         ]
         """Per streamed input, the rows its type fixes along ``mem_dim`` (None: unbounded): a
         stream of another length has no whole run to equal, so it is refused."""
+        self._bounded = [i for i, e in enumerate(self._extent) if e is not None]
+        self._empties: dict[tuple[int, int], np.ndarray | None] = {}
         self.reset()
 
     @property
@@ -124,15 +126,20 @@ class Streamer:
         return tuple(axes.get(v) for v in self._runner.results)
 
     def _empty(self, index: int, batch: int) -> np.ndarray | None:
+        key = (index, batch)
+        if key in self._empties:
+            return self._empties[key]
         value = self._runner.results[index]
         t = value.type
         axis = self._runner.graph.axes.get(value)
-        if not isinstance(t, TensorType) or axis is None:
-            return None
-        # the batch is dim 0 unless a transpose moved it: each dynamic dim is the batch
-        shape = [batch if d == DYNAMIC_INDEX else d for d in t.get_shape()]
-        shape[axis] = 0
-        return np.zeros(shape, dtype=self._dtypes[index])
+        empty = None
+        if isinstance(t, TensorType) and axis is not None:
+            # the batch is dim 0 unless a transpose moved it: each dynamic dim is the batch
+            shape = [batch if d == DYNAMIC_INDEX else d for d in t.get_shape()]
+            shape[axis] = 0
+            empty = np.zeros(shape, dtype=self._dtypes[index])
+        self._empties[key] = empty  # no elements to change: one array serves every push
+        return empty
 
     def _outputs(
         self, outs: Sequence[np.ndarray | None], batch: int | None = None
@@ -144,16 +151,22 @@ class Streamer:
 
     def _check(self, index: int, rows: Any) -> np.ndarray | None:
         """Input ``index``'s chunk as an array, checked against the input's dtype kind, rank
-        and every dim but ``mem_dim`` (declared, or fixed by the first push with rows)."""
+        and every dim but ``mem_dim`` (declared, or fixed by the first push with rows): once
+        per dtype and shape (the rows aside) until that changes what is expected."""
         if rows is None:
             return None
         a = rows if type(rows) is np.ndarray and rows.dtype.kind in "fiu" else as_array(index, rows)
         declared = self._declared[index]
         if not self._runner.streamed[index] or declared is None:
             return a  # a whole input: the runner checks it as run does
+        dim = self.mem_dim
+        shape = a.shape
+        key = (a.dtype, shape[:dim], shape[dim + 1 :])
+        seen = self._seen[index]
+        if key in seen:
+            return a
         fixed = self._shape[index]
         want = fixed or declared
-        shape, dim = a.shape, self.mem_dim
         if len(shape) != len(want) or any(
             w != DYNAMIC_INDEX and w != n and d != dim for d, (w, n) in enumerate(zip(want, shape))
         ):
@@ -169,6 +182,7 @@ class Streamer:
                 f"Streamer.push: input {index} is {a.dtype} ({kind}), but this stream's earlier "
                 f"rows were {self._kind[index]} (reset() starts a new stream)"
             )
+        seen.add(key)
         return a
 
     def push(self, *rows: Any) -> list[np.ndarray | None]:
@@ -183,36 +197,33 @@ class Streamer:
             raise ExecutionError(
                 f"Streamer.push takes {self.num_inputs} input(s) (one chunk each), got {len(rows)}"
             )
+        dim, streamed = self.mem_dim, self._runner.streamed
         arrays = [self._check(i, r) for i, r in enumerate(rows)]
         # Chunks with no rows are no news: the runner wants None for them.
         chunks = [
-            None if a is not None and self._runner.streamed[i] and a.shape[self.mem_dim] == 0 else a
+            None if a is not None and streamed[i] and a.shape[dim] == 0 else a
             for i, a in enumerate(arrays)
         ]
         if all(c is None for c in chunks):
             batches = [a.shape[0] for a in arrays if a is not None and a.ndim]
             return self._outputs([None] * self.num_outputs, batches[0] if batches else None)
-        for i, c in enumerate(chunks):
-            extent = self._extent[i]
-            if (
-                c is not None
-                and extent is not None
-                and self._rows[i] + c.shape[self.mem_dim] > extent
-            ):
+        for i in self._bounded:
+            c, extent = chunks[i], self._extent[i]
+            if c is not None and self._rows[i] + c.shape[dim] > extent:  # type: ignore[operator]
                 raise ExecutionError(
-                    f"Streamer.push: input {i} declares {extent} rows along dim {self.mem_dim}; "
-                    f"this push brings it to {self._rows[i] + c.shape[self.mem_dim]}"
+                    f"Streamer.push: input {i} declares {extent} rows along dim {dim}; "
+                    f"this push brings it to {self._rows[i] + c.shape[dim]}"
                 )
         checked = self._runner.check(chunks)  # raises before any state changes
         for i, c in enumerate(chunks):
-            if c is not None and self._runner.streamed[i]:
-                self._rows[i] += c.shape[self.mem_dim]
-        for i, c in enumerate(chunks):
-            if c is not None and self._runner.streamed[i] and self._shape[i] is None:
-                self._shape[i] = c.shape
-                self._kind[i] = "float" if c.dtype.kind == "f" else "integer"
-                if self._batch is None:
-                    self._batch = c.shape[0]
+            if c is not None and streamed[i]:
+                self._rows[i] += c.shape[dim]
+                if self._shape[i] is None:
+                    self._shape[i] = c.shape
+                    self._kind[i] = "float" if c.dtype.kind == "f" else "integer"
+                    self._seen[i].clear()  # what is expected changed
+                    if self._batch is None:
+                        self._batch = c.shape[0]
         try:
             outs = self._runner._push_checked(checked)
         except Exception as e:
@@ -249,7 +260,12 @@ class Streamer:
                 f"{self._rows[i]}; push the rest first"
             )
         self._flushed = True
-        return self._outputs(self._runner.finish())
+        try:
+            outs = self._runner.finish()
+        except Exception as e:  # (an input shorter than a window: the whole run's error)
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
+        return self._outputs(outs)
 
     def reset(self) -> None:
         """Start a new stream (the batch size may change), keeping the compiled kernels."""
@@ -258,5 +274,7 @@ class Streamer:
         self._shape: list[tuple[int, ...] | None] = [None] * self.num_inputs
         self._kind: list[str | None] = [None] * self.num_inputs
         self._rows = [0] * self.num_inputs
+        self._seen: list[set[tuple[Any, ...]]] = [set() for _ in range(self.num_inputs)]
+        """Per input, the (dtype, shape with the rows aside) of chunks ``_check`` passed."""
         self._flushed = False
         self._failed: str | None = None

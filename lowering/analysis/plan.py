@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import (
     DictionaryAttr,
     ModuleOp,
     StringAttr,
+    TensorType,
 )
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -40,6 +41,7 @@ __all__ = [
     "CacheBuffer",
     "TensorBuffer",
     "find_plan_function",
+    "mem_dim_problem",
     "parse_steps",
     "plan_function",
     "stream_plan",
@@ -238,6 +240,23 @@ class _Names:
 # --------------------------------------------------------------------------------------------
 
 
+def mem_dim_problem(func: FuncOp, mem_dim: int) -> str | None:
+    """Why ``mem_dim`` cannot stream ``func`` (``None``: it can): it must be a spatial dim,
+    ``lowest_streamed_dim..rank-1`` of the inputs it streams (dim 0 is the batch, dim 1 the
+    channels, which the stream plan never splits), and some input must have it. The plan and
+    the streaming executor (``nanoir.runtime.stream.check_mem_dim``) refuse alike."""
+    ranks = [
+        len(t.get_shape()) for t in func.function_type.inputs.data if isinstance(t, TensorType)
+    ]
+    if nf.lowest_streamed_dim(func.body.block.args) <= mem_dim < max(ranks, default=0):
+        return None
+    return (
+        f"mem_dim must be a spatial dim of the inputs of @{func.sym_name.data} it streams, "
+        f"in 2..rank-1 (dim 0 is the batch, dim 1 the channels; input ranks: "
+        f"{', '.join(map(str, ranks)) or 'none'}), got {mem_dim}"
+    )
+
+
 def parse_steps(
     steps: str | Sequence[tuple[int, int]] | None, mem_dim: int, lowest: int = 2
 ) -> tuple[tuple[int, int], ...]:
@@ -292,6 +311,9 @@ def plan_function(
 ) -> BufferPlan:
     """Analyse one function (see :func:`stream_plan`)."""
     pairs = parse_steps(steps, mem_dim, nf.lowest_streamed_dim(func.body.block.args))
+    problem = mem_dim_problem(func, int(mem_dim))
+    if problem is not None:
+        raise StreamPlanError(f"stream-plan: {problem}")
     names = _Names(func)
     per_dim: dict[int, DimCounts] = {}
     graphs: dict[int, StreamGraph] = {}

@@ -186,8 +186,8 @@ def node_axes(
     op: Operation, dim: int, inputs: tuple[SSAValue, ...], axes: Axes
 ) -> tuple[StreamRule, tuple[int | None, ...]]:
     """The rule of ``op`` over these distinct runtime operands (``inputs``, streamed along
-    ``axes``) and the axis each result streams along. ``dim`` is the analysed dim, the axis
-    of results computed from units only."""
+    ``axes``) and the axis each result streams along (``None``: whole units, as every result
+    of a node whose inputs are all units). ``dim`` is the analysed dim."""
     trait = streaming_trait(op)
     if trait is None:
         raise StreamPlanError(
@@ -207,9 +207,12 @@ def node_axes(
     out_axes = along(axis)
     if isinstance(trait, Recurrent) and streamed == [trait.time_axis(op)]:
         return _recurrent_rule(op, trait, axis, inputs)
-    if not streamed and all(a is None for a in out_axes):
+    if not streamed:
+        # Units in, units out: the node fires once on whole inputs, so its results come out
+        # whole too, whatever dims they have (a result computed from units that took the
+        # analysed dim as its axis got all its rows in one firing where the plan counted one).
         n = len(inputs)
-        return StreamRule((1,) * n, (1,) * n, (1,) * len(op.results)), out_axes
+        return StreamRule((1,) * n, (1,) * n, (1,) * len(op.results)), (None,) * len(op.results)
     step: RowStep | None = None
     if len(streamed) <= 1 and not any(
         _channels_along(v, a) for v, a in (*zip(inputs, in_axes), *zip(op.results, out_axes))

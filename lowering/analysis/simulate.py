@@ -193,6 +193,30 @@ def _no_output(graph: StreamGraph, sim: _Simulation, why: str) -> StreamPlanErro
     )
 
 
+def _too_short(graph: StreamGraph, sim: _Simulation) -> str:
+    """Why a static stream gives a result no row: the first node (in program order) whose
+    inputs ended while its window never filled is the op that cuts the streamed axis shorter
+    than its window (a conv or pool longer than its input), named with its counts."""
+    for node in graph.nodes:
+        cursor = sim.cursors[node.op]
+        if cursor.fired or not cursor.ended:
+            continue
+        for i, (v, field) in enumerate(zip(node.inputs, node.rule.fields)):
+            if graph.streams(v) and cursor.entered(i) < field:
+                r = node.rule
+                pads = (
+                    f", {r.pad_begin + r.pad_end} of them padding"
+                    if r.pad_begin or r.pad_end
+                    else ""
+                )
+                return (
+                    f"the input is too short: {describe(node.op)} needs {field} rows of "
+                    f"{value_label(v)} along dim {graph.axes[v]} for a window and gets "
+                    f"{cursor.entered(i)}{pads}"
+                )
+    return "the input is too short"
+
+
 def _lengths(graph: StreamGraph) -> dict[SSAValue, int | None]:
     out: dict[SSAValue, int | None] = {}
     for a in graph.inputs:
@@ -235,7 +259,7 @@ def simulate_streamed(graph: StreamGraph, step: int) -> DimCounts:
                 "rates"
             )
     if at_done is None:
-        raise _no_output(graph, sim, "the input is too short")
+        raise _no_output(graph, sim, _too_short(graph, sim))
     for snap in snapshots:
         for last in range(1, step + 1):
             end = snap.copy()

@@ -51,17 +51,18 @@ def _feed(streamer: nanoir.Streamer, x: np.ndarray, cuts: list[int]) -> list[np.
     return [np.concatenate(p, axis=2) for p in pieces]
 
 
-SHORTEST = 4
+SHORTEST = 5
 """The shortest input the whole run takes: ``h`` keeps the input's length and c3's window is
-5 rows, so 4 rows give c3 an empty output (as torch's conv would) and 3 rows are refused."""
+5 rows, so 5 rows give c3 one row and 4 rows are refused (as torch's conv refuses a kernel
+longer than its input)."""
 
 
 @pytest.mark.parametrize("length", range(SHORTEST, 9))
 @pytest.mark.parametrize("chunking", ["whole", "rows", "zero-rows"])
 def test_short_streams_equal_the_whole_run(length: int, chunking: str) -> None:
-    """Streams of 4 to 8 rows, pushed at once, row by row, or after 0-row pushes: the rows
-    that fire only at flush (c3's first window, for 5 and 6 rows) and an output with no rows
-    at all (c3 for 4) come out as the whole run's.
+    """Streams of 5 to 8 rows, pushed at once, row by row, or after 0-row pushes: the rows
+    that fire only at flush (c3's first window, for 5 and 6 rows) come out as the whole
+    run's.
 
     kills: a node that has not fired before the inputs end never firing on its last arrivals
     (in the stream executor and the row cursor); the property test drew no stream shorter than
@@ -76,13 +77,59 @@ def test_short_streams_equal_the_whole_run(length: int, chunking: str) -> None:
             assert g.tobytes() == w.tobytes()
 
 
-def test_a_stream_shorter_than_a_window_is_refused_by_the_whole_run() -> None:
-    """Three rows: c3's 5-row window does not fit, and the whole run says so (an
-    ``ExecutionError`` naming the conv), as torch's conv refuses an input shorter than its
-    kernel."""
-    x = np.zeros((1, 4, SHORTEST - 1), np.float32)
-    with pytest.raises(ExecutionError, match="nh.conv"):
-        run(HW, x)
+@pytest.mark.parametrize("length", range(1, SHORTEST))
+@pytest.mark.parametrize("program", ["nh", "nq"])
+def test_a_stream_shorter_than_a_window_is_refused_alike(length: int, program: str) -> None:
+    """1 to 4 rows: c3's 5-row window does not fit. The whole run refuses them naming the
+    conv (as torch's conv refuses an input shorter than its kernel), and ``Streamer.flush``
+    with the very same message (it returned the rows of ``h`` and none of c3, with no
+    error); the stream has ended after it.
+
+    kills (each run): a node whose inputs end before it ever fired giving nothing (the old
+    flush), the nh conv's size check letting a window one row too long give no rows."""
+    module = HW if program == "nh" else NQ
+    x = np.zeros((1, 4, length), np.float32)
+    with pytest.raises(ExecutionError) as whole:
+        run(module, x)
+    assert "nh.conv" in str(whole.value) or "nf.conv" in str(whole.value)
+    streamer = nanoir.Streamer(module, mem_dim=2)
+    for t in range(length):
+        streamer.push(x[:, :, t : t + 1])
+    with pytest.raises(ExecutionError) as streamed:
+        streamer.flush()
+    assert str(streamed.value) == str(whole.value)
+    with pytest.raises(ExecutionError, match="the stream has ended"):
+        streamer.push(x[:, :, :1])
+
+
+CONV2D_POOL = """\
+func.func @main(%x: tensor<?x1x?x4xf32>) -> (tensor<?x2x?x2xf32>, tensor<?x1x?x2xf32>) {
+  %w = nf.constant "w" dense<0.5> : tensor<2x1x3x3xf32>
+  %c = nf.conv %x, %w : (tensor<?x1x?x4xf32>, tensor<2x1x3x3xf32>) -> tensor<?x2x?x2xf32>
+  %p = nf.max_pool %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+      : tensor<?x1x?x4xf32> -> tensor<?x1x?x2xf32>
+  func.return %c, %p : tensor<?x2x?x2xf32>, tensor<?x1x?x2xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_a_window_that_never_fills_ends_like_the_whole_run(length: int) -> None:
+    """A 2-d conv and a pool (nodes of the general window path, not the 1-d fast path): one
+    or two rows are too short for the 3-row conv; the whole run and ``flush`` fail with the
+    same message, naming the conv (the pool's row, if any, was streamed before).
+
+    kills: the general path's node that never fired giving nothing at the end."""
+    module = nanoir.parse(CONV2D_POOL)
+    x = np.arange(length * 4, dtype=np.float32).reshape(1, 1, length, 4)
+    with pytest.raises(ExecutionError) as whole:
+        run(module, x)
+    streamer = nanoir.Streamer(module, mem_dim=2)
+    for t in range(length):
+        streamer.push(x[:, :, t : t + 1])
+    with pytest.raises(ExecutionError) as streamed:
+        streamer.flush()
+    assert str(streamed.value) == str(whole.value) and "nf.conv" in str(whole.value)
 
 
 @settings(max_examples=examples(20), deadline=None)
