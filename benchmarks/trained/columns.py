@@ -8,7 +8,8 @@ A :class:`Column` is one of three kinds:
   for a per-model rule column), the nq program run on the evaluation inputs (float64
   fake-quant semantics), and the nh program (``lower_to_hw``) run on the same inputs and
   compared with it bit for bit;
-- ``ort``: onnxruntime's ``quantize_static`` (``ort_baseline``) of the float ONNX file.
+- ``ort``: onnxruntime's ``quantize_static`` (``ort_baseline``) of the float ONNX file
+  nanoir reads (``options={"file": "shipped"}``: of the file as shipped, where they differ).
 
 :func:`run_column` gives a :class:`Cell`: the task measures, the CPU seconds of quantizing,
 nq == nh, and, where the output collapses (constant, or SQNR below :data:`COLLAPSE_DB`) or on
@@ -146,14 +147,20 @@ def run_column(
         cell.measures = measure(subject.reference, outputs)
         return cell
     if column.kind == "ort":
+        source, batch = subject.onnx_float, subject.batch
+        if column.options.get("file") == "shipped":
+            if subject.onnx_shipped is None:
+                cell.error = "n/a (the export is the file)"
+                return cell
+            source, batch = subject.onnx_shipped, 16
         try:
             qdq, cell.seconds = ort_quantize(
-                subject.onnx_float, batches(subject.calibration, subject.batch), work / "ort"
+                source, batches(subject.calibration, batch), work / f"ort-{column.name}"
             )
         except Exception as error:  # onnxruntime raises anything; the cell says what
             cell.error = f"quantize_static failed: {type(error).__name__}: {error}"[:300]
             return cell
-        outputs = run_file(qdq, batches(subject.evaluation, 16))
+        outputs = run_file(qdq, batches(subject.evaluation, batch))
         cell.measures = measure(subject.reference, outputs)
         left = float_ops(qdq)
         if left:

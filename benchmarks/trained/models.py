@@ -47,10 +47,13 @@ class Subject:
     reference: list[np.ndarray]
     """The float reference's outputs on ``evaluation``."""
     onnx_float: Path
-    """The float ONNX file onnxruntime quantizes."""
+    """The float ONNX file onnxruntime quantizes: the graph nanoir reads (the prepared file, or
+    the torch module's export)."""
     batch: int
-    """Inputs per nanoir run (1 where the prepared file's shape is static)."""
+    """Inputs per run of the program and of ``onnx_float`` (1 where the shape is static)."""
     notes: list[str] = field(default_factory=list)
+    onnx_shipped: Path | None = None
+    """The file as shipped, when it is not ``onnx_float`` (PaddleOCR's)."""
 
 
 @dataclass(frozen=True)
@@ -217,8 +220,8 @@ def build_from_onnx(
     edits: Sequence[str] | None = None,
 ) -> Subject:
     """A subject from a shipped ONNX file: prepared for nanoir (:func:`prepare.prepare`),
-    referenced by the shipped file in onnxruntime, quantized by onnxruntime from the shipped
-    file."""
+    referenced by the shipped file in onnxruntime; onnxruntime quantizes the prepared file (the
+    graph nanoir quantizes) and, in its own column, the shipped one."""
     import nanoir
 
     _check_disjoint(calibration, evaluation)
@@ -229,7 +232,7 @@ def build_from_onnx(
     notes.append(fold_batch_norms(program))
     reference = run_file(source, batches(evaluation, 16))
     batch = shape[0] if "static-shape" in prepared.applied else 16
-    return Subject(program, calibration, evaluation, reference, source, batch, notes)
+    return Subject(program, calibration, evaluation, reference, prepared.path, batch, notes, source)
 
 
 def _paddle(name: str) -> Callable[[Path, Path, Callable[[str], None]], Subject]:
