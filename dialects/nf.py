@@ -93,7 +93,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, Operation, OpResult, SSAValue, Use
 from xdsl.irdl import (
     AnyAttr,
     AttrSizedOperandSegments,
@@ -1810,13 +1810,24 @@ def embedding_rows(op: Operation, dim: int, runtime: Collection[SSAValue]) -> Ro
 
 
 def is_index_input(value: SSAValue) -> bool:
-    """A function input read only as an embedding's indices: integers at run time (torch's
-    int64), so quantize puts no fake-quant on it and lower-to-hw makes it an ``i32`` input at
-    exponent 0."""
+    """A function input read as an embedding's indices, and otherwise only compared with a
+    constant (a BERT mask ``ids != pad``): integers at run time (torch's int64), so quantize
+    puts no fake-quant on it (a fake-quant's grid would move the ids) and lower-to-hw makes it
+    an ``i32`` input at exponent 0, which compares with a constant exactly."""
     uses = list(value.uses)
-    return bool(uses) and all(
-        u.operation.name in ("nf.embedding", "nh.embedding") and u.index == 0 for u in uses
-    )
+    indexed = [
+        u for u in uses if u.operation.name in ("nf.embedding", "nh.embedding") and u.index == 0
+    ]
+    return bool(indexed) and all(u in indexed or _compared_with_constant(u) for u in uses)
+
+
+def _compared_with_constant(use: Use) -> bool:
+    """``use`` is an operand of a comparison whose other operand is a constant."""
+    op = use.operation
+    if op.name not in ("nf.compare", "nh.compare") or len(op.operands) != 2:
+        return False
+    other = op.operands[1 - use.index]
+    return isinstance(other, OpResult) and other.op.name in ("nf.constant", "nh.constant")
 
 
 def lowest_streamed_dim(args: Sequence[SSAValue]) -> int:

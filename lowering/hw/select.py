@@ -29,11 +29,12 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.hw.codes import container_width, expand, float_constant_of
 from nanoir.lowering.hw.core import HwLowering, HwPattern, HwValue
 from nanoir.lowering.hw.elementwise import check_alignment
+from nanoir.lowering.hw.embedding import index_input
 from nanoir.lowering.hw.fake_quant import fake_quant_params
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.compare import LOGICAL, PREDICATES
 from xdsl.dialects.builtin import StringAttr, TensorType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
 MIRRORED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
@@ -117,7 +118,7 @@ class LowerCompare(HwPattern):
             runtime, const = (op.lhs, rc) if lc is None else (op.rhs, lc)
             if lc is not None:
                 predicate = MIRRORED[predicate]
-            a = hw.get(op, runtime)
+            a = _runtime_operand(hw, op, runtime, rewriter)
             if const is not None:
                 t = thresholds(
                     predicate, const, expand(a.exps, max(const.ndim, a.exps.ndim)), a.max_abs
@@ -138,6 +139,16 @@ class LowerCompare(HwPattern):
         )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, zero, 2))
+
+
+def _runtime_operand(
+    hw: HwLowering, op: Operation, value: SSAValue, rewriter: PatternRewriter
+) -> HwValue:
+    """A compared runtime value: token ids (``ids != pad``) are the program's ``i32`` input
+    at exponent 0 (``nf.is_index_input``), which an embedding may read only later."""
+    if isinstance(value, BlockArgument) and nf.is_index_input(value):
+        return index_input(hw, op, value, rewriter)
+    return hw.get(op, value)
 
 
 def _truth(predicate: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:

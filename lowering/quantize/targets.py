@@ -104,6 +104,25 @@ def _unpool_indices(value: SSAValue) -> bool:
     )
 
 
+def _refuse_indices_read_otherwise(arg: SSAValue, name: str) -> None:
+    """A ``QuantizeError`` for an input read as an embedding's indices (integers) and also
+    by an op other than a comparison with a constant: its one fake-quant would move the ids
+    wherever its grid cannot hold them, silently. (Compared with a constant, as a BERT mask
+    ``ids != pad``, the ids stay integers: ``nf.is_index_input``.)"""
+    uses = list(arg.uses)
+    if not any(isinstance(u.operation, nf.EmbeddingOp) and u.index == 0 for u in uses):
+        return
+    other = next(u.operation for u in uses if not isinstance(u.operation, nf.EmbeddingOp))
+    hint = next((r.name_hint for r in other.results if r.name_hint), None)
+    raise QuantizeError(
+        f"quantize: input {name} is an embedding's indices (integers) and is also read by "
+        f"{other.name}{f' (%{hint})' if hint else ''}; "
+        "a fake-quant would move the indices, so quantize gives an index input none, and the "
+        "indices may otherwise be read only by comparisons with a constant (a mask "
+        "'ids != pad'): give the other reader its own float input"
+    )
+
+
 SHORT_DYADIC_BITS = 16
 """A scalar whose code at its dyadic exponent fits this many signed bits stays float: its
 product with a 16-bit code still fits i32 (``0.5``, ``3``, ``1 + 2**-12``). A decimal such as
@@ -331,6 +350,7 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
     block = func.body.block
     for arg in block.args:
         if not nf.is_index_input(arg) and not _unpool_indices(arg):  # integer indices get
+            _refuse_indices_read_otherwise(arg, value_name(arg, names))
             add(arg, "act")  # no fake-quant
     for op in block.ops:
         if isinstance(op, nf.ConstantOp):

@@ -96,6 +96,31 @@ def _element_type(dtype: torch.dtype) -> Attribute:
     return _FLOAT_TYPES[dtype][0]()
 
 
+MOVES_BOOLS = frozenset(
+    f"aten.{name}"
+    for name in (
+        "view.default",
+        "reshape.default",
+        "_unsafe_view.default",
+        "unsqueeze.default",
+        "squeeze.default",
+        "squeeze.dim",
+        "squeeze.dims",
+        "flatten.using_ints",
+        "permute.default",
+        "transpose.int",
+        "expand.default",
+        "slice.Tensor",
+        "select.int",
+        "cat.default",
+        "clone.default",
+        "alias.default",
+    )
+)
+"""Data movement whose bool results nf holds as its operand's float 0/1 (as a comparison's):
+moving values changes none, so the bools stay exact."""
+
+
 def name_hint(path: str) -> str:
     """A valid SSA name hint for a torch path: invalid characters become ``_`` and a leading
     digit (a top-level ``nn.Sequential``) gets a ``_`` prefix.
@@ -288,10 +313,18 @@ class _Importer:
         return op
 
     def result_type(self, node: fx.Node) -> TensorType:
-        return _tensor_type(node.meta["val"])
+        return TensorType(self.element_type(node), _meta_shape(node.meta["val"]))
 
     def element_type(self, node: fx.Node) -> Attribute:
-        return _element_type(node.meta["val"].dtype)
+        """torch's float dtype, or, for bools data movement moves (a mask ``(ids == 0)[:,
+        None]``), the float type its operand holds them in (0/1: the comparison's)."""
+        dtype = node.meta["val"].dtype
+        if dtype == torch.bool and str(node.target) in MOVES_BOOLS:
+            for arg in node.args:
+                held = self.values.get(arg) if isinstance(arg, fx.Node) else None
+                if isinstance(held, SSAValue) and isinstance(held.type, TensorType):
+                    return held.type.get_element_type()
+        return _element_type(dtype)
 
     def rank(self, value: SSAValue) -> int:
         return len(nf.tensor_shape(value))
