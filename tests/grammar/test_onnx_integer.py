@@ -90,7 +90,6 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
 
 
 NO_ROW_YET = {
-    "recurrent": nh.RecurrentOp,  # issue 33 §2
     "where": nh.CompareOp,
     "reduce": nh.ReduceOp,
     "arg_reduce": nh.ArgReduceOp,

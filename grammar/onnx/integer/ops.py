@@ -17,6 +17,7 @@ from nanoir.grammar.onnx.integer.host import HOST
 from nanoir.grammar.onnx.integer.movement import WRITERS as MOVEMENT
 from nanoir.grammar.onnx.integer.pools import WRITERS as POOLS
 from nanoir.grammar.onnx.integer.products import WRITERS as PRODUCTS
+from nanoir.grammar.onnx.integer.recurrent import WRITERS as RECURRENT
 from nanoir.grammar.onnx.integer.requant import requant
 from xdsl.ir import Operation
 
@@ -27,6 +28,7 @@ OPS: dict[type[Operation], Writer] = {
     **POOLS,
     **MOVEMENT,
     **ALGORITHMS,
+    **RECURRENT,  # nh.recurrent as Scan loops
     **HOST,  # nh.to_host / nh.from_host; the host's own ops: host.host_writer
 }
 """The writer of each nh op."""

@@ -1,0 +1,408 @@
+"""``nh.recurrent`` (LSTM, GRU, RNN) as ONNX ``Scan`` loops, exactly: the integer cell of
+:mod:`nanoir.runtime.numerics.recurrent` on float64 codes.
+
+One ``Scan`` per layer and direction (the reverse one scans its input and writes its output
+backwards: ``scan_input_directions`` / ``scan_output_directions``), over a sequence whose
+length and batch are known only at run time; the states are the hidden codes (and an LSTM's
+cell codes), the scanned input is the input part of every step's pre-activations, computed
+for the whole sequence at once before the loop (one ``MatMul``).
+
+Why float64, and why it is exact. The runtime sums each gate's pre-activation in int64 with
+every term left-shifted to the finest exponent ``E``, then requantizes by ``s = E - k`` to the
+target grid ``k``. The requantized value before rounding is ``sum_i T_i 2**(k - e_i)``: the
+alignment drops out. So the writer scales the weights and biases by those powers of two
+(exact) and lets a float64 ``MatMul`` and ``Add`` sum the terms: every term and partial sum is
+an integer multiple of ``2**-max(s, 0)``, exact while the integers stay below ``2**53``, which
+the writer proves from the constant weights and the declared widths (:func:`_exact`; a program
+whose bound it cannot prove is refused naming the op, where the runtime's own limit is
+``2**62``). Rounding is then the mode's own float op on an exact value: ``Clip`` to the
+target's codes first (rounding is monotone and keeps integers: the clipped rounding is the
+rounded clip), then ``Floor`` (floor, and half_up after adding 1/2, folded into the biases
+where it can be), ``Round`` (ONNX rounds half to even: half_even) or a ``Cast`` to int64
+(truncation toward zero: trunc). The Q0.15 tables are one ``Gather`` per lookup from one
+float64 table holding every region a step reads, each pre-scaled by the power of two its
+product needs (LSTM ``i`` by ``2**(k_cell - 30)``, ``f`` by ``2**-15``, ``o`` by
+``2**(k_hidden - 30)``), the region picked by an offset per row added to the gate code.
+
+Integer ONNX ops were the other candidate (the :mod:`.arith` rounding division in int64): a
+requant there is up to nine nodes against three or four, and the loop body runs once per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from nanoir.dialects import nh
+from nanoir.dialects.nf import array_values
+from nanoir.dialects.nq import RoundingMode
+from nanoir.grammar.onnx.integer.common import Writer, constant_codes, out_name, refuse
+from nanoir.grammar.onnx.integer.graph import Graph
+from nanoir.runtime.numerics import quant
+from nanoir.runtime.numerics.recurrent import ACT_FRAC, Grid
+from xdsl.ir import Operation
+
+F64_EXACT = 2**53
+"""Every integer of magnitude <= 2**53 is a float64."""
+F64 = np.float64
+I64 = np.int64
+DOUBLE = 11
+
+
+class _Body:
+    """Nodes written into a loop body instead of the main graph (constants stay outer
+    initializers, which a body reads by name)."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+
+    def __enter__(self) -> list[Any]:
+        self.outer, self.g.nodes = self.g.nodes, []
+        return self.g.nodes
+
+    def __exit__(self, *exc: object) -> None:
+        self.g.nodes = self.outer
+
+
+def _exact(op: Operation, what: str, terms: Sequence[tuple[Any, Any]], k: Any, half: bool) -> None:
+    """Refuse unless ``sum_i T_i 2**(k - e_i)`` (and 1/2 for half_up) is exact in float64
+    for ``|T_i| <= bound_i``: ``terms`` are ``(bound, e)`` per row (broadcast)."""
+    e_top = np.max(np.broadcast_arrays(*[np.asarray(e, I64) for _, e in terms]), axis=0)
+    if half:
+        e_top = np.maximum(e_top, np.asarray(k, I64) + 1)
+    total = sum(
+        np.asarray(b, dtype=object) * np.power(2, (e_top - np.asarray(e, I64)).astype(object))
+        for b, e in terms
+    )
+    if half:
+        total = total + np.power(2, (e_top - np.asarray(k, I64) - 1).astype(object))
+    top = int(np.max(np.asarray(total, dtype=object)))
+    if top > F64_EXACT:
+        raise refuse(
+            op,
+            f"has {what} of up to {top} in units of its finest exponent, past 2**53: no exact "
+            "float64 form here (coarser exponents or fewer bits)",
+        )
+
+
+def _pow2(e: Any) -> np.ndarray:
+    return np.ldexp(1.0, np.asarray(e, I64))
+
+
+class _Cell:
+    """What every layer and direction of one op shares: grids, rounding, the tables."""
+
+    def __init__(self, g: Graph, op: nh.RecurrentOp) -> None:
+        self.g, self.op = g, op
+        self.kind = op.layout.mode
+        self.gates, self.cell, self.hidden = op.grid("gates"), op.grid("cell"), op.grid("hidden")
+        for label, grid in (("gates", self.gates), ("cell", self.cell), ("hidden", self.hidden)):
+            if grid.bits < 2:
+                raise refuse(op, f"has a {grid.bits}-bit {label} grid (the sign rule)")
+        self.mode = RoundingMode(op.rounding.data)
+        self.half = self.mode is RoundingMode.HALF_UP
+        self.base = out_name(g, op)
+        self.sig = np.asarray(array_values(op.sigmoid_table), I64)
+        self.tanh = np.asarray(array_values(op.tanh_table), I64)
+        self.size = 2**self.gates.bits
+        self.regions: list[np.ndarray] = []
+        self.written: str | None = None
+
+    def region(self, table: np.ndarray, scale_exp: int) -> int:
+        """The offset of ``table * 2**scale_exp`` in the step's table (added once)."""
+        self.regions.append(table.astype(F64) * 2.0**scale_exp)
+        return (len(self.regions) - 1) * self.size - quant.qmin(self.gates.bits)
+
+    def table(self) -> str:
+        if self.written is None:
+            self.written = self.g.const(np.concatenate(self.regions), F64, self.base + "_tables")
+        return self.written
+
+    # -- rounding --------------------------------------------------------------------------
+    def clip(self, y: str, grid: Grid, base: str, lo: int | None = None) -> str:
+        lo = quant.qmin(grid.bits) if lo is None else lo
+        g = self.g
+        return g.node("Clip", [y, g.const(lo, F64), g.const(quant.qmax(grid.bits), F64)], base)
+
+    def codes(self, y: str, grid: Grid, base: str, lo: int | None = None) -> str:
+        """``y`` (scaled, half_up's 1/2 added) rounded and saturated to ``grid``, float64."""
+        c = self.clip(y, grid, base + "_c", lo)
+        if self.mode is RoundingMode.TRUNC:
+            t = self.g.node("Cast", [c], base + "_t", to=7)
+            return self.g.node("Cast", [t], base, to=DOUBLE)
+        return self.g.node("Round" if self.mode is RoundingMode.HALF_EVEN else "Floor", [c], base)
+
+    def lookup(self, y: str, offsets: Any, base: str) -> str:
+        """The table entries at ``y`` (scaled to the gates grid, 1/2 added) requantized to
+        the gates grid: one ``Gather`` at the code plus each row's region offset."""
+        g = self.g
+        c = self.clip(y, self.gates, base + "_c")
+        if self.mode is not RoundingMode.TRUNC:
+            c = g.node(
+                "Round" if self.mode is RoundingMode.HALF_EVEN else "Floor", [c], base + "_r"
+            )
+        idx = g.node("Cast", [c], base + "_i", to=7)
+        idx = g.node("Add", [idx, g.const(offsets, I64, base + "_off")], base + "_ix")
+        return g.node("Gather", [self.table(), idx], base)
+
+    def half_add(self, y: str, base: str) -> str:
+        return self.g.node("Add", [y, self.g.const(0.5, F64)], base) if self.half else y
+
+
+def _weights(op: nh.RecurrentOp) -> list[list[tuple[Any, ...]]]:
+    """Per layer and direction: ``(W, kw, b, kb, U, ku, bh, kbh)`` codes (int64) and
+    exponents per gate row (biases and their exponents 0 where the op has none)."""
+    coded = []
+    for w in op.weights:
+        codes = constant_codes(w)
+        if codes is None:
+            raise refuse(op, "reads run-time weights (the writer proves exactness from codes)")
+        coded.append((codes, np.asarray(nh.fixed_of(w).exp_list, I64).reshape(-1)))
+    cells = []
+    for row in op.layout.cells(coded):
+        out = []
+        for w_ih, w_hh, b_ih, b_hh in row:
+            rows = w_ih[0].shape[0]
+
+            def per_row(exp: np.ndarray, rows: int = rows) -> np.ndarray:
+                return np.broadcast_to(exp, (rows,)).copy()
+
+            def bias(b: Any, rows: int = rows) -> tuple[np.ndarray, np.ndarray]:
+                if b is None:
+                    return np.zeros(rows, I64), np.zeros(rows, I64)
+                return b[0], per_row(b[1])
+
+            out.append(
+                (
+                    w_ih[0],
+                    per_row(w_ih[1]),
+                    *bias(b_ih),
+                    w_hh[0],
+                    per_row(w_hh[1]),
+                    *bias(b_hh),
+                )
+            )
+        cells.append(out)
+    return cells
+
+
+def _states(g: Graph, cell: _Cell, xs: str, value: Any, grid: Grid, count: int, hsize: int):
+    """Each layer's and direction's initial state (``[N, H]`` float64 codes on ``grid``): the
+    operand requantized to ``grid``, or zeros of the run-time batch."""
+    base = f"{cell.base}_{'h0' if grid is cell.hidden else 'c0'}"
+    if value is None:
+        n = g.node("Shape", [xs], base + "_n", start=1, end=2)
+        shape = g.node("Concat", [n, g.const([hsize], I64)], base + "_shape", axis=0)
+        zero = g.helper.make_tensor("zero", DOUBLE, [1], [0.0])
+        z = g.node("ConstantOfShape", [shape], base, value=zero)
+        return [z] * count
+    k = np.asarray(nh.fixed_of(value).exp_list, I64).reshape(-1)
+    shift = k - grid.exp
+    bound = g.bound(value)
+    _exact(cell.op, "an initial state", [(bound, k)], grid.exp, cell.half)
+    y = g.node("Mul", [g.get(value, "f64"), g.const(_pow2(-shift), F64, base + "_s")], base + "_m")
+    y = cell.codes(cell.half_add(y, base + "_h"), grid, base)
+    axis = g.const([0], I64)
+    return [
+        g.node(
+            "Squeeze",
+            [g.node("Gather", [y, g.const([s], I64)], f"{base}_g", axis=0), axis],
+            f"{base}_{s}",
+        )
+        for s in range(count)
+    ]
+
+
+def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
+    layout = op.layout
+    cell = _Cell(g, op)
+    kind, base = cell.kind, cell.base
+    gates, hidden = cell.gates, cell.hidden
+    kg, kh, kc = gates.exp, hidden.exp, cell.cell.exp
+    hsize, dirs = layout.hidden, layout.dirs
+    a = ACT_FRAC
+    # The tables' regions, in a fixed order per mode (offsets: code + offset, per row).
+    if kind == "lstm":
+        off_i = cell.region(cell.sig, kc - 2 * a)
+        off_f = cell.region(cell.sig, -a)
+        off_g = cell.region(cell.tanh, 0)
+        off_o = cell.region(cell.sig, kh - 2 * a)
+        gate_offsets = np.repeat([off_i, off_f, off_g, off_o], hsize)
+    elif kind == "gru":
+        off_r = cell.region(cell.sig, 0)
+        off_z = cell.region(cell.sig, -a)
+        off_n = cell.region(cell.tanh, kh - a)
+        gate_offsets = np.repeat([off_r, off_z], hsize)
+    elif kind == "rnn_tanh":
+        gate_offsets = np.repeat([cell.region(cell.tanh, kh - a)], hsize)
+    else:
+        gate_offsets = None
+    x_bound = g.bound(op.input)
+    kx = int(nh.fixed_of(op.input).exp_list[0])
+    xs = g.get(op.input, "f64")
+    if layout.batch_first:
+        xs = g.node("Transpose", [xs], base + "_tm", perm=[1, 0, 2])
+    n_states = layout.layers * dirs
+    h_init = _states(g, cell, xs, op.h0, hidden, n_states, hsize)
+    c_init = _states(g, cell, xs, op.c0, cell.cell, n_states, hsize) if kind == "lstm" else []
+    h_bound = 2 ** (hidden.bits - 1)
+    c_bound = 2 ** (cell.cell.bits - 1)
+    t_bound = 2**a
+    hn: list[str] = []
+    cn: list[str] = []
+    for layer, row in enumerate(_weights(op)):
+        outs = []
+        for d, (w, kw, b, kb, u, ku, bh, kbh) in enumerate(row):
+            s = layer * dirs + d
+            name = f"{base}_l{layer}{'r' if d else ''}"
+            xw = x_bound * np.abs(w).sum(axis=1)
+            hu = h_bound * np.abs(u).sum(axis=1)
+            # Targets per row: the gates grid, an RNN-ReLU's rows the hidden grid.
+            k_row = np.full(len(w), kh if kind == "rnn_relu" else kg, I64)
+            # GRU's n rows read r * (h U + b_hh): Q0.15 further.
+            h_extra = np.zeros(len(w), I64)
+            if kind == "gru":
+                h_extra[2 * hsize :] = a
+            terms = [
+                (xw, kx + kw),
+                (np.abs(b), kb),
+                (hu * 2**h_extra, kh + ku + h_extra),
+                (np.abs(bh) * 2**h_extra, kbh + h_extra),
+            ]
+            _exact(op, "gate pre-activations", terms, k_row, cell.half)
+            w_in = (w.T * _pow2(k_row - kx - kw)).astype(F64)
+            w_h = (u.T * _pow2(k_row - kh - ku - h_extra)).astype(F64)
+            b_in = b * _pow2(k_row - kb) + (0.5 if cell.half else 0.0)
+            b_h = bh * _pow2(k_row - kbh - h_extra)
+            if kind == "gru":  # only the n rows' b_hh is multiplied by r
+                b_in[: 2 * hsize] += b_h[: 2 * hsize]
+                b_h[: 2 * hsize] = 0
+            else:
+                b_in, b_h = b_in + b_h, np.zeros_like(b_h)
+            ax = g.node("MatMul", [xs, g.const(w_in, F64, name + "_wih")], name + "_xw")
+            ax = g.node("Add", [ax, g.const(b_in, F64, name + "_b")], name + "_ax")
+            scanned = [ax]
+            if kind == "gru":
+                parts = g.node(
+                    "Split",
+                    [ax, g.const([2 * hsize, hsize], I64)],
+                    name + "_axs",
+                    outputs=2,
+                    axis=2,
+                )
+                scanned = list(parts)
+            states = [h_init[s]] + ([c_init[s]] if kind == "lstm" else [])
+            state_in = [g.fresh(name + "_h_in")] + ([g.fresh(name + "_c_in")] if c_init else [])
+            scan_in = [g.fresh(f"{name}_x{i}_t") for i in range(len(scanned))]
+            with _Body(g) as body:
+                h = state_in[0]
+                ah = g.node("MatMul", [h, g.const(w_h, F64, name + "_whh")], name + "_hw")
+                if kind == "lstm":
+                    pre = g.node("Add", [scan_in[0], ah], name + "_pre")
+                    act = cell.lookup(pre, gate_offsets, name + "_act")
+                    i_, f_, g_, o_ = g.node(
+                        "Split", [act], name + "_gate", outputs=4, axis=1, num_outputs=4
+                    )
+                    _exact(
+                        op, "a cell update", [(t_bound * c_bound, a + kc), (t_bound**2, 2 * a)],
+                        kc, cell.half,
+                    )  # fmt: skip
+                    c_new = g.node(
+                        "Add",
+                        [
+                            g.node("Mul", [f_, state_in[1]], name + "_fc"),
+                            g.node("Mul", [i_, g_], name + "_ig"),
+                        ],
+                        name + "_cacc",
+                    )
+                    c_new = cell.codes(cell.half_add(c_new, name + "_ch"), cell.cell, name + "_c")
+                    _exact(op, "the cell read by tanh", [(c_bound, kc)], kg, cell.half)
+                    tc = g.node("Mul", [c_new, g.const(2.0 ** (kg - kc), F64)], name + "_cg")
+                    tc = cell.lookup(cell.half_add(tc, name + "_cgh"), off_g, name + "_tc")
+                    h_new = g.node("Mul", [o_, tc], name + "_hacc")
+                    _exact(op, "a hidden state", [(t_bound**2, 2 * a)], kh, cell.half)
+                    h_new = cell.codes(cell.half_add(h_new, name + "_hh"), hidden, name + "_h")
+                    outs_body = [h_new, c_new]
+                elif kind == "gru":
+                    ah_rz, ah_n = g.node(
+                        "Split",
+                        [ah, g.const([2 * hsize, hsize], I64)],
+                        name + "_hws",
+                        outputs=2,
+                        axis=1,
+                    )
+                    pre = g.node("Add", [scan_in[0], ah_rz], name + "_pre")
+                    rz = cell.lookup(pre, gate_offsets, name + "_rz")
+                    r, z = g.node("Split", [rz], name + "_r", outputs=2, axis=1, num_outputs=2)
+                    if b_h.any():
+                        ah_n = g.node("Add", [ah_n, g.const(b_h[2 * hsize :], F64)], name + "_hb")
+                    pre_n = g.node(
+                        "Add", [scan_in[1], g.node("Mul", [r, ah_n], name + "_rh")], name + "_pn"
+                    )
+                    nn = cell.lookup(pre_n, np.full(hsize, off_n), name + "_n")
+                    _exact(
+                        op, "a hidden state", [(t_bound**2, 2 * a), (t_bound * h_bound, a + kh)],
+                        kh, cell.half,
+                    )  # fmt: skip
+                    keep = g.node("Sub", [g.const(1.0, F64), z], name + "_1z")
+                    h_new = g.node(
+                        "Add",
+                        [
+                            g.node("Mul", [keep, nn], name + "_zn"),
+                            g.node("Mul", [z, h], name + "_zh"),
+                        ],
+                        name + "_hacc",
+                    )
+                    h_new = cell.codes(cell.half_add(h_new, name + "_hh"), hidden, name + "_h")
+                    outs_body = [h_new]
+                elif kind == "rnn_tanh":
+                    pre = g.node("Add", [scan_in[0], ah], name + "_pre")
+                    t = cell.lookup(pre, gate_offsets, name + "_t")
+                    _exact(op, "a hidden state", [(t_bound, a)], kh, cell.half)
+                    h_new = cell.codes(cell.half_add(t, name + "_hh"), hidden, name + "_h")
+                    outs_body = [h_new]
+                else:  # rnn_relu: the pre-activation is already scaled to the hidden grid
+                    pre = g.node("Add", [scan_in[0], ah], name + "_pre")
+                    h_new = cell.codes(pre, hidden, name + "_h", lo=0)
+                    outs_body = [h_new]
+                y_t = g.node("Identity", [h_new], name + "_y_t")
+            outs_body = [*outs_body, y_t]
+            graph = g.helper.make_graph(
+                body,
+                name + "_step",
+                [g.helper.make_tensor_value_info(v, DOUBLE, None) for v in [*state_in, *scan_in]],
+                [g.helper.make_tensor_value_info(v, DOUBLE, None) for v in outs_body],
+            )
+            results = g.node(
+                "Scan",
+                [*states, *scanned],
+                name + "_scan",
+                outputs=len(outs_body),
+                body=graph,
+                num_scan_inputs=len(scanned),
+                scan_input_directions=[d] * len(scanned),
+                scan_output_directions=[d],
+            )
+            hn.append(results[0])
+            if kind == "lstm":
+                cn.append(results[1])
+            outs.append(results[-1])
+        xs = g.node("Concat", outs, f"{base}_l{layer}_y", axis=2) if dirs > 1 else outs[0]
+        x_bound, kx = h_bound, kh
+    y = g.node("Transpose", [xs], base + "_bf", perm=[1, 0, 2]) if layout.batch_first else xs
+    g.put(op.output, "f64", y)
+    g.set_bound(op.output, h_bound)
+    _put_states(g, op.h_n, hn, base + "_hn", h_bound)
+    if op.c_n is not None:
+        _put_states(g, op.c_n, cn, base + "_cn", c_bound)
+
+
+def _put_states(g: Graph, value: Any, states: list[str], base: str, bound: int) -> None:
+    axis = g.const([0], I64)
+    parts = [g.node("Unsqueeze", [s, axis], base + "_u") for s in states]
+    g.put(value, "f64", g.node("Concat", parts, base, axis=0) if len(parts) > 1 else parts[0])
+    g.set_bound(value, bound)
+
+
+WRITERS: dict[type[Operation], Writer] = {nh.RecurrentOp: recurrent}
