@@ -48,12 +48,15 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.rewriter import InsertPoint
 
+from nanoir.errors import ArgumentError
+
 __all__ = [
     "FoldBatchNormIntoConv",
     "FoldBatchNormIntoLinear",
     "FoldBnPass",
     "batch_norm_affine",
     "fold_batch_norm",
+    "fold_bn",
 ]
 
 Float64Array = NDArray[np.float64]
@@ -238,6 +241,20 @@ class FoldBatchNormIntoLinear(RewritePattern):
         _fold(op, linear, rewriter)
 
 
+def fold_bn(program: Operation) -> int:
+    """Fold every batch norm that folds (as above) in ``program``, a module or one function,
+    in place: ``nanoir.fold_bn(module)``. Returns how many were folded; the others stay."""
+    if not isinstance(program, Operation):
+        raise ArgumentError(f"fold_bn takes a program (a ModuleOp), got {type(program).__name__}")
+    count = sum(isinstance(op, nf.BatchNormOp) for op in program.walk())
+    patterns = GreedyRewritePatternApplier(
+        [FoldBatchNormIntoConv(), FoldBatchNormIntoLinear()], dce_enabled=False
+    )
+    for region in program.regions:
+        PatternRewriteWalker(patterns).rewrite_region(region)
+    return count - sum(isinstance(op, nf.BatchNormOp) for op in program.walk())
+
+
 @dataclass(frozen=True)
 class FoldBnPass(ModulePass):
     """Fold ``nf.batch_norm`` into the preceding ``nf.conv``/``nf.linear`` where possible."""
@@ -245,7 +262,4 @@ class FoldBnPass(ModulePass):
     name = "fold-bn"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        patterns = GreedyRewritePatternApplier(
-            [FoldBatchNormIntoConv(), FoldBatchNormIntoLinear()], dce_enabled=False
-        )
-        PatternRewriteWalker(patterns).rewrite_module(op)
+        fold_bn(op)

@@ -9,8 +9,9 @@ The public API, loaded lazily so that ``import nanoir`` stays cheap:
 - ``nanoir.parse(text)`` parses and verifies MLIR text with located errors;
 - ``nanoir.load(path)`` / ``nanoir.save(module, path)`` read and write ``.mlir`` or NanoEngine
   ``.ne`` files, by extension;
-- ``nanoir.from_torch``, ``quantize``, ``report``, ``lower_to_hw``, ``stream_plan``, ``stream``
-  and ``compile_model`` are the pipeline's stages;
+- ``nanoir.from_torch``, ``fold_bn``, ``quantize``, ``report``, ``lower_to_hw``,
+  ``stream_plan``, ``stream`` and ``compile_model`` are the pipeline's stages; ``quantize``
+  warns (``nanoir.QuantizationWarning``) when an output collapses on the calibration data;
 - ``nanoir.Streamer(hw, mem_dim=2)`` runs a program on input rows as they arrive
   (``push``/``flush``/``reset``);
 - ``nanoir.qat`` is quantization-aware training (``prepare``, ``calibrate``, ``train``,
@@ -30,16 +31,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from nanoir.errors import Error
+from nanoir.errors import Error, QuantizationWarning
 
 __all__ = [
     "Error",
+    "QuantizationWarning",
     "Streamer",
     "Target",
     "compile_model",
     "compile_module",
     "draw",
     "estimate",
+    "fold_bn",
     "from_torch",
     "inspect",
     "load",
@@ -73,6 +76,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "from_torch": ("nanoir.frontend", "from_torch"),
     "qat": ("nanoir.qat", None),
     "quantize": ("nanoir.lowering.quantize", "quantize"),
+    "fold_bn": ("nanoir.lowering.fold_bn", "fold_bn"),
     "report": ("nanoir.quant_report", "report"),
     "draw": ("nanoir.dot", "draw"),
     "Target": ("nanoir.target", "Target"),

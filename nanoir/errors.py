@@ -83,3 +83,10 @@ class FileAccessError(OSError, Error):
 def os_reason(e: OSError) -> str:
     """The short reason of an ``OSError`` (``No such file or directory``), for messages."""
     return e.strerror or str(e)
+
+
+class QuantizationWarning(UserWarning):
+    """A quantized program whose output is destroyed: all zero, the same for every input, or
+    below the least SQNR against float on the calibration data (``nanoir.quantize``'s check;
+    ``strict=True`` makes it an error). The message names the output, its SQNR, the layer
+    where SQNR falls most and what to try."""

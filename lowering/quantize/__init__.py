@@ -37,7 +37,9 @@ the order of the phases; ``rules`` the options and the rule grammar (``QuantConf
 calibration batches; ``imported`` imported (QAT) exponents, checked; ``joins`` the exponents
 at joins and accumulators, on the rules of ``join_rules`` (exponents alone, shared with
 ``nanoir.qat``); ``bias_correction`` empirical bias correction; ``batch_norm`` the dyadic
-affine of a lone batch norm; ``recurrent`` the internal quantizers of ``nf.recurrent``.
+affine of a lone batch norm; ``recurrent`` the internal quantizers of ``nf.recurrent``;
+``check`` the check at the end (an output all zero, constant or below ``min_sqnr`` against
+float on the calibration data: ``nanoir.QuantizationWarning``, or an error with ``strict``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from nanoir.lowering.quantize.calibration import (
     spelled_shape,
     tensor_exps,
 )
+from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing
 from nanoir.lowering.quantize.driver import (
     CONSTANT_ROUNDING,
     QuantizePass,
@@ -92,6 +95,7 @@ __all__ = [
     "EXPONENT_FILE_LIMIT",
     "LEARNERS",
     "MAX_JSON_DEPTH",
+    "MIN_SQNR_DB",
     "UNCORRECTED",
     "WEIGHTED",
     "Quant",
@@ -107,6 +111,7 @@ __all__ = [
     "bn_input_grid",
     "calibrate",
     "candidate_sse",
+    "check_after_quantizing",
     "checked_batch_array",
     "checked_bits",
     "describe",

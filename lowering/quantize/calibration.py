@@ -246,8 +246,12 @@ def calibrate(
     *,
     progress: bool | None = None,
     reduce: Reduce | None = None,
+    outputs: list[list[np.ndarray]] | None = None,
 ) -> None:
     """Run the float program on the calibration batches and set each activation's ``exps``.
+
+    ``outputs`` (a list) receives the float program's outputs on each batch, in order, for
+    quantize's check (``check``) to reuse.
 
     ``reduce`` merges the statistics of several processes, each calibrating on its own
     batches, before any exponent is chosen (``nanoir.qat.distributed``; None: one process):
@@ -304,7 +308,9 @@ def calibrate(
                 for arg, x in zip(func.body.block.args, batch):
                     if arg in acts:
                         observe_value(arg, x)
-                plan(*batch, observe=observe)
+                results = plan(*batch, observe=observe)
+                if outputs is not None and phase == 0:
+                    outputs.append([np.asarray(y, np.float64) for y in results])
                 advance()
             if reduce is not None:
                 _merge(stats, acts, phase, reduce)

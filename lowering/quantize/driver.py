@@ -18,6 +18,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import LookupTable
+from nanoir.lowering.fold_bn import fold_bn as fold_batch_norms
 from nanoir.lowering.hw.support import check_before_calibrating
 from nanoir.lowering.lower_to_hw import target_argument
 from nanoir.lowering.quantize.batch_norm import make_dyadic
@@ -29,6 +30,7 @@ from nanoir.lowering.quantize.calibration import (
     load_calibration,
     tensor_exps,
 )
+from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing, min_sqnr_argument
 from nanoir.lowering.quantize.imported import checked_exponents, load_exponents
 from nanoir.lowering.quantize.joins import settle
 from nanoir.lowering.quantize.recurrent import (
@@ -58,7 +60,7 @@ from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from nanoir.errors import ArgumentError, batches_argument
+from nanoir.errors import ArgumentError, batches_argument, bool_argument
 
 __all__ = [
     "CONSTANT_ROUNDING",
@@ -229,12 +231,15 @@ def quantize_function(
     progress: bool | None = None,
     bias_correction: bool | None = None,
     reduce: Reduce | None = None,
+    float_outputs: list[list[np.ndarray]] | None = None,
 ) -> list[Target]:
     """Insert fake-quants into ``func``; returns what was quantized, with its exponents.
 
     ``bias_correction`` (None: on when there is calibration data) corrects every conv/linear
     bias for the mean quantization error at its output (``bias_correction``). ``reduce`` merges
-    the calibration statistics of several processes (``calibration.Reduce``)."""
+    the calibration statistics of several processes (``calibration.Reduce``).
+    ``float_outputs`` (a list) receives the float program's outputs on each calibration batch
+    where calibration runs it (``calibrate``), for the check (``check``)."""
     exponents = checked_exponents(exponents)
     names = set(exponents)
     correct = calibration is not None and bias_correction is not False
@@ -287,7 +292,15 @@ def quantize_function(
                 f"exponents); none given for {', '.join(t.name for t in missing[:5])}"
                 + (" ..." if len(missing) > 5 else "")
             )
-        calibrate(func, missing, calibration, config, progress=progress, reduce=reduce)
+        calibrate(
+            func,
+            missing,
+            calibration,
+            config,
+            progress=progress,
+            reduce=reduce,
+            outputs=float_outputs,
+        )
     # The float program's kernels, built before fake-quants change what some ops compute.
     kernels = float_kernels(func) if correct else {}
     rewriter = Rewriter()
@@ -363,6 +376,9 @@ def quantize(
     bias_correction: bool | None = None,
     target: Any = None,
     host: bool = False,
+    fold_bn: bool = True,
+    strict: bool = False,
+    min_sqnr: float = MIN_SQNR_DB,
     **options: Any,
 ) -> list[Target]:
     """Quantize a float (nf) program in place: ``nanoir.quantize(module, batches, act_bits=8)``.
@@ -375,13 +391,29 @@ def quantize(
     ``nanoir.Target`` or its TOML file) is the engine the program will lower to: an op it
     cannot run is refused before anything is calibrated, unless ``host=True`` (the op will
     run on the host: ``lower_to_hw(..., host=True)``).
+
+    Every batch norm that folds into the conv or linear before it is folded first
+    (``nanoir.fold_bn``; ``fold_bn=False`` keeps them). With calibration data, the quantized
+    program's outputs are checked against the float program's on it (``check``): an output all
+    zero, the same for every input, or below ``min_sqnr`` dB SQNR gives a
+    ``nanoir.QuantizationWarning`` naming it, the layer where SQNR falls most and what to try;
+    ``strict=True`` makes that a ``QuantizeError``.
     """
+    fold_bn = bool_argument("quantize: fold_bn", fold_bn)
+    strict = bool_argument("quantize: strict", strict)
+    min_sqnr = min_sqnr_argument(min_sqnr)
     if bias_correction is not None and not isinstance(bias_correction, bool | np.bool_):
         raise ArgumentError(
             f"quantize: bias_correction must be True, False or None, got {bias_correction!r}"
         )
     if calibration is not None:
         batches_argument("calibration", calibration)
+        calibration = list(calibration)  # read by calibration and by the check
+    elif strict:
+        raise ArgumentError(
+            "quantize: strict=True checks the quantized program on the calibration data; "
+            "give calibration batches"
+        )
     if config is None:
         unknown = sorted(set(options) - {f.name for f in fields(QuantConfig)})
         if unknown:
@@ -399,18 +431,25 @@ def quantize(
     elif options:
         raise QuantizeError("quantize: pass either config= or keyword options, not both")
     func = find_function(module, function)
+    if fold_bn:
+        fold_batch_norms(func)
     if target is not None and not host:  # before calibrating: what the engine cannot run
         engine = target_argument(target)
         assert engine is not None
         check_before_calibrating(func, find_targets(func, config), config.rounding, engine)
-    return quantize_function(
+    floats: list[list[np.ndarray]] = []
+    targets = quantize_function(
         func,
         calibration,
         config,
         exponents,
         progress=progress,
         bias_correction=None if bias_correction is None else bool(bias_correction),
+        float_outputs=floats,
     )
+    if calibration is not None:
+        check_after_quantizing(func, calibration, floats, min_sqnr=min_sqnr, strict=strict)
+    return targets
 
 
 @dataclass(frozen=True)
@@ -450,6 +489,13 @@ class QuantizePass(ModulePass):
     calibration data (no effect without ``calibration``)."""
     unsigned: str = "never"
     """``never`` (signed codes) or ``auto``: unsigned codes for activations known non-negative."""
+    fold_bn: bool = True
+    """Fold every batch norm that folds into the conv or linear before it first (``fold-bn``)."""
+    strict: bool = False
+    """A collapsed output (all zero, constant, or below ``min_sqnr`` against float on the
+    calibration data) is an error rather than a warning on stderr."""
+    min_sqnr: float | int = MIN_SQNR_DB
+    """The least SQNR (dB) of each output against float on the calibration data."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.batch_size <= 0:
@@ -480,4 +526,7 @@ class QuantizePass(ModulePass):
             function=self.function,
             progress=False,
             bias_correction=self.bias_correction,
+            fold_bn=self.fold_bn,
+            strict=self.strict,
+            min_sqnr=self.min_sqnr,
         )

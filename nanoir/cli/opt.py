@@ -37,7 +37,7 @@ from nanoir.cli.ne_target import NanoEngineTarget, read_nanoengine
 from nanoir.cli.onnx_target import OnnxIntegerTarget, OnnxNanoEngineTarget, OnnxTarget
 from nanoir.context import ALL_DIALECTS
 from nanoir.diagnostics import LocatingParser, NanoirDiagnostic, verify_located
-from nanoir.errors import Error, FileAccessError, FileFormatError
+from nanoir.errors import Error, FileAccessError, FileFormatError, QuantizationWarning
 from nanoir.files import check_output_path, write_atomically
 from nanoir.grammar.ne.errors import NanoEngineError
 from nanoir.passes import ALL_PASSES, PASS_SUMMARIES
@@ -306,6 +306,22 @@ def _estimate_text(prog: ModuleOp, form: str, target: str | None, plot: str | No
     return (result.to_json() if form == "perf-json" else str(result)) + "\n"
 
 
+def _run_printing_quantize_warnings(tool: NanoirOptMain) -> None:
+    """Run the pipeline; each ``QuantizationWarning`` (quantize's check: a collapsed output)
+    is one line on stderr, ``nanoir-opt: warning: ...``; ``quantize{strict=true}`` raises
+    instead, which ends with exit code 1 as any error."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", QuantizationWarning)
+        try:
+            tool.run()
+        finally:
+            for w in caught:
+                if issubclass(w.category, QuantizationWarning):
+                    print(f"nanoir-opt: warning: {w.message}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``nanoir-opt``; returns the exit code."""
     return run_main("nanoir-opt", lambda: _main(argv))
@@ -333,7 +349,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 f"--emit={tool.args.target} writes binary ONNX, which a terminal cannot show: "
                 "give -o FILE (or redirect stdout)"
             )
-        tool.run()
+        _run_printing_quantize_warnings(tool)
         text = tool.output_buffer.getvalue()
         if tool.binary_output is not None:  # ONNX
             if tool.args.output_file is None:

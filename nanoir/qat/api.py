@@ -741,12 +741,27 @@ def save_exponents(qat: QATModule, path: str | Path) -> None:
     write_atomically(name, json.dumps(export_exponents(qat), indent=1) + "\n")
 
 
-def convert(qat: QATModule) -> ModuleOp:
+def convert(
+    qat: QATModule,
+    data: Iterable[Any] | None = None,
+    *,
+    strict: bool = False,
+    min_sqnr: float = qz.MIN_SQNR_DB,
+) -> ModuleOp:
     """The nq program (nf + ``nq.fake_quant``) of the trained module: its constants and
     exponents through ``quantize``. ``nanoir.run`` on it equals ``qat.eval()`` on float64
-    inputs bit for bit, and it lowers to nh as any quantized program does."""
+    inputs bit for bit, and it lowers to nh as any quantized program does.
+
+    With ``data`` (batches, as for :func:`calibrate`), the program is checked on them against
+    its float program as ``quantize`` checks it: a collapsed output gives a
+    ``nanoir.QuantizationWarning`` (``strict``: a ``QuantizeError``)."""
 
     qat = _qat_argument(qat, "convert")
+    if data is not None:
+        batches_argument("data", data)
+        data = list(data)
+    elif bool_argument("strict", strict):
+        raise ArgumentError("nanoir.qat.convert: strict=True checks the program on data; give data")
     module = float_program(qat)
     exponents = export_exponents(qat)
     origins = {qat.quantizers[k].name: o for k, o in qat.joins.origins.items()}
@@ -759,6 +774,8 @@ def convert(qat: QATModule) -> ModuleOp:
             for use in t.value.uses:
                 if isinstance(use.operation, FakeQuantOp) and use.operation.origin is None:
                     use.operation.origin = StringAttr(origins[t.name])
+    if data is not None:
+        qz.check_after_quantizing(func, data, [], min_sqnr=min_sqnr, strict=strict)
     return module
 
 
