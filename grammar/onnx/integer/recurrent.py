@@ -5,7 +5,8 @@ One ``Scan`` per layer and direction (the reverse one scans its input and writes
 backwards: ``scan_input_directions`` / ``scan_output_directions``), over a sequence whose
 length and batch are known only at run time; the states are the hidden codes (and an LSTM's
 cell codes), the scanned input is the input part of every step's pre-activations, computed
-for the whole sequence at once before the loop (one ``MatMul``).
+for the whole sequence at once before the loop (one ``MatMul``). onnxruntime refuses a
+``Scan`` over 0 steps, as the NumPy executor (and torch) refuse an empty sequence.
 
 Why float64, and why it is exact. The runtime sums each gate's pre-activation in int64 with
 every term left-shifted to the finest exponent ``E``, then requantizes by ``s = E - k`` to the
