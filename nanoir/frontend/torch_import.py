@@ -57,7 +57,7 @@ from xdsl.utils.exceptions import VerifyException
 from nanoir.dialects import nf
 from nanoir.dialects.dense import numpy_to_dense
 from nanoir.errors import ArgumentError
-from nanoir.frontend import core_aten, math_ops, movement_ops, reductions, resize
+from nanoir.frontend import core_aten, math_ops, movement_ops, products, reductions, resize
 from nanoir.frontend.batch_fold import fold_batch_uniform
 from nanoir.frontend.errors import FrontendError
 from nanoir.frontend.export_errors import export_failure, scripted_module
@@ -1842,7 +1842,7 @@ for _new, _old in core_aten.ALIASES.items():
     ATEN_HANDLERS[_new] = ATEN_HANDLERS[_old]
 for _family in (math_ops, reductions, movement_ops, resize, core_aten):
     ATEN_HANDLERS.update(_family.HANDLERS)
-for _wraps in (reductions.WRAPS, core_aten.WRAPS):
+for _wraps in (reductions.WRAPS, core_aten.WRAPS, products.WRAPS):
     for _name, _wrap in _wraps.items():
         ATEN_HANDLERS[_name] = _wrap(ATEN_HANDLERS[_name])
 

@@ -45,6 +45,7 @@ from nanoir.dialects import nf
 from nanoir.grammar.ne.syntax_tree import AttrValue, Float
 from nanoir.grammar.onnx.importer.state import FLOAT_TYPES, Node, ReaderState, dims_text, type_name
 from nanoir.grammar.onnx.recurrent import read_squeeze
+from nanoir.lowering.analysis.products import reciprocal_of_divisor
 from nanoir.runtime.numerics.shapes import broadcast_shapes, shape_str
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import SSAValue
@@ -311,10 +312,26 @@ def _arith(r: ReaderState, n: Node) -> None:
         r.alias(n.outputs[0], r.values[b])
         return
     inputs = list(n.inputs)
+    inverse = _reciprocal(r, n)
+    if inverse is not None:  # Div(a, c): Mul(a, 1/c), the factor quantized like a weight
+        inputs[1] = r.fresh_constant(f"{b}.reciprocal", inverse.astype(r.static[b].dtype))
+        r.row(n, "Mul", dict(n.attrs), inputs, n.outputs)
+        return
     if n.op_type == "Mul" and _fuse_silu(r, inputs):
         r.row(n, "Swish", {}, inputs[:1], n.outputs)
         return
     r.row(n, n.op_type, dict(n.attrs), inputs, n.outputs)
+
+
+def _reciprocal(r: ReaderState, n: Node) -> np.ndarray | None:
+    """For ``Div(a, c)`` with a constant float ``c`` that is no power of two (issue 30 §7),
+    ``1/c``: the division is read as that product (``analysis.products``)."""
+    if n.op_type != "Div" or len(n.inputs) != 2 or n.inputs[1] not in r.static:
+        return None
+    divisor = r.static[n.inputs[1]]
+    if divisor.dtype.kind != "f":
+        return None
+    return reciprocal_of_divisor(divisor)
 
 
 def _fuse_silu(r: ReaderState, inputs: list[str]) -> bool:

@@ -9,8 +9,12 @@
   is one ``nf.layer_norm`` over the last ``len(axes)`` dims (ONNX LayerNormalization's
   semantics: biased variance, ``eps`` inside the root);
 - the HardSwish paddle2onnx writes, ``Div(Mul(x, Clip(Add(x, 3), 0, 6)), 6)`` (or times
-  ``1/6``), is one ``nf.hardswish`` (a lookup table once quantized; the division by 6 alone
-  has no exact integer form).
+  ``1/6``, or the division first: ``Mul(x, Div(Clip(...), 6))``), and ``Mul(x,
+  HardSigmoid(x))`` with torch's alpha = 1/6 and beta = 0.5, are one ``nf.hardswish`` (a
+  lookup table once quantized, one rounding; the product is a table, a truncated product and
+  a quantized 1/6). Paddle's SE gate, ``HardSigmoid`` with alpha = 0.2 times another tensor,
+  is not that function and stays. (The torch frontend asks the same of its nf products:
+  ``nanoir.lowering.analysis.products``.)
 
 A matcher finds the structure once, before reading: op types, and who reads each output
 (every intermediate read by the next node alone and no graph output). The reader defers a
@@ -227,24 +231,56 @@ def _fuse_layer_norm(r: ReaderState, group: Group, node_of: NodeOf) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+def _scaling_reader(g: _Graph, name: str) -> int | None:
+    """The one node reading ``name`` that scales it by a second input: ``Div(name, c)`` or
+    ``Mul`` (either order); whether ``c`` is ``6`` or ``1/6`` the fuse checks."""
+    node = g.only_reader(name, "Div", "Mul")
+    if node is None or len(g.nodes[node].input) != 2:
+        return None
+    if g.nodes[node].op_type == "Div" and g.nodes[node].input[0] != name:
+        return None
+    return node
+
+
 def _match_hard_swishes(g: _Graph) -> list[Group]:
+    """``x · clip(x + 3, 0, 6) / 6``, the product or the division first, and
+    ``x · HardSigmoid(x)`` (torch's alpha and beta, checked when fusing)."""
     groups: list[Group] = []
     nodes = g.nodes
     for a, node in enumerate(nodes):
+        if node.op_type == "HardSigmoid" and len(node.input) == 1:
+            x = node.input[0]
+            mul = g.only_reader(node.output[0], "Mul")
+            if mul is not None and _other(nodes[mul], node.output[0]) == x and a < mul:
+                operands = {"x": x}
+                groups.append(Group((a, mul), nodes[mul].output[0], _fuse_gate, operands))
+            continue
         if node.op_type != "Add" or len(node.input) != 2:
             continue
         for x, three in (tuple(node.input), tuple(node.input)[::-1]):
             clip = g.only_reader(node.output[0], "Clip")
             if clip is None or nodes[clip].input[0] != node.output[0]:
                 continue
-            mul = g.only_reader(nodes[clip].output[0], "Mul")
-            if mul is None or _other(nodes[mul], nodes[clip].output[0]) != x:
+            gate = nodes[clip].output[0]
+            mul = g.only_reader(gate, "Mul")
+            if mul is not None and _other(nodes[mul], gate) == x:  # (x · clip) / 6
+                scale = _scaling_reader(g, nodes[mul].output[0])
+                members = [a, clip, mul, scale]
+                last = scale
+            else:  # x · (clip / 6)
+                scale = _scaling_reader(g, gate)
+                mul = None if scale is None else g.only_reader(nodes[scale].output[0], "Mul")
+                if mul is None or _other(nodes[mul], nodes[scale].output[0]) != x:
+                    continue
+                members = [a, clip, scale, mul]
+                last = mul
+            if scale is None or last is None:
                 continue
-            last = g.only_reader(nodes[mul].output[0], "Div", "Mul")
-            if last is None or list(nodes[last].input)[:1] != [nodes[mul].output[0]]:
+            scaled = nodes[members[members.index(scale) - 1]].output[0]  # what 6 divides
+            six = _other(nodes[scale], scaled)
+            if six is None:
                 continue
-            members = [a, clip, mul, last]
-            operands = {"x": x, "three": three, "six": nodes[last].input[1]}
+            operands = {"x": x, "three": three, "six": six, "scale": nodes[scale].op_type}
             if sorted(members) == members:
                 groups.append(
                     Group(tuple(members), nodes[last].output[0], _fuse_hard_swish, operands)
@@ -275,15 +311,28 @@ def _fuse_hard_swish(r: ReaderState, group: Group, node_of: NodeOf) -> bool:
         or _clip_bounds(r, node_of(group.members[1])) != (0, 6)
     ):
         return False
-    last = node_of(group.last)
     divisor = _scalar(r, ops["six"])
     if (
         divisor is None
-        or (last.op_type == "Div" and divisor != 6)
-        or (last.op_type == "Mul" and abs(divisor - 1 / 6) > 1e-7)
+        or (ops["scale"] == "Div" and divisor != 6)
+        or (ops["scale"] == "Mul" and abs(divisor - 1 / 6) > 1e-7)
     ):
         return False
-    r.add(last, nf.HardSwishOp(x), [group.output])
+    r.add(node_of(group.last), nf.HardSwishOp(x), [group.output])
+    return True
+
+
+def _fuse_gate(r: ReaderState, group: Group, node_of: NodeOf) -> bool:
+    """``x · HardSigmoid(x)`` is hardswish with torch's hardsigmoid only (alpha 1/6 within
+    float32 rounding, beta 0.5); Paddle's alpha = 0.2 is another function."""
+    x = r.values.get(group.operands["x"])
+    attrs = node_of(group.members[0]).attrs
+    alpha, beta = attrs.get("alpha"), attrs.get("beta")
+    alpha_value = 0.2 if alpha is None else float(alpha.value)  # type: ignore[union-attr]
+    beta_value = 0.5 if beta is None else float(beta.value)  # type: ignore[union-attr]
+    if x is None or abs(alpha_value - 1 / 6) > 1e-7 or beta_value != 0.5:
+        return False
+    r.add(node_of(group.last), nf.HardSwishOp(x), [group.output])
     return True
 
 
