@@ -118,7 +118,7 @@ def test_strict_without_calibration_data_is_refused() -> None:
 def test_constant_classifier_warns_even_above_the_sqnr_threshold() -> None:
     """The gate collapses to 0, so the head answers softmax(bias) to every input: high SQNR
     (the float probabilities stay near it) yet no information. kills: the constant case
-    dropped; a constant output measured per batch instead of over all inputs."""
+    dropped (only a low SQNR reported)."""
     batches = uniform_batches()
     model = GatedClassifier()
     messages = quantized(model, batches, rules=("act@^(x|gate)$=2",), **COLLAPSE_RULES)
