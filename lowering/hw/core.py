@@ -261,6 +261,7 @@ class HwLowering:
         )
         self.emit(req, hv.value.name_hint)
         flat = np.asarray(target).reshape(-1)
+        flat = flat if flat.size else np.zeros(1, np.int64)  # (an empty part: any one)
         if (flat == flat[0]).all():
             # One exponent in all: keep it per-tensor (as the nh type says), so that ops
             # needing per-tensor exponents (relayout, lookup tables, matmul) accept it.
@@ -270,8 +271,8 @@ class HwLowering:
     def shift_list(self, op: Operation, shift: np.ndarray, layout: str, rank: int) -> list[int]:
         """Shifts as ``nh.requant`` takes them: one, or one per channel of ``layout``."""
         flat = shift.reshape(-1)
-        if (flat == flat[0]).all():
-            return [int(flat[0])]
+        if flat.size == 0 or (flat == flat[0]).all():  # (no channel: an empty tensor)
+            return [int(flat[0]) if flat.size else 0]
         axis = layout.find("C")
         full = shift.reshape((1,) * (rank - shift.ndim) + shift.shape)
         if [i for i, d in enumerate(full.shape) if d > 1] != [axis]:

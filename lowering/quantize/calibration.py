@@ -276,7 +276,8 @@ def calibrate(
         x = finite(x)
         if value in positive:
             x = np.maximum(x, 0.0)
-        m = quant.channel_absmax(x, t.channel_axis)
+        # (an empty tensor, x[:, :0], holds nothing: 0, so its exponent is a zero range's)
+        m = quant.channel_absmax(x, t.channel_axis) if x.size else np.zeros(1)
         m = m.reshape(-1)
         s = stats[value]
         s.absmax = m if s.absmax is None else np.maximum(s.absmax, m)

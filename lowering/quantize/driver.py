@@ -33,6 +33,7 @@ from nanoir.lowering.quantize.calibration import (
 from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing, min_sqnr_argument
 from nanoir.lowering.quantize.imported import checked_exponents, load_exponents
 from nanoir.lowering.quantize.joins import settle
+from nanoir.lowering.quantize.masks import fold_infinite_masks
 from nanoir.lowering.quantize.recurrent import (
     has_recurrent,
     pop_internal,
@@ -242,6 +243,7 @@ def quantize_function(
     where calibration runs it (``calibrate``), for the check (``check``)."""
     exponents = checked_exponents(exponents)
     names = set(exponents)
+    fold_infinite_masks(func)  # (no grid holds x + -inf's constant; a selection picks it)
     correct = calibration is not None and bias_correction is not False
     if correct:
         calibration = list(calibration)  # read twice: calibrating, then correcting

@@ -73,6 +73,11 @@ def value_name(value: SSAValue, index: dict[SSAValue, int]) -> str:
     return f"%{index.setdefault(value, len(index))}"
 
 
+def _empty(value: SSAValue) -> bool:
+    """A tensor of no elements (``x[:, :0]``): one exponent, as no channel has values."""
+    return 0 in nf.tensor_shape(value)
+
+
 def _is_float_tensor(value: SSAValue) -> bool:
     t = value.type
     return isinstance(t, TensorType) and not isinstance(t.get_element_type(), IntegerType)
@@ -162,9 +167,29 @@ def scalar_factor(value: SSAValue) -> bool:
     return not _short_dyadic(v)
 
 
+def _infinite_constant(value: SSAValue) -> None:
+    """An infinite constant (a causal mask ``full(-inf).triu(1)`` added to attention scores)
+    stays float: no grid holds an infinity, and what reads it saturates there (``x + -inf``
+    is ``-inf``, which the result's fake-quant makes its lowest code; calibration reads its
+    finite values). NaN, or a conv's or linear's weight or bias, is a ``QuantizeError``."""
+    assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
+    name = value_name(value, {})
+    if np.isnan(dense_to_numpy(value.op.value)).any():
+        raise QuantizeError(f"quantize: constant {name} holds NaN, which has no code")
+    for use in value.uses:
+        if use.operation.has_trait(Weighted) or isinstance(use.operation, nf.EmbeddingOp):
+            raise QuantizeError(
+                f"quantize: constant {name} holds an infinity and is a weight or bias of "
+                f"{use.operation.name}; no grid holds an infinity"
+            )
+    return None
+
+
 def _constant_kind(value: SSAValue) -> str | None:
     """weight, bias, const (another named constant) or None (leave float)."""
     assert isinstance(value, OpResult) and isinstance(value.op, nf.ConstantOp)
+    if not np.isfinite(dense_to_numpy(value.op.value)).all():
+        return _infinite_constant(value)
     for use in value.uses:
         if use.operation.has_trait(Weighted):
             if use.index == 1:
@@ -332,7 +357,7 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         bits, per_channel = resolved
         if bits == 1:
             _refuse_one_bit_into_recurrent(value, unique, rule_kind)
-        if kind == "const" or kind != "bias" and needs_one_grid(value):
+        if kind == "const" or kind != "bias" and needs_one_grid(value) or _empty(value):
             per_channel = False  # (an embedding table's rows are gathered: one exponent)
         targets.append(
             Target(
