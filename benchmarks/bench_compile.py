@@ -12,9 +12,9 @@ runs them:
 
 - ``export``: ``torch.export`` + ``run_decompositions`` (torch's work, not nanoir's);
 - ``import``: the rest of ``from_torch`` (ExportedProgram -> nf);
-- ``fold-bn``; ``quantize`` (absmax, as issue 20 specifies this benchmark, with the default
-  bias correction; one calibration batch of 1; the default mse calibrator adds about 0.7 s CPU
-  on ResNet-18 224x224, 0.8 s on DenseNet-121);
+- ``fold-bn``; ``quantize`` (``--calibrator``: absmax by default, as issue 20 specifies this
+  benchmark, or mse, quantize's default; with the default bias correction; one calibration
+  batch of 1);
   ``lower-to-hw``;
 - ``stream-plan`` (``mem_dim`` 2, defaults).
 
@@ -30,7 +30,7 @@ growth: about 1; the target is within 2x). ``--profile DIR`` writes a cProfile o
 worker to ``DIR/<name>.prof``.
 
     python benchmarks/bench_compile.py [--sizes 100,1000,10000] [--kinds chain,residual,dense]
-        [--models DenseNet121,RepVGGA0,ResNet18] [--profile DIR]
+        [--models DenseNet121,RepVGGA0,ResNet18] [--calibrator absmax|mse] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def repeat_body(module: Any, times: int) -> None:
     ret.operands = (current,)
 
 
-def worker(name: str, profile: str | None, keep_gc: bool = False) -> dict[str, Any]:
+def worker(
+    name: str, profile: str | None, keep_gc: bool = False, calibrator: str = "absmax"
+) -> dict[str, Any]:
     import cProfile
 
     import torch
@@ -157,7 +159,7 @@ def worker(name: str, profile: str | None, keep_gc: bool = False) -> dict[str, A
     func = next(op for op in module.body.block.ops if isinstance(op, FuncOp))
     ops = sum(op.name not in ("nf.constant", "func.return") for op in func.body.block.ops)
     stage("fold-bn", FoldBnPass().apply, nanoir.make_context(), module)
-    stage("quantize", quantize, module, calibration, calibrator="absmax")
+    stage("quantize", quantize, module, calibration, calibrator=calibrator)
     stage("lower-to-hw", lower_to_hw, module)
     stage("stream-plan", StreamPlanPass().apply, nanoir.make_context(), module)
     if prof and profile:
@@ -166,7 +168,9 @@ def worker(name: str, profile: str | None, keep_gc: bool = False) -> dict[str, A
     return {"name": name, "ops": ops, "times": times, "wall": wall}
 
 
-def run_worker(name: str, profile_dir: str | None, keep_gc: bool) -> dict[str, Any]:
+def run_worker(
+    name: str, profile_dir: str | None, keep_gc: bool, calibrator: str = "absmax"
+) -> dict[str, Any]:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -176,6 +180,7 @@ def run_worker(name: str, profile_dir: str | None, keep_gc: bool) -> dict[str, A
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name]
     if keep_gc:
         cmd.append("--keep-gc")
+    cmd += ["--calibrator", calibrator]
     if profile_dir:
         safe = name.replace(":", "_")
         cmd += ["--profile-file", os.path.join(profile_dir, f"{safe}.prof")]
@@ -192,11 +197,12 @@ def main() -> int:
     parser.add_argument("--models", default="DenseNet121,RepVGGA0,ResNet18")
     parser.add_argument("--profile", metavar="DIR", help="write a cProfile per worker")
     parser.add_argument("--keep-gc", action="store_true", help="leave the garbage collector on")
+    parser.add_argument("--calibrator", default="absmax", choices=("absmax", "mse"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--profile-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.profile_file, args.keep_gc)))
+        print(json.dumps(worker(args.worker, args.profile_file, args.keep_gc, args.calibrator)))
         return 0
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
@@ -206,7 +212,7 @@ def main() -> int:
     names += [m for m in args.models.split(",") if m]
     rows = []
     for name in names:
-        row = run_worker(name, args.profile, args.keep_gc)
+        row = run_worker(name, args.profile, args.keep_gc, args.calibrator)
         rows.append(row)
         t = row["times"]
         print(f"# {name}: {row['ops']} ops, " + ", ".join(f"{s} {t[s]:.2f}s" for s in t))
