@@ -11,4 +11,6 @@ numerics and ``nanoir.errors`` (DESIGN.md, "Layers"). Modules, bottom up:
 - ``simulate``: row counts of a stream, per analysed dim;
 - ``plan``: the buffer plan of a function and its report table (``stream_plan``);
 - ``attributes``: the plan's shapes as IR attributes and back (``stream_shapes``).
+- ``products``: what an nf product is read as by the frontends (a division by a constant as
+  a product by its reciprocal; torch's hardswish written out).
 """
