@@ -126,7 +126,8 @@ class Collapse:
     name: str
     sqnr: float
     how: str
-    """``all zero``, ``constant`` or ``low SQNR``."""
+    """``all zero``, ``constant``, ``low SQNR``, or ``fails`` (the quantized program cannot run
+    on a calibration batch: ``notes`` says why)."""
     layer: str | None = None
     layer_op: str | None = None
     layer_sqnr: float | None = None
@@ -209,7 +210,7 @@ def check_quantized(
 ) -> list[Collapse]:
     """The collapsed outputs of the quantized ``func`` on ``batches`` against ``floats`` (the
     float program's outputs on the same batches, in order). A batch the quantized program
-    cannot run on is an :class:`ExecutionError`'s message as a collapse of every output."""
+    cannot run on gives one collapse, ``fails``, with the :class:`ExecutionError`'s message."""
     ret = func.body.block.last_op
     assert isinstance(ret, ReturnOp)
     outputs = list(ret.operands)
