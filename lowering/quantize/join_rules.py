@@ -361,6 +361,11 @@ class Rules:
                 # A 1-bit weight that was 0 everywhere (the least magnitude, 2**-60): its
                 # magnitude is free, and the least one that fits costs less than the input.
                 self.lower(fw, self._lower_channels(wt, over, step, code=True), f"acc:{wt.name}")
+            elif bias_dominant and self._coarsen_own_channels(wt, worst, bias_part, sums):
+                # Per-channel weights: the channels whose aligned bias dominates take a larger
+                # step of their own (a nearly dead channel, weights ~0 at exponent ~49, had
+                # an accumulator 2**-55-fine); the input is shared by every channel and reader.
+                pass
             elif x_adjustable and (bias_dominant or spread > 0):
                 # The aligned bias, or the input's finest channels (or concat parts) shifted
                 # onto the others, dominate: a larger step for the finest part of the input.
@@ -377,6 +382,37 @@ class Rules:
                     self.lower(fw, self._lower_channels(wt, over, step), f"acc:{wt.name}")
             else:
                 return
+
+    def _coarsen_own_channels(
+        self, wt: Weighted, worst: np.ndarray, bias_part: np.ndarray, sums: np.ndarray
+    ) -> bool:
+        """Lower the exponents of a per-channel weight (b > 1, not imported) where the
+        accumulator bound is over i32 and the aligned bias dominates, each by the steps its
+        own excess asks (at least one); False if none can move (at the calibration floor).
+
+        Each step halves that channel's accumulator resolution and its aligned bias, and
+        costs only that channel's weight resolution: a nearly dead channel (weights ~0,
+        exponent ~49) loses nothing, where coarsening the input would cost every channel."""
+        fw = wt.w
+        if fw.fixed or fw.bits < 2 or fw.exps.size == 1:
+            return False
+        steps = np.array(
+            [
+                max(1, math.floor(math.log2(int(v) / ACC_LIMIT)))
+                if int(v) > ACC_LIMIT and int(bp) > int(s)
+                else 0
+                for v, bp, s in zip(worst, bias_part, sums)
+            ],
+            dtype=np.int64,
+        )
+        if wt.transposed is not None:  # [O/g] exponents, shared by the groups
+            steps = steps.reshape(wt.groups, -1).max(axis=0)
+        old = fw.exps.reshape(-1)
+        new = np.maximum(old - steps, quant.CALIB_EXP_RANGE[0])
+        if (new == old).all():
+            return False
+        self.lower(fw, new.reshape(fw.exps.shape), f"acc:{wt.name}")
+        return True
 
     def _settle_zero_weight(self, wt: Weighted, bias: Quant) -> None:
         """Weight channels that are 0 everywhere put their accumulator on the bias's grid.

@@ -45,6 +45,7 @@ from xdsl.ir import Operation, SSAValue
 
 __all__ = [
     "CELL_BITS",
+    "DEAD_ROW_STEPS",
     "has_recurrent",
     "internal_names",
     "pop_internal",
@@ -55,6 +56,10 @@ __all__ = [
 
 CELL_BITS = 16
 """The cell state's default width."""
+DEAD_ROW_STEPS = 16
+"""Steps finer than its weight's coarsest row a recurrent weight's row may take: a row
+``2**-16`` of the largest carries nothing a 16-bit gate grid resolves, and each step finer
+shifts the row's bias one place further in the cell's exact sums (past ``2**62`` at ~45)."""
 
 
 def _ops(func: FuncOp) -> list[nf.RecurrentOp]:
@@ -209,7 +214,10 @@ def settle_zero_rows(targets: Sequence[Target]) -> None:
     cell (``w_hh`` for ``w_ih``), else that of a unit range: at 60 their product's grid
     would be 2**-60-fine and the cell's exact sums would shift the bias and the other product
     onto it, past ``2**62`` (a ``RecurrentBoundError`` on every input). Their codes are 0 at
-    any exponent. ``targets`` are the weights whose exponents quantize chose (not imported)."""
+    any exponent. Rows that are nearly 0 (a scale of ``1e-14``) are capped likewise, at
+    :data:`DEAD_ROW_STEPS` steps finer than the weight's coarsest row; the other rows keep
+    their exponents. ``targets`` are the weights whose exponents quantize chose (not
+    imported)."""
     by_value = {t.value: t for t in targets if t.kind == "weight" and t.exps is not None}
     seen: set[SSAValue] = set()
     for v in by_value:
@@ -233,6 +241,11 @@ def settle_zero_rows(targets: Sequence[Target]) -> None:
                         fill = int(q.exps[q.exps < ZERO_EXP].max())
                         break
                 t.exps = np.where(zero, fill, t.exps)
+            for t in pair:
+                if t is not None and t.bits > 1 and t.exps is not None and t.exps.size > 1:
+                    # A nearly dead row (weights ~0, exponent ~49): its product's grid would
+                    # be as fine, and the cell's exact sums would shift its bias onto it.
+                    t.exps = np.minimum(t.exps, int(t.exps.min()) + DEAD_ROW_STEPS)
 
 
 def recurrent_bias_cap(value: SSAValue) -> np.ndarray | None:
