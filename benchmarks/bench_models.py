@@ -1,6 +1,7 @@
 """Whole networks: nanoir's float (nf) and integer (nh) executors against torch eager fp32.
 
-For each model of ``nanoir.testing.TEST_MODELS`` (ResNet-18 at 3x224x224) and each batch size
+For each model of ``nanoir.testing.TEST_MODELS`` (ResNet-18 at 3x224x224) and the Magik CRNN
+with its recurrent heads (:data:`RECURRENT`), and each batch size
 (``--batch``, default 1 and 16) the same seeded weights run through:
 
 - ``torch``: ``model(x)`` in eval mode, float32 (the baseline);
@@ -42,12 +43,23 @@ SHAPES = {"ResNet18": (3, 224, 224)}
 """Per-sample input shapes that differ from the model's own example input."""
 
 IMPLS = ("torch", "nf", "nh", "nh-ort")
+RECURRENT = ("MagikCRNN-lstm-zero", "MagikCRNN-gru-zero")
+"""The Magik manual's CRNN with its bidirectional LSTM (and GRU) head: nh.recurrent in
+integer ONNX (issue 33 §2)."""
 
 
 def _input(name: str, batch: int) -> Any:
     import torch
 
     from nanoir.testing import make_test_model
+
+    if name in RECURRENT:
+        from nanoir.testing.magik_models import MAGIK_INPUTS, make_magik_model
+
+        shape = MAGIK_INPUTS[name][1:]
+        return make_magik_model(name), torch.randn(
+            batch, *shape, generator=torch.Generator().manual_seed(0)
+        )
 
     model = make_test_model(name)
     shape = SHAPES.get(name)
@@ -135,7 +147,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--models", nargs="+", default=list(TEST_MODELS), choices=TEST_MODELS)
+    models = [*TEST_MODELS, *RECURRENT]
+    parser.add_argument("--models", nargs="+", default=models, choices=models)
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     parser.add_argument("--worker", nargs=3, metavar=("MODEL", "IMPL", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -167,7 +167,8 @@ def test_magik_crnn_recurrent(
     torch (at the example's batch and another), nq == nh at 8-bit and at 4-bit weights (the
     recurrent op's results too), and the 4-bit program's ``.ne`` files at both levels (the hw
     one with a ``Recurrent`` row) read back byte for byte and run as before, the recurrent
-    op's results included; the read-back nq program equals nh.
+    op's results included; the read-back nq program equals nh; the 8-bit program runs through
+    ``backend="onnxruntime"`` equal to the NumPy executor bit for bit (batch 2 and 3).
     Mutants seen to fail it (private copy): the import with ``dynamic_batch=False`` (the
     batch-3 run is refused; without that check, the nq file's static Reshape does not read
     back); the nq reader taking ``hidden`` from ``gates`` (the read-back recurrent output
@@ -176,7 +177,11 @@ def test_magik_crnn_recurrent(
     kind, module, x = recurrent_crnn
     (op,) = [o for o in module.walk() if isinstance(o, nf.RecurrentOp)]
     assert op.mode.data == kind and op.layout.bidirectional and op.layout.batch_first
-    _compile(module, x, 8)
+    _, hw8 = _compile(module, x, 8)
+    x3 = torch.randn(3, *x.shape[1:], generator=torch.Generator().manual_seed(2))
+    for xs in (x.numpy(), x3.numpy()):  # nh.recurrent as integer ONNX Scans (issue 33 §2)
+        got = nanoir.run(hw8, xs, backend="onnxruntime")
+        assert [a.tobytes() for a in got] == [a.tobytes() for a in run(hw8, xs)]
     q, hw = _compile(module, x, 4)
     want_q, want_hw = _recurrent_output(q, x, np.float64), _recurrent_output(hw, x)
     (rec,) = [o for o in hw.walk() if isinstance(o, nh.RecurrentOp)]
