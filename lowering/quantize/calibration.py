@@ -115,6 +115,90 @@ def candidate_sse(
     return np.stack(out)
 
 
+OCTAVES = 2200
+"""Bins of :func:`octave_sums`: every float64 binary exponent (``frexp``: -1073..1024), from
+:data:`OCTAVE_BASE` up."""
+OCTAVE_BASE = -1100
+"""The exponent of bin 0 (zeros go there: below every grid, their error is 0)."""
+
+
+def octave_sums(x: np.ndarray) -> np.ndarray:
+    """``[3, 2, OCTAVES]``: per sign (non-negative, negative) and binary octave of ``|x|``
+    (``2**(e-1) <= |x| < 2**e``), the count, the sum of ``|x|`` and of ``x**2``: what
+    :func:`surviving_candidates` bounds each candidate's error by. Sums of batches add."""
+    mag = np.abs(x).reshape(-1)
+    _, e = np.frexp(mag)
+    e = np.where(mag == 0, OCTAVE_BASE, e).astype(np.intp)
+    key = (e - OCTAVE_BASE) * 2 + (x.reshape(-1) < 0)
+    return np.stack(
+        [
+            np.bincount(key, weights=w, minlength=2 * OCTAVES).reshape(OCTAVES, 2).T
+            for w in (None, mag, mag * mag)
+        ]
+    )
+
+
+def error_bounds(
+    sums: np.ndarray, k: int, bits: int, mode: RoundingMode, *, signed: bool = True
+) -> tuple[float, float, float]:
+    """Bounds on the squared error of ``fake_quant`` at exponent ``k`` of the values summed in
+    ``sums`` (:func:`octave_sums`): ``(low, high, slack)``, ``slack`` a bound on the rounding
+    of ``low``. Exact parts: values that saturate (an octave at or above the saturation bound:
+    ``sum (|x| - T)**2`` from the sums; an octave straddling it, rounding to nearest, counts
+    below), values that round to code 0 (trunc: ``|x| < 2**-k``; to nearest: ``< 2**-k / 2``;
+    error ``|x|``); each other value errs by less than a step (``[0, step**2)``)."""
+    count, s1, s2 = sums
+    step = np.ldexp(1.0, -int(k))
+    e = np.arange(OCTAVES) + OCTAVE_BASE  # octave [2**(e-1), 2**e)
+    lo, hi = quant.qmin(bits, signed=signed), quant.qmax(bits, signed=signed)
+    top = hi + 1  # saturates from (hi + 1) * step: trunc, floor; to nearest from hi + 1/2
+    nearest = mode in (RoundingMode.HALF_UP, RoundingMode.HALF_EVEN)
+    # octaves wholly at or above 2**(log2(top) - k) saturate (top is a power of two)
+    first_saturated = int(np.log2(top)) - int(k) + 1
+    saturated = e >= first_saturated
+    low = 0.0
+    slack = 0.0
+    for side, bound in ((0, hi), (1, -lo)):
+        t = bound * step
+        if side == 1 and lo == 0:  # unsigned: every negative value saturates at 0
+            rows = e > OCTAVE_BASE
+            low += float(np.sum(s2[1, rows]))
+            continue
+        n, a, aa = count[side, saturated], s1[side, saturated], s2[side, saturated]
+        terms = np.sum(aa) - 2.0 * t * np.sum(a) + np.sum(n) * t * t
+        low += float(terms)
+        slack += 1e-12 * float(np.sum(aa) + 2.0 * t * np.sum(a) + np.sum(n) * t * t)
+    if mode is RoundingMode.TRUNC or nearest:  # code 0: |x| below a step (to nearest: half)
+        zero = e <= -int(k) - (1 if nearest else 0)
+        low += float(np.sum(s2[0 if lo == 0 else slice(None), zero]))  # (negatives: above)
+    else:
+        zero = np.zeros(OCTAVES, dtype=bool)
+    rest = ~saturated & ~zero
+    if lo == 0:
+        middle = float(np.sum(count[0, rest]))
+    else:
+        middle = float(np.sum(count[:, rest]))
+    return low, low + middle * step * step, slack
+
+
+def surviving_candidates(
+    sums: np.ndarray,
+    candidates: np.ndarray,
+    bits: int,
+    mode: RoundingMode,
+    *,
+    signed: bool = True,
+) -> np.ndarray:
+    """Which of the per-tensor ``candidates`` (``[candidates, 1]``) can have the least error of
+    the values summed in ``sums``: one whose lower bound (:func:`error_bounds`) is above another
+    one's upper bound cannot, and the ``mse`` search need not compute its error. The others'
+    errors are computed as before, so the chosen exponent is the same."""
+    bounds = [error_bounds(sums, int(k), bits, mode, signed=signed) for k in candidates[:, 0]]
+    best_high = min(high for _, high, _ in bounds)
+    margin = 1e-9 * best_high
+    return np.array([low - slack <= best_high + margin for low, _, slack in bounds])
+
+
 def _channel_mean_abs(x: np.ndarray, axis: int | None) -> np.ndarray:
     axes = tuple(i for i in range(x.ndim) if i != axis) if axis is not None else None
     return np.mean(np.abs(x), axis=axes, keepdims=axis is not None).reshape(-1)
@@ -163,6 +247,8 @@ class _Stats:
     count: int = 0
     sse: np.ndarray | None = None
     candidates: np.ndarray | None = None
+    octaves: np.ndarray | None = None
+    keep: np.ndarray | None = None
 
 
 def _reduce(x: np.ndarray, axis: int | None) -> np.ndarray:
@@ -265,6 +351,9 @@ def calibrate(
     if not (batches if reduce is None else reduce(len(batches), "sum")):
         raise QuantizeError("quantize: the calibration data is empty")
     passes = 2 if config.calibrator == "mse" else 1
+    # Per-tensor activations: bounds from the first pass skip candidates that cannot win in the
+    # second (surviving_candidates); not across processes (their sums are not merged).
+    bounded = passes == 2 and reduce is None
 
     # Only the positive part sets the range of unsigned codes ([0, max]) and of a value read
     # only by a ReLU (or a clamp at 0), whose negatives nothing sees: there the error is
@@ -285,6 +374,9 @@ def calibrate(
             a = _reduce(np.abs(x), t.channel_axis)
             s.abs_sum = a if s.abs_sum is None else s.abs_sum + a
             s.count += x.size // a.size
+        elif bounded and t.channel_axis is None and x.size:  # to skip hopeless candidates
+            o = octave_sums(x)
+            s.octaves = o if s.octaves is None else s.octaves + o
 
     def observe_sse(value: SSAValue, x: np.ndarray) -> None:
         t, s = acts[value], stats[value]
@@ -292,9 +384,14 @@ def calibrate(
         x = finite(x)
         if value in positive:
             x = np.maximum(x, 0.0)
-        s.sse += candidate_sse(
-            x, t.bits, s.candidates, t.channel_axis, config.rounding, signed=t.signed
-        )
+        if s.keep is None:
+            s.sse += candidate_sse(
+                x, t.bits, s.candidates, t.channel_axis, config.rounding, signed=t.signed
+            )
+        else:  # the others cannot win (surviving_candidates); these errors are as before
+            s.sse[s.keep] += candidate_sse(
+                x, t.bits, s.candidates[s.keep], t.channel_axis, config.rounding, signed=t.signed
+            )
 
     with progress_bar(progress, len(batches) * passes) as advance:
         for phase in range(passes):
@@ -323,6 +420,17 @@ def calibrate(
                         s.absmax, mean_abs, acts[v].bits, signed=acts[v].signed
                     )
                     s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
+                    if s.octaves is not None:
+                        keep = surviving_candidates(
+                            s.octaves,
+                            s.candidates,
+                            acts[v].bits,
+                            config.rounding,
+                            signed=acts[v].signed,
+                        )
+                        if not keep.all():
+                            s.keep = keep
+                            s.sse[~keep] = np.inf
     for v, t in acts.items():
         s = stats[v]
         assert s.absmax is not None
