@@ -97,20 +97,22 @@ def _lowered(
     gate_bits: int,
     cell_bits: int,
     seed: int,
+    act_bits: int = 8,
 ) -> ModuleOp:
-    """The program quantized (the op's rounding, its gates and cell at the given widths, two
-    random calibration batches) and lowered to nh."""
+    """The program quantized (the op's rounding, its gates and cell at the given widths, the
+    activations and so the hidden state at ``act_bits``, two random calibration batches) and
+    lowered to nh."""
     module = _program(layout, features, states, seed)
     calibration = [
         tuple(_inputs(layout, _shape(layout, 2, 5, features), states, seed + i, 1.0))
         for i in range(2)
     ]
     rules = (rf"rnn\.gates={gate_bits}", rf"rnn\.cell={cell_bits}")
-    nanoir.quantize(module, calibration, rounding=rounding, rules=rules)
+    nanoir.quantize(module, calibration, rounding=rounding, act_bits=act_bits, rules=rules)
     hw = nanoir.lower_to_hw(module)
     (op,) = [o for o in hw.walk() if isinstance(o, nh.RecurrentOp)]
     assert (op.grid("gates").bits, op.grid("cell").bits) == (gate_bits, cell_bits)
-    assert op.rounding.data == rounding
+    assert op.rounding.data == rounding and op.grid("hidden").bits == act_bits
     return hw
 
 
@@ -172,17 +174,19 @@ def test_each_cell_in_each_rounding(mode: str, rounding: str) -> None:
     states=st.booleans(),
     features=st.integers(1, 4),
     hidden=st.sampled_from((1, 2, 3, 7)),
-    widths=st.sampled_from(((8, 16), (16, 16), (8, 8), (16, 8))),
+    widths=st.sampled_from(((8, 16, 8), (16, 16, 8), (8, 8, 8), (16, 8, 8), (16, 16, 16))),
     seed=st.integers(0, 2**16),
 )
 def test_random_recurrent_layers(
     mode, rounding, layers, bidirectional, batch_first, bias, states, features, hidden, widths, seed
 ) -> None:  # noqa: ANN001
     """Random layouts (1-2 layers, either direction and layout, biases and initial states or
-    not, hidden sizes 1 to 7), random weights, gate and cell widths and rounding: onnxruntime's
-    codes are the NumPy executor's, and the file reads back as the program."""
+    not, hidden sizes 1 to 7), random weights, gate, cell and hidden widths (8 or 16 bits
+    each) and rounding: onnxruntime's codes are the NumPy executor's, and the file reads back
+    as the program."""
     layout = RecurrentLayout(mode, hidden, layers, bidirectional, batch_first, bias)
-    hw = _lowered(layout, features, states, rounding, *widths, seed)
+    gate_bits, cell_bits, act_bits = widths
+    hw = _lowered(layout, features, states, rounding, gate_bits, cell_bits, seed, act_bits)
     _check(hw, layout, features, states, seed)
 
 
