@@ -19,7 +19,11 @@ nanoir can be shown to give the same program. Configurations: ``--calibrators``
 (``absmax,mse``; ``mse`` is the default), other options at their defaults.
 
     python benchmarks/bench_quantize_time.py [--calibrators absmax,mse] [--repeat 1]
-        [--cache DIR] [--out FILE]
+        [--baseline] [--cache DIR] [--out FILE]
+
+``--baseline`` adds mse with the candidate bounds off (``surviving_candidates`` keeping every
+candidate, as before they existed): the same run's baseline, and whether the program is the
+same.
 """
 
 from __future__ import annotations
@@ -58,14 +62,22 @@ def _timed(times: dict[str, float], label: str, fn: Any) -> Any:
     return wrapped
 
 
-def worker(path: str, calibration: str, calibrator: str) -> dict[str, Any]:
+def worker(path: str, calibration: str, calibrator: str, bounds: str) -> dict[str, Any]:
     import importlib
 
     import numpy as np
     import torch
 
     torch.set_num_threads(1)
+    from nanoir.lowering.quantize import calibration as calibration_module
+
     import nanoir
+
+    if bounds == "off" and hasattr(calibration_module, "surviving_candidates"):
+        # the same-run baseline: every candidate's error computed, as before the bounds
+        calibration_module.surviving_candidates = lambda sums, candidates, *a, **k: np.ones(
+            len(candidates), dtype=bool
+        )
 
     times: dict[str, float] = {}
     for label, module_name, name in STAGES:
@@ -81,18 +93,18 @@ def worker(path: str, calibration: str, calibrator: str) -> dict[str, Any]:
     total = time.process_time() - start
     text = str(program)
     return {
-        "calibrator": calibrator,
+        "calibrator": calibrator + ("" if bounds == "on" else ", every candidate"),
         "seconds": total,
         "stages": times,
         "program": hashlib.sha256(text.encode()).hexdigest()[:16],
     }
 
 
-def run_worker(path: Path, calibration: Path, calibrator: str) -> dict[str, Any]:
+def run_worker(path: Path, calibration: Path, calibrator: str, bounds: str) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     env["MKL_NUM_THREADS"] = "1"
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", str(path), str(calibration)]
-    out = subprocess.run([*cmd, calibrator], capture_output=True, text=True, env=env)
+    out = subprocess.run([*cmd, calibrator, bounds], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise SystemExit(f"worker {calibrator} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -115,7 +127,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration (best)")
     parser.add_argument("--cache", type=Path, default=None, help="wheels, weights")
     parser.add_argument("--out", type=Path, help="also write the table here")
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also run mse with every candidate's error computed (no bounds): same program?",
+    )
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(*args.worker)))
@@ -137,11 +154,17 @@ def main() -> int:
         calibration = Path(folder) / "calibration.npy"
         lines = paddle_inputs("rec", CALIBRATION_INPUTS, CALIBRATION_SEED)
         np.save(calibration, lines.astype(np.float32))
-        for calibrator in [c for c in args.calibrators.split(",") if c]:
-            runs = [run_worker(prepared.path, calibration, calibrator) for _ in range(args.repeat)]
+        configurations = [(c, "on") for c in args.calibrators.split(",") if c]
+        if args.baseline:
+            configurations.append(("mse", "off"))
+        for calibrator, bounds in configurations:
+            runs = [
+                run_worker(prepared.path, calibration, calibrator, bounds)
+                for _ in range(args.repeat)
+            ]
             best = min(runs, key=lambda r: r["seconds"])
             rows.append(best)
-            print(f"# {calibrator}: {best['seconds']:.2f} s", file=sys.stderr)
+            print(f"# {best['calibrator']}: {best['seconds']:.2f} s", file=sys.stderr)
     load_after = os.getloadavg()
 
     lines_out = [
@@ -163,6 +186,16 @@ def main() -> int:
     if "absmax" in by and "mse" in by:
         ratio = by["mse"]["seconds"] / by["absmax"]["seconds"]
         lines_out += ["", f"mse / absmax, same run: {ratio:.2f}x"]
+    if "mse" in by and "mse, every candidate" in by:
+        old, new = by["mse, every candidate"], by["mse"]
+        same = "the same program" if old["program"] == new["program"] else "DIFFERENT programs"
+        search = old["stages"].get("candidate_sse", 0.0) / max(
+            new["stages"].get("candidate_sse", 0.0), 1e-9
+        )
+        lines_out.append(
+            "mse, every candidate / mse with bounds, same run: "
+            f"{old['seconds'] / new['seconds']:.2f}x quantize, {search:.2f}x candidate_sse; " + same
+        )
     text = "\n".join(lines_out)
     print(text)
     if args.out:
