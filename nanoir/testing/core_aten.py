@@ -1,6 +1,6 @@
 """The Core ATen ops (``torch.Tag.core``) that mean something in inference, and the OpInfo
 entries (``op_db``) that exercise each (issue 32 §3); shared by ``tests/nanoir/test_core_aten.py``
-and ``benchmarks/bench_opinfo.py``.
+and ``benchmarks/bench_opinfo.py``. Needs the ``torch`` extra.
 
 :data:`LEFT_OUT` lists the Core ATen ops left out, each with the reason; every other core op
 is *kept*: mapped onto nf ops (the frontend's handlers), folded at import when it does not

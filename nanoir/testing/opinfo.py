@@ -1,5 +1,5 @@
 """PyTorch's OpInfo samples through the torch frontend: each sample imported as a program of
-its own, run, and compared with eager torch (issue 32 §3's test on the Core ATen ops).
+its own, run, and compared with eager torch (issue 32 §3's test on the Core ATen ops). Needs the ``torch`` extra.
 
 ``torch.testing._internal.common_methods_invocations.op_db`` is torch's own catalogue of ops
 with sample inputs (an internal API, pinned with torch; it needs the ``expecttest`` package).
