@@ -22,8 +22,9 @@ import nanoir
 from nanoir.cli.opt import main as opt_main
 from nanoir.testing import TEST_MODELS, make_test_model
 
-COLLAPSE = {"act_bits": 2, "calibrator": "absmax", "bias_correction": False}
-"""Options under which :class:`Gated` collapses (2-bit activations, absmax, truncation)."""
+COLLAPSE = {"rules": ("act@.*=2",), "calibrator": "absmax", "bias_correction": False}
+"""Options under which :class:`Gated` collapses (2-bit activations, absmax, truncation; by a
+rule, so that no default width for gated products applies)."""
 COLLAPSE_RULES = {"calibrator": "absmax", "bias_correction": False}
 
 
@@ -140,14 +141,18 @@ def test_sqnr_threshold_pooled_over_batches() -> None:
     rng = np.random.default_rng(1)
     batches = [rng.uniform(0.0, 1.0, (8, 16)), rng.uniform(0.0, 0.3, (8, 16))]
     model = Gated(1)
-    messages = quantized(model, batches, act_bits=4, bias_correction=False)
+    messages = quantized(model, batches, rules=("act@.*=4",), bias_correction=False)
     assert messages == []
     q, f = run_all(quantized.module, batches), torch_all(model, batches)  # type: ignore[attr-defined]
     sqnr = 10 * math.log10(np.sum(f**2) / np.sum((q - f) ** 2))
     assert 6.0 < sqnr < 40.0
-    above = quantized(model, batches, act_bits=4, bias_correction=False, min_sqnr=sqnr + 0.05)
+    above = quantized(
+        model, batches, rules=("act@.*=4",), bias_correction=False, min_sqnr=sqnr + 0.05
+    )
     assert len(above) == 1 and f"has SQNR {sqnr:.1f} dB against float" in above[0]
-    below = quantized(model, batches, act_bits=4, bias_correction=False, min_sqnr=sqnr - 0.05)
+    below = quantized(
+        model, batches, rules=("act@.*=4",), bias_correction=False, min_sqnr=sqnr - 0.05
+    )
     assert below == []
 
 
@@ -205,7 +210,7 @@ def test_cli_warns_on_stderr_and_strict_fails(tmp_path, capsys) -> None:
     source.write_text(str(module))
     data = tmp_path / "cal.npy"
     np.save(data, np.concatenate(uniform_batches()))
-    options = f'calibration="{data}" act_bits=2 calibrator="absmax" bias_correction=false'
+    options = f'calibration="{data}" rules="act@.*=2" calibrator="absmax" bias_correction=false'
     out = tmp_path / "q.mlir"
     rc = opt_main([str(source), "-p", f"quantize{{{options}}}", "-o", str(out)])
     err = capsys.readouterr().err
@@ -223,7 +228,9 @@ def test_qat_convert_checks_on_data() -> None:
     """``nanoir.qat.convert(qat, data)`` checks the converted program as quantize does; without
     data it cannot, and strict then refuses. kills: convert ignoring data."""
     batches = uniform_batches()
-    qat = nanoir.qat.prepare(Gated(2), (torch.zeros(2, 16),), act_bits=2, calibrator="absmax")
+    qat = nanoir.qat.prepare(
+        Gated(2), (torch.zeros(2, 16),), rules=("act@.*=2",), calibrator="absmax"
+    )
     nanoir.qat.calibrate(qat, batches)
     with pytest.warns(nanoir.QuantizationWarning, match="output 0 .* all zero"):
         nanoir.qat.convert(qat, batches)
