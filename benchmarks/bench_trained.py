@@ -14,7 +14,9 @@ text drawn on scikit-image's photos, face and non-face crops; 16 calibration inp
 evaluation inputs (32 images for the detector), disjoint, fixed seeds.
 
 Columns (:data:`COLUMNS`; a new one is one row): the nanoir float program; ``nanoir.quantize``
-with its defaults; the recommended options; onnxruntime's ``quantize_static`` (QDQ, per-channel
+with its defaults; the defaults with gated products at 8 bits (``gate_bits=None``, the
+defaults before issue 30 §2: ``lowering/quantize/gates.py``); the defaults with lookup
+tables' inputs at 16 bits too (``table_input_bits=16``); the recommended options; onnxruntime's ``quantize_static`` (QDQ, per-channel
 int8 weights, uint8 activations, MinMax) of the graph nanoir reads, and of the file as shipped. Every column is measured against the float reference
 (the shipped ONNX file in onnxruntime, or the torch module in float32) by the network's task
 measure and output SQNR; every nanoir column also lowers to nh and checks nq == nh bit for bit
@@ -64,6 +66,8 @@ RECOMMENDED = {
 COLUMNS = (
     Column("float", "nanoir float", kind="float"),
     Column("defaults", "nanoir defaults", options={}),
+    Column("gates8", "defaults, 8-bit gates", options={"gate_bits": None}),
+    Column("tables16", "defaults, 16-bit table inputs", options={"table_input_bits": 16}),
     Column("recommended", "nanoir recommended", options=RECOMMENDED),
     Column("ort", "onnxruntime", kind="ort"),
     Column("ort-shipped", "onnxruntime, shipped file", kind="ort", options={"file": "shipped"}),

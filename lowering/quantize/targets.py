@@ -23,6 +23,7 @@ from nanoir.dialects.traits import (
     non_negative_result,
     weight_reader,
 )
+from nanoir.lowering.quantize.gates import intermediate_bits
 from nanoir.lowering.quantize.rules import (
     QuantConfig,
     QuantizeError,
@@ -339,6 +340,7 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
     names: dict[SSAValue, int] = {}
     used: set[str] = set()
     targets: list[Target] = []
+    runtime: dict[SSAValue, bool] = {}  # intermediate_bits' memo
 
     def add(value: SSAValue, kind: str) -> None:
         if not _is_float_tensor(value) or _already_quantized(value):
@@ -351,7 +353,8 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
         used.add(unique)
         rule_kind = "act" if kind == "const" else kind
         factor = kind == "const" and scalar_factor(value)
-        resolved = config.resolve(name, "weight" if factor else rule_kind)
+        wider = intermediate_bits(value, config, runtime) if kind == "act" else None
+        resolved = config.resolve(name, "weight" if factor else rule_kind, wider)
         if resolved is None:
             return
         bits, per_channel = resolved
