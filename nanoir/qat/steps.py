@@ -24,6 +24,7 @@ from xdsl.ir import SSAValue
 from nanoir.dialects import nf
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, Quantized, normalised_dims
+from nanoir.qat.kernel_steps import KERNEL_STEPS
 from nanoir.qat.quantizer import QATError
 from nanoir.runtime.nf import NF_BUILDERS
 from nanoir.runtime.numerics import kernels, movement
@@ -479,6 +480,8 @@ def build_step(op: Any) -> Step:  # noqa: C901 - one branch per op, as the runti
         | nf.GatherOp,
     ):
         return _gather_step(op)
+    if type(op) in KERNEL_STEPS:
+        return KERNEL_STEPS[type(op)](op)
     raise QATError(f"nanoir.qat: {op.name} has no torch forward")
 
 
