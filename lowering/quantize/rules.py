@@ -199,7 +199,7 @@ class QuantConfig:
     least ``act_bits``. Truncated twice at 8 bits, such products shrink multiplicatively along
     a chain of them; TFLite keeps these intermediates in 16 bits. The engine truncates either
     way: this is a width, not a rounding. On ``bench_trained.py`` (issue 30 §2), PP-OCR's
-    classifier: 83.6% -> 96.9% labels, 7.5 -> 11.9 dB (32 evaluation lines). ``None``:
+    classifier: 83.6% -> 93.8% labels, 7.5 -> 11.1 dB. ``None``:
     ``act_bits``."""
     table_input_bits: int | None = None
     """Bits of a value read only by lookup tables (hardswish, sigmoid, SiLU, tanh: the conv
