@@ -6,7 +6,7 @@ The families map the bulk (``math_ops``: elementwise math, comparisons, selectio
 activations and views. Here:
 
 - :data:`ALIASES`: Core ATen overloads whose core handler already reads them (3-D pools);
-- :data:`HANDLERS`: ``addmm`` (``beta bias + alpha a @ b``), reflection and replication pads
+- :data:`HANDLERS`: ``addmm`` and ``baddbmm`` (``beta bias + alpha a @ b``), reflection and replication pads
   (``nf.pad``), and a refusal for each op with no integer form, naming why;
 - :data:`WRAPS`: division with ``rounding_mode`` (the division, then ``floor`` / ``trunc``).
 
@@ -98,11 +98,21 @@ def _refuse(reason: str) -> Handler:
     return refuse
 
 
-def _addmm(imp: Any, node: fx.Node, a: dict[str, Any]) -> Any:
-    """``addmm(bias, a, b, beta, alpha) = beta bias + alpha (a @ b)``: ``nf.matmul``, scalar
-    products where ``alpha``/``beta`` are not 1, ``nf.add``."""
+def _addmm(first: str, second: str) -> Handler:
+    """``addmm(bias, a, b, beta, alpha) = beta bias + alpha (a @ b)`` (``baddbmm`` the same on
+    batches of matrices): ``nf.matmul``, scalar products where ``alpha``/``beta`` are not 1,
+    ``nf.add`` (broadcasting the bias)."""
+
+    def handle(imp: Any, node: fx.Node, a: dict[str, Any]) -> Any:
+        return _scaled_sum(imp, node, a, a[first], a[second])
+
+    handle.__doc__ = f"``beta self + alpha ({first} @ {second})``."
+    return handle
+
+
+def _scaled_sum(imp: Any, node: fx.Node, a: dict[str, Any], lhs: Any, rhs: Any) -> Any:
     elt = imp.element_type(node)
-    product = imp.emit(nf.MatmulOp(imp.tensor(a["mat1"], elt), imp.tensor(a["mat2"], elt))).result
+    product = imp.emit(nf.MatmulOp(imp.tensor(lhs, elt), imp.tensor(rhs, elt))).result
     alpha, beta = float(a.get("alpha", 1)), float(a.get("beta", 1))
     if alpha != 1:
         product = imp.emit(nf.MulOp(product, imp.scalar(alpha, elt))).result
@@ -150,7 +160,8 @@ def _rounded_division(previous: Handler) -> Handler:
 
 HANDLERS: dict[str, Handler] = {
     **{name: _refuse(reason) for name, reason in REFUSED.items()},
-    "aten.addmm.default": _addmm,
+    "aten.addmm.default": _addmm("mat1", "mat2"),
+    "aten.baddbmm.default": _addmm("batch1", "batch2"),
     "aten.reflection_pad1d.default": _edge_pad(nf.PadMode.REFLECT),
     "aten.reflection_pad2d.default": _edge_pad(nf.PadMode.REFLECT),
     "aten.reflection_pad3d.default": _edge_pad(nf.PadMode.REFLECT),

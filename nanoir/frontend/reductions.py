@@ -32,7 +32,7 @@ from nanoir.dialects import nf
 from nanoir.frontend.support import Unsupported, axes, axis
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
 
-__all__ = ["HANDLERS", "WRAPS"]
+__all__ = ["HANDLERS", "WRAPS", "mean_value"]
 
 Handler = Callable[[Any, fx.Node, dict[str, Any]], Any]
 
@@ -157,7 +157,8 @@ def _scaled(imp: Any, x: SSAValue, factor: float) -> SSAValue:
     return imp.emit(nf.MulOp(x, imp.scalar(factor, elt))).result
 
 
-def _mean_value(imp: Any, x: SSAValue, dims: Sequence[int]) -> SSAValue:
+def mean_value(imp: Any, x: SSAValue, dims: Sequence[int]) -> SSAValue:
+    """The mean over ``dims`` (kept): their sum times ``1/n``."""
     return _scaled(imp, reduce_value(imp, x, "sum", dims), 1.0 / max(_count(x, dims), 1))
 
 
@@ -165,7 +166,7 @@ def _mean_all(imp: Any, node: fx.Node, a: dict[str, Any]) -> Any:
     """``mean(x)`` over every dim: the sum times ``1/n``."""
     _check_dtype(a, node)
     x = _input(imp, node, a)
-    y = _mean_value(imp, x, list(range(len(nf.tensor_shape(x)))))
+    y = mean_value(imp, x, list(range(len(nf.tensor_shape(x)))))
     return _reshape(imp, y, _result_shape(node))
 
 
@@ -185,7 +186,7 @@ def _variance(sqrt: bool) -> Handler:
             raise Unsupported(
                 f"a variance of {n} element(s) with correction {correction} (torch's is inf/NaN)"
             )
-        centred = imp.emit(nf.SubOp(x, _mean_value(imp, x, dims))).result
+        centred = imp.emit(nf.SubOp(x, mean_value(imp, x, dims))).result
         squares = imp.emit(nf.UnaryOp(centred, "pow", (2.0,))).result
         y = _scaled(imp, reduce_value(imp, squares, "sum", dims), 1.0 / (n - correction))
         if sqrt:

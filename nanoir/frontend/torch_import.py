@@ -1134,8 +1134,15 @@ def _mean(imp: _Importer, node: fx.Node, a: dict[str, Any]) -> Value:
         )
     lead = [] if 0 in dims else [0]
     kept = [d for d in range(1, rank) if d not in dims]
-    if any(shape[d] == DYNAMIC_INDEX for d in kept + dims):
-        raise _Unsupported(f"mean over dims {a['dim']} of a tensor with dynamic dims")
+    if any(shape[d] == DYNAMIC_INDEX for d in dims):
+        raise _Unsupported(f"mean over dims {a['dim']}, one of them dynamic")
+    if any(shape[d] == DYNAMIC_INDEX for d in kept):
+        # A dynamic dim kept (the batch moved from dim 0, as torch.stack(...).mean(0) leaves
+        # it): no flattening into [B, K, L]; the sum over the static dims, times 1/n.
+        y = reductions.mean_value(imp, x, dims)
+        if a["keepdim"]:
+            return y
+        return imp.emit(nf.ReshapeOp(y, imp.result_type(node).get_shape())).result
     perm = [*lead, *kept, *dims]
     if perm != list(range(rank)):
         x = imp.emit(nf.TransposeOp(x, perm)).result
