@@ -69,15 +69,14 @@ def worker(path: str, calibration: str, calibrator: str, bounds: str) -> dict[st
     import torch
 
     torch.set_num_threads(1)
-    from nanoir.lowering.quantize import calibration as calibration_module
+    import contextlib
+
+    from nanoir.lowering.quantize import full_mse_search
 
     import nanoir
 
-    if bounds == "off" and hasattr(calibration_module, "surviving_candidates"):
-        # the same-run baseline: every candidate's error computed, as before the bounds
-        calibration_module.surviving_candidates = lambda sums, candidates, *a, **k: np.ones(
-            len(candidates), dtype=bool
-        )
+    # the same-run baseline: every candidate's error computed, as before the bounds
+    search = full_mse_search if bounds == "off" else contextlib.nullcontext
 
     times: dict[str, float] = {}
     for label, module_name, name in STAGES:
@@ -89,7 +88,8 @@ def worker(path: str, calibration: str, calibrator: str, bounds: str) -> dict[st
     nanoir.load(path)  # untimed: first reading (imports, caches)
     program = nanoir.load(path)
     start = time.process_time()
-    nanoir.quantize(program, batches, calibrator=calibrator, progress=False)
+    with search():
+        nanoir.quantize(program, batches, calibrator=calibrator, progress=False)
     total = time.process_time() - start
     text = str(program)
     return {

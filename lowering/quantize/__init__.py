@@ -56,10 +56,13 @@ from nanoir.lowering.quantize.calibration import (
     candidate_sse,
     checked_batch_array,
     exp_shape,
+    full_mse_search,
     load_calibration,
     mse_candidates,
+    octave_sums,
     progress_bar,
     spelled_shape,
+    surviving_candidates,
     tensor_exps,
 )
 from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing
@@ -119,6 +122,7 @@ __all__ = [
     "describe_norms",
     "dyadic_affine",
     "exp_shape",
+    "full_mse_search",
     "find_targets",
     "get_exps",
     "internal_names",
@@ -126,6 +130,7 @@ __all__ = [
     "load_exponents",
     "make_dyadic",
     "mse_candidates",
+    "octave_sums",
     "nh_exps",
     "parse_rounding",
     "progress_bar",
@@ -134,6 +139,7 @@ __all__ = [
     "restore_uncorrected",
     "rounded_offline",
     "spelled_shape",
+    "surviving_candidates",
     "tensor_exps",
     "value_name",
 ]

@@ -6,7 +6,8 @@ checked loading of calibration files (imported QAT exponents: ``imported``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +180,21 @@ def error_bounds(
     else:
         middle = float(np.sum(count[:, rest]))
     return low, low + middle * step * step, slack
+
+
+_FULL_SEARCH = [False]
+
+
+@contextmanager
+def full_mse_search() -> Iterator[None]:
+    """Within it, the ``mse`` search computes every candidate's error, as before the bounds of
+    :func:`surviving_candidates`: the reference the bounded search is tested and timed against
+    (the same exponents, by construction)."""
+    _FULL_SEARCH.append(True)
+    try:
+        yield
+    finally:
+        _FULL_SEARCH.pop()
 
 
 def surviving_candidates(
@@ -420,7 +436,7 @@ def calibrate(
                         s.absmax, mean_abs, acts[v].bits, signed=acts[v].signed
                     )
                     s.sse = np.zeros(s.candidates.shape, dtype=np.float64)
-                    if s.octaves is not None:
+                    if s.octaves is not None and not _FULL_SEARCH[-1]:
                         keep = surviving_candidates(
                             s.octaves,
                             s.candidates,
