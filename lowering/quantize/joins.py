@@ -81,8 +81,9 @@ __all__ = [
     "sources",
 ]
 
-ALIGNED = nf.AddOp | nf.SubOp | nf.MaximumOp | nf.MinimumOp
-"""Binary ops whose operands lower-to-hw aligns to one exponent by exact shifts."""
+ALIGNED = nf.AddOp | nf.SubOp | nf.MaximumOp | nf.MinimumOp | nf.CompareOp | nf.WhereOp
+"""Binary ops whose operands lower-to-hw aligns to one exponent by exact shifts (a compare's
+two operands; a where's two branches, its 0/1 condition aside)."""
 
 Leaf = TypeVar("Leaf")
 
