@@ -50,6 +50,7 @@ from nanoir.grammar.onnx.exporter import OnnxExportError, _onnx, export_onnx_byt
 from nanoir.grammar.onnx.integer.graph import ELEM, Graph, IntegerOnnxError, natural_dtype
 from nanoir.grammar.onnx.integer.host import host_output, host_writer
 from nanoir.grammar.onnx.integer.ops import OPS
+from nanoir.grammar.onnx.integer.session import u8s8_is_exact
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import SSAValue
@@ -181,8 +182,6 @@ def export_model(
             "runs whole tensors, not stream-plan steps; export the program before stream-plan"
         )
     if u8s8 is None:
-        from nanoir.grammar.onnx.integer.session import u8s8_is_exact  # lazy: onnxruntime
-
         u8s8 = u8s8_is_exact()
     g = Graph(onnx, u8s8=u8s8)
     block = func.body.block

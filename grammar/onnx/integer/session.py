@@ -67,7 +67,8 @@ def _probe_cases(rng: np.random.Generator) -> list[tuple[str, dict[str, Any]]]:
 
 def _probe_model(kind: str, case: dict[str, Any], shift: int) -> Any:
     import onnx  # lazy: the probe runs once, on the first session that needs it
-    from onnx import helper
+
+    helper = onnx.helper
 
     x, w = case["x"], case["w"]
     consts = {
