@@ -45,14 +45,19 @@ def refuse_host_islands(func: Operation) -> None:
     """A program partitioned by ``lower-to-hw{host=true}`` runs some ops on the host, and `.ne`
     has no host op: refused, naming them (compile the engine part alone, or write integer
     ONNX, which carries the host islands as float ops)."""
-    host = [op for op in func.walk() if op.name.startswith(("nf.", "nq."))]
-    if not host:
-        return
-    named = [
-        f"{op.name} %{op.results[0].name_hint or '?'}" if op.results else op.name
-        for op in host
-        if "nh.host" in op.attributes
-    ] or [host[0].name]
+    walked = list(func.walk())
+    if not any(op.name in ("nh.to_host", "nh.from_host") for op in walked):
+        return  # not partitioned: a stray nf op is refused by its row lookup, naming it
+    host = [op for op in walked if op.name.startswith(("nf.", "nq."))]
+    named = (
+        [
+            f"{op.name} %{op.results[0].name_hint or '?'}" if op.results else op.name
+            for op in host
+            if "nh.host" in op.attributes
+        ]
+        or [op.name for op in host[:1]]
+        or ["nh.to_host"]
+    )
     raise ExportError(
         f"nanoengine export: the program runs {len(named)} op(s) on the host "
         f"({', '.join(named[:4])}{', ...' if len(named) > 4 else ''}): NanoEngine text "
