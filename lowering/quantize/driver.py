@@ -410,7 +410,6 @@ def quantize(
         )
     if calibration is not None:
         batches_argument("calibration", calibration)
-        calibration = list(calibration)  # read by calibration and by the check
     elif strict:
         raise ArgumentError(
             "quantize: strict=True checks the quantized program on the calibration data; "
@@ -439,6 +438,8 @@ def quantize(
         engine = target_argument(target)
         assert engine is not None
         check_before_calibrating(func, find_targets(func, config), config.rounding, engine)
+    if calibration is not None:  # (after the check above: a refusal reads no batch)
+        calibration = list(calibration)  # read by calibration and by the check
     floats: list[list[np.ndarray]] = []
     targets = quantize_function(
         func,

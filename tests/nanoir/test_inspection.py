@@ -98,6 +98,7 @@ def models() -> dict[str, tuple[ModuleOp, ModuleOp, np.ndarray]]:
         model = make_test_model(name)
         x = model.make_example_input(2).numpy()  # type: ignore[operator]
         nf = nanoir.from_torch(model, (torch.from_numpy(x),))
+        nanoir.fold_bn(nf)  # (quantize folds them: the same ops, one for one)
         nq = nf.clone()
         nanoir.quantize(nq, [x])
         ops_nf = [op.name for op in function_ops(find_function(nf, None))]
@@ -113,7 +114,7 @@ def test_inspect_before_quantizing_agrees_with_lower_to_hw(models, target_name: 
     # every model under the example and a restricted target; the rest share them out
     chosen = (
         names
-        if target_name in ("example", "no conv")
+        if target_name in ("example", "no conv", "no add, lut")
         else names[:: 2 if "bit" in target_name else 3]
     )
     refused = 0
