@@ -614,8 +614,8 @@ class Reader(ReaderState):
         if n.op_type == "Reshape" and len(n.inputs) == 2 and n.inputs[0] in self.values:
             self._reshape_keeping(n)
             return
-        if n.op_type == "Expand" and len(n.inputs) == 2 and n.inputs[0] in self.values:
-            self._expand_like(n)
+        if n.op_type == "Expand" and len(n.inputs) == 2 and self._float_operand(n.inputs[0]):
+            self._expand_like(n)  # (a constant too: a class token expanded to the batch)
             return
         if n.op_type == "Resize" and n.inputs[0] in self.values and n.input(3) in self.symbolic:
             if not any(x in self.symbolic for x in n.inputs[:3]):
@@ -655,6 +655,10 @@ class Reader(ReaderState):
         shape = [0 if e == DYNAMIC_INDEX else e for e in entries]
         const = ConstTensor.from_numpy(n.inputs[1], np.asarray(shape, np.int64))
         self.row(n, "Reshape", {}, [n.inputs[0], const], n.outputs)
+
+    def _float_operand(self, name: str) -> bool:
+        """A runtime value, or a float constant (which :meth:`ssa` makes an nf.constant)."""
+        return name in self.values or (name in self.static and self.static[name].dtype.kind == "f")
 
     def _expand_like(self, n: Node) -> None:
         """How nanoir writes an ``nf.expand`` with a shape source ``like``: ``Expand(x,
