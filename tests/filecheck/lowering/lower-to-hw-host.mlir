@@ -2,14 +2,16 @@
 // RUN: nanoir-opt %s -p lower-to-hw --split-input-file --verify-diagnostics 2>&1 | filecheck %s --check-prefix=REFUSED
 
 // lower-to-hw{host=true}: what the engine cannot run stays float on the host, between
-// nh.to_host (codes to reals) and nh.from_host (the fake-quant's codes); each host op says why.
+// nh.to_host (codes to reals) and nh.from_host (the codes of the fake-quant, which stays on the
+// host); each host op says why.
 
 // CHECK-LABEL: func.func @product_in_the_middle
 // CHECK:       %a = nh.relu %x
 // CHECK-NEXT:  %[[F:.*]] = nh.to_host %a : tensor<?x4x3xi8, #nh.fixed<5, BCM>> -> tensor<?x4x3xf32>
 // CHECK-NEXT:  %p = nf.reduce "prod" %[[F]] {nh.host = "multiplies codes together: {{.*}}", nh.host_kind = "op", dims = array<i64: 2>}
-// CHECK-NEXT:  %pq = nh.from_host %p {bits = 8 : i64} : tensor<?x4x1xf32> -> tensor<?x4x1xi8, #nh.fixed<2, BCM>>
-// CHECK-NEXT:  %r = nh.relu %pq
+// CHECK-NEXT:  %pq = nq.fake_quant %p {bits = 8 : i64, exp = dense<2> : tensor<1xi8>}
+// CHECK-NEXT:  %[[Q:.*]] = nh.from_host %pq {bits = 8 : i64} : tensor<?x4x1xf32> -> tensor<?x4x1xi8, #nh.fixed<2, BCM>>
+// CHECK-NEXT:  %r = nh.relu %[[Q]]
 // CHECK-NEXT:  func.return %r
 // REFUSED: lower-to-hw: 'nf.reduce' (%p) multiplies codes together
 func.func @product_in_the_middle(%x: tensor<?x4x3xf32>) -> tensor<?x4x1xf32> {
@@ -24,12 +26,16 @@ func.func @product_in_the_middle(%x: tensor<?x4x3xf32>) -> tensor<?x4x1xf32> {
 // -----
 
 // An op that reads a host op's float result (no fake-quant between) joins its island; a
-// fake-quant between two host ops stays on the host (no round trip through codes). A
-// division by a runtime value has no integer form.
+// fake-quant between two host ops stays on the host (no round trip through codes); an engine
+// value a host op reads is its fake-quant again after nh.to_host (the identity on its grid, and
+// the grid an op reading it from the IR finds). A division by a runtime value has no integer
+// form.
 
 // CHECK-LABEL: func.func @island_of_two
-// CHECK:       %[[A:.*]] = nh.to_host %x
-// CHECK-NEXT:  %[[B:.*]] = nh.to_host %y
+// CHECK:       %[[A0:.*]] = nh.to_host %x
+// CHECK-NEXT:  %[[A:.*]] = nq.fake_quant %[[A0]] {bits = 8 : i64, exp = dense<5> : tensor<1xi8>}
+// CHECK-NEXT:  %[[B0:.*]] = nh.to_host %y
+// CHECK-NEXT:  %[[B:.*]] = nq.fake_quant %[[B0]] {bits = 8 : i64, exp = dense<5> : tensor<1xi8>}
 // CHECK-NEXT:  %d = nf.div %[[A]], %[[B]] {nh.host = "divides by a runtime value{{.*}}"}
 // CHECK-NEXT:  %n = nf.relu %d {nh.host = "reads the float result of the host op 'nf.div' (%d)", nh.host_kind = "host"}
 // CHECK-NEXT:  %nq = nq.fake_quant %n
