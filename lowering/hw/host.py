@@ -151,19 +151,26 @@ class EngineOrHost(RewritePattern):
             self.deferred.add(op)
         before = op.prev_op
         try:
-            self.patterns.match_and_rewrite(op, rewriter)
-            missing = self._missing_ops(before, op)
-            if missing is not None:
-                name = self.target.name if self.target else ""
-                raise self.hw.fail(
-                    op, f"lowers here to nh.{missing}, which the target {name!r} does not take"
-                )
+            self._rewrite_for_target(op, before, rewriter)
         except LowerToHwError as e:
             if not self.host:
                 raise
             self._undo(before, op)
             rewriter.has_done_action = True
             self.keep(op, Refusal(_reason(e, op), "exponents"))
+
+    def _rewrite_for_target(
+        self, op: Operation, before: Operation | None, rewriter: PatternRewriter
+    ) -> None:
+        """Lower ``op`` by the patterns; a ``LowerToHwError`` when it lowered to nh ops the
+        target does not take (the ops added after ``before``)."""
+        self.patterns.match_and_rewrite(op, rewriter)
+        missing = self._missing_ops(before, op)
+        if missing is not None:
+            name = self.target.name if self.target else ""
+            raise self.hw.fail(
+                op, f"lowers here to nh.{missing}, which the target {name!r} does not take"
+            )
 
     def _fake_quant(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:
         producer = op.input.owner
@@ -173,13 +180,7 @@ class EngineOrHost(RewritePattern):
             return
         before = op.prev_op
         try:
-            self.patterns.match_and_rewrite(op, rewriter)
-            missing = self._missing_ops(before, op)
-            if missing is not None:
-                name = self.target.name if self.target else ""
-                raise self.hw.fail(
-                    op, f"lowers here to nh.{missing}, which the target {name!r} does not take"
-                )
+            self._rewrite_for_target(op, before, rewriter)
         except LowerToHwError as e:
             if not (isinstance(producer, Operation) and producer in self.deferred):
                 raise  # (a fake-quant of an input, a constant or an engine op's result)
