@@ -21,6 +21,15 @@ name, or, if the layer had none, takes the weight's name with ``weight`` → ``b
     %z = nf.batch_norm %y, %g, %be, %m, %v             %z = nf.conv %x, %w, %b ...
         {epsilon = 1.0e-05 : f64}
 
+The same fold takes the constant per-channel affine maps a layer's result goes through next:
+``mul(layer, s)`` and ``add(layer, t)`` / ``sub(layer, t)`` (either operand order for ``mul``
+and ``add``) with an ``nf.constant`` ``s`` or ``t`` that is a scalar or varies only along the
+layer's output channel (dim 1 of a conv result, the last dim of a linear result). Exports of
+trained networks carry them: PaddleOCR's PP-LCNetV3 follows every conv + bn with a learnable
+``x * a + b``. Folded, they cost nothing; left, each is one more requantization, and under the
+hardware's truncation every requantization shrinks the signal (issue 30: PP-OCRv4's detector
+and recognizer go through six per block instead of two).
+
 The pass changes nothing else (no general dead-code elimination); constants left without
 uses by a fold are erased.
 """
@@ -51,10 +60,12 @@ from xdsl.rewriter import InsertPoint
 from nanoir.errors import ArgumentError
 
 __all__ = [
+    "FoldAffineIntoLayer",
     "FoldBatchNormIntoConv",
     "FoldBatchNormIntoLinear",
     "FoldBnPass",
     "batch_norm_affine",
+    "channel_vector",
     "fold_batch_norm",
     "fold_bn",
 ]
@@ -152,7 +163,7 @@ def _erase_if_unused(rewriter: PatternRewriter, values: list[SSAValue | None]) -
 
 
 def _fold(bn: nf.BatchNormOp, layer: nf.ConvOp | nf.LinearOp, rewriter: PatternRewriter) -> None:
-    """Shared rewrite: new weight and bias constants, a new layer in place of the bn."""
+    """Batch norm: new weight and bias constants, a new layer in place of the bn."""
     weight = constant_array(layer.weight)
     bias = constant_array(layer.bias)
     params = [constant_array(v) for v in (bn.scale, bn.bias, bn.mean, bn.var)]
@@ -170,6 +181,19 @@ def _fold(bn: nf.BatchNormOp, layer: nf.ConvOp | nf.LinearOp, rewriter: PatternR
         var,
         bn.epsilon.value.data,  # type: ignore[arg-type]
     )
+    _replace_layer(bn, layer, new_w, new_b, [bn.scale, bn.bias, bn.mean, bn.var], rewriter)
+
+
+def _replace_layer(
+    folded: Operation,
+    layer: nf.ConvOp | nf.LinearOp,
+    new_w: Float64Array,
+    new_b: Float64Array,
+    folded_operands: list[SSAValue],
+    rewriter: PatternRewriter,
+) -> None:
+    """Replace ``folded`` (the op read by ``layer``) by a copy of ``layer`` with constants
+    ``new_w``, ``new_b``; erase ``layer`` and the constants left without uses."""
     element_type = layer.weight.type.get_element_type()  # type: ignore[attr-defined]
     w_name = _constant_name(layer.weight)
     b_name = _constant_name(layer.bias) if layer.bias is not None else _bias_name(w_name)
@@ -192,15 +216,89 @@ def _fold(bn: nf.BatchNormOp, layer: nf.ConvOp | nf.LinearOp, rewriter: PatternR
     else:
         new_layer = nf.LinearOp(layer.input, w_const.result, b_const.result)
     new_layer.attributes.update(layer.attributes)
-    old_operands = [layer.weight, layer.bias, bn.scale, bn.bias, bn.mean, bn.var]
+    old_operands = [layer.weight, layer.bias, *folded_operands]
     # The new constants go where the old weight was, so constants stay grouped as imported.
     weight_op = layer.weight.owner
     assert isinstance(weight_op, Operation)
-    same_block = weight_op.parent_block() is bn.parent_block()
-    rewriter.insert([w_const, b_const], InsertPoint.before(weight_op if same_block else bn))
-    rewriter.replace(bn, new_layer)
+    same_block = weight_op.parent_block() is folded.parent_block()
+    rewriter.insert([w_const, b_const], InsertPoint.before(weight_op if same_block else folded))
+    rewriter.replace(folded, new_layer)
     rewriter.erase(layer)
     _erase_if_unused(rewriter, old_operands)
+
+
+def channel_vector(
+    constant: NDArray[np.floating], result_rank: int, channel_dim: int
+) -> Float64Array | None:
+    """``constant`` as one value per output channel (length 1 or C, broadcast by the caller),
+    or None when it varies along any other dim of a rank-``result_rank`` result.
+
+    >>> channel_vector(np.ones((3, 1, 1)), 4, 1).shape, channel_vector(np.ones((1, 3)), 4, 1)
+    ((3,), None)
+    """
+    c = np.asarray(constant, np.float64)
+    if c.ndim > result_rank:
+        return None
+    shape = (1,) * (result_rank - c.ndim) + c.shape
+    if any(n != 1 for d, n in enumerate(shape) if d != channel_dim % result_rank):
+        return None
+    return c.reshape(-1)
+
+
+def _affine_operands(
+    op: nf.MulOp | nf.AddOp | nf.SubOp,
+) -> tuple[nf.ConvOp | nf.LinearOp, Float64Array] | None:
+    """The layer and the per-channel constant of ``op`` when it folds (see the module)."""
+    orders = (
+        [(op.lhs, op.rhs)] if isinstance(op, nf.SubOp) else [(op.lhs, op.rhs), (op.rhs, op.lhs)]
+    )
+    for value, other in orders:
+        layer = value.owner
+        if not isinstance(layer, nf.ConvOp | nf.LinearOp) or not layer.result.has_one_use():
+            continue
+        constant = constant_array(other)
+        if constant is None or op.result.type != layer.result.type:
+            continue
+        if constant_array(layer.weight) is None:
+            continue
+        if layer.bias is not None and constant_array(layer.bias) is None:
+            continue
+        rank = len(nf.tensor_shape(layer.result))
+        vector = channel_vector(constant, rank, 1 if isinstance(layer, nf.ConvOp) else -1)
+        if vector is None or not np.all(np.isfinite(vector)):
+            continue
+        return layer, vector
+    return None
+
+
+class FoldAffineIntoLayer(RewritePattern):
+    """``mul(layer(x, w, b), s) → layer(x, w · s, b · s)``, ``add(layer(x, w, b), t) →
+    layer(x, w, b + t)`` and ``sub(layer, t) → layer(x, w, b − t)`` for an ``nf.conv`` or
+    ``nf.linear`` with constant weight and bias whose result has no other use, and a constant
+    ``s`` / ``t`` that is a scalar or one value per output channel (the module says which dim).
+    """
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, nf.MulOp | nf.AddOp | nf.SubOp):
+            return
+        found = _affine_operands(op)
+        if found is None:
+            return
+        layer, vector = found
+        weight = np.asarray(constant_array(layer.weight), np.float64)
+        out_channels = weight.shape[0]
+        if vector.size not in (1, out_channels):
+            return
+        vector = np.broadcast_to(vector, (out_channels,))
+        bias = constant_array(layer.bias)
+        bias = np.zeros(out_channels) if bias is None else np.asarray(bias, np.float64)
+        if isinstance(op, nf.MulOp):
+            new_w = weight * vector.reshape((-1,) + (1,) * (weight.ndim - 1))
+            new_b = bias * vector
+        else:
+            new_w, new_b = weight, bias + (vector if isinstance(op, nf.AddOp) else -vector)
+        other = op.rhs if op.lhs is layer.result else op.lhs
+        _replace_layer(op, layer, new_w, new_b, [other], rewriter)
 
 
 class FoldBatchNormIntoConv(RewritePattern):
@@ -243,12 +341,14 @@ class FoldBatchNormIntoLinear(RewritePattern):
 
 def fold_bn(program: Operation) -> int:
     """Fold every batch norm that folds (as above) in ``program``, a module or one function,
-    in place: ``nanoir.fold_bn(module)``. Returns how many were folded; the others stay."""
+    in place: ``nanoir.fold_bn(module)``, and the constant per-channel affine maps after a
+    layer. Returns how many batch norms were folded; the others stay."""
     if not isinstance(program, Operation):
         raise ArgumentError(f"fold_bn takes a program (a ModuleOp), got {type(program).__name__}")
     count = sum(isinstance(op, nf.BatchNormOp) for op in program.walk())
     patterns = GreedyRewritePatternApplier(
-        [FoldBatchNormIntoConv(), FoldBatchNormIntoLinear()], dce_enabled=False
+        [FoldBatchNormIntoConv(), FoldBatchNormIntoLinear(), FoldAffineIntoLayer()],
+        dce_enabled=False,
     )
     for region in program.regions:
         PatternRewriteWalker(patterns).rewrite_region(region)
