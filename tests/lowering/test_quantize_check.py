@@ -16,6 +16,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 
 import nanoir
@@ -238,3 +240,27 @@ def test_qat_convert_checks_on_data() -> None:
         nanoir.qat.convert(qat, batches, strict=True)
     with pytest.raises(nanoir.Error, match="strict=True"):
         nanoir.qat.convert(qat, strict=True)
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    size=st.integers(0, 40),
+    specials=st.lists(st.sampled_from([np.inf, -np.inf, np.nan, 1e200]), max_size=3),
+)
+def test_finite_energies_equal_masked_sums(seed: int, size: int, specials: list[float]) -> None:
+    """The locating step's signal and noise sums skip non-finite positions, as a mask does.
+
+    kills: the masked fallback dropped (an inf in the float program poisons every sum),
+    the noise taken as ``sum(q²)``."""
+    from nanoir.lowering.quantize.check import finite_energies
+
+    rng = np.random.default_rng(seed)
+    f, q = rng.normal(0, 3, size), rng.normal(0, 3, size)
+    for value in specials if size else []:
+        (f if rng.integers(2) else q)[rng.integers(size)] = value
+    ok = np.isfinite(f) & np.isfinite(q)
+    want_s = math.fsum(v * v for v in f[ok])
+    want_n = math.fsum((a - b) ** 2 for a, b in zip(q[ok], f[ok], strict=True))
+    s, n = finite_energies(f, q)
+    assert s == pytest.approx(want_s, rel=1e-12, abs=1e-300)
+    assert n == pytest.approx(want_n, rel=1e-12, abs=1e-300)
