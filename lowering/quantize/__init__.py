@@ -47,9 +47,12 @@ from __future__ import annotations
 from nanoir.lowering.quantize.batch_norm import dyadic_affine, make_dyadic
 from nanoir.lowering.quantize.batch_norm import input_grid as bn_input_grid
 from nanoir.lowering.quantize.bias_correction import (
+    GAIN_LIMITS,
     UNCORRECTED,
     add_zero_biases,
+    channel_slopes,
     restore_uncorrected,
+    without_gain_correction,
 )
 from nanoir.lowering.quantize.calibration import (
     calibrate,
@@ -65,7 +68,7 @@ from nanoir.lowering.quantize.calibration import (
     surviving_candidates,
     tensor_exps,
 )
-from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing
+from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing, finite_energies
 from nanoir.lowering.quantize.driver import (
     CONSTANT_ROUNDING,
     QuantizePass,
@@ -93,6 +96,7 @@ from nanoir.lowering.quantize.targets import WEIGHTED, Target, find_targets, val
 
 __all__ = [
     "ALLOWED_BITS",
+    "GAIN_LIMITS",
     "CONSTANT_ROUNDING",
     "DEFAULT_LR",
     "EXPONENT_FILE_LIMIT",
@@ -113,6 +117,7 @@ __all__ = [
     "aligned_bits",
     "bn_input_grid",
     "calibrate",
+    "channel_slopes",
     "candidate_sse",
     "check_after_quantizing",
     "checked_batch_array",
@@ -122,6 +127,7 @@ __all__ = [
     "describe_norms",
     "dyadic_affine",
     "exp_shape",
+    "finite_energies",
     "full_mse_search",
     "find_targets",
     "get_exps",
@@ -142,4 +148,5 @@ __all__ = [
     "surviving_candidates",
     "tensor_exps",
     "value_name",
+    "without_gain_correction",
 ]

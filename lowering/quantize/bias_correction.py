@@ -36,6 +36,19 @@ Where the negatives count (a signed ``trunc`` output read by an add, a pool or t
 the output's own mean rounding error per channel is measured on the quantized side and
 removed as well (``_truncating_output``): what a mean can remove of the sign-dependent part.
 
+Truncation also shrinks the signal itself: every value loses half a step toward zero, so a
+tensor's codes are a gain ``g < 1`` times its float values, and the gains multiply along the
+network (PP-OCRv4's detector, 8/8 bits, trunc: SQNR 38 dB at the input, 0 dB at the output, an
+all-zero mask). No bias removes a gain. So before correcting its bias, each conv and linear
+layer corrects its gain (``_correct_gain``): per output channel, the least-squares slope of the
+float output on the quantized accumulator (:func:`channel_slopes`, over the calibration
+batches; the intercept is the bias correction's), within :data:`GAIN_LIMITS`, multiplies the
+layer's float weights, which are then quantized again on their own exponents. The weight
+constant keeps its float value in ``nq.uncorrected`` as a bias does. Measured on the detector
+under the defaults: mask IoU 0.00 -> 0.86 (onnxruntime's static int8: 0.75-0.83). Not for
+weights whose exponents were imported (QAT trained them), 1-bit weights, or a weight constant
+read elsewhere.
+
 The new values need their own exponents: :func:`correct_biases` leaves each bias target with
 the exponents its new values give (or the imported ones), and quantize then settles joins and
 caps biases exactly as for any bias (``joins.settle``, the accumulator cap), so
@@ -45,7 +58,8 @@ lower-to-hw still lowers and nq == nh: bias correction only changes constants.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -56,7 +70,7 @@ from nanoir.dialects.traits import negatives_unread
 from nanoir.lowering.quantize.calibration import Reduce, as_batches, exp_shape, tensor_exps
 from nanoir.lowering.quantize.joins import get_exps, sources
 from nanoir.lowering.quantize.rules import QuantConfig
-from nanoir.lowering.quantize.targets import WEIGHTED, Target
+from nanoir.lowering.quantize.targets import WEIGHTED, Target, value_name
 from nanoir.runtime.base import ExecutionError, Kernel
 from nanoir.runtime.interpreter import default_builders
 from nanoir.runtime.numerics import quant
@@ -67,18 +81,40 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.traits import ConstantLike
 
 __all__ = [
+    "GAIN_LIMITS",
     "UNCORRECTED",
     "BiasCorrectionWarning",
     "add_zero_biases",
     "bias_name",
+    "channel_slopes",
     "correct_biases",
     "float_kernels",
     "mean_error",
+    "without_gain_correction",
     "restore_uncorrected",
 ]
 
 UNCORRECTED = "nq.uncorrected"
-"""The attribute on a corrected bias ``nf.constant`` holding its float value before correction."""
+"""The attribute on a corrected bias or weight ``nf.constant`` holding its float value before
+correction."""
+
+GAIN_LIMITS = (0.8, 1.25)
+"""The least and the largest gain correction of a weight (a larger one would be a calibration
+batch's accident more than truncation's shrink, which is a few percent per layer)."""
+
+
+_NO_GAIN: list[bool] = []
+
+
+@contextmanager
+def without_gain_correction() -> Iterator[None]:
+    """Within it, bias correction leaves every weight as it is (the gain correction off): the
+    reference the gain correction is tested and measured against."""
+    _NO_GAIN.append(True)
+    try:
+        yield
+    finally:
+        _NO_GAIN.pop()
 
 
 class BiasCorrectionWarning(UserWarning):
@@ -136,7 +172,7 @@ def add_zero_biases(func: FuncOp, config: QuantConfig) -> list[nf.ConstantOp]:
 
 
 def restore_uncorrected(root: Operation) -> int:
-    """Give every corrected bias under ``root`` its float value back (``nq.uncorrected``,
+    """Give every corrected bias and weight under ``root`` its float value back (``nq.uncorrected``,
     dropped); returns how many. Removing the fake-quants of a bias-corrected program leaves the
     corrected biases: this step is what makes it the float program again."""
     n = 0
@@ -397,6 +433,96 @@ def _fake_quant_like(fq: FakeQuantOp, y: np.ndarray) -> np.ndarray:
     return quant.fake_quant(y, fq.bits.value.data, k, fq.rounding_mode, signed=fq.is_signed)
 
 
+def channel_slopes(pairs: Iterable[tuple[np.ndarray, np.ndarray]], axis: int) -> np.ndarray:
+    """Per channel (``axis``), the least-squares slope ``s`` of ``y ≈ s·x + c`` over every
+    ``(x, y)`` pair's positions; 1 where ``x`` does not vary. Sums of centred moments per
+    pair, so that batches of any size add.
+
+    >>> x = np.arange(6.0).reshape(1, 2, 3)
+    >>> channel_slopes([(x, 2 * x + 1)], 1).tolist()
+    [2.0, 2.0]
+    """
+    sums = _moment_sums(pairs, axis)
+    if sums.shape[1] == 0:
+        raise ValueError("channel_slopes needs at least one pair")
+    return _slopes(sums)
+
+
+def _slopes(sums: np.ndarray) -> np.ndarray:
+    n, sx, sy, sxy, sxx = sums
+    n = np.maximum(n, 1.0)
+    var = sxx - sx * sx / n
+    cov = sxy - sx * sy / n
+    varies = var > 1e-12 * np.maximum(sxx, 1e-300)
+    slope = np.where(varies, cov / np.where(varies, var, 1.0), 1.0)
+    return np.where(np.isfinite(slope), slope, 1.0)
+
+
+def _correct_gain(
+    op: Operation,
+    sides: _SideBySide,
+    imported: set[str],
+    axis: int,
+    reduce: Reduce | None,
+) -> None:
+    """Scale ``op``'s float weight per output channel by the slope of its float output on
+    its quantized accumulator, quantize it again on its exponents, and use it on the
+    quantized side from here on (see the module docstring)."""
+    if isinstance(op, nf.ConvTransposeOp):  # (its output channel is the weight's dim 1)
+        return
+    x, w, b = op.operands[0], op.operands[1], op.operands[2]
+    fq = w.owner
+    if not isinstance(fq, FakeQuantOp) or not w.has_one_use() or fq.bits.value.data == 1:
+        return
+    const = fq.input.owner
+    weight = constant_array(fq.input)
+    if not isinstance(const, nf.ConstantOp) or weight is None or not fq.input.has_one_use():
+        return
+    if value_name(fq.input, {}) in imported:
+        return
+    kernel, float_kernel = sides.kernel(op), sides.float_kernel(op)
+    pairs = (
+        (
+            kernel(sides.qv[x][i], sides.qv[w][i])[0],
+            float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0],
+        )
+        for i in range(sides.n)
+    )
+    sums = _moment_sums(pairs, axis)
+    if reduce is not None:
+        sums = reduce(sums, "sum")
+    gain = np.clip(_slopes(sums), *GAIN_LIMITS)
+    if np.all(gain == 1.0):
+        return
+    w64 = np.asarray(weight, np.float64)
+    scaled = (w64 * gain.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(weight.dtype)
+    k = get_exps(fq)
+    qw = quant.fake_quant(scaled, fq.bits.value.data, k, fq.rounding_mode, signed=fq.is_signed)
+    if UNCORRECTED not in const.attributes:
+        const.attributes[UNCORRECTED] = const.value
+    const.value = numpy_to_dense(scaled, fq.input.type.get_element_type())  # type: ignore[attr-defined]
+    sides.qv[w] = [qw] * sides.n
+
+
+def _moment_sums(pairs: Iterable[tuple[np.ndarray, np.ndarray]], axis: int) -> np.ndarray:
+    sums = np.zeros((5, 0))
+    for x, y in pairs:
+        c = x.shape[axis]
+        xs = np.moveaxis(x, axis, 0).reshape(c, -1)
+        ys = np.moveaxis(y, axis, 0).reshape(c, -1)
+        moments = np.stack(
+            [
+                np.full(c, xs.shape[1], np.float64),
+                xs.sum(1),
+                ys.sum(1),
+                np.einsum("ij,ij->i", xs, ys),
+                np.einsum("ij,ij->i", xs, xs),
+            ]
+        )
+        sums = moments if sums.shape[1] == 0 else sums + moments
+    return sums
+
+
 def _correct(
     op: Operation,
     t: Target,
@@ -423,6 +549,8 @@ def _correct(
         exps = bias_cap(t, _settled_cap(op, t, exps))
         return quant.fake_quant(values, t.bits, exps, t.rounding or config.rounding)
 
+    if not _NO_GAIN:
+        _correct_gain(op, sides, imported, axis, reduce)
     floats, pres = [], []
     total = np.zeros(bias.shape, np.float64)
     count = 0

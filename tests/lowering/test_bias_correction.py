@@ -13,6 +13,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.lowering.quantize import GAIN_LIMITS
 from nanoir.runtime.interpreter import compile_module
 from nanoir.runtime.numerics.quant import RoundingMode
 from torch import nn
@@ -88,7 +89,8 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
     Mutants caught (in a private copy): the correction's sign flipped; the mean taken over the
     wrong axis (per position instead of per channel); the error measured without the input's
     fake-quant (float input on the quantized side); the output's mean truncation error not
-    removed (``out = None`` in ``bias_correction._correct``)."""
+    removed (``out = None`` in ``bias_correction._correct``); the gain fitted the other way
+    (quantized on float); the gain applied without quantizing the weight again."""
     torch.manual_seed(0)
     layer = nn.Conv2d(3, 5, 3, padding=1, bias=False) if kind == "conv" else nn.Linear(6, 4, False)
     shape = (3, 6, 6) if kind == "conv" else (6,)
@@ -114,15 +116,29 @@ def test_one_layer_correction_matches_a_numpy_oracle(kind: str) -> None:
         ta, tk = torch.from_numpy(a), torch.from_numpy(k)
         return (F.conv2d(ta, tk, padding=1) if kind == "conv" else ta @ tk.T).numpy()
 
-    err = apply(xq, wq) - apply(x, w)
+    # First the gain: per output channel, the least-squares slope of the float output on the
+    # quantized one (np.polyfit), within GAIN_LIMITS, scales the float weight, quantized again
+    # on the same exponents.
     axes = (0, 2, 3) if kind == "conv" else (0,)
+    q_out, f_out = (
+        np.moveaxis(apply(*a), 1, 0).reshape(w.shape[0], -1) for a in ((xq, wq), (x, w))
+    )
+    gain = np.array([np.polyfit(q, f, 1)[0] for q, f in zip(q_out, f_out, strict=True)])
+    gain = np.clip(gain, *GAIN_LIMITS)
+    assert np.abs(gain - 1).max() > 1e-3  # there is a gain to correct
+    w = (w * gain.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(constants(module)["weight"], w, rtol=1e-6)
+    wq = nearest_quant(w, bits, kw)
+    x_float = x
+    w_float = layer.weight.detach().numpy().astype(np.float64)
+    err = apply(xq, wq) - apply(x_float, w_float)
     want = -err.mean(axis=axes)
     # Then the output's own mean truncation error, on the accumulator with that bias (8-bit,
     # its own exponents capped at the accumulator's kx + kw, nearest codes), is removed too.
     shape = (1, -1, 1, 1) if kind == "conv" else (1, -1)
     kb = np.minimum(absmax_exp(want, 8, ()), kx.reshape(-1) + kw.reshape(-1))
     y = apply(xq, wq) + nearest_quant(want, 8, kb).reshape(shape)
-    ky = absmax_exp(apply(x, w), bits, None)
+    ky = absmax_exp(apply(x_float, w_float), bits, None)
     want = want - (trunc_quant(y, bits, ky) - y).mean(axis=axes)
     got = constants(module)["bias"]
     assert np.abs(want).max() > 1e-3  # there is something to correct

@@ -252,7 +252,7 @@ def test_finite_energies_equal_masked_sums(seed: int, size: int, specials: list[
 
     kills: the masked fallback dropped (an inf in the float program poisons every sum),
     the noise taken as ``sum(q²)``."""
-    from nanoir.lowering.quantize.check import finite_energies
+    from nanoir.lowering.quantize import finite_energies
 
     rng = np.random.default_rng(seed)
     f, q = rng.normal(0, 3, size), rng.normal(0, 3, size)
