@@ -66,7 +66,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import negatives_unread
+from nanoir.dialects.traits import Weighted, negatives_unread
 from nanoir.lowering.quantize.calibration import Reduce, as_batches, exp_shape, tensor_exps
 from nanoir.lowering.quantize.joins import get_exps, sources
 from nanoir.lowering.quantize.rules import QuantConfig
@@ -468,8 +468,11 @@ def _correct_gain(
     """Scale ``op``'s float weight per output channel by the slope of its float output on
     its quantized accumulator, quantize it again on its exponents, and use it on the
     quantized side from here on (see the module docstring)."""
-    if isinstance(op, nf.ConvTransposeOp):  # (its output channel is the weight's dim 1)
-        return
+    trait = op.get_trait(Weighted)
+    assert trait is not None
+    groups = getattr(op, "groups", None)
+    if trait.channel_axis != 0 and groups is not None and groups.value.data != 1:
+        return  # (a grouped transposed conv's output channels are split across its groups)
     x, w, b = op.operands[0], op.operands[1], op.operands[2]
     fq = w.owner
     if not isinstance(fq, FakeQuantOp) or not w.has_one_use() or fq.bits.value.data == 1:
@@ -495,7 +498,9 @@ def _correct_gain(
     if np.all(gain == 1.0):
         return
     w64 = np.asarray(weight, np.float64)
-    scaled = (w64 * gain.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(weight.dtype)
+    along = [1] * w64.ndim
+    along[trait.channel_axis] = -1
+    scaled = (w64 * gain.reshape(along)).astype(weight.dtype)
     k = get_exps(fq)
     qw = quant.fake_quant(scaled, fq.bits.value.data, k, fq.rounding_mode, signed=fq.is_signed)
     if UNCORRECTED not in const.attributes:
