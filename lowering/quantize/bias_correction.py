@@ -442,9 +442,10 @@ def channel_slopes(pairs: Iterable[tuple[np.ndarray, np.ndarray]], axis: int) ->
     >>> channel_slopes([(x, 2 * x + 1)], 1).tolist()
     [2.0, 2.0]
     """
-    sums = _moment_sums(pairs, axis)
-    if sums.shape[1] == 0:
+    pairs = list(pairs)
+    if not pairs:
         raise ValueError("channel_slopes needs at least one pair")
+    sums = _moment_sums(pairs, axis, pairs[0][0].shape[axis])
     return _slopes(sums)
 
 
@@ -491,7 +492,7 @@ def _correct_gain(
         )
         for i in range(sides.n)
     )
-    sums = _moment_sums(pairs, axis)
+    sums = _moment_sums(pairs, axis, nf.tensor_shape(op.results[0])[axis])
     if reduce is not None:
         sums = reduce(sums, "sum")
     gain = np.clip(_slopes(sums), *GAIN_LIMITS)
@@ -509,22 +510,20 @@ def _correct_gain(
     sides.qv[w] = [qw] * sides.n
 
 
-def _moment_sums(pairs: Iterable[tuple[np.ndarray, np.ndarray]], axis: int) -> np.ndarray:
-    sums = np.zeros((5, 0))
+def _moment_sums(
+    pairs: Iterable[tuple[np.ndarray, np.ndarray]], axis: int, channels: int
+) -> np.ndarray:
+    """``[5, channels]``: the count, ``Σx``, ``Σy``, ``Σxy``, ``Σx²`` per channel; zeros
+    without pairs (a process without batches adds nothing to the others' sums)."""
+    sums = np.zeros((5, channels))
     for x, y in pairs:
-        c = x.shape[axis]
-        xs = np.moveaxis(x, axis, 0).reshape(c, -1)
-        ys = np.moveaxis(y, axis, 0).reshape(c, -1)
-        moments = np.stack(
-            [
-                np.full(c, xs.shape[1], np.float64),
-                xs.sum(1),
-                ys.sum(1),
-                np.einsum("ij,ij->i", xs, ys),
-                np.einsum("ij,ij->i", xs, xs),
-            ]
-        )
-        sums = moments if sums.shape[1] == 0 else sums + moments
+        xs = np.moveaxis(x, axis, 0).reshape(channels, -1)
+        ys = np.moveaxis(y, axis, 0).reshape(channels, -1)
+        sums[0] += xs.shape[1]
+        sums[1] += xs.sum(1)
+        sums[2] += ys.sum(1)
+        sums[3] += np.einsum("ij,ij->i", xs, ys)
+        sums[4] += np.einsum("ij,ij->i", xs, xs)
     return sums
 
 
