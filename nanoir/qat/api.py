@@ -653,8 +653,10 @@ def calibrate(
     for t in targets:
         assert t.exps is not None
         qat.quantizer(t.name).set_exponents(np.asarray(t.exps).reshape(-1))
-        if correct and t.kind == "bias":  # the corrected bias, into the module
-            const = t.value.owner
+        const = t.value.owner
+        corrected = isinstance(const, nf.ConstantOp) and qz.UNCORRECTED in const.attributes
+        if correct and (t.kind == "bias" or t.kind == "weight" and corrected):
+            # the corrected bias, and a weight whose gain was corrected, into the module
             assert isinstance(const, nf.ConstantOp) and const.sym_name is not None
             with torch.no_grad():
                 qat.tensor(const.sym_name.data).copy_(
