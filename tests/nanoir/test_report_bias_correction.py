@@ -84,29 +84,33 @@ def test_report_vs_float_is_against_the_original_float_program() -> None:
     assert math.isclose(reparsed, vs_original, abs_tol=1e-6)
 
 
-def test_restore_uncorrected_gives_back_every_float_bias() -> None:
-    """Every bias constant of the folded program (and a zero one for the bias-less conv) is
-    back at its float value, bit for bit, after ``restore_uncorrected`` on the stripped
-    program; before it, at least one differs (the correction moved it)."""
+def test_restore_uncorrected_gives_back_every_float_bias_and_weight() -> None:
+    """Every bias constant of the folded program (and a zero one for the bias-less conv) and
+    every weight (gain correction scales them under ``trunc``) is back at its float value, bit
+    for bit, after ``restore_uncorrected`` on the stripped program; before it, at least one
+    bias and one weight differ (the corrections moved them)."""
 
-    def biases(module: ModuleOp) -> dict[str, np.ndarray]:
+    def constants(module: ModuleOp, suffix: str) -> dict[str, np.ndarray]:
         return {
             op.sym_name.data: np.asarray(op.value.get_values(), np.float64)
             for op in module.walk()
             if isinstance(op, nf.ConstantOp)
             and op.sym_name is not None
-            and op.sym_name.data.endswith("bias")
+            and op.sym_name.data.endswith(suffix)
         }
 
     folded, quantized, _ = _programs()
     stripped = _strip(quantized)
-    before = biases(stripped)
-    want = biases(folded)
+    before = constants(stripped, "bias") | constants(stripped, "weight")
+    want = constants(folded, "bias") | constants(folded, "weight")
     assert set(before) - set(want) == {"6.bias"}  # the bias correction added
     want["6.bias"] = np.zeros(8)
-    assert any(not np.array_equal(before[k], want[k]) for k in want)
-    assert restore_uncorrected(stripped) == len(want)
-    after = biases(stripped)
+    assert any(not np.array_equal(before[k], want[k]) for k in want if k.endswith("bias"))
+    assert any(not np.array_equal(before[k], want[k]) for k in want if k.endswith("weight"))
+    recorded = sum(UNCORRECTED in op.attributes for op in stripped.walk())
+    assert recorded >= len(constants(folded, "bias")) + 1
+    assert restore_uncorrected(stripped) == recorded
+    after = constants(stripped, "bias") | constants(stripped, "weight")
     assert all(np.array_equal(after[k], want[k]) for k in want), (after, want)
     assert UNCORRECTED not in str(stripped)
 
