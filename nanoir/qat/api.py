@@ -582,7 +582,7 @@ def prepare(
                 rounding = qat.quantizer(t.name).rounding
                 k = qz.tensor_exps(x, t.bits, t.channel_axis, config.calibrator, rounding)
                 qat.quantizer(t.name).set_exponents(np.asarray(k).reshape(-1))
-    low_bits.apply(qat, quantize_options)  # 2-bit weights: lsq from mse unless chosen
+    low_bits.apply(qat, quantize_options)  # 2-bit weights: lsq from absmax unless chosen
     return qat
 
 
