@@ -626,10 +626,10 @@ func.func @main(%x: tensor<?x2x6x6xf32>) -> tensor<?x3xf32> {
   %c = nf.conv %x, %w, %b {pads = array<i64: 0, 1, 0, 1>} : (tensor<?x2x6x6xf32>, tensor<2x2x2x2xf32>, tensor<2xf32>) -> tensor<?x2x5x7xf32>
   %p = nf.constant "offset" dense<[1.9]> : tensor<1xf32>
   %two = nf.constant dense<2.0> : tensor<f32>
-  %a = nf.add %c, %p : (tensor<?x2x5x7xf32>, tensor<1xf32>) -> tensor<?x2x5x7xf32>
+  %r = nf.relu %c : tensor<?x2x5x7xf32>
+  %a = nf.add %r, %p : (tensor<?x2x5x7xf32>, tensor<1xf32>) -> tensor<?x2x5x7xf32>
   %a2 = nf.mul %a, %two : (tensor<?x2x5x7xf32>, tensor<f32>) -> tensor<?x2x5x7xf32>
-  %r = nf.relu %a2 : tensor<?x2x5x7xf32>
-  %m = nf.max_pool %r {kernel = array<i64: 1, 2>, strides = array<i64: 1, 2>} : tensor<?x2x5x7xf32> -> tensor<?x2x5x3xf32>
+  %m = nf.max_pool %a2 {kernel = array<i64: 1, 2>, strides = array<i64: 1, 2>} : tensor<?x2x5x7xf32> -> tensor<?x2x5x3xf32>
   %f = nf.reshape %m : tensor<?x2x5x3xf32> -> tensor<?x30xf32>
   %fw = nf.constant "fc.weight" dense<0.02> : tensor<3x30xf32>
   %fb = nf.constant "fc.bias" dense<[0.1, 0.2, -0.3]> : tensor<3xf32>

@@ -84,16 +84,17 @@ def test_quantize_folds_and_fold_bn_false_keeps_them() -> None:
     assert batch_norms(folded) == 1 and batch_norms(kept) == 4
     reference = program()
     nanoir.fold_bn(reference)
-    # The folded weights are what quantize's weight fake-quants read.
+    # The folded weights are what quantize's weight fake-quants read (before the gain
+    # correction scales them: its record, nq.uncorrected, holds the folded value).
     weights = {
-        op.sym_name.data: op
+        op.sym_name.data: op.attributes.get("nq.uncorrected", op.value)
         for op in folded.walk()  # type: ignore[attr-defined]
         if op.name == "nf.constant" and op.sym_name is not None
     }
     for op in reference.walk():  # type: ignore[attr-defined]
         if op.name == "nf.constant" and op.sym_name is not None and "conv" in op.sym_name.data:
             if op.sym_name.data.endswith("weight"):
-                assert weights[op.sym_name.data].value == op.value
+                assert weights[op.sym_name.data] == op.value
 
 
 def test_nanoir_opt_quantize_fold_bn_option(tmp_path) -> None:
