@@ -226,7 +226,8 @@ class _Scaled(torch.nn.Module):
         self.c, self.op = c, op
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.fc(x)
+        # (a scalar right after the linear would be folded into it by fold-bn's affine fold)
+        y = torch.relu(self.fc(x))
         return y * self.c if self.op == "mul" else y + self.c
 
 
