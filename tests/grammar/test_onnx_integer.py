@@ -142,7 +142,7 @@ def random_hw(
 VALID_FLOOR = 0.6
 """The share of drawn programs that must be compared (not refused by lower-to-hw for an
 unsigned operand it does not take). The share drawn depends on the example count: at least
-80% at 50 and 125 examples, 67% (50 of 75) at the thorough profile's 75."""
+80% at 50 and 125 examples (the default and thorough profiles), 67% (50 of 75) at 75."""
 
 
 @pytest.mark.parametrize("mode", list(RoundingMode))
