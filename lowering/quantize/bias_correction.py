@@ -381,11 +381,7 @@ def correct_biases(
         if id(t) in new_values:
             const = t.value.owner
             assert isinstance(const, nf.ConstantOp)
-            t_type = const.result.type
-            assert isinstance(t_type, TensorType)
-            if UNCORRECTED not in const.attributes:  # the first correction's input is the float
-                const.attributes[UNCORRECTED] = const.value
-            const.value = numpy_to_dense(new_values[id(t)], t_type.get_element_type())
+            _set_corrected(const, new_values[id(t)])
         if t.name not in imported:
             values = constant_array(t.value)
             assert values is not None
@@ -438,8 +434,8 @@ def _fake_quant_like(fq: FakeQuantOp, y: np.ndarray) -> np.ndarray:
 
 def channel_slopes(pairs: Iterable[tuple[np.ndarray, np.ndarray]], axis: int) -> np.ndarray:
     """Per channel (``axis``), the least-squares slope ``s`` of ``y ≈ s·x + c`` over every
-    ``(x, y)`` pair's positions; 1 where ``x`` does not vary. Sums of centred moments per
-    pair, so that batches of any size add.
+    ``(x, y)`` pair's positions; 1 where ``x`` does not vary. Raw moment sums per pair
+    (centred at the end), so that batches of any size add.
 
     >>> x = np.arange(6.0).reshape(1, 2, 3)
     >>> channel_slopes([(x, 2 * x + 1)], 1).tolist()
@@ -507,10 +503,19 @@ def _correct_gain(
     scaled = (w64 * gain.reshape(along)).astype(weight.dtype)
     k = get_exps(fq)
     qw = quant.fake_quant(scaled, fq.bits.value.data, k, fq.rounding_mode, signed=fq.is_signed)
+    _set_corrected(const, scaled)
+    sides.qv[w] = [qw] * sides.n
+
+
+def _set_corrected(const: nf.ConstantOp, values: np.ndarray) -> None:
+    """Give ``const`` its corrected ``values``, keeping its float value in
+    :data:`UNCORRECTED` the first time (a bias is corrected once per pass, a weight too, but
+    quantize may run again on a corrected program)."""
+    t_type = const.result.type
+    assert isinstance(t_type, TensorType)
     if UNCORRECTED not in const.attributes:
         const.attributes[UNCORRECTED] = const.value
-    const.value = numpy_to_dense(scaled, fq.input.type.get_element_type())  # type: ignore[attr-defined]
-    sides.qv[w] = [qw] * sides.n
+    const.value = numpy_to_dense(values, t_type.get_element_type())
 
 
 def _moment_sums(
