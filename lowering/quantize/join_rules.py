@@ -304,11 +304,7 @@ class Rules:
             self.unmeasured.setdefault(fw, fw.exps.reshape(-1) <= EXP_FLOOR)
         x_adjustable = not any(f.fixed for f in xs)
         if bias is not None and x_adjustable and all(_zero(f).all() for f in xs):
-            # An input that is 0 everywhere: put the accumulator on the bias's grid.
-            kb = code_exps(Quant(bias.bits, self.bias_exps[bias]))
-            need = int(np.min(kb.reshape(-1) - self._w_per_out(wt)))
-            for f in xs:
-                self.lower(f, need, f"input:{wt.name}")
+            self._settle_zero_input(wt, bias)
         if bias is not None and fw.bits > 1 and not fw.fixed and _zero(fw).any():
             self._settle_zero_weight(wt, bias)
         if x_adjustable and len(xs) == 1 and xs[0].exps.size > 1 and xs[0].bits > 1:
@@ -382,6 +378,27 @@ class Rules:
                     self.lower(fw, self._lower_channels(wt, over, step), f"acc:{wt.name}")
             else:
                 return
+
+    def _settle_zero_input(self, wt: Weighted, bias: Quant) -> None:
+        """An input 0 on every calibration batch: the accumulator is the bias alone, put on
+        the bias's grid (the bias added unshifted) where the bias is not 0. A bias of zeros
+        has no grid (exponent 60, nothing measured), and an input computed from a value that
+        is itself still 0 everywhere is left to the zero-range rule this round (it takes its
+        source's exponent): the bias's grid, up to 57 steps finer, is more than the input's
+        producer (an average pool, a clamp) can shift its operand onto."""
+        k = self.bias_exps[bias].reshape(-1)
+        codes = quant.quantize_to_int(bias.array().reshape(-1), bias.bits, k, bias.rounding)
+        kw = self._w_per_out(wt)
+        live = np.broadcast_to(codes != 0, kw.shape)
+        if not live.any():
+            return
+        need = int(np.min((np.broadcast_to(code_exps(Quant(bias.bits, k)), kw.shape) - kw)[live]))
+        derived = {id(d.out): d for d in self.derived}
+        for f in wt.xs:
+            d = derived.get(id(f))
+            if d is not None and d.source and all(_zero(q).all() for q in d.source):
+                continue
+            self.lower(f, need, f"input:{wt.name}")
 
     def _coarsen_own_channels(
         self, wt: Weighted, worst: np.ndarray, bias_part: np.ndarray, sums: np.ndarray

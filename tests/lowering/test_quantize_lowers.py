@@ -294,6 +294,47 @@ def test_an_average_pool_whose_output_measured_nothing_lowers(pool: str) -> None
         compile_checked(Pool(), x, [x], act_per_channel=per_channel)
 
 
+@pytest.mark.parametrize("bias", [None, 0.0, 1e-15, 0.3])
+@pytest.mark.parametrize("bits", [(2, 1), (8, 8)])
+def test_a_dead_branch_pooled_into_a_layer_with_a_bias_lowers(
+    bias: float | None, bits: tuple[int, int]
+) -> None:
+    """A conv with zero weights and bias (0 on every batch), an average pool
+    (``count_include_pad=False``) and a linear reading it. The linear's input was put on its
+    bias's grid, exponent 57 for a bias of zeros (60, nothing measured), which the pool
+    cannot shift its input onto (lower-to-hw: "'nf.avg_pool' aligning operands needs 62-bit
+    codes"; drawn by ``test_programs_quantize_makes_lower`` under 1.5x the default examples).
+    A bias of zeros gives no grid; a live one (1e-15: exponent ~56) waits for the pool's
+    output to take its input's exponent. Kills: ``_settle_zero_input`` counting channels
+    whose bias codes are 0 (None, 0.0), or not waiting for a source still 0 (1e-15)."""
+
+    class DeadPool(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(1, 1, 1)
+            self.fc = nn.Linear(3, 3, bias=bias is not None)
+            with torch.no_grad():
+                self.conv.weight.zero_()
+                self.conv.bias.zero_()
+                if self.fc.bias is not None:
+                    self.fc.bias.fill_(bias)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = nn.functional.avg_pool1d(self.conv(x), 3, 1, 1, count_include_pad=False)
+            return self.fc(y.flatten(1))
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 3)
+    act_bits, weight_bits = bits
+    compile_checked(
+        DeadPool(),
+        x,
+        [torch.randn(2, 1, 3) for _ in range(2)],
+        act_bits=act_bits,
+        weight_bits=weight_bits,
+    )
+
+
 def test_mobilenet_v2_at_4_bits_per_channel_lowers() -> None:
     """``MobileNetV2Stack`` at 4 bits with ``act_per_channel=True``: a ReLU6 (``nf.clamp``)
     output channel that is 0 on every batch had exponent 60 while its input channel had 7
