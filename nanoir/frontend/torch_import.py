@@ -1263,6 +1263,8 @@ def _take_range(imp: _Importer, x: SSAValue, axis: int, start: int, stop: int) -
     length = nf.tensor_shape(x)[axis]
     if (start, stop) == (0, length):
         return x
+    if stop <= start:  # an empty range (``x[:, :0]``): a piece of length 0
+        return imp.emit(nf.SplitOp(x, axis, [0, length])).results[0]
     sizes = [s for s in (start, stop - start, length - stop) if s > 0]
     op = imp.emit(nf.SplitOp(x, axis, sizes))
     return op.results[1 if start > 0 else 0]

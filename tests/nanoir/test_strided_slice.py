@@ -186,3 +186,28 @@ def test_onnx_slice_with_steps_reads_as_a_gather(
     (want,) = ort.InferenceSession(path).run(None, {"x": x})
     (got,) = run(nanoir.load(path), x)
     assert np.array_equal(got, want)
+
+
+class EmptySlices(nn.Module):
+    """Empty ranges of a slice: ``x[:, :0]`` joined to the rest, and ``x[:, 2:1]`` returned."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([x[:, :0], x[:, 1:]], 1) * 2, x[:, 2:1]
+
+
+def test_an_empty_slice_is_a_piece_of_length_zero() -> None:
+    """``x[:, :0]`` was "internal error importing aten.slice.Tensor" (its empty piece dropped
+    from the split, the whole dim taken instead). The shapes and values equal torch's, and the
+    program quantizes and lowers with nq == nh. Kills: ``_take_range`` dropping a piece of
+    length 0."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3)
+    module = from_torch(EmptySlices(), (x,))
+    got = run(module, x.numpy(), dtype=np.float64)
+    want = EmptySlices()(x.double())
+    assert [g.shape for g in got] == [tuple(w.shape) for w in want] == [(2, 2), (2, 0)]
+    np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-6)
+    nanoir.quantize(module, [torch.randn(2, 3).numpy()], progress=False)
+    q = run(module, x.numpy(), dtype=np.float64)
+    h = run(lower_to_hw(module.clone()), x.numpy())
+    assert [a.tobytes() for a in q] == [b.tobytes() for b in h]
