@@ -127,16 +127,25 @@ def octave_sums(x: np.ndarray) -> np.ndarray:
     """``[3, 2, OCTAVES]``: per sign (non-negative, negative) and binary octave of ``|x|``
     (``2**(e-1) <= |x| < 2**e``), the count, the sum of ``|x|`` and of ``x**2``: what
     :func:`surviving_candidates` bounds each candidate's error by. Sums of batches add."""
-    mag = np.abs(x).reshape(-1)
-    _, e = np.frexp(mag)
-    e = np.where(mag == 0, OCTAVE_BASE, e).astype(np.intp)
-    key = (e - OCTAVE_BASE) * 2 + (x.reshape(-1) < 0)
-    return np.stack(
+    flat = x.reshape(-1)
+    # (in place on one intp array, and zeros moved to bin 0 afterwards rather than by a
+    # where: 2x faster on the recognizer's activations, the same sums)
+    key = np.frexp(flat)[1].astype(np.intp)  # frexp(0) is (0, 0): bin e = 0 for now
+    key -= OCTAVE_BASE
+    key *= 2
+    key += flat < 0
+    mag = np.abs(flat)
+    sums = np.stack(
         [
-            np.bincount(key, weights=w, minlength=2 * OCTAVES).reshape(OCTAVES, 2).T
+            np.bincount(key, weights=w, minlength=2 * OCTAVES).astype(np.float64, copy=False)
             for w in (None, mag, mag * mag)
         ]
     )
+    sums = sums.reshape(3, OCTAVES, 2).transpose(0, 2, 1)
+    zeros = flat.size - np.count_nonzero(flat)
+    sums[0, 0, -OCTAVE_BASE] -= zeros  # (zeros add nothing to the sums of |x| and x**2)
+    sums[0, 0, 0] += zeros
+    return sums
 
 
 def error_bounds(

@@ -144,3 +144,35 @@ def test_quantize_gives_the_same_program_with_and_without_bounds(rounding: str) 
             nanoir.quantize(module, batches, rounding=rounding, progress=False)
         programs.append(str(module))
     assert programs[0] == programs[1]
+
+
+@settings(max_examples=examples(40))
+@given(
+    st.sampled_from((np.float32, np.float64)),
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, width=32),
+            st.sampled_from((0.0, -0.0, 1e-45, -3e-39, 5e-324, 0.5, -1.0, 1.0)),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+)
+def test_octave_sums_equal_a_per_value_count(dtype: type, values: list[float]) -> None:
+    """``octave_sums`` against a loop over the values with ``math.frexp``: per sign (zero and
+    -0.0 non-negative) and octave (zeros in bin 0), the count, ``Σ|x|`` and ``Σx²`` as the
+    dtype computes them. Kills: zeros left in the octave ``frexp`` gives them (e = 0); -0.0
+    counted as negative; the octave index off by one."""
+    import math
+
+    from nanoir.lowering.quantize.calibration import OCTAVE_BASE, OCTAVES
+
+    x = np.array(values, dtype=dtype).reshape(-1, 1)
+    want = np.zeros((3, 2, OCTAVES))
+    for v in x.reshape(-1):
+        e = OCTAVE_BASE if v == 0 else math.frexp(float(v))[1]
+        side, a = int(v < 0), abs(v)
+        want[:, side, e - OCTAVE_BASE] += (1.0, float(a), float(a * a))
+    got = octave_sums(x)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1:], want[1:], rtol=1e-12, atol=0)
