@@ -464,39 +464,37 @@ def _correct_gain(
     imported: set[str],
     axis: int,
     reduce: Reduce | None,
-) -> None:
+) -> list[np.ndarray] | None:
     """Scale ``op``'s float weight per output channel by the slope of its float output on
     its quantized accumulator, quantize it again on its exponents, and use it on the
-    quantized side from here on (see the module docstring)."""
+    quantized side from here on (see the module docstring). Returns the float outputs it
+    computed (the float side keeps its weights: the bias pass reuses them), or None."""
     trait = op.get_trait(Weighted)
     assert trait is not None
     groups = getattr(op, "groups", None)
     if trait.channel_axis != 0 and groups is not None and groups.value.data != 1:
-        return  # (a grouped transposed conv's output channels are split across its groups)
+        return None  # (a grouped transposed conv's output channels are split across groups)
     x, w, b = op.operands[0], op.operands[1], op.operands[2]
     fq = w.owner
     if not isinstance(fq, FakeQuantOp) or not w.has_one_use() or fq.bits.value.data == 1:
-        return
+        return None
     const = fq.input.owner
     weight = constant_array(fq.input)
     if not isinstance(const, nf.ConstantOp) or weight is None or not fq.input.has_one_use():
-        return
+        return None
     if value_name(fq.input, {}) in imported:
-        return
+        return None
     kernel, float_kernel = sides.kernel(op), sides.float_kernel(op)
-    pairs = (
-        (
-            kernel(sides.qv[x][i], sides.qv[w][i])[0],
-            float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0],
-        )
-        for i in range(sides.n)
-    )
+    floats = [
+        float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0] for i in range(sides.n)
+    ]
+    pairs = ((kernel(sides.qv[x][i], sides.qv[w][i])[0], floats[i]) for i in range(sides.n))
     sums = _moment_sums(pairs, axis, nf.tensor_shape(op.results[0])[axis])
     if reduce is not None:
         sums = reduce(sums, "sum")
     gain = np.clip(_slopes(sums), *GAIN_LIMITS)
     if np.all(gain == 1.0):
-        return
+        return floats
     w64 = np.asarray(weight, np.float64)
     along = [1] * w64.ndim
     along[trait.channel_axis] = -1
@@ -505,6 +503,7 @@ def _correct_gain(
     qw = quant.fake_quant(scaled, fq.bits.value.data, k, fq.rounding_mode, signed=fq.is_signed)
     _set_corrected(const, scaled)
     sides.qv[w] = [qw] * sides.n
+    return floats
 
 
 def _set_corrected(const: nf.ConstantOp, values: np.ndarray) -> None:
@@ -561,13 +560,15 @@ def _correct(
         exps = bias_cap(t, _settled_cap(op, t, exps))
         return quant.fake_quant(values, t.bits, exps, t.rounding or config.rounding)
 
-    if not _NO_GAIN:
-        _correct_gain(op, sides, imported, axis, reduce)
+    computed = None if _NO_GAIN else _correct_gain(op, sides, imported, axis, reduce)
     floats, pres = [], []
     total = np.zeros(bias.shape, np.float64)
     count = 0
     for i in range(sides.n):
-        f = float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
+        if computed is None:
+            f = float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
+        else:
+            f = computed[i]
         pre = kernel(sides.qv[x][i], sides.qv[w][i])[0]
         s, c = mean_error(pre + quantized_bias(bias).reshape(shape), f, axis)
         total, count = total + s, count + c
