@@ -201,12 +201,17 @@ def float_kernels(func: FuncOp) -> dict[Operation, Kernel]:
     return kernels
 
 
-def mean_error(q: np.ndarray, f: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
-    """Per channel along ``axis``: ``sum(q - f)`` over every other dim, and the count summed."""
+def mean_error(q: np.ndarray, f: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel along ``axis``: ``sum(q - f)`` over every other dim, and how many values
+    it sums, counting only those where both are finite (a float value outside a function's
+    domain, ``log(-1)``, sets nothing, as in calibration: ``calibration.finite``)."""
     d = np.asarray(q, np.float64) - np.asarray(f, np.float64)
     axis %= d.ndim
     others = tuple(i for i in range(d.ndim) if i != axis)
-    return d.sum(axis=others), d.size // max(d.shape[axis], 1)
+    ok = np.isfinite(d)
+    if ok.all():
+        return d.sum(axis=others), np.full(d.shape[axis], d.size // max(d.shape[axis], 1))
+    return np.where(ok, d, 0.0).sum(axis=others), ok.sum(axis=others)
 
 
 def _own_exps(t: Target, values: np.ndarray, config: QuantConfig) -> np.ndarray:
@@ -563,7 +568,7 @@ def _correct(
     computed = None if _NO_GAIN else _correct_gain(op, sides, imported, axis, reduce)
     floats, pres = [], []
     total = np.zeros(bias.shape, np.float64)
-    count = 0
+    count = np.zeros(bias.shape, np.int64)  # (the same shape on every rank: reduce)
     for i in range(sides.n):
         if computed is None:
             f = float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
@@ -577,19 +582,19 @@ def _correct(
     if reduce is not None:
         total, count = reduce(total, "sum"), reduce(count, "sum")
     offset = _rounding_offset(op, bias.shape)
-    corrected = bias - total / max(count, 1) + offset
+    corrected = bias - total / np.maximum(count, 1) + offset
     corrected = corrected.astype(elt).astype(np.float64)
     qb = quantized_bias(corrected).reshape(shape)
     out = _truncating_output(op)
     if out is not None and not np.any(offset):  # its mean rounding error, too
-        total, count = np.zeros(bias.shape, np.float64), 0
+        total, count = np.zeros(bias.shape, np.float64), np.zeros(bias.shape, np.int64)
         for pre in pres:
             y = pre + qb
             s, c = mean_error(_fake_quant_like(out, y), y, axis)
             total, count = total + s, count + c
         if reduce is not None:
             total, count = reduce(total, "sum"), reduce(count, "sum")
-        corrected = (corrected - total / max(count, 1)).astype(elt).astype(np.float64)
+        corrected = (corrected - total / np.maximum(count, 1)).astype(elt).astype(np.float64)
         qb = quantized_bias(corrected).reshape(shape)
     sides.fl[op.results[0]] = floats
     sides.qv[op.results[0]] = [p + qb for p in pres]

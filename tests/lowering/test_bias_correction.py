@@ -497,3 +497,52 @@ def test_rounding_down_before_a_relu_becomes_round_half_up(rounding: str) -> Non
     # little low even after correction (the mean over all outputs is what correction zeroes)
     assert abs(mean) < (0.1 if rounding == "floor" else 0.4), mean
     check_exact(module, x[:8])
+
+
+# --------------------------------------------------------------------------------------------
+# A float program outside a function's domain on calibration data (log of a negative)
+# --------------------------------------------------------------------------------------------
+
+
+def test_mean_error_counts_only_finite_values() -> None:
+    """``mean_error`` against NumPy's ``nansum`` and a count of the finite differences per
+    channel. Kills: NaN or inf summed (the mean NaN); every value counted."""
+    from nanoir.lowering.quantize.bias_correction import mean_error
+
+    rng = np.random.default_rng(0)
+    f = rng.standard_normal((3, 4, 5))
+    f[0, 1, :3] = np.nan
+    f[2, 3, 4] = -np.inf
+    q = f + rng.standard_normal(f.shape)
+    d = q - f
+    d[~np.isfinite(d)] = np.nan
+    total, count = mean_error(q, f, 1)
+    np.testing.assert_allclose(total, np.nansum(d, axis=(0, 2)), rtol=1e-12)
+    assert count.tolist() == np.isfinite(d).sum(axis=(0, 2)).tolist() == [15, 12, 15, 14]
+
+
+def test_a_log_of_negative_values_quantizes_with_bias_correction() -> None:
+    """``fc2(log(fc(x)))``: the float program gives NaN where ``fc(x)`` is negative on
+    calibration data; calibration skips them (``calibration.finite``), bias correction raised
+    a bare ``ValueError: absmax input contains NaN`` (the corrected bias NaN). Now every
+    corrected constant is finite, fc2's bias is corrected, and nq == nh. Kills: NaN counted in
+    ``mean_error``."""
+
+    class LogNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.fc2 = nn.Linear(4, 6), nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(torch.log(self.fc(x)))
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    module = nanoir.from_torch(LogNet().eval(), (x,))
+    batches = [torch.randn(8, 4).numpy() for _ in range(3)]
+    before = constants(module)
+    nanoir.quantize(module, batches, progress=False)
+    after = constants(module)
+    assert all(np.isfinite(v).all() for v in after.values())
+    assert not np.array_equal(after["fc2.bias"], before["fc2.bias"])
+    check_exact(module, x.numpy())
