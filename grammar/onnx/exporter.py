@@ -15,6 +15,9 @@ named after the `nf.constant`; a dynamic dim is a symbolic dim (`N` for the batc
 `nf.embedding` (the `.ne` Embedding row) is `Gather(table, indices, axis=0)`; a program input
 read only as indices (`nf.is_index_input`) is an int64 graph input, other indices are Cast to
 int64 (the reader maps a Gather of a constant table by an int64 graph input back).
+`nf.compare` (1 and 0 in its float type) is ONNX's comparison, whose bool result is cast back
+(a logical predicate's operands cast to bool first; `ne` is `Not(Equal)`), and `nf.where`'s
+condition is cast to bool.
 `nf.recurrent` is ONNX's LSTM / GRU / RNN, one node per layer (ONNX's W/R/B and gate order,
 `Y` transposed to nf's layout; not the `.ne` row's attributes, which ONNX does not have); a
 reshape to a dim of size 0 is written with `allowzero = 1`. Every written file passes
@@ -83,8 +86,10 @@ from nanoir.dialects.nq import FakeQuantOp
 from nanoir.dialects.traits import IntegerAlgorithm, LookupTable
 from nanoir.grammar.ne.errors import ExportError
 from nanoir.grammar.ne.nq import row_of
+from nanoir.grammar.ne.nq_families import COMPARES
 from nanoir.grammar.ne.schema import main_function
 from nanoir.grammar.ne.syntax_tree import Float
+from nanoir.runtime.numerics.compare import LOGICAL
 from nanoir.runtime.numerics.quant import RoundingMode, qmax, qmin, quantize_to_int
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType, f16, f32, f64
 from xdsl.dialects.func import ReturnOp
@@ -109,6 +114,7 @@ NANOENGINE_OPSET = 17
 
 _ELEM = {f32: 1, f16: 10, f64: 11}  # ONNX TensorProto FLOAT, FLOAT16, DOUBLE
 _INT64 = 7  # ONNX TensorProto INT64: an embedding's indices (nf.is_index_input)
+_BOOL = 9  # ONNX TensorProto BOOL: what comparisons give and And/Or/Xor/Where read
 
 _RECURRENT_TYPE = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
 _ONNX_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN": (0,)}
@@ -491,6 +497,9 @@ class _Writer:
         if isinstance(op, nf.RecurrentOp):
             self.recurrent(op)
             return
+        if isinstance(op, nf.CompareOp):
+            self.compare(op)
+            return
         try:
             row = row_of(op)
         except KeyError:
@@ -573,10 +582,37 @@ class _Writer:
             self._prelu_slope(op, inputs, base)
         elif op_type == "UpsampleZero":  # nanoir's row; in ONNX, the one-hot transposed conv
             op_type, attrs = self._upsample_zero(op, attrs, inputs, base)
+        elif op_type == "Where":  # its condition is nf's 0/1 values: ONNX's is bool
+            inputs[0] = self._cast(inputs[0], _BOOL, f"{base}_cond")
         elif op_type == "Embedding":  # nanoir's row; in ONNX, Gather of the table's rows
             op_type, attrs = "Gather", {"axis": 0}
             inputs = [inputs[1], self._int64_indices(op.operands[0], inputs[0], base)]
         self.add_node(op_type, inputs, outputs, attrs)
+
+    def compare(self, op: nf.CompareOp) -> None:
+        """nf.compare holds 1 and 0 in its float type, where ONNX's comparisons give bool and
+        And/Or/Xor read bool: a logical predicate's operands are cast to bool (non-zero is
+        true, as nf reads them), ``ne`` is ``Not(Equal)``, and the result is cast back."""
+        predicate = op.predicate.data
+        inputs = [self.value_name(v) for v in op.operands]
+        (out,) = self.result_names(op)
+        if predicate in LOGICAL:
+            inputs = [self._cast(x, _BOOL, f"{out}_{i}") for i, x in enumerate(inputs)]
+        op_type = next((t for t, p in COMPARES.items() if p == predicate), "Equal")
+        truth = self.fresh(f"{out}_bool")
+        self.add_node(op_type, inputs, [truth])
+        if predicate == "ne":
+            truth = self._cast(truth, None, f"{out}_not")
+        self.add_node("Cast", [truth], [out], {"to": _ELEM[op.result.type.get_element_type()]})
+
+    def _cast(self, name: str, to: int | None, base: str) -> str:
+        """``name`` cast to the ONNX type ``to`` (None: a bool negated, ``Not``)."""
+        out = self.fresh(base)
+        if to is None:
+            self.add_node("Not", [name], [out])
+        else:
+            self.add_node("Cast", [name], [out], {"to": to})
+        return out
 
     def _like_shape(self, shape: tuple[int, ...], like: str, base: str) -> str:
         """An expand's shape input with a shape source: each -1 of ``shape`` (a dim grown to

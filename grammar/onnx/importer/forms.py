@@ -280,6 +280,14 @@ def _cast(r: ReaderState, n: Node) -> None:
     )
 
 
+def _not(r: ReaderState, n: Node) -> None:
+    """Not of a runtime truth value (nanoir holds bools as 1 and 0): ``nf.compare "eq"`` with
+    0, as nanoir's ONNX writer spells ``ne`` ``Not(Equal)``."""
+    x = r.ssa(n.inputs[0])
+    zero = r.fresh_constant(f"{n.name}_zero", np.zeros((), _np_type(x)))
+    r.add(n, nf.CompareOp(x, zero, "eq"), n.outputs)
+
+
 def _identity_constant(r: ReaderState, name: str, neutral: float, like: SSAValue) -> bool:
     """Whether ``name`` is a constant equal to ``neutral`` everywhere whose broadcast against
     ``like`` keeps ``like``'s shape."""
@@ -553,6 +561,7 @@ FORMS: dict[str, Form] = {
     "LogSoftmax": _softmax,
     "Dropout": _dropout,
     "Cast": _cast,
+    "Not": _not,
     "Add": _arith,
     "Sub": _arith,
     "Mul": _arith,
