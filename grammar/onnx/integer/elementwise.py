@@ -1,4 +1,5 @@
-"""Elementwise ops: aligned add/sub/mul/max/min, ReLU, clamp, PReLU and lookup tables.
+"""Elementwise ops: aligned add/sub/mul/max/min, ReLU, clamp, PReLU, lookup tables, comparisons
+and selection.
 
 Each runs in float32 where its operands and result stay within ``2**24`` (exact), else in int32.
 Where the result may leave its type (an ``i32 + i32`` of a hand-written program), it is computed
@@ -222,6 +223,56 @@ def lut(g: Graph, op: nh.LutOp) -> None:
     g.set_bound(op.result, bound)
 
 
+_ORDERINGS = {
+    "eq": "Equal",
+    "ne": "Equal",
+    "lt": "Less",
+    "le": "LessOrEqual",
+    "gt": "Greater",
+    "ge": "GreaterOrEqual",
+}
+_LOGICAL = {"and": "And", "or": "Or", "xor": "Xor"}
+_BOOL = 9  # ONNX TensorProto BOOL
+
+
+def _truth(g: Graph, v: SSAValue, base: str) -> str:
+    """``v``'s codes as bool, non-zero true (from float32 or int32 codes, never the offset
+    uint8 form)."""
+    return g.node("Cast", [g.get(v, "f32" if g.float_exact(v) else "i32")], base, to=_BOOL)
+
+
+def compare(g: Graph, op: nh.CompareOp) -> None:
+    """Codes at one exponent compare as their values do: ONNX's comparison on both in one
+    form (float32 where exact, else int32; ``ne`` is ``Not(Equal)``); a logical predicate
+    reads each code as non-zero. The bool result is cast to int32 codes 1 and 0."""
+    base = out_name(g, op)
+    predicate = op.predicate.data
+    if predicate in _LOGICAL:
+        a, b = (_truth(g, v, f"{base}_{i}") for i, v in enumerate((op.lhs, op.rhs)))
+        truth = g.node(_LOGICAL[predicate], [a, b], base + "_b")
+    else:
+        bound = max(g.bound(op.lhs), g.bound(op.rhs))
+        form = _arith_form(g, (op.lhs, op.rhs), bound)
+        operands = [g.get(op.lhs, form), g.get(op.rhs, form)]
+        truth = g.node(_ORDERINGS[predicate], operands, base + "_b")
+        if predicate == "ne":
+            truth = g.node("Not", [truth], base + "_n")
+    g.put(op.result, "i32", g.node("Cast", [truth], base, to=6))
+    g.set_bound(op.result, 1)
+
+
+def select(g: Graph, op: nh.SelectOp) -> None:
+    """``Where`` on the condition's codes as bool (non-zero true), ``lhs`` and ``rhs`` in one
+    form (float32 where both are exact, else int32): a code of either, which the result's
+    type holds (the verifier's proof)."""
+    base = out_name(g, op)
+    bound = max(g.bound(op.lhs), g.bound(op.rhs))
+    form = _arith_form(g, (op.lhs, op.rhs), bound)
+    cond = _truth(g, op.cond, base + "_c")
+    g.put(op.result, form, g.node("Where", [cond, g.get(op.lhs, form), g.get(op.rhs, form)], base))
+    g.set_bound(op.result, bound)
+
+
 WRITERS: dict[type[Operation], Writer] = {
     nh.AddOp: _binary("Add", lambda a, b: a + b, lambda x, y: x + y),
     nh.SubOp: _binary("Sub", lambda a, b: a + b, lambda x, y: x - y),
@@ -232,4 +283,6 @@ WRITERS: dict[type[Operation], Writer] = {
     nh.ClampOp: clamp,
     nh.PReluOp: prelu,
     nh.LutOp: lut,
+    nh.CompareOp: compare,
+    nh.SelectOp: select,
 }
