@@ -464,9 +464,10 @@ def test_per_tensor_bias_cap_binds_in_export_convert_and_training(learner: str) 
     and a bias far finer than any: its one exponent is ``min(kx + kw)`` (written here),
     in the exported exponents, in the converted program and in a training forward.
 
-    Mutants this kills: ``cap.min()`` -> ``cap.max()`` for a per-tensor bias in
-    ``export_exponents`` (nanoir/qat/api.py; it passed test_qat.py before) and in
-    ``Quantizer.forward`` (nanoir/qat/quantizer.py)."""
+    Mutant this kills: ``cap.min()`` -> ``cap.max()`` for a per-tensor bias in
+    ``Quantizer.forward`` (nanoir/qat/quantizer.py). The same mutant in
+    ``export_exponents`` (nanoir/qat/api.py) survives it (the join rules cap a conv's bias
+    first): tests/nanoir/test_qat_bias_cap_oracle.py kills it on a recurrent bias."""
     from torch import nn
 
     torch.manual_seed(0)
