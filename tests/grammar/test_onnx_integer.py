@@ -91,9 +91,6 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
 
 
 NO_ROW_YET = {
-    "reduce": nh.ReduceOp,
-    "arg_reduce": nh.ArgReduceOp,
-    "cumsum": nh.CumsumOp,
     "normalize": nh.NormalizeOp,
     "upsample_bicubic": nh.UpsampleBicubicOp,
 }
@@ -225,6 +222,51 @@ def test_comparisons_and_selections_equal_the_nh_executor(
     hw, x = drawn
     assume(any(isinstance(op, nh.SelectOp) for op in hw.walk()))
     check_equal(hw, input_codes(hw, x))
+
+
+REDUCING_OPS = (nh.ReduceOp, nh.ArgReduceOp, nh.CumsumOp)
+
+
+@settings(
+    max_examples=examples(30),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(data=st.data(), mode=st.sampled_from(list(RoundingMode)))
+def test_reductions_equal_the_nh_executor(mode: RoundingMode, data: st.DataObject) -> None:
+    """Random programs made mostly of reductions (sum, max, min over one or two dims),
+    argmax / argmin / any / all along a dim, and prefix sums: onnxruntime's codes are the
+    NumPy executor's. Mutants seen to fail it (private copy): ArgMax taking the last index
+    (``select_last_index=1``); ``all`` read as ``any``; CumSum ``exclusive=1``; ReduceMin
+    written for max."""
+    drawn = random_hw(data, mode, ("reduce", "arg_reduce", "cumsum", "conv", "reduce"))
+    assume(drawn is not None)
+    assert drawn is not None
+    hw, x = drawn
+    assume(any(isinstance(op, REDUCING_OPS) for op in hw.walk()))
+    check_equal(hw, input_codes(hw, x))
+
+
+def test_sums_over_the_dynamic_dim_are_checked_as_numpy_checks_them() -> None:
+    """A sum and a prefix sum over the dynamic batch dim (their count unknown: i32 results):
+    onnxruntime's codes are the NumPy executor's, and a sum past i32 is refused by both (the
+    int64 sum checked against the result's type). Kills: the dynamic sum written in int32
+    unchecked (wraps to -2**31)."""
+    t_in, t_out = "tensor<?x4xi32, #nh.fixed<0, BC>>", "tensor<1x4xi32, #nh.fixed<0, BC>>"
+    hw = nanoir.parse(f"""func.func @main(%x: {t_in}) -> ({t_out}, {t_in}) {{
+  %s = nh.reduce "sum" %x {{dims = array<i64: 0>}} : {t_in} -> {t_out}
+  %c = nh.cumsum %x {{dims = array<i64: 0>}} : {t_in} -> {t_in}
+  func.return %s, %c : {t_out}, {t_in}
+}}""")
+    check_equal(hw, [np.array([[1, -2, 3, 7], [4, 5, -6, 9], [0, 0, 1, -1]], np.int32)])
+    model = export_model(hw)
+    over = np.array([[1, 2, 3, 2**30], [4, 5, 6, 2**30]], np.int32)
+    for run_it in (
+        lambda: nanoir.run(hw, over, raw=True),
+        lambda: run_model(make_session(model), [over]),
+    ):
+        with pytest.raises(ExecutionError, match="nh.reduce"):
+            run_it()
 
 
 class _Predicates(torch.nn.Module):

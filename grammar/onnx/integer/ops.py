@@ -2,7 +2,7 @@
 :mod:`nanoir.runtime.nh`) as standard ONNX nodes on the forms of :mod:`.graph`, by family:
 products (:mod:`.products`: the kernel each conv, linear and matmul runs on), requantization
 (:mod:`.requant`), elementwise ops and tables (:mod:`.elementwise`), pools (:mod:`.pools`), data
-movement (:mod:`.movement`) and the integer algorithms of softmax and the norms
+movement (:mod:`.movement`), reductions and prefix sums (:mod:`.reductions`) and the integer algorithms of softmax and the norms
 (:mod:`.algorithms`). An op added to nh gets its writer in its family's ``WRITERS``
 (docs/ADDING_AN_OP.md); until then the exporter names it.
 """
@@ -18,6 +18,7 @@ from nanoir.grammar.onnx.integer.movement import WRITERS as MOVEMENT
 from nanoir.grammar.onnx.integer.pools import WRITERS as POOLS
 from nanoir.grammar.onnx.integer.products import WRITERS as PRODUCTS
 from nanoir.grammar.onnx.integer.recurrent import WRITERS as RECURRENT
+from nanoir.grammar.onnx.integer.reductions import WRITERS as REDUCTIONS
 from nanoir.grammar.onnx.integer.requant import requant
 from xdsl.ir import Operation
 
@@ -28,6 +29,7 @@ OPS: dict[type[Operation], Writer] = {
     **POOLS,
     **MOVEMENT,
     **ALGORITHMS,
+    **REDUCTIONS,
     **RECURRENT,  # nh.recurrent as Scan loops
     **HOST,  # nh.to_host / nh.from_host; the host's own ops: host.host_writer
 }
