@@ -507,7 +507,7 @@ def test_rounding_down_before_a_relu_becomes_round_half_up(rounding: str) -> Non
 def test_mean_error_counts_only_finite_values() -> None:
     """``mean_error`` against NumPy's ``nansum`` and a count of the finite differences per
     channel. Kills: NaN or inf summed (the mean NaN); every value counted."""
-    from nanoir.lowering.quantize.bias_correction import mean_error
+    from nanoir.lowering.quantize import mean_error
 
     rng = np.random.default_rng(0)
     f = rng.standard_normal((3, 4, 5))

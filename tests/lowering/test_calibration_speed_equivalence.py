@@ -165,7 +165,7 @@ def test_octave_sums_equal_a_per_value_count(dtype: type, values: list[float]) -
     counted as negative; the octave index off by one."""
     import math
 
-    from nanoir.lowering.quantize.calibration import OCTAVE_BASE, OCTAVES
+    from nanoir.lowering.quantize import OCTAVE_BASE, OCTAVES
 
     x = np.array(values, dtype=dtype).reshape(-1, 1)
     want = np.zeros((3, 2, OCTAVES))
