@@ -156,7 +156,8 @@ def header(argv: list[str], started: str, load: tuple[float, ...]) -> list[str]:
         "MinMax, the same 16 calibration inputs, on the graph nanoir reads (PaddleOCR's: the "
         "prepared file, converted to opset 13 where older; the last column: the file as shipped, "
         "converted to opset 13). Batch norms are folded by the benchmark before every nanoir "
-        "column (`nanoir.quantize` does not fold them yet: issue 30 section 4).",
+        "column with `nanoir.fold_bn` (as `nanoir.quantize` does by default: issue 30 "
+        "section 4), so that every column reads the same folded graph.",
     ]
 
 
