@@ -92,7 +92,6 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
 
 NO_ROW_YET = {
     "normalize": nh.NormalizeOp,
-    "upsample_bicubic": nh.UpsampleBicubicOp,
 }
 """Generator kinds whose nh ops the integer writer has no row for yet (it refuses them by
 name): left out of the drawn programs until their rows are written."""
@@ -172,8 +171,22 @@ def test_random_programs_equal_the_nh_executor(mode: RoundingMode) -> None:
     assert counts["valid"] >= VALID_FLOOR * counts["drawn"], counts
 
 
-MOVING_KINDS = ("conv", "relu", "upsample_zero", "upsample_bilinear", "max_unpool", "maximum")
-MOVING_OPS = (nh.UpsampleZeroOp, nh.UpsampleBilinearOp, nh.MaxUnpoolOp, nh.MaxPoolIndicesOp)
+MOVING_KINDS = (
+    "conv",
+    "relu",
+    "upsample_zero",
+    "upsample_bilinear",
+    "upsample_bicubic",
+    "max_unpool",
+    "maximum",
+)
+MOVING_OPS = (
+    nh.UpsampleZeroOp,
+    nh.UpsampleBilinearOp,
+    nh.UpsampleBicubicOp,
+    nh.MaxUnpoolOp,
+    nh.MaxPoolIndicesOp,
+)
 
 
 @settings(
@@ -185,8 +198,8 @@ MOVING_OPS = (nh.UpsampleZeroOp, nh.UpsampleBilinearOp, nh.MaxUnpoolOp, nh.MaxPo
 def test_upsampling_and_unpooling_equal_the_nh_executor(
     mode: RoundingMode, data: st.DataObject
 ) -> None:
-    """Random programs made mostly of the zero-insert and bilinear upsamplings and the max
-    pool indices / unpool pair (1-D and 2-D, x1 and x2 per dim, every offset): onnxruntime's
+    """Random programs made mostly of the zero-insert, bilinear and bicubic upsamplings and
+    the max pool indices / unpool pair (1-D and 2-D, x1 and x2 per dim, every offset): onnxruntime's
     codes are the NumPy executor's (the whole-program test draws them too seldom to catch a
     slip in one of their writers).
 
@@ -194,7 +207,8 @@ def test_upsampling_and_unpooling_equal_the_nh_executor(
     instead of before it (offset ignored); upsample_bilinear's weights 1 and 2 instead of 1
     and 3; its edge rows padded with zeros (Pad ``constant``) instead of copied; ArgMax taking
     the last largest code of a window (``select_last_index=1``); max_pool_indices' flat index
-    ``row * oh + col`` (the pooled height instead of the input plane's width)."""
+    ``row * oh + col`` (the pooled height instead of the input plane's width);
+    upsample_bicubic's weights read in reverse order."""
     drawn = random_hw(data, mode, MOVING_KINDS)
     assume(drawn is not None)
     assert drawn is not None

@@ -11,7 +11,7 @@ from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.grammar.onnx.integer.common import Writer, out_name, refuse, spatial, static_shape
 from nanoir.grammar.onnx.integer.graph import FORM_DTYPE, Graph, natural_dtype, zero_point
-from nanoir.runtime.numerics import kernels, movement
+from nanoir.runtime.numerics import bicubic, kernels, movement
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
 
@@ -242,6 +242,55 @@ def upsample_bilinear(g: Graph, op: nh.UpsampleBilinearOp) -> None:
     g.set_bound(op.result, g.bound(op.input) * 4**doubled)
 
 
+def upsample_bicubic(g: Graph, op: nh.UpsampleBicubicOp) -> None:
+    """The runtime's ``bicubic_sum`` in int32 (the verifier fits the sum in the result's
+    width): per doubled dim, the edge-padded rows ``r0 .. r4`` of each five-row window weigh
+    ``bicubic.EVEN`` and ``bicubic.ODD`` (256ths), interleaved as the bilinear rows are."""
+    sizes = spatial(op, tensor_shape(op.input))
+    want = spatial(op, tensor_shape(op.result))
+    pads = list(array_values(op.pads) or ())
+    n = len(sizes)
+    base = out_name(g, op)
+    y = g.get(op.input, "i32")
+    doubled = 0
+    for i in range(n):
+        if sizes[i] == want[i]:
+            continue
+        doubled += 1
+        axis = 2 + i
+        edge = [0] * (4 + 2 * n)
+        edge[axis], edge[2 + n + axis] = pads[i], pads[n + i]
+        if pads[i] or pads[n + i]:
+            y = g.node("Pad", [y, g.const(edge, np.int64)], base + "_e", mode="edge")
+        m = sizes[i] + pads[i] + pads[n + i] - 4
+        ax = g.const([axis], np.int64)
+        rows = [
+            g.node(
+                "Slice", [y, g.const([k], np.int64), g.const([k + m], np.int64), ax], base + "_s"
+            )
+            for k in range(5)
+        ]
+        pair = []
+        for name, weights in (("_even", bicubic.EVEN), ("_odd", bicubic.ODD)):
+            terms = [
+                g.node("Mul", [r, g.const(w, np.int32)], base + "_w")
+                for w, r in zip(weights, rows)
+                if w
+            ]
+            total = terms[0]
+            for t in terms[1:]:
+                total = g.node("Add", [total, t], base + name)
+            pair.append(total)
+        after = g.const([axis + 1], np.int64)
+        pair = [g.node("Unsqueeze", [v, after], base + "_u") for v in pair]
+        y = g.node("Concat", pair, base + "_c", axis=axis + 1)
+        sizes[i] = 2 * m
+        y = g.node("Reshape", [y, g.const([0] * axis + sizes[i:], np.int64)], base + "_i")
+    y = g.node("Identity", [y], base)
+    g.put(op.result, "i32", y)
+    g.set_bound(op.result, g.bound(op.input) * 328**doubled)
+
+
 def embedding(g: Graph, op: nh.EmbeddingOp) -> None:
     """``Gather`` of the table's codes (float32 where exact) by the indices on axis 0. An index outside the
     table is an onnxruntime error, as it is the executor's: a negative one is first moved past
@@ -371,6 +420,7 @@ WRITERS: dict[type[Operation], Writer] = {
     nh.SpaceToDepthOp: _block,
     nh.UpsampleZeroOp: upsample_zero,
     nh.UpsampleBilinearOp: upsample_bilinear,
+    nh.UpsampleBicubicOp: upsample_bicubic,
     nh.EmbeddingOp: embedding,
     nh.MaxPoolIndicesOp: max_pool_indices,
     nh.MaxUnpoolOp: max_unpool,
