@@ -1,5 +1,6 @@
-"""The ops defined by an integer algorithm: softmax, log-softmax, LayerNorm and GroupNorm
-(:mod:`nanoir.runtime.numerics.softmax`, :mod:`nanoir.runtime.numerics.norm`) step by step in
+"""The ops defined by an integer algorithm: softmax, log-softmax, LayerNorm, GroupNorm and L2
+normalisation (:mod:`nanoir.runtime.numerics.softmax`, :mod:`nanoir.runtime.numerics.norm`,
+:mod:`nanoir.runtime.numerics.l2norm`) step by step in
 int64: table lookups are `Gather`, bit lengths count the powers of two at most the value
 (``ReduceSum`` of a comparison), the norms' integer square root is the float64 root floored and
 corrected by one either way, as the runtime's ``isqrt`` does.
@@ -319,9 +320,80 @@ def _norm(g: Graph, op: nh.LayerNormOp | nh.GroupNormOp) -> None:
     g.put(op.result, "i32", g.node("Cast", [y], base, to=6))
 
 
+def normalize(g: Graph, op: nh.NormalizeOp) -> None:
+    """``nanoir.runtime.numerics.l2norm.l2_normalize_codes`` in int64 along the op's axis:
+    ``S2``, the row's shift ``h`` from its bit length, ``sigma = isqrt(S2 4**h)`` (at least
+    the epsilon term), ``q 2**(h + k + P) / sigma`` rounded half up, the nudge of trunc and
+    floor, and the requant by ``P``. 1-bit results take the sign rule."""
+    plan = op.plan()
+    base = out_name(g, op)
+    i64 = np.int64
+    big, guard = plan.max_shift, plan.guard
+    if plan.out_exp + guard < 0 or big + plan.out_exp + guard > 62:
+        raise refuse(op, f"scales its codes by 2**{plan.out_exp + guard}..: outside int64")
+    axis = op.axis.value.data % len(tensor_shape(op.input))
+    q = g.get(op.input, "i64")
+    s2 = g.node(
+        "ReduceSum",
+        [g.node("Mul", [q, q], base + "_qq"), g.const([axis], i64)],
+        base + "_s2",
+        keepdims=1,
+    )
+    floor_eps = plan.eps_term >> (2 * big)
+    floored = g.node("Max", [s2, g.const(floor_eps + 1, i64)], base + "_s2f")
+    bl = bit_length_f64(g, g.node("Add", [floored, g.const(1, i64)], base + "_s2p"), base + "_bl")
+    h = g.node(
+        "Div", [g.node("Sub", [g.const(61, i64), bl], base + "_h0"), g.const(2, i64)], base + "_h1"
+    )
+    h = clip(g, h, 0, big, i64, base + "_h")  # (61 - bl < 0 rounds either way to 0 here)
+    pow2 = g.const(2 ** np.arange(63, dtype=np.int64), i64, base + "_p2")
+    two_h = g.node("Mul", [h, g.const(2, i64)], base + "_2h")
+    scaled = g.node(
+        "Mul", [s2, g.node("Gather", [pow2, two_h], base + "_4h", axis=0)], base + "_w0"
+    )
+    down = g.node("Sub", [g.const(2 * big, i64), two_h], base + "_dn")
+    eps_h = g.node(
+        "Div",
+        [g.const(plan.eps_term, i64), g.node("Gather", [pow2, down], base + "_pd", axis=0)],
+        base + "_eh",
+    )
+    w = g.node("Max", [scaled, eps_h], base + "_w")
+    sigma = g.node("Max", [isqrt(g, w, base + "_isq"), g.const(1, i64)], base + "_sig")
+    up = g.node("Add", [h, g.const(plan.out_exp + guard, i64)], base + "_up")
+    num = g.node("Mul", [q, g.node("Gather", [pow2, up], base + "_pu", axis=0)], base + "_num")
+    acc = _div_half_up(g, num, sigma, base + "_acc")
+    if plan.rounding is RoundingMode.FLOOR:
+        acc = g.node("Add", [acc, g.const(plan.nudge, i64)], base + "_nudge")
+    elif plan.rounding is RoundingMode.TRUNC:
+        moved = g.node(
+            "Mul", [g.node("Sign", [acc], base + "_sgn"), g.const(plan.nudge, i64)], base + "_nm"
+        )
+        acc = g.node("Add", [acc, moved], base + "_nudge")
+    if plan.out_bits == 1:  # the sign rule: acc >= 0 is +1, else -1
+        nonneg = g.node("GreaterOrEqual", [acc, g.const(0, i64)], base + "_ge")
+        y = g.node(
+            "Sub",
+            [
+                g.node(
+                    "Mul",
+                    [g.node("Cast", [nonneg], base + "_gec", to=7), g.const(2, i64)],
+                    base + "_2",
+                ),
+                g.const(1, i64),
+            ],
+            base + "_y",
+        )
+    else:
+        y = div_round(g, acc, np.asarray(2**guard), plan.rounding, i64, base + "_y")
+        lo, hi = nh.code_range(plan.out_bits, plan.out_signed)
+        y = clip(g, y, lo, hi, i64, base + "_yc")
+    g.put(op.result, "i32", g.node("Cast", [y], base, to=6))
+
+
 WRITERS: dict[type[Operation], Writer] = {
     nh.SoftmaxOp: softmax,
     nh.LogSoftmaxOp: log_softmax,
     nh.LayerNormOp: _norm,
     nh.GroupNormOp: _norm,
+    nh.NormalizeOp: normalize,
 }
