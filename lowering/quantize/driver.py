@@ -311,6 +311,11 @@ def quantize_function(
     for t in targets:
         if t.kind != "bias":
             inserted[id(t)] = _insert(t, config, rewriter)
+    if has_recurrent(func):
+        # The recurrent cells' grids are measured by running the program: first the join
+        # and zero-range rules (a norm elsewhere whose input was 0 on every batch, exponent
+        # 60, cannot run; a cell measured on exponents settle then moves would be stale).
+        settle(func, [], [inserted[i] for i in imported], config.rounding)
     quantize_recurrent(func, calibration, config, internal)
     biases = [t for t in targets if t.kind == "bias"]
     for t in biases:

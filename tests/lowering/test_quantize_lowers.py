@@ -335,6 +335,33 @@ def test_a_dead_branch_pooled_into_a_layer_with_a_bias_lowers(
     )
 
 
+def test_a_dead_norm_beside_a_recurrent_cell_quantizes() -> None:
+    """A LayerNorm whose input is 0 on every batch (a conv with zero weights and bias) beside
+    an LSTM: the cells' grids are measured by running the program, which ran before the
+    zero-range rule ("nf.layer_norm: has eps 1e-05 at input exponent 60: eps term past i64";
+    drawn by ``test_programs_quantize_makes_lower`` under the explore profile). Kills: no
+    join settle before ``quantize_recurrent``."""
+
+    class DeadNormAndRnn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.norm = nn.Conv1d(1, 1, 1), nn.LayerNorm(3)
+            self.lstm = nn.LSTM(1, 2, batch_first=True)
+            with torch.no_grad():
+                self.conv.weight.zero_()
+                self.conv.bias.zero_()
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.norm(self.conv(x)), self.lstm(x.transpose(1, 2))[0]
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 3)
+    for bits in (2, 8):
+        compile_checked(
+            DeadNormAndRnn(), x, [torch.randn(2, 1, 3) for _ in range(2)], act_bits=bits
+        )
+
+
 def test_mobilenet_v2_at_4_bits_per_channel_lowers() -> None:
     """``MobileNetV2Stack`` at 4 bits with ``act_per_channel=True``: a ReLU6 (``nf.clamp``)
     output channel that is 0 on every batch had exponent 60 while its input channel had 7
