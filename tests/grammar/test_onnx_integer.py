@@ -136,7 +136,8 @@ def random_hw(
 VALID_FLOOR = 0.6
 """The share of drawn programs that must be compared (not refused by lower-to-hw for an
 unsigned operand it does not take). The share drawn depends on the example count: at least
-80% at 50 and 125 examples (the default and thorough profiles), 67% (50 of 75) at 75."""
+80% at 50 and 125 examples (the default profile, and 2.5x), 67% (50 of 75) at 75 (the
+thorough profile, 1.5x)."""
 
 
 @pytest.mark.parametrize("mode", list(RoundingMode))

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from nanoir.dialects import nf
 
 import nanoir
+from nanoir.testing.programs import examples
 
 torch.set_num_threads(1)
 
@@ -69,7 +70,7 @@ def count(program: object, kinds: tuple[type, ...]) -> int:
 AFFINE_OPS = (nf.MulOp, nf.AddOp, nf.SubOp)
 
 
-@settings(deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
     conv=st.booleans(),
