@@ -305,6 +305,10 @@ class Rules:
         x_adjustable = not any(f.fixed for f in xs)
         if bias is not None and x_adjustable and all(_zero(f).all() for f in xs):
             self._settle_zero_input(wt, bias)
+            if all(_zero(f).all() for f in xs):
+                # Left to the zero-range rule this round: bounds at exponent 60 would coarsen
+                # the input for an accumulator it will not have.
+                return
         if bias is not None and fw.bits > 1 and not fw.fixed and _zero(fw).any():
             self._settle_zero_weight(wt, bias)
         if x_adjustable and len(xs) == 1 and xs[0].exps.size > 1 and xs[0].bits > 1:

@@ -335,6 +335,33 @@ def test_a_dead_branch_pooled_into_a_layer_with_a_bias_lowers(
     )
 
 
+def test_a_dead_pool_read_by_a_layer_whose_bias_dominates_lowers() -> None:
+    """A conv with zero weights and bias, a 3x3 average pool of it, and a linear with 1-bit
+    weights and a live bias (2-bit activations): while the pool's output waited for the
+    zero-range rule (exponent 60), the accumulator bound at 60 counted the bias as dominant
+    and coarsened the input to 31, which the pool cannot shift onto ("'nf.avg_pool' aligning
+    operands needs 33-bit codes"; drawn by the explore profile). Kills: the accumulate rule
+    not waiting for a zero input's exponent."""
+
+    class DeadPool2d(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(1, 1, 1), nn.Linear(9, 3)
+            with torch.no_grad():
+                self.conv.weight.zero_()
+                self.conv.bias.zero_()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = nn.functional.avg_pool2d(self.conv(x), 3, 1, 1, count_include_pad=False)
+            return self.fc(y.flatten(1))
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 3, 3)
+    batches = [torch.randn(2, 1, 3, 3) for _ in range(2)]
+    for calibrator in ("absmax", "mse"):
+        compile_checked(DeadPool2d(), x, batches, act_bits=2, weight_bits=1, calibrator=calibrator)
+
+
 def test_a_dead_norm_beside_a_recurrent_cell_quantizes() -> None:
     """A LayerNorm whose input is 0 on every batch (a conv with zero weights and bias) beside
     an LSTM: the cells' grids are measured by running the program, which ran before the
