@@ -180,6 +180,22 @@ def _zero(q: Quant) -> np.ndarray:
     return q.exps >= ZERO_EXP if q.bits > 1 else np.zeros(q.exps.shape, dtype=bool)
 
 
+def _zero_weight(q: Quant) -> np.ndarray:
+    """Where the constant ``q`` (a weight) is 0 in every element of its exponent's channel:
+    by its values, so that a zero channel a rule already moved off 60 (a settle before bias
+    correction, when the bias was still 0) is still seen as one."""
+    zero = _zero(q)
+    if q.values is None or q.bits < 2:
+        return zero
+    magnitude = np.abs(q.array())
+    if q.exps.size == 1:
+        return np.full(q.exps.shape, not magnitude.any())
+    if q.exps.ndim != magnitude.ndim:
+        return zero
+    axes = tuple(i for i, n in enumerate(q.exps.shape) if n == 1)
+    return zero | (magnitude.max(axis=axes, keepdims=True) == 0).reshape(q.exps.shape)
+
+
 @dataclass
 class Rules:
     """One application of the rules to a graph (:meth:`settle`); ``changed`` during a round."""
@@ -309,7 +325,7 @@ class Rules:
                 # Left to the zero-range rule this round: bounds at exponent 60 would coarsen
                 # the input for an accumulator it will not have.
                 return
-        if bias is not None and fw.bits > 1 and not fw.fixed and _zero(fw).any():
+        if bias is not None and fw.bits > 1 and not fw.fixed and _zero_weight(fw).any():
             self._settle_zero_weight(wt, bias)
         if x_adjustable and len(xs) == 1 and xs[0].exps.size > 1 and xs[0].bits > 1:
             # Channels that are 0 everywhere take the finest exponent of their group's
@@ -447,7 +463,7 @@ class Rules:
             code_exps(Quant(bias.bits, self.bias_exps[bias])).reshape(-1), kx.shape
         )
         need = kb - kx  # per output channel: the weight exponent that puts acc at the bias's
-        zero = _zero(fw).reshape(-1)
+        zero = _zero_weight(fw).reshape(-1)
         if fw.exps.size == 1:
             cap = np.array([need.min()])
         elif wt.transposed is not None:

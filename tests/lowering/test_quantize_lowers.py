@@ -362,6 +362,44 @@ def test_a_dead_pool_read_by_a_layer_whose_bias_dominates_lowers() -> None:
         compile_checked(DeadPool2d(), x, batches, act_bits=2, weight_bits=1, calibrator=calibrator)
 
 
+@pytest.mark.parametrize("rounding", ["floor", "trunc", "half_even"])
+def test_a_dead_layer_beside_a_pool_leaves_their_shared_input_alone(rounding: str) -> None:
+    """A conv with zero weights and bias and an average pool reading the same input. The
+    first settle (before bias correction, the bias still 0 at exponent 60) moved the zero
+    weight to 56; bias correction then gave the bias a value (floor's half-step offset), and
+    the zero weight, no longer at 60, was not seen as zero: its accumulator bound, bias
+    dominant, coarsened the shared input to -20, which the pool cannot align ("'nf.avg_pool'
+    aligning operands needs 33-bit codes"; drawn by the explore profile). Kills:
+    ``_zero_weight`` reading exponents only."""
+
+    class DeadAndPool(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv1d(1, 1, 1)
+            with torch.no_grad():
+                self.conv.weight.zero_()
+                self.conv.bias.zero_()
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            pooled = nn.functional.avg_pool1d(x, 3, 1, 1, count_include_pad=False)
+            return self.conv(x), pooled
+
+    torch.manual_seed(2)
+    x = torch.randn(2, 1, 3)
+    batches = [2 * torch.randn(2, 1, 3) for _ in range(2)]
+    nq, _ = compile_checked(
+        DeadAndPool(),
+        x,
+        batches,
+        act_bits=8,
+        weight_bits=2,
+        rounding=rounding,
+        calibrator="absmax",
+    )
+    (first,) = [op for op in nq.walk() if isinstance(op, FakeQuantOp)][:1]
+    assert int(np.asarray(first.exp.get_values()).max()) >= 0  # the input's own grid
+
+
 def test_a_dead_norm_beside_a_recurrent_cell_quantizes() -> None:
     """A LayerNorm whose input is 0 on every batch (a conv with zero weights and bias) beside
     an LSTM: the cells' grids are measured by running the program, which ran before the
