@@ -42,8 +42,8 @@ from nanoir.runtime.interpreter import compile_function, default_builders
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.recurrent import EXP_RANGE, run_float
 from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 __all__ = [
     "CELL_BITS",
@@ -117,12 +117,39 @@ def _constant(value: SSAValue) -> np.ndarray:
     return np.asarray(dense_to_numpy(fq.value), np.float64)
 
 
+def _computing(func: FuncOp, values: set[SSAValue]) -> tuple[FuncOp, dict[SSAValue, SSAValue]]:
+    """A function of ``func``'s arguments computing ``values`` only (the ops they depend on,
+    cloned in order, returned), and each cloned result's original: the cells are measured
+    without running what reads the values being measured (a norm reading a hidden state
+    whose grid is still unset, exponent 60, cannot run)."""
+    block = func.body.block
+    keep: set[Operation] = set()
+    stack = [v.owner for v in values if isinstance(v.owner, Operation)]
+    while stack:
+        op = stack.pop()
+        if op not in keep:
+            keep.add(op)
+            stack.extend(v.owner for v in op.operands if isinstance(v.owner, Operation))
+    body = Block(arg_types=[a.type for a in block.args])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(block.args, body.args))
+    for op in block.ops:
+        if op in keep:
+            body.add_op(op.clone(value_mapper=mapping))
+    outs = [mapping[v] for v in values if v in mapping]
+    body.add_op(ReturnOp(*outs))
+    sliced = FuncOp(
+        func.sym_name.data, ([a.type for a in body.args], [v.type for v in outs]), Region(body)
+    )
+    return sliced, {new: old for old, new in mapping.items()}
+
+
 def _absmax(
     func: FuncOp, ops: Sequence[nf.RecurrentOp], calibration: Iterable[Any]
 ) -> dict[int, dict[str, float]]:
     """Per op, the largest |gate pre-activation|, |cell| and |hidden| over the batches."""
     needed = {v for op in ops for v in op.operands}
-    plan = compile_function(func, default_builders(), np.dtype(np.float64))
+    sliced, original = _computing(func, needed)
+    plan = compile_function(sliced, default_builders(), np.dtype(np.float64))
     stats = {id(op): dict.fromkeys(nf.RecurrentOp.INTERNAL, 0.0) for op in ops}
     batches = list(as_batches(calibration, [nf.tensor_shape(a) for a in func.body.block.args]))
     if not batches:
@@ -132,6 +159,7 @@ def _absmax(
 
         def observe(op: Operation, results: tuple[Any, ...]) -> None:
             for r, x in zip(op.results, results):
+                r = original.get(r, r)
                 if r in needed:
                     seen[r] = np.asarray(x, np.float64)  # noqa: B023
 

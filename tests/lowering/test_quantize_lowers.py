@@ -427,6 +427,30 @@ def test_a_dead_norm_beside_a_recurrent_cell_quantizes() -> None:
         )
 
 
+def test_a_norm_of_a_dead_recurrent_output_quantizes() -> None:
+    """A ReLU RNN whose output is 0 on every batch (its bias -100) read by a LayerNorm: the
+    cell's grids were measured by running the whole program, the norm included, whose input
+    (the cell's result, still at exponent 60) it could not run ("nf.layer_norm: has eps 1e-05
+    at input exponent 60"; drawn by the explore profile). The measurement now runs only what
+    the cells read. Kills: ``_absmax`` compiling the whole function."""
+
+    class DeadRnnNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.RNN(4, 2, nonlinearity="relu", batch_first=True)
+            self.norm = nn.LayerNorm(2)
+            with torch.no_grad():
+                self.rnn.bias_ih_l0.fill_(-100.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm(self.rnn(x)[0])
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4)
+    for bits in (2, 8):
+        compile_checked(DeadRnnNorm(), x, [torch.randn(2, 3, 4) for _ in range(2)], act_bits=bits)
+
+
 def test_mobilenet_v2_at_4_bits_per_channel_lowers() -> None:
     """``MobileNetV2Stack`` at 4 bits with ``act_per_channel=True``: a ReLU6 (``nf.clamp``)
     output channel that is 0 on every batch had exponent 60 while its input channel had 7
