@@ -328,6 +328,21 @@ def _exps(v: SSAValue) -> np.ndarray:
     return np.asarray(op.exp.get_values(), dtype=np.int64)
 
 
+_SPATIAL_KINDS = frozenset(
+    (
+        "conv",
+        "maxpool",
+        "avgpool",
+        "max_unpool",
+        "adaptive_avgpool",
+        "depth_to_space",
+        "space_to_depth",
+        "conv_transpose",
+    )
+)
+"""Kinds whose op reads the program's ``spatial`` dims: drawn on values of that rank only."""
+
+
 def random_nq_program(
     draw: Callable[[Any], Any],
     max_ops: int = 6,
@@ -353,6 +368,8 @@ def random_nq_program(
         v = draw(st.sampled_from(values))
         shape = _shape(v)
         kind = draw(st.sampled_from(kinds))
+        if kind in _SPATIAL_KINDS and len(shape) != 2 + spatial:
+            continue  # (an embedding's or a recurrent op's [N, L, D] in a 2-D program)
         if kind == "conv":
             cin = shape[1]
             groups = draw(st.sampled_from([g for g in (1, 2, cin) if cin % g == 0]))
