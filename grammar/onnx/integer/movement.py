@@ -199,10 +199,17 @@ def upsample_zero(g: Graph, op: nh.UpsampleZeroOp) -> None:
     _moved(g, op, op.input, make)
 
 
-def upsample_bilinear(g: Graph, op: nh.UpsampleBilinearOp) -> None:
-    """The runtime's ``bilinear_sum`` in int32 (the verifier fits the sum in the result's
-    width): per doubled dim, the edge-padded rows ``lo, mid, hi`` make ``lo + 3 mid`` and
-    ``3 mid + hi``, interleaved by Unsqueeze / Concat / Reshape."""
+def _doubled(
+    g: Graph,
+    op: nh.UpsampleBilinearOp | nh.UpsampleBicubicOp,
+    window: int,
+    pair: Callable[[list[str], str], list[str]],
+    growth: int,
+) -> None:
+    """An x2 upsampling of fixed integer weights in int32 (the verifier fits the sum in the
+    result's width): per doubled dim, ``window`` slices of the edge-padded rows, the even and
+    odd output rows that ``pair`` weighs from them, interleaved by Unsqueeze / Concat /
+    Reshape; each doubled dim multiplies the codes' bound by ``growth``."""
     sizes = spatial(op, tensor_shape(op.input))
     want = spatial(op, tensor_shape(op.result))
     pads = list(array_values(op.pads) or ())
@@ -219,58 +226,46 @@ def upsample_bilinear(g: Graph, op: nh.UpsampleBilinearOp) -> None:
         edge[axis], edge[2 + n + axis] = pads[i], pads[n + i]
         if pads[i] or pads[n + i]:
             y = g.node("Pad", [y, g.const(edge, np.int64)], base + "_e", mode="edge")
-        m = sizes[i] + pads[i] + pads[n + i] - 2
-        ax = g.const([axis], np.int64)
-        lo, mid, hi = (
-            g.node(
-                "Slice", [y, g.const([k], np.int64), g.const([k + m], np.int64), ax], base + "_s"
-            )
-            for k in range(3)
-        )
-        mid3 = g.node("Mul", [mid, g.const(3, np.int32)], base + "_m")
-        pair = [
-            g.node("Add", [lo, mid3], base + "_even"),
-            g.node("Add", [mid3, hi], base + "_odd"),
-        ]
-        after = g.const([axis + 1], np.int64)
-        pair = [g.node("Unsqueeze", [v, after], base + "_u") for v in pair]
-        y = g.node("Concat", pair, base + "_c", axis=axis + 1)
-        sizes[i] = 2 * m
-        y = g.node("Reshape", [y, g.const([0] * axis + sizes[i:], np.int64)], base + "_i")
-    y = g.node("Identity", [y], base)
-    g.put(op.result, "i32", y)
-    g.set_bound(op.result, g.bound(op.input) * 4**doubled)
-
-
-def upsample_bicubic(g: Graph, op: nh.UpsampleBicubicOp) -> None:
-    """The runtime's ``bicubic_sum`` in int32 (the verifier fits the sum in the result's
-    width): per doubled dim, the edge-padded rows ``r0 .. r4`` of each five-row window weigh
-    ``bicubic.EVEN`` and ``bicubic.ODD`` (256ths), interleaved as the bilinear rows are."""
-    sizes = spatial(op, tensor_shape(op.input))
-    want = spatial(op, tensor_shape(op.result))
-    pads = list(array_values(op.pads) or ())
-    n = len(sizes)
-    base = out_name(g, op)
-    y = g.get(op.input, "i32")
-    doubled = 0
-    for i in range(n):
-        if sizes[i] == want[i]:
-            continue
-        doubled += 1
-        axis = 2 + i
-        edge = [0] * (4 + 2 * n)
-        edge[axis], edge[2 + n + axis] = pads[i], pads[n + i]
-        if pads[i] or pads[n + i]:
-            y = g.node("Pad", [y, g.const(edge, np.int64)], base + "_e", mode="edge")
-        m = sizes[i] + pads[i] + pads[n + i] - 4
+        m = sizes[i] + pads[i] + pads[n + i] - (window - 1)
         ax = g.const([axis], np.int64)
         rows = [
             g.node(
                 "Slice", [y, g.const([k], np.int64), g.const([k + m], np.int64), ax], base + "_s"
             )
-            for k in range(5)
+            for k in range(window)
         ]
-        pair = []
+        even_odd = pair(rows, base)
+        after = g.const([axis + 1], np.int64)
+        halves = [g.node("Unsqueeze", [v, after], base + "_u") for v in even_odd]
+        y = g.node("Concat", halves, base + "_c", axis=axis + 1)
+        sizes[i] = 2 * m
+        y = g.node("Reshape", [y, g.const([0] * axis + sizes[i:], np.int64)], base + "_i")
+    y = g.node("Identity", [y], base)
+    g.put(op.result, "i32", y)
+    g.set_bound(op.result, g.bound(op.input) * growth**doubled)
+
+
+def upsample_bilinear(g: Graph, op: nh.UpsampleBilinearOp) -> None:
+    """The runtime's ``bilinear_sum``: the rows ``lo, mid, hi`` of each three-row window make
+    ``lo + 3 mid`` and ``3 mid + hi`` (:func:`_doubled`)."""
+
+    def pair(rows: list[str], base: str) -> list[str]:
+        lo, mid, hi = rows
+        mid3 = g.node("Mul", [mid, g.const(3, np.int32)], base + "_m")
+        return [
+            g.node("Add", [lo, mid3], base + "_even"),
+            g.node("Add", [mid3, hi], base + "_odd"),
+        ]
+
+    _doubled(g, op, 3, pair, 4)
+
+
+def upsample_bicubic(g: Graph, op: nh.UpsampleBicubicOp) -> None:
+    """The runtime's ``bicubic_sum``: the rows ``r0 .. r4`` of each five-row window weigh
+    ``bicubic.EVEN`` and ``bicubic.ODD`` (256ths; :func:`_doubled`)."""
+
+    def pair(rows: list[str], base: str) -> list[str]:
+        out = []
         for name, weights in (("_even", bicubic.EVEN), ("_odd", bicubic.ODD)):
             terms = [
                 g.node("Mul", [r, g.const(w, np.int32)], base + "_w")
@@ -280,15 +275,10 @@ def upsample_bicubic(g: Graph, op: nh.UpsampleBicubicOp) -> None:
             total = terms[0]
             for t in terms[1:]:
                 total = g.node("Add", [total, t], base + name)
-            pair.append(total)
-        after = g.const([axis + 1], np.int64)
-        pair = [g.node("Unsqueeze", [v, after], base + "_u") for v in pair]
-        y = g.node("Concat", pair, base + "_c", axis=axis + 1)
-        sizes[i] = 2 * m
-        y = g.node("Reshape", [y, g.const([0] * axis + sizes[i:], np.int64)], base + "_i")
-    y = g.node("Identity", [y], base)
-    g.put(op.result, "i32", y)
-    g.set_bound(op.result, g.bound(op.input) * 328**doubled)
+            out.append(total)
+        return out
+
+    _doubled(g, op, 5, pair, 328)
 
 
 def embedding(g: Graph, op: nh.EmbeddingOp) -> None:
