@@ -459,6 +459,34 @@ def test_test_models_equal_the_nh_executor(name: str, options: dict, tmp_path: P
     assert nanoir.load(path).is_structurally_equivalent(hw)
 
 
+@pytest.mark.parametrize("mode", ["trunc", "half_even"])
+@pytest.mark.parametrize("unsigned", ["never", "auto"])
+def test_max_pool_of_byte_codes_pools_floats(mode: str, unsigned: str) -> None:
+    """A ResNet stem (conv -> ReLU -> 3x3/2 max pool with padding -> conv): the pool's input
+    is held as uint8 bytes for the next ``ConvInteger``; it is pooled in float32 (onnxruntime's
+    uint8 ``MaxPool`` is a scalar loop, 9x slower) and equals the NumPy executor, odd sizes and
+    the padded border included. (Mutant killed: bytes shifted down by one before the pool.)"""
+    rng = np.random.default_rng(3)
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(3, 2, 1),
+        torch.nn.Conv2d(8, 5, 3, padding=1),
+    ).eval()
+    x = rng.standard_normal((2, 3, 13, 11)).astype(np.float32)
+    module = nanoir.from_torch(net, (torch.from_numpy(x),))
+    nanoir.quantize(module, [x], rounding=mode, unsigned=unsigned, bias_correction=False)
+    hw = lower_to_hw(module)
+    model = check_equal(hw, input_codes(hw, rng.standard_normal(x.shape) * 2))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in inferred.graph.value_info}
+    types |= {v.name: v.type.tensor_type.elem_type for v in inferred.graph.input}
+    pools = [n for n in model.graph.node if n.op_type == "MaxPool"]
+    assert pools
+    assert all(types[n.input[0]] == onnx.TensorProto.FLOAT for n in pools)
+
+
 def _normed_model(channels: int):  # noqa: ANN202 (a torch module, torch imported lazily)
     """GroupNorm, LayerNorm over channels (ConvNeXt's permuted form) and over [C, H, W],
     softmax and log-softmax: each result an output of its own."""

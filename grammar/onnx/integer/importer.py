@@ -128,8 +128,9 @@ def import_model(
     if again.graph != model.graph:
         raise IntegerOnnxImportError(
             f"{name}: its graph is not the one its nh program ({PROGRAM_KEY}) writes: the file "
-            "was changed after nanoir wrote it (by an optimizer or by hand); refusing to read "
-            "it as that program"
+            "was changed after nanoir wrote it (by an optimizer or by hand), or another version "
+            "of nanoir wrote it (each version checks the graph it writes itself); refusing to "
+            "read it as that program"
         )
     if _props(again).get(KERNELS_KEY) != props.get(KERNELS_KEY):
         raise IntegerOnnxImportError(
