@@ -1,4 +1,4 @@
-"""Integer rounding division, shifts and saturation as standard ONNX nodes.
+"""Integer rounding division and saturation as standard ONNX nodes.
 
 ONNX's integer ``Div`` truncates toward zero and ``Mod`` (``fmod=0``) takes the divisor's sign,
 so for a positive divisor ``d`` (a constant, per tensor or per channel):
@@ -10,9 +10,10 @@ so for a positive divisor ``d`` (a constant, per tensor or per channel):
   which is ``Mod(t, d) == 0`` for even ``d`` (a tie cannot happen for odd ``d``: there the
   compared constant is -1, which no remainder equals).
 
-These are :func:`nanoir.runtime.numerics.quant.div_round` (and ``shift_round`` for
-``d = 2**s``), which the tests compare with onnxruntime bit for bit. The arithmetic is int32
-when the bound of ``|x|`` plus ``d`` provably fits, else int64.
+This is :func:`nanoir.runtime.numerics.quant.div_round`, which the tests compare with
+onnxruntime bit for bit (a requant, a division by ``2**s``, is written in float instead:
+:mod:`.requant`). The arithmetic is int32 when the bound of ``|x|`` plus ``d`` provably fits,
+else int64.
 """
 
 from __future__ import annotations
@@ -62,23 +63,3 @@ def div_round(g: Graph, x: str, d: np.ndarray, mode: RoundingMode, dtype: type, 
 
 def clip(g: Graph, x: str, lo: int, hi: int, dtype: type, base: str) -> str:
     return g.node("Clip", [x, g.const(lo, dtype), g.const(hi, dtype)], base)
-
-
-def shift_round(
-    g: Graph, x: str, bound: int, shifts: np.ndarray, mode: RoundingMode, base: str
-) -> tuple[str, type, int]:
-    """``x * 2**-shift`` rounded (per-channel ``shifts`` broadcast against ``x``, which is
-    int32 of ``|x| <= bound``): the result's name, dtype and bound. Left shifts are exact
-    multiplications; right shifts past 33 equal 33 on values below ``2**31``."""
-    s = np.asarray(shifts, dtype=np.int64)
-    left = np.clip(-s, 0, 31)
-    right = np.clip(s, 0, 33)
-    dtype = int_dtype(bound * 2 ** int(left.max()) + 2 ** int(right.max()))
-    y = cast_to(g, x, np.int32, dtype, base + "_w")
-    if left.any():
-        y = g.node("Mul", [y, g.const(2**left, dtype, base + "_m")], base + "_l")
-    out_bound = bound * 2 ** int(left.max())
-    if right.any():
-        y = div_round(g, y, 2**right, mode, dtype, base + "_s")
-        out_bound = bound // 2 ** int(right.min()) + 1
-    return y, dtype, out_bound

@@ -144,8 +144,9 @@ def _output(g: Graph, value: SSAValue, name: str) -> str:
         return g.node("Identity", [forms["in"]], name)
     if dtype == np.dtype(np.uint8) and "u8" in forms:
         return g.node("Identity", [forms["u8"]], name)
-    if "f32" in forms:  # integer-valued and within the dtype: exact
-        return g.node("Cast", [forms["f32"]], name, to=ELEM[dtype])
+    for form in ("f32", "f64"):
+        if form in forms:  # integer-valued and within the dtype: exact
+            return g.node("Cast", [forms[form]], name, to=ELEM[dtype])
     return g.node("Cast", [g.get(value, "i32")], name, to=ELEM[dtype])
 
 

@@ -42,6 +42,9 @@ I32_MAX = 2**31 - 1
 F32_EXACT = 2**24
 """Every integer of magnitude <= 2**24 is a float32; a sum of integers is exact in float32 while
 every partial sum is."""
+F64_EXACT = 2**52
+"""A bound on ``|x| * 2**-s + 2**s`` below which float64 holds ``x``, its power-of-two
+multiples and ``x * 2**-s + 1/2`` exactly (its integers are exact to ``2**53``)."""
 
 ELEM = {
     np.dtype(np.int8): 3,
@@ -222,7 +225,8 @@ class Graph:
         elif form == "i64":
             name = self.node("Cast", [self.get(value, "i32")], base, to=7)
         elif form == "f64":
-            name = self.node("Cast", [self.get(value, "i32")], base, to=11)
+            src = next((have[f] for f in ("in", "i64", "i32", "f32") if f in have), None)
+            name = self.node("Cast", [src or self.get(value, "i32")], base, to=11)
         elif form == "u8":
             if nh.width_of(value) > 8:
                 raise IntegerOnnxError(

@@ -1,17 +1,17 @@
-"""``nh.requant`` as exact float32 or integer ops.
+"""``nh.requant`` as exact float ops.
 
 ``y = saturate(shift_round(x, s, mode))`` (:func:`nanoir.runtime.numerics.quant.requant_codes`)
-has two exact forms here:
-
-- **float32**, where ``|x| <= 2**24`` (the static bound says so): ``x * 2**-s`` is exact (a power
-  of two), and so is each mode's own rounding of it: ``Floor`` (floor), ``Round`` (ONNX's round
-  half to even: half_even), ``Floor`` of ``x * 2**-s + 1/2`` (half_up: exact while
-  ``|x| + 2**(s-1) <= 2**24``), and for trunc ``Floor`` when the saturation's lower bound is
-  at least 0 (a trunc of a clipped value is the clipped trunc, as the bounds are integers),
-  else a ``Cast`` to int32 of the clipped value (see :func:`float_round`). Then ``Clip``. A product read only by its requant folds ``2**-s``
-  (and half_up's half) into its weights and bias (:mod:`.products`): the requant is then the
-  rounding and the clip alone.
-- **integer** otherwise: rounding division by ``2**s`` in int32 or int64 (:mod:`.arith`).
+is ``x * 2**-s``, exact in floating point (a power of two), then each mode's own rounding of
+it, also exact: ``Floor`` (floor), ``Round`` (ONNX's round half to even: half_even), ``Floor``
+of ``x * 2**-s + 1/2`` (half_up), and for trunc ``Floor`` when the saturation's lower bound is
+at least 0 (a trunc of a clipped value is the clipped trunc, as the bounds are integers), else
+a ``Cast`` to int32 of the clipped value (see :func:`float_round`). Then ``Clip``. In float32
+where ``|x| <= 2**24`` (and, for half_up, ``|x| + 2**(s-1)``), which the static bound says;
+else in float64, which holds every nh code (at most 32 bits), its power-of-two multiples and
+``x * 2**-s + 1/2`` exactly. (The integer rounding division of :mod:`.arith`, ``Div`` and
+``Mod``, is a scalar loop in onnxruntime: 6x slower than the float64 form on int32 sums.)
+A product read only by its requant folds ``2**-s`` (and half_up's half) into its weights and
+bias (:mod:`.products`): the requant is then the rounding and the clip alone.
 
 A requant whose only reader is an ``nh.relu`` saturates at 0 itself (the ReLU then reads the
 same tensor).
@@ -25,9 +25,9 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nq import RoundingMode
-from nanoir.grammar.onnx.integer.arith import cast_to, clip, shift_round
-from nanoir.grammar.onnx.integer.common import channel_shifts, out_name, sole_reader
-from nanoir.grammar.onnx.integer.graph import F32_EXACT, Graph, zero_point
+from nanoir.grammar.onnx.integer.arith import clip
+from nanoir.grammar.onnx.integer.common import channel_shifts, out_name, refuse, sole_reader
+from nanoir.grammar.onnx.integer.graph import F32_EXACT, F64_EXACT, Graph, zero_point
 
 
 def saturation(g: Graph, op: nh.RequantOp) -> tuple[int, int]:
@@ -109,30 +109,31 @@ def float_round(
     hi: int,
     base: str,
     reach: float | None = None,
+    dtype: type = np.float32,
 ) -> tuple[str, str]:
-    """``clip(round_mode(y), lo, hi)`` of float32 ``y`` already scaled by ``2**-s`` (and, for
-    half_up, offset by 1/2), exactly: the tensor's name and its form (``f32``, or ``i32`` for a
-    signed trunc). ``reach`` bounds ``|y|``: no ``Clip`` where the rounded values provably
-    stay within ``lo..hi``.
+    """``clip(round_mode(y), lo, hi)`` of float32 (or ``dtype``) ``y`` already scaled by
+    ``2**-s`` (and, for half_up, offset by 1/2), exactly: the tensor's name and its form
+    (``f32``/``f64``, or ``i32`` for a signed trunc). ``reach`` bounds ``|y|``: no ``Clip``
+    where the rounded values provably stay within ``lo..hi``.
 
     A signed trunc is the clip, then ``Cast`` to int32, which truncates toward zero (C++'s
     conversion of an in-range float, and SIMD's ``cvtt``): ``sign(y) * Floor(|y|)`` would be
     exact too, but onnxruntime's ``Sign`` costs five times another unary op."""
-    f32 = np.float32
+    form = "f64" if dtype is np.float64 else "f32"
     top = None if reach is None else math.floor(reach) + 1
     clipped = top is not None and -top >= lo and top <= hi
 
-    def clip_f32(x: str, name: str) -> str:
-        return x if clipped else g.node("Clip", [x, g.const(lo, f32), g.const(hi, f32)], name)
+    def clip_float(x: str, name: str) -> str:
+        return x if clipped else g.node("Clip", [x, g.const(lo, dtype), g.const(hi, dtype)], name)
 
     if mode is RoundingMode.TRUNC and lo >= 0:  # trunc of a clipped value: the clipped trunc
-        return g.node("Floor", [clip_f32(y, base + "_c")], base), "f32"
+        return g.node("Floor", [clip_float(y, base + "_c")], base), form
     if mode is RoundingMode.TRUNC:
-        return g.node("Cast", [clip_f32(y, base + "_c")], base, to=6), "i32"
+        return g.node("Cast", [clip_float(y, base + "_c")], base, to=6), "i32"
     op_type = "Round" if mode is RoundingMode.HALF_EVEN else "Floor"
     if clipped:
-        return g.node(op_type, [y], base), "f32"
-    return clip_f32(g.node(op_type, [y], base + "_r"), base), "f32"
+        return g.node(op_type, [y], base), form
+    return clip_float(g.node(op_type, [y], base + "_r"), base), form
 
 
 def requant(g: Graph, op: nh.RequantOp) -> None:
@@ -170,28 +171,29 @@ def requant(g: Graph, op: nh.RequantOp) -> None:
         if offset.any():
             y = g.node("Add", [y, g.const(offset, np.float32, base + "_off")], base + "_o")
         g.put(op.result, "u8", quantize(g, op, y, np.ldexp(1.0, shifts), base))
-    elif g.float_exact(op.input) and (
-        mode is not RoundingMode.HALF_UP or half_up_fits(bound, shifts)
-    ):  # (onnxruntime's int32 Div is scalar: a Cast and float ops cost less)
-        y = g.get(op.input, "f32")
+    else:
+        # float32 where exact, else float64, which holds every nh code (at most 32 bits) and
+        # its power-of-two multiples, halves included: onnxruntime's integer Div and Mod are
+        # scalar loops, 6x slower than a Cast and these float ops on a requant of int32 sums
+        f32 = g.float_exact(op.input) and (
+            mode is not RoundingMode.HALF_UP or half_up_fits(bound, shifts)
+        )
+        if not f32 and bound > F64_EXACT:
+            raise refuse(op, f"reads codes of bound {bound}, past float64's exact integers")
+        dtype, form = (np.float32, "f32") if f32 else (np.float64, "f64")
+        y = g.get(op.input, form)
         if shifts.any():
-            scale = g.const(np.ldexp(1.0, -shifts), np.float32, base + "_scale")
+            scale = g.const(np.ldexp(1.0, -shifts), dtype, base + "_scale")
             y = g.node("Mul", [y, scale], base + "_m")
         if mode is RoundingMode.HALF_UP and (shifts > 0).any():
-            half = g.const(np.where(shifts > 0, 0.5, 0.0), np.float32, base + "_half")
+            half = g.const(np.where(shifts > 0, 0.5, 0.0), dtype, base + "_half")
             y = g.node("Add", [y, half], base + "_h")
         if (shifts > 0).any():
-            y, form = float_round(g, y, mode, lo, hi, base, reach)
+            y, form = float_round(g, y, mode, lo, hi, base, reach, dtype)
         elif bound * 2.0 ** -float(shifts.min(initial=0)) > min(-lo, hi):
-            y, form = clip(g, y, lo, hi, np.float32, base), "f32"  # an integer: the clip alone
-        else:  # a left shift that provably fits (an alignment): nothing to clip
-            form = "f32"
+            y = clip(g, y, lo, hi, dtype, base)  # an integer: the clip alone
+        # (else a left shift that provably fits, an alignment: nothing to clip)
         g.put(op.result, form, y)
-    else:
-        x = g.get(op.input, "i32")
-        y, dtype, _ = shift_round(g, x, bound, shifts, mode, base + "_q")
-        y = clip(g, y, lo, hi, dtype, base if dtype is np.int32 else base + "_c")
-        g.put(op.result, "i32", cast_to(g, y, dtype, np.int32, base))
     # The rounded codes reach at most one past the scaled bound (an i32 requant's result
     # is no wider than its input says: the adds after it stay proven and in float32).
     g.set_bound(op.result, min(max(-lo, hi), math.floor(reach) + 1))
