@@ -15,8 +15,10 @@ The streamed rows are checked against the whole-tensor run on the first 2000 fra
 KWS test model (``nanoir.testing.KWSNet`` on ``[N, 40, 49]``, BN folded, 8-bit, nh, raw codes)
 through a ``Streamer`` built once (``reset()`` per stream: every push of the 49 frames and the
 ``flush()``) against its compiled whole-tensor plan, both on the same codes and checked equal
-bit for bit; CPU time of one thread, best of ``--repeat`` with the two interleaved, for batch
-16 with 4 frames a push and batch 1 with one frame a push (targets: <= 1.0x and <= 3x).
+bit for bit; CPU time of one thread, best of ``--repeat`` with the runs interleaved, for batch
+16 with 4 frames a push and batch 1 with one frame a push (targets: <= 1.0x and <= 3x). The
+last column is the same stream through the ``StreamRunner`` alone (``nanoir.runtime.stream``,
+which the ``Streamer`` wraps with its per-push checks of shape, dtype and stream state).
 
     python benchmarks/bench_streamer.py [--frames 360000]
     python benchmarks/bench_streamer.py --ratio [--repeat 21]
@@ -73,6 +75,7 @@ def ratio(repeat: int) -> None:
     from nanoir.lowering.quantize import quantize
     from nanoir.runtime.interpreter import compile_module
     from nanoir.runtime.nh import quantize_inputs
+    from nanoir.runtime.stream import StreamRunner
 
     import nanoir
     from nanoir.context import make_context
@@ -88,11 +91,13 @@ def ratio(repeat: int) -> None:
     hw = lower_to_hw(module)
     plan = compile_module(hw)
     streamer = nanoir.Streamer(hw, raw=True)
+    runner = StreamRunner(hw, raw=True)
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print(
-        "| batch | frames a push | pushes | whole ms | streamed ms | per push µs | ratio | target |"
+        "| batch | frames a push | pushes | whole ms | streamed ms | per push µs | ratio | target "
+        "| runner alone ms |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     missed = []
     for batch, step, target in RATIO_CASES:
         x = np.random.default_rng(batch).standard_normal((batch, 40, 49))
@@ -104,13 +109,24 @@ def ratio(repeat: int) -> None:
             out = [streamer.push(c)[0] for c in chunks]
             return [*out, streamer.flush()[0]]
 
+        def bare() -> list[np.ndarray]:
+            runner.reset()
+            out = [runner.push(c)[0] for c in chunks]
+            return [*out, runner.finish()[0]]
+
         want = plan(codes)[0]
-        got = [y for y in streamed() if y is not None]
-        assert np.concatenate(got, axis=-1).tobytes() == want.tobytes()
+        for fn in (streamed, bare):
+            got = [y for y in fn() if y is not None]
+            assert np.concatenate(got, axis=-1).tobytes() == want.tobytes()
         whole_t: list[float] = []
         stream_t: list[float] = []
+        bare_t: list[float] = []
         for _ in range(repeat):
-            for fn, times in ((lambda: plan(codes), whole_t), (streamed, stream_t)):
+            for fn, times in (
+                (lambda: plan(codes), whole_t),
+                (streamed, stream_t),
+                (bare, bare_t),
+            ):
                 start = time.process_time()
                 fn()
                 times.append(time.process_time() - start)
@@ -120,7 +136,8 @@ def ratio(repeat: int) -> None:
             missed.append(f"batch {batch}, {step} a push: {r:.2f}x (> {target})")
         print(
             f"| {batch} | {step} | {len(chunks)} + flush | {whole:.3f} | {stream:.3f} | "
-            f"{stream / (len(chunks) + 1) * 1e3:.0f} | {r:.2f} | <= {target} |",
+            f"{stream / (len(chunks) + 1) * 1e3:.0f} | {r:.2f} | <= {target} | "
+            f"{min(bare_t) * 1e3:.3f} |",
             flush=True,
         )
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
