@@ -203,6 +203,12 @@ class FuseAvgPoolFakeQuant(HwPattern):
             # by a positive count, keeping its sign, and floor(S / n) >= 0 exactly when
             # S >= 0: the codes are pooled on their own grid, rounding toward -inf.
             out_exps, pool_mode = x.exps, RoundingMode.FLOOR
+        varying = [i for i, d in enumerate(out_exps.shape) if d > 1]
+        if varying and hw.layout_of(x).find("C") != varying[0]:
+            # per-channel means of a value laid out with its channels elsewhere (a pool over a
+            # batch-first RNN's [N, T, H] output, whose channels for the pool are T): the
+            # codes renamed onto the pool's channel dim, as their exponents will vary along it
+            x = hw.channels_at(pool, x, varying[0])
         finer = np.maximum(x.exps, out_exps)
         if (finer != x.exps).any():
             # A finer output grid: shift the codes left first, so one division remains.
@@ -221,9 +227,6 @@ class FuseAvgPoolFakeQuant(HwPattern):
         if pool_mode not in (RoundingMode.TRUNC, RoundingMode.FLOOR) and (x.exps != out_exps).any():
             # Rounding the mean and then shifting it would round twice (exact only for trunc
             # and floor, whose roundings compose): divide by n * 2**shift in one rounding.
-            varying = [i for i, d in enumerate(out_exps.shape) if d > 1]
-            if varying and hw.layout_of(x).find("C") != varying[0]:
-                x = hw.channels_at(pool, x, varying[0])
             pooled_exps = np.broadcast_to(
                 out_exps, np.broadcast_shapes(x.exps.shape, out_exps.shape)
             )
