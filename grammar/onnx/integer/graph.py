@@ -43,8 +43,9 @@ F32_EXACT = 2**24
 """Every integer of magnitude <= 2**24 is a float32; a sum of integers is exact in float32 while
 every partial sum is."""
 F64_EXACT = 2**52
-"""A bound on ``|x| * 2**-s + 2**s`` below which float64 holds ``x``, its power-of-two
-multiples and ``x * 2**-s + 1/2`` exactly (its integers are exact to ``2**53``)."""
+"""A bound on ``|x|`` below which float64 holds ``x``, its power-of-two multiples and
+``x * 2**-s + 1/2`` exactly (its integers are exact to ``2**53``): every nh code (at most 32
+bits) is below it."""
 
 ELEM = {
     np.dtype(np.int8): 3,
