@@ -20,6 +20,7 @@ from nanoir.dialects import nf
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.lowering.quantize import QuantConfig, QuantizeError
+from nanoir.runtime.interpreter import run
 from nanoir.runtime.numerics import quant
 from torch import nn
 from xdsl.ir import Operation
@@ -119,6 +120,48 @@ def test_gated_products_get_gate_bits_and_table_inputs_when_asked() -> None:
     assert set(plain.values()) == {8}
     _, ruled, _ = _quantized(rules=[r"act@.*=8"], table_input_bits=16)
     assert set(ruled.values()) == {8}
+
+
+class _GatedAttention(nn.Module):
+    """Gated products read by a matmul of two runtime values (``g @ r^T``, ``r`` through a
+    transpose) and, beside them, by a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.fc(x)
+        g = h * torch.sigmoid(h)  # read by a matmul
+        r = h * torch.relu(h)  # read by the matmul through a transpose only
+        q = h * torch.tanh(h)  # read by a linear layer
+        return torch.matmul(g, r.transpose(1, 2)), self.out(q)
+
+
+def test_a_gated_product_read_by_a_matmul_keeps_act_bits() -> None:
+    """A matmul of two runtime values has no weight rule to bound its accumulator: two
+    16-bit operands pass i32 from the second term on (lower-to-hw refused the program quantize
+    made: "'nf.matmul' may overflow its i32 accumulator"; drawn by the explore profile). Such
+    gated products keep ``act_bits``, also one read through a transpose; the one a linear
+    layer reads is still 16-bit, and the program lowers and equals nq. Kills: the matmul reader not looked for
+    (``contracted_unweighted`` false), data movement not walked (the transposed operand),
+    weighted readers counted too (the linear's product at 8)."""
+    torch.manual_seed(0)
+    net = _GatedAttention().eval()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    program = nanoir.from_torch(net, (torch.from_numpy(x[:2]),))
+    nanoir.quantize(program, [x[:2], x[2:]], progress=False)
+    products = [
+        op.bits.value.data
+        for op in program.walk()
+        if isinstance(op, FakeQuantOp) and isinstance(op.input.owner, nf.MulOp)
+    ]
+    assert products == [8, 8, 16]  # g and r (the matmul's), q (the linear's)
+    hw = lower_to_hw(program.clone())
+    for want, got in zip(run(program, x, dtype=np.float64), run(hw, x), strict=True):
+        assert np.array_equal(want, got)
 
 
 def test_every_table_input_is_widened() -> None:
