@@ -103,7 +103,17 @@ FLOAT_SPELLINGS = [
     "1e+2",
     "0.125",
 ]
-UNKNOWN_OPS = ["GridSample", "TopK", "Slice", "Unsqueeze", "ScatterND", "MyOp", "Einsum"]
+UNKNOWN_OPS = [
+    "GridSample",
+    "TopK",
+    "NonMaxSuppression",
+    "Unsqueeze",
+    "ScatterND",
+    "MyOp",
+    "Einsum",
+]
+"""Op types the reader does not map, carried as opaque nodes (``Slice`` was one until the
+reader mapped it: :func:`test_unknown_ops_are_unknown` keeps the list honest)."""
 INT_DTYPES = [
     "int8_t",
     "int16_t",
@@ -527,6 +537,12 @@ def importable_programs(draw: st.DrawFn) -> Program:
         for text in draw(st.lists(st.sampled_from([" note", "x", " a // b", ""]), max_size=3)):
             items.insert(draw(st.integers(0, len(items))), Comment(text))
     return Program(tuple(items))
+
+
+def test_unknown_ops_are_unknown() -> None:
+    """The generator's opaque op types are none the reader maps (a mapped one, drawn without
+    its attributes, is refused: ``Slice`` was, once the reader learned it; explore profile)."""
+    assert not set(UNKNOWN_OPS) & set(ne_nq.BY_OP_TYPE)
 
 
 @settings(max_examples=examples(60))

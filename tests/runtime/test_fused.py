@@ -407,7 +407,11 @@ def conv_chains(draw: st.DrawFn) -> dict[str, Any]:
     strides = [draw(st.integers(1, 2)) for _ in range(n)]
     dilations = [draw(st.integers(1, 2)) for _ in range(n)]
     pads = [draw(st.integers(0, 2)) for _ in range(2 * n)]
-    size = [draw(st.integers(3, 7)) for _ in range(n)]
+    # at least one output position: the padded size holds the dilated kernel
+    size = [
+        draw(st.integers(max(3, dilations[i] * (kernel[i] - 1) + 1 - pads[i] - pads[n + i]), 7))
+        for i in range(n)
+    ]
     return dict(
         n=n,
         groups=groups,
