@@ -22,7 +22,9 @@ exponents are made coarser where lower-to-hw could not align them in i32
 grid (an integer algorithm's or a recurrent op's input, a matmul's operands) is quantized per
 tensor whatever ``act_per_channel`` says, and a concat it reads puts its parts on one
 exponent; a value 0 on every calibration batch takes the exponent of what it is computed
-from, never 60 (``targets.needs_one_grid``, ``join_rules.Rules.zero_range``).
+from, never 60 (``targets.needs_one_grid``, ``join_rules.Rules.zero_range``). A matmul or
+product of two runtime values has no weight to coarsen: the wider of its operands gets fewer
+bits until the result fits i32 (``products``; origin ``acc:%matmul``).
 
     %y = nf.conv %x, %w, %b ...               %xq = nq.fake_quant %x {bits = 8, exp = dense<5>}
                                     ─▶        %wq = nq.fake_quant %w {bits = 8, exp = dense<[[[[7]]], ...]>}
@@ -33,13 +35,14 @@ from, never 60 (``targets.needs_one_grid``, ``join_rules.Rules.zero_range``).
 The package, one module per phase (this front re-exports what the rest of nanoir uses; import
 from here, never from the modules): ``driver`` the pass (``quantize``, ``QuantizePass``) and
 the order of the phases; ``rules`` the options and the rule grammar (``QuantConfig``,
-``QuantRule``); ``targets`` where fake-quants go; ``calibration`` exponents from values and
-calibration batches; ``imported`` imported (QAT) exponents, checked; ``joins`` the exponents
-at joins and accumulators, on the rules of ``join_rules`` (exponents alone, shared with
-``nanoir.qat``); ``bias_correction`` empirical bias correction; ``batch_norm`` the dyadic
-affine of a lone batch norm; ``recurrent`` the internal quantizers of ``nf.recurrent``;
-``check`` the check at the end (an output all zero, constant or below ``min_sqnr`` against
-float on the calibration data: ``nanoir.QuantizationWarning``, or an error with ``strict``).
+``QuantRule``); ``targets`` where fake-quants go, ``gates`` and ``products`` the bits of
+some of them; ``calibration`` exponents from values and calibration batches; ``imported``
+imported (QAT) exponents, checked; ``joins`` the exponents at joins and accumulators, on the
+rules of ``join_rules`` (exponents alone, shared with ``nanoir.qat``); ``bias_correction``
+empirical bias correction; ``batch_norm`` the dyadic affine of a lone batch norm;
+``recurrent`` the internal quantizers of ``nf.recurrent``; ``check`` the check at the end (an
+output all zero, constant or below ``min_sqnr`` against float on the calibration data:
+``nanoir.QuantizationWarning``, or an error with ``strict``).
 """
 
 from __future__ import annotations

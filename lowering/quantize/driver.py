@@ -55,7 +55,7 @@ from nanoir.lowering.quantize.targets import (
 from nanoir.runtime.interpreter import find_function
 from nanoir.runtime.numerics import quant
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Block, BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
@@ -177,6 +177,8 @@ def _insert(target: Target, config: QuantConfig, rewriter: Rewriter) -> FakeQuan
         target.rounding or config.rounding,
         signed=target.signed,
     )
+    if target.origin:
+        fq.origin = StringAttr(target.origin)
     if isinstance(value, BlockArgument):
         block = value.block
         assert isinstance(block, Block)

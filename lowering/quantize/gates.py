@@ -24,11 +24,11 @@ default: it grows every table) give them their bits where no rule names them
 from __future__ import annotations
 
 from nanoir.dialects import nf
-from nanoir.dialects.traits import Contraction, DataMovement, LookupTable, Weighted
+from nanoir.dialects.traits import LookupTable
 from nanoir.lowering.quantize.rules import QuantConfig
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
-__all__ = ["contracted_unweighted", "gated_product", "intermediate_bits", "table_input"]
+__all__ = ["gated_product", "intermediate_bits", "table_input"]
 
 
 def _runtime(value: SSAValue, seen: dict[SSAValue, bool]) -> bool:
@@ -60,24 +60,6 @@ def gated_product(value: SSAValue, seen: dict[SSAValue, bool] | None = None) -> 
     return all(_runtime(o, memo) for o in value.op.operands)
 
 
-def contracted_unweighted(value: SSAValue) -> bool:
-    """Whether ``value`` reaches, through data movement only, an operand of a contraction
-    without weights (``nf.matmul`` of two runtime values): that accumulator is bounded by the
-    two operands' code ranges alone, with no weight rule to coarsen them, and two 16-bit
-    operands pass i32 from the second term on."""
-    stack, seen = [value], {value}
-    while stack:
-        for use in stack.pop().uses:
-            reader = use.operation
-            if reader.has_trait(Contraction) and not reader.has_trait(Weighted):
-                return True
-            if reader.has_trait(DataMovement):
-                fresh = [r for r in reader.results if r not in seen]
-                seen.update(fresh)
-                stack.extend(fresh)
-    return False
-
-
 def table_input(value: SSAValue) -> bool:
     """Whether every reader of ``value`` (an op's result, read at all) is a lookup table."""
     uses = list(value.uses)
@@ -92,13 +74,9 @@ def intermediate_bits(
     value: SSAValue, config: QuantConfig, seen: dict[SSAValue, bool] | None = None
 ) -> int | None:
     """The bits ``config`` gives ``value`` as a gated product (``gate_bits``) or a table's
-    input (``table_input_bits``), or None: ``act_bits`` and the rules decide (also for a
-    gated product a weightless contraction reads: :func:`contracted_unweighted`)."""
-    if (
-        config.gate_bits is not None
-        and gated_product(value, seen)
-        and not contracted_unweighted(value)
-    ):
+    input (``table_input_bits``), or None: ``act_bits`` and the rules decide. (A gated product
+    may be narrowed again where it is multiplied by another runtime value: ``products``.)"""
+    if config.gate_bits is not None and gated_product(value, seen):
         return config.gate_bits
     if config.table_input_bits is not None and table_input(value):
         return config.table_input_bits

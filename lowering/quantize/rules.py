@@ -249,6 +249,13 @@ class QuantConfig:
                 )
         return bits, per_channel
 
+    def rule_bits(self, name: str, kind: str) -> int | None:
+        """The bits the first rule matching a tensor names (None: no rule names them)."""
+        for rule in self.rules:
+            if rule.matches(name, kind):
+                return None if rule.skip else rule.bits
+        return None
+
     def resolve_signed(self, name: str, kind: str) -> bool | None:
         """A tensor's signedness as the first matching rule sets it (None: not set by it)."""
         for rule in self.rules:

@@ -24,6 +24,7 @@ from nanoir.dialects.traits import (
     weight_reader,
 )
 from nanoir.lowering.quantize.gates import intermediate_bits
+from nanoir.lowering.quantize.products import narrow_operands
 from nanoir.lowering.quantize.rules import (
     QuantConfig,
     QuantizeError,
@@ -53,6 +54,8 @@ class Target:
     """A weight's output-channel axis: 0 (conv, linear), 1 (conv_transpose's ``[C, O/g, *K]``)."""
     signed: bool = True
     """False: unsigned codes ``0..2**b-1`` (``unsigned="auto"`` or a rule's ``u``)."""
+    origin: str = ""
+    """Why its bits are not the options' (``acc:%matmul``: ``products``), for the report."""
 
     @property
     def channel_axis(self) -> int | None:
@@ -391,4 +394,5 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
             # (data movement keeps its inputs' grid: no fake-quant after it)
             for r in op.results:
                 add(r, "act")
+    narrow_operands(func, targets, config)
     return targets

@@ -284,6 +284,7 @@ QUANTIZE_KINDS = (
         "negative_pool",
         "class_token",
         "split_concat_bn",
+        "gram",
     )
 )
 """What the property test of ``quantize`` draws as float programs (``random_nf_program``):
@@ -764,6 +765,13 @@ def random_nq_program(
             cls = b.fake_quant(cls, bits=8, base=3)
             token = b.add(nf.ExpandOp(cls, (DYNAMIC_INDEX, 1, *shape[2:]), v)).results[0]
             values.append(b.add(nf.ConcatOp([token, v], axis=1)).results[0])
+        elif kind == "gram":
+            # Attention's scores: v @ v^T over the last dim, a matmul of two runtime values,
+            # both per tensor ([N, C, L] -> [N, C, C], [N, C, H, W] -> [N, C, H, H]).
+            x = b.fake_quant(v, bits=draw(st.sampled_from((2, 4, 8))), base=3)
+            rank = len(shape)
+            xt = b.add(nf.TransposeOp(x, [*range(rank - 2), rank - 1, rank - 2])).results[0]
+            values.append(b.act(b.add(nf.MatmulOp(x, xt)).results[0]))
         elif kind == "split_concat_bn":
             # a, b = x.split(C // 2, 1); BatchNorm(cat([a, conv(b)], 1)) with random
             # statistics (fold-bn cannot fold a BN after a concat).

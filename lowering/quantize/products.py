@@ -1,0 +1,128 @@
+"""Operand widths of products of two runtime values, chosen so that they fit i32.
+
+``nf.matmul`` of two runtime values (attention's ``q @ k^T`` and ``p @ v``) sums ``inner``
+products of two activation codes into i32 (``nh.matmul``); ``nf.mul`` of two runtime values (a
+gated product, ``gates``) is one such product (``nh.mul``). lower-to-hw refuses either when
+``inner * max|a| * max|b|`` passes ``ACC_LIMIT``. A conv or linear has rules that coarsen its
+input or weight grid (``join_rules``); here the operands are activations, whose codes span
+their whole width whatever their exponent, so the rule is on bits: under ``act_bits=16`` (or
+with a 16-bit gated product) two operands pass i32 from a matmul's second term on, a product
+of two unsigned 16-bit codes at once, and two 8-bit operands once ``inner`` passes 2**17.
+:func:`narrow_operands` gives the wider operand the next narrower width (``ALLOWED_BITS``:
+what NanoEngine holds), one step at a time, until the bound fits; it runs before calibration,
+which then picks the coarser step that keeps the range. Bits a rule names are the user's:
+when those alone cannot fit, quantize refuses, naming the op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from nanoir.dialects import nf
+from nanoir.dialects.traits import Contraction, DataMovement, Weighted, grid_operands
+from nanoir.lowering.quantize.rules import ALLOWED_BITS, QuantConfig, QuantizeError
+from nanoir.runtime.numerics.accumulator import ACC_LIMIT
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, OpResult, SSAValue
+
+__all__ = ["narrow_operands"]
+
+
+class Width(Protocol):
+    """What this module reads and changes of a ``targets.Target`` (which imports it)."""
+
+    value: SSAValue
+    kind: str
+    name: str
+    rule_name: str
+    bits: int
+    signed: bool
+    origin: str
+
+
+def code_bound(t: Width) -> int:
+    """The largest ``|code|`` of ``t``'s grid, as lower-to-hw bounds it (``HwValue.max_abs``):
+    1 at 1 bit, ``2**b`` for unsigned ``b``-bit codes, else ``2**(b-1)``."""
+    if t.bits == 1:
+        return 1
+    return 2 ** (t.bits - 1) if t.signed else 2**t.bits
+
+
+def _terms(op: Operation) -> int | None:
+    """How many products of its two operands' codes ``op`` sums (None: not such an op)."""
+    if isinstance(op, nf.MulOp):
+        return 1
+    if op.has_trait(Contraction) and not op.has_trait(Weighted):
+        return nf.tensor_shape(op.operands[0])[-1]
+    return None
+
+
+def _sources(value: SSAValue, by_value: dict[SSAValue, Width]) -> list[Width] | None:
+    """The targets whose grids reach ``value`` through data movement (a concat's parts, a
+    transpose's input ...), or None when something else does (a value left float)."""
+    found: list[Width] = []
+    todo, seen = [value], set[SSAValue]()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in by_value:
+            found.append(by_value[v])
+        elif isinstance(v, OpResult) and v.op.has_trait(DataMovement):
+            todo.extend(grid_operands(v.op))
+        else:
+            return None
+    return found
+
+
+def _narrower(bits: int) -> int | None:
+    below = [b for b in ALLOWED_BITS if 2 <= b < bits]
+    return max(below) if below else None
+
+
+def _label(op: Operation) -> str:
+    name = op.results[0].name_hint
+    return f"%{name}" if name else f"an {op.name}"
+
+
+def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig) -> None:
+    """Narrow the activation operands of every product of two runtime values in ``func``
+    (``targets``, before calibration) until its bound fits i32 (see the module). Each narrowed
+    target gets the origin ``acc:%op``."""
+    by_value = {t.value: t for t in targets}
+    for op in func.body.block.ops:
+        terms = _terms(op)
+        if terms is None or terms < 1:
+            continue
+        sides = [_sources(v, by_value) for v in op.operands[:2]]
+        if not sides[0] or not sides[1]:
+            continue  # (a float operand: lower-to-hw refuses it, naming it)
+
+        def widest(side: list[Width]) -> int:
+            return max(code_bound(t) for t in side)
+
+        while terms * widest(sides[0]) * widest(sides[1]) > ACC_LIMIT:
+            for side in sorted(sides, key=widest, reverse=True):
+                top = [t for t in side if code_bound(t) == widest(side)]
+                free = [
+                    t
+                    for t in top
+                    if t.kind == "act"
+                    and config.rule_bits(t.rule_name, "act") is None
+                    and _narrower(t.bits) is not None
+                ]
+                if free and len(free) == len(top):
+                    for t in free:
+                        t.bits = _narrower(t.bits)  # type: ignore[assignment]
+                        t.origin = f"acc:{_label(op)}"
+                    break
+            else:
+                names = ", ".join(t.name for side in sides for t in side)
+                raise QuantizeError(
+                    f"quantize: {op.name} ({_label(op)}) sums {terms} products of codes up to "
+                    f"{widest(sides[0])} and {widest(sides[1])}, past i32 ({ACC_LIMIT}); the "
+                    f"widths of {names} are named by rules or cannot be narrower: give one "
+                    "operand fewer bits"
+                )

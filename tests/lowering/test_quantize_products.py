@@ -1,0 +1,231 @@
+"""Products of two runtime values lower at every activation width (``quantize.products``).
+
+``nh.matmul`` sums ``inner`` products of two activation codes into i32 (``nh.mul``: one);
+lower-to-hw refuses it when ``inner * max|a| * max|b|`` passes ``2**31 - 1``. Under
+``act_bits=16`` every attention block (``q @ k^T``, ``p @ v``) did, and a product of two
+unsigned 16-bit codes; two 8-bit operands do once ``inner`` passes 2**17 (``2**16`` with an
+unsigned operand). quantize now narrows the wider operand, one
+allowed width at a time, until the bound fits. The bound and the minimality of the narrowing
+are computed here from the fake-quants' bits, not by the code under test; nq == nh bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nanoir.dialects import nf
+from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.traits import DataMovement, grid_operands
+from nanoir.lowering.lower_to_hw import lower_to_hw
+from nanoir.runtime.interpreter import run
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import OpResult, SSAValue
+
+import nanoir
+from nanoir.testing.programs import examples
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+LIMIT = 2**31 - 1
+WIDTHS = (2, 4, 8, 16)  # what NanoEngine holds above 1 bit
+
+
+class _Attention(nn.Module):
+    """One attention head: ``softmax(q k^T / sqrt(d)) v``, optionally gated (``v * v``)."""
+
+    def __init__(self, d: int, gated: bool) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.scale, self.gated = 1 / math.sqrt(d), gated
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = self.v(x)
+        if self.gated:
+            v = v * v
+        p = torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) * self.scale, -1)
+        return p @ v
+
+
+def _grids(value: SSAValue) -> list[FakeQuantOp]:
+    """The fake-quants whose grids reach ``value`` through data movement (written here)."""
+    if isinstance(value, OpResult) and isinstance(value.op, FakeQuantOp):
+        return [value.op]
+    assert isinstance(value, OpResult) and value.op.has_trait(DataMovement), value
+    return [fq for v in grid_operands(value.op) for fq in _grids(v)]
+
+
+def _code_bound(bits: int, signed: bool) -> int:
+    return 1 if bits == 1 else 2 ** (bits - 1 if signed else bits)
+
+
+def _check_products(program: ModuleOp, widest: int) -> int:
+    """Every matmul's and runtime product's bound fits, and each narrowed operand is narrowed no further than needed:
+    one allowed width wider (at most ``widest``) it would not fit. Returns the count narrowed."""
+    narrowed = 0
+    for op in program.walk():
+        if not isinstance(op, nf.MatmulOp | nf.MulOp):
+            continue
+        if any(isinstance(o.owner, nf.ConstantOp) for o in op.operands):
+            continue  # (a product with a float constant: a scale)
+        inner = nf.tensor_shape(op.lhs)[-1] if isinstance(op, nf.MatmulOp) else 1
+        sides = [_grids(op.lhs), _grids(op.rhs)]
+        bounds = [max(_code_bound(fq.bits.value.data, fq.is_signed) for fq in s) for s in sides]
+        assert inner * bounds[0] * bounds[1] <= LIMIT, (inner, bounds)
+        for i, side in enumerate(sides):
+            for fq in side:
+                if fq.origin is None or not fq.origin.data.startswith("acc:"):
+                    continue
+                narrowed += 1
+                bits = fq.bits.value.data
+                assert bits < widest
+                wider = min(w for w in WIDTHS if w > bits)
+                grown = _code_bound(wider, fq.is_signed)
+                assert inner * grown * bounds[1 - i] > LIMIT, (inner, bits, bounds)
+    return narrowed
+
+
+def _equal_levels(program: ModuleOp, inputs: list[np.ndarray]) -> None:
+    hw = lower_to_hw(program.clone())
+    for x in inputs:
+        for want, got in zip(run(program, x, dtype=np.float64), run(hw, x), strict=True):
+            bad = np.flatnonzero(want != got)
+            assert bad.size == 0, f"{bad.size} differ: nq {want.flat[bad[0]]} nh {got.flat[bad[0]]}"
+
+
+@settings(
+    max_examples=examples(12),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    seq=st.integers(1, 9),
+    d=st.integers(1, 12),
+    act_bits=st.sampled_from((4, 8, 16)),
+    gate_bits=st.sampled_from((None, 16)),
+    gated=st.booleans(),
+    unsigned=st.sampled_from(("never", "auto")),
+    rounding=st.sampled_from(("trunc", "floor", "half_up", "half_even")),
+    seed=st.integers(0, 2**16),
+)
+def test_attention_lowers_at_every_width(
+    seq: int,
+    d: int,
+    act_bits: int,
+    gate_bits: int | None,
+    gated: bool,
+    unsigned: str,
+    rounding: str,
+    seed: int,
+) -> None:
+    """An attention head (``q @ k^T`` through a transpose, ``p @ v`` with ``p`` a softmax,
+    ``v`` optionally a 16-bit gated product) quantized at 4, 8 or 16 bits lowers, nq == nh on
+    the calibration batches and a fresh one, every matmul's bound fits i32 and no operand is
+    narrower than it must be. Kills: ``narrow_operands`` not called (16 bits: lower-to-hw
+    refuses), data movement not walked (``k`` through its transpose), an unsigned code bound
+    as signed (``p @ v`` under ``unsigned="auto"`` one width too wide), narrowing both
+    operands at once (minimality)."""
+    torch.manual_seed(seed)
+    net = _Attention(d, gated).eval()
+    rng = np.random.default_rng(seed)
+    batches = [rng.standard_normal((2, seq, d)).astype(np.float32) for _ in range(2)]
+    program = nanoir.from_torch(net, (torch.from_numpy(batches[0]),))
+    with torch.no_grad():
+        want = net(torch.from_numpy(batches[0])).numpy()
+    np.testing.assert_allclose(run(program, batches[0])[0], want, rtol=1e-4, atol=1e-5)
+    nanoir.quantize(
+        program,
+        batches,
+        act_bits=act_bits,
+        gate_bits=gate_bits,
+        unsigned=unsigned,
+        rounding=rounding,
+        progress=False,
+    )
+    _check_products(program, max(act_bits, gate_bits or 0))
+    _equal_levels(program, [*batches, rng.standard_normal((3, seq, d)).astype(np.float32)])
+
+
+def test_sixteen_bit_attention_narrows_one_operand_of_each_matmul() -> None:
+    """Under ``act_bits=16`` both matmuls of a 5-token head pass i32 at 16 x 16 bits
+    (``5 * 2**30``); one operand of each is narrowed to 8 and the rest stay 16. Kills: no
+    narrowing (lower-to-hw refuses), narrowing to 4 (minimality)."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5, 8)).astype(np.float32)
+    program = nanoir.from_torch(_Attention(8, False).eval(), (torch.from_numpy(x[:2]),))
+    nanoir.quantize(program, [x[:2], x[2:]], act_bits=16, progress=False)
+    assert _check_products(program, 16) == 2
+    acts = [
+        op
+        for op in program.walk()
+        if isinstance(op, FakeQuantOp) and not isinstance(op.input.owner, nf.ConstantOp)
+    ]
+    narrowed = [op.bits.value.data for op in acts if op.origin is not None]
+    assert narrowed == [8, 8]
+    assert {op.bits.value.data for op in acts if op.origin is None} == {16}
+    _equal_levels(program, [x])
+
+
+@pytest.mark.parametrize(("inner", "unsigned"), [(2**17 + 3, "never"), (70_000, "auto")])
+def test_a_long_eight_bit_contraction_narrows(inner: int, unsigned: str) -> None:
+    """``relu(x) @ v`` over ``inner`` terms at 8 bits: past ``2**17`` terms (signed codes)
+    or ``2**16`` (the ReLU's codes unsigned, ``unsigned="auto"``) 8 x 8 bits pass i32; one
+    operand becomes 4-bit and the program lowers. Kills: an unsigned code bounded as signed
+    (70 000 terms would seem to fit)."""
+
+    class LongMix(nn.Module):
+        def forward(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x) @ v
+
+    rng = np.random.default_rng(1)
+    batches = [
+        (rng.standard_normal((1, 1, inner)), rng.standard_normal((1, inner, 2))) for _ in range(2)
+    ]
+    example = tuple(torch.from_numpy(a.astype(np.float32)) for a in batches[0])
+    program = nanoir.from_torch(LongMix(), example)
+    nanoir.quantize(program, batches, unsigned=unsigned, progress=False)
+    assert _check_products(program, 8) == 1
+    hw = lower_to_hw(program.clone())
+    for inputs in batches:
+        want = run(program, *inputs, dtype=np.float64)[0]
+        assert np.array_equal(want, run(hw, *inputs)[0])
+
+
+def test_widths_a_rule_names_are_kept_and_refused_at_quantize() -> None:
+    """Rules name 16 bits for every activation: quantize does not narrow the user's widths
+    and refuses, naming the matmul and its operands, instead of making a program lower-to-hw
+    refuses. Kills: rule-named bits narrowed like the options'."""
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((4, 5, 8)).astype(np.float32)
+    program = nanoir.from_torch(_Attention(8, False).eval(), (torch.from_numpy(x[:2]),))
+    with pytest.raises(nanoir.Error, match=r"nf\.matmul \(%matmul\) sums 8 products.*rules"):
+        nanoir.quantize(program, [x[:2], x[2:]], rules=[r"act@.*=16"], progress=False)
+
+
+def test_a_product_of_two_unsigned_sixteen_bit_codes_narrows() -> None:
+    """``relu(a(x)) * relu(b(x))`` under ``act_bits=16, unsigned="auto"``: two unsigned
+    16-bit codes make a 33-bit product (lower-to-hw: "'nf.mul' needs 33-bit products"; drawn
+    by ``test_programs_quantize_makes_lower`` once it drew 16 bits); one operand is narrowed
+    to 8 bits, the product lowers and equals nq; signed 16 x 16 bits fit and stay. Kills:
+    ``nf.mul`` not counted as a product (``_terms`` None)."""
+
+    class Gate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.a(x)) * torch.relu(self.b(x))
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    for unsigned, narrowed in (("auto", 1), ("never", 0)):
+        program = nanoir.from_torch(Gate().eval(), (torch.from_numpy(x[:2]),))
+        nanoir.quantize(program, [x[:3], x[3:]], act_bits=16, unsigned=unsigned, progress=False)
+        assert _check_products(program, 16) == narrowed
+        _equal_levels(program, [x])
