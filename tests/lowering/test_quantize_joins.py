@@ -182,8 +182,8 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
 @given(
     data=st.data(),
     rounding=st.sampled_from(tuple(RoundingMode)),
-    act_bits=st.sampled_from((2, 4, 8)),
-    weight_bits=st.sampled_from((2, 4, 8)),
+    act_bits=st.sampled_from((2, 4, 8, 16)),
+    weight_bits=st.sampled_from((2, 4, 8, 16)),
     weight_per_channel=st.booleans(),
     act_per_channel=st.booleans(),
     calibrator=st.sampled_from(("absmax", "mse")),

@@ -106,7 +106,7 @@ def test_kernel_steps_convert_to_quantize_bit_for_bit(kind: str, data: st.DataOb
     module, _ = random_nf_program(data.draw, max_ops=3, kinds=(kind,))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     options = {
-        "act_bits": data.draw(st.sampled_from((4, 8))),
+        "act_bits": data.draw(st.sampled_from((4, 8, 16))),
         "rounding": data.draw(st.sampled_from(("trunc", "half_even"))),
     }
     calib = _inputs(module, rng, 8)
