@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from nanoir.runtime.numerics.kernels import nearest_indices
@@ -494,6 +494,30 @@ def _fake_quant_spec(fq: Operation) -> Quantized | str:
     signed = fq.properties.get("signed")
     k = exps.pop()
     return Quantized(bits, -k if bits == 1 else k, signed is None or bool(signed.value.data))  # type: ignore[attr-defined]
+
+
+Leaf = TypeVar("Leaf")
+
+
+def grid_sources(value: SSAValue, leaf: Callable[[SSAValue], Leaf | None]) -> list[Leaf] | None:
+    """The quantized values (``leaf`` says what one is: a fake-quant, a quantize target ...)
+    whose grids ``value`` carries, looking back through data movement (a concat carries all
+    its parts', an embedding its table's: :func:`grid_operands`); None if some part is not
+    one."""
+    found_leaf = leaf(value)
+    if found_leaf is not None:
+        return [found_leaf]
+    if isinstance(value.owner, Operation):
+        op = value.owner
+        if op.has_trait(DataMovement) and op.operands:
+            found: list[Leaf] = []
+            for operand in grid_operands(op):
+                part = grid_sources(operand, leaf)
+                if part is None:
+                    return None
+                found += [f for f in part if f not in found]
+            return found
+    return None
 
 
 def source_quantized(value: SSAValue) -> Quantized | str:

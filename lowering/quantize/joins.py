@@ -45,7 +45,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.dialects.traits import DataMovement, grid_operands
+from nanoir.dialects.traits import DataMovement, grid_sources
 from nanoir.lowering.quantize.join_rules import (
     ALIGN_BITS,
     BN_INPUT_BITS,
@@ -97,23 +97,8 @@ def _fake_quant(value: SSAValue) -> FakeQuantOp | None:
 def sources(
     value: SSAValue, leaf: Callable[[SSAValue], Leaf | None] = _fake_quant
 ) -> list[Leaf] | None:
-    """The quantized values (``leaf``: a fake-quant's, by default) whose exponents ``value``
-    carries, looking through data movement (a concat carries all its parts', an embedding its
-    table's: ``grid_operands``); None if some part is not quantized."""
-    found_leaf = leaf(value)
-    if found_leaf is not None:
-        return [found_leaf]
-    if isinstance(value, OpResult):
-        op = value.op
-        if op.has_trait(DataMovement) and op.operands:
-            found: list[Leaf] = []
-            for operand in grid_operands(op):
-                part = sources(operand, leaf)
-                if part is None:
-                    return None
-                found += [f for f in part if f not in found]
-            return found
-    return None
+    """The fake-quants (or ``leaf``'s) whose exponents ``value`` carries (``grid_sources``)."""
+    return grid_sources(value, leaf)
 
 
 def get_exps(fq: FakeQuantOp) -> np.ndarray:

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from nanoir.dialects import nf
-from nanoir.dialects.traits import Contraction, DataMovement, Weighted, grid_operands
+from nanoir.dialects.traits import Contraction, Weighted, grid_sources
 from nanoir.lowering.quantize.rules import ALLOWED_BITS, QuantConfig, QuantizeError
 from nanoir.runtime.numerics.accumulator import ACC_LIMIT
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation, OpResult, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 __all__ = ["narrow_operands"]
 
@@ -58,25 +58,6 @@ def _terms(op: Operation) -> int | None:
     return None
 
 
-def _sources(value: SSAValue, by_value: dict[SSAValue, Width]) -> list[Width] | None:
-    """The targets whose grids reach ``value`` through data movement (a concat's parts, a
-    transpose's input ...), or None when something else does (a value left float)."""
-    found: list[Width] = []
-    todo, seen = [value], set[SSAValue]()
-    while todo:
-        v = todo.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        if v in by_value:
-            found.append(by_value[v])
-        elif isinstance(v, OpResult) and v.op.has_trait(DataMovement):
-            todo.extend(grid_operands(v.op))
-        else:
-            return None
-    return found
-
-
 def _narrower(bits: int) -> int | None:
     below = [b for b in ALLOWED_BITS if 2 <= b < bits]
     return max(below) if below else None
@@ -96,7 +77,7 @@ def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig)
         terms = _terms(op)
         if terms is None or terms < 1:
             continue
-        sides = [_sources(v, by_value) for v in op.operands[:2]]
+        sides = [grid_sources(v, by_value.get) for v in op.operands[:2]]
         if not sides[0] or not sides[1]:
             continue  # (a float operand: lower-to-hw refuses it, naming it)
 
