@@ -34,6 +34,7 @@ from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing, 
 from nanoir.lowering.quantize.imported import checked_exponents, load_exponents
 from nanoir.lowering.quantize.joins import settle
 from nanoir.lowering.quantize.masks import fold_infinite_masks
+from nanoir.lowering.quantize.products import cap_slopes
 from nanoir.lowering.quantize.recurrent import (
     has_recurrent,
     pop_internal,
@@ -284,6 +285,7 @@ def quantize_function(
             x, t.bits, t.channel_axis, config.calibrator, t.rounding or config.rounding
         ).reshape(exp_shape(t))
     settle_zero_rows(measured)  # a recurrent weight's zero rows (recurrent)
+    cap_slopes(func, targets, config.rounding, names)  # a PReLU's slope fits i32 (products)
     for t in targets:  # a softmax's output lies in [0, 1]: its exponent is that range's
         if t.exps is None and t.kind == "act" and isinstance(t.value.owner, nf.SoftmaxOp):
             ones = np.ones(exp_shape(t))

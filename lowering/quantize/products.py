@@ -12,6 +12,14 @@ of two unsigned 16-bit codes at once, and two 8-bit operands once ``inner`` pass
 what NanoEngine holds), one step at a time, until the bound fits; it runs before calibration,
 which then picks the coarser step that keeps the range. Bits a rule names are the user's:
 when those alone cannot fit, quantize refuses, naming the op.
+
+A PReLU is a product with a constant: ``nh.prelu`` multiplies the negative side by the slope's
+codes moved to the finest slope exponent ``shift`` and shifts the positive side left by
+``shift``, so ``max|x| * max(2**shift, max|codes << ...|)`` must fit i32. A slope is a named
+constant, quantized at ``act_bits``: at 16 bits a slope of 0.3 takes exponent 16, and every
+PReLU passed i32. :func:`cap_slopes` caps the slope's exponents (after they are measured) at
+the finest that fits: a slope below ``2**-shift`` then rounds as its grid says, a loss below
+the input's own step.
 """
 
 from __future__ import annotations
@@ -19,14 +27,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 from nanoir.dialects import nf
+from nanoir.dialects.dense import constant_array
 from nanoir.dialects.traits import Contraction, Weighted, grid_sources
 from nanoir.lowering.quantize.rules import ALLOWED_BITS, QuantConfig, QuantizeError
+from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.accumulator import ACC_LIMIT
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["narrow_operands"]
+__all__ = ["cap_slopes", "narrow_operands"]
 
 
 class Width(Protocol):
@@ -39,6 +50,8 @@ class Width(Protocol):
     bits: int
     signed: bool
     origin: str
+    exps: np.ndarray | None
+    rounding: quant.RoundingMode | None
 
 
 def code_bound(t: Width) -> int:
@@ -107,3 +120,43 @@ def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig)
                     f"widths of {names} are named by rules or cannot be narrower: give one "
                     "operand fewer bits"
                 )
+
+
+def _prelu_bound(
+    x_bound: int, values: np.ndarray, exps: np.ndarray, bits: int, mode: object
+) -> int:
+    """lower-to-hw's bound of ``nh.prelu`` (``LowerPRelu``) for slope ``values`` at ``exps``."""
+    codes = quant.quantize_to_int(values, bits, exps, mode).astype(np.int64)  # type: ignore[arg-type]
+    shift = max(int(exps.max()), 0)
+    moved = np.abs(codes) << (shift - exps)
+    return x_bound * max(2**shift, int(moved.max(initial=0)))
+
+
+def cap_slopes(
+    func: FuncOp, targets: Sequence[Width], rounding: quant.RoundingMode, fixed: set[str]
+) -> None:
+    """Cap the measured exponents of every PReLU slope in ``targets`` (not those named in
+    ``fixed``: imported exponents are the user's) until ``nh.prelu`` fits i32 (see the
+    module). Each capped slope gets the origin ``acc:%prelu``."""
+    by_value = {t.value: t for t in targets}
+    for op in func.body.block.ops:
+        if not isinstance(op, nf.PReluOp):
+            continue
+        xs, slope = grid_sources(op.input, by_value.get), by_value.get(op.slope)
+        if not xs or slope is None or slope.exps is None or slope.name in fixed:
+            continue
+        if slope.bits == 1:
+            continue  # (a 1-bit slope's code exponent is -k: lower-to-hw bounds it as is)
+        x_bound = max(code_bound(t) for t in xs)
+        values = constant_array(op.slope).astype(np.float64).reshape(-1)
+        exps = np.broadcast_to(slope.exps.reshape(-1), values.shape).astype(np.int64)
+        mode = slope.rounding or rounding
+        top = int(exps.max())
+        while (
+            top > 0
+            and _prelu_bound(x_bound, values, np.minimum(exps, top), slope.bits, mode) > ACC_LIMIT
+        ):
+            top -= 1
+        if top < int(exps.max()):
+            slope.exps = np.minimum(slope.exps, top)
+            slope.origin = f"acc:{_label(op)}"

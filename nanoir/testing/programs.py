@@ -156,7 +156,8 @@ class ProgramBuilder:
 
     def pointwise_conv(self, v: SSAValue, cout: int, name: str) -> SSAValue:
         """A quantized 1x1 conv to ``cout`` channels (with a bias half the time)."""
-        w = self.weight((cout, _shape(v)[1]) + (1,) * self.spatial, f"{name}.weight")
+        # (1x1 over the value's own dims: an embedding's [N, L, D] in a 2-D program has one)
+        w = self.weight((cout, _shape(v)[1]) + (1,) * (len(_shape(v)) - 2), f"{name}.weight")
         bias = self.bias(cout, f"{name}.bias") if self.draw(st.booleans()) else None
         return self.act(self.add(nf.ConvOp(v, w, bias)).results[0])
 

@@ -18,10 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nanoir.dialects import nf
-from nanoir.dialects.nq import FakeQuantOp
+from nanoir.dialects.dense import constant_array, dense_to_numpy
+from nanoir.dialects.nq import FakeQuantOp, exp_attr
 from nanoir.dialects.traits import DataMovement, grid_operands
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
+from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import OpResult, SSAValue
 
@@ -229,3 +231,70 @@ def test_a_product_of_two_unsigned_sixteen_bit_codes_narrows() -> None:
         nanoir.quantize(program, [x[:3], x[3:]], act_bits=16, unsigned=unsigned, progress=False)
         assert _check_products(program, 16) == narrowed
         _equal_levels(program, [x])
+
+
+class _ConvPRelu(nn.Module):
+    def __init__(self, slopes: list[float]) -> None:
+        super().__init__()
+        self.conv, self.prelu = nn.Conv2d(3, len(slopes), 1), nn.PReLU(len(slopes))
+        with torch.no_grad():
+            self.prelu.weight.copy_(torch.tensor(slopes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.prelu(self.conv(x))
+
+
+def _prelu_bound(x_fq: FakeQuantOp, slope_fq: FakeQuantOp) -> tuple[int, int]:
+    """``(bound, shift)`` of ``nh.prelu``, written here: ``max|x|`` times the larger of
+    ``2**shift`` (the positive side, shifted) and the slope codes moved to ``shift``."""
+    values = np.asarray(constant_array(slope_fq.input), np.float64).reshape(-1)
+    exps = np.broadcast_to(dense_to_numpy(slope_fq.exp).astype(np.int64).reshape(-1), values.shape)
+    codes = quant.quantize_to_int(values, slope_fq.bits.value.data, exps, slope_fq.rounding_mode)
+    shift = max(int(exps.max()), 0)
+    moved = np.abs(codes.astype(np.int64)) << (shift - exps)
+    x_max = _code_bound(x_fq.bits.value.data, x_fq.is_signed)
+    return x_max * max(2**shift, int(moved.max(initial=0))), shift
+
+
+@pytest.mark.parametrize(
+    "slopes", [[0.25, 0.1, 0.2, 0.3], [0.25, 0.0, 0.2], [0.25, 1e-4], [1e-7, 0.3], [3.0, 0.3]]
+)
+@pytest.mark.parametrize("act_bits", [8, 16])
+@pytest.mark.parametrize("rounding", ["trunc", "half_even"])
+def test_a_prelu_slope_fits_i32(slopes: list[float], act_bits: int, rounding: str) -> None:
+    """Conv -> PReLU: the slope, a named constant, is quantized at ``act_bits``; at 16 bits a
+    slope of 0.3 took exponent 16 and every PReLU needed 33-bit results ("'nf.prelu' needs
+    33-bit results, more than i32"; drawn by ``test_programs_quantize_makes_lower`` once it
+    drew 16 bits). The slope's exponents are capped where the bound (computed here) passes
+    i32, no further than needed, and the program lowers and equals nq; at 8 bits, and at 16
+    with a slope of 3 (exponent 13), nothing is capped. Kills: ``cap_slopes`` not called,
+    capped one step too far."""
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    program = nanoir.from_torch(_ConvPRelu(slopes).eval(), (torch.from_numpy(x[:2]),))
+    nanoir.quantize(
+        program,
+        [x[:2], x[2:]],
+        act_bits=act_bits,
+        rounding=rounding,
+        progress=False,
+    )
+    (prelu,) = [op for op in program.walk() if isinstance(op, nf.PReluOp)]
+    x_fq, slope_fq = (v.owner for v in prelu.operands)
+    assert isinstance(x_fq, FakeQuantOp) and isinstance(slope_fq, FakeQuantOp)
+    bound, shift = _prelu_bound(x_fq, slope_fq)
+    assert bound <= LIMIT
+    capped = slope_fq.origin is not None and slope_fq.origin.data.startswith("acc:")
+    assert capped == (act_bits == 16 and max(slopes) < 1)  # (0.3 at 16 bits: exponent 16)
+    if capped:  # one exponent finer at the top would not fit
+        exps = dense_to_numpy(slope_fq.exp).astype(np.int64)
+        finer = FakeQuantOp(
+            slope_fq.input,
+            slope_fq.bits.value.data,
+            exp_attr(
+                np.where(exps == shift, shift + 1, exps).reshape(-1).tolist(), list(exps.shape)
+            ),
+            slope_fq.rounding_mode,
+        )
+        assert _prelu_bound(x_fq, finer)[0] > LIMIT
+    _equal_levels(program, [x])
