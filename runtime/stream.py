@@ -78,6 +78,7 @@ from nanoir.runtime.interpreter import (
     default_builders,
 )
 from nanoir.runtime.nh import dequantize, quantize_inputs
+from nanoir.runtime.numerics import quant
 from nanoir.runtime.stream_fast import (
     RowBuffer,
     fast_avg_pool,
@@ -985,7 +986,13 @@ class StreamRunner:
                     shape = [self.batch, *_tensor_shape(v)[1:]]
                     shape[cache.axis] = 0
                     if DYNAMIC_INDEX not in shape:
-                        dtype = np.int64 if _is_nh(v) else self.plan.dtype
+                        # (an nh value's codes in their storage dtype, as the whole run
+                        # holds them: an int64 empty made a padded int8 output int64)
+                        dtype = (
+                            quant.code_dtype(nh.width_of(v), signed=not nh.is_unsigned(v))
+                            if _is_nh(v)
+                            else self.plan.dtype
+                        )
                         empties.append((r, i, np.zeros(shape, dtype=dtype)))
         runs = self.runs
         for r, i, empty in empties:

@@ -356,3 +356,32 @@ def test_data_movement(step: int) -> None:
     transpose = ops["nf.transpose"]
     assert plan.caches[(transpose, transpose.operands[0])].rows[2].max == 4
     assert plan.tensors[transpose.results[0]].shape == (-1, 4, 2)
+
+
+PADDED_BEFORE_ITS_INPUT = """
+builtin.module {
+  func.func @main(%0: tensor<?x1x3xi2, #nh.fixed<0, BCM>> {nq.bits = 2 : i64, nq.exp = dense<0> : tensor<1xi8>, nq.rounding = #nq.rounding<trunc>}) -> tensor<?x1x3xi2, #nh.fixed<0, BCM>> {
+    %w = nh.constant "conv.weight" dense<[[[1, -1]]]> : tensor<1x1x2xi8> -> tensor<1x1x2xi1, #nh.fixed<4, CCD>>
+    %1 = nh.conv %0, %w {strides = array<i64: 1>, pads = array<i64: 0, 0>, dilations = array<i64: 1>} : (tensor<?x1x3xi2, #nh.fixed<0, BCM>>, tensor<1x1x2xi1, #nh.fixed<4, CCD>>) -> tensor<?x1x2xi32, #nh.fixed<4, BCM>>
+    %2 = nh.requant %1 {shift = array<i64: 4>} : tensor<?x1x2xi32, #nh.fixed<4, BCM>> -> tensor<?x1x2xi2, #nh.fixed<0, BCM>>
+    %3 = nh.pad %2 {pads = array<i64: 0, 0, 1, 0, 0, 0>} : tensor<?x1x2xi2, #nh.fixed<0, BCM>> -> tensor<?x1x3xi2, #nh.fixed<0, BCM>>
+    func.return %3 : tensor<?x1x3xi2, #nh.fixed<0, BCM>>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_a_pad_before_its_input_has_rows_keeps_the_code_dtype(step: int) -> None:
+    """A pad of one row before a conv's output (kernel 2): streamed a row at a time, its
+    first window is padding only, read before the conv has a row; that empty window was int64,
+    and the padded i2 output came back int64 where the whole run gives int8 (drawn by
+    ``test_stream_plan_accepts`` under the explore profile). Kills: the empty window's dtype
+    int64 again."""
+    module = nanoir.parse(PADDED_BEFORE_ITS_INPUT)
+    x = np.array([[[1, -2, 1]], [[0, 1, -1]]], dtype=np.int8)
+    (want,) = run(module, x, raw=True)
+    (got,) = stream(module, [x], step=step, runner=StreamRunner(module, raw=True))
+    assert want.dtype == np.int8
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want)
