@@ -9,7 +9,8 @@ their whole width whatever their exponent, so the rule is on bits: under ``act_b
 with a 16-bit gated product) two operands pass i32 from a matmul's second term on, a product
 of two unsigned 16-bit codes at once, and two 8-bit operands once ``inner`` passes 2**17.
 :func:`narrow_operands` gives the wider operand the next narrower width (``ALLOWED_BITS``:
-what NanoEngine holds), one step at a time, until the bound fits; it runs before calibration,
+what NanoEngine holds; an activation, or a constant such as an embedding's table that both
+operands read), one step at a time, until the bound fits; it runs before calibration,
 which then picks the coarser step that keeps the range. Bits a rule names are the user's:
 when those alone cannot fit, quantize refuses, naming the op.
 
@@ -100,26 +101,34 @@ def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig)
         while terms * widest(sides[0]) * widest(sides[1]) > ACC_LIMIT:
             for side in sorted(sides, key=widest, reverse=True):
                 top = [t for t in side if code_bound(t) == widest(side)]
-                free = [
-                    t
-                    for t in top
-                    if t.kind == "act"
-                    and config.rule_bits(t.rule_name, "act") is None
-                    and _narrower(t.bits) is not None
-                ]
+                free = [t for t in top if _narrowable(t, config)]
                 if free and len(free) == len(top):
                     for t in free:
                         t.bits = _narrower(t.bits)  # type: ignore[assignment]
                         t.origin = f"acc:{_label(op)}"
                     break
             else:
-                names = ", ".join(t.name for side in sides for t in side)
+                named = {id(t): t for side in sides for t in side}.values()  # (once each)
+                kept = ", ".join(
+                    f"{t.name} ({t.bits} bits{', a rule' if _ruled(t, config) else ''})"
+                    for t in named
+                )
                 raise QuantizeError(
                     f"quantize: {op.name} ({_label(op)}) sums {terms} products of codes up to "
-                    f"{widest(sides[0])} and {widest(sides[1])}, past i32 ({ACC_LIMIT}); the "
-                    f"widths of {names} are named by rules or cannot be narrower: give one "
-                    "operand fewer bits"
+                    f"{widest(sides[0])} and {widest(sides[1])}, past i32 ({ACC_LIMIT}), and "
+                    f"no operand can be narrower ({kept}): give one of them fewer bits"
                 )
+
+
+def _ruled(t: Width, config: QuantConfig) -> bool:
+    """Whether a rule names ``t``'s bits (a named constant's rules are an activation's)."""
+    return config.rule_bits(t.rule_name, "act" if t.kind == "const" else t.kind) is not None
+
+
+def _narrowable(t: Width, config: QuantConfig) -> bool:
+    """An activation or constant (an embedding's table, a named factor) whose bits the
+    options gave, with a narrower width left."""
+    return not _ruled(t, config) and _narrower(t.bits) is not None
 
 
 def _prelu_bound(

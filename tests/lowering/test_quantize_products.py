@@ -66,9 +66,10 @@ def _code_bound(bits: int, signed: bool) -> int:
 
 
 def _check_products(program: ModuleOp, widest: int) -> int:
-    """Every matmul's and runtime product's bound fits, and each narrowed operand is narrowed no further than needed:
-    one allowed width wider (at most ``widest``) it would not fit. Returns the count narrowed."""
-    narrowed = 0
+    """Every matmul's and runtime product's bound fits, and each narrowed operand is narrowed
+    no further than needed: one allowed width wider (at most ``widest``) it would not fit.
+    Returns how many fake-quants were narrowed."""
+    narrowed: set[int] = set()
     for op in program.walk():
         if not isinstance(op, nf.MatmulOp | nf.MulOp):
             continue
@@ -82,13 +83,14 @@ def _check_products(program: ModuleOp, widest: int) -> int:
             for fq in side:
                 if fq.origin is None or not fq.origin.data.startswith("acc:"):
                     continue
-                narrowed += 1
+                narrowed.add(id(fq))
                 bits = fq.bits.value.data
                 assert bits < widest
                 wider = min(w for w in WIDTHS if w > bits)
                 grown = _code_bound(wider, fq.is_signed)
-                assert inner * grown * bounds[1 - i] > LIMIT, (inner, bits, bounds)
-    return narrowed
+                other = grown if fq in sides[1 - i] else bounds[1 - i]  # (one grid, both sides)
+                assert inner * grown * other > LIMIT, (inner, bits, bounds)
+    return len(narrowed)
 
 
 def _equal_levels(program: ModuleOp, inputs: list[np.ndarray]) -> None:
@@ -205,7 +207,9 @@ def test_widths_a_rule_names_are_kept_and_refused_at_quantize() -> None:
     torch.manual_seed(0)
     x = np.random.default_rng(0).standard_normal((4, 5, 8)).astype(np.float32)
     program = nanoir.from_torch(_Attention(8, False).eval(), (torch.from_numpy(x[:2]),))
-    with pytest.raises(nanoir.Error, match=r"nf\.matmul \(%matmul\) sums 8 products.*rules"):
+    with pytest.raises(
+        nanoir.Error, match=r"nf\.matmul \(%matmul\) sums 8 products.*16 bits, a rule"
+    ):
         nanoir.quantize(program, [x[:2], x[2:]], rules=[r"act@.*=16"], progress=False)
 
 
@@ -298,3 +302,33 @@ def test_a_prelu_slope_fits_i32(slopes: list[float], act_bits: int, rounding: st
         )
         assert _prelu_bound(x_fq, finer)[0] > LIMIT
     _equal_levels(program, [x])
+
+
+def test_an_embedding_table_read_by_both_operands_narrows() -> None:
+    """``e @ e^T`` of an embedding's rows under ``weight_bits=16``: both operands carry the
+    table's grid (a constant, not an activation), and 16 x 16 bits over 6 terms pass i32
+    (quantize refused: "no operand can be narrower"; drawn by the explore profile). The
+    table is narrowed to 8 bits, and the program lowers and equals nq. Kills: only
+    activations narrowed."""
+
+    class EmbeddingGram(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 6)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            e = self.emb(ids)
+            return e @ e.transpose(1, 2)
+
+    torch.manual_seed(0)
+    ids = np.random.default_rng(0).integers(0, 10, (4, 5))
+    program = nanoir.from_torch(EmbeddingGram().eval(), (torch.from_numpy(ids[:2]),))
+    nanoir.quantize(program, [ids[:2], ids[2:]], weight_bits=16, progress=False)
+    assert _check_products(program, 16) == 1
+    (table,) = [
+        op
+        for op in program.walk()
+        if isinstance(op, FakeQuantOp) and isinstance(op.input.owner, nf.ConstantOp)
+    ]
+    assert table.bits.value.data == 8
+    _equal_levels(program, [ids])
