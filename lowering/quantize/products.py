@@ -78,14 +78,15 @@ def _narrower(bits: int) -> int | None:
 
 
 def _label(op: Operation) -> str:
+    """``%name`` of the op's result, or the op's name when it has none."""
     name = op.results[0].name_hint
-    return f"%{name}" if name else f"an {op.name}"
+    return f"%{name}" if name else op.name
 
 
 def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig) -> None:
-    """Narrow the activation operands of every product of two runtime values in ``func``
-    (``targets``, before calibration) until its bound fits i32 (see the module). Each narrowed
-    target gets the origin ``acc:%op``."""
+    """Narrow the operands of every matmul without weights and every product in ``func``
+    whose operands are both quantized (``targets``, before calibration) until its bound fits
+    i32 (see the module). Each narrowed target gets the origin ``acc:%op``."""
     by_value = {t.value: t for t in targets}
     for op in func.body.block.ops:
         terms = _terms(op)
@@ -114,7 +115,7 @@ def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig)
                     for t in named
                 )
                 raise QuantizeError(
-                    f"quantize: {op.name} ({_label(op)}) sums {terms} products of codes up to "
+                    f"quantize: {op.name} {_label(op)} sums {terms} products of codes up to "
                     f"{widest(sides[0])} and {widest(sides[1])}, past i32 ({ACC_LIMIT}), and "
                     f"no operand can be narrower ({kept}): give one of them fewer bits"
                 )
