@@ -55,7 +55,8 @@ class Target:
     signed: bool = True
     """False: unsigned codes ``0..2**b-1`` (``unsigned="auto"`` or a rule's ``u``)."""
     origin: str = ""
-    """Why its bits are not the options' (``acc:%matmul``: ``products``), for the report."""
+    """Why its bits or exponents are not what the options and its range give (``acc:%matmul``,
+    ``acc:%prelu``: ``products``); the fake-quant's ``origin``, which the report shows."""
 
     @property
     def channel_axis(self) -> int | None:
