@@ -376,7 +376,7 @@ def _step(
         s = given.get("strides", (1, 1))[1]  # type: ignore[index]
         p = given.get("pads", (0, 0, 0, 0))
         new_d = (D + p[1] + p[3] - kw) // s + 1  # type: ignore[index]
-        out_dims = (B, O, M, new_d)
+        out_dims = (B, O, dims[2], new_d)  # (a static M, after a global pool, stays 1)
         out = g.runtime_tensor(out_dims)
         g.node("Conv", attrs, ins, [out])
         return out, out_dims
@@ -394,14 +394,14 @@ def _step(
             attrs.append(("count_include_pad", draw(st.sampled_from([0, 1]))))
         attrs += [("kernel_shape", (kh, kw)), ("pads", (0, 0, 0, 0)), ("strides", (1, kw))]
         attrs = g.shuffled_attrs(attrs, {"ceil_mode", "count_include_pad", "pads"})
-        out_dims = (B, dims[1], M, (D - kw) // kw + 1)
+        out_dims = (B, dims[1], dims[2], (D - kw) // kw + 1)
         out = g.runtime_tensor(out_dims)
         g.node(op_type, attrs, [x.name], [out])
         return out, out_dims
     if kind == "Concat":
-        same_d = [(t, d) for t, d in pool if len(d) == 4 and d[3] == dims[3]]
+        same_d = [(t, d) for t, d in pool if len(d) == 4 and d[2:] == dims[2:]]
         other, other_dims = draw(st.sampled_from(same_d))
-        out_dims = (B, dims[1] + other_dims[1], M, dims[3])
+        out_dims = (B, dims[1] + other_dims[1], dims[2], dims[3])
         out = g.runtime_tensor(out_dims)
         g.node("Concat", [("axis", 1)], [x.name, other.name], [out])
         return out, out_dims
