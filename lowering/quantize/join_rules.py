@@ -36,6 +36,7 @@ from nanoir.runtime.numerics.accumulator import ACC_LIMIT, transposed_bound_term
 
 __all__ = [
     "ALIGN_BITS",
+    "TABLE_INPUT_BITS",
     "MAX_ROUNDS",
     "NORM_BIAS_GUARD",
     "ZERO_EXP",
@@ -61,6 +62,10 @@ BN_INPUT_BITS = 16
 """Bits the aligned parts of a concat read by a lone batch norm may take: its integer affine
 multiplies them (``lowering/quantize/batch_norm.py`` needs ``bits(x) + bits(M) + 1 <= 32`` with a
 useful ``M``; the exhaustive search takes at most 16-bit inputs)."""
+TABLE_INPUT_BITS = 16
+"""Bits the aligned parts of a per-tensor concat read by a lookup table may take: lower-to-hw
+indexes a table by every code its input can hold, at most ``2**16 + 1`` of them (the segmented
+16-bit form). At 16-bit activations every part then takes the coarsest part's exponent."""
 MAX_ROUNDS = 64
 NORM_BIAS_GUARD = 16
 """Steps finer than a layer/group norm's output step its bias may take: the integer algorithm
@@ -102,7 +107,7 @@ class Join:
     operands: list[list[Quant]]
     width: int = ALIGN_BITS
     """Bits an operand may take once aligned (:data:`BN_INPUT_BITS` for a concat read by a
-    lone batch norm)."""
+    lone batch norm, :data:`TABLE_INPUT_BITS` for one a lookup table reads on one grid)."""
     one_grid: bool = False
     """A concat read as one per-tensor grid (by a softmax, a norm, a recurrent op: the
     ``IntegerAlgorithm`` input ``source_quantized`` finds through data movement): every part

@@ -15,7 +15,8 @@ and changes exponents only where a join needs it, always to a coarser grid:
 - a value that is 0 on every calibration batch (exponent at the top of the calibration range)
   takes the exponent of what it meets: the other operands' at a join, and, as the input of a
   weighted op with a bias, the one that puts the accumulator on the bias's grid;
-- an add/sub/concat operand finer than ``31 - bits`` steps past the coarsest is capped there;
+- an add/sub/concat operand finer than ``31 - bits`` steps past the coarsest is capped there
+  (``16 - bits`` for the per-tensor parts of a concat a lookup table or a lone BN reads);
   the parts of a concat read as one grid (by a softmax, a norm, a recurrent op, through data
   movement: ``targets.one_grid_operand``) all take the coarsest part's exponent;
 - a value still 0 everywhere takes the exponent of what it is computed from, else a unit
@@ -45,11 +46,12 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.dialects.traits import DataMovement, grid_sources
+from nanoir.dialects.traits import DataMovement, LookupTable, grid_sources
 from nanoir.lowering.quantize.join_rules import (
     ALIGN_BITS,
     BN_INPUT_BITS,
     MAX_ROUNDS,
+    TABLE_INPUT_BITS,
     ZERO_EXP,
     Derived,
     Join,
@@ -125,10 +127,14 @@ def describe(
                 for use in op.results[0].uses
             )
             parts = [sources(v, quant_of) or [] for v in operands]
-            one_grid = isinstance(op, nf.ConcatOp) and any(
-                one_grid_operand(reader, i) for reader, i in moved_readers(op.results[0])
+            readers = moved_readers(op.results[0]) if isinstance(op, nf.ConcatOp) else []
+            one_grid = any(one_grid_operand(reader, i) for reader, i in readers)
+            # (a table reads per-channel parts by sub-tables, per-tensor ones aligned)
+            tabled = any(r.has_trait(LookupTable) and i == 0 for r, i in readers) and all(
+                q.exps.size == 1 for part in parts for q in part
             )
-            joins.append(Join(name, parts, BN_INPUT_BITS if bn else ALIGN_BITS, one_grid))
+            width = BN_INPUT_BITS if bn else TABLE_INPUT_BITS if tabled else ALIGN_BITS
+            joins.append(Join(name, parts, width, one_grid))
         elif isinstance(op, WEIGHTED):
             xs, ws = sources(op.operands[0], quant_of), sources(op.operands[1], quant_of)
             if not xs or not ws or len(ws) != 1 or ws[0].values is None:

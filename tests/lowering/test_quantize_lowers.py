@@ -585,6 +585,41 @@ def test_a_concat_read_as_one_grid_lowers(case: str, per_channel: bool) -> None:
     assert len({tuple(p.exp.get_values()) for p in parts}) == 1
 
 
+class _CatTable(nn.Module):
+    """``table(torch.cat([conv(x), scale * conv(x)], 1))``: a lookup-table op (leaky ReLU,
+    sigmoid, hardswish) reading a concat whose parts are ``scale`` apart in range."""
+
+    def __init__(self, table: str, scale: float) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 1)
+        self.table, self.scale = table, scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([self.a(x), self.scale * self.b(x)], 1)
+        if self.table == "leaky_relu":
+            return nn.functional.leaky_relu(y, 0.01)
+        return torch.sigmoid(y) if self.table == "sigmoid" else nn.functional.hardswish(y)
+
+
+@pytest.mark.parametrize("table", ["leaky_relu", "sigmoid", "hardswish"])
+@pytest.mark.parametrize(("bits", "scale"), [(16, 40.0), (8, 4000.0)])
+def test_a_concat_read_by_a_table_lowers(table: str, bits: int, scale: float) -> None:
+    """A table indexes every code its input holds, at most ``2**16 + 1``; a per-tensor
+    concat's parts are aligned to the finest first, and at 16 bits parts 40x apart (8 bits:
+    4000x) made the input 21 bits wide ("'nf.sigmoid' has no integer form and its i32 input
+    can take 4194305 codes"; drawn by an ad-hoc run of 16-bit quantized programs). The parts
+    are now within ``16 - bits`` exponent steps of each other (checked here) and the program
+    lowers, nq == nh. Kills: the join's table width dropped (``ALIGN_BITS`` for it)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 5)
+    nq, _ = compile_checked(
+        _CatTable(table, scale), x, [torch.randn(2, 3, 5, 5) for _ in range(2)], act_bits=bits
+    )
+    concat = next(op for op in nq.walk() if op.name == "nf.concat")
+    exps = [int(v.owner.exp.get_values()[0]) for v in concat.operands]
+    assert max(exps) - min(exps) <= 16 - bits
+
+
 # --------------------------------------------------------------------------------------------
 # §3: a lone batch norm after a concat of split parts
 # --------------------------------------------------------------------------------------------
