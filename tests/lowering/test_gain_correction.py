@@ -123,13 +123,16 @@ def test_the_correction_brings_a_truncated_layer_back_to_unit_gain(
 ) -> None:
     """Without it the 4-bit truncated input leaves the layer's output about 15% short of
     float (slope of float on quantized about 1.15, every channel); with it the slope is 1
-    within 4% on every channel and 2% on average, on inputs the calibration did not see. The
-    program still lowers bit-exactly."""
+    within 6% on every channel and 3% on average, on inputs the calibration did not see. The
+    program still lowers bit-exactly. The bounds are sampling bounds (the gain is estimated
+    on 4 calibration batches): over 100 random seeds the largest channel deviation was 0.041
+    (Linear; median 0.021) and the largest mean 0.019; 4% and 2% failed on seeds 2513 and
+    157 under the explore profile, on the code before this round's last changes too."""
     before, _, _ = slopes_against_float(seed, gain=False, layer=layer)
     after, program, x = slopes_against_float(seed, gain=True, layer=layer)
     assert np.all(before > 1.08), before  # there is a shrink to undo
-    assert np.all(np.abs(after - 1) < 0.04), after
-    assert np.mean(np.abs(after - 1)) < 0.02, after
+    assert np.all(np.abs(after - 1) < 0.06), after
+    assert np.mean(np.abs(after - 1)) < 0.03, after
     hw = nanoir.lower_to_hw(program.clone())
     np.testing.assert_array_equal(nanoir.run(hw, x)[0], nanoir.run(program, x)[0])
 
