@@ -77,7 +77,10 @@ def test_double_add_near_1e200_is_finite(tmp_path: Path) -> None:
 )
 def test_double_chains_equal_onnxruntime(ops: list[str], seed: int, scale: float) -> None:
     """Chains of double elementwise ops at magnitudes float32 cannot hold (or holds only
-    roughly) equal onnxruntime's float64 results, inf and NaN where it has them.
+    roughly) equal onnxruntime's float64 results, inf and NaN where it has them, to 1e-10:
+    float32 is ~6e-8 off at best, while two float64 libraries differ by an ulp or two per op,
+    which a chain amplifies by its condition number (Exp(Exp(Exp(x))) near 1.5e90 multiplies
+    the last input's error by its argument, ~208: 1.7e-13 apart, drawn by the explore profile).
     kills: nf programs always compiled in float32."""
     rng = np.random.default_rng(seed)
     feeds = {"a": rng.standard_normal((2, 3)) * scale, "b": rng.standard_normal((2, 3)) * scale}
@@ -94,7 +97,7 @@ def test_double_chains_equal_onnxruntime(ops: list[str], seed: int, scale: float
         with np.errstate(all="ignore"):
             got, want = both(path, feeds)
     assert got.dtype == np.float64
-    np.testing.assert_allclose(got, want, rtol=1e-13, atol=0, equal_nan=True)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=0, equal_nan=True)
 
 
 def test_a_double_table_read_by_float_ids() -> None:
