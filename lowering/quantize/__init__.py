@@ -24,8 +24,8 @@ tensor whatever ``act_per_channel`` says, and a concat it reads puts its parts o
 exponent; a value 0 on every calibration batch takes the exponent of what it is computed
 from, never 60 (``targets.needs_one_grid``, ``join_rules.Rules.zero_range``). A matmul or
 product of two runtime values has no weight to coarsen: the wider of its operands gets fewer
-bits until the result fits i32, and a PReLU's slope a coarser exponent (``products``; origin
-``acc:%matmul``, ``acc:%prelu``).
+bits until the result fits i32 (a bicubic upsampling's input too), and a PReLU's slope a
+coarser exponent (``products``; origin ``acc:%matmul``, ``acc:%prelu``).
 
     %y = nf.conv %x, %w, %b ...               %xq = nq.fake_quant %x {bits = 8, exp = dense<5>}
                                     ─▶        %wq = nq.fake_quant %w {bits = 8, exp = dense<[[[[7]]], ...]>}

@@ -12,7 +12,10 @@ of two unsigned 16-bit codes at once, and two 8-bit operands once ``inner`` pass
 what NanoEngine holds; an activation, or a constant such as an embedding's table that both
 operands read), one step at a time, until the bound fits; it runs before calibration,
 which then picks the coarser step that keeps the range. Bits a rule names are the user's:
-when those alone cannot fit, quantize refuses, naming the op.
+when those alone cannot fit, quantize refuses, naming the op. A bicubic upsampling's sum
+grows its input's codes by 9 bits per doubled dim (``nh.upsample_bicubic``): a 16-bit input
+doubled along two dims needs 34, and its input is narrowed the same way
+(:func:`narrow_grown_inputs`).
 
 A PReLU is a product with a constant: ``nh.prelu`` multiplies the negative side by the slope's
 codes moved to the finest slope exponent ``shift`` and shifts the positive side left by
@@ -35,10 +38,11 @@ from nanoir.dialects.traits import Contraction, Weighted, grid_sources
 from nanoir.lowering.quantize.rules import ALLOWED_BITS, QuantConfig, QuantizeError
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.accumulator import ACC_LIMIT
+from nanoir.runtime.numerics.bicubic import GROWTH_BITS
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["cap_slopes", "narrow_operands"]
+__all__ = ["cap_slopes", "narrow_grown_inputs", "narrow_operands"]
 
 
 class Width(Protocol):
@@ -119,6 +123,27 @@ def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig)
                     f"{widest(sides[0])} and {widest(sides[1])}, past i32 ({ACC_LIMIT}), and "
                     f"no operand can be narrower ({kept}): give one of them fewer bits"
                 )
+
+
+def narrow_grown_inputs(func: FuncOp, targets: Sequence[Width], config: QuantConfig) -> None:
+    """Narrow the input of every bicubic upsampling until its grown sum fits i32: ``max|x| *
+    2**(9 n)`` at most ``2**31`` for ``n`` doubled dims (lower-to-hw's ``b + 9 n <= 32``)."""
+    by_value = {t.value: t for t in targets}
+    for op in func.body.block.ops:
+        if not isinstance(op, nf.UpsampleBicubicOp):
+            continue
+        shapes = zip(nf.tensor_shape(op.input)[2:], nf.tensor_shape(op.result)[2:])
+        growth = GROWTH_BITS * sum(a != b for a, b in shapes)
+        side = grid_sources(op.input, by_value.get)
+        if not side or not growth:
+            continue
+        while max(code_bound(t) for t in side) * 2**growth > 2**31:
+            top = [t for t in side if code_bound(t) == max(code_bound(u) for u in side)]
+            if not all(_narrowable(t, config) for t in top):
+                break  # (a rule's width: lower-to-hw refuses, naming the op and the bits)
+            for t in top:
+                t.bits = _narrower(t.bits)  # type: ignore[assignment]
+                t.origin = f"acc:{_label(op)}"
 
 
 def _ruled(t: Width, config: QuantConfig) -> bool:

@@ -24,7 +24,7 @@ from nanoir.dialects.traits import (
     weight_reader,
 )
 from nanoir.lowering.quantize.gates import intermediate_bits
-from nanoir.lowering.quantize.products import narrow_operands
+from nanoir.lowering.quantize.products import narrow_grown_inputs, narrow_operands
 from nanoir.lowering.quantize.rules import (
     QuantConfig,
     QuantizeError,
@@ -396,4 +396,5 @@ def find_targets(func: FuncOp, config: QuantConfig) -> list[Target]:
             for r in op.results:
                 add(r, "act")
     narrow_operands(func, targets, config)
+    narrow_grown_inputs(func, targets, config)
     return targets

@@ -330,3 +330,43 @@ def test_an_embedding_table_read_by_both_operands_narrows() -> None:
     ]
     assert table.bits.value.data == 8
     _equal_levels(program, [ids])
+
+
+class _Bicubic(nn.Module):
+    def __init__(self, scale: tuple[float, float], relu: bool) -> None:
+        super().__init__()
+        self.conv, self.scale, self.relu = nn.Conv2d(3, 4, 1), scale, relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y = torch.relu(y) if self.relu else y
+        return nn.functional.interpolate(y, scale_factor=self.scale, mode="bicubic")
+
+
+@pytest.mark.parametrize("scale", [(2.0, 2.0), (2.0, 1.0)])
+@pytest.mark.parametrize("unsigned", ["never", "auto"])
+@pytest.mark.parametrize("act_bits", [8, 16])
+def test_a_bicubic_input_fits_its_grown_sum(
+    scale: tuple[float, float], unsigned: str, act_bits: int
+) -> None:
+    """x2 bicubic upsampling grows its input's codes by 9 bits per doubled dim (weights in
+    256ths summing to 328 in magnitude): at ``act_bits=16`` two doubled dims need 34 bits
+    ("'nf.upsample_bicubic' needs 34-bit sums, more than i32"; found by an ad-hoc run of
+    16-bit programs). The input is narrowed exactly when its signed bits (``b + 1`` unsigned)
+    plus ``9 n`` pass 32 (computed here), the program lowers and equals nq. Kills:
+    ``narrow_grown_inputs`` not called, doubled dims not counted (one doubled dim narrowed)."""
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    program = nanoir.from_torch(
+        _Bicubic(scale, unsigned == "auto").eval(), (torch.from_numpy(x[:2]),)
+    )
+    nanoir.quantize(program, [x[:2], x[2:]], act_bits=act_bits, unsigned=unsigned, progress=False)
+    (up,) = [op for op in program.walk() if isinstance(op, nf.UpsampleBicubicOp)]
+    (fq,) = _grids(up.input)
+    doubled = sum(s == 2.0 for s in scale)
+    signed_bits = fq.bits.value.data + (0 if fq.is_signed else 1)
+    assert signed_bits + 9 * doubled <= 32
+    narrowed = fq.origin is not None and fq.origin.data.startswith("acc:")
+    wide = act_bits + (0 if fq.is_signed else 1)  # the options' width, signed bits
+    assert narrowed == (wide + 9 * doubled > 32)
+    _equal_levels(program, [x])
