@@ -174,6 +174,12 @@ def float_programs(draw: st.DrawFn) -> ModuleOp:
     return ModuleOp([FuncOp("main", ftype, Region(block))])
 
 
+@st.composite
+def program_texts(draw: st.DrawFn) -> str:
+    """:func:`float_programs` as text (what a failing example prints)."""
+    return str(draw(float_programs()))
+
+
 @settings(
     max_examples=examples(60),
     deadline=None,
@@ -210,7 +216,7 @@ def test_calibrated_programs_lower_exactly(
     """
     # (drawn as its text: hypothesis prints a failing draw, and its pretty-printer walks an
     # xDSL module's object graph for minutes and gigabytes; the text is the program)
-    module = nanoir.parse(data.draw(float_programs().map(str)))
+    module = nanoir.parse(data.draw(program_texts()))
     rng = np.random.default_rng(seed)
     batches = [rng.standard_normal((2, C, H, H)) for _ in range(2)]
     quantize(
