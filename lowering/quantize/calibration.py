@@ -126,25 +126,36 @@ OCTAVE_BASE = -1100
 def octave_sums(x: np.ndarray) -> np.ndarray:
     """``[3, 2, OCTAVES]``: per sign (non-negative, negative) and binary octave of ``|x|``
     (``2**(e-1) <= |x| < 2**e``), the count, the sum of ``|x|`` and of ``x**2``: what
-    :func:`surviving_candidates` bounds each candidate's error by. Sums of batches add."""
-    flat = x.reshape(-1)
-    # (in place on one intp array, and zeros moved to bin 0 afterwards rather than by a
-    # where: 2x faster on the recognizer's activations, the same sums)
-    key = np.frexp(flat)[1].astype(np.intp)  # frexp(0) is (0, 0): bin e = 0 for now
-    key -= OCTAVE_BASE
-    key *= 2
-    key += flat < 0
-    mag = np.abs(flat)
-    sums = np.stack(
+    :func:`surviving_candidates` bounds each candidate's error by. Sums of batches add.
+
+    The octave is read from the float64 bits (sign and biased exponent ``E``, the top 12 bits:
+    ``e = E - 1022`` for a normal value) and binned by three bincounts, ``x`` itself weighting
+    the sum of ``|x|`` (a negative bin's sum is negated, exactly): 3x faster than ``frexp`` and
+    a weight array of ``|x|``. Only zeros and subnormals share ``E = 0``; the subnormals (rare)
+    are binned by ``frexp``."""
+    flat = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+    key = (flat.view(np.uint64) >> np.uint64(52)).view(np.int64)  # sign * 2048 + E
+    fields = 4096
+    raw = np.stack(
         [
-            np.bincount(key, weights=w, minlength=2 * OCTAVES).astype(np.float64, copy=False)
-            for w in (None, mag, mag * mag)
+            np.bincount(key, weights=w, minlength=fields).astype(np.float64, copy=False)
+            for w in (None, flat, flat * flat)
         ]
-    )
-    sums = sums.reshape(3, OCTAVES, 2).transpose(0, 2, 1)
-    zeros = flat.size - np.count_nonzero(flat)
-    sums[0, 0, -OCTAVE_BASE] -= zeros  # (zeros add nothing to the sums of |x| and x**2)
-    sums[0, 0, 0] += zeros
+    ).reshape(3, 2, 2048)
+    raw[1, 1] = -raw[1, 1]  # sum of x over negatives: minus the sum of |x|
+    sums = np.zeros((3, 2, OCTAVES))
+    normal = slice(1, 2047)  # E = 2047 (inf, NaN) is not binned: finite() removed them
+    first = 1 - 1022 - OCTAVE_BASE  # the bin of E = 1
+    sums[:, :, first : first + 2046] = raw[:, :, normal]
+    subnormal = flat[(key & 2047) == 0]
+    subnormal = subnormal[subnormal != 0]
+    if subnormal.size:
+        e = np.frexp(subnormal)[1].astype(np.intp) - OCTAVE_BASE
+        side = (subnormal < 0).astype(np.intp)
+        mag = np.abs(subnormal)
+        for row, w in enumerate((None, mag, mag * mag)):
+            np.add.at(sums[row], (side, e), 1.0 if w is None else w)
+    sums[0, 0, 0] = flat.size - np.count_nonzero(flat)  # zeros: bin 0, nothing to the sums
     return sums
 
 

@@ -160,9 +160,11 @@ def test_quantize_gives_the_same_program_with_and_without_bounds(rounding: str) 
 )
 def test_octave_sums_equal_a_per_value_count(dtype: type, values: list[float]) -> None:
     """``octave_sums`` against a loop over the values with ``math.frexp``: per sign (zero and
-    -0.0 non-negative) and octave (zeros in bin 0), the count, ``Σ|x|`` and ``Σx²`` as the
-    dtype computes them. Kills: zeros left in the octave ``frexp`` gives them (e = 0); -0.0
-    counted as negative; the octave index off by one."""
+    -0.0 non-negative) and octave (zeros in bin 0), the count, ``Σ|x|`` and ``Σx²`` in float64
+    (a float32 value's square is exact there; the error bounds take the sums as exact). Kills:
+    zeros left in the octave ``frexp`` gives them (e = 0); -0.0 counted as negative; the
+    octave index off by one; a float32 input squared in float32; subnormals binned with the
+    zeros; a negative bin's sum of ``x`` not negated."""
     import math
 
     from nanoir.lowering.quantize import OCTAVE_BASE, OCTAVES
@@ -172,7 +174,7 @@ def test_octave_sums_equal_a_per_value_count(dtype: type, values: list[float]) -
     for v in x.reshape(-1):
         e = OCTAVE_BASE if v == 0 else math.frexp(float(v))[1]
         side, a = int(v < 0), abs(v)
-        want[:, side, e - OCTAVE_BASE] += (1.0, float(a), float(a * a))
+        want[:, side, e - OCTAVE_BASE] += (1.0, float(a), float(a) * float(a))
     got = octave_sums(x)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1:], want[1:], rtol=1e-12, atol=0)

@@ -551,6 +551,38 @@ def test_fake_quant_grid_idempotence_and_codes(x: list[float], bits: int, k: int
     assert_bit_equal(dequantize(codes, bits, k), q)
 
 
+def reference_fake_quant(x: float, bits: int, k: int, mode: str, signed: bool) -> float:
+    """``fake_quant`` of one value in exact rational arithmetic (``Fraction``): the code of
+    ``x * 2**k`` rounded as ``mode`` says and clamped, times ``2**-k``; 1-bit ``±2**k``."""
+    if bits == 1:
+        return math.ldexp(1.0 if x >= 0 else -1.0, k)
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    if math.isinf(x):
+        code = hi if x > 0 else lo
+    else:
+        code = min(max(reference_round(Fraction(x) * Fraction(2) ** k, mode), lo), hi)
+    return float(Fraction(code) * Fraction(2) ** -k) + 0.0
+
+
+@given(
+    x=st.lists(st.floats(allow_nan=False), min_size=1, max_size=6),
+    bits=widths,
+    k=st.integers(-960, 960),
+    mode=modes,
+    signed=st.booleans(),
+)
+def test_fake_quant_equals_exact_rationals_at_every_exponent(
+    x: list[float], bits: int, k: int, mode: str, signed: bool
+):
+    """Over the whole exponent range (|k| <= 960, where ``x * 2**k`` overflows or lands among
+    the subnormals), every value equals the exact rational oracle bit for bit. Kills: the
+    power ``2**k`` taken as a float32 (0 or inf beyond ±127), the scaling by ``2**-k``
+    (the inverse) on the way in."""
+    signed = signed or bits == 1
+    out = fake_quant(np.array(x), bits, k, mode, signed=signed)
+    assert_bit_equal(out, [reference_fake_quant(v, bits, k, mode, signed) for v in x])
+
+
 @given(
     x=st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=6),
     bits=widths,
