@@ -16,6 +16,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.traits import IntegerAlgorithm, source_quantized
 from nanoir.runtime.base import Builder, ExecutionError, Kernel
+from nanoir.runtime.codes_conv import exact_conv
 from nanoir.runtime.numerics import bicubic as bicubic_numerics
 from nanoir.runtime.numerics import compare as compare_numerics
 from nanoir.runtime.numerics import embedding, kernels, movement, norm, unpool, upsample
@@ -106,11 +107,17 @@ def prelu(op: nf.PReluOp, dtype: np.dtype[Any]) -> Kernel:
 
 @impl(nf.ConvOp)
 def conv(op: nf.ConvOp, dtype: np.dtype[Any]) -> Kernel:
+    """A quantized conv (float64 plans) runs on float32 codes where that is exact
+    (``codes_conv``)."""
     strides, pads = array_values(op.strides), array_values(op.pads)
     dilations, groups = array_values(op.dilations), op.groups.value.data
-    return lambda x, w, b=None: (
-        kernels.conv(x, w, b, strides=strides, pads=pads, dilations=dilations, groups=groups),
-    )
+
+    def run(x: Any, w: Any, b: Any = None) -> Any:
+        return kernels.conv(x, w, b, strides=strides, pads=pads, dilations=dilations, groups=groups)
+
+    plain: Kernel = lambda x, w, b=None: (run(x, w, b),)  # noqa: E731
+    exact = exact_conv(op, run, plain) if dtype == np.float64 else None
+    return plain if exact is None else exact
 
 
 @impl(nf.ConvTransposeOp)
