@@ -14,7 +14,9 @@ where ``xq, wq, q(b)`` are the quantized program's values at the op (upstream co
 already applied, so later layers correct what is left) and the float side is the program with
 every fake-quant removed, the original biases in place. Both programs run once, op by op and
 side by side over all batches (a correction must be known before the quantized values below
-it are), so the cost is two forward passes of the calibration data, not one per layer.
+it are), so the cost is two forward passes of the calibration data, not one per layer; one
+where calibration kept the float outputs of the corrected layers (``calibrate(keep=)``, within
+``KEEP_BYTES``): the float side then reads them and runs no op.
 
 An op without a bias gets a zero one first (:func:`add_zero_biases`, named after its weight:
 ``conv1.weight`` -> ``conv1.bias``), quantized like any bias; a bias whose rule is ``skip``,
@@ -75,7 +77,7 @@ from nanoir.lowering.quantize.joins import get_exps, sources
 from nanoir.lowering.quantize.rules import QuantConfig
 from nanoir.lowering.quantize.targets import WEIGHTED, Target, value_name
 from nanoir.runtime.base import ExecutionError, Kernel
-from nanoir.runtime.interpreter import default_builders
+from nanoir.runtime.interpreter import check_input, default_builders
 from nanoir.runtime.numerics import quant
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -249,17 +251,24 @@ class _SideBySide:
         batches: Sequence[tuple[np.ndarray, ...]],
         quantized: dict[SSAValue, np.ndarray],
         float_kernels: dict[Operation, Kernel],
+        float_outputs: dict[SSAValue, list[np.ndarray]] | None = None,
     ):
         self.quantized = quantized
         """Bias constants not corrected: their quantized values (the program's)."""
         self.float_kernels = float_kernels
+        self.float_outputs = float_outputs
+        """The float outputs of the corrected ops on every batch, kept by calibration (None:
+        the float side runs the float program); then only constants run on the float side."""
         self.builders = default_builders()
         self.n = len(batches)
         self.fl: dict[SSAValue, list[Any]] = {}
         self.qv: dict[SSAValue, list[Any]] = {}
         self.const: set[SSAValue] = set()
         for i, arg in enumerate(func.body.block.args):
-            self.fl[arg] = self.qv[arg] = [b[i] for b in batches]
+            self.qv[arg] = [b[i] for b in batches]
+            # the float side's inputs as calibration's run converts them (float64), so that
+            # its values are the ones calibration keeps (float_outputs)
+            self.fl[arg] = [check_input(i, b[i], arg.type, np.dtype(np.float64)) for b in batches]
 
     def kernel(self, op: Operation) -> Kernel:
         """``op``'s kernel in the quantized program."""
@@ -279,14 +288,23 @@ class _SideBySide:
         except Exception as e:
             raise ExecutionError(f"quantize: bias correction: {op.name} failed: {e}") from e
 
+    def float_output(self, op: Operation, i: int) -> np.ndarray:
+        """The float output of the conv or linear ``op`` (its float weight and bias) on batch
+        ``i``: calibration's where it kept them."""
+        if self.float_outputs is not None:
+            return self.float_outputs[op.results[0]][i]
+        x, w, b = op.operands[0], op.operands[1], op.operands[2]
+        return self.float_kernel(op)(self.fl[x][i], self.fl[w][i], self.fl[b][i])[0]
+
     def step(self, op: Operation) -> None:
         """Evaluate ``op`` on both sides (a fake-quant is the identity on the float side)."""
-        if op.has_trait(ConstantLike) or all(v in self.const for v in op.operands):
+        constant = op.has_trait(ConstantLike) or all(v in self.const for v in op.operands)
+        if constant:
             self.const.update(op.results)
-            n = 1
-        else:
-            n = self.n
-        if isinstance(op, FakeQuantOp):
+        n = 1 if constant else self.n
+        if not constant and self.float_outputs is not None:
+            pass  # (what the corrections read of the float side, calibration kept)
+        elif isinstance(op, FakeQuantOp):
             self.fl[op.result] = self.fl[op.input]
         else:
             self._side(op, self.float_kernel(op), self.fl, n)
@@ -319,10 +337,14 @@ def correct_biases(
     bias_cap: BiasCap,
     float_kernels: dict[Operation, Kernel] | None = None,
     reduce: Reduce | None = None,
+    float_outputs: dict[SSAValue, list[np.ndarray]] | None = None,
 ) -> bool:
     """Correct the biases of ``func`` (see the module docstring) and set each bias target's
     ``exps`` to its values' own (imported ones kept), for quantize to settle and cap; returns
-    False when there was nothing to run (no batches).
+    False when there was nothing to run (no batches). ``float_outputs``: the float program's
+    output of each conv and linear on each batch, where calibration kept them
+    (``calibrate(keep=)``); the float side then runs no op but constants (else it runs the
+    whole float program op by op).
 
     ``func`` is quantize's program after ``settle``: fake-quants on activations and weights,
     biases still float constants whose targets carry their settled exponents; ``bias_cap`` is
@@ -357,7 +379,12 @@ def correct_biases(
             quantized[t.value] = quant.fake_quant(
                 values.astype(np.float64), t.bits, exps, t.rounding or config.rounding
             )
-    sides = _SideBySide(func, batches, quantized, float_kernels or {})
+    n = len(batches)
+    if float_outputs is not None and any(
+        len(float_outputs.get(op.results[0], ())) != n for op in of_op
+    ):
+        float_outputs = None  # (calibration kept them only in part)
+    sides = _SideBySide(func, batches, quantized, float_kernels or {}, float_outputs)
     new_values: dict[int, np.ndarray] = {}
     for op in ops:
         if isinstance(op, ReturnOp):
@@ -368,6 +395,8 @@ def correct_biases(
                 sides.step(op)
             else:
                 new_values[id(t)] = _correct(op, t, sides, config, imported, bias_cap, reduce)
+                if float_outputs is not None:  # (read once: freed as the side goes on)
+                    float_outputs.pop(op.results[0])
         except ExecutionError as e:
             # (e.g. a softmax whose output exponent leaves its integer algorithm no room)
             name = f" (%{op.results[0].name_hint})" if op.results[0].name_hint else ""
@@ -479,7 +508,7 @@ def _correct_gain(
     groups = getattr(op, "groups", None)
     if trait.channel_axis != 0 and groups is not None and groups.value.data != 1:
         return None  # (a grouped transposed conv's output channels are split across groups)
-    x, w, b = op.operands[0], op.operands[1], op.operands[2]
+    x, w = op.operands[0], op.operands[1]
     fq = w.owner
     if not isinstance(fq, FakeQuantOp) or not w.has_one_use() or fq.bits.value.data == 1:
         return None
@@ -489,10 +518,8 @@ def _correct_gain(
         return None
     if value_name(fq.input, {}) in imported:
         return None
-    kernel, float_kernel = sides.kernel(op), sides.float_kernel(op)
-    floats = [
-        float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0] for i in range(sides.n)
-    ]
+    kernel = sides.kernel(op)
+    floats = [sides.float_output(op, i) for i in range(sides.n)]
     pairs = ((kernel(sides.qv[x][i], sides.qv[w][i])[0], floats[i]) for i in range(sides.n))
     sums = _moment_sums(pairs, axis, nf.tensor_shape(op.results[0])[axis])
     if reduce is not None:
@@ -549,7 +576,7 @@ def _correct(
     reduce: Reduce | None = None,
 ) -> np.ndarray:
     """Run ``op`` on both sides with its bias corrected; return the corrected bias."""
-    kernel, float_kernel = sides.kernel(op), sides.float_kernel(op)
+    kernel = sides.kernel(op)
     x, w, b = op.operands[0], op.operands[1], op.operands[2]
     original = constant_array(b)
     assert original is not None
@@ -570,10 +597,7 @@ def _correct(
     total = np.zeros(bias.shape, np.float64)
     count = np.zeros(bias.shape, np.int64)  # (the same shape on every rank: reduce)
     for i in range(sides.n):
-        if computed is None:
-            f = float_kernel(sides.fl[x][i], sides.fl[w][i], sides.fl[b][i])[0]
-        else:
-            f = computed[i]
+        f = sides.float_output(op, i) if computed is None else computed[i]
         pre = kernel(sides.qv[x][i], sides.qv[w][i])[0]
         s, c = mean_error(pre + quantized_bias(bias).reshape(shape), f, axis)
         total, count = total + s, count + c
@@ -596,6 +620,7 @@ def _correct(
             total, count = reduce(total, "sum"), reduce(count, "sum")
         corrected = (corrected - total / np.maximum(count, 1)).astype(elt).astype(np.float64)
         qb = quantized_bias(corrected).reshape(shape)
-    sides.fl[op.results[0]] = floats
+    if sides.float_outputs is None:  # (else the float side runs no op: nothing reads them)
+        sides.fl[op.results[0]] = floats
     sides.qv[op.results[0]] = [p + qb for p in pres]
     return corrected

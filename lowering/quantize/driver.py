@@ -291,6 +291,10 @@ def quantize_function(
             ones = np.ones(exp_shape(t))
             t.exps = quant.exp_from_absmax(ones, t.bits, signed=getattr(t, "signed", True))
     missing = [t for t in targets if t.exps is None and t.kind == "act"]
+    # the float outputs of the layers bias correction corrects, kept from calibration's run
+    kept = (
+        {op.results[0]: [] for op in func.walk() if isinstance(op, WEIGHTED)} if correct else None
+    )
     if missing:
         if calibration is None:
             raise QuantizeError(
@@ -306,6 +310,7 @@ def quantize_function(
             progress=progress,
             reduce=reduce,
             outputs=float_outputs,
+            keep=kept,
         )
     # The float program's kernels, built before fake-quants change what some ops compute.
     kernels = float_kernels(func) if correct else {}
@@ -344,6 +349,7 @@ def quantize_function(
             bias_cap=_capped_bias_exps,
             float_kernels=kernels,
             reduce=reduce,
+            float_outputs=kept,
         ):
             # The corrected values' exponents, settled and capped as any bias's.
             settle(func, biases, [inserted[i] for i in imported], config.rounding)
