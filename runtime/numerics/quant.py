@@ -162,18 +162,23 @@ def power_of_two(k: ArrayLike) -> NDArray[np.float64]:
     return np.ldexp(1.0, np.asarray(k, dtype=np.int32))
 
 
-def _as_float64(x: ArrayLike, what: str) -> NDArray[np.float64]:
-    """`x` as float64 (exact for every float16/32/64 and for integers up to 2**53)."""
+def _checked_real(x: ArrayLike, what: str) -> NDArray[Any]:
+    """`x` as an array whose every value float64 holds exactly (every float16/32/64, integers
+    up to 2**53), not converted; NaN raises."""
     arr = np.asarray(x)
     if arr.dtype.kind in "iu":
         if arr.size and max(-int(arr.min()), int(arr.max())) > _FLOAT64_EXACT_INT:
             raise ValueError(f"{what}: integer input beyond 2**53 is not exact in float64")
     elif arr.dtype.kind != "f":
         raise TypeError(f"{what} must be a real float or integer array, got {arr.dtype}")
-    out = arr.astype(np.float64)
-    if out.size and np.isnan(np.min(out)):  # min propagates NaN, with no temporary
+    elif arr.size and np.isnan(np.min(arr)):  # min propagates NaN, with no temporary
         raise ValueError(f"{what} contains NaN, which has no integer code")
-    return out
+    return arr
+
+
+def _as_float64(x: ArrayLike, what: str) -> NDArray[np.float64]:
+    """`x` as float64 (exact for every float16/32/64 and for integers up to 2**53)."""
+    return _checked_real(x, what).astype(np.float64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,7 +279,7 @@ def _codes_as_float(
 ) -> tuple[NDArray[np.float64], NDArray[np.int32], int]:
     """The integer codes of `x`, as integer-valued float64, plus the checked `k` and `b`.
 
-    The codes are computed in place in one float64 buffer (the input's own float64 copy), and
+    The codes are computed in place in one float64 buffer (the product's), and
     scaled by a product with the exact power of two ``2**k`` (|k| <= 960: a normal float64),
     which rounds as ``ldexp`` does (once, to inf or to a subnormal alike) at a plain multiply's
     speed (NumPy's ldexp, even with int32 exponents, is 10-17x slower per element):
@@ -284,18 +289,17 @@ def _codes_as_float(
     _check_signed(b, signed)
     k = _as_exp(exp).astype(np.int32)
     m = RoundingMode(mode)
-    v = _as_float64(x, "fake_quant input")
+    v = _checked_real(x, "fake_quant input")  # (converted to float64 by the product below)
     shape = np.broadcast_shapes(v.shape, k.shape)
     if b == 1:
         # -0.0 >= 0 is True: zero (of either sign) maps to +1, as NanoEngine's x >= 0 test does.
         return np.broadcast_to(np.where(v >= 0, 1.0, -1.0), shape).copy(), k, b
     lo, hi = float(qmin(b, signed=signed)), float(qmax(b, signed=signed))
     negative = v < 0 if m is RoundingMode.FLOOR else None
-    codes = v if v.shape == shape else np.broadcast_to(v, shape).copy()  # v is a fresh copy
-    # times 2**k, rounded once; overflow to inf is harmless (it saturates below) and
-    # underflow is only a problem for floor (patched below), so neither warns.
+    # times 2**k into a fresh float64 buffer, rounded once; overflow to inf is harmless (it
+    # saturates below) and underflow is only a problem for floor (patched below): no warning.
     with np.errstate(over="ignore", under="ignore"):
-        np.multiply(codes, power_of_two(k), out=codes)
+        codes = np.multiply(v, power_of_two(k), dtype=np.float64)
     if m is RoundingMode.HALF_UP:
         codes = round_to_int(codes, m)
     else:  # trunc, floor and half_even are one ufunc each (±inf stays ±inf, saturates below)
