@@ -20,7 +20,7 @@ The kernels for each dialect live in ``runtime/<dialect>.py`` as a table from op
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +78,16 @@ class Plan:
     fused: list[Step] | None = None
     """The steps a call without ``observe`` runs: ``steps`` with fused chains (None: same)."""
 
-    def __call__(self, *inputs: Any, observe: Observer | None = None) -> list[Any]:
-        """Run on ``inputs``; ``observe(op, results)`` sees every runtime op's results."""
+    def __call__(
+        self,
+        *inputs: Any,
+        observe: Observer | None = None,
+        given: Mapping[Operation, tuple[Any, ...]] | None = None,
+    ) -> list[Any]:
+        """Run on ``inputs``; ``observe(op, results)`` sees every runtime op's results.
+        ``given`` holds results already known for some ops on these very inputs (from an
+        earlier run: quantize's calibration runs the float program twice); their kernels
+        are not run."""
         if len(inputs) != len(self.arg_slots):
             raise ExecutionError(
                 f"@{self.func.sym_name.data} takes {len(self.arg_slots)} inputs, got {len(inputs)}"
@@ -93,7 +101,10 @@ class Plan:
         steps = self.steps if observe is not None or self.fused is None else self.fused
         for step in steps:
             try:
-                results = step.kernel(*[slots[a] for a in step.args])
+                if given is not None and step.op in given:
+                    results = given[step.op]
+                else:
+                    results = step.kernel(*[slots[a] for a in step.args])
             except ExecutionError:
                 raise
             except Exception as e:  # a kernel failed: say which op, on what shapes

@@ -360,9 +360,10 @@ def finite(x: np.ndarray) -> np.ndarray:
 
 
 KEEP_BYTES = 2**30
-"""The most float values calibration keeps for bias correction (``calibrate(keep=)``): the
-float outputs of every conv and linear on every batch, 0.5 GB for PP-OCRv4's recognizer on
-12 batches of 3x48x320; above it bias correction runs the float program again."""
+"""The most float values calibration keeps (``calibrate(keep=)``): the float outputs of every
+conv and linear on every batch, for its second pass and bias correction not to compute them
+again; 0.5 GB for PP-OCRv4's recognizer on 12 batches of 3x48x320. Above it, they run
+those layers again."""
 
 
 def calibrate(
@@ -379,9 +380,10 @@ def calibrate(
     """Run the float program on the calibration batches and set each activation's ``exps``.
 
     ``outputs`` (a list) receives the float program's outputs on each batch, in order, for
-    quantize's check (``check``) to reuse. ``keep`` maps values to lists that receive their
-    float values on each batch (the last pass), for bias correction to reuse, while they fit
-    :data:`KEEP_BYTES` (beyond, every list is emptied and nothing more is kept).
+    quantize's check (``check``) to reuse. ``keep`` maps op results to lists that receive
+    their float values on each batch (the first pass), for the second pass not to compute them
+    again and for bias correction to reuse, while they fit :data:`KEEP_BYTES` (beyond, every
+    list is emptied and nothing more is kept).
 
     ``reduce`` merges the statistics of several processes, each calibrating on its own
     batches, before any exponent is chosen (``nanoir.qat.distributed``; None: one process):
@@ -452,20 +454,22 @@ def calibrate(
     with progress_bar(progress, len(batches) * passes) as advance:
         for phase in range(passes):
             observe_value = observe_absmax if phase == 0 else observe_sse
-            last = phase == passes - 1
+            first = phase == 0
 
             def observe(op: Operation, results: tuple[Any, ...]) -> None:
                 for r, x in zip(op.results, results):
                     if r in acts:
                         observe_value(r, x)
-                    if last and r in kept:
+                    if first and r in kept:
                         keep_value(r, x)
 
-            for batch in batches:
+            for i, batch in enumerate(batches):
                 for arg, x in zip(func.body.block.args, batch):
                     if arg in acts:
                         observe_value(arg, x)
-                results = plan(*batch, observe=observe)
+                # (the values the first pass kept, the same bit for bit, are not recomputed)
+                given = None if first else {v.owner: (xs[i],) for v, xs in kept.items()}
+                results = plan(*batch, observe=observe, given=given)
                 if outputs is not None and phase == 0:
                     outputs.append([np.asarray(y, np.float64) for y in results])
                 advance()

@@ -291,10 +291,11 @@ def quantize_function(
             ones = np.ones(exp_shape(t))
             t.exps = quant.exp_from_absmax(ones, t.bits, signed=getattr(t, "signed", True))
     missing = [t for t in targets if t.exps is None and t.kind == "act"]
-    # the float outputs of the layers bias correction corrects, kept from calibration's run
-    kept = (
-        {op.results[0]: [] for op in func.walk() if isinstance(op, WEIGHTED)} if correct else None
-    )
+    # the float outputs of the conv and linear layers, kept by calibration's first run for its
+    # second and for bias correction
+    kept: dict[SSAValue, list[np.ndarray]] | None = {
+        op.results[0]: [] for op in func.walk() if isinstance(op, WEIGHTED)
+    }
     if missing:
         if calibration is None:
             raise QuantizeError(
@@ -312,6 +313,8 @@ def quantize_function(
             outputs=float_outputs,
             keep=kept,
         )
+    if not correct:
+        kept = None  # (nothing reads them now)
     # The float program's kernels, built before fake-quants change what some ops compute.
     kernels = float_kernels(func) if correct else {}
     rewriter = Rewriter()

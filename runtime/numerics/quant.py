@@ -299,7 +299,7 @@ def _codes_as_float(
     # times 2**k into a fresh float64 buffer, rounded once; overflow to inf is harmless (it
     # saturates below) and underflow is only a problem for floor (patched below): no warning.
     with np.errstate(over="ignore", under="ignore"):
-        codes = np.multiply(v, power_of_two(k), dtype=np.float64)
+        codes = np.multiply(v, power_of_two(k), out=np.empty(shape), dtype=np.float64)
     if m is RoundingMode.HALF_UP:
         codes = round_to_int(codes, m)
     else:  # trunc, floor and half_even are one ufunc each (±inf stays ±inf, saturates below)

@@ -94,3 +94,25 @@ def test_the_float_side_runs_no_op_when_calibration_kept_the_outputs(monkeypatch
     assert not [c for c in calls if c in ("nf.conv", "nf.linear", "nf.sigmoid")]
     quantized_text(model, (3, 6, 6), False)
     assert "nf.conv" in calls and "nf.sigmoid" in calls
+
+
+def test_the_second_pass_does_not_run_the_kept_layers_again(monkeypatch) -> None:
+    """``mse`` calibration runs the float program twice; the second run takes the convs'
+    outputs the first one kept (``Plan.__call__(given=)``): 3 batches, one conv, 3 float64 conv
+    calls (6 with nothing kept). Kills: ``given`` not passed to the second run."""
+    from nanoir.runtime.numerics import kernels
+
+    calls: list[np.dtype] = []
+    original = kernels.conv
+
+    def counting(x, *args, **kwargs):
+        calls.append(np.asarray(x).dtype)
+        return original(x, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "conv", counting)
+    torch.manual_seed(3)
+    model = SigmoidFirst().eval()
+    for keep, want in ((True, 3), (False, 6)):
+        calls.clear()
+        quantized_text(model, (3, 6, 6), keep, bias_correction=False)
+        assert calls.count(np.dtype(np.float64)) == want, (keep, calls)

@@ -268,3 +268,30 @@ def test_bad_inputs_are_reported() -> None:
         run(module, rand(1, 3, 4), rand(1, 3, 4))
     with pytest.raises(ExecutionError, match=r"input 0 has shape \(1, 4, 4\), expected \?x3x4"):
         run(module, rand(1, 4, 4))
+
+
+def test_given_results_replace_their_kernels() -> None:
+    """``Plan.__call__(given={op: results})`` uses those results for ``op`` and what reads
+    it, and runs the other kernels as usual. Kills: ``given`` ignored; the given results
+    used for every op."""
+    from nanoir.dialects.functions import find_function
+    from nanoir.runtime.interpreter import compile_function, default_builders
+
+    import nanoir
+
+    module = nanoir.parse(
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %a = nf.relu %x : tensor<2xf32>\n"
+        "  %b = nf.add %a, %x : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>\n"
+        "  func.return %b : tensor<2xf32>\n}\n"
+    )
+    func = find_function(module, None)
+    plan = compile_function(func, default_builders(), np.dtype(np.float64))
+    relu = next(op for op in func.walk() if isinstance(op, nf.ReluOp))
+    x = np.array([-1.0, 2.0])
+    assert plan(x)[0].tolist() == [-1.0, 4.0]
+    seen: list[str] = []
+    (y,) = plan(
+        x, observe=lambda op, r: seen.append(op.name), given={relu: (np.array([5.0, 7.0]),)}
+    )
+    assert y.tolist() == [4.0, 9.0] and seen == ["nf.relu", "nf.add"]
