@@ -14,8 +14,8 @@ operands read), one step at a time, until the bound fits; it runs before calibra
 which then picks the coarser step that keeps the range. Bits a rule names are the user's:
 when those alone cannot fit, quantize refuses, naming the op. A bicubic upsampling's sum
 grows its input's codes by 9 bits per doubled dim (``nh.upsample_bicubic``): a 16-bit input
-doubled along two dims needs 34, and its input is narrowed the same way
-(:func:`narrow_grown_inputs`).
+doubled along two dims needs 34, and its input is narrowed the same way, or refused the same
+way where a rule names its bits (:func:`narrow_grown_inputs`).
 
 A PReLU is a product with a constant: ``nh.prelu`` multiplies the negative side by the slope's
 codes moved to the finest slope exponent ``shift`` and shifts the positive side left by
@@ -28,7 +28,7 @@ the input's own step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -87,6 +87,42 @@ def _label(op: Operation) -> str:
     return f"%{name}" if name else op.name
 
 
+def _widest(side: Sequence[Width]) -> int:
+    return max(code_bound(t) for t in side)
+
+
+def _narrow_until_fits(
+    op: Operation,
+    sides: list[list[Width]],
+    fits: Callable[[], bool],
+    bound: Callable[[], str],
+    config: QuantConfig,
+) -> None:
+    """Give the widest targets of the widest side of ``op`` the next narrower width (origin
+    ``acc:%op``), one step at a time, until ``fits()``; where no side can be narrower (every
+    widest target's bits are a rule's, or at 2 bits), a ``QuantizeError`` naming the op,
+    what passes i32 (``bound()``) and each operand with its bits and whether a rule named
+    them. Shared by every op whose integer form grows its operands' codes."""
+    while not fits():
+        for side in sorted(sides, key=_widest, reverse=True):
+            top = [t for t in side if code_bound(t) == _widest(side)]
+            free = [t for t in top if _narrowable(t, config)]
+            if free and len(free) == len(top):
+                for t in free:
+                    t.bits = _narrower(t.bits)  # type: ignore[assignment]
+                    t.origin = f"acc:{_label(op)}"
+                break
+        else:
+            named = {id(t): t for side in sides for t in side}.values()  # (once each)
+            kept = ", ".join(
+                f"{t.name} ({t.bits} bits{', a rule' if _ruled(t, config) else ''})" for t in named
+            )
+            raise QuantizeError(
+                f"quantize: {op.name} {_label(op)} {bound()}, past i32 ({ACC_LIMIT}), and no "
+                f"operand can be narrower ({kept}): give one of them fewer bits"
+            )
+
+
 def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig) -> None:
     """Narrow the operands of every matmul without weights and every product in ``func``
     whose operands are both quantized (``targets``, before calibration) until its bound fits
@@ -96,54 +132,42 @@ def narrow_operands(func: FuncOp, targets: Sequence[Width], config: QuantConfig)
         terms = _terms(op)
         if terms is None or terms < 1:
             continue
-        sides = [grid_sources(v, by_value.get) for v in op.operands[:2]]
-        if not sides[0] or not sides[1]:
+        a, b = (grid_sources(v, by_value.get) for v in op.operands[:2])
+        if not a or not b:
             continue  # (a float operand: lower-to-hw refuses it, naming it)
-
-        def widest(side: list[Width]) -> int:
-            return max(code_bound(t) for t in side)
-
-        while terms * widest(sides[0]) * widest(sides[1]) > ACC_LIMIT:
-            for side in sorted(sides, key=widest, reverse=True):
-                top = [t for t in side if code_bound(t) == widest(side)]
-                free = [t for t in top if _narrowable(t, config)]
-                if free and len(free) == len(top):
-                    for t in free:
-                        t.bits = _narrower(t.bits)  # type: ignore[assignment]
-                        t.origin = f"acc:{_label(op)}"
-                    break
-            else:
-                named = {id(t): t for side in sides for t in side}.values()  # (once each)
-                kept = ", ".join(
-                    f"{t.name} ({t.bits} bits{', a rule' if _ruled(t, config) else ''})"
-                    for t in named
-                )
-                raise QuantizeError(
-                    f"quantize: {op.name} {_label(op)} sums {terms} products of codes up to "
-                    f"{widest(sides[0])} and {widest(sides[1])}, past i32 ({ACC_LIMIT}), and "
-                    f"no operand can be narrower ({kept}): give one of them fewer bits"
-                )
+        _narrow_until_fits(
+            op,
+            [a, b],
+            lambda: terms * _widest(a) * _widest(b) <= ACC_LIMIT,
+            lambda: f"sums {terms} products of codes up to {_widest(a)} and {_widest(b)}",
+            config,
+        )
 
 
 def narrow_grown_inputs(func: FuncOp, targets: Sequence[Width], config: QuantConfig) -> None:
     """Narrow the input of every bicubic upsampling until its grown sum fits i32: ``max|x| *
-    2**(9 n)`` at most ``2**31`` for ``n`` doubled dims (lower-to-hw's ``b + 9 n <= 32``)."""
+    2**(9 n)`` at most ``2**31`` for ``n`` doubled dims (lower-to-hw's ``b + 9 n <= 32``);
+    where a rule names the input's bits, refuse as :func:`narrow_operands` does."""
     by_value = {t.value: t for t in targets}
     for op in func.body.block.ops:
         if not isinstance(op, nf.UpsampleBicubicOp):
             continue
         shapes = zip(nf.tensor_shape(op.input)[2:], nf.tensor_shape(op.result)[2:])
-        growth = GROWTH_BITS * sum(a != b for a, b in shapes)
+        doubled = sum(a != b for a, b in shapes)
         side = grid_sources(op.input, by_value.get)
-        if not side or not growth:
+        if not side or not doubled:
             continue
-        while max(code_bound(t) for t in side) * 2**growth > 2**31:
-            top = [t for t in side if code_bound(t) == max(code_bound(u) for u in side)]
-            if not all(_narrowable(t, config) for t in top):
-                break  # (a rule's width: lower-to-hw refuses, naming the op and the bits)
-            for t in top:
-                t.bits = _narrower(t.bits)  # type: ignore[assignment]
-                t.origin = f"acc:{_label(op)}"
+        growth = GROWTH_BITS * doubled
+        _narrow_until_fits(
+            op,
+            [side],
+            lambda: _widest(side) * 2**growth <= 2**31,
+            lambda: (
+                f"grows its input's codes up to {_widest(side)} by 2**{growth} "
+                f"({doubled} doubled dims)"
+            ),
+            config,
+        )
 
 
 def _ruled(t: Width, config: QuantConfig) -> bool:

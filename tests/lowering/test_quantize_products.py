@@ -370,3 +370,25 @@ def test_a_bicubic_input_fits_its_grown_sum(
     wide = act_bits + (0 if fq.is_signed else 1)  # the options' width, signed bits
     assert narrowed == (wide + 9 * doubled > 32)
     _equal_levels(program, [x])
+
+
+@pytest.mark.parametrize("spec", ["16", "16u"])
+def test_a_rule_named_bicubic_input_is_refused_at_quantize(spec: str) -> None:
+    """A rule names the bicubic upsampling's input's bits (16, signed or unsigned: 16 or 17
+    signed bits, plus 9 for each of two doubled dims, past 32): quantize keeps the user's
+    width and refuses, naming the op, the input with its bits and the rule, as it refuses a
+    matmul's (``narrow_operands``, the same loop), instead of accepting a program lower-to-hw
+    refuses ("'nf.upsample_bicubic' needs 34-bit sums", issue 31 §3). Without the rule the
+    input is narrowed and the program lowers, nq == nh. Kills: ``narrow_grown_inputs``
+    leaving a rule-named width silently (no refusal)."""
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    model = _Bicubic((2.0, 2.0), False).eval()
+    program = nanoir.from_torch(model, (torch.from_numpy(x[:2]),))
+    with pytest.raises(
+        nanoir.Error, match=r"nf\.upsample_bicubic %\w+ grows .*\bconv \(16 bits, a rule\)"
+    ):
+        nanoir.quantize(program, [x[:2], x[2:]], rules=[f"act@^conv$={spec}"], progress=False)
+    program = nanoir.from_torch(model, (torch.from_numpy(x[:2]),))
+    nanoir.quantize(program, [x[:2], x[2:]], act_bits=16, progress=False)
+    _equal_levels(program, [x])
