@@ -37,14 +37,20 @@ from nanoir.dialects.traits import (
     Weighted,
     WholeAlongAxis,
     WholeExtent,
+    always_aligns,
     axis_rows,
+    concat_aligns,
     depth_to_space_rows,
+    expand_aligns,
     normalised_dims,
+    pad_aligns,
     pad_rows,
+    reshape_aligns,
     reshape_rows,
     scale_rows,
     source_quantized,
     space_to_depth_rows,
+    transpose_aligns,
     transpose_rows,
 )
 from nanoir.runtime.numerics import compare as compare_numerics
@@ -1029,7 +1035,7 @@ class ConcatOp(IRDLOperation):
     inputs = var_operand_def(FloatTensor)
     result = result_def(FloatTensor)
     axis = prop_def(IntegerAttr[I64])
-    traits = traits_def(Pure(), DataMovement(axis_rows))
+    traits = traits_def(Pure(), DataMovement(axis_rows, aligns=concat_aligns))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$inputs attr-dict `:` functional-type(operands, results)"
 
@@ -1123,7 +1129,7 @@ class ReshapeOp(IRDLOperation):
     name = "nf.reshape"
     input = operand_def(FloatTensor)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure(), DataMovement(reshape_rows))
+    traits = traits_def(Pure(), DataMovement(reshape_rows, aligns=reshape_aligns))
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, shape: Sequence[int]):
@@ -1178,7 +1184,7 @@ class TransposeOp(IRDLOperation):
     input = operand_def(FloatTensor)
     result = result_def(FloatTensor)
     perm = prop_def(DenseArrayBase[I64])
-    traits = traits_def(Pure(), DataMovement(transpose_rows))
+    traits = traits_def(Pure(), DataMovement(transpose_rows, aligns=transpose_aligns))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -1245,7 +1251,7 @@ class PadOp(IRDLOperation):
     pads = prop_def(DenseArrayBase[I64])
     mode = prop_def(StringAttr, default_value=StringAttr(PadMode.CONSTANT))
     value = prop_def(FloatAttr[Float64Type], default_value=FloatAttr(0.0, Float64Type()))
-    traits = traits_def(Pure(), DataMovement(pad_rows))
+    traits = traits_def(Pure(), DataMovement(pad_rows, aligns=pad_aligns))
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
@@ -1639,7 +1645,7 @@ class DepthToSpaceOp(_BlockOp):
     """
 
     name = "nf.depth_to_space"
-    traits = traits_def(Pure(), DataMovement(depth_to_space_rows))
+    traits = traits_def(Pure(), DataMovement(depth_to_space_rows, aligns=always_aligns))
     INFER: ClassVar = staticmethod(infer_depth_to_space_shape)
 
 
@@ -1727,7 +1733,7 @@ class ExpandOp(IRDLOperation):
     input = operand_def(FloatTensor)
     like = opt_operand_def(TensorType)
     result = result_def(FloatTensor)
-    traits = traits_def(Pure(), DataMovement(expand_rows, shape_only=(1,)))
+    traits = traits_def(Pure(), DataMovement(expand_rows, shape_only=(1,), aligns=expand_aligns))
     assembly_format = (
         "$input (`like` $like^)? attr-dict `:` type($input) (`like` type($like)^)? "
         "`->` type($result)"

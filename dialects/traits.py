@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from nanoir.runtime.numerics.kernels import nearest_indices
@@ -78,8 +78,15 @@ __all__ = [
     "Window",
     "WholeAlongAxis",
     "WholeExtent",
+    "aligns_channels",
+    "always_aligns",
+    "concat_aligns",
+    "expand_aligns",
     "grid_operands",
+    "pad_aligns",
+    "reshape_aligns",
     "shape_operands",
+    "transpose_aligns",
     "weight_reader",
 ]
 
@@ -317,6 +324,11 @@ class WholeAlongAxis(WholeExtent):
 RowsAlong = Callable[[Operation, int, Collection[SSAValue]], "RowStep | None"]
 
 
+def never_aligns(op: Operation) -> bool:
+    """Per-channel exponents move with their channels (split, gather, upsampling, ...)."""
+    return False
+
+
 @dataclass(frozen=True)
 class DataMovement(StreamingRule):
     """Results hold operand values unchanged, moved: exponents carry through.
@@ -334,6 +346,14 @@ class DataMovement(StreamingRule):
     """Operands read as positions (an embedding's ids, an unpool's indices): runtime integers
     on no grid, whose values do not reach the result; the result's grid is the other
     operands' (:func:`grid_operands`)."""
+    aligns: Callable[[Operation], bool] = never_aligns
+    """Whether per-channel exponents (along dim 1) cannot move with their channels, so that
+    lower-to-hw first aligns them onto one exponent (the finest, by exact left shifts, which
+    widens the codes by the exponents' spread): channels leaving dim 1 (a reshape, a
+    transpose, an expand that grows the rank), a padded channel dim or a non-zero pad value,
+    depth_to_space gathering channels into one, a concat along another dim. Asked by quantize
+    (:func:`aligns_channels`), whose join rules keep that spread within what the reader takes
+    (a lookup table, a lone batch norm)."""
 
     def row_step(self, op: Operation, dim: int, runtime: Collection[SSAValue]) -> RowStep | None:
         return self.rows(op, dim, runtime)
@@ -353,6 +373,53 @@ def grid_operands(op: Operation) -> tuple[SSAValue, ...]:
     trait = op.get_trait(DataMovement)
     skip = () if trait is None else (*trait.shape_only, *trait.indices)
     return tuple(v for i, v in enumerate(op.operands) if i not in skip)
+
+
+def aligns_channels(op: Operation) -> bool:
+    """Whether the data-movement ``op`` puts per-channel exponents onto one before it moves
+    codes (:attr:`DataMovement.aligns`); False for any other op."""
+    trait = op.get_trait(DataMovement)
+    return trait is not None and trait.aligns(op)
+
+
+def reshape_aligns(op: Operation) -> bool:
+    """A reshape aligns unless the channels stay in dim 1 (lower-to-hw's ``LowerReshape``)."""
+    x, y = _shape(op.operands[0]), _shape(op.results[0])
+    return not (len(x) >= 2 and len(y) >= 2 and x[1] == y[1])
+
+
+def transpose_aligns(op: Operation) -> bool:
+    """A transpose aligns unless dim 1 stays dim 1."""
+    perm = _ints(op.properties.get("perm")) or ()
+    return len(perm) < 2 or perm[1] != 1
+
+
+def pad_aligns(op: Operation) -> bool:
+    """A pad aligns where it pads the channel dim or pads with a non-zero constant (a code on
+    one exponent)."""
+    pads = _ints(op.properties.get("pads")) or ()
+    rank = len(_shape(op.operands[0]))
+    mode = getattr(op.properties.get("mode"), "data", "constant")
+    value = getattr(op.properties.get("value"), "value", None)
+    nonzero = mode == "constant" and value is not None and value.data != 0
+    return nonzero or (rank >= 2 and len(pads) == 2 * rank and bool(pads[1] or pads[rank + 1]))
+
+
+def expand_aligns(op: Operation) -> bool:
+    """An expand aligns where it grows the rank (the channel dim moves)."""
+    return len(_shape(op.results[0])) != len(_shape(op.operands[0]))
+
+
+def concat_aligns(op: Operation) -> bool:
+    """A concat along another dim than 1 aligns its parts onto one exponent."""
+    rank = len(_shape(op.results[0]))
+    return rank < 2 or op.properties["axis"].value.data % rank != 1  # type: ignore[attr-defined]
+
+
+def always_aligns(op: Operation) -> bool:
+    """depth_to_space: one result channel gathers ``r**n`` input channels, whose exponents
+    lower-to-hw aligns unless they happen to be equal (a fact of the exponents, not the op)."""
+    return True
 
 
 def _same_prefix(a: Sequence[int], b: Sequence[int], dim: int) -> bool:
@@ -469,6 +536,11 @@ class LookupTable(OpTrait):
 
     function: Callable[..., Any]
     params: tuple[str, ...] = ()
+
+    MAX_INPUT_BITS: ClassVar[int] = 16
+    """The widest input a table covers: lower-to-hw evaluates it on every code its input can
+    take, at most ``2**16 + 1`` (the segmented form); quantize keeps a table's aligned input
+    within it (``join_rules.TABLE_INPUT_BITS``)."""
 
     def evaluate(self, op: Operation, x: np.ndarray) -> np.ndarray:
         """The op's float result on ``x`` (float64)."""

@@ -266,7 +266,7 @@ class FuseLookupTableFakeQuant(HwPattern):
     channel dim; an output varying along another dim moves the input's channels there).
     """
 
-    MAX_TABLE_CODES = 2**16 + 1
+    MAX_TABLE_CODES = 2**LookupTable.MAX_INPUT_BITS + 1
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: FakeQuantOp, rewriter: PatternRewriter) -> None:

@@ -21,10 +21,13 @@ exponents are made coarser where lower-to-hw could not align them in i32
 (``joins``; the fake-quant's ``origin`` says which join chose it). What an op reads on one
 grid (an integer algorithm's or a recurrent op's input, a matmul's operands) is quantized per
 tensor whatever ``act_per_channel`` says, and a concat it reads puts its parts on one
-exponent; a value 0 on every calibration batch takes the exponent of what it is computed
-from, never 60 (``targets.needs_one_grid``, ``join_rules.Rules.zero_range``). A matmul or
-product of two runtime values has no weight to coarsen: the wider of its operands gets fewer
-bits until the result fits i32 (a bicubic upsampling's input too), and a PReLU's slope a
+exponent; per-channel exponents that data movement aligns onto one (a pixel shuffle, a
+transpose moving the channels, a pad of the channel dim) stay within what reads them (16 bits
+for a lookup table or a lone batch norm); a value 0 on every calibration batch takes the
+exponent of what it is computed from, never 60 (``targets.needs_one_grid``,
+``join_rules.Rules.zero_range``). A matmul or product of two runtime values has no weight to
+coarsen: the wider of its operands gets fewer bits until the result fits i32 (a bicubic
+upsampling's input too; bits a rule names are refused, naming the op), and a PReLU's slope a
 coarser exponent (``products``; origin ``acc:%matmul``, ``acc:%prelu``).
 
     %y = nf.conv %x, %w, %b ...               %xq = nq.fake_quant %x {bits = 8, exp = dense<5>}

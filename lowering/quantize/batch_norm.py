@@ -38,7 +38,7 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy, numpy_to_dense
 from nanoir.dialects.nq import FakeQuantOp
-from nanoir.dialects.traits import DataMovement, grid_operands
+from nanoir.dialects.traits import DataMovement, aligns_channels, grid_operands
 from nanoir.lowering.quantize.join_rules import aligned_bits
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.accumulator import ACC_LIMIT
@@ -103,8 +103,12 @@ def carried_grid(value: SSAValue, leaf: Leaf = fake_quant_grid) -> Grid | None:
     it: a quantized value's own (``leaf``, b > 1); a split's part of its input's (per-channel
     exponents sliced along the channels); a channel concat's (per-tensor parts aligned to the
     finest where no part is per channel, else each part's side by side); a per-tensor grid
-    through any other data movement (LeViT's linear -> flatten(0, 1) -> BatchNorm1d). None
-    for anything else (per-channel exponents moved to other dims, a part not quantized)."""
+    (or per-channel exponents that are all equal) through any other data movement (LeViT's
+    linear -> flatten(0, 1) -> BatchNorm1d); per-channel exponents a reshape, transpose,
+    expand or a pad with zeros aligns (``aligns`` of ``DataMovement``) as one, the finest,
+    with the bits the shifts add (a depth_to_space: the finest of each result channel's
+    gathered ones). None for anything else (a pad with another value, a part not
+    quantized)."""
     own = leaf(value)
     if own is not None:
         return own if own[1] >= 2 else None
@@ -136,7 +140,27 @@ def carried_grid(value: SSAValue, leaf: Leaf = fake_quant_grid) -> Grid | None:
         return np.array([target], dtype=np.int64), bits
     moved = grid_operands(op)
     grid = carried_grid(moved[0], leaf) if len(moved) == 1 else None
-    return grid if grid is not None and grid[0].size == 1 else None
+    if grid is None:
+        return None
+    exps, bits = grid
+    if (exps == exps[0]).all():  # one exponent moves with any codes, never shifted
+        return exps[:1], bits
+    if isinstance(op, nf.DepthToSpaceOp):
+        # Each result channel gathers r**n input channels, aligned onto their finest first
+        # (``LowerBlock``): CRD gathers neighbours, DCR every C-th.
+        gathered = op.block.value.data ** (len(nf.tensor_shape(value)) - 2)
+        groups = (
+            exps.reshape(-1, gathered) if op.mode.data == "CRD" else exps.reshape(gathered, -1).T
+        )
+        finest = groups.max(axis=1)
+        return finest, aligned_bits(bits, int((finest[:, None] - groups).max()))
+    padded = isinstance(op, nf.PadOp) and op.mode.data == "constant" and op.value.value.data
+    if aligns_channels(op) and not padded:
+        # Aligned onto the finest exponent first (not so simply where a pad's value is a
+        # code too).
+        finest = int(exps.max())
+        return np.array([finest], dtype=np.int64), aligned_bits(bits, finest - int(exps.min()))
+    return None
 
 
 def _signed_bits(m: np.ndarray) -> np.ndarray:

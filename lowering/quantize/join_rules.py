@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from nanoir.dialects.traits import LookupTable
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.accumulator import ACC_LIMIT, transposed_bound_terms
 
@@ -38,6 +39,7 @@ __all__ = [
     "ALIGN_BITS",
     "TABLE_INPUT_BITS",
     "MAX_ROUNDS",
+    "MOVE_BITS",
     "NORM_BIAS_GUARD",
     "ZERO_EXP",
     "Derived",
@@ -62,10 +64,14 @@ BN_INPUT_BITS = 16
 """Bits the aligned parts of a concat read by a lone batch norm may take: its integer affine
 multiplies them (``lowering/quantize/batch_norm.py`` needs ``bits(x) + bits(M) + 1 <= 32`` with a
 useful ``M``; the exhaustive search takes at most 16-bit inputs)."""
-TABLE_INPUT_BITS = 16
+TABLE_INPUT_BITS = LookupTable.MAX_INPUT_BITS
 """Bits the aligned parts of a per-tensor concat read by a lookup table may take: lower-to-hw
 indexes a table by every code its input can hold, at most ``2**16 + 1`` of them (the segmented
 16-bit form). At 16-bit activations every part then takes the coarsest part's exponent."""
+MOVE_BITS = 32
+"""Bits per-channel codes that data movement aligns onto one exponent may take (``aligns`` of
+``DataMovement``: a transpose or reshape moving the channels, a pad of the channel dim,
+depth_to_space): i32, the widest ``HwLowering.shift_to`` makes."""
 MAX_ROUNDS = 64
 NORM_BIAS_GUARD = 16
 """Steps finer than a layer/group norm's output step its bias may take: the integer algorithm
@@ -107,11 +113,17 @@ class Join:
     operands: list[list[Quant]]
     width: int = ALIGN_BITS
     """Bits an operand may take once aligned (:data:`BN_INPUT_BITS` for a concat read by a
-    lone batch norm, :data:`TABLE_INPUT_BITS` for one a lookup table reads on one grid)."""
+    lone batch norm, :data:`TABLE_INPUT_BITS` for one a lookup table reads on one grid,
+    :data:`MOVE_BITS` for data movement read by neither)."""
     one_grid: bool = False
     """A concat read as one per-tensor grid (by a softmax, a norm, a recurrent op: the
     ``IntegerAlgorithm`` input ``source_quantized`` finds through data movement): every part
     takes one exponent."""
+    moved: bool = False
+    """Data movement that aligns its one operand's per-channel exponents onto one (``aligns``
+    of ``DataMovement``): its channels are the parts, aligned within ``width`` bits
+    (:data:`MOVE_BITS`, or :data:`TABLE_INPUT_BITS` / :data:`BN_INPUT_BITS` where a lookup
+    table or a lone batch norm reads the aligned codes)."""
 
 
 @dataclass(eq=False)
@@ -251,7 +263,9 @@ class Rules:
     # -- add / sub / concat -------------------------------------------------------------------
 
     def join(self, j: Join) -> None:
-        if len(j.operands) < 2 or any(not g or any(q.fixed for q in g) for g in j.operands):
+        if len(j.operands) < (1 if j.moved else 2) or any(
+            not g or any(q.fixed for q in g) for g in j.operands
+        ):
             return
         where = f"join:{j.name}"
         everything = list(dict.fromkeys(q for g in j.operands for q in g))
@@ -259,13 +273,22 @@ class Rules:
         codes = {q: code_exps(q) for q in everything}
         zero = {q: _zero(q) for q in everything}
         live = [q for q in everything if not zero[q].all()]
+        if j.moved:
+            # Its channels are the parts; dead ones (exponent 60) are left to the zero-range
+            # and accumulator rules (they take their source's or group's exponent), and
+            # capped once measured.
+            if live:
+                cap = min(int(codes[q][~zero[q]].min()) + j.width - _width(q) for q in live)
+                for q in live:
+                    self.lower(q, np.where(zero[q], q.exps, cap), where)
+            return
         for q in everything:
             if zero[q].any():
                 others = [int(codes[o].max()) for o in live if o is not q]
                 if others:
                     self.lower(q, np.where(zero[q], max(others), q.exps), where)
-        # Every operand's shift onto the finest must fit: bits + (finest - own) <= 31 (16 for a
-        # lone batch norm's input).
+        # Every operand's (or moved channel's) shift onto the finest must fit: bits + (finest -
+        # own) <= 31 (16 for a lone batch norm's or a lookup table's input).
         cap = min(int(code_exps(q).min()) + j.width - _width(q) for q in everything)
         for q in everything:
             self.lower(q, cap, where)

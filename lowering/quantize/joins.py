@@ -17,6 +17,10 @@ and changes exponents only where a join needs it, always to a coarser grid:
   weighted op with a bias, the one that puts the accumulator on the bias's grid;
 - an add/sub/concat operand finer than ``31 - bits`` steps past the coarsest is capped there
   (``16 - bits`` for the per-tensor parts of a concat a lookup table or a lone BN reads);
+  per-channel exponents that data movement aligns onto one (channels leaving dim 1, a padded
+  channel dim, depth_to_space: ``aligns`` of ``DataMovement``) are capped the same way, at
+  ``32 - bits`` steps past the coarsest channel, ``16 - bits`` where a lookup table or a lone
+  BN reads the moved codes;
   the parts of a concat read as one grid (by a softmax, a norm, a recurrent op, through data
   movement: ``targets.one_grid_operand``) all take the coarsest part's exponent;
 - a value still 0 everywhere takes the exponent of what it is computed from, else a unit
@@ -46,11 +50,18 @@ import numpy as np
 from nanoir.dialects import nf
 from nanoir.dialects.dense import constant_array, dense_to_numpy
 from nanoir.dialects.nq import FakeQuantOp, exp_attr
-from nanoir.dialects.traits import DataMovement, LookupTable, grid_sources
+from nanoir.dialects.traits import (
+    DataMovement,
+    LookupTable,
+    aligns_channels,
+    grid_operands,
+    grid_sources,
+)
 from nanoir.lowering.quantize.join_rules import (
     ALIGN_BITS,
     BN_INPUT_BITS,
     MAX_ROUNDS,
+    MOVE_BITS,
     TABLE_INPUT_BITS,
     ZERO_EXP,
     Derived,
@@ -135,6 +146,11 @@ def describe(
             )
             width = BN_INPUT_BITS if bn else TABLE_INPUT_BITS if tabled else ALIGN_BITS
             joins.append(Join(name, parts, width, one_grid))
+        elif aligns_channels(op):
+            # Channels that cannot move with their exponents are aligned onto one first.
+            moved = [q for v in grid_operands(op) for q in sources(v, quant_of) or []]
+            if any(q.exps.size > 1 for q in moved):
+                joins.append(Join(name, [moved], _aligned_width(op), moved=True))
         elif isinstance(op, WEIGHTED):
             xs, ws = sources(op.operands[0], quant_of), sources(op.operands[1], quant_of)
             if not xs or not ws or len(ws) != 1 or ws[0].values is None:
@@ -165,6 +181,18 @@ def describe(
                 )
             )
     return joins, weighted
+
+
+def _aligned_width(op: Operation) -> int:
+    """Bits the codes data movement ``op`` aligns may take: what reads them, through any
+    further data movement, bounds them (a lookup table indexes every code, a lone batch norm's
+    affine is checked on every code: 16 bits; else i32)."""
+    readers = [(r, i) for result in op.results for r, i in moved_readers(result)]
+    if any(r.has_trait(LookupTable) and i == 0 for r, i in readers):
+        return TABLE_INPUT_BITS
+    if any(isinstance(r, nf.BatchNormOp) and i == 0 for r, i in readers):
+        return BN_INPUT_BITS
+    return MOVE_BITS
 
 
 def describe_norms(func: FuncOp, quant_of: Callable[[SSAValue], Quant | None]) -> list[Norm]:

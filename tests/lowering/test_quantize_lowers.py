@@ -620,6 +620,133 @@ def test_a_concat_read_by_a_table_lowers(table: str, bits: int, scale: float) ->
     assert max(exps) - min(exps) <= 16 - bits
 
 
+MOVES = ("pixel_shuffle", "transpose", "flatten", "channel_pad")
+"""Data movement that cannot move per-channel exponents with their channels (``aligns`` of
+``DataMovement``): lower-to-hw aligns them onto the finest first."""
+
+
+class _SpreadConv(nn.Module):
+    """``conv(x)`` with output channels ``scales`` apart in range (so per-channel exponents
+    spread), then ``move`` (:data:`MOVES`)."""
+
+    def __init__(self, move: str, scales: tuple[float, ...]) -> None:
+        super().__init__()
+        self.conv, self.move = nn.Conv2d(3, len(scales), 1), move
+        with torch.no_grad():
+            gain = torch.tensor(scales)
+            self.conv.weight *= gain.view(-1, 1, 1, 1)
+            self.conv.bias *= gain
+
+    def moved(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.move == "pixel_shuffle":
+            return nn.functional.pixel_shuffle(y, 2)
+        if self.move == "transpose":
+            return y.transpose(1, 2)
+        if self.move == "flatten":
+            return y.flatten(1)
+        return nn.functional.pad(y, (0, 0, 0, 0, 1, 1))  # the channel dim
+
+
+class _MovedTable(_SpreadConv):
+    def __init__(self, move: str, scales: tuple[float, ...], table: str) -> None:
+        super().__init__(move, scales)
+        self.table = table
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.moved(x)
+        return torch.sigmoid(y) if self.table == "sigmoid" else nn.functional.hardsigmoid(y)
+
+
+SPREADS = [(16, (1.0, 4.0, 16.0, 64.0)), (8, (1.0, 40.0, 1600.0, 64000.0))]
+"""Per-channel ranges 64x apart at 16 bits (6 exponent steps), 64000x at 8 bits (16 steps):
+aligned onto one, 22- and 24-bit codes."""
+
+
+def _channel_spread(nq: ModuleOp) -> int:
+    """How many exponent steps the conv's per-channel output grid spans."""
+    (fq,) = [f for f in fake_quants(nq) if f.input.name_hint == "conv"]
+    exps = [int(e) for e in fq.exp.get_values()]
+    return max(exps) - min(exps)
+
+
+@pytest.mark.parametrize(("move", "table"), zip(MOVES, ("hardsigmoid", "sigmoid") * 2))
+@pytest.mark.parametrize(("bits", "scales"), SPREADS)
+def test_per_channel_codes_moved_into_a_table_lower(
+    move: str, table: str, bits: int, scales: tuple[float, ...]
+) -> None:
+    """Per-channel exponents that data movement cannot carry (a pixel shuffle gathering the
+    channels into one, a transpose or flatten moving them off dim 1, a padded channel dim)
+    are aligned onto the finest by lower-to-hw, and a table read them: at 16 bits channels
+    64x apart made a 22-bit input ("'nf.hardsigmoid' has no integer form and its i32 input can
+    take 2097153 codes", issue 31 §3). The conv's exponents are now within ``16 - bits``
+    steps (checked here), the program lowers, nq == nh. Kills: the moved join dropped
+    (``aligns_channels`` answering False in ``joins.describe``), its width ``MOVE_BITS`` for
+    a table reader."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 4)
+    nq, _ = compile_checked(
+        _MovedTable(move, scales, table),
+        x,
+        [torch.randn(2, 3, 4, 4) for _ in range(2)],
+        act_bits=bits,
+        act_per_channel=True,
+    )
+    assert _channel_spread(nq) <= 16 - bits
+
+
+class _MovedBN(_SpreadConv):
+    """A lone batch norm (its input is no conv's: fold-bn leaves it) with statistics far
+    from the identity, reading the moved codes, through a split and a concat with another
+    conv's output for ``channel_pad``."""
+
+    def __init__(self, move: str, scales: tuple[float, ...]) -> None:
+        super().__init__(move, scales)
+        c = len(scales)
+        features = {"flatten": c * 16, "channel_pad": c + 2, "pixel_shuffle": c // 4}
+        self.bn = (nn.BatchNorm1d if move == "flatten" else nn.BatchNorm2d)(features[move])
+        self.other = nn.Conv2d((c + 2) // 2, (c + 2) // 2, 1)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.3, 3)
+            self.bn.weight.uniform_(0.5, 2)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.moved(x)
+        if self.move == "channel_pad":
+            a, b = y.split(y.shape[1] // 2, 1)
+            y = torch.cat([a, self.other(b)], 1)
+        return self.bn(y)
+
+
+@pytest.mark.parametrize("move", ["channel_pad", "flatten", "pixel_shuffle"])
+@pytest.mark.parametrize(("bits", "scales"), SPREADS)
+def test_a_lone_batch_norm_of_moved_per_channel_codes_lowers(
+    move: str, bits: int, scales: tuple[float, ...]
+) -> None:
+    """A lone BN reading per-channel codes that a pad of the channel dim (then a split and a
+    concat), a flatten or a pixel shuffle aligned onto one exponent: lower-to-hw refused "no
+    integer affine within i32 that reproduces the float64 rounding" (at 16 bits, channels 64x
+    apart; and at 8 bits for the pad alone): ``carried_grid`` did not see the aligned grid, so
+    the BN was not made dyadic, and the aligned input was past the affine search's 16 bits.
+    The conv's exponents are now within ``16 - bits`` steps, the BN is dyadic, the program
+    lowers, nq == nh. Kills: ``carried_grid`` returning None for aligned per-channel
+    exponents, for equal ones, or for a pixel shuffle's gathered ones (not dyadic), the moved
+    join's width ``MOVE_BITS`` for a batch-norm reader."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 4)
+    nq, _ = compile_checked(
+        _MovedBN(move, scales),
+        x,
+        [torch.randn(2, 3, 4, 4) for _ in range(2)],
+        act_bits=bits,
+        act_per_channel=True,
+    )
+    assert _channel_spread(nq) <= 16 - bits
+    assert _dyadic(nq)
+
+
 # --------------------------------------------------------------------------------------------
 # §3: a lone batch norm after a concat of split parts
 # --------------------------------------------------------------------------------------------
@@ -717,6 +844,14 @@ FAMILIES = {
     "0 on every batch": ("dead", "layer_norm", "group_norm", "recurrent", "avgpool", "clamp"),
     "pool calibrated on nothing": ("negative_pool", "conv"),
     "matmul of runtime values": ("gram", "mul", "softmax", "linear", "relu", "transpose"),
+    "channels aligned by data movement into a table or a lone BN": (
+        "conv",
+        "depth_to_space",
+        "pad",
+        "hardsigmoid",
+        "lut",
+        "batch_norm",
+    ),
 }
 """The kinds each run of the property test draws from: every kind, and each shape of issue
 31 §3 with the ops that read it, so that every shape is drawn in every run."""
@@ -752,13 +887,16 @@ def test_programs_quantize_makes_lower(
     """Every float program of ``nanoir.testing.programs.QUANTIZE_KINDS`` (every nf op, an
     embedding read by a norm or an RNN, a ReLU feeding an RNN, a concat or a class token read
     by softmax or a norm, a lone BN after split parts, a branch 0 on every input, a pool
-    calibrated on nothing) that quantize accepts lowers, and the integer program equals the nq
+    calibrated on nothing, per-channel values a pixel shuffle or a channel pad aligns before a
+    table or a lone BN) that quantize accepts lowers, and the integer program equals the nq
     program (float64, NumPy) bit for bit on the calibration batches and on fresh inputs.
     Kills (each seen failing): ``needs_one_grid`` answering False (four families),
     the ``one_grid`` join step dropped (concat), ``Rules.zero_range`` returning at once (three
     families), ``source_quantized`` reading an embedding's ids as a grid (embedding),
     ``_unsigned_unlowered`` ignoring recurrent readers (ReLU feeding an RNN), ``carried_grid``
-    not walking a split (lone BN: the BN not made dyadic)."""
+    not walking a split (lone BN: the BN not made dyadic), the moved join dropped (channels
+    aligned by data movement: a pixel shuffle or a channel pad read by a table or a lone BN,
+    seen failing under the explore profile)."""
     module, _ = random_nf_program(data.draw, kinds=FAMILIES[family])
     rng = np.random.default_rng(seed)
     batches = [program_inputs(module, rng, 2, 2.0) for _ in range(2)]
