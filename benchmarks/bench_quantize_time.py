@@ -10,8 +10,9 @@ stage as quantize calls them (the stage functions are wrapped by name; a stage t
 exist in this version of nanoir shows "—"):
 
 - ``calibrate``: the float program on every batch, twice for ``mse`` (absmax, then the
-  candidates' squared errors), and the exponents; ``candidate_sse``: the part of it in the
-  ``mse`` candidate search;
+  candidates' squared errors; since 56cc7c4 the second run takes the convs' outputs the first
+  one kept), and the exponents; ``candidate_sse``: the part of it in the ``mse`` candidate
+  search;
 - ``bias correction``; ``check``: the quantized program against the float outputs (§3).
 
 Each row also gives the program's SHA-256 (of its printed text), so that two versions of

@@ -77,6 +77,7 @@ from nanoir.lowering.quantize.calibration import (
     spelled_shape,
     surviving_candidates,
     tensor_exps,
+    without_kept_floats,
 )
 from nanoir.lowering.quantize.check import MIN_SQNR_DB, check_after_quantizing, finite_energies
 from nanoir.lowering.quantize.driver import (
@@ -141,6 +142,7 @@ __all__ = [
     "exp_shape",
     "finite_energies",
     "full_mse_search",
+    "without_kept_floats",
     "find_targets",
     "get_exps",
     "internal_names",

@@ -365,6 +365,20 @@ conv and linear on every batch, for its second pass and bias correction not to c
 again; 0.5 GB for PP-OCRv4's recognizer on 12 batches of 3x48x320. Above it, they run
 those layers again."""
 
+_KEEP_LIMIT = [KEEP_BYTES]
+
+
+@contextmanager
+def without_kept_floats() -> Iterator[None]:
+    """Within it, calibration keeps no float values (as if they passed :data:`KEEP_BYTES`):
+    its second pass and bias correction run the float layers again, the reference the kept
+    values are tested against (the same program, by construction)."""
+    _KEEP_LIMIT.append(0)
+    try:
+        yield
+    finally:
+        _KEEP_LIMIT.pop()
+
 
 def calibrate(
     func: FuncOp,
@@ -444,7 +458,7 @@ def calibrate(
 
     def keep_value(value: SSAValue, x: np.ndarray) -> None:
         kept_bytes[0] += np.asarray(x).nbytes
-        if kept_bytes[0] > KEEP_BYTES:  # too much to hold: bias correction recomputes
+        if kept_bytes[0] > _KEEP_LIMIT[-1]:  # too much to hold: the layers run again
             for values in kept.values():
                 values.clear()
             kept.clear()

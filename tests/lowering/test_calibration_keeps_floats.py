@@ -1,8 +1,8 @@
 """Bias correction reads the float outputs calibration kept, instead of running the float
 program again (``calibrate(keep=)``, ``correct_biases(float_outputs=)``).
 
-The reference is the same quantize with nothing kept (``KEEP_BYTES = 0``: bias correction runs
-the float program op by op, as before): the programs must be the same text, in every
+The reference is the same quantize with nothing kept (``without_kept_floats``: calibration's
+second pass and bias correction run the float layers again, as before): the programs must be the same text, in every
 rounding mode and calibrator, on the test networks and on a network whose input is read by a
 float op that does not widen float32 (a sigmoid).
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from nanoir.lowering.quantize import bias_correction, calibration
+from nanoir.lowering.quantize import without_kept_floats
+from nanoir.runtime.numerics import kernels
 from torch import nn
 
 import nanoir
@@ -36,12 +37,11 @@ def quantized_text(model: nn.Module, shape: tuple[int, ...], keep: bool, **optio
     rng = np.random.default_rng(0)
     batches = [rng.standard_normal((2, *shape)).astype(np.float32) for _ in range(3)]
     module = nanoir.from_torch(model, (torch.from_numpy(batches[0]),))
-    saved = calibration.KEEP_BYTES
-    calibration.KEEP_BYTES = saved if keep else 0
-    try:
+    if keep:
         nanoir.quantize(module, batches, progress=False, **options)
-    finally:
-        calibration.KEEP_BYTES = saved
+    else:
+        with without_kept_floats():
+            nanoir.quantize(module, batches, progress=False, **options)
     return str(module)
 
 
@@ -76,32 +76,12 @@ def test_kept_floats_with_a_float32_op_on_the_input(options: dict) -> None:
     )
 
 
-def test_the_float_side_runs_no_op_when_calibration_kept_the_outputs(monkeypatch) -> None:
-    """With the outputs kept, bias correction calls no float kernel of a runtime op (the
-    float program is not run a third time); with nothing kept it runs them. Kills: the kept
-    outputs ignored."""
-    calls = []
-    original = bias_correction._SideBySide.float_kernel
-
-    def counting(self, op):
-        kernel = original(self, op)
-        return lambda *a: calls.append(op.name) or kernel(*a)
-
-    monkeypatch.setattr(bias_correction._SideBySide, "float_kernel", counting)
-    torch.manual_seed(2)
-    model = SigmoidFirst().eval()
-    quantized_text(model, (3, 6, 6), True)
-    assert not [c for c in calls if c in ("nf.conv", "nf.linear", "nf.sigmoid")]
-    quantized_text(model, (3, 6, 6), False)
-    assert "nf.conv" in calls and "nf.sigmoid" in calls
-
-
-def test_the_second_pass_does_not_run_the_kept_layers_again(monkeypatch) -> None:
-    """``mse`` calibration runs the float program twice; the second run takes the convs'
-    outputs the first one kept (``Plan.__call__(given=)``): 3 batches, one conv, 3 float64 conv
-    calls (6 with nothing kept). Kills: ``given`` not passed to the second run."""
-    from nanoir.runtime.numerics import kernels
-
+def test_kept_layers_are_not_run_again(monkeypatch) -> None:
+    """``mse`` calibration runs the float program twice and bias correction a third time
+    beside the quantized one; with the convs' outputs kept, the float conv runs once per batch
+    (3 batches: 3 float64 calls; the quantized side's convs run on float32 codes), with
+    nothing kept 9 times, and 6 without bias correction. Kills: ``given`` not passed to the
+    second run; the kept outputs ignored by bias correction."""
     calls: list[np.dtype] = []
     original = kernels.conv
 
@@ -112,7 +92,12 @@ def test_the_second_pass_does_not_run_the_kept_layers_again(monkeypatch) -> None
     monkeypatch.setattr(kernels, "conv", counting)
     torch.manual_seed(3)
     model = SigmoidFirst().eval()
-    for keep, want in ((True, 3), (False, 6)):
+    for keep, options, want in (
+        (True, {}, 3),
+        (False, {}, 9),
+        (True, {"bias_correction": False}, 3),
+        (False, {"bias_correction": False}, 6),
+    ):
         calls.clear()
-        quantized_text(model, (3, 6, 6), keep, bias_correction=False)
-        assert calls.count(np.dtype(np.float64)) == want, (keep, calls)
+        quantized_text(model, (3, 6, 6), keep, **options)
+        assert calls.count(np.dtype(np.float64)) == want, (keep, options, calls)
