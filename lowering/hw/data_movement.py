@@ -80,14 +80,14 @@ class LowerConcat(HwPattern):
             ]
             exps = np.concatenate(full, axis=axis)
         else:
-            target = parts[0].exps.reshape(-1).max()
-            for p in parts:
-                if p.exps.size != 1:
-                    raise hw.fail(op, "joins per-channel exponents along a non-channel dim")
-                target = max(target, p.exps.reshape(-1)[0])
-            check_alignment(hw, op, parts, np.array(target).reshape((1,) * rank))
-            parts = [hw.shift_to(op, p, np.array(target).reshape((1,) * rank)) for p in parts]
-            exps = np.array(target).reshape((1,) * rank)
+            # one grid per element position the parts share: per tensor, or per channel along
+            # a dim the concat does not join (each channel aligned onto its finest exponent)
+            target = _shared_exponents(parts, rank, axis)
+            if target is None:
+                raise hw.fail(op, "joins per-channel exponents along a non-channel dim")
+            check_alignment(hw, op, parts, target)
+            parts = [hw.shift_to(op, p, target) for p in parts]
+            exps = target
         bits = max(p.bits for p in parts)
         kinds = {(hw.declared(p), hw.signed(p)) for p in parts}
         if len(kinds) == 1:  # one element type (ui<b> stays unsigned)
@@ -104,6 +104,20 @@ class LowerConcat(HwPattern):
         )
         hw.emit(new, op.result.name_hint)
         hw.set(op.result, HwValue(new.result, exps, bits))
+
+
+def _shared_exponents(parts: list[HwValue], rank: int, axis: int) -> np.ndarray | None:
+    """The finest exponent of every part at each position, broadcast over the parts, when
+    none varies along the concat's ``axis`` (per tensor, or per channel on another dim);
+    None when their exponents do not broadcast so."""
+    full = [p.exps.reshape((1,) * (rank - p.exps.ndim) + p.exps.shape) for p in parts]
+    try:
+        shape = np.broadcast_shapes(*(f.shape for f in full))
+    except ValueError:
+        return None
+    if shape[axis] != 1:
+        return None
+    return np.maximum.reduce([np.broadcast_to(f, shape) for f in full]).astype(np.int64)
 
 
 class LowerReshape(HwPattern):

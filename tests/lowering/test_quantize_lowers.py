@@ -981,3 +981,47 @@ def test_qat_ties_a_concat_read_as_one_grid(case: str) -> None:
     q = qat.prepare(model.eval(), (torch.from_numpy(x[:2]).float(),), act_per_channel=True)
     qat.calibrate(q, [x])
     _qat_converts_and_lowers(q, x)
+
+
+class _CatAlongSpace(nn.Module):
+    """Two convs concatenated along a spatial dim (``dim``), one ``scale`` times the other,
+    then (``tail``) a conv: per-channel activations join per channel, not per tensor."""
+
+    def __init__(self, dim: int, scale: float, tail: bool) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 3, padding=1)
+        self.dim, self.scale = dim, scale
+        self.tail = nn.Conv2d(4, 2, 1) if tail else None
+        with torch.no_grad():  # channels 1/4/16/64 apart: per-channel exponents differ
+            self.a.weight.mul_(torch.tensor([1.0, 4.0, 16.0, 64.0]).reshape(4, 1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([self.a(x), self.scale * self.b(x)], self.dim)
+        return y if self.tail is None else self.tail(y)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("tail", [False, True])
+def test_per_channel_parts_concatenated_along_space_lower(dim: int, bits: int, tail: bool) -> None:
+    """Per-channel activations concatenated along a non-channel dim: lower-to-hw aligns each
+    channel onto its finest exponent across the parts (``LowerConcat``); nq == nh bit for bit,
+    and the onnxruntime backend equals NumPy. Before: "'nf.concat' joins per-channel
+    exponents along a non-channel dim" at every width. Kills: the per-channel target taken
+    as the coarsest exponent (a right shift, refused)."""
+    torch.manual_seed(0)
+    model, x = _CatAlongSpace(dim, 8.0, tail), torch.randn(2, 3, 5, 6)
+    nq, nh = compile_checked(
+        model,
+        x,
+        [torch.randn(*x.shape) for _ in range(2)],
+        act_bits=bits,
+        act_per_channel=True,
+    )
+    concat = next(op for op in nq.walk() if op.name == "nf.concat")
+    parts = [v.owner for v in concat.operands]
+    assert all(isinstance(p, FakeQuantOp) and p.exp.get_values().__len__() > 1 for p in parts)
+    xs = _numpy(x)
+    np.testing.assert_array_equal(
+        nanoir.run(nh, xs, backend="onnxruntime")[0], nanoir.run(nh, xs)[0]
+    )
