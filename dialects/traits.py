@@ -411,7 +411,8 @@ def expand_aligns(op: Operation) -> bool:
 
 
 def concat_aligns(op: Operation) -> bool:
-    """A concat along another dim than 1 aligns its parts onto one exponent."""
+    """A concat along another dim than 1 aligns its parts: each channel onto its finest
+    exponent across them (per tensor: onto one)."""
     rank = len(_shape(op.results[0]))
     return rank < 2 or op.properties["axis"].value.data % rank != 1  # type: ignore[attr-defined]
 
