@@ -22,6 +22,7 @@ pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 import torch  # noqa: E402
+from nanoir.grammar.onnx.integer import u8s8_is_exact  # noqa: E402
 
 import nanoir  # noqa: E402
 
@@ -102,7 +103,10 @@ def test_benchmark_runs_on_the_kws_net() -> None:
     assert "| KWS-2D |" in text and "median gap" in text
     # 8-bit codes cannot come near float32's ~130 dB: a finite SQNR below 60 dB means the
     # quantized model ran (at 8 bits the ideal uniform quantizer gives about 50 dB).
-    assert 25 < result.ort < 60 and 25 < result.ort_symmetric < 60
+    assert 25 < result.ort < 60 and 0 < result.ort_symmetric < 60
+    if u8s8_is_exact():  # (without VNNI, onnxruntime's int8 x int8 kernels saturate pair sums:
+        # 8.7 dB on an AVX2-only AMD EPYC, the same run's uint8 activations 37.5 dB)
+        assert 25 < result.ort_symmetric
     for config in ("absmax/trunc", "mse/half_even"):
         score = result.nanoir[config]
         assert score is not None and 8 < score < 60
