@@ -71,7 +71,8 @@ indexes a table by every code its input can hold, at most ``2**16 + 1`` of them 
 MOVE_BITS = 32
 """Bits per-channel codes that data movement aligns onto one exponent may take (``aligns`` of
 ``DataMovement``: a transpose or reshape moving the channels, a pad of the channel dim,
-depth_to_space): i32, the widest ``HwLowering.shift_to`` makes."""
+depth_to_space), and those a conv or linear aligns onto its finest input channel (per group):
+i32, the widest ``HwLowering.shift_to`` makes."""
 MAX_ROUNDS = 64
 NORM_BIAS_GUARD = 16
 """Steps finer than a layer/group norm's output step its bias may take: the integer algorithm
@@ -359,6 +360,8 @@ class Rules:
             # Channels that are 0 everywhere take the finest exponent of their group's
             # others: summed channels are aligned to the finest, and 60 would dictate it.
             self._settle_zero_channels(wt, xs[0])
+        if x_adjustable:
+            self._fit_aligned_input(wt)
         for _ in range(MAX_ROUNDS):
             kx, x_bits = self._x_exps(wt)
             kw = self._w_per_out(wt)
@@ -426,6 +429,29 @@ class Rules:
                     self.lower(fw, self._lower_channels(wt, over, step), f"acc:{wt.name}")
             else:
                 return
+
+    def _fit_aligned_input(self, wt: Weighted) -> None:
+        """The input's codes aligned onto its finest channel (per group) or part must fit i32
+        (``MOVE_BITS``), whatever the weights: the accumulator bound below lowers a spread only
+        while it overflows, and an all-zero weight bounds every sum by 0. Dead channels
+        (exponent 60) are left to :meth:`_settle_zero_channels` and the zero-range rule."""
+        xs = wt.xs
+        if len(xs) == 1 and not wt.linear and xs[0].exps.size % wt.groups == 0:
+            f = xs[0]
+            codes = code_exps(f).reshape(wt.groups, -1)
+            zero = _zero(f).reshape(wt.groups, -1)
+            caps = [
+                int(c[~z].min()) + MOVE_BITS - _width(f) if (~z).any() else ZERO_EXP
+                for c, z in zip(codes, zero)
+            ]
+            cap = np.where(zero, codes, np.array(caps, dtype=np.int64)[:, None])
+            self.lower(f, cap.reshape(f.exps.shape), f"input:{wt.name}")
+            return
+        live = [f for f in xs if not _zero(f).all()]
+        if live:
+            cap = min(int(code_exps(f)[~_zero(f)].min()) + MOVE_BITS - _width(f) for f in live)
+            for f in live:
+                self.lower(f, np.where(_zero(f), code_exps(f), cap), f"input:{wt.name}")
 
     def _settle_zero_input(self, wt: Weighted, bias: Quant) -> None:
         """An input 0 on every calibration batch: the accumulator is the bias alone, put on

@@ -152,3 +152,51 @@ def test_per_tensor_recurrent_bias_takes_the_smallest_product_exponent():
     assert got["bh"].tolist() == [min(own["bh"], int((hidden + got["wh"]).min()))]
     assert got["bi"][0] < own["bi"]  # the cap applies here
     lowers_exactly(module, x)
+
+
+def _zero_weight_conv_after_spread_channels(groups: int) -> str:
+    """``x`` (2 channels) -> 1x1 conv scaling channel 1 by 2**-20 -> relu -> a 1x1 conv with
+    all-zero weights (``groups`` 1: it sums both channels; 2: depthwise, no sum)."""
+    w1 = np.array([1.0, 2.0**-20]).reshape(2, 1, 1, 1)
+    w2 = np.zeros((2, 2 // groups, 1, 1))
+    return f"""func.func @main(%x: tensor<?x2x3x3xf32>) -> tensor<?x2x3x3xf32> {{
+  %w1 = nf.constant "c1.weight" dense<{fmt(w1)}> : tensor<2x1x1x1xf32>
+  %c1 = nf.conv %x, %w1 {{groups = 2 : i64}} : (tensor<?x2x3x3xf32>, tensor<2x1x1x1xf32>) -> tensor<?x2x3x3xf32>
+  %r = nf.relu %c1 : tensor<?x2x3x3xf32>
+  %w2 = nf.constant "c2.weight" dense<{fmt(w2)}> : tensor<2x{2 // groups}x1x1xf32>
+  %c2 = nf.conv %r, %w2 {{groups = {groups} : i64}} : (tensor<?x2x3x3xf32>, tensor<2x{2 // groups}x1x1xf32>) -> tensor<?x2x3x3xf32>
+  func.return %c2 : tensor<?x2x3x3xf32>
+}}"""
+
+
+def test_conv_input_channels_aligned_within_i32_even_with_zero_weights():
+    """A conv sums its input channels aligned onto the finest one: ``b``-bit codes shifted ``s``
+    places take ``b + s`` bits, at most 32 (i32). Here 16-bit per-channel codes (signed: 16
+    bits) of channels ``2**20`` apart in range: calibrated exponents ``k0`` and ``k1 = k0 + 20``
+    (absmax of each channel of ``relu(x)`` and ``relu(x) * 2**-20``, computed here), so the
+    finer channel is capped at ``k0 + 32 - 16``. The conv's weights are all 0, so no
+    accumulator bound asks for it; the cap holds anyway and the program lowers, nq == nh.
+    A depthwise conv (groups 2) aligns nothing and keeps both exponents.
+
+    kills: the accumulator rule alone bounding the input alignment (lower-to-hw refused:
+    "aligning operands needs 36-bit codes"), found by ``test_calibrated_programs_lower_exactly``
+    (act_bits 16, per-channel activations, a zero-weight conv after a lone BN)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, 2, 3, 3)).astype(np.float32)
+    absmax = np.maximum(x, 0).max(axis=(0, 2, 3)) * np.array([1.0, 2.0**-20])
+    k = np.floor(np.log2((2**15 - 1) / absmax)).astype(np.int64)  # 16-bit signed, truncation
+    assert k[1] - k[0] == 20
+    for groups, want in ((1, [k[0], k[0] + 16]), (2, k.tolist())):
+        module = nanoir.parse(_zero_weight_conv_after_spread_channels(groups))
+        quantize(
+            module,
+            [x],
+            act_bits=16,
+            act_per_channel=True,
+            unsigned="never",
+            calibrator="absmax",
+            bias_correction=False,
+            progress=False,
+        )
+        assert exps(module)["r"].tolist() == list(want), groups
+        lowers_exactly(module, x)
