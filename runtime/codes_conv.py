@@ -26,19 +26,17 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import tensor_shape
 from nanoir.dialects.traits import Quantized, source_quantized
 from nanoir.runtime.base import Kernel
-from nanoir.runtime.numerics.quant import EXACT_EXP_LIMIT, power_of_two
+from nanoir.runtime.numerics.accumulator import F32_EXACT
+from nanoir.runtime.numerics.quant import EXACT_EXP_LIMIT, power_of_two, qmax, qmin
 from xdsl.ir import Operation, SSAValue
 
-__all__ = ["F32_EXACT", "exact_conv"]
-
-F32_EXACT = 2**24
-"""Every integer of magnitude <= 2**24 is a float32."""
+__all__ = ["exact_conv"]
 
 
 def _code_bound(bits: int, signed: bool) -> int:
-    if bits == 1:
-        return 1
-    return 2 ** (bits - 1) if signed else 2**bits - 1
+    """The largest ``|code|`` a ``bits``-wide grid holds (the codes themselves, unlike
+    lower-to-hw's bound, which counts unsigned codes one bit wider)."""
+    return max(-qmin(bits, signed=signed), qmax(bits, signed=signed))
 
 
 def _weight_grid(w: SSAValue, rows: int) -> tuple[np.ndarray, int] | None:

@@ -64,6 +64,7 @@ from nanoir.runtime.numerics import l2norm as l2_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
+from nanoir.runtime.numerics.accumulator import F32_EXACT, F64_EXACT
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
 from numpy.typing import DTypeLike, NDArray
@@ -89,10 +90,6 @@ IntArray = NDArray[np.signedinteger[Any]]
 ArrayLikeInt = Any
 """An int or an integer array (NumPy's ArrayLike also admits floats, which are refused)."""
 
-F32_EXACT = 2**24
-"""Every integer of magnitude <= 2**24 is a float32."""
-F64_EXACT = 2**53
-"""Every integer of magnitude <= 2**53 is a float64."""
 MIN_F32_CHUNK = 128
 """Shortest float32 chunk worth a BLAS call; with shorter ones float64 chunks are used.
 

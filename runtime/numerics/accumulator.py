@@ -1,4 +1,5 @@
-"""The i32 accumulator: its limit and the static bounds of sums of products written into it.
+"""The i32 accumulator: its limit and the static bounds of sums of products written into it, and
+the magnitudes below which float32 and float64 sums of integer codes are exact.
 
 lower-to-hw sums integer codes into i32 and refuses (unless told to allow overflow) an op whose
 worst-case accumulator does not fit; quantize picks exponents so that it fits
@@ -15,10 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ACC_LIMIT", "transposed_bound_terms"]
+__all__ = ["ACC_LIMIT", "F32_EXACT", "F64_EXACT", "transposed_bound_terms"]
 
 ACC_LIMIT = 2**31 - 1
 """The largest ``|acc|`` an i32 accumulator holds (symmetric: ``-2**31`` is not used)."""
+F32_EXACT = 2**24
+"""Every integer of magnitude <= 2**24 is a float32: a float32 sum of integer codes is exact
+while every partial sum stays within it (the float kernels of nh and of nq's codes)."""
+F64_EXACT = 2**53
+"""Every integer of magnitude <= 2**53 is a float64."""
 
 
 def transposed_bound_terms(

@@ -695,6 +695,15 @@ def test_per_channel_codes_moved_into_a_table_lower(
     assert _channel_spread(nq) <= 16 - bits
 
 
+def _far_from_identity(bn: nn.Module) -> None:
+    """Statistics and affine far from the identity, so that a lone BN changes every value."""
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.3, 3)
+        bn.weight.uniform_(0.5, 2)
+        bn.bias.uniform_(-1, 1)
+
+
 class _MovedBN(_SpreadConv):
     """A lone batch norm (its input is no conv's: fold-bn leaves it) with statistics far
     from the identity, reading the moved codes, through a split and a concat with another
@@ -706,11 +715,7 @@ class _MovedBN(_SpreadConv):
         features = {"flatten": c * 16, "channel_pad": c + 2, "pixel_shuffle": c // 4}
         self.bn = (nn.BatchNorm1d if move == "flatten" else nn.BatchNorm2d)(features[move])
         self.other = nn.Conv2d((c + 2) // 2, (c + 2) // 2, 1)
-        with torch.no_grad():
-            self.bn.running_mean.uniform_(-1, 1)
-            self.bn.running_var.uniform_(0.3, 3)
-            self.bn.weight.uniform_(0.5, 2)
-            self.bn.bias.uniform_(-1, 1)
+        _far_from_identity(self.bn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.moved(x)
@@ -760,11 +765,7 @@ class _SplitBN(nn.Module):
         super().__init__()
         self.c = c
         self.conv, self.bn = nn.Conv2d(c // 2, c // 2, 3, padding=1), nn.BatchNorm2d(c)
-        with torch.no_grad():
-            self.bn.running_mean.uniform_(-1, 1)
-            self.bn.running_var.uniform_(0.3, 3)
-            self.bn.weight.uniform_(0.5, 2)
-            self.bn.bias.uniform_(-1, 1)
+        _far_from_identity(self.bn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, b = x.split(self.c // 2, 1)

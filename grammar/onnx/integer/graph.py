@@ -36,12 +36,10 @@ from typing import Any
 import numpy as np
 from nanoir.dialects import nh
 from nanoir.grammar.onnx.exporter import OnnxExportError
+from nanoir.runtime.numerics.accumulator import F32_EXACT
 from xdsl.ir import Operation, SSAValue
 
 I32_MAX = 2**31 - 1
-F32_EXACT = 2**24
-"""Every integer of magnitude <= 2**24 is a float32; a sum of integers is exact in float32 while
-every partial sum is."""
 F64_EXACT = 2**52
 """A bound on ``|x|`` below which float64 holds ``x``, its power-of-two multiples and
 ``x * 2**-s + 1/2`` exactly (its integers are exact to ``2**53``): every nh code (at most 32
