@@ -9,7 +9,8 @@ too. So the float32 conv of the codes, scaled by ``2**-(k_x + k_w[o])``, is the 
 result bit for bit (``runtime/nh.py`` argues the same for its integer convs). Where a row's
 sum passes ``2**24`` (an 8-bit 3x3 conv of 128 channels can), the input channels are split
 into chunks that each fit, one float32 conv per chunk, and the chunks' integer sums are added
-in float64 (exact below ``2**53``). Quantize runs the quantized program on every calibration
+in float64 (exact below ``2**53``), unless a chunk would be shorter than ``MIN_F32_CHUNK``
+products (then float64 is faster). Quantize runs the quantized program on every calibration
 batch (bias correction, its check), and there float64 im2col was most of the time: a 5x5
 depthwise conv of 240x12x80 takes 4x longer in float64 than in float32.
 
@@ -31,7 +32,7 @@ from nanoir.dialects.dense import dense_to_numpy
 from nanoir.dialects.nf import tensor_shape
 from nanoir.dialects.traits import Quantized, source_quantized
 from nanoir.runtime.base import Kernel
-from nanoir.runtime.numerics.accumulator import F32_EXACT, F64_EXACT
+from nanoir.runtime.numerics.accumulator import F32_EXACT, F64_EXACT, MIN_F32_CHUNK
 from nanoir.runtime.numerics.quant import EXACT_EXP_LIMIT, power_of_two, qmax, qmin
 from xdsl.ir import Operation, SSAValue
 
@@ -121,6 +122,7 @@ def exact_conv(
     w_scale = power_of_two(w_exps).reshape(rows, 1, *spatial)
     unit = power_of_two(-(q.exp + w_exps)).reshape(rows, *spatial)
     grouped = op.groups.value.data > 1  # type: ignore[attr-defined]
+    taps = int(np.prod(w_shape[2:]))
 
     def codes_conv(cx: np.ndarray, x_max: int, cw: np.ndarray) -> np.ndarray | None:
         """The integer sums (float64), or None when no chunking keeps them exact."""
@@ -130,6 +132,10 @@ def exact_conv(
             spans = [(0, cw.shape[1])] if fits else None
         else:
             spans = channel_chunks(row_sums, x_max)
+            # (short chunks cost more in BLAS calls than float64 saves; the last may be short)
+            if spans is not None and len(spans) > 1:
+                if min(c1 - c0 for c0, c1 in spans[:-1]) * taps < MIN_F32_CHUNK:
+                    return None
         if spans is None:
             return None
         y: np.ndarray | None = None

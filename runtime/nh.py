@@ -64,7 +64,7 @@ from nanoir.runtime.numerics import l2norm as l2_numerics
 from nanoir.runtime.numerics import recurrent as recurrent_numerics
 from nanoir.runtime.numerics import reduce as reduce_numerics
 from nanoir.runtime.numerics import softmax as softmax_numerics
-from nanoir.runtime.numerics.accumulator import F32_EXACT, F64_EXACT
+from nanoir.runtime.numerics.accumulator import F32_EXACT, F64_EXACT, MIN_F32_CHUNK
 from nanoir.runtime.numerics.quant import div_round, requant_codes
 from nanoir.runtime.numerics.shapes import pool_output_size, window_params
 from numpy.typing import DTypeLike, NDArray
@@ -90,13 +90,6 @@ IntArray = NDArray[np.signedinteger[Any]]
 ArrayLikeInt = Any
 """An int or an integer array (NumPy's ArrayLike also admits floats, which are refused)."""
 
-MIN_F32_CHUNK = 128
-"""Shortest float32 chunk worth a BLAS call; with shorter ones float64 chunks are used.
-
-Each chunk costs a BLAS call with a short reduction plus a pass over the output to convert
-and accumulate it. Measured on a 64x576 @ 576x3136 product (one thread): 128-term float32
-chunks took 0.6x the time of one float64 matmul, 64-term chunks 1.4x.
-"""
 _I32_MAX = code_range(32)[1]
 
 NH_BUILDERS: dict[type[Operation], Builder] = {}

@@ -113,8 +113,9 @@ def cases(draw):
 def test_a_quantized_conv_equals_integer_arithmetic(case) -> None:
     """nanoir.run at float64 (the nq level) equals the int64 oracle bit for bit, on both
     sides of the float32 bound. Kills: the bound check dropped (sums of extreme 8x16-bit codes
-    lose bits in float32: the float64 kernel is no longer taken), the unit's exponent sign
-    flipped, a 1-bit weight's exponent not
+    lose bits in float32: the float64 kernel is no longer taken), chunks shorter than
+    ``MIN_F32_CHUNK`` products taken (float32 where float64 is faster), the unit's exponent
+    sign flipped, a 1-bit weight's exponent not
     negated (its codes then fail the run-time check: the float32 path is never taken), the
     bias rounded to float32."""
     cx, cw, bx, kx, sx, bw, kw, sw, b, strides, pads, dil, groups = case
@@ -138,13 +139,14 @@ def test_a_quantized_conv_equals_integer_arithmetic(case) -> None:
     module = nanoir.parse(text)
     (y,) = nanoir.run(module, x, w, b, dtype=np.float64)
     np.testing.assert_array_equal(y, want)
-    # the float32 path is taken exactly where the codes' own sums allow it: each input
-    # channel's taps (ungrouped: channels are chunked) or each whole row (grouped) times the
-    # largest input code within 2**24, every partial sum a float32 integer
+    # the float32 path is taken exactly where the codes' own sums allow it: each whole row
+    # times the largest input code within 2**24, every partial sum a float32 integer (these
+    # rows are shorter than 128 products, so no split into chunks is worth a BLAS call each)
     conv = next(op for op in find_function(module, None).walk() if isinstance(op, ConvOp))
-    per_channel = np.abs(cw).reshape(cw.shape[0], cw.shape[1], -1).sum(axis=2)
-    sums = per_channel if groups == 1 else per_channel.sum(axis=1)
-    within = int(sums.max()) * int(np.abs(cx).max()) <= 2**24
+    assert cw[0].size < 128
+    within = (
+        int(np.abs(cw).reshape(cw.shape[0], -1).sum(axis=1).max()) * int(np.abs(cx).max()) <= 2**24
+    )
     fell_back = []
     kernel = exact_conv(conv, lambda *a: np.zeros(want.shape), lambda *a: fell_back.append(1))
     assert kernel is not None
@@ -209,3 +211,29 @@ def test_long_sums_are_chunked_by_input_channel_and_stay_exact(k: int, c: int) -
     (got,) = kernel(x.astype(np.float64), w.astype(np.float64), b)
     np.testing.assert_array_equal(got, want)
     assert not fell_back and len(chunks) >= 2 and sum(chunks) == c
+
+
+def test_short_chunks_take_the_float64_kernel() -> None:
+    """16-bit input codes of 32767 times 8-bit weights of 127 in a 1x1 conv of 300 channels:
+    each channel fits ``2**24`` alone (``2**22``-ish) but only 4 fit together, so chunks of 4
+    products would each cost a BLAS call: the float64 kernel runs instead (and equals the
+    oracle). Kills: the ``MIN_F32_CHUNK`` check dropped (75 float32 calls of 4 channels)."""
+    c, o = 300, 2
+    cx = np.full((1, c, 2, 2), 32767)
+    cw = np.full((o, c, 1, 1), 127)
+    kx, kw = 10, [5, 5]
+    b = np.zeros(o)
+    want = oracle(cx, cw, kx, kw, b, (1, 1), (0,) * 4, (1, 1), 1)
+    x = (cx * 2.0**-kx).astype(np.float32)
+    w = (cw * 2.0**-5).astype(np.float32)
+    text = program(
+        x.shape, w.shape, want.shape, 16, kx, True, 8, kw, True, (1, 1), (0,) * 4, (1, 1), 1
+    )
+    module = nanoir.parse(text)
+    (y,) = nanoir.run(module, x, w, b, dtype=np.float64)
+    np.testing.assert_array_equal(y, want)
+    conv = next(op for op in find_function(module, None).walk() if isinstance(op, ConvOp))
+    chunks, fell_back = [], []
+    kernel = exact_conv(conv, lambda *a: chunks.append(a), lambda *a: fell_back.append(1))
+    kernel(x.astype(np.float64), w.astype(np.float64), b)
+    assert fell_back and not chunks
