@@ -46,7 +46,9 @@ How it works:
   ``[N, rows, C]`` buffer and compute a window's rows from a column view with a weight
   matrix made once; the elementwise nodes after such a conv, each the only user of the one
   before (requant, relu, clamp, fake_quant), run inside its step (an nh conv -> requant
-  [-> relu] as one exact float kernel); ``nh.requant`` and ``nq.fake_quant`` have kernels
+  [-> relu] as one exact float kernel; a step that brings one array of rows mid-stream
+  takes ``_NodeRun._step_one``, and a single window of held rows the chain's one-window
+  kernel, ``at_one``); ``nh.requant`` and ``nq.fake_quant`` have kernels
   with their dispatch done once; pointwise steps move the cursor without the generic
   ``advance``, and so do the steps of a one-input windowed node that fire nothing;
   ``nh.avg_pool`` windows that tile the rows are summed in one call. Everything else takes
@@ -173,6 +175,8 @@ class _Cache:
         if self.axis is None:
             assert stop == start + 1, "a unit tensor is read one unit at a time"
             return self.chunks[start - self.base]
+        if start <= self.base and self.end <= stop and len(self.chunks) > 1:
+            return np.concatenate(self.chunks, axis=self.axis)  # (they hold [base, end))
         parts: Chunks = []
         offset = self.base
         for a in self.chunks:
@@ -196,6 +200,10 @@ class _Cache:
 
     def drop_before(self, row: int) -> None:
         """Forget every row before ``row`` (rows still to come before it are skipped)."""
+        if row >= self.end:  # all of them (the loop below, at once)
+            self.chunks.clear()
+            self.base = row
+            return
         while self.chunks and self.base + self.rows_of(self.chunks[0]) <= row:
             self.base += self.rows_of(self.chunks.popleft())
         if self.chunks and self.base < row:
@@ -292,6 +300,8 @@ class _NodeRun:
 
     def reset(self) -> None:
         self.cursor = NodeCursor(self.node.rule)
+        self.chain_peak = 0
+        """Most rows this fast node made in one step (its fused nodes' cache peaks)."""
         self.state: Any = None
         old = getattr(self, "caches", None)
         # a new stream fills the last one's buffer (no new pages to fault in)
@@ -441,8 +451,12 @@ class _NodeRun:
             s = self.inputs[0]
             chunks = produced[s]
             inputs_ended = ended[s]
-            if not inputs_ended and not chunks and (cursor.fired or not self.pads_first):
-                return
+            if not inputs_ended:
+                if chunks and len(chunks) == 1:
+                    self._step_one(chunks[0], produced)
+                    return
+                if not chunks and (cursor.fired or not self.pads_first):
+                    return
             self._step_fast(chunks, inputs_ended, produced)
         else:
             quick = self.quick
@@ -577,6 +591,60 @@ class _NodeRun:
             raise ExecutionError(f"{self.node.op.name}: several units of a tensor in one step")
         self._emit(self.kernel(0, 0, rows), [x], firing, produced)
 
+    def _step_one(self, a: np.ndarray, produced: list[Chunks | None]) -> None:
+        """``_step_fast`` for one array of rows mid-stream (the stream goes on): the same
+        cursor moves, caches and kernels, with what does not apply left out. Windows of real
+        rows held in the buffer are one call of the chain's kernel (``chain_one`` for a
+        single window); windows reaching into the begin padding take ``_fire``."""
+        cursor, cache = self.cursor, self.caches[0]
+        buf, n = cache.buf, a.shape[2]
+        end, base = cache.end, cache.base
+        start = cache.off + end - base
+        if buf is not None and end >= base and start + n <= buf.shape[1]:
+            # RowBuffer.append where the rows fit after the held ones
+            buf[:, start : start + n] = a.transpose(0, 2, 1)
+            cache.end = end = end + n
+        else:
+            cache.append(a)
+            end, base = cache.end, cache.base
+        held = end - base
+        if held > self.peaks[0]:
+            self.peaks[0] = held
+        field, stride, pad_begin = self.geometry  # type: ignore[misc]
+        received = cursor.received[0] + n
+        cursor.received[0] = received
+        count = pad_begin + received - cursor.fired * stride  # (fed_end: 0 mid-stream)
+        if count > cursor.peak[0]:
+            cursor.peak[0] = count
+        if count < field:
+            return
+        n = (count - field) // stride + 1
+        first = cursor.fired
+        cursor.fired = first + n
+        lo = first * stride - pad_begin
+        one, whole_at = self.chain_one, self.chain_at
+        if lo >= cache.base and whole_at is not None:
+            # every row real and held (the last window ends at the last row received)
+            row = lo - cache.base + cache.off
+            if n == 1 and one is not None:
+                y = one(cache.buf, row)
+            else:
+                y = whole_at(cache.buf, row, (n - 1) * stride + field, n)
+            for slot in self.chain_slots:
+                chunks = produced[slot]
+                if chunks is None:
+                    produced[slot] = [y]
+                else:
+                    chunks.append(y)
+        else:
+            self._fire([(first, n)], received, 0, produced)
+        row = cursor.fired * stride - pad_begin
+        if row > cache.base:  # RowBuffer.drop_before
+            cache.off += max(0, min(row, cache.end) - cache.base)
+            cache.base = row
+        if n > self.chain_peak:
+            self.chain_peak = n
+
     def _step_fast(
         self, chunks: Chunks | None, inputs_ended: bool, produced: list[Chunks | None]
     ) -> None:
@@ -608,9 +676,30 @@ class _NodeRun:
                 cursor.fired += n
         if inputs_ended:
             cursor.ended = True
+        if len(firings) == 2:  # consecutive windows (before and after the end padding): one call
+            (first, n), (_, more) = firings
+            firings = [(first, n + more)]
+        total = self._fire(firings, received, cursor.fed_end, produced)
+        cache.drop_before(cursor.fired * stride - pad_begin)
+        if total > self.chain_peak:
+            self.chain_peak = total
+        if cursor.ended:
+            self.sync_chain()
+
+    def _fire(
+        self,
+        firings: list[tuple[int, int]],
+        received: int,
+        fed_end: int,
+        produced: list[Chunks | None],
+    ) -> int:
+        """Run the fast node's chain on its ``(first, count)`` firings (``received`` real
+        rows so far, ``fed_end`` zero rows after them); add the rows to ``produced``; return
+        the windows fired."""
+        cache = self.caches[0]
+        field, stride, pad_begin = self.geometry  # type: ignore[misc]
         total = 0
         if firings:
-            fed_end = cursor.fed_end
             slots, chain, conv = self.chain_slots, self.chain_last, self.fast[0]  # type: ignore[index]
             whole = self.chain_fused
             whole_at = self.chain_at
@@ -662,18 +751,17 @@ class _NodeRun:
                         produced[slot] = [out]
                     else:
                         chunks.append(out)
-        cache.drop_before(cursor.fired * stride - pad_begin)
+        return total
+
+    def sync_chain(self) -> None:
+        """Bring the cursors of the fused nodes up to date: each fires on every row this
+        fast node makes, as it makes them (``_step_fast`` counts them on this node alone)."""
+        fired, peak, ended = self.cursor.fired, self.chain_peak, self.cursor.ended
         for f in self.fused:
             c = f.cursor
-            if total:
-                if total > f.peaks[0]:
-                    f.peaks[0] = total
-                c.received[0] += total
-                if total > c.peak[0]:
-                    c.peak[0] = total
-                c.fired += total
-            if cursor.ended:
-                c.ended = True
+            c.received[0] = c.fired = fired
+            c.peak[0] = f.peaks[0] = peak
+            c.ended = ended
 
     def _step_windows(
         self, arrivals: list[Chunks | None], inputs_ended: bool, produced: list[Chunks | None]
@@ -852,12 +940,8 @@ class StreamRunner:
         self.results: list[SSAValue] = list(self.func.body.block.last_op.arguments)  # type: ignore[union-attr]
         self._fuse()
         self._active = [r for r in self.runs if not r.absorbed]
-        self._consumers: list[list[int]] = [[] for _ in values]
-        """Per slot, the active nodes (indices in ``_active``) that read it."""
-        for k, run in enumerate(self._active):
-            run.out_slots = [*run.outputs, *(s for f in run.fused for s in f.outputs)]
-            for s in dict.fromkeys(run.inputs):
-                self._consumers[s].append(k)
+        self._result_slots = [self.slot.get(v) for v in self.results]
+        """Per result, its slot (``None``: a constant, which no step produces)."""
         self._empties: dict[int, list[tuple[int, int, np.ndarray]]] = {}
         self._arg_types = [self._chunk_type(a.type) for a in self.graph.inputs]
         self._codes_only = [_codes_only(t) for t in self._arg_types]
@@ -901,9 +985,11 @@ class StreamRunner:
             run.chain_last = None
             run.chain_fused = None
             run.chain_at = None
+            run.chain_one = None
             if run.fast is not None and run.fused:
                 run.chain_fused = fused_requant(run.fast[0], [f.node.op for f in run.fused])
                 run.chain_at = getattr(run.chain_fused, "at", None)
+                run.chain_one = getattr(run.chain_fused, "at_one", None)
                 # codes read only by a fast conv that stores them as floats of the same
                 # dtype: handed over as those floats (the same integers; no int cast and back)
                 (v,) = run.fused[-1].node.op.results
@@ -918,6 +1004,7 @@ class StreamRunner:
                     and consumer.fast[1] == run.chain_fused.float_dtype  # type: ignore[union-attr]
                 ):
                     run.chain_at = run.chain_fused.at_float  # type: ignore[union-attr]
+                    run.chain_one = run.chain_fused.at_one_float  # type: ignore[union-attr]
             last = getattr(run.fast[0], "channel_last", None) if run.fast is not None else None
             if last is not None:
                 chain = [last]
@@ -948,6 +1035,9 @@ class StreamRunner:
     @property
     def cache_peaks(self) -> dict[tuple[Operation, SSAValue], int]:
         """Most real rows each cache held (keyed like ``BufferPlan.caches``)."""
+        for r in self.runs:
+            if r.fused:
+                r.sync_chain()
         return {
             (r.node.op, v): peak
             for r in self.runs
@@ -1093,20 +1183,17 @@ class StreamRunner:
                 if not run.cursor.ended:
                     run.step(produced, ended)
         else:
-            consumers = self._consumers
-            dirty = [False] * len(self._active)
-            for s, chunks in enumerate(produced):
-                if chunks:
-                    for k in consumers[s]:
-                        dirty[k] = True
-            for k, run in enumerate(self._active):
-                if not dirty[k] or run.cursor.ended:
-                    continue
-                run.step(produced, ended)
-                for s in run.out_slots:
-                    if produced[s]:
-                        for c in consumers[s]:
-                            dirty[c] = True
+            # Nodes run in program order, so a node's inputs have all their rows of this step
+            # by the time it is reached: it runs when one of them got some.
+            for run in self._active:
+                for s in run.inputs:
+                    chunks = produced[s]
+                    if chunks:
+                        if run.fast is not None and len(chunks) == 1 and not ended[s]:
+                            run._step_one(chunks[0], produced)  # (what step would call)
+                        elif not run.cursor.ended:
+                            run.step(produced, ended)
+                        break
         axes, peaks = self.axes, self._peaks
         for s, chunks in enumerate(produced):
             if chunks:
@@ -1119,9 +1206,7 @@ class StreamRunner:
                     n = sum(c.shape[axis] for c in chunks)
                 if n > peaks[s]:
                     peaks[s] = n
-        outs = [
-            self._join(v, produced[self.slot[v]]) if v in self.slot else None for v in self.results
-        ]
+        outs = [None if s is None else self._join_slot(s, produced[s]) for s in self._result_slots]
         if not self.integer or self.raw:
             return outs
         return [
@@ -1129,10 +1214,10 @@ class StreamRunner:
             for v, y in zip(self.results, outs)
         ]
 
-    def _join(self, value: SSAValue, chunks: Chunks | None) -> np.ndarray | None:
+    def _join_slot(self, slot: int, chunks: Chunks | None) -> np.ndarray | None:
         if not chunks:
             return None
-        axis = self.axes[self.slot[value]]
+        axis = self.axes[slot]
         if axis is None or len(chunks) == 1:
             return chunks[0]
         return np.concatenate(chunks, axis=axis)

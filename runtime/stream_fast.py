@@ -14,6 +14,10 @@ gives the general path's result bit for bit or is not taken:
   the worst case fits the float's exact range, so any summation order gives the same
   integers; the fast path is taken only when the worst case (declared input width, the
   weight's and bias's actual ``max |code|``) also fits i32, as the kernel's plan proves it.
+- :func:`fused_requant`: such a conv and its requant chain as one exact float kernel, with
+  a kernel of its own for one window of rows held in the buffer (a stream of one row a push
+  fires one window at a time): one product, the bias, and the epilogue with its per-call
+  decisions made once (``_finisher``).
 - :func:`fast_requant`: ``requant_codes``'s int32 branch with the shift, mode and bounds
   resolved once (other cases call ``requant_codes``).
 - :func:`fast_avg_pool`: an ``nh.avg_pool`` over ``[N, C, L]`` whose windows tile the rows
@@ -36,7 +40,7 @@ from nanoir.dialects.nf import array_values
 from nanoir.dialects.nh import code_range, width_of
 from nanoir.dialects.nq import FakeQuantOp
 from nanoir.runtime.base import ExecutionError
-from nanoir.runtime.fused import epilogue
+from nanoir.runtime.fused import Epilogue, epilogue
 from nanoir.runtime.nh import plan_exact_matmul
 from nanoir.runtime.numerics.quant import (
     EXACT_EXP_LIMIT,
@@ -260,6 +264,7 @@ def fast_conv(
         )
         return view.reshape(batch * count, inner)
 
+    run.span, run.dilation = span, d  # type: ignore[attr-defined]
     run.channel_last = channel_last  # type: ignore[attr-defined]
     run.columns_at = columns_at  # type: ignore[attr-defined]
     run.bound = product_bound  # type: ignore[attr-defined]
@@ -321,6 +326,31 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
         return codes(columns(x, zb, ze, count), x.shape[0], count)
 
     columns_at = getattr(conv, "columns_at", None)
+    span, dilation = conv.span, conv.dilation  # type: ignore[attr-defined]
+    inner = w.shape[0]
+    finish_floats = _finisher(epi, pdt, floats=True)
+    finish_codes = _finisher(epi, pdt, floats=False)
+    dot, add = np.dot, np.add
+
+    def one(buf: np.ndarray, row: int) -> np.ndarray:
+        """``run_at(buf, row, span, 1)``: one window of real rows, one output row (a stream
+        of one row a push fires so), in as few NumPy calls as it takes; ``[N, O, 1]``."""
+        y = dot(buf[:, row : row + span : dilation].reshape(buf.shape[0], inner), wt)
+        if y.dtype != pdt:
+            y = y.astype(pdt)
+        if has_add:
+            add(y, addf, out=y)
+        return finish_codes(y)[:, :, None]
+
+    def one_float(buf: np.ndarray, row: int) -> np.ndarray:
+        """``one`` with the codes left as ``pdt`` floats (as ``run_at_float``)."""
+        y = dot(buf[:, row : row + span : dilation].reshape(buf.shape[0], inner), wt)
+        if y.dtype != pdt:
+            y = y.astype(pdt)
+        if has_add:
+            add(y, addf, out=y)
+        return finish_floats(y)[:, :, None]
+
     if columns_at is not None:
 
         def run_at(buf: np.ndarray, row: int, rows: int, count: int) -> np.ndarray:
@@ -334,8 +364,50 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
 
         run.at = run_at  # type: ignore[attr-defined]
         run.at_float = run_at_float  # type: ignore[attr-defined]
+        run.at_one = one  # type: ignore[attr-defined]
+        run.at_one_float = one_float  # type: ignore[attr-defined]
+        one.finish, one_float.finish = finish_codes, finish_floats  # type: ignore[attr-defined]
         run.float_dtype = pdt  # type: ignore[attr-defined]
     return run
+
+
+def _finisher(epi: Epilogue, pdt: np.dtype[Any], floats: bool) -> Callable[[np.ndarray], Any]:
+    """``Epilogue.apply`` for ``[N, O]`` ``pdt`` arrays as a function with what ``apply``
+    decides per call decided once: ``floats`` gives ``apply(y, out=y)`` (the codes as
+    floats, in place), else ``apply(y)`` (the codes in ``epi.dtype``). The same NumPy
+    operations on the same values, except that a last clip that cannot change a value (the
+    range before it, clipped and scaled by powers of two, lies within its own) is left out:
+    the codes are then cast as they are (integers already, rounded by the chain's first
+    requant; else ``apply`` itself serves)."""
+    kind = pdt.type
+    stages = [(kind(lo), kind(hi), then) for lo, hi, then in epi.stages]
+    *middle, (lo, hi, _) = stages
+    last_needed = True
+    if middle:
+        before_lo, before_hi, then = epi.stages[-2]
+        scales = np.asarray(then, dtype=np.float64)
+        low = min(before_lo * float(scales.min()), before_lo * float(scales.max()))
+        high = max(before_hi * float(scales.min()), before_hi * float(scales.max()))
+        last_needed = not (epi.stages[-1][0] <= low and high <= epi.stages[-1][1])
+    rnd = epi.exact_round if floats else epi.round
+    if not floats and (last_needed or rnd is None):
+        return epi.apply
+    dtype = epi.dtype
+
+    def finish(y: np.ndarray) -> np.ndarray:
+        if rnd is not None:
+            rnd(y, out=y)
+        for a, b, then in middle:
+            _clip(y, a, b, out=y)
+            y *= then
+        if not floats:
+            return y.astype(dtype)
+        if last_needed:
+            _clip(y, lo, hi, out=y)
+        return y
+
+    finish.last_clip = last_needed  # type: ignore[attr-defined]
+    return finish
 
 
 def fast_requant(

@@ -161,7 +161,7 @@ class Streamer:
             return a  # a whole input: the runner checks it as run does
         dim = self.mem_dim
         shape = a.shape
-        key = (a.dtype, shape[:dim], shape[dim + 1 :])
+        key = (a.dtype, len(shape), shape[:dim], shape[dim + 1 :])  # (a rank-2 chunk: not 3)
         seen = self._seen[index]
         if key in seen:
             return a
@@ -187,6 +187,36 @@ class Streamer:
 
     def push(self, *rows: Any) -> list[np.ndarray | None]:
         """Feed the next rows of every input; return each output's rows that became ready."""
+        passed = self._passed
+        if passed is not None and len(rows) == len(passed):
+            # Chunks like ones that passed every check: only the row counts are news.
+            dim = self.mem_dim
+            for i, a in enumerate(rows):
+                if (
+                    type(a) is not np.ndarray
+                    or a.ndim <= dim
+                    or not a.shape[dim]
+                    or (a.dtype, a.shape[:dim], a.shape[dim + 1 :]) not in passed[i]
+                ):
+                    break
+            else:
+                extent, counted = self._extent, self._rows
+                for i in self._bounded:
+                    if counted[i] + rows[i].shape[dim] > extent[i]:  # type: ignore[operator]
+                        return self._push(rows)  # (it says why)
+                for i, a in enumerate(rows):
+                    counted[i] += a.shape[dim]
+                try:
+                    outs = self._runner._push_checked(rows)
+                except Exception as e:
+                    self._failed = f"{type(e).__name__}: {e}"
+                    self._passed = None
+                    raise
+                return [e if y is None else y for e, y in zip(self._no_rows, outs)]
+        return self._push(rows)
+
+    def _push(self, rows: tuple[Any, ...]) -> list[np.ndarray | None]:
+        """``push`` with every check (see :meth:`_learn` for what lets later chunks skip them)."""
         if self._failed is not None:
             raise ExecutionError(
                 f"push after a failed push ({self._failed}): the stream has ended (reset() first)"
@@ -228,8 +258,38 @@ class Streamer:
             outs = self._runner._push_checked(checked)
         except Exception as e:
             self._failed = f"{type(e).__name__}: {e}"
+            self._passed = None
             raise
+        self._learn(rows, checked)
         return self._outputs(outs)
+
+    def _learn(self, rows: Sequence[Any], checked: Sequence[np.ndarray | None]) -> None:
+        """After a push that every check passed: remember, per input, the (dtype, shape with
+        the rows aside) of its chunk when a chunk like it passes them all again without a
+        look at its values, so that ``push`` hands such chunks straight to the runner. That
+        holds when the chunk was an array with rows that ``_check`` passed against the
+        stream's fixed shape and kind (a chunk like it passes the same comparisons) and the
+        runner's ``check`` took as it was (its dtype holds codes only:
+        ``StreamRunner._known``). Anything else, and every 0-row chunk, takes the checks."""
+        if self._passed is None:
+            if self._batch is None:
+                return
+            self._passed = [set() for _ in rows]
+            self._no_rows = [self._empty(k, self._batch) for k in range(self.num_outputs)]
+        runner, dim = self._runner, self.mem_dim
+        for i, (r, a) in enumerate(zip(rows, checked)):
+            if (
+                a is r
+                and type(a) is np.ndarray
+                and runner.streamed[i]
+                and self._shape[i] is not None
+                and a.ndim > dim
+                and a.shape[dim]
+            ):
+                if (a.dtype, a.ndim, a.shape[:dim], a.shape[dim + 1 :]) in self._seen[i] and (
+                    runner._signature(i, a) in runner._known[i]
+                ):
+                    self._passed[i].add((a.dtype, a.shape[:dim], a.shape[dim + 1 :]))
 
     def flush(self) -> list[np.ndarray | None]:
         """End the stream (its end padding) and return every output's remaining rows."""
@@ -260,6 +320,7 @@ class Streamer:
                 f"{self._rows[i]}; push the rest first"
             )
         self._flushed = True
+        self._passed = None
         try:
             outs = self._runner.finish()
         except Exception as e:  # (an input shorter than a window: the whole run's error)
@@ -275,6 +336,13 @@ class Streamer:
         self._kind: list[str | None] = [None] * self.num_inputs
         self._rows = [0] * self.num_inputs
         self._seen: list[set[tuple[Any, ...]]] = [set() for _ in range(self.num_inputs)]
-        """Per input, the (dtype, shape with the rows aside) of chunks ``_check`` passed."""
+        """Per input, the (dtype, rank, shape with the rows aside) of chunks ``_check``
+        passed."""
         self._flushed = False
         self._failed: str | None = None
+        self._passed: list[set[tuple[Any, ...]]] | None = None
+        """Per input, the (dtype, shape with the rows aside) of chunks with rows that pass
+        every check of ``_push`` without a look at their values (``_learn``); ``None`` until
+        the batch is fixed, and once the stream has ended."""
+        self._no_rows: list[np.ndarray | None] = []
+        """Per output, what ``push`` returns for it when it got no rows (the stream's batch)."""

@@ -311,3 +311,55 @@ def test_a_static_stream_length_is_enforced() -> None:
         s.flush()
     s.push(x[:, :, 3:6])  # the refused flush left the stream open
     s.flush()
+
+
+STATIC_NH = """func.func @main(%x: tensor<?x2x6xi8, #nh.fixed<0, BCM>>) -> tensor<?x2x6xi8, #nh.fixed<0, BCM>> {
+  %y = nh.relu %x : tensor<?x2x6xi8, #nh.fixed<0, BCM>>
+  func.return %y : tensor<?x2x6xi8, #nh.fixed<0, BCM>>
+}"""
+
+
+def test_checks_passed_once_per_shape_still_refuse_other_chunks() -> None:
+    """Once int8 codes of one shape have passed every check, ``push`` hands chunks like them
+    straight to the runner (issue 33 §4: the checks are per dtype and shape, not per push).
+    A later push of another shape, batch, dtype kind, or of int16 codes out of the i8 range
+    (even after in-range int16 codes passed twice), or past a declared stream length, still
+    gets its clear error, changes nothing, and the stream goes on equal to the whole run.
+
+    Mutants seen to fail it (each applied in a copy of runtime/streamer.py): the fast path's
+    (dtype, shape) test removed (a 5-channel or float32 chunk reaches the runner); its
+    length test removed (a 7th row of a 6-row input accepted); ``_learn`` remembering
+    chunks the runner's check had to read (``runner._known`` not asked: out-of-range int16
+    codes accepted after in-range ones). It found a bug older than that fast path: a rank-2
+    chunk after rank-3 ones of the same dims passed ``_check`` (its key lacked the rank) and
+    failed with an IndexError instead of the shape error."""
+    hw = PROGRAMS["nh"]
+    x = np.random.default_rng(5).integers(-128, 128, (2, 4, 12)).astype(np.int8)
+    streamer = nanoir.Streamer(hw, raw=True)
+    parts = [streamer.push(x[:, :, t : t + 1]) for t in range(3)]
+    assert streamer._passed == [{(np.dtype(np.int8), (2, 4), ())}]  # the fast path is on
+    refused = [
+        (np.zeros((2, 5, 1), np.int8), r"input 0 has shape \(2, 5, 1\), expected 2x4x\?"),
+        (np.zeros((1, 4, 1), np.int8), r"input 0 has shape \(1, 4, 1\), expected 2x4x\?"),
+        (np.zeros((2, 4), np.int8), r"input 0 has shape \(2, 4\), expected 2x4x\?"),
+        (np.zeros((2, 4, 1), np.float32), "float32 .float., but this stream's earlier rows"),
+    ]
+    wide = x[:, :, 3:5].astype(np.int16)
+    parts += [streamer.push(wide[:, :, :1]), streamer.push(wide[:, :, 1:])]  # values read
+    out_of_range = np.zeros((2, 4, 1), np.int16)
+    out_of_range[1, 2, 0] = 300
+    refused.append((out_of_range, r"input 0 has code 300 at index \(1, 2, 0\), outside i8"))
+    for chunk, message in refused:
+        with pytest.raises(nanoir.Error, match=message):
+            streamer.push(chunk)
+    parts += [streamer.push(x[:, :, t : t + 2]) for t in range(5, 12, 2)] + [streamer.flush()]
+    for k, w in enumerate(nanoir.run(hw, x, raw=True)):
+        assert np.concatenate([p[k] for p in parts], axis=2).tobytes() == w.tobytes()
+
+    static = nanoir.Streamer(nanoir.parse(STATIC_NH), raw=True)
+    codes = np.random.default_rng(6).integers(-128, 128, (1, 2, 7)).astype(np.int8)
+    rows = [static.push(codes[:, :, t : t + 1])[0] for t in range(6)]
+    with pytest.raises(nanoir.Error, match="declares 6 rows along dim 2; this push brings it to 7"):
+        static.push(codes[:, :, 6:7])
+    rows.append(static.flush()[0])
+    assert np.concatenate(rows, axis=2).tobytes() == np.maximum(codes[:, :, :6], 0).tobytes()
