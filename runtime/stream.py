@@ -47,7 +47,7 @@ How it works:
   matrix made once; the elementwise nodes after such a conv, each the only user of the one
   before (requant, relu, clamp, fake_quant), run inside its step (an nh conv -> requant
   [-> relu] as one exact float kernel; a step that brings one array of rows mid-stream
-  takes ``_NodeRun._step_one``, and a single window of held rows the chain's one-window
+  takes ``_NodeRun.step_one``, and a single window of held rows the chain's one-window
   kernel, ``at_one``); ``nh.requant`` and ``nq.fake_quant`` have kernels
   with their dispatch done once; pointwise steps move the cursor without the generic
   ``advance``, and so do the steps of a one-input windowed node that fire nothing;
@@ -453,7 +453,7 @@ class _NodeRun:
             inputs_ended = ended[s]
             if not inputs_ended:
                 if chunks and len(chunks) == 1:
-                    self._step_one(chunks[0], produced)
+                    self.step_one(chunks[0], produced)
                     return
                 if not chunks and (cursor.fired or not self.pads_first):
                     return
@@ -591,7 +591,7 @@ class _NodeRun:
             raise ExecutionError(f"{self.node.op.name}: several units of a tensor in one step")
         self._emit(self.kernel(0, 0, rows), [x], firing, produced)
 
-    def _step_one(self, a: np.ndarray, produced: list[Chunks | None]) -> None:
+    def step_one(self, a: np.ndarray, produced: list[Chunks | None]) -> None:
         """``_step_fast`` for one array of rows mid-stream (the stream goes on): the same
         cursor moves, caches and kernels, with what does not apply left out. Windows of real
         rows held in the buffer are one call of the chain's kernel (``chain_one`` for a
@@ -1133,6 +1133,11 @@ class StreamRunner:
                 known[i].add(self._signature(i, a))
         return checked
 
+    def passed_as_is(self, index: int, a: np.ndarray) -> bool:
+        """Whether an array like ``a`` (its dtype and shape, rows aside) passed the checks of
+        input ``index`` without its values being read."""
+        return self._signature(index, a) in self._known[index]
+
     def _signature(self, index: int, a: np.ndarray) -> tuple[Any, ...]:
         """What the checks of input ``index`` read of ``a``: its dtype and shape (the rows
         along the streamed dim aside)."""
@@ -1190,7 +1195,7 @@ class StreamRunner:
                     chunks = produced[s]
                     if chunks:
                         if run.fast is not None and len(chunks) == 1 and not ended[s]:
-                            run._step_one(chunks[0], produced)  # (what step would call)
+                            run.step_one(chunks[0], produced)  # (what step would call)
                         elif not run.cursor.ended:
                             run.step(produced, ended)
                         break

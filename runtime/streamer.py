@@ -270,7 +270,7 @@ class Streamer:
         holds when the chunk was an array with rows that ``_check`` passed against the
         stream's fixed shape and kind (a chunk like it passes the same comparisons) and the
         runner's ``check`` took as it was (its dtype holds codes only:
-        ``StreamRunner._known``). Anything else, and every 0-row chunk, takes the checks."""
+        ``StreamRunner.passed_as_is``). Anything else, and every 0-row chunk, takes the checks."""
         if self._passed is None:
             if self._batch is None:
                 return
@@ -287,7 +287,7 @@ class Streamer:
                 and a.shape[dim]
             ):
                 if (a.dtype, a.ndim, a.shape[:dim], a.shape[dim + 1 :]) in self._seen[i] and (
-                    runner._signature(i, a) in runner._known[i]
+                    runner.passed_as_is(i, a)
                 ):
                     self._passed[i].add((a.dtype, a.shape[:dim], a.shape[dim + 1 :]))
 

@@ -407,7 +407,7 @@ def _conv_chain_program(draw: Any) -> tuple[str, int, int]:
 @given(data=st.data())
 def test_one_window_kernels_equal_the_whole_run(data: st.DataObject) -> None:
     """A stream of one row a push fires each fused conv chain one window at a time, through
-    ``_NodeRun._step_one`` and the chain's one-window kernel (``at_one``/``at_one_float``,
+    ``_NodeRun.step_one`` and the chain's one-window kernel (``at_one``/``at_one_float``,
     asserted taken); its codes equal the whole run's bit for bit in every rounding mode,
     width and signedness, per-tensor or per-channel shift, with or without relu and a widening requant,
     at batch 1 and 3, and so do pushes of several rows (``whole_at``, as before).
@@ -415,7 +415,7 @@ def test_one_window_kernels_equal_the_whole_run(data: st.DataObject) -> None:
     Mutants seen to fail it (each applied in a copy of runtime/stream_fast.py or stream.py):
     ``_finisher`` leaving out every last clip (``last_needed = False``: saturation lost);
     ``one_float`` without the bias; the one-window kernel reading one row late (``row + 1``
-    in ``_step_one``). (``_finisher`` rounding float codes with ``epi.round`` survives it:
+    in ``step_one``). (``_finisher`` rounding float codes with ``epi.round`` survives it:
     ``test_one_window_float_codes_are_rounded`` kills that one.)"""
     import nanoir
 

@@ -329,7 +329,7 @@ def test_checks_passed_once_per_shape_still_refuse_other_chunks() -> None:
     Mutants seen to fail it (each applied in a copy of runtime/streamer.py): the fast path's
     (dtype, shape) test removed (a 5-channel or float32 chunk reaches the runner); its
     length test removed (a 7th row of a 6-row input accepted); ``_learn`` remembering
-    chunks the runner's check had to read (``runner._known`` not asked: out-of-range int16
+    chunks the runner's check had to read (``runner.passed_as_is`` not asked: out-of-range int16
     codes accepted after in-range ones). It found a bug older than that fast path: a rank-2
     chunk after rank-3 ones of the same dims passed ``_check`` (its key lacked the rank) and
     failed with an IndexError instead of the shape error."""
