@@ -19,9 +19,12 @@ bit for bit; CPU time of one thread, best of ``--repeat`` with the runs interlea
 16 with 4 frames a push and batch 1 with one frame a push (targets: <= 1.0x and <= 3x). The
 last column is the same stream through the ``StreamRunner`` alone (``nanoir.runtime.stream``,
 which the ``Streamer`` wraps with its per-push checks of shape, dtype and stream state).
+The model's one output is a whole-stream result (pooled class scores), so the ``Streamer``
+gathers rows before running them (``nanoir.Streamer``'s ``gather``; ``--gather 0`` runs each
+push at once, as the runner-alone column does).
 
     python benchmarks/bench_streamer.py [--frames 360000]
-    python benchmarks/bench_streamer.py --ratio [--repeat 21]
+    python benchmarks/bench_streamer.py --ratio [--repeat 21] [--gather 0]
 """
 
 from __future__ import annotations
@@ -67,8 +70,9 @@ RATIO_CASES = ((16, 4, 1.0), (1, 1, 3.0))
 """(batch, frames per push, target ratio) of ``--ratio``."""
 
 
-def ratio(repeat: int) -> None:
-    """Streamed / whole through a Streamer built once (see the module docstring)."""
+def ratio(repeat: int, gather: int | None = None) -> None:
+    """Streamed / whole through a Streamer built once (see the module docstring); ``gather``
+    as ``nanoir.Streamer`` takes it (None: its default)."""
     import torch
     from nanoir.lowering.fold_bn import FoldBnPass
     from nanoir.lowering.lower_to_hw import lower_to_hw
@@ -90,9 +94,10 @@ def ratio(repeat: int) -> None:
     quantize(module, [rng.standard_normal((8, 40, 49)).astype(np.float32)])
     hw = lower_to_hw(module)
     plan = compile_module(hw)
-    streamer = nanoir.Streamer(hw, raw=True)
+    streamer = nanoir.Streamer(hw, raw=True, gather=gather)
     runner = StreamRunner(hw, raw=True)
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"Streamer.gather: {streamer.gather} rows")
     print(
         "| batch | frames a push | pushes | whole ms | streamed ms | per push µs | ratio | target "
         "| runner alone ms |"
@@ -153,9 +158,10 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=360_000)
     p.add_argument("--ratio", action="store_true")
     p.add_argument("--repeat", type=int, default=21)
+    p.add_argument("--gather", type=int, default=None, help="Streamer's gather (--ratio)")
     args = p.parse_args()
     if args.ratio:
-        ratio(args.repeat)
+        ratio(args.repeat, args.gather)
         return
     hw = build()
     rng = np.random.default_rng(1)

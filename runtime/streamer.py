@@ -36,7 +36,15 @@ from xdsl.ir import SSAValue
 
 from nanoir.errors import ArgumentError, int_argument
 
-__all__ = ["Streamer"]
+__all__ = ["GATHER", "MAX_GATHER", "Streamer"]
+
+GATHER = 32
+"""Rows a stream of a program whose every output is a whole-stream result gathers per input
+before they run: a push of one frame then costs a copy, not a firing of every conv (on the
+KWS test model a single frame's firings cost ~3x a whole run's kernel calls), and what the
+stream holds grows by at most this many input rows."""
+MAX_GATHER = 2**20
+"""The largest ``gather`` (rows held per input): memory stays bounded."""
 
 
 class Streamer:
@@ -56,6 +64,11 @@ class Streamer:
     range; the wrong shape or dtype) raises before anything runs and leaves the stream as it
     was; one that fails while running (a NaN reaching a fake-quant through other ops) ends
     the stream until ``reset()``.
+
+    A program whose every output is a whole-stream result has nothing to return before
+    ``flush()``: its rows are gathered, ``gather`` per input (default :data:`GATHER`; 0 runs
+    each push at once), and run together, with the same results and fewer kernel calls;
+    a failure while running then surfaces at the push (or ``flush``) that ran the rows.
     """
 
     def __init__(
@@ -66,9 +79,12 @@ class Streamer:
         function: str | None = None,
         dtype: Any = None,
         raw: bool = False,
+        gather: int | None = None,
     ):
         if not isinstance(raw, (bool, np.bool_)):
             raise ArgumentError(f"raw must be True or False, got {raw!r}")
+        if gather is not None:
+            gather = int_argument("gather", gather, 0, MAX_GATHER)
         self._runner = StreamRunner(
             module, mem_dim=mem_dim, function=function, dtype=dtype, raw=bool(raw)
         )
@@ -93,6 +109,18 @@ class Streamer:
         stream of another length has no whole run to equal, so it is refused."""
         self._bounded = [i for i, e in enumerate(self._extent) if e is not None]
         self._empties: dict[tuple[int, int], np.ndarray | None] = {}
+        whole_only = all(a is None for a in self.output_axes) and all(
+            self._runner.streamed[i] for i in range(self.num_inputs)
+        )
+        self.gather: int = (GATHER if whole_only else 0) if gather is None else gather
+        self._due = min(self.warmup, default=0)
+        """Rows each input gathers before they run, while no output can have rows before
+        ``flush()`` (every output a whole-stream result): ``gather`` if given, else
+        :data:`GATHER` for such a program and 0 (each push runs) for any other. A push then
+        returns what it would have (``None`` per output, and an output on the push that
+        completes it: rows run at once from an output's warm-up rows on) and the rows run in
+        groups: the same results, fewer kernel calls;
+        an error while running surfaces at the push (or the ``flush``) that ran its rows."""
         self.reset()
 
     @property
@@ -207,13 +235,43 @@ class Streamer:
                 for i, a in enumerate(rows):
                     counted[i] += a.shape[dim]
                 try:
-                    outs = self._runner._push_checked(rows)
+                    outs = self._run(rows)
                 except Exception as e:
                     self._failed = f"{type(e).__name__}: {e}"
                     self._passed = None
                     raise
                 return [e if y is None else y for e, y in zip(self._no_rows, outs)]
         return self._push(rows)
+
+    def _run(self, chunks: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+        """The runner's push of checked ``chunks``, or, while gathering, their copies kept
+        (the caller may reuse its arrays) until an input holds ``gather`` rows."""
+        if not self.gather:
+            return self._runner._push_checked(chunks)
+        dim, pending = self.mem_dim, self._pending
+        for i, c in enumerate(chunks):
+            if c is not None:
+                pending[i].append(np.array(c, copy=True))
+                self._pending_rows[i] += c.shape[dim]
+        if max(self._pending_rows) < self.gather and (
+            self._ran_due or max(self._rows) < self._due
+        ):  # (gathered rows run at once when they may complete an output: from the first
+            # output's warm-up rows on, which are all the rows a declared length has)
+            return [None] * self.num_outputs
+        if max(self._rows) >= self._due:
+            self._ran_due = True
+        return self._runner._push_checked(self._take_pending())
+
+    def _take_pending(self) -> list[np.ndarray | None]:
+        """The gathered rows, one array per input (None: none), and nothing kept."""
+        dim = self.mem_dim
+        rows = [
+            None if not p else p[0] if len(p) == 1 else np.concatenate(p, axis=dim)
+            for p in self._pending
+        ]
+        self._pending = [[] for _ in self._pending]
+        self._pending_rows = [0] * len(self._pending_rows)
+        return rows
 
     def _push(self, rows: tuple[Any, ...]) -> list[np.ndarray | None]:
         """``push`` with every check (see :meth:`_learn` for what lets later chunks skip them)."""
@@ -255,7 +313,7 @@ class Streamer:
                     if self._batch is None:
                         self._batch = c.shape[0]
         try:
-            outs = self._runner._push_checked(checked)
+            outs = self._run(checked)
         except Exception as e:
             self._failed = f"{type(e).__name__}: {e}"
             self._passed = None
@@ -322,7 +380,11 @@ class Streamer:
         self._flushed = True
         self._passed = None
         try:
-            outs = self._runner.finish()
+            early: Sequence[np.ndarray | None] = [None] * self.num_outputs
+            if any(self._pending):
+                early = self._runner._push_checked(self._take_pending())
+            # (each output is a whole-stream result while gathering: it comes once)
+            outs = [e if y is None else y for e, y in zip(early, self._runner.finish())]
         except Exception as e:  # (an input shorter than a window: the whole run's error)
             self._failed = f"{type(e).__name__}: {e}"
             raise
@@ -346,3 +408,8 @@ class Streamer:
         the batch is fixed, and once the stream has ended."""
         self._no_rows: list[np.ndarray | None] = []
         """Per output, what ``push`` returns for it when it got no rows (the stream's batch)."""
+        self._pending: list[list[np.ndarray]] = [[] for _ in range(self.num_inputs)]
+        """Per input, the checked chunks gathered and not run yet (``gather``)."""
+        self._pending_rows = [0] * self.num_inputs
+        self._ran_due = False
+        """Whether the rows that may complete an output (its warm-up's) have run."""
