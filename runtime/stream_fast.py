@@ -332,24 +332,23 @@ def fused_requant(conv: ConvKernel, ops: list[Operation]) -> ConvKernel | None:
     finish_codes = _finisher(epi, pdt, floats=False)
     dot, add = np.dot, np.add
 
+    def window_sums(buf: np.ndarray, row: int) -> np.ndarray:
+        """The ``[N, O]`` sums (``pdt``, the bias added) of the one window at ``row``."""
+        y = dot(buf[:, row : row + span : dilation].reshape(buf.shape[0], inner), wt)
+        if y.dtype != pdt:
+            y = y.astype(pdt)
+        if has_add:
+            add(y, addf, out=y)
+        return y
+
     def one(buf: np.ndarray, row: int) -> np.ndarray:
         """``run_at(buf, row, span, 1)``: one window of real rows, one output row (a stream
         of one row a push fires so), in as few NumPy calls as it takes; ``[N, O, 1]``."""
-        y = dot(buf[:, row : row + span : dilation].reshape(buf.shape[0], inner), wt)
-        if y.dtype != pdt:
-            y = y.astype(pdt)
-        if has_add:
-            add(y, addf, out=y)
-        return finish_codes(y)[:, :, None]
+        return finish_codes(window_sums(buf, row))[:, :, None]
 
     def one_float(buf: np.ndarray, row: int) -> np.ndarray:
         """``one`` with the codes left as ``pdt`` floats (as ``run_at_float``)."""
-        y = dot(buf[:, row : row + span : dilation].reshape(buf.shape[0], inner), wt)
-        if y.dtype != pdt:
-            y = y.astype(pdt)
-        if has_add:
-            add(y, addf, out=y)
-        return finish_floats(y)[:, :, None]
+        return finish_floats(window_sums(buf, row))[:, :, None]
 
     if columns_at is not None:
 

@@ -234,16 +234,20 @@ class Streamer:
                         return self._push(rows)  # (it says why)
                 for i, a in enumerate(rows):
                     counted[i] += a.shape[dim]
-                try:
-                    outs = self._run(rows)
-                except Exception as e:
-                    self._failed = f"{type(e).__name__}: {e}"
-                    self._passed = None
-                    raise
+                outs = self._run(rows)
                 return [e if y is None else y for e, y in zip(self._no_rows, outs)]
         return self._push(rows)
 
     def _run(self, chunks: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
+        """:meth:`_gathered` of checked ``chunks``; a failure ends the stream."""
+        try:
+            return self._gathered(chunks)
+        except Exception as e:
+            self._failed = f"{type(e).__name__}: {e}"
+            self._passed = None
+            raise
+
+    def _gathered(self, chunks: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
         """The runner's push of checked ``chunks``, or, while gathering, their copies kept
         (the caller may reuse its arrays) until an input holds ``gather`` rows."""
         if not self.gather:
@@ -312,12 +316,7 @@ class Streamer:
                     self._seen[i].clear()  # what is expected changed
                     if self._batch is None:
                         self._batch = c.shape[0]
-        try:
-            outs = self._run(checked)
-        except Exception as e:
-            self._failed = f"{type(e).__name__}: {e}"
-            self._passed = None
-            raise
+        outs = self._run(checked)
         self._learn(rows, checked)
         return self._outputs(outs)
 
