@@ -65,10 +65,11 @@ class Streamer:
     was; one that fails while running (a NaN reaching a fake-quant through other ops) ends
     the stream until ``reset()``.
 
-    A program whose every output is a whole-stream result has nothing to return before
-    ``flush()``: its rows are gathered, ``gather`` per input (default :data:`GATHER`; 0 runs
-    each push at once), and run together, with the same results and fewer kernel calls;
-    a failure while running then surfaces at the push (or ``flush``) that ran the rows.
+    A program whose every output is a whole-stream result has nothing to return until an
+    output's warm-up rows are in: its rows are gathered, ``gather`` per input (default
+    :data:`GATHER`; 0 runs each push at once), and run together, with the same results on
+    the same pushes and fewer kernel calls; a failure while running then surfaces at the push
+    (or ``flush``) that ran the rows.
     """
 
     def __init__(
@@ -113,14 +114,15 @@ class Streamer:
             self._runner.streamed[i] for i in range(self.num_inputs)
         )
         self.gather: int = (GATHER if whole_only else 0) if gather is None else gather
-        self._due = min(self.warmup, default=0)
-        """Rows each input gathers before they run, while no output can have rows before
-        ``flush()`` (every output a whole-stream result): ``gather`` if given, else
-        :data:`GATHER` for such a program and 0 (each push runs) for any other. A push then
-        returns what it would have (``None`` per output, and an output on the push that
-        completes it: rows run at once from an output's warm-up rows on) and the rows run in
-        groups: the same results, fewer kernel calls;
-        an error while running surfaces at the push (or the ``flush``) that ran its rows."""
+        """Rows each input gathers before they run (every output a whole-stream result):
+        ``gather`` if given, else :data:`GATHER` for such a program and 0 (each push runs)
+        for any other. A push then returns what it would have (``None`` per output, and an
+        output on the push that completes it: the rows run at once when they reach an
+        output's warm-up rows) and the rows run in groups: the same results, fewer kernel
+        calls; an error while running surfaces at the push (or the ``flush``) that ran its
+        rows."""
+        self._dues = sorted(set(self.warmup))
+        """The row counts at which an output may complete (its warm-up rows), ascending."""
         self.reset()
 
     @property
@@ -257,13 +259,14 @@ class Streamer:
             if c is not None:
                 pending[i].append(np.array(c, copy=True))
                 self._pending_rows[i] += c.shape[dim]
+        dues, rows = self._dues, max(self._rows)
         if max(self._pending_rows) < self.gather and (
-            self._ran_due or max(self._rows) < self._due
-        ):  # (gathered rows run at once when they may complete an output: from the first
-            # output's warm-up rows on, which are all the rows a declared length has)
+            self._next_due >= len(dues) or rows < dues[self._next_due]
+        ):  # (the rows run at once when they may complete an output: at its warm-up rows,
+            # which are all the rows a declared length has)
             return [None] * self.num_outputs
-        if max(self._rows) >= self._due:
-            self._ran_due = True
+        while self._next_due < len(dues) and rows >= dues[self._next_due]:
+            self._next_due += 1
         return self._runner._push_checked(self._take_pending())
 
     def _take_pending(self) -> list[np.ndarray | None]:
@@ -410,5 +413,5 @@ class Streamer:
         self._pending: list[list[np.ndarray]] = [[] for _ in range(self.num_inputs)]
         """Per input, the checked chunks gathered and not run yet (``gather``)."""
         self._pending_rows = [0] * self.num_inputs
-        self._ran_due = False
-        """Whether the rows that may complete an output (its warm-up's) have run."""
+        self._next_due = 0
+        """The first of ``_dues`` the rows run so far have not reached."""

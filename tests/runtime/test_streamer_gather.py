@@ -165,6 +165,28 @@ def test_one_row_pushes_run_in_groups(dynamic: bool, length: int, runs: list[int
     assert got[LENGTH - 1].tobytes() == run(hw, x, raw=True)[0].tobytes()
 
 
+def test_each_warm_up_runs_the_rows_at_once() -> None:
+    """Outputs due at different row counts (here 5 and 24, set as a program with two heads
+    would have them): the gathered rows run at row 5 and at row 24 whatever ``gather`` says,
+    and in groups of 8 between. Kills: only the first warm-up run at once (``_next_due`` not
+    advanced, or advanced past every due at once)."""
+    streamer = nanoir.Streamer(DECLARED, raw=True, gather=8)
+    streamer._dues = [5, 24]
+    runner = streamer._runner
+    calls = []
+    push = runner._push_checked
+
+    def counted(chunks):  # noqa: ANN001, ANN202
+        calls.append(sum(c.shape[2] for c in chunks if c is not None))
+        return push(chunks)
+
+    runner._push_checked = counted  # type: ignore[method-assign]
+    x = np.random.default_rng(5).integers(-128, 128, (2, 3, LENGTH)).astype(np.int8)
+    got = [streamer.push(x[:, :, t : t + 1])[0] for t in range(LENGTH)]
+    assert calls == [5, 8, 8, 3]
+    assert got[-1].tobytes() == run(DECLARED, x, raw=True)[0].tobytes()
+
+
 def test_a_streamed_output_gathers_nothing_by_default() -> None:
     """A program with an output along the streamed dim returns rows as they are ready: its
     default ``gather`` is 0, and a push that completes a window returns its row."""
