@@ -138,6 +138,20 @@ def test_reset_forgets_gathered_rows() -> None:
     assert len(arrived) == 1 and arrived[0].tobytes() == run(DYNAMIC, x, raw=True)[0].tobytes()
 
 
+def _count_runs(streamer: nanoir.Streamer) -> list[int]:
+    """The rows of each run of the streamer's runner, as they happen."""
+    runner = streamer._runner
+    calls: list[int] = []
+    push = runner._push_checked
+
+    def counted(chunks):  # noqa: ANN001, ANN202
+        calls.append(sum(c.shape[2] for c in chunks if c is not None))
+        return push(chunks)
+
+    runner._push_checked = counted  # type: ignore[method-assign]
+    return calls
+
+
 @pytest.mark.parametrize(
     ("dynamic", "length", "runs"), [(False, 24, [8, 8, 8]), (True, 30, [8, 8, 8, 6])]
 )
@@ -148,15 +162,7 @@ def test_one_row_pushes_run_in_groups(dynamic: bool, length: int, runs: list[int
     (every later push then runs at once), ``flush`` not running the gathered rows."""
     hw = DYNAMIC if dynamic else DECLARED
     streamer = nanoir.Streamer(hw, raw=True, gather=8)
-    runner = streamer._runner
-    calls = []
-    push = runner._push_checked
-
-    def counted(chunks):  # noqa: ANN001, ANN202
-        calls.append(sum(c.shape[2] for c in chunks if c is not None))
-        return push(chunks)
-
-    runner._push_checked = counted  # type: ignore[method-assign]
+    calls = _count_runs(streamer)
     x = np.random.default_rng(3).integers(-128, 128, (2, 3, length)).astype(np.int8)
     got = [streamer.push(x[:, :, t : t + 1])[0] for t in range(length)]
     assert streamer.flush()[0] is None
@@ -172,15 +178,7 @@ def test_each_warm_up_runs_the_rows_at_once() -> None:
     advanced, or advanced past every due at once)."""
     streamer = nanoir.Streamer(DECLARED, raw=True, gather=8)
     streamer._dues = [5, 24]
-    runner = streamer._runner
-    calls = []
-    push = runner._push_checked
-
-    def counted(chunks):  # noqa: ANN001, ANN202
-        calls.append(sum(c.shape[2] for c in chunks if c is not None))
-        return push(chunks)
-
-    runner._push_checked = counted  # type: ignore[method-assign]
+    calls = _count_runs(streamer)
     x = np.random.default_rng(5).integers(-128, 128, (2, 3, LENGTH)).astype(np.int8)
     got = [streamer.push(x[:, :, t : t + 1])[0] for t in range(LENGTH)]
     assert calls == [5, 8, 8, 3]
