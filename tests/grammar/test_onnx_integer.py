@@ -22,12 +22,14 @@ from nanoir.dialects.nq import FakeQuantOp, RoundingMode, RoundingModeAttr
 from nanoir.grammar.ne.schema import main_function
 from nanoir.grammar.onnx.exporter import OnnxExportError
 from nanoir.grammar.onnx.integer import (
+    FUSED_KERNELS,
     IO_KEY,
     KERNELS_KEY,
     PROGRAM_KEY,
     IntegerOnnxError,
     IntegerOnnxImportError,
     export_model,
+    fused_kernel_is_exact,
     import_model,
     make_session,
     run_model,
@@ -73,8 +75,8 @@ def _compare(hw: ModuleOp, model: onnx.ModelProto, codes: list[np.ndarray]) -> N
 
 def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
     """Export, check, run in onnxruntime and compare with the NumPy nh executor; a graph
-    written with the uint8 x int8 kernels is compared again written without them (the graph
-    a machine whose kernels saturate gets)."""
+    written with a fused kernel is compared again written with the other fused kernel exact
+    here and with none (the graph a machine whose kernels saturate gets)."""
     model = export_model(hw)
     onnx.checker.check_model(model, full_check=True)
     ops = {n.op_type for n in model.graph.node}
@@ -83,10 +85,13 @@ def check_equal(hw: ModuleOp, codes: list[np.ndarray]) -> onnx.ModelProto:
     assert {o.domain for o in model.opset_import} == {""}
     assert {n.domain for n in model.graph.node} <= {""}
     _compare(hw, model, codes)
-    if any(p.key == KERNELS_KEY for p in model.metadata_props):
-        portable = export_model(hw, u8s8=False)
-        assert not any(n.op_type.startswith("QLinear") for n in portable.graph.node)
-        _compare(hw, portable, codes)
+    used = next((p.value for p in model.metadata_props if p.key == KERNELS_KEY), None)
+    if used is not None:
+        others = [k for k in FUSED_KERNELS if k != used and fused_kernel_is_exact(k)]
+        for other in (*others, None):
+            again = export_model(hw, fused=other)
+            assert any(n.op_type.startswith("QLinear") for n in again.graph.node) == bool(other)
+            _compare(hw, again, codes)
     return model
 
 

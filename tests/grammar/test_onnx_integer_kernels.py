@@ -7,8 +7,9 @@ static bounds that choose them.
   round half to even. onnxruntime picks its x86 kernels from the CPU alone (MLAS's
   ``platform.cpp`` reads cpuid; no setting forces its AVX2 path on a VNNI machine), so the
   uint8 x int8 path's exactness is this machine's: the writer asks
-  :func:`~nanoir.grammar.onnx.integer.session.u8s8_is_exact` (which must agree with this test)
-  and a session on a machine where it fails refuses a graph that uses them.
+  :func:`~nanoir.grammar.onnx.integer.session.fused_kernel_is_exact` per kernel (which must
+  agree with this test) and a session on a machine where it fails refuses a graph that uses
+  them.
 - Programs whose accumulator passes ``2**24`` by one code, where float32 (in a float conv or in
   the fused kernel's requantization) would round it: the writer must use the integer kernels
   there, in half_even and trunc.
@@ -21,7 +22,15 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nanoir.grammar.onnx.integer import export_model, make_session, run_model, u8s8_is_exact
+from nanoir.grammar.onnx.integer import (
+    FUSED_KERNELS,
+    export_model,
+    fused_kernel,
+    fused_kernel_is_exact,
+    make_session,
+    run_model,
+    u8s8_is_exact,
+)
 from onnx import TensorProto, helper
 
 import nanoir
@@ -105,22 +114,33 @@ def _kernel_is_exact(op: str, xk: str, wk: str, seed: int) -> bool:
 
 @pytest.mark.parametrize("op", ["conv", "matmul"])
 def test_uint8_x_int8_kernels_agree_with_the_probe(op: str) -> None:
-    """The writer's probe says what extreme codes show on this machine (here: exact, VNNI
-    or AMX). Kills: the probe requantizing its reference with a floor instead of round half to
-    even (it then answers False, unlike the extreme codes)."""
+    """The writer's probe says what extreme codes show on this machine (exact with VNNI or
+    AMX, not on AVX2 alone). Kills: the probe requantizing its reference with a floor instead
+    of round half to even (it then answers False, unlike the extreme codes)."""
     exact = all(_kernel_is_exact(op, "u8", "s8", seed) for seed in range(3))
-    assert exact == u8s8_is_exact()
+    assert exact == u8s8_is_exact() == fused_kernel_is_exact("u8s8")
 
 
 @pytest.mark.parametrize("op", ["conv", "matmul"])
 def test_uint8_x_uint8_and_int8_x_int8_kernels_at_the_extremes(op: str) -> None:
-    """uint8 x uint8 (widened to 16 bits before the products on every x86 path) is exact;
-    int8 x int8 is where the uint8 x int8 kernels are (the writer uses neither for fused
-    products: int8 x int8 is onnxruntime's slow path here, uint8 x uint8 no faster than the
-    float32 convolution)."""
+    """uint8 x uint8 (widened to 16 bits before the products on every x86 path) is exact, and
+    the probe says so: the writer uses it where uint8 x int8 is not exact. int8 x int8 is
+    where the uint8 x int8 kernels are (the writer does not use it: onnxruntime's slow path
+    here)."""
     assert all(_kernel_is_exact(op, "u8", "u8", seed) for seed in range(3))
+    assert fused_kernel_is_exact("u8u8")
+    assert fused_kernel() == ("u8s8" if u8s8_is_exact() else "u8u8")
     if u8s8_is_exact():
         assert all(_kernel_is_exact(op, "s8", "s8", seed) for seed in range(3))
+
+
+def test_unknown_kernels_are_not_exact() -> None:
+    """A name outside FUSED_KERNELS (a file's metadata says what it likes) is never exact, and
+    the writer refuses it."""
+    assert not fused_kernel_is_exact("s8s8")
+    module = nanoir.parse(_one_by_one(5, "half_even")[0])
+    with pytest.raises(nanoir.Error, match="expected one of"):
+        export_model(module, fused="s8s8")
 
 
 def _one_by_one(target: int, mode: str) -> tuple[str, np.ndarray]:
@@ -166,17 +186,17 @@ def test_an_accumulator_past_float32_uses_the_integer_kernels(
     module = nanoir.parse(text)
     (numpy_y,) = nanoir.run(module, x, raw=True)
     assert int(numpy_y.reshape(-1)[0]) == want
-    for u8s8 in (True, False):
-        model = export_model(module, u8s8=u8s8)
+    for fused in (*FUSED_KERNELS, None):
+        model = export_model(module, fused=fused)
         (y,) = run_model(make_session(model), [x])
         assert int(y.reshape(-1)[0]) == want
 
 
 def test_extreme_codes_through_the_fused_and_float_kernels() -> None:
     """A 3x3 conv whose codes are all at the extremes (sums up to 288 * 128**2, within
-    ``2**24``): the fused kernel (uint8 x int8 where exact here) and the float32 one give
-    NumPy's codes in every rounding mode. Where the uint8 x int8 kernels saturate (no VNNI),
-    a session of the fused model is refused, naming why."""
+    ``2**24``): each fused kernel and the float32 one give NumPy's codes in every rounding
+    mode. Where the uint8 x int8 kernels saturate (no VNNI), a session of their model is
+    refused, naming why."""
     rng = np.random.default_rng(5)
     w = rng.choice([127, -128], size=(8, 32, 3, 3))
     x = rng.choice([127, -128], size=(2, 32, 6, 6)).astype(np.int8)
@@ -192,12 +212,12 @@ def test_extreme_codes_through_the_fused_and_float_kernels() -> None:
   func.return %y : tensor<?x8x6x6xi8, #nh.fixed<-15, BCMD>>
 }}""")
         (want,) = nanoir.run(module, x, raw=True)
-        for u8s8 in (True, False):
-            model = export_model(module, u8s8=u8s8)
+        for kernel in (*FUSED_KERNELS, None):
+            model = export_model(module, fused=kernel)
             fused = any(n.op_type == "QLinearConv" for n in model.graph.node)
-            assert fused == (u8s8 and mode == "half_even")
-            if fused and not u8s8_is_exact():  # (an AVX2 machine without VNNI: refused here)
-                with pytest.raises(nanoir.Error, match="no VNNI"):
+            assert fused == (kernel is not None and mode == "half_even")
+            if fused and not fused_kernel_is_exact(kernel):  # (u8s8 without VNNI: refused)
+                with pytest.raises(nanoir.Error, match="on this machine's CPU"):
                     make_session(model)
                 continue
             (got,) = run_model(make_session(model), [x])
@@ -276,3 +296,76 @@ def test_requant_of_int32_codes_is_exact(
     assert np.array_equal(np.asarray(numpy_y).astype(np.int64), want)
     (got,) = run_model(make_session(export_model(module)), [x])
     assert np.array_equal(np.asarray(got).astype(np.int64), want)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_a_16_bit_input_splits_into_bytes_exactly(signed: bool) -> None:
+    """A conv reading 16-bit codes is written on its input's bytes (``ConvInteger`` per byte,
+    the split in float32): at every byte boundary (``k * 256 - 1``, ``k * 256``), the type's
+    ends and 0, NumPy's codes in every rounding mode. Kills: the low byte taken before the
+    floor (``x - 256 * (x / 256)``), the top byte without its offset of 128."""
+    lo, hi = (-(2**15), 2**15 - 1) if signed else (0, 2**16 - 1)
+    edges = np.arange(-128, 129) * 256
+    codes = np.unique(np.clip(np.concatenate([edges - 1, edges, edges + 1, [lo, hi, 0]]), lo, hi))
+    # Eight channels (rolled copies): the sums' bound passes 2**24, so not a float32 conv.
+    x = np.stack([np.roll(codes, k) for k in range(8)], 1).reshape(-1, 8, 1, 1)
+    x = x.astype(np.int16 if signed else np.uint16)
+    w = "[[[127]], [[-128]], [[1]], [[-1]], [[127]], [[0]], [[3]], [[127]]]"
+    t = "i16" if signed else "ui16"
+    fx = "#nh.fixed<0, BCMD>"
+    for mode in ("half_even", "trunc", "floor", "half_up"):
+        module = nanoir.parse(f"""func.func @main(%x: tensor<?x8x1x1x{t}, {fx}>) -> tensor<?x2x1x1xi16, #nh.fixed<-3, BCMD>> {{
+  %w = nh.constant "w" dense<[{w}, {w}]> : tensor<2x8x1x1xi8> -> tensor<2x8x1x1xi8, #nh.fixed<0, CCDD>>
+  %acc = nh.conv %x, %w : (tensor<?x8x1x1x{t}, {fx}>, tensor<2x8x1x1xi8, #nh.fixed<0, CCDD>>)
+      -> tensor<?x2x1x1xi32, {fx}>
+  %y = nh.requant %acc {{shift = array<i64: 3>, rounding = #nq.rounding<{mode}>}}
+      : tensor<?x2x1x1xi32, {fx}> -> tensor<?x2x1x1xi16, #nh.fixed<-3, BCMD>>
+  func.return %y : tensor<?x2x1x1xi16, #nh.fixed<-3, BCMD>>
+}}""")
+        (want,) = nanoir.run(module, x, raw=True)
+        model = export_model(module)
+        assert any(n.op_type == "ConvInteger" for n in model.graph.node)
+        (got,) = run_model(make_session(model), [x])
+        assert np.array_equal(np.asarray(got).astype(np.int64), np.asarray(want).astype(np.int64))
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_a_dead_channel_with_a_wide_bias_keeps_the_fused_kernel(relu: bool) -> None:
+    """A depthwise conv one of whose channels has all-zero weights and a 31-bit bias (a pruned
+    channel: its weight exponent is free, so its bias codes are wide), requantized half to
+    even to 8 bits, with and without a ReLU after: the fused kernel still writes it (that
+    channel's code is a constant, put in its bias at shift 0) and gives NumPy's codes.
+    Kills: its shift kept; dead channels never found (then ``ConvInteger``). (Its code left
+    unsaturated is an equivalent mutant: the kernel saturates to uint8 and the ReLU's
+    ``Clip`` follows.)"""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (4, 1, 3, 3))
+    w[2] = 0
+    bias = [1000, -77, 2**30 + 2**22 + 5, 3]
+    x = rng.integers(-128, 128, (2, 4, 5, 5)).astype(np.int8)
+    fx, fw = "#nh.fixed<0, BCMD>", "#nh.fixed<0, CCDD>"
+    codes = np.array2string(w, separator=", ", threshold=10**9).replace("\n", "")
+    shift = "array<i64: 9, 9, 23, 9>"
+    tail = (
+        """  %r = nh.relu %y : tensor<?x4x5x5xi8, #nh.fixed<[-9, -9, -23, -9], BCMD>>
+  func.return %r"""
+        if relu
+        else "  func.return %y"
+    )
+    for b in (bias, [1000, -77, -(2**30), 3]):
+        module = nanoir.parse(f"""func.func @main(%x: tensor<?x4x5x5xi8, {fx}>) -> tensor<?x4x5x5xi8, #nh.fixed<[-9, -9, -23, -9], BCMD>> {{
+  %w = nh.constant "w" dense<{codes}> : tensor<4x1x3x3xi8> -> tensor<4x1x3x3xi8, {fw}>
+  %b = nh.constant "b" dense<{b}> : tensor<4xi32> -> tensor<4xi32, #nh.fixed<0, C>>
+  %acc = nh.conv %x, %w, %b {{groups = 4 : i64, pads = array<i64: 1, 1, 1, 1>}}
+      : (tensor<?x4x5x5xi8, {fx}>, tensor<4x1x3x3xi8, {fw}>, tensor<4xi32, #nh.fixed<0, C>>)
+      -> tensor<?x4x5x5xi32, {fx}>
+  %y = nh.requant %acc {{shift = {shift}, rounding = #nq.rounding<half_even>}}
+      : tensor<?x4x5x5xi32, {fx}> -> tensor<?x4x5x5xi8, #nh.fixed<[-9, -9, -23, -9], BCMD>>
+{tail} : tensor<?x4x5x5xi8, #nh.fixed<[-9, -9, -23, -9], BCMD>>
+}}""")
+        (want,) = nanoir.run(module, x, raw=True)
+        model = export_model(module, fused="u8u8")
+        assert any(n.op_type == "QLinearConv" for n in model.graph.node)
+        (got,) = run_model(make_session(model), [x])
+        assert np.array_equal(np.asarray(got).astype(np.int64), np.asarray(want).astype(np.int64))
+        assert np.unique(np.asarray(want)[:, 2]).size == 1

@@ -35,8 +35,8 @@ def _both_graphs(text: str, x: np.ndarray) -> list[np.ndarray]:
     module = nanoir.parse(text)
     (want,) = nanoir.run(module, x, raw=True)
     got = []
-    for u8s8 in (True, False):
-        (y,) = run_model(make_session(export_model(module, u8s8=u8s8)), [x])
+    for fused in ("auto", None):
+        (y,) = run_model(make_session(export_model(module, fused=fused)), [x])
         assert np.array_equal(y, want)
         got.append(y)
     return got

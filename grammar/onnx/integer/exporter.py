@@ -15,8 +15,8 @@ reads the file back (and checks the graph against it).
 Each nh op is written by its row of :data:`nanoir.grammar.onnx.integer.ops.OPS`, exactly, in
 every rounding mode, on the fastest kernel whose exactness its static bounds prove (float32
 convolutions and requantization on the codes, ``QLinearConv``, or integer kernels: see
-:mod:`.products`). ``nanoir.kernels`` says when the graph uses onnxruntime's uint8 x int8
-kernels, which are exact only on some CPUs (the session checks).
+:mod:`.products`). ``nanoir.kernels`` names the fused kernel the graph uses, when it does:
+onnxruntime's uint8 x int8 kernels are exact only on some CPUs (the session checks).
 
 Overflow: a program whose static bounds fit its types (what lower-to-hw writes by default) is
 written as it runs. One whose bounds do not (a hand-written nh program or ``.ne``,
@@ -50,7 +50,7 @@ from nanoir.grammar.onnx.exporter import OnnxExportError, _onnx, export_onnx_byt
 from nanoir.grammar.onnx.integer.graph import ELEM, Graph, IntegerOnnxError, natural_dtype
 from nanoir.grammar.onnx.integer.host import host_output, host_writer
 from nanoir.grammar.onnx.integer.ops import OPS
-from nanoir.grammar.onnx.integer.session import u8s8_is_exact
+from nanoir.grammar.onnx.integer.session import FUSED_KERNELS, fused_kernel
 from xdsl.dialects.builtin import DYNAMIC_INDEX, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import SSAValue
@@ -62,8 +62,9 @@ IO_KEY = "nanoir.io"
 PROGRAM_KEY = "nanoir.nh"
 """metadata_props key: the nh program's MLIR text (its presence marks an integer-flavour file)."""
 KERNELS_KEY = "nanoir.kernels"
-"""metadata_props key, present when the graph uses onnxruntime's uint8 x int8 kernels
-(``"u8s8"``): its reader writes the same graph, a session checks the machine runs them exactly."""
+"""metadata_props key, present when the graph uses one of onnxruntime's fused kernels
+(``"u8s8"``, ``"u8u8"``): its reader writes the same graph, a session checks the machine runs
+them exactly."""
 CHECK_OUTPUT = "nanoir_checks"
 """The graph output counting, per checked op (``checks`` in the io record), its codes outside
 its type: a session raises on a count above 0 (the op's result would have wrapped)."""
@@ -159,14 +160,15 @@ def _program_text(module: ModuleOp, func: FuncOp) -> str:
 
 
 def export_model(
-    module: ModuleOp, *, program_text: str | None = None, u8s8: bool | None = None
+    module: ModuleOp, *, program_text: str | None = None, fused: str | None = "auto"
 ) -> Any:
     """The ``onnx.ModelProto`` of an nh module (see the module docstring); passes
     ``onnx.checker.check_model(full_check=True)``; :class:`IntegerOnnxError` for what has no
     exact form. ``program_text`` is the embedded program's text when the caller has it (the
     reader does: printing a large program's constants takes longer than writing its graph).
-    ``u8s8``: whether products may use onnxruntime's uint8 x int8 kernels; None: where this
-    machine's onnxruntime runs them exactly (:func:`.session.u8s8_is_exact`)."""
+    ``fused``: the fused kernel products may use (one of :data:`.session.FUSED_KERNELS`), None
+    for none, ``"auto"`` for the fastest this machine's onnxruntime runs exactly
+    (:func:`.session.fused_kernel`)."""
     onnx = _onnx()
     if not isinstance(module, ModuleOp):
         raise IntegerOnnxError(
@@ -182,9 +184,13 @@ def export_model(
             f"integer onnx export: @{func.sym_name.data} is a streamed program ({key}): ONNX "
             "runs whole tensors, not stream-plan steps; export the program before stream-plan"
         )
-    if u8s8 is None:
-        u8s8 = u8s8_is_exact()
-    g = Graph(onnx, u8s8=u8s8)
+    if fused == "auto":
+        fused = fused_kernel()
+    elif fused is not None and fused not in FUSED_KERNELS:
+        raise IntegerOnnxError(
+            f"integer onnx export: fused={fused!r}: expected one of {FUSED_KERNELS}, None or 'auto'"
+        )
+    g = Graph(onnx, kernel=fused)
     block = func.body.block
     arg_attrs = [d.data for d in func.arg_attrs.data] if func.arg_attrs is not None else []
     inputs, io_in = [], []
@@ -244,8 +250,8 @@ def export_model(
         )
         record["checks"] = [label for _, label in g.checks]
     props = {IO_KEY: json.dumps(record), PROGRAM_KEY: program_text}
-    if g.used_u8s8:
-        props[KERNELS_KEY] = "u8s8"
+    if g.used_kernel:
+        props[KERNELS_KEY] = str(g.kernel)
     graph = g.helper.make_graph(g.nodes, "main", inputs, outputs, g.initializers)
     model = g.helper.make_model(
         graph, opset_imports=[g.helper.make_opsetid("", OPSET)], producer_name="nanoir"

@@ -102,15 +102,15 @@ def op_label(op: Operation) -> str:
 
 class Graph:
     """Nodes and initializers in order, fresh names, the forms of each nh value, bounds and
-    checks. ``u8s8``: products may use onnxruntime's uint8 x int8 kernels (see
-    :func:`nanoir.grammar.onnx.integer.session.u8s8_is_exact`)."""
+    checks. ``kernel``: the fused ``QLinearConv`` kernel products may use (one of
+    :data:`nanoir.grammar.onnx.integer.session.FUSED_KERNELS`), or None."""
 
-    def __init__(self, onnx: Any, *, u8s8: bool = False) -> None:
+    def __init__(self, onnx: Any, *, kernel: str | None = None) -> None:
         self.onnx = onnx
         self.helper = onnx.helper
-        self.u8s8 = u8s8
-        self.used_u8s8 = False
-        """Whether a written node uses the uint8 x int8 kernels (recorded in the file)."""
+        self.kernel = kernel
+        self.used_kernel = False
+        """Whether a written node uses ``kernel`` (recorded in the file)."""
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self.taken: set[str] = set()

@@ -21,6 +21,7 @@ from nanoir.dialects.nq import NQ
 from nanoir.grammar.onnx.exporter import _onnx
 from nanoir.grammar.onnx.integer.exporter import IO_KEY, KERNELS_KEY, PROGRAM_KEY, export_model
 from nanoir.grammar.onnx.integer.graph import IntegerOnnxError
+from nanoir.grammar.onnx.integer.session import FUSED_KERNELS
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, DenseIntOrFPElementsAttr, ModuleOp, TensorType
 from xdsl.dialects.func import Func, FuncOp
@@ -117,10 +118,13 @@ def import_model(
         ) from None
     _check_one_function(module, name)
     _check_constant_size(module, model, name)
-    try:
-        again = export_model(
-            module, program_text=props[PROGRAM_KEY], u8s8=props.get(KERNELS_KEY) == "u8s8"
+    kernel = props.get(KERNELS_KEY)
+    if kernel is not None and kernel not in FUSED_KERNELS:
+        raise IntegerOnnxImportError(
+            f"{name}: its {KERNELS_KEY} metadata is {kernel!r}: expected one of {FUSED_KERNELS}"
         )
+    try:
+        again = export_model(module, program_text=props[PROGRAM_KEY], fused=kernel)
     except IntegerOnnxError as e:
         raise IntegerOnnxImportError(
             f"{name}: the nh program in its {PROGRAM_KEY} metadata does not export: {e}"

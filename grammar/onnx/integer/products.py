@@ -1,15 +1,16 @@
 """Integer products (``nh.conv``, ``nh.conv_transpose``, ``nh.linear``, ``nh.matmul``) on the
 fastest kernel onnxruntime runs exactly (issue 33 §1), chosen per op from static bounds:
 
-1. **fused** (``QLinearConv``, uint8 codes x int8 weights): for a conv read only by a half_even
-   requant to at most 8 bits. onnxruntime requantizes the int32 sum by a float32 multiply by
-   ``2**-shift`` (the scales are powers of two: ``w_scale`` per output channel), rounds half to
-   even and saturates: exact while ``|acc| <= 2**24`` (the bound says so) and while the kernel
-   sums its products exactly. Its uint8 x int8 GEMM kernels on x86 without VNNI saturate pairs
-   of products in int16 (``vpmaddubsw``): the graph uses them only when ``Graph.u8s8`` is set,
-   which :func:`nanoir.grammar.onnx.integer.session.u8s8_is_exact` decides per machine and
-   the file records (its reader writes the same graph; a session on a machine where the probe
-   fails refuses it). Narrower results and a fused ReLU are a uint8 ``Clip`` after.
+1. **fused** (``QLinearConv``, uint8 codes x int8 weights, or x uint8 weights offset by 128):
+   for a conv read only by a half_even requant to at most 8 bits. onnxruntime requantizes the
+   int32 sum by a float32 multiply by ``2**-shift`` (the scales are powers of two: ``w_scale``
+   per output channel), rounds half to even and saturates: exact while ``|acc| <= 2**24`` (the
+   bound says so) and while the kernel sums its products exactly. Its uint8 x int8 GEMM kernels
+   on x86 without VNNI saturate pairs of products in int16 (``vpmaddubsw``); its uint8 x uint8
+   ones do not, and are slower. The graph uses the kernel ``Graph.kernel`` names, the fastest
+   :func:`nanoir.grammar.onnx.integer.session.fused_kernel` finds exact on this machine, and
+   the file records it (its reader writes the same graph; a session on a machine where the
+   probe fails refuses it). Narrower results and a fused ReLU are a uint8 ``Clip`` after.
 2. **float** (``Conv``, ``ConvTranspose``, ``MatMul`` in float32 on the codes): exact while every
    partial sum is, which holds when ``sum_k |x| |w_k| + |bias| <= 2**24`` per output (the static
    bound, from the constant weights' codes): any summation order, FMA or not, stays exact.
@@ -55,6 +56,8 @@ from nanoir.grammar.onnx.integer.requant import (
     saturation,
     shifts_of,
 )
+from nanoir.grammar.onnx.integer.session import fused_weight_zero, fused_weights
+from nanoir.runtime.numerics.quant import shift_round
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation, SSAValue
@@ -116,10 +119,10 @@ def _foldable(g: Graph, reader: nh.RequantOp | None, sums: np.ndarray) -> bool:
 
 
 def _fusable(g: Graph, op: Operation, x: SSAValue, w: np.ndarray | None, sums: np.ndarray) -> bool:
-    """Whether ``QLinearConv`` (uint8 x int8) computes the product and its requant exactly."""
+    """Whether ``QLinearConv`` (``g.kernel``) computes the product and its requant exactly."""
     reader = _requant_reader(op)
     return (
-        g.u8s8
+        g.kernel is not None
         and reader is not None
         and reader.rounding.data is RoundingMode.HALF_EVEN
         and nh.width_of(reader.result) <= 8
@@ -136,6 +139,26 @@ def _fusable(g: Graph, op: Operation, x: SSAValue, w: np.ndarray | None, sums: n
 # --------------------------------------------------------------------------------------------
 
 
+def _constant_channels(
+    g: Graph, op: Operation, w: np.ndarray, bias: np.ndarray | None
+) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """For a conv whose requant alone reads it and some of whose output channels have all-zero
+    weights, ``(bias, shifts)`` with each such channel's requantized result in its bias and
+    shift 0 (the kernel then gives that code: its sum is the bias alone), else None. Such a
+    channel (pruned, or dead after training) may carry a bias of 31 bits (its weight
+    exponent is free), past float32's exact integers: without this the whole conv leaves the
+    fused kernel for ``ConvInteger``."""
+    reader = _requant_reader(op)
+    dead = ~w.reshape(w.shape[0], -1).any(axis=1)
+    if reader is None or not dead.any():
+        return None
+    shifts = _per_out(shifts_of(reader), w.shape[0]).astype(np.int64)
+    b = np.zeros(w.shape[0], np.int64) if bias is None else bias.reshape(-1).astype(np.int64)
+    lo, hi = saturation(g, reader)
+    codes = np.clip(shift_round(b, shifts, reader.rounding.data), lo, hi)
+    return np.where(dead, codes, b), np.where(dead, 0, shifts)
+
+
 def _fused_conv(
     g: Graph,
     op: Operation,
@@ -144,23 +167,27 @@ def _fused_conv(
     bias: np.ndarray | None,
     attrs: dict[str, Any],
     sums: np.ndarray,
+    shifts: np.ndarray | None = None,
 ) -> None:
-    """``QLinearConv`` writing the requant's result in uint8 form (see the module docstring)."""
+    """``QLinearConv`` writing the requant's result in uint8 form (see the module docstring);
+    ``shifts``: the requant's per output channel, when not its own."""
     reader = _requant_reader(op)
-    assert reader is not None
+    assert reader is not None and g.kernel is not None
     base = out_name(g, reader)
+    wz = fused_weight_zero(g.kernel)
     outs = w.shape[0]
     zx, zy = zero_point(x), zero_point(reader.result)
-    shifts = _per_out(shifts_of(reader), outs)
+    if shifts is None:
+        shifts = _per_out(shifts_of(reader), outs)
     if len(set(shifts.tolist())) == 1:  # per tensor: scalar scale and zero point
         shifts = shifts[:1].reshape(())
     inputs = [
         g.get(x, "u8"),
         g.const(1.0, np.float32),
         g.const(zx, np.uint8),
-        g.const(w, np.int8, base + "_w"),
+        g.const(fused_weights(w, g.kernel), wz.dtype, base + "_w"),
         g.const(np.ldexp(1.0, -shifts), np.float32, base + "_ws"),
-        g.const(np.zeros(shifts.shape), np.int8, base + "_wz"),
+        g.const(np.full(shifts.shape, wz), wz.dtype, base + "_wz"),
         g.const(1.0, np.float32),
         g.const(zy, np.uint8),
     ]
@@ -172,7 +199,7 @@ def _fused_conv(
     )
     if lo + zy > 0 or hi + zy < 255:
         y = g.node("Clip", [y, g.const(lo + zy, np.uint8), g.const(hi + zy, np.uint8)], base)
-    g.used_u8s8 = True
+    g.used_kernel = True
     g.done.add(reader)
     g.put(reader.result, "u8", y)
     g.set_bound(reader.result, max(-lo, hi))
@@ -289,17 +316,27 @@ def value_parts(g: Graph, v: SSAValue, op: Operation) -> list[Part]:
         zp = zero_point(v)
         return [(g.get(v, "u8"), zp, 1, max(zp, 255 - zp) if zp else 255)]
     base = g.base(v)
-    x = g.get(v, "i32")
+    # float32 where the codes are exact in it (16-bit ones): onnxruntime runs integer Mod and
+    # Div as scalar loops, Floor and the rest vectorized; x / 256 and its floor are exact.
+    dtype = np.float32 if g.float_exact(v) else np.int32
+    x = g.get(v, "f32" if dtype is np.float32 else "i32")
     unsigned = nh.is_unsigned(v)
     parts: list[Part] = []
     nbytes = -(-width // 8)
     for k in range(nbytes - 1):
-        lo = g.node("Mod", [x, g.const(256, np.int32)], f"{base}_b{k}")
+        if dtype is np.float32:
+            q = g.node("Mul", [x, g.const(1 / 256, dtype)], f"{base}_s{k}")
+            q = g.node("Floor", [q], f"{base}_q{k}")
+            high = g.node("Mul", [q, g.const(256, dtype)], f"{base}_h{k}")
+            lo = g.node("Sub", [x, high], f"{base}_b{k}")
+        else:
+            lo = g.node("Mod", [x, g.const(256, dtype)], f"{base}_b{k}")
+            q = g.node("Sub", [x, lo], f"{base}_r{k}")
+            q = g.node("Div", [q, g.const(256, dtype)], f"{base}_q{k}")
         parts.append((g.node("Cast", [lo], f"{base}_u{k}", to=2), 0, 256**k, 255))
-        x = g.node("Sub", [x, lo], f"{base}_r{k}")
-        x = g.node("Div", [x, g.const(256, np.int32)], f"{base}_q{k}")
+        x = q
     if not unsigned:
-        x = g.node("Add", [x, g.const(128, np.int32)], f"{base}_top")
+        x = g.node("Add", [x, g.const(128, dtype)], f"{base}_top")
     top = g.node("Cast", [x], f"{base}_u{nbytes - 1}", to=2)
     return [*parts, (top, 0 if unsigned else 128, 256 ** (nbytes - 1), 255 if unsigned else 128)]
 
@@ -405,6 +442,12 @@ def conv(g: Graph, op: nh.ConvOp) -> None:
     if not runtime_bias and _fusable(g, op, op.input, w, sums):
         _fused_conv(g, op, op.input, w, bias, attrs, sums)
         return
+    constant = None if runtime_bias else _constant_channels(g, op, w, bias)
+    if constant is not None:
+        folded = _per_output_bound(w, 0, g.bound(op.input), 0, 0, constant[0])
+        if _fusable(g, op, op.input, w, folded):
+            _fused_conv(g, op, op.input, w, constant[0], attrs, folded, constant[1])
+            return
     if max(sums, default=0) <= F32_EXACT and g.float_exact(op.input):
         wn, bn, reader = _float_weights(g, op, w, bias, 0, sums, base, not runtime_bias)
         inputs = [g.get(op.input, "f32"), wn, *([bn] if bn is not None else [])]

@@ -4,8 +4,8 @@ onnxruntime runs it at its default graph optimization level (every optimizer on)
 computes on integer codes (in integer or float32 tensors, where the bounds prove float32
 exact), which its optimizers keep exact (unlike QDQ graphs, whose fusions change rounding). One
 ``InferenceSession`` per :func:`make_session` call; callers that run a model repeatedly keep
-the session. A graph using onnxruntime's uint8 x int8 kernels runs only where
-:func:`u8s8_is_exact` holds; a graph's overflow checks (``nanoir_checks``) become an
+the session. A graph using one of onnxruntime's fused kernels (:data:`FUSED_KERNELS`) runs
+only where :func:`fused_kernel_is_exact` holds for it; a graph's overflow checks (``nanoir_checks``) become an
 :class:`~nanoir.runtime.base.ExecutionError`.
 """
 
@@ -65,7 +65,7 @@ def _probe_cases(rng: np.random.Generator) -> list[tuple[str, dict[str, Any]]]:
     return cases
 
 
-def _probe_model(kind: str, case: dict[str, Any], shift: int) -> Any:
+def _probe_model(kind: str, case: dict[str, Any], shift: int, kernel: str) -> Any:
     import onnx  # lazy: the probe runs once, on the first session that needs it
 
     helper = onnx.helper
@@ -74,9 +74,9 @@ def _probe_model(kind: str, case: dict[str, Any], shift: int) -> Any:
     consts = {
         "sx": np.array(1.0, np.float32),
         "zx": np.array(0, np.uint8),
-        "w": w,
+        "w": fused_weights(w, kernel),
         "sw": np.array(2.0**-shift, np.float32),
-        "zw": np.array(0, np.int8),
+        "zw": fused_weight_zero(kernel),
         "sy": np.array(1.0, np.float32),
         "zy": np.array(128, np.uint8),
     }
@@ -116,14 +116,47 @@ def _exact_product(kind: str, case: dict[str, Any]) -> np.ndarray:
     return out
 
 
-@functools.cache
+FUSED_KERNELS = ("u8s8", "u8u8")
+"""onnxruntime's fused ``QLinearConv`` kernels the writer may use, fastest first: uint8 codes
+times int8 weights, or times uint8 weights offset by 128 (zero point 128). Its x86 kernels
+without VNNI saturate pairs of uint8 x int8 products in int16 (``vpmaddubsw``); its uint8 x
+uint8 ones widen both to 16 bits first (``vpmaddwd``), exact there too, and about 1.4x the
+float32 convolution's speed on such a CPU (AVX2, no VNNI)."""
+
+
+def fused_weights(w: np.ndarray, kernel: str) -> np.ndarray:
+    """Signed 8-bit weight codes in ``kernel``'s weight dtype (offset by 128 for uint8)."""
+    if kernel == "u8s8":
+        return w.astype(np.int8)
+    return (w.astype(np.int16) + 128).astype(np.uint8)
+
+
+def fused_weight_zero(kernel: str) -> np.ndarray:
+    """The weight zero point of ``kernel``: the code that stands for 0."""
+    return np.array(0, np.int8) if kernel == "u8s8" else np.array(128, np.uint8)
+
+
 def u8s8_is_exact() -> bool:
-    """Whether this machine's onnxruntime sums uint8 x int8 products exactly in
-    ``QLinearConv`` and ``QLinearMatMul`` (their GEMM, GEMV and depthwise kernels), at codes
-    where a pair of products leaves int16: onnxruntime's x86 kernels without VNNI saturate such
-    pairs (``vpmaddubsw``), those with VNNI or AMX do not, and onnxruntime picks them from the
-    CPU alone (no setting forces another), so the writer asks this once per process. False
-    when onnxruntime is missing or refuses the probe."""
+    """Whether this machine's onnxruntime sums uint8 x int8 products exactly (see
+    :func:`fused_kernel_is_exact`)."""
+    return fused_kernel_is_exact("u8s8")
+
+
+def fused_kernel() -> str | None:
+    """The fastest of :data:`FUSED_KERNELS` this machine's onnxruntime runs exactly, or None."""
+    return next((k for k in FUSED_KERNELS if fused_kernel_is_exact(k)), None)
+
+
+@functools.cache
+def fused_kernel_is_exact(kernel: str) -> bool:
+    """Whether this machine's onnxruntime sums ``kernel``'s products exactly in ``QLinearConv``
+    and ``QLinearMatMul`` (their GEMM, GEMV and depthwise kernels), at codes where a pair of
+    products leaves int16: onnxruntime's x86 kernels pick their instructions from the CPU
+    alone (no setting forces another; its uint8 x int8 ones without VNNI saturate such pairs),
+    so the writer asks this once per process and kernel. False when onnxruntime is missing or
+    refuses the probe, and for a name not in :data:`FUSED_KERNELS`."""
+    if kernel not in FUSED_KERNELS:
+        return False
     try:
         ort = _ort()
     except Error:
@@ -138,7 +171,7 @@ def u8s8_is_exact() -> bool:
         shift = max(int(np.abs(exact).max()).bit_length() - 7, 0)
         want = np.clip(np.rint(exact * 2.0**-shift) + 128, 0, 255)
         try:
-            model = _probe_model(kind, case, shift)
+            model = _probe_model(kind, case, shift, kernel)
             session = ort.InferenceSession(
                 model.SerializeToString(), options, providers=["CPUExecutionProvider"]
             )
@@ -162,11 +195,13 @@ def make_session(model: Any, threads: int | None = None) -> Any:
     if threads is not None:
         options.intra_op_num_threads = threads
     data = model if isinstance(model, bytes) else model.SerializeToString()
-    if b"nanoir.kernels" in data and _uses_u8s8(model) and not u8s8_is_exact():
+    kernel = _kernel_of(model) if b"nanoir.kernels" in data else None
+    if kernel is not None and not fused_kernel_is_exact(kernel):
+        why = "saturate sums of products (no VNNI)" if kernel == "u8s8" else "are not exact"
         raise ExecutionError(
-            "the model uses onnxruntime's uint8 x int8 kernels, which on this machine's CPU "
-            "saturate sums of products (no VNNI): write it again here (nanoir.save or "
-            "export_model: the writer then uses kernels exact on this machine)"
+            f"the model uses onnxruntime's {kernel} kernels, which on this machine's CPU {why}: "
+            "write it again here (nanoir.save or export_model: the writer then uses kernels "
+            "exact on this machine)"
         )
     try:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
@@ -174,13 +209,14 @@ def make_session(model: Any, threads: int | None = None) -> Any:
         raise ExecutionError(f"onnxruntime refused the model: {_status(e)}") from None
 
 
-def _uses_u8s8(model: Any) -> bool:
-    """Whether the model's metadata records the uint8 x int8 kernels."""
+def _kernel_of(model: Any) -> str | None:
+    """The fused kernel the model's metadata records (any value but None is checked: an
+    unknown one fails the probe)."""
     if isinstance(model, bytes):
         import onnx  # lazy: only files that name the key are parsed again
 
         model = onnx.load_from_string(model)
-    return any(p.key == "nanoir.kernels" and p.value == "u8s8" for p in model.metadata_props)
+    return next((p.value for p in model.metadata_props if p.key == "nanoir.kernels"), None)
 
 
 def _code_ranges(session: Any) -> list[tuple[str, int, int] | None]:
