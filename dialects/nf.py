@@ -377,6 +377,9 @@ class _GeluTable(LookupTable):
         assert isinstance(op, GeluOp)
         return np.asarray(kernels.gelu(x, op.approximate.data))
 
+    def source(self, op: Operation) -> None:
+        return None
+
 
 @irdl_op_definition
 class GeluOp(UnaryFloatOp):
@@ -2403,6 +2406,9 @@ class _UnaryTable(LookupTable):
     def evaluate(self, op: Operation, x: np.ndarray) -> np.ndarray:
         assert isinstance(op, UnaryOp)
         return unary_numerics.quantized_values(op.fn.data, x, op.param_values())
+
+    def source(self, op: Operation) -> None:
+        return None
 
 
 @dataclass(frozen=True)

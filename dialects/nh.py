@@ -96,6 +96,7 @@ from xdsl.dialects.builtin import (
     BoolAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    Float64Type,
     IntAttr,
     IntegerAttr,
     IntegerType,
@@ -1063,6 +1064,11 @@ class LutOp(IRDLOperation):
     gives each channel's sub-table: per-channel input or result exponents need their own
     table per distinct pair of exponents. Without it there is one sub-table.
 
+    ``function`` and ``params`` (optional) name the float function the table evaluates: the
+    nf op's name without ``nf.`` and its float properties, as lower-to-hw writes them. The table alone is the
+    semantics; a writer with a faster form of that function (the integer ONNX writer's float
+    ops) uses it only after checking it gives the table at every code.
+
     ```mlir
     %y = nh.lut %x {table = array<i64: 0, 0, 1, 1>}
         : tensor<?x16xi2, #nh.fixed<1, BC>> -> tensor<?x16xi8, #nh.fixed<7, BC>>
@@ -1077,6 +1083,8 @@ class LutOp(IRDLOperation):
     table = prop_def(DenseArrayBase[I64])
     starts = opt_prop_def(DenseArrayBase[I64])
     channels = opt_prop_def(DenseArrayBase[I64])
+    function = opt_prop_def(StringAttr)
+    params = opt_prop_def(DenseArrayBase[Float64Type])
     traits = traits_def(Pure(), Elementwise())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
@@ -1130,6 +1138,8 @@ class LutOp(IRDLOperation):
                         f"nh.lut: starts must increase within a sub-table and stay within "
                         f"i{win} codes (got {a} then {b})"
                     )
+        if self.params is not None and self.function is None:
+            raise VerifyException("nh.lut: params without the function they belong to")
         subs = self.sub_tables()
         if fx.is_per_channel and fy.is_per_channel and fx.channel_axis != fy.channel_axis:
             raise VerifyException("nh.lut: input and result exponents run along different dims")

@@ -545,8 +545,17 @@ class LookupTable(OpTrait):
 
     def evaluate(self, op: Operation, x: np.ndarray) -> np.ndarray:
         """The op's float result on ``x`` (float64)."""
-        args = [op.properties[p].value.data for p in self.params]  # type: ignore[attr-defined]
-        return np.asarray(self.function(x, *args))
+        return np.asarray(self.function(x, *self._param_values(op)))
+
+    def _param_values(self, op: Operation) -> tuple[float, ...]:
+        return tuple(float(op.properties[p].value.data) for p in self.params)  # type: ignore[attr-defined]
+
+    def source(self, op: Operation) -> tuple[str, tuple[float, ...]] | None:
+        """The function the table evaluates, as ``nh.lut`` records it (``function``,
+        ``params``): the op's name within its dialect (``hardswish`` for ``nf.hardswish``)
+        and its float ``params``; None where those do not say it all (a table whose
+        ``evaluate`` reads other properties)."""
+        return op.name.partition(".")[2], self._param_values(op)
 
 
 @dataclass(frozen=True)

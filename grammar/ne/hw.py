@@ -76,8 +76,9 @@ Ops (nh op <-> `.ne` op type; attributes beside `exp`, in alphabetical order):
     nh.matmul      MatMul
     nh.add/sub/mul Add/Sub/Mul
     nh.requant     Requant       rounding, shift; bit_len (derived: the output width)
-    nh.lut         Lut           channels (each channel's sub-table), starts (segmented form),
-                                 table
+    nh.lut         Lut           channels (each channel's sub-table), function and params (the
+                                 float function the table evaluates, when recorded), starts
+                                 (segmented form), table
     nh.relu        Relu
     nh.clamp       Clip          max, min (integer codes)
     nh.max_pool    MaxPool       ceil_mode, dilations, kernel_shape, pads, strides
@@ -244,6 +245,8 @@ HW_OPS: tuple[HwOp, ...] = (
         "Lut",
         props=(
             AttrMap("channels", "channels", "ints"),
+            AttrMap("function", "function", "name"),
+            AttrMap("params", "params", "floats"),
             AttrMap("starts", "starts", "ints"),
             AttrMap("table", "table", "ints"),
         ),

@@ -65,6 +65,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     f32,
+    f64,
     i64,
 )
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -282,6 +283,16 @@ def _float_attr(value: AttrValue) -> Attribute:
     raise ValueError("must be a number")
 
 
+def _floats_attr(value: AttrValue) -> Attribute:
+    if not isinstance(value, tuple) or not all(
+        isinstance(v, Float) or (isinstance(v, int) and not isinstance(v, bool)) for v in value
+    ):
+        raise ValueError("must be a list of numbers")
+    return DenseArrayBase.from_list(
+        f64, [v.value if isinstance(v, Float) else float(v) for v in value]
+    )
+
+
 def _name_attr(value: AttrValue) -> Attribute:
     if not isinstance(value, str):
         raise ValueError("must be a name")
@@ -313,6 +324,7 @@ _PROP_KINDS: dict[
     "flag": (lambda a: int(bool(a.value.data)), _flag_attr),  # type: ignore[attr-defined]
     "rounding": (lambda a: a.data.value, _rounding_attr),  # type: ignore[attr-defined]
     "float": (lambda a: Float.from_value(a.value.data), _float_attr),  # type: ignore[attr-defined]
+    "floats": (lambda a: tuple(Float.from_value(v) for v in a.get_values()), _floats_attr),  # type: ignore[attr-defined]
     "name": (lambda a: a.data, _name_attr),  # type: ignore[attr-defined]
     "mask": (_mask_value, _mask_attr),
 }

@@ -52,7 +52,15 @@ from nanoir.lowering.hw.core import (
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.quant import RoundingMode
 from nanoir.runtime.numerics.shapes import DYNAMIC_INDEX
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, i64
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DictionaryAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    f64,
+    i64,
+)
 from xdsl.ir import Attribute, BlockArgument, Operation, OpResult
 from xdsl.pattern_rewriter import PatternRewriter, op_type_rewrite_pattern
 
@@ -339,6 +347,11 @@ class FuseLookupTableFakeQuant(HwPattern):
             props["starts"] = int_array(starts)
         if varying:
             props["channels"] = int_array(channels)
+        source = lut.source(producer)
+        if source is not None:
+            props["function"] = StringAttr(source[0])
+            if source[1]:
+                props["params"] = DenseArrayBase.from_list(f64, list(source[1]))
         out_exps = expand(nh_exp, rank)
         t = hw.result_type(x.shape, out_exps, container_width(bits), hw.layout_of(x), op.is_signed)
         new = nh.LutOp.create(operands=[x.value], result_types=[t], properties=props)

@@ -20,6 +20,7 @@ from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.grammar.onnx.integer.arith import clip
 from nanoir.grammar.onnx.integer.common import Writer, constant_codes, out_name, refuse
 from nanoir.grammar.onnx.integer.graph import F32_EXACT, FORM_DTYPE, I32_MAX, Graph, zero_point
+from nanoir.grammar.onnx.integer.table_forms import write_float_form
 from xdsl.ir import Operation, SSAValue
 
 
@@ -174,8 +175,9 @@ def prelu(g: Graph, op: nh.PReluOp) -> None:
 
 
 def lut(g: Graph, op: nh.LutOp) -> None:
-    """``Gather`` of the table (float32 where exact) by ``code - lo`` (the uint8 form of 8-bit
-    codes is that index already), offset by the channel's sub-table."""
+    """The float ops of the table's function where they give the table (:mod:`.table_forms`),
+    else ``Gather`` of the table (float32 where exact) by ``code - lo`` (the uint8 form of
+    8-bit codes is that index already), offset by the channel's sub-table."""
     base = out_name(g, op)
     width = nh.width_of(op.input)
     lo, _ = nh.value_code_range(op.input)
@@ -192,6 +194,8 @@ def lut(g: Graph, op: nh.LutOp) -> None:
             )
         keys = (np.cumsum(starts == lo) - 1) * span + (starts - lo)
         table = table[np.searchsorted(keys, np.arange(subs * span), side="right") - 1]
+    if write_float_form(g, op, table):
+        return
     if width == 1:  # -1 -> 0, +1 -> 1
         x = g.get(op.input, "i32")
         index = g.node(

@@ -79,7 +79,12 @@ def quantize(g: Graph, op: nh.RequantOp, x: str, scale: np.ndarray, base: str) -
     """``QuantizeLinear(x, scale, zero point)`` to the result's uint8 form, clipped in uint8
     where the result's range is narrower than uint8's (fewer bits, a fused ReLU)."""
     lo, hi = saturation(g, op)
-    zp = zero_point(op.result)
+    return quantize_to(g, x, scale, lo, hi, zero_point(op.result), base)
+
+
+def quantize_to(g: Graph, x: str, scale: np.ndarray, lo: int, hi: int, zp: int, base: str) -> str:
+    """``QuantizeLinear(x, scale, zp)``: the uint8 form (codes + ``zp``) of codes saturated to
+    ``lo..hi`` (a uint8 ``Clip`` where that is narrower than uint8)."""
     scale = np.asarray(scale, dtype=np.float64)
     attrs = {}
     zero = np.asarray(zp)

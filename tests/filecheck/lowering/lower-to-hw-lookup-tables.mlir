@@ -8,13 +8,15 @@
 //   silu x sigmoid(x):              8 [-0.238, -0.269, 0, 0.731]  -> -1, -2, 0, 5
 //   gelu x Phi(x):                  8 [-0.0455, -0.159, 0, 0.841] -> 0, -1, 0, 6
 //   leaky_relu (alpha 0.25):        8 [-0.5, -0.25, 0, 1]         -> -4, -2, 0, 7 (8 saturates)
+// Each table records the nf op it evaluates and its float params (function, params), except
+// gelu's, whose form is a string property.
 
 // CHECK-LABEL: func.func @lookup_tables
-// CHECK-NEXT:  nh.lut %x {table = array<i64: 1, 2, 4, 5>} : tensor<?x4xi2, #nh.fixed<0, BC>> -> tensor<?x4xi4, #nh.fixed<3, BC>>
-// CHECK-NEXT:  nh.lut %x {table = array<i64: -2, -2, 0, 5>}
-// CHECK-NEXT:  nh.lut %x {table = array<i64: -1, -2, 0, 5>}
-// CHECK-NEXT:  nh.lut %x {table = array<i64: 0, -1, 0, 6>}
-// CHECK-NEXT:  nh.lut %x {table = array<i64: -4, -2, 0, 7>}
+// CHECK-NEXT:  nh.lut %x {table = array<i64: 1, 2, 4, 5>, function = "hardsigmoid", params = array<f64: 0.16666666666666666, 5.000000e-01>} : tensor<?x4xi2, #nh.fixed<0, BC>> -> tensor<?x4xi4, #nh.fixed<3, BC>>
+// CHECK-NEXT:  nh.lut %x {table = array<i64: -2, -2, 0, 5>, function = "hardswish"}
+// CHECK-NEXT:  nh.lut %x {table = array<i64: -1, -2, 0, 5>, function = "silu"}
+// CHECK-NEXT:  nh.lut %x {table = array<i64: 0, -1, 0, 6>} :
+// CHECK-NEXT:  nh.lut %x {table = array<i64: -4, -2, 0, 7>, function = "leaky_relu", params = array<f64: 2.500000e-01>}
 // CHECK-NOT:   nf.
 
 func.func @lookup_tables(%x: tensor<?x4xf32>) -> (tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>, tensor<?x4xf32>) {

@@ -122,7 +122,7 @@ func.func @avg_pool_fake_quant(%x: tensor<?x2x4xf32>) -> tensor<?x2x2xf32> {
 // at exponent 3: trunc(8 * [0.119, 0.269, 0.5, 0.731]) = [0, 2, 4, 5].
 
 // CHECK-LABEL: func.func @lookup_table_fake_quant
-// CHECK:       %[[S:.*]] = nh.lut %x {table = array<i64: 0, 2, 4, 5>} {{.*}} -> tensor<?x4xi4, #nh.fixed<3, BC>>
+// CHECK:       %[[S:.*]] = nh.lut %x {table = array<i64: 0, 2, 4, 5>, function = "sigmoid"} {{.*}} -> tensor<?x4xi4, #nh.fixed<3, BC>>
 // CHECK-NEXT:  func.return %[[S]]
 
 func.func @lookup_table_fake_quant(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
