@@ -163,6 +163,23 @@ def _const(value: int, dtype: np.dtype[Any]) -> Any:
     return np.asarray(value, dtype=dtype)
 
 
+def exp_values(neg: NDArray[Any], hi: NDArray[np.int64], lo: NDArray[np.int64]) -> NDArray[Any]:
+    """``exp`` at ``EXP_FRAC`` bits of code distances ``0 <= neg < len(hi) * len(lo)`` (int64
+    or float64, kept): ``hi[neg // len(lo)] * lo[neg % len(lo)]`` rounded to ``EXP_FRAC``
+    bits (every intermediate below ``2**52``: exact in either).
+
+    >>> hi, lo = exp_tables(0, 4)
+    >>> exp_values(np.arange(3), hi, lo).tolist()  # 2**30 exp(-[0, 1, 2]), to 2**8 or so
+    [1073741824, 395007488, 145315072]
+    """
+    dt = neg.dtype
+    m = _const(len(lo), dt)
+    i = np.floor_divide(neg, m)
+    j = neg - i * m
+    prod = hi.astype(dt)[i.astype(np.int64)] * lo.astype(dt)[j.astype(np.int64)]
+    return np.floor_divide(prod + _const(2 ** (LO_FRAC - 1), dt), _const(2**LO_FRAC, dt))
+
+
 def _exp_codes(
     q: NDArray[Any],
     axis: int,
@@ -183,12 +200,8 @@ def _exp_codes(
         top = np.max(np.where(mask, q, lowest), axis=axis, keepdims=True)
         top = np.where(top == lowest, q.max(initial=0), top)  # fully masked rows
     d = q - top
-    m = _const(len(lo), dt)
     neg = np.clip(-d, 0, (len(hi) * len(lo)) - 1)  # masked positions may lie above the max
-    i = np.floor_divide(neg, m)
-    j = neg - i * m
-    prod = hi.astype(dt)[i.astype(np.int64)] * lo.astype(dt)[j.astype(np.int64)]
-    e = np.floor_divide(prod + _const(2 ** (LO_FRAC - 1), dt), _const(2**LO_FRAC, dt))
+    e = exp_values(neg, hi, lo)
     if mask is not None:
         e = np.where(mask, e, _const(0, dt))
     return d, e, np.sum(e, axis=axis, keepdims=True, dtype=dt)
