@@ -2,8 +2,8 @@
 table at every code (issue 33 §1).
 
 Why: onnxruntime's ``Gather`` costs about 5 ns an element whatever the dtypes, and PP-LCNet's
-hardswish tables took half of the PP-OCRv4 recognizer's time; five float ops on the same
-tensor cost a fifth of that. Why it is exact: a form is written once (``_FORMS``) against
+hardswish tables took half of the PP-OCRv4 recognizer's time (its half_even graph: 91 ms with
+them as ``Gather``, 56 ms as float ops, best of 7). Why it is exact: a form is written once (``_FORMS``) against
 two back ends, NumPy and the graph, which apply the same IEEE float ops one at a time (an add,
 a multiply, a divide, a clip: correctly rounded and deterministic wherever they run, unlike
 ``Sigmoid`` or ``Tanh``, which have no form here). The writer runs the NumPy back end over
