@@ -1065,9 +1065,9 @@ class LutOp(IRDLOperation):
     table per distinct pair of exponents. Without it there is one sub-table.
 
     ``function`` and ``params`` (optional) name the float function the table evaluates: the
-    nf op's name without ``nf.`` and its float properties, as lower-to-hw writes them. The table alone is the
-    semantics; a writer with a faster form of that function (the integer ONNX writer's float
-    ops) uses it only after checking it gives the table at every code.
+    nf op's name without ``nf.`` and its float properties, as lower-to-hw writes them. The
+    table alone is the semantics; a writer with a faster form of that function (the integer
+    ONNX writer's float ops) uses it only after checking it gives the table at every code.
 
     ```mlir
     %y = nh.lut %x {table = array<i64: 0, 0, 1, 1>}

@@ -1,9 +1,9 @@
 """The ops defined by an integer algorithm: softmax, log-softmax, LayerNorm, GroupNorm and L2
 normalisation (:mod:`nanoir.runtime.numerics.softmax`, :mod:`nanoir.runtime.numerics.norm`,
-:mod:`nanoir.runtime.numerics.l2norm`) step by step in
-int64 (softmax in float64, exact for its integers): table lookups are `Gather`, bit lengths count the powers of two at most the value
-(``ReduceSum`` of a comparison), the norms' integer square root is the float64 root floored and
-corrected by one either way, as the runtime's ``isqrt`` does.
+:mod:`nanoir.runtime.numerics.l2norm`) step by step in int64 (softmax in float64, exact
+for its integers): table lookups are `Gather`, bit lengths count the powers of two at most the
+value (``ReduceSum`` of a comparison), the norms' integer square root is the float64 root
+floored and corrected by one either way, as the runtime's ``isqrt`` does.
 """
 
 from __future__ import annotations

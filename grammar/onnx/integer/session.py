@@ -5,8 +5,8 @@ computes on integer codes (in integer or float32 tensors, where the bounds prove
 exact), which its optimizers keep exact (unlike QDQ graphs, whose fusions change rounding). One
 ``InferenceSession`` per :func:`make_session` call; callers that run a model repeatedly keep
 the session. A graph using one of onnxruntime's fused kernels (:data:`FUSED_KERNELS`) runs
-only where :func:`fused_kernel_is_exact` holds for it; a graph's overflow checks (``nanoir_checks``) become an
-:class:`~nanoir.runtime.base.ExecutionError`.
+only where :func:`fused_kernel_is_exact` holds for it; a graph's overflow checks
+(``nanoir_checks``) become an :class:`~nanoir.runtime.base.ExecutionError`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
-"""``nh.lut`` as the float ops of the function its table evaluates, where those ops give the
-table at every code (issue 33 §1).
+"""``nh.lut`` as the float ops of the function its table evaluates, where those ops give the table
+at every code (issue 33 §1).
 
 Why: onnxruntime's ``Gather`` costs about 5 ns an element whatever the dtypes, and PP-LCNet's
 hardswish tables took half of the PP-OCRv4 recognizer's time (its half_even graph: 91 ms with
-them as ``Gather``, 56 ms as float ops, best of 7). Why it is exact: a form is written once (``_FORMS``) against
-two back ends, NumPy and the graph, which apply the same IEEE float ops one at a time (an add,
-a multiply, a divide, a clip: correctly rounded and deterministic wherever they run, unlike
-``Sigmoid`` or ``Tanh``, which have no form here). The writer runs the NumPy back end over
-every code the input can take (its static bound), scaled and rounded in each rounding mode
-(the table does not say which made it), in float32 and then float64, and uses the graph back
-end only where a run gives the table at every one of those codes; else the ``Gather``.
+them as ``Gather``, 56 ms as float ops, best of 7). Why it is exact: a form is written once
+(``_FORMS``) against two back ends, NumPy and the graph, which apply the same IEEE float ops
+one at a time (an add, a multiply, a divide, a clip: correctly rounded and deterministic
+wherever they run, unlike ``Sigmoid`` or ``Tanh``, which have no form here). The writer runs
+the NumPy back end over every code the input can take (its static bound), scaled and rounded in
+each rounding mode (the table does not say which made it), in float32 and then float64, and
+uses the graph back end only where a run gives the table at every one of those codes; else the
+``Gather``.
 
 ``nh.lut``'s ``function``/``params`` (what lower-to-hw records) say which form to try; the
 table stays the semantics, so a hand-written program with a wrong ``function`` still runs
