@@ -369,3 +369,16 @@ def test_a_dead_channel_with_a_wide_bias_keeps_the_fused_kernel(relu: bool) -> N
         (got,) = run_model(make_session(model), [x])
         assert np.array_equal(np.asarray(got).astype(np.int64), np.asarray(want).astype(np.int64))
         assert np.unique(np.asarray(want)[:, 2]).size == 1
+
+
+def test_a_file_naming_an_unknown_kernel_is_refused_by_name() -> None:
+    """A file whose ``nanoir.kernels`` metadata names no kernel nanoir writes: one
+    ``nanoir.Error`` naming the key and what it expected (never a session on it)."""
+    module = nanoir.parse(_one_by_one(5, "half_even")[0])
+    model = export_model(module)
+    helper.set_model_props(
+        model,
+        {**{p.key: p.value for p in model.metadata_props}, "nanoir.kernels": "s8s8"},
+    )
+    with pytest.raises(nanoir.Error, match=r"nanoir.kernels metadata is 's8s8': expected one of"):
+        nanoir.grammar.onnx.integer.import_model(model)
