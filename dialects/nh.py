@@ -1140,6 +1140,8 @@ class LutOp(IRDLOperation):
                     )
         if self.params is not None and self.function is None:
             raise VerifyException("nh.lut: params without the function they belong to")
+        if self.params is not None and not all(map(math.isfinite, self.params.get_values())):
+            raise VerifyException("nh.lut: params must be finite")
         subs = self.sub_tables()
         if fx.is_per_channel and fy.is_per_channel and fx.channel_axis != fy.channel_axis:
             raise VerifyException("nh.lut: input and result exponents run along different dims")

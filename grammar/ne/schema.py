@@ -288,9 +288,10 @@ def _floats_attr(value: AttrValue) -> Attribute:
         isinstance(v, Float) or (isinstance(v, int) and not isinstance(v, bool)) for v in value
     ):
         raise ValueError("must be a list of numbers")
-    return DenseArrayBase.from_list(
-        f64, [v.value if isinstance(v, Float) else float(v) for v in value]
-    )
+    floats = [v.value if isinstance(v, Float) else float(v) for v in value]
+    if not all(math.isfinite(v) for v in floats):
+        raise ValueError("must be a list of finite numbers")
+    return DenseArrayBase.from_list(f64, floats)
 
 
 def _name_attr(value: AttrValue) -> Attribute:

@@ -120,3 +120,14 @@ def test_params_need_their_function() -> None:
     )
     with pytest.raises(nanoir.Error, match="params without the function"):
         nanoir.parse(text)
+
+
+def test_params_must_be_finite() -> None:
+    """Kills: a non-finite param accepted (the .ne writer then has no spelling for it)."""
+    from xdsl.dialects.builtin import DenseArrayBase, f64
+
+    module = nanoir.parse(WRONG.replace("TABLE", ", ".join(["0"] * 16)))
+    (lut,) = [op for op in module.walk() if op.name == "nh.lut"]
+    lut.properties["params"] = DenseArrayBase.from_list(f64, [float("inf")])
+    with pytest.raises(Exception, match="params must be finite"):
+        module.verify()
