@@ -97,7 +97,7 @@ def ratio(repeat: int, gather: int | None = None) -> None:
     streamer = nanoir.Streamer(hw, raw=True, gather=gather)
     runner = StreamRunner(hw, raw=True)
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print(f"Streamer.gather: {streamer.gather} rows")
+    print(f"Streamer.gather: {streamer.gather} rows (None: about GATHER_ELEMENTS values)")
     print(
         "| batch | frames a push | pushes | whole ms | streamed ms | per push µs | ratio | target "
         "| runner alone ms |"

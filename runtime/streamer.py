@@ -36,13 +36,16 @@ from xdsl.ir import SSAValue
 
 from nanoir.errors import ArgumentError, int_argument
 
-__all__ = ["GATHER", "MAX_GATHER", "Streamer"]
+__all__ = ["GATHER_ELEMENTS", "MAX_GATHER", "Streamer"]
 
-GATHER = 32
-"""Rows a stream of a program whose every output is a whole-stream result gathers per input
-before they run: a push of one frame then costs a copy, not a firing of every conv (on the
-KWS test model a single frame's firings cost ~3x a whole run's kernel calls), and what the
-stream holds grows by at most this many input rows."""
+GATHER_ELEMENTS = 2**16
+"""Values (rows x the batch x a row's other dims) a stream of a program whose every output
+is a whole-stream result gathers per input before they run, unless ``gather`` names rows. A
+push of one frame then costs a copy, not a firing of every conv (on the KWS test model a
+single frame's firings cost ~3x a whole run's kernel calls). A count of values, not rows,
+because a NumPy call's fixed cost is amortized by the values it handles: the same count
+makes 1,638 rows of the KWS model's 40 channels at batch 1 and 102 at batch 16. What the
+stream holds grows by at most this many values per input (512 KiB of float64)."""
 MAX_GATHER = 2**20
 """The largest ``gather`` (rows held per input): memory stays bounded."""
 
@@ -66,10 +69,10 @@ class Streamer:
     the stream until ``reset()``.
 
     A program whose every output is a whole-stream result has nothing to return until an
-    output's warm-up rows are in: its rows are gathered, ``gather`` per input (default
-    :data:`GATHER`; 0 runs each push at once), and run together, with the same results on
-    the same pushes and fewer kernel calls; a failure while running then surfaces at the push
-    (or ``flush``) that ran the rows.
+    output's warm-up rows are in: its rows are gathered, ``gather`` rows per input (default:
+    about :data:`GATHER_ELEMENTS` values; 0 runs each push at once), and run together, with
+    the same results on the same pushes and fewer kernel calls; a failure while running then
+    surfaces at the push (or ``flush``) that ran the rows.
     """
 
     def __init__(
@@ -113,14 +116,15 @@ class Streamer:
         whole_only = all(a is None for a in self.output_axes) and all(
             self._runner.streamed[i] for i in range(self.num_inputs)
         )
-        self.gather: int = (GATHER if whole_only else 0) if gather is None else gather
+        self.gather: int | None = (None if whole_only else 0) if gather is None else gather
         """Rows each input gathers before they run (every output a whole-stream result):
-        ``gather`` if given, else :data:`GATHER` for such a program and 0 (each push runs)
-        for any other. A push then returns what it would have (``None`` per output, and an
-        output on the push that completes it: the rows run at once when they reach an
-        output's warm-up rows) and the rows run in groups: the same results, fewer kernel
-        calls; an error while running surfaces at the push (or the ``flush``) that ran its
-        rows."""
+        ``gather`` if given, else for such a program ``None``, the rows that hold about
+        :data:`GATHER_ELEMENTS` values (set per stream by the input's first chunk), and 0
+        (each push runs) for any other. A push then returns what it would have (``None``
+        per output, and an output on the push that completes it: the rows run at once when
+        they reach an output's warm-up rows) and the rows run in groups: the same results,
+        fewer kernel calls; an error while running surfaces at the push (or the ``flush``)
+        that ran its rows."""
         self._dues = sorted(set(self.warmup))
         """The row counts at which an output may complete (its warm-up rows), ascending."""
         self.reset()
@@ -251,33 +255,59 @@ class Streamer:
 
     def _gathered(self, chunks: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
         """The runner's push of checked ``chunks``, or, while gathering, their copies kept
-        (the caller may reuse its arrays) until an input holds ``gather`` rows."""
-        if not self.gather:
+        (the caller may reuse its arrays) until an input holds its group's rows."""
+        if self.gather == 0:
             return self._runner._push_checked(chunks)
-        dim, pending = self.mem_dim, self._pending
+        full = False
         for i, c in enumerate(chunks):
             if c is not None:
-                pending[i].append(np.array(c, copy=True))
-                self._pending_rows[i] += c.shape[dim]
+                full = self._keep(i, c) or full
         dues, rows = self._dues, max(self._rows)
-        if max(self._pending_rows) < self.gather and (
-            self._next_due >= len(dues) or rows < dues[self._next_due]
-        ):  # (the rows run at once when they may complete an output: at its warm-up rows,
+        if not full and (self._next_due >= len(dues) or rows < dues[self._next_due]):
+            # (the rows run at once when they may complete an output: at its warm-up rows,
             # which are all the rows a declared length has)
             return [None] * self.num_outputs
         while self._next_due < len(dues) and rows >= dues[self._next_due]:
             self._next_due += 1
         return self._runner._push_checked(self._take_pending())
 
+    def _keep(self, index: int, chunk: np.ndarray) -> bool:
+        """Copy ``chunk`` after input ``index``'s gathered rows (one buffer of a group's
+        rows, allocated when a group starts: no list of copies to join); whether the group
+        is full. The first chunk of a stream sets the group's rows (``gather``, or about
+        :data:`GATHER_ELEMENTS` values)."""
+        dim, n = self.mem_dim, chunk.shape[self.mem_dim]
+        group = self._group[index]
+        if group is None:
+            row = chunk.size // n if n else 0
+            group = self.gather or max(1, min(MAX_GATHER, GATHER_ELEMENTS // max(row, 1)))
+            self._group[index] = group
+        held, buf = self._pending_rows[index], self._pending[index]
+        if buf is None or held + n > buf.shape[dim] or buf.dtype != chunk.dtype:
+            # A chunk past the group's end, or of a wider dtype (as a join would promote it).
+            shape = (*chunk.shape[:dim], max(group, held + n), *chunk.shape[dim + 1 :])
+            dtype = chunk.dtype if buf is None else np.result_type(buf.dtype, chunk.dtype)
+            new = np.empty(shape, dtype)
+            if held:
+                new[(slice(None),) * dim + (slice(0, held),)] = self._held(index)
+            self._pending[index] = buf = new
+        buf[(slice(None),) * dim + (slice(held, held + n),)] = chunk
+        self._pending_rows[index] = held + n
+        return held + n >= group
+
+    def _held(self, index: int) -> np.ndarray | None:
+        """Input ``index``'s gathered rows (a view of its buffer; None: none)."""
+        buf, held = self._pending[index], self._pending_rows[index]
+        if buf is None or not held:
+            return None
+        return buf[(slice(None),) * self.mem_dim + (slice(0, held),)]
+
     def _take_pending(self) -> list[np.ndarray | None]:
-        """The gathered rows, one array per input (None: none), and nothing kept."""
-        dim = self.mem_dim
-        rows = [
-            None if not p else p[0] if len(p) == 1 else np.concatenate(p, axis=dim)
-            for p in self._pending
-        ]
-        self._pending = [[] for _ in self._pending]
-        self._pending_rows = [0] * len(self._pending_rows)
+        """The gathered rows, one array per input (None: none), and nothing kept: the next
+        group gets new buffers (the runner may hold views of these)."""
+        rows = [self._held(i) for i in range(self.num_inputs)]
+        self._pending = [None] * self.num_inputs
+        self._pending_rows = [0] * self.num_inputs
         return rows
 
     def _push(self, rows: tuple[Any, ...]) -> list[np.ndarray | None]:
@@ -383,7 +413,7 @@ class Streamer:
         self._passed = None
         try:
             early: Sequence[np.ndarray | None] = [None] * self.num_outputs
-            if any(self._pending):
+            if any(self._pending_rows):
                 early = self._runner._push_checked(self._take_pending())
             # (each output is a whole-stream result while gathering: it comes once)
             outs = [e if y is None else y for e, y in zip(early, self._runner.finish())]
@@ -410,8 +440,11 @@ class Streamer:
         the batch is fixed, and once the stream has ended."""
         self._no_rows: list[np.ndarray | None] = []
         """Per output, what ``push`` returns for it when it got no rows (the stream's batch)."""
-        self._pending: list[list[np.ndarray]] = [[] for _ in range(self.num_inputs)]
-        """Per input, the checked chunks gathered and not run yet (``gather``)."""
+        self._pending: list[np.ndarray | None] = [None] * self.num_inputs
+        """Per input, the buffer of its group's checked rows gathered and not run yet
+        (``gather``): its first ``_pending_rows`` rows along ``mem_dim``."""
         self._pending_rows = [0] * self.num_inputs
+        self._group: list[int | None] = [None] * self.num_inputs
+        """Per input, the rows of a group in this stream (None: no chunk yet)."""
         self._next_due = 0
         """The first of ``_dues`` the rows run so far have not reached."""

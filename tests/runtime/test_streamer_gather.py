@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nanoir.lowering.lower_to_hw import lower_to_hw
 from nanoir.runtime.interpreter import run
-from nanoir.runtime.streamer import GATHER
+from nanoir.runtime.streamer import GATHER_ELEMENTS
 from torch import nn
 from xdsl.dialects.builtin import ModuleOp
 
@@ -100,7 +100,7 @@ def test_gathered_streams_equal_the_whole_run(
     length = length if dynamic else LENGTH
     x = np.random.default_rng(seed).integers(-128, 128, (2, 3, length)).astype(np.int8)
     streamer = _streamer(dynamic, gather)
-    assert streamer.gather == (GATHER if gather is None else gather)
+    assert streamer.gather == gather
     pushed, flushed = _stream(streamer, x, cuts)
     eager = _stream(_streamer(dynamic, 0), x, cuts)
     got = [*pushed, flushed]
@@ -115,7 +115,7 @@ def test_gathered_chunks_are_copies() -> None:
     caller's array (every gathered row then reads the last frame)."""
     x = np.random.default_rng(1).integers(-128, 128, (2, 3, LENGTH)).astype(np.int8)
     streamer = nanoir.Streamer(DECLARED, raw=True)
-    assert streamer.gather == GATHER
+    assert streamer.gather is None
     frame = np.empty((2, 3, 1), np.int8)
     got = []
     for t in range(x.shape[2]):
@@ -169,6 +169,27 @@ def test_one_row_pushes_run_in_groups(dynamic: bool, length: int, runs: list[int
     assert calls == runs
     assert [t for t, y in enumerate(got) if y is not None] == [LENGTH - 1]
     assert got[LENGTH - 1].tobytes() == run(hw, x, raw=True)[0].tobytes()
+
+
+def test_default_groups_hold_about_gather_elements_values() -> None:
+    """By default a group holds the rows that make about ``GATHER_ELEMENTS`` values: at a
+    batch of 2730 (8190 values a row) 8 rows. A push past a group's end runs the whole
+    push (5 + 5 rows: one run of 10); int8 codes join uint8 ones (which the checks widen).
+    Kills: a group counted in rows whatever the batch, a chunk cut at the group's end (rows
+    lost), the gathered rows run twice or not at all."""
+    batch = 2730
+    assert GATHER_ELEMENTS // (3 * batch) == 8
+    streamer = nanoir.Streamer(DYNAMIC, raw=True)
+    calls = _count_runs(streamer)
+    rng = np.random.default_rng(7)
+    x = rng.integers(-128, 128, (batch, 3, 30)).astype(np.int8)
+    x[:, :, :5] = np.abs(x[:, :, :5].astype(np.int16)).clip(0, 127)
+    pieces = [x[:, :, :5].astype(np.uint8), x[:, :, 5:10], x[:, :, 10:11], x[:, :, 11:30]]
+    got = [streamer.push(p)[0] for p in pieces]
+    flushed = streamer.flush()[0]
+    assert calls == [10, 20]  # (the last push passes the warm-up row 24: 1 + 19 rows run)
+    arrived = [y for y in [*got, flushed] if y is not None]
+    assert len(arrived) == 1 and arrived[0].tobytes() == run(DYNAMIC, x, raw=True)[0].tobytes()
 
 
 def test_each_warm_up_runs_the_rows_at_once() -> None:
