@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -252,37 +254,77 @@ def run_model(model_or_session: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
     session = model_or_session
     if not hasattr(session, "get_inputs"):
         session = make_session(model_or_session)
-    declared = session.get_inputs()
-    if len(inputs) != len(declared):
-        raise ArgumentError(f"the model takes {len(declared)} inputs, got {len(inputs)}")
-    ranges = _code_ranges(session)
+    io = _session_io(session)
+    if len(inputs) != len(io.names):
+        raise ArgumentError(f"the model takes {len(io.names)} inputs, got {len(inputs)}")
     feeds = {}
-    for i, (x, d) in enumerate(zip(inputs, declared)):
+    for i, (x, name, dtype, want) in enumerate(zip(inputs, io.names, io.dtypes, io.shapes)):
         a = np.asarray(x)
-        if not np.issubdtype(a.dtype, np.integer):
+        if a.dtype.kind not in "iu":
             raise ArgumentError(f"input {i} must hold integer codes, got {a.dtype}")
-        dtype = _DTYPES[d.type]
-        info = np.iinfo(dtype)
-        if a.size and (int(a.min()) < info.min or int(a.max()) > info.max):
-            raise ArgumentError(f"input {i} has codes outside {np.dtype(dtype).name}")
-        if a.size and i < len(ranges) and ranges[i] is not None:
-            _check_codes(i, a, ranges[i])
-        want = list(d.shape)  # ints are static, str/None dynamic: onnxruntime's own refusal
-        if a.ndim != len(want) or any(  # is a traceback, so it is checked here
+        checked = io.ranges[i] if i < len(io.ranges) else None
+        if a.size and (a.dtype != dtype or checked is not None):
+            # (a min and a max say whether every code fits: the place only on failure)
+            low, high = int(a.min()), int(a.max())
+            info = np.iinfo(dtype)
+            if low < info.min or high > info.max:
+                raise ArgumentError(f"input {i} has codes outside {np.dtype(dtype).name}")
+            if checked is not None and (
+                low < checked[1] or high > checked[2] or (checked[1:] == (-1, 1) and not a.all())
+            ):
+                _check_codes(i, a, checked)
+        if a.ndim != len(want) or any(  # onnxruntime's own refusal is a traceback
             isinstance(w, int) and w != n for w, n in zip(want, a.shape)
         ):
             shown = "x".join(str(w) if isinstance(w, int) else "?" for w in want)
-            raise ArgumentError(f"input {i} ({d.name}) has shape {a.shape}, expected {shown}")
-        feeds[d.name] = a.astype(dtype, copy=False)
+            raise ArgumentError(f"input {i} ({name}) has shape {a.shape}, expected {shown}")
+        feeds[name] = a.astype(dtype, copy=False)
     try:
         outputs = session.run(None, feeds)
     except Exception as e:  # onnxruntime's own exception types (Fail, InvalidArgument, ...)
         raise ExecutionError(f"onnxruntime failed to run the model: {_status(e)}") from None
-    names = [o.name for o in session.get_outputs()]
-    if names and names[-1] == "nanoir_checks":
+    if io.checks:
         _raise_on_checks(session, np.asarray(outputs[-1]))
         outputs = outputs[:-1]
     return [np.asarray(y) for y in outputs]
+
+
+@dataclass(frozen=True)
+class _SessionIo:
+    """What ``run_model`` reads of a session on every call, read once per session: the
+    inputs' names, exchange dtypes, declared shapes (ints static) and nh code ranges, and
+    whether the last output is the overflow checks' counts."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[Any, ...]
+    shapes: tuple[tuple[Any, ...], ...]
+    ranges: tuple[tuple[str, int, int] | None, ...]
+    checks: bool
+
+
+_SESSION_IO: weakref.WeakKeyDictionary[Any, _SessionIo] = weakref.WeakKeyDictionary()
+
+
+def _session_io(session: Any) -> _SessionIo:
+    """``session``'s :class:`_SessionIo` (kept while the session lives)."""
+    try:
+        return _SESSION_IO[session]
+    except (KeyError, TypeError):
+        pass
+    declared = session.get_inputs()
+    outputs = [o.name for o in session.get_outputs()]
+    io = _SessionIo(
+        tuple(d.name for d in declared),
+        tuple(_DTYPES[d.type] for d in declared),
+        tuple(tuple(d.shape) for d in declared),
+        tuple(_code_ranges(session)),
+        bool(outputs) and outputs[-1] == "nanoir_checks",
+    )
+    try:
+        _SESSION_IO[session] = io
+    except TypeError:  # (a session type without weak references: read again next call)
+        pass
+    return io
 
 
 def _raise_on_checks(session: Any, counts: np.ndarray) -> None:
