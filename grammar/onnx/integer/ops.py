@@ -16,15 +16,15 @@ from nanoir.grammar.onnx.integer.elementwise import WRITERS as ELEMENTWISE
 from nanoir.grammar.onnx.integer.host import HOST
 from nanoir.grammar.onnx.integer.movement import WRITERS as MOVEMENT
 from nanoir.grammar.onnx.integer.pools import WRITERS as POOLS
+from nanoir.grammar.onnx.integer.pools import requant_or_pool_first
 from nanoir.grammar.onnx.integer.products import WRITERS as PRODUCTS
 from nanoir.grammar.onnx.integer.recurrent import WRITERS as RECURRENT
 from nanoir.grammar.onnx.integer.reductions import WRITERS as REDUCTIONS
-from nanoir.grammar.onnx.integer.requant import requant
 from xdsl.ir import Operation
 
 OPS: dict[type[Operation], Writer] = {
     **PRODUCTS,
-    nh.RequantOp: requant,
+    nh.RequantOp: requant_or_pool_first,  # (a max pool after it: the pool first)
     **ELEMENTWISE,
     **POOLS,
     **MOVEMENT,

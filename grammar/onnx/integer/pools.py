@@ -18,11 +18,12 @@ from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.dialects.nq import RoundingMode
 from nanoir.grammar.onnx.integer.arith import cast_to, div_round, int_dtype
-from nanoir.grammar.onnx.integer.common import Writer, out_name, refuse
-from nanoir.grammar.onnx.integer.graph import F32_EXACT, I32_MAX, Graph, zero_point
+from nanoir.grammar.onnx.integer.common import Writer, out_name, refuse, sole_reader
+from nanoir.grammar.onnx.integer.graph import F32_EXACT, F64_EXACT, I32_MAX, Graph, zero_point
 from nanoir.grammar.onnx.integer.products import integer_product, value_parts
-from nanoir.grammar.onnx.integer.requant import float_round
+from nanoir.grammar.onnx.integer.requant import float_round, requant
 from nanoir.runtime.nh import _pool_geometry, _pool_setup, _window_counts
+from nanoir.runtime.numerics.shapes import pool_output_size
 from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation
 
@@ -33,7 +34,8 @@ def max_pool(g: Graph, op: nh.MaxPoolOp) -> None:
     back, giving the result's uint8 form: onnxruntime's uint8 ``MaxPool`` is a scalar loop,
     about 9x slower than the two casts and its vectorised float32 kernel (3x3/2 over a
     1x64x112x112 input: 7.0 ms against 0.8 ms)."""
-    kernel, strides, begins, ends, dil, ceil_mode = _pool_geometry(op, array_values(op.dilations))
+    if op in g.done:  # written before its requant (requant_or_pool_first)
+        return
     base = out_name(g, op)
     bytes_only = (
         g.has(op.input, "u8")
@@ -44,21 +46,86 @@ def max_pool(g: Graph, op: nh.MaxPoolOp) -> None:
         x = g.node("Cast", [g.get(op.input, "u8")], base + "_f", to=1)
     else:
         x = g.get(op.input, "f32" if g.float_exact(op.input) else "f64")
+    y = _max_pool_node(g, op, x, base + ("_p" if bytes_only else ""))
+    if bytes_only:
+        g.put(op.result, "u8", g.node("Cast", [y], base, to=2))
+    else:
+        g.put(op.result, "f32" if g.float_exact(op.input) else "f64", y)
+    g.set_bound(op.result, g.bound(op.input))
+
+
+def _max_pool_node(g: Graph, op: nh.MaxPoolOp, x: str, name: str) -> str:
+    """The ``MaxPool`` of ``op``'s windows over ``x`` (float: its padding never wins). ONNX's
+    ``ceil_mode`` keeps a last window that starts in the right padding, which PyTorch's rule
+    (nh's) drops: that window is sliced off (over a dynamic size, where it cannot be known
+    whether there is one, such a pool is refused)."""
+    kernel, strides, begins, ends, dil, ceil_mode = _pool_geometry(op, array_values(op.dilations))
+    sizes = tensor_shape(op.input)[2:]
+    if ceil_mode and any(begins) and DYNAMIC_INDEX in sizes:
+        raise refuse(
+            op,
+            "pools in ceil mode with padding over a dynamic size (ONNX keeps a last window "
+            "that starts in the padding, which this op drops)",
+        )
+    axes: list[int] = []
+    wanted: list[int] = []
+    if ceil_mode and DYNAMIC_INDEX not in sizes:
+        for axis, (n, k, s, b, e, d) in enumerate(zip(sizes, kernel, strides, begins, ends, dil)):
+            want = pool_output_size(
+                n, kernel=k, stride=s, pad_begin=b, pad_end=e, dilation=d, ceil_mode=True
+            )
+            wanted.append(want)
+            if -(-(n + b + e - d * (k - 1) - 1) // s) + 1 != want:  # (ONNX's count)
+                axes.append(axis + 2)
     y = g.node(
         "MaxPool",
         [x],
-        base + ("_p" if bytes_only else ""),
+        name + ("_c" if axes else ""),
         kernel_shape=list(kernel),
         strides=list(strides),
         pads=list(begins) + list(ends),
         dilations=list(dil),
         ceil_mode=int(ceil_mode),
     )
-    if bytes_only:
-        g.put(op.result, "u8", g.node("Cast", [y], base, to=2))
-    else:
-        g.put(op.result, "f32" if g.float_exact(op.input) else "f64", y)
-    g.set_bound(op.result, g.bound(op.input))
+    if not axes:
+        return y
+    ranges = [g.const(v, np.int64) for v in ([0] * len(axes), [wanted[a - 2] for a in axes], axes)]
+    return g.node("Slice", [y, *ranges], name)
+
+
+def requant_or_pool_first(g: Graph, op: nh.RequantOp) -> None:
+    """``nh.requant``; when its one reader is an ``nh.max_pool`` and it reads float codes
+    (no product wrote it, see :mod:`.products`), the pool first and the requant on the
+    pooled codes, written as the pool's result: a requant is non-decreasing in every
+    rounding mode and its clip too, so the max of the requantized codes is the requant of
+    the max, and the requant then reads a quarter of the values (a 2x2 pool) without the
+    uint8 round trip around the pool."""
+    pool = sole_reader(op.result)
+    if (
+        not isinstance(pool, nh.MaxPoolOp)
+        or op in g.done
+        or op in g.scaled
+        or nh.width_of(op.result) == 1
+        or g.bound(op.input) > F64_EXACT
+        or pool.result.type.encoding != op.result.type.encoding  # type: ignore[attr-defined]
+        or pool.result.type.element_type != op.result.type.element_type  # type: ignore[attr-defined]
+    ):
+        requant(g, op)
+        return
+    form = "f32" if g.float_exact(op.input) else "f64"
+    pooled = _max_pool_node(g, pool, g.get(op.input, form), out_name(g, pool) + "_pre")
+    forms = g.forms.pop(op.input, None)
+    g.forms[op.input] = {form: pooled}  # (the requant reads the pooled codes)
+    try:
+        requant(g, op)
+    finally:
+        if forms is None:
+            del g.forms[op.input]
+        else:
+            g.forms[op.input] = forms
+    g.forms[pool.result] = g.forms.pop(op.result)
+    g.set_bound(pool.result, g.bound(op.result))
+    g.done.add(pool)
 
 
 def _divisor(op: nh.AvgPoolOp, x_shape: tuple[int, ...], geometry: tuple) -> np.ndarray:
