@@ -9,6 +9,7 @@ is a table row's mapping of one attribute to one op property.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
@@ -119,10 +120,17 @@ class NodeSpec:
                 raise NodeProblem(f"{self.op_type} node '{self.name}' needs attribute '{key}'")
             return default
         if isinstance(value, Float):
-            return value.value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a number", attr=key)
+            number = value.value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            raise NodeProblem(f"attribute '{key}' of node '{self.name}' must be a number", attr=key)
+        if not math.isfinite(number):  # (1e999 reads as inf, which no .ne float spells)
+            raise NodeProblem(
+                f"attribute '{key}' of node '{self.name}' must be a finite number, got {number}",
+                attr=key,
+            )
+        return number
 
     def name_attr(self, key: str, default: str) -> str:
         value = self._attrs.get(key, default)

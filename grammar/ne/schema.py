@@ -277,10 +277,14 @@ def _rounding_attr(value: AttrValue) -> Attribute:
 
 def _float_attr(value: AttrValue) -> Attribute:
     if isinstance(value, Float):
-        return FloatAttr(value.value, Float64Type())
-    if isinstance(value, int) and not isinstance(value, bool):
-        return FloatAttr(float(value), Float64Type())
-    raise ValueError("must be a number")
+        number = value.value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise ValueError("must be a number")
+    if not math.isfinite(number):  # (1e999 reads as inf, which no .ne float spells)
+        raise ValueError("must be a finite number")
+    return FloatAttr(number, Float64Type())
 
 
 def _floats_attr(value: AttrValue) -> Attribute:

@@ -427,3 +427,41 @@ def test_tools_exit_1_with_a_located_message(
         err = capsys.readouterr().err
         assert err.startswith(where), err
         assert "Traceback" not in err and len(err.strip().split("\n")) == 3, err
+
+
+@pytest.mark.parametrize("value", ["1e999", "-1e999", "-1E+400"])
+def test_a_float_attribute_past_float64_is_located(value: str, tmp_path: Path) -> None:
+    """A LeakyRelu's ``alpha=1e999`` reads as inf, which no `.ne` float spells: the import
+    (it writes the node's defaults back) ended in a ValueError traceback. Now one located
+    error naming the attribute."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.LeakyReLU(0.1)).eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    module = nanoir.from_torch(net, (torch.from_numpy(x),))
+    nanoir.quantize(module, [x], progress=False)
+    path = tmp_path / "leaky.ne"
+    nanoir.save(module, path)
+    text = path.read_text()
+    assert text.count("alpha=") == 1
+    start = text.index("alpha=") + len("alpha=")
+    end = min(i for i in (text.find(",", start), text.find("]", start)) if i > 0)
+    path.write_text(text[:start] + value + text[end:])
+    line = text[:start].count("\n") + 1
+    with pytest.raises(NanoEngineError, match="'alpha' .* must be a finite number") as info:
+        nanoir.load(path)
+    assert info.value.line == line
+
+
+def test_a_hw_float_property_past_float64_is_refused() -> None:
+    """The hw rows' float properties are decoded by the same rule (finite, or the reader's
+    ValueError, which it locates)."""
+    from nanoir.grammar.ne.schema import decode_prop
+    from nanoir.grammar.ne.syntax_tree import Float
+
+    assert decode_prop("float", Float("0.25")).value.data == 0.25
+    with pytest.raises(ValueError, match="must be a finite number"):
+        decode_prop("float", Float("1e999"))
