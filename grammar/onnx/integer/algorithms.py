@@ -22,6 +22,7 @@ from nanoir.grammar.onnx.integer.common import (
     out_name,
     refuse,
     static_shape,
+    table_lookup,
 )
 from nanoir.grammar.onnx.integer.graph import Graph
 from nanoir.runtime.numerics.softmax import (
@@ -52,6 +53,7 @@ def _exp_codes(g: Graph, op: Any, mask: str | None, dtype: type) -> tuple[str, s
     lo = np.asarray(array_values(op.exp_lo), dtype=np.int64)
     i64 = np.int64
     q = g.get(op.input, "f64" if dtype is np.float64 else "i64")
+    shape = tensor_shape(op.input)  # (the distances' shape: the tables' indices)
     if mask is not None:
         lowest = g.const(np.iinfo(np.int64).min // 4, dtype)
         qm = g.node("Where", [mask, q, lowest], base + "_qm")
@@ -70,12 +72,8 @@ def _exp_codes(g: Graph, op: Any, mask: str | None, dtype: type) -> tuple[str, s
 
     if len(hi) * len(lo) <= MAX_EXP_TABLE:  # one table: exp_values at every distance
         table = exp_values(np.arange(len(hi) * len(lo), dtype=np.int64), hi, lo)
-        e = g.node(
-            "Gather",
-            [g.const(table, dtype, base + "_exp"), index(neg, base + "_ni")],
-            base + "_e",
-            axis=0,
-        )
+        table_name = g.const(table, dtype, base + "_exp")
+        e = table_lookup(g, table_name, index(neg, base + "_ni"), shape, base + "_e")
     else:
         m = g.const(len(lo), dtype)
         i = g.node("Div", [neg, m], base + "_i")
@@ -85,17 +83,19 @@ def _exp_codes(g: Graph, op: Any, mask: str | None, dtype: type) -> tuple[str, s
         prod = g.node(
             "Mul",
             [
-                g.node(
-                    "Gather",
-                    [g.const(hi, dtype, base + "_hi"), index(i, base + "_ii")],
+                table_lookup(
+                    g,
+                    g.const(hi, dtype, base + "_hi"),
+                    index(i, base + "_ii"),
+                    shape,
                     base + "_ehi",
-                    axis=0,
                 ),
-                g.node(
-                    "Gather",
-                    [g.const(lo, dtype, base + "_lo"), index(j, base + "_ji")],
+                table_lookup(
+                    g,
+                    g.const(lo, dtype, base + "_lo"),
+                    index(j, base + "_ji"),
+                    shape,
                     base + "_elo",
-                    axis=0,
                 ),
             ],
             base + "_prod",

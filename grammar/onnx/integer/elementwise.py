@@ -18,7 +18,13 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values, tensor_shape
 from nanoir.grammar.onnx.integer.arith import clip
-from nanoir.grammar.onnx.integer.common import Writer, constant_codes, out_name, refuse
+from nanoir.grammar.onnx.integer.common import (
+    Writer,
+    constant_codes,
+    out_name,
+    refuse,
+    table_lookup,
+)
 from nanoir.grammar.onnx.integer.graph import F32_EXACT, FORM_DTYPE, I32_MAX, Graph, zero_point
 from nanoir.grammar.onnx.integer.table_forms import write_float_form
 from xdsl.ir import Operation, SSAValue
@@ -222,7 +228,8 @@ def lut(g: Graph, op: nh.LutOp) -> None:
         index = g.node("Add", [index, g.const(offset, np.int32, base + "_sub")], base + "_ci")
     bound = int(np.abs(table).max(initial=0))
     form = "f32" if bound <= F32_EXACT else "i32"
-    y = g.node("Gather", [g.const(table, FORM_DTYPE[form], base + "_table"), index], base, axis=0)
+    table_name = g.const(table, FORM_DTYPE[form], base + "_table")
+    y = table_lookup(g, table_name, index, tensor_shape(op.input), base)
     g.put(op.result, form, y)
     g.set_bound(op.result, bound)
 
