@@ -224,3 +224,31 @@ def test_an_empty_sequence_is_refused() -> None:
         nanoir.run(hw, np.zeros((1, 0, 2), np.float32), backend="onnxruntime")
     (y, _) = nanoir.run(hw, np.ones((1, 1, 2), np.float32), backend="onnxruntime")
     assert y.shape == (1, 1, 3)
+
+
+def _step_products(model: onnx.ModelProto) -> list[int]:
+    """The element type each loop body's ``MatMul`` reads its state in (1 float, 11 double)."""
+    types = []
+    for node in model.graph.node:
+        if node.op_type != "Scan":
+            continue
+        body = next(a.g for a in node.attribute if a.name == "body")
+        made = {o: n for n in body.node for o in n.output}
+        for n in body.node:
+            if n.op_type == "MatMul":
+                source = made.get(n.input[0])
+                cast = source is not None and source.op_type == "Cast"
+                types.append(next(a.i for a in source.attribute) if cast else 11)
+    return types
+
+
+@pytest.mark.parametrize(("act_bits", "hidden", "wanted"), [(8, 5, 1), (16, 64, 11)])
+def test_a_step_product_is_float32_where_exact(act_bits: int, hidden: int, wanted: int) -> None:
+    """A step's ``h @ U`` runs in float32 where every column's integer sum is within
+    ``2**24`` (8-bit states, 5 units: at most 2**7 * 127 * 5), in float64 past it (16-bit
+    states over 64 units): both forms, equal to the NumPy executor's codes. Kills: the
+    float32 form used past ``2**24`` (16-bit codes then round)."""
+    layout = RecurrentLayout("lstm", hidden, 1, True, True, True)
+    hw = _lowered(layout, 3, True, "half_even", 8, 16, 7, act_bits)
+    assert set(_step_products(export_model(hw))) == {wanted}
+    _check(hw, layout, 3, True, 7)
