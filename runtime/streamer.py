@@ -283,10 +283,10 @@ class Streamer:
             group = self.gather or max(1, min(MAX_GATHER, GATHER_ELEMENTS // max(row, 1)))
             self._group[index] = group
         held, buf = self._pending_rows[index], self._pending[index]
-        if buf is None or held + n > buf.shape[dim] or buf.dtype != chunk.dtype:
+        dtype = chunk.dtype if buf is None else np.result_type(buf.dtype, chunk.dtype)
+        if buf is None or held + n > buf.shape[dim] or dtype != buf.dtype:
             # A chunk past the group's end, or of a wider dtype (as a join would promote it).
             shape = (*chunk.shape[:dim], max(group, held + n), *chunk.shape[dim + 1 :])
-            dtype = chunk.dtype if buf is None else np.result_type(buf.dtype, chunk.dtype)
             new = np.empty(shape, dtype)
             if held:
                 new[(slice(None),) * dim + (slice(0, held),)] = self._held(index)

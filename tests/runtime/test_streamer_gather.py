@@ -223,3 +223,22 @@ def test_a_streamed_output_gathers_nothing_by_default() -> None:
 def test_a_bad_gather_is_one_argument_error(bad: object) -> None:
     with pytest.raises(ArgumentError, match="gather"):
         nanoir.Streamer(DYNAMIC, gather=bad)  # type: ignore[arg-type]
+
+
+def test_a_group_keeps_its_buffer_across_pushes() -> None:
+    """int8 chunks after a first chunk the checks widened (uint8 -> int64) go into the
+    group's int64 buffer as they are: one buffer for the group, not a new one (and a copy
+    of every held row) per push. Kills: a new buffer whenever the chunk's dtype differs
+    from the buffer's (quadratic in the group's rows)."""
+    streamer = nanoir.Streamer(DYNAMIC, raw=True)
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 128, (2, 3, 30)).astype(np.int8)
+    streamer.push(x[:, :, :5].astype(np.uint8))
+    buffers = []
+    for t in range(5, 20):
+        streamer.push(x[:, :, t : t + 1])
+        buffers.append(id(streamer._pending[0]))
+    assert len(set(buffers)) == 1
+    got = [streamer.push(x[:, :, 20:])[0], streamer.flush()[0]]
+    arrived = [y for y in got if y is not None]
+    assert len(arrived) == 1 and arrived[0].tobytes() == run(DYNAMIC, x, raw=True)[0].tobytes()
