@@ -279,8 +279,8 @@ class Streamer:
         dim, n = self.mem_dim, chunk.shape[self.mem_dim]
         group = self._group[index]
         if group is None:
-            row = chunk.size // n if n else 0
-            group = self.gather or max(1, min(MAX_GATHER, GATHER_ELEMENTS // max(row, 1)))
+            row = max(chunk.size // n, 1)  # (n >= 1: a chunk without rows is not kept)
+            group = self.gather or max(1, min(MAX_GATHER, GATHER_ELEMENTS // row))
             self._group[index] = group
         held, buf = self._pending_rows[index], self._pending[index]
         dtype = chunk.dtype if buf is None else np.result_type(buf.dtype, chunk.dtype)

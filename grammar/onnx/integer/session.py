@@ -233,17 +233,21 @@ def _code_ranges(session: Any) -> list[tuple[str, int, int] | None]:
         return []
 
 
-def _check_codes(i: int, a: np.ndarray, checked: tuple[str, int, int]) -> None:
+def _check_codes(i: int, a: np.ndarray, checked: tuple[str, int, int], low: int, high: int) -> None:
+    """Refuse ``a`` (its least and greatest codes ``low``, ``high``) if a code lies outside
+    the nh type ``checked`` says, naming the first; the place is looked for only then."""
     kind, lo, hi = checked
+    one_bit = (lo, hi) == (-1, 1)
+    if lo <= low and high <= hi and not (one_bit and not a.all()):
+        return
     bad = (a < lo) | (a > hi)
-    if lo == -1 and hi == 1:
+    if one_bit:
         bad |= a == 0
-    if bad.any():
-        at = tuple(int(j) for j in np.argwhere(bad)[0])
-        allowed = "-1 or +1" if lo == -1 and hi == 1 else f"{lo}..{hi}"
-        raise ArgumentError(
-            f"input {i} has code {int(a[at])} at index {at}, outside {kind} ({allowed})"
-        )
+    at = tuple(int(j) for j in np.argwhere(bad)[0])
+    allowed = "-1 or +1" if one_bit else f"{lo}..{hi}"
+    raise ArgumentError(
+        f"input {i} has code {int(a[at])} at index {at}, outside {kind} ({allowed})"
+    )
 
 
 def run_model(model_or_session: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
@@ -269,10 +273,8 @@ def run_model(model_or_session: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
             info = np.iinfo(dtype)
             if low < info.min or high > info.max:
                 raise ArgumentError(f"input {i} has codes outside {np.dtype(dtype).name}")
-            if checked is not None and (
-                low < checked[1] or high > checked[2] or (checked[1:] == (-1, 1) and not a.all())
-            ):
-                _check_codes(i, a, checked)
+            if checked is not None:
+                _check_codes(i, a, checked, low, high)
         if a.ndim != len(want) or any(  # onnxruntime's own refusal is a traceback
             isinstance(w, int) and w != n for w, n in zip(want, a.shape)
         ):
