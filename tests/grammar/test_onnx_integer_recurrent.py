@@ -122,7 +122,7 @@ def _check(hw: ModuleOp, layout: RecurrentLayout, features: int, states: bool, s
     16-bit gates takes seconds, and reading back is not this file's subject)."""
     model = export_model(hw)
     onnx.checker.check_model(model, full_check=True)
-    assert sum(n.op_type == "Scan" for n in model.graph.node) == layout.layers * layout.dirs
+    assert sum(n.op_type == "Scan" for n in model.graph.node) == layout.layers
     session = make_session(model)
     func = main_function(hw)
     for i, (batch, steps) in enumerate(((1, 1), (2, 4), (3, 9))):
@@ -152,9 +152,10 @@ def test_each_cell_in_each_rounding(mode: str, rounding: str) -> None:
     are the NumPy executor's at batch 1 to 3 and 1 to 9 steps from one file.
 
     kills: half_up's 1/2 dropped after the products (cell, hidden); trunc written as Floor;
-    the reverse direction's outputs not reversed (``scan_output_directions`` 0); the GRU's
-    ``b_hh`` of the n rows added with ``b_ih`` (not multiplied by r); the initial states
-    read without their requantization; the LSTM's ``o`` table region unscaled."""
+    the reverse direction's outputs, or its inputs, not reversed in time (both directions
+    step in one loop); the GRU's ``b_hh`` of the n rows added with ``b_ih`` (not multiplied
+    by r); the initial states read without their requantization; the LSTM's ``o`` table
+    region unscaled."""
     m, r = MODES.index(mode), ROUNDINGS.index(rounding)
     wide = (m + r) % 2 == 0
     layout = RecurrentLayout(mode, 5, 2, True, r % 2 == 0, True)
