@@ -56,8 +56,9 @@ def test_codes_outside_the_inputs_type_are_refused_as_numpy_does(kind: str, code
     codes give the identity's output (oracle: the codes themselves, and the range written
     here).
 
-    Mutant seen to fail it (private copy): the _check_codes call in session.run_model
-    removed (i4 code 100 runs)."""
+    Mutants seen to fail it (private copy): the _check_codes call in session.run_model
+    removed (i4 code 100 runs); an int8 array taken unlooked-at into any int8 input (i4
+    code 100 runs)."""
     hw = _PROGRAMS[kind]
     x = np.array([codes], dtype=np.int64)
     lo, hi = _RANGES[kind]
@@ -67,8 +68,9 @@ def test_codes_outside_the_inputs_type_are_refused_as_numpy_does(kind: str, code
             nanoir.run(hw, x, raw=True)
         native = x.astype(np.uint8 if kind.startswith("u") else np.int8)
         if np.array_equal(native, x):  # the graph input's dtype holds it: only nanoir refuses
-            with pytest.raises(nanoir.Error, match=rf"outside {kind} "):
-                nanoir.run(hw, x, raw=True, backend="onnxruntime")
+            for given_codes in (x, native):  # (in the exchange dtype too: no check skipped)
+                with pytest.raises(nanoir.Error, match=rf"outside {kind} "):
+                    nanoir.run(hw, given_codes, raw=True, backend="onnxruntime")
         else:
             with pytest.raises(nanoir.Error, match="input 0 has code"):
                 nanoir.run(hw, x, raw=True, backend="onnxruntime")

@@ -239,6 +239,16 @@ def test_comparisons_and_selections_equal_the_nh_executor() -> None:
     kind_programs_equal(("where", "where", "conv", "add"), (nh.SelectOp,), floor=VALID_FLOOR)
 
 
+def test_prelus_equal_the_nh_executor() -> None:
+    """Random programs made mostly of PReLUs (constant slopes, per channel and per tensor,
+    after convs and adds, 1- to 8-bit, every rounding): onnxruntime's codes are the NumPy
+    executor's, in each of the writer's forms (``x * 2**shift + Min(x, 0) * (slope -
+    2**shift)`` where its terms are exact, ``Max``/``Min`` otherwise, checked int64).
+    Mutants seen to fail it: the excess slope ``slope + 2**shift``; the positive term left
+    unscaled."""
+    kind_programs_equal(("prelu", "prelu", "conv", "add"), (nh.PReluOp,), floor=VALID_FLOOR)
+
+
 REDUCING_OPS = (nh.ReduceOp, nh.ArgReduceOp, nh.CumsumOp)
 
 

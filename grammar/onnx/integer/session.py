@@ -267,10 +267,10 @@ def run_model(model_or_session: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
         if a.dtype.kind not in "iu":
             raise ArgumentError(f"input {i} must hold integer codes, got {a.dtype}")
         checked = io.ranges[i] if i < len(io.ranges) else None
-        if a.size and (a.dtype != dtype or checked is not None):
+        if a.size and not _fits(a.dtype, io.allowed[i]):
             # (a min and a max say whether every code fits: the place only on failure)
             low, high = int(a.min()), int(a.max())
-            info = np.iinfo(dtype)
+            info = _limits(dtype)
             if low < info.min or high > info.max:
                 raise ArgumentError(f"input {i} has codes outside {np.dtype(dtype).name}")
             if checked is not None:
@@ -302,6 +302,10 @@ class _SessionIo:
     shapes: tuple[tuple[Any, ...], ...]
     ranges: tuple[tuple[str, int, int] | None, ...]
     checks: bool
+    allowed: tuple[tuple[int, int] | None, ...]
+    """Per input, the codes it takes (its exchange dtype's and nh type's ranges met; None
+    for 1-bit codes, whose zero is refused): an array whose dtype holds only such codes
+    needs no look at its values (an int8 array into an 8-bit input: no pass over it)."""
 
 
 _SESSION_IO: weakref.WeakKeyDictionary[Any, _SessionIo] = weakref.WeakKeyDictionary()
@@ -315,18 +319,45 @@ def _session_io(session: Any) -> _SessionIo:
         pass
     declared = session.get_inputs()
     outputs = [o.name for o in session.get_outputs()]
+    dtypes = tuple(_DTYPES[d.type] for d in declared)
+    ranges = tuple(_code_ranges(session))
+    allowed = []
+    for i, dtype in enumerate(dtypes):
+        info = _limits(dtype)
+        checked = ranges[i] if i < len(ranges) else None
+        if checked is None:
+            allowed.append((info.min, info.max))
+        elif (checked[1], checked[2]) == (-1, 1):
+            allowed.append(None)
+        else:
+            allowed.append((max(info.min, checked[1]), min(info.max, checked[2])))
     io = _SessionIo(
         tuple(d.name for d in declared),
-        tuple(_DTYPES[d.type] for d in declared),
+        dtypes,
         tuple(tuple(d.shape) for d in declared),
-        tuple(_code_ranges(session)),
+        ranges,
         bool(outputs) and outputs[-1] == "nanoir_checks",
+        tuple(allowed),
     )
     try:
         _SESSION_IO[session] = io
     except TypeError:  # (a session type without weak references: read again next call)
         pass
     return io
+
+
+@functools.cache
+def _limits(dtype: Any) -> Any:
+    """``np.iinfo(dtype)``, read once per dtype (it costs microseconds a call)."""
+    return np.iinfo(dtype)
+
+
+def _fits(dtype: np.dtype, allowed: tuple[int, int] | None) -> bool:
+    """Whether every value of ``dtype`` lies in ``allowed``."""
+    if allowed is None:
+        return False
+    info = _limits(dtype)
+    return allowed[0] <= info.min and info.max <= allowed[1]
 
 
 def _raise_on_checks(session: Any, counts: np.ndarray) -> None:
