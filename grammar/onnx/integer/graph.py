@@ -156,7 +156,7 @@ class Graph:
 
     def const(self, array: Any, dtype: Any, base: str = "c") -> str:
         """An initializer holding ``array`` as ``dtype`` (equal small constants are shared)."""
-        a = np.ascontiguousarray(np.asarray(array).astype(dtype))
+        a = np.asarray(array).astype(dtype, order="C")  # (a scalar stays a scalar)
         key = (a.tobytes(), a.dtype.str, a.shape)
         if a.size <= 64 and key in self.consts:
             return self.consts[key]
