@@ -125,8 +125,18 @@ class Streamer:
         they reach an output's warm-up rows) and the rows run in groups: the same results,
         fewer kernel calls; an error while running surfaces at the push (or the ``flush``)
         that ran its rows."""
+        self._lead = (slice(None),) * self.mem_dim
+        """The index of every dim before ``mem_dim`` (a chunk's rows are ``(*lead, rows)``)."""
         self._dues = sorted(set(self.warmup))
         """The row counts at which an output may complete (its warm-up rows), ascending."""
+        self._kept: list[set[tuple[Any, ...]]] | None = None
+        """The last stream's ``_passed`` (kept over ``reset``): a new stream whose first
+        chunks are like some of them skips the first push's checks too."""
+        self._end_only = False
+        """Whether a run of a complete stream's rows (every input at its declared length)
+        completed no output: that depends on the program alone, not on the rows or how they
+        were pushed, so later streams keep such rows for ``flush``, which runs them with the
+        end padding in one step (one kernel call per node, not two)."""
         self.reset()
 
     @property
@@ -222,6 +232,9 @@ class Streamer:
     def push(self, *rows: Any) -> list[np.ndarray | None]:
         """Feed the next rows of every input; return each output's rows that became ready."""
         passed = self._passed
+        fresh = passed is None and self._batch is None and self._failed is None
+        if fresh and not self._flushed:
+            passed = self._kept  # (a new stream: its first chunks may be like the last's)
         if passed is not None and len(rows) == len(passed):
             # Chunks like ones that passed every check: only the row counts are news.
             dim = self.mem_dim
@@ -238,11 +251,25 @@ class Streamer:
                 for i in self._bounded:
                     if counted[i] + rows[i].shape[dim] > extent[i]:  # type: ignore[operator]
                         return self._push(rows)  # (it says why)
+                if self._passed is None:
+                    self._adopt(rows)
                 for i, a in enumerate(rows):
                     counted[i] += a.shape[dim]
                 outs = self._run(rows)
                 return [e if y is None else y for e, y in zip(self._no_rows, outs)]
         return self._push(rows)
+
+    def _adopt(self, rows: Sequence[np.ndarray]) -> None:
+        """The first push of a stream, its chunks like ones the checks passed in an earlier
+        stream (:attr:`_kept`): fix what those checks would fix (each input's shape and
+        kind, the batch), as :meth:`_push` does, and take the earlier stream's learned
+        chunks (its checks passed against the same fixed shapes)."""
+        for i, a in enumerate(rows):
+            self._shape[i] = a.shape
+            self._kind[i] = "float" if a.dtype.kind == "f" else "integer"
+        self._batch = rows[0].shape[0]
+        self._passed = self._kept
+        self._no_rows = [self._empty(k, self._batch) for k in range(self.num_outputs)]
 
     def _run(self, chunks: Sequence[np.ndarray | None]) -> list[np.ndarray | None]:
         """:meth:`_gathered` of checked ``chunks``; a failure ends the stream."""
@@ -269,7 +296,19 @@ class Streamer:
             return [None] * self.num_outputs
         while self._next_due < len(dues) and rows >= dues[self._next_due]:
             self._next_due += 1
-        return self._runner._push_checked(self._take_pending())
+        complete = self._complete()
+        if complete and self._end_only:
+            return [None] * self.num_outputs  # (flush runs them with the end)
+        outs = self._runner._push_checked(self._take_pending())
+        if complete and all(y is None for y in outs):
+            self._end_only = True
+        return outs
+
+    def _complete(self) -> bool:
+        """Whether every input holds the rows its type declares: no push can add any."""
+        return len(self._bounded) == self.num_inputs and all(
+            self._rows[i] == self._extent[i] for i in self._bounded
+        )
 
     def _keep(self, index: int, chunk: np.ndarray) -> bool:
         """Copy ``chunk`` after input ``index``'s gathered rows (one buffer of a group's
@@ -283,15 +322,19 @@ class Streamer:
             group = self.gather or max(1, min(MAX_GATHER, GATHER_ELEMENTS // row))
             self._group[index] = group
         held, buf = self._pending_rows[index], self._pending[index]
-        dtype = chunk.dtype if buf is None else np.result_type(buf.dtype, chunk.dtype)
+        if buf is None or chunk.dtype == buf.dtype:
+            dtype = chunk.dtype
+        else:
+            dtype = np.result_type(buf.dtype, chunk.dtype)
+        lead = self._lead
         if buf is None or held + n > buf.shape[dim] or dtype != buf.dtype:
             # A chunk past the group's end, or of a wider dtype (as a join would promote it).
             shape = (*chunk.shape[:dim], max(group, held + n), *chunk.shape[dim + 1 :])
             new = np.empty(shape, dtype)
             if held:
-                new[(slice(None),) * dim + (slice(0, held),)] = self._held(index)
+                new[(*lead, slice(0, held))] = self._held(index)
             self._pending[index] = buf = new
-        buf[(slice(None),) * dim + (slice(held, held + n),)] = chunk
+        buf[(*lead, slice(held, held + n))] = chunk
         self._pending_rows[index] = held + n
         return held + n >= group
 
@@ -300,7 +343,7 @@ class Streamer:
         buf, held = self._pending[index], self._pending_rows[index]
         if buf is None or not held:
             return None
-        return buf[(slice(None),) * self.mem_dim + (slice(0, held),)]
+        return buf[(*self._lead, slice(0, held))]
 
     def _take_pending(self) -> list[np.ndarray | None]:
         """The gathered rows, one array per input (None: none), and nothing kept: the next
@@ -364,7 +407,7 @@ class Streamer:
         if self._passed is None:
             if self._batch is None:
                 return
-            self._passed = [set() for _ in rows]
+            self._passed = self._kept = [set() for _ in rows]
             self._no_rows = [self._empty(k, self._batch) for k in range(self.num_outputs)]
         runner, dim = self._runner, self.mem_dim
         for i, (r, a) in enumerate(zip(rows, checked)):
@@ -412,11 +455,10 @@ class Streamer:
         self._flushed = True
         self._passed = None
         try:
-            early: Sequence[np.ndarray | None] = [None] * self.num_outputs
-            if any(self._pending_rows):
-                early = self._runner._push_checked(self._take_pending())
-            # (each output is a whole-stream result while gathering: it comes once)
-            outs = [e if y is None else y for e, y in zip(early, self._runner.finish())]
+            # (the gathered rows and the end in one step; each output is a whole-stream
+            # result while gathering: it comes once)
+            last = self._take_pending() if any(self._pending_rows) else None
+            outs = self._runner.finish(last)
         except Exception as e:  # (an input shorter than a window: the whole run's error)
             self._failed = f"{type(e).__name__}: {e}"
             raise

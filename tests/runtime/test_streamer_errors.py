@@ -363,3 +363,26 @@ def test_checks_passed_once_per_shape_still_refuse_other_chunks() -> None:
         static.push(codes[:, :, 6:7])
     rows.append(static.flush()[0])
     assert np.concatenate(rows, axis=2).tobytes() == np.maximum(codes[:, :, :6], 0).tobytes()
+
+
+def test_a_new_stream_like_the_last_skips_the_first_checks_and_fixes_the_same() -> None:
+    """After ``reset``, a first chunk like ones the last stream's checks passed goes the fast
+    way too; it fixes the batch and shape as a checked one would, so a later chunk of another
+    batch is still refused, and a stream of another batch takes the checks (and learns its
+    own). Every stream equals the whole run. Kills: the adopted first push not fixing the
+    stream's shape (a batch-3 chunk then joins a batch-2 stream); the last stream's chunks
+    kept for a stream of another batch."""
+    hw = PROGRAMS["nh"]
+    rng = np.random.default_rng(8)
+    streamer = nanoir.Streamer(hw, raw=True)
+    for batch, change in ((2, 3), (2, 3), (3, 2)):
+        streamer.reset()
+        x = rng.integers(-128, 128, (batch, 4, 6)).astype(np.int8)
+        parts = [streamer.push(x[:, :, :2])]
+        other = np.zeros((change, 4, 1), np.int8)
+        with pytest.raises(nanoir.Error, match=rf"input 0 has shape \({change}, 4, 1\), expected"):
+            streamer.push(other)
+        parts += [streamer.push(x[:, :, 2:]), streamer.flush()]
+        for k, want in enumerate(nanoir.run(hw, x, raw=True)):
+            assert np.concatenate([p[k] for p in parts], axis=2).tobytes() == want.tobytes()
+        assert streamer._kept == [{(np.dtype(np.int8), (batch, 4), ())}]

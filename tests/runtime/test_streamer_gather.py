@@ -29,12 +29,13 @@ torch.set_num_threads(1)
 LENGTH = 24
 
 
-def _pooled(dynamic: bool) -> ModuleOp:
+def _pooled(dynamic: bool, padding: int = 0) -> ModuleOp:
     """Conv1d -> ReLU -> dilated Conv1d -> ReLU -> global average pool -> flatten, 8-bit nh;
-    ``dynamic``: its length dim made dynamic (the rows the type fixes: 24, 22 and 18)."""
+    ``dynamic``: its length dim made dynamic (the rows the type fixes: 24, 22 and 18);
+    ``padding``: the first conv's (its last rows then need the stream's end)."""
     torch.manual_seed(0)
     model = nn.Sequential(
-        nn.Conv1d(3, 4, 3),
+        nn.Conv1d(3, 4, 3, padding=padding),
         nn.ReLU(),
         nn.Conv1d(4, 5, 3, dilation=2),
         nn.ReLU(),
@@ -51,6 +52,7 @@ def _pooled(dynamic: bool) -> ModuleOp:
 
 
 DECLARED, DYNAMIC = _pooled(False), _pooled(True)
+PADDED = _pooled(False, padding=1)
 
 
 def _stream(streamer: nanoir.Streamer, x: np.ndarray, cuts: list[int]) -> tuple[list, object]:
@@ -139,16 +141,23 @@ def test_reset_forgets_gathered_rows() -> None:
 
 
 def _count_runs(streamer: nanoir.Streamer) -> list[int]:
-    """The rows of each run of the streamer's runner, as they happen."""
+    """The rows of each run of the streamer's runner, as they happen (the last ones run by
+    ``finish``, with the end padding, at ``flush``)."""
     runner = streamer._runner
     calls: list[int] = []
-    push = runner._push_checked
+    push, finish = runner._push_checked, runner.finish
 
     def counted(chunks):  # noqa: ANN001, ANN202
         calls.append(sum(c.shape[2] for c in chunks if c is not None))
         return push(chunks)
 
+    def finished(chunks=None):  # noqa: ANN001, ANN202
+        if chunks is not None:
+            calls.append(sum(c.shape[2] for c in chunks if c is not None))
+        return finish(chunks)
+
     runner._push_checked = counted  # type: ignore[method-assign]
+    runner.finish = finished  # type: ignore[method-assign]
     return calls
 
 
@@ -169,6 +178,45 @@ def test_one_row_pushes_run_in_groups(dynamic: bool, length: int, runs: list[int
     assert calls == runs
     assert [t for t, y in enumerate(got) if y is not None] == [LENGTH - 1]
     assert got[LENGTH - 1].tobytes() == run(hw, x, raw=True)[0].tobytes()
+
+
+def test_a_stream_that_completes_at_flush_runs_its_last_rows_with_the_end() -> None:
+    """A declared length whose scores need the end padding (a padded conv): the first stream
+    runs its rows at the push of the last row (where scores may be due) and none come; later
+    streams keep those rows for ``flush``, which runs them and the end in one step. A
+    program whose scores come at that push (no padding) keeps running them there. Each
+    stream equals the whole run, its pushes return ``None``, the scores come once. Kills:
+    the rows kept in a stream whose scores were due at the push (they come at ``flush``);
+    ``flush`` not running the kept rows."""
+    for hw, at_push in ((PADDED, False), (DECLARED, True)):
+        streamer = nanoir.Streamer(hw, raw=True, gather=100)
+        runner = streamer._runner
+        calls: list[str] = []
+        push, finish = runner._push_checked, runner.finish
+
+        def pushed(chunks, push=push):  # noqa: ANN001, ANN202
+            calls.append("push")
+            return push(chunks)
+
+        def finished(chunks=None, finish=finish):  # noqa: ANN001, ANN202
+            calls.append("finish" if chunks is None else "finish with rows")
+            return finish(chunks)
+
+        runner._push_checked, runner.finish = pushed, finished  # type: ignore[method-assign]
+        rng = np.random.default_rng(11)
+        for stream in range(3):
+            calls.clear()
+            streamer.reset()
+            x = rng.integers(-128, 128, (2, 3, LENGTH)).astype(np.int8)
+            got = [streamer.push(x[:, :, t : t + 6])[0] for t in range(0, LENGTH, 6)]
+            flushed = streamer.flush()[0]
+            want = run(hw, x, raw=True)[0].tobytes()
+            if at_push:
+                assert got[-1].tobytes() == want and flushed is None
+                assert calls == ["push", "finish"]
+            else:
+                assert all(y is None for y in got) and flushed.tobytes() == want
+                assert calls == (["push", "finish"] if stream == 0 else ["finish with rows"])
 
 
 def test_default_groups_hold_about_gather_elements_values() -> None:
