@@ -145,6 +145,8 @@ def _output(g: Graph, value: SSAValue, name: str) -> str:
         return g.node("Identity", [forms["in"]], name)
     if dtype == np.dtype(np.uint8) and "u8" in forms:
         return g.node("Identity", [forms["u8"]], name)
+    if dtype == np.dtype(np.int8) and "i8" in forms:
+        return g.node("Identity", [forms["i8"]], name)
     for form in ("f32", "f64"):
         if form in forms:  # integer-valued and within the dtype: exact
             return g.node("Cast", [forms[form]], name, to=ELEM[dtype])

@@ -10,6 +10,8 @@ one already there and then kept:
   convolutions, matmuls, requantization and elementwise ops run on it (:mod:`.products`);
 - ``u8``: codes of at most 8 bits as uint8, a signed value offset by 128 (zero point 128), an
   unsigned one as is (zero point 0): what ``QLinearConv`` reads and writes;
+- ``i8``: signed codes of at most 8 bits as int8 (zero point 0): what a ``QuantizeLinear``
+  writes for readers that convert its codes (one ``Cast`` to float, no ``Sub`` of 128);
 - ``i32`` / ``i64``: the codes in int32 / int64 (integer arithmetic, tables, the integer
   algorithms);
 - ``f64``: the codes as float64 (exact: nh codes have at most 32 bits);
@@ -61,6 +63,7 @@ ELEM = {
 FORM_DTYPE = {
     "f32": np.float32,
     "u8": np.uint8,
+    "i8": np.int8,
     "i32": np.int32,
     "i64": np.int64,
     "f64": np.float64,
@@ -206,7 +209,7 @@ class Graph:
                     f"integer onnx export: codes of bound {self.bound(value)} asked for as "
                     "float32, which holds integers up to 2**24 only"
                 )
-            src = next((have[f] for f in ("in", "i32", "i64", "f64") if f in have), None)
+            src = next((have[f] for f in ("in", "i8", "i32", "i64", "f64") if f in have), None)
             if src is not None:
                 name = self.node("Cast", [src], base, to=1)
             else:  # Cast and Sub, never DequantizeLinear: see the module docstring
@@ -214,7 +217,7 @@ class Graph:
                 zp = zero_point(value)
                 name = self.node("Sub", [cast, self.const(zp, np.float32)], base) if zp else cast
         elif form == "i32":
-            src = next((have[f] for f in ("in", "f32", "i64", "f64") if f in have), None)
+            src = next((have[f] for f in ("in", "i8", "f32", "i64", "f64") if f in have), None)
             if src is not None:
                 name = self.node("Cast", [src], base, to=6)
             else:
@@ -224,7 +227,7 @@ class Graph:
         elif form == "i64":
             name = self.node("Cast", [self.get(value, "i32")], base, to=7)
         elif form == "f64":
-            src = next((have[f] for f in ("in", "i64", "i32", "f32") if f in have), None)
+            src = next((have[f] for f in ("in", "i8", "i64", "i32", "f32") if f in have), None)
             name = self.node("Cast", [src or self.get(value, "i32")], base, to=11)
         elif form == "u8":
             if nh.width_of(value) > 8:

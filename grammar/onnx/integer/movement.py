@@ -21,6 +21,8 @@ def _pad_value(g: Graph, v: SSAValue, form: str, code: int) -> str:
         return g.const(code, np.float32)
     if form == "u8":
         return g.const(code + zero_point(v), np.uint8)
+    if form == "i8":
+        return g.const(code, np.int8)
     if form == "f64":
         return g.const(code, np.float64)
     if form == "i64":

@@ -27,7 +27,7 @@ from nanoir.dialects import nh
 from nanoir.dialects.nq import RoundingMode
 from nanoir.grammar.onnx.integer.common import out_name
 from nanoir.grammar.onnx.integer.graph import Graph, zero_point
-from nanoir.grammar.onnx.integer.requant import float_round, quantize_to
+from nanoir.grammar.onnx.integer.requant import byte_form, float_round, quantize_to
 from nanoir.runtime.numerics.kernels import HARDSIGMOID_TORCH
 
 MAX_EXP = 60
@@ -214,7 +214,9 @@ def write_float_form(g: Graph, op: nh.LutOp, table: np.ndarray) -> bool:
     if mode is RoundingMode.HALF_EVEN and dtype is np.float32 and out_width <= 8:
         # QuantizeLinear: v / 2**-e_out (exact: the same y), round half to even, saturate
         scale = np.ldexp(1.0, -e_out)
-        g.put(op.result, "u8", quantize_to(g, v, scale, olo, ohi, zero_point(op.result), base))
+        form = byte_form(op.result)
+        y = quantize_to(g, v, scale, olo, ohi, zero_point(op.result), base, signed=form == "i8")
+        g.put(op.result, form, y)
     else:
         y = o.mul(v, np.ldexp(1.0, e_out))
         if mode is RoundingMode.HALF_UP:
