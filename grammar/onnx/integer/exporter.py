@@ -254,6 +254,7 @@ def export_model(
     props = {IO_KEY: json.dumps(record), PROGRAM_KEY: program_text}
     if g.used_kernel:
         props[KERNELS_KEY] = str(g.kernel)
+    _casts_before_transposes(g, {o.name for o in outputs})
     graph = g.helper.make_graph(g.nodes, "main", inputs, outputs, g.initializers)
     model = g.helper.make_model(
         graph, opset_imports=[g.helper.make_opsetid("", OPSET)], producer_name="nanoir"
@@ -267,6 +268,35 @@ def export_model(
             f"integer onnx export: the written model fails onnx.checker: {e}"
         ) from e
     return model
+
+
+def _casts_before_transposes(g: Graph, outputs: set[str]) -> None:
+    """Rewrite each ``Cast`` of a ``Transpose``'s result as the ``Transpose`` of the ``Cast``
+    (the same values: a cast is elementwise), dropping a ``Transpose`` nothing else reads.
+    onnxruntime 1.32 crashes (a segmentation fault, no error) creating a session of
+    ``Transpose`` (perm ``[1, 0, 2]`` or ``[1, 2, 0]``) then ``Cast`` then ``MatMul``: its
+    MatmulTransposeFusion. The writer makes that pattern wherever a value with a transposed
+    form is cast for a float product (a batch-first LSTM's output read by a linear layer);
+    ``Cast`` then ``Transpose`` then ``MatMul`` opens and runs."""
+    made = {out: node for node in g.nodes for out in node.output}
+    nodes = []
+    for node in list(g.nodes):
+        t = made.get(node.input[0]) if node.op_type == "Cast" else None
+        if t is None or t.op_type != "Transpose":
+            nodes.append(node)
+            continue
+        attrs = {a.name: g.helper.get_attribute_value(a) for a in node.attribute}
+        cast = g.node("Cast", [t.input[0]], node.output[0] + "_pre", **attrs)
+        perm = {a.name: g.helper.get_attribute_value(a) for a in t.attribute}
+        nodes.append(g.nodes.pop())  # (g.node appended it)
+        nodes.append(g.helper.make_node("Transpose", [cast], list(node.output), node.name, **perm))
+    read = set(outputs)
+    for node in nodes:
+        read.update(node.input)
+        for a in node.attribute:  # a loop body reads outer values by name
+            if a.type == a.GRAPH:
+                read.update(i for n in a.g.node for i in n.input)
+    g.nodes = [n for n in nodes if n.op_type != "Transpose" or any(o in read for o in n.output)]
 
 
 def export_bytes(module: ModuleOp) -> bytes:
