@@ -280,16 +280,16 @@ def _casts_before_transposes(g: Graph, outputs: set[str]) -> None:
     ``Cast`` then ``Transpose`` then ``MatMul`` opens and runs."""
     made = {out: node for node in g.nodes for out in node.output}
     nodes = []
-    for node in list(g.nodes):
+    for node in g.nodes:
         t = made.get(node.input[0]) if node.op_type == "Cast" else None
         if t is None or t.op_type != "Transpose":
             nodes.append(node)
             continue
-        attrs = {a.name: g.helper.get_attribute_value(a) for a in node.attribute}
-        cast = g.node("Cast", [t.input[0]], node.output[0] + "_pre", **attrs)
-        perm = {a.name: g.helper.get_attribute_value(a) for a in t.attribute}
-        nodes.append(g.nodes.pop())  # (g.node appended it)
-        nodes.append(g.helper.make_node("Transpose", [cast], list(node.output), node.name, **perm))
+        cast = g.fresh(node.output[0] + "_pre")
+        nodes.append(g.helper.make_node("Cast", [t.input[0]], [cast], g.fresh(node.name)))
+        nodes[-1].attribute.extend(node.attribute)
+        nodes.append(g.helper.make_node("Transpose", [cast], list(node.output), g.fresh(t.name)))
+        nodes[-1].attribute.extend(t.attribute)
     read = set(outputs)
     for node in nodes:
         read.update(node.input)
