@@ -235,11 +235,15 @@ def _step_products(model: onnx.ModelProto) -> list[int]:
             continue
         body = next(a.g for a in node.attribute if a.name == "body")
         made = {o: n for n in body.node for o in n.output}
+        carried = {i.name: i.type.tensor_type.elem_type for i in body.input}
         for n in body.node:
             if n.op_type == "MatMul":
                 source = made.get(n.input[0])
-                cast = source is not None and source.op_type == "Cast"
-                types.append(next(a.i for a in source.attribute) if cast else 11)
+                if source is None:  # the state itself
+                    types.append(carried[n.input[0]])
+                else:
+                    cast = source.op_type == "Cast"
+                    types.append(next(a.i for a in source.attribute) if cast else 11)
     return types
 
 

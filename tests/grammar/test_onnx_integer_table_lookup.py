@@ -75,7 +75,7 @@ def test_a_lut_is_the_table_indexed(
     large = counted >= LOOKUP_ELEMENTS
     assert ("GatherElements" in _ops(model)) == large
     assert ("Gather" in _ops(model)) == (not large)
-    assert ("Shape" in _ops(model)) == (large and "?" in declared)
+    assert ("Shape" in _ops(model)) == (large and declared.count("?") > 1)
 
 
 @pytest.mark.parametrize("classes", [3, 300])

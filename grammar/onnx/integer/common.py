@@ -74,10 +74,10 @@ def table_lookup(g: Graph, table: str, index: str, shape: tuple[int, ...], name:
         return g.node("Gather", [table, index], name, axis=0)
     flat = g.node("Reshape", [index, g.const([-1], np.int64)], name + "_flat")
     looked = g.node("GatherElements", [table, flat], name + "_ge", axis=0)
-    if DYNAMIC_INDEX in shape:
+    if shape.count(DYNAMIC_INDEX) > 1:
         back = g.node("Shape", [index], name + "_shape")
-    else:
-        back = g.const(list(shape), np.int64)
+    else:  # one dynamic dim is the -1 of a constant shape (one node fewer)
+        back = g.const(static_shape(shape), np.int64)
     return g.node("Reshape", [looked, back], name)
 
 

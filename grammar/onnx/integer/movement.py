@@ -177,13 +177,39 @@ def _block(g: Graph, op: nh.DepthToSpaceOp | nh.SpaceToDepthOp) -> None:
     _moved(g, op, op.input, make)
 
 
+DEPTH_TO_SPACE_FORMS = ("u8", "i8", "f32", "f64")
+"""The forms onnxruntime's ``DepthToSpace`` takes (1.32: not int16, int32 or int64)."""
+
+
 def upsample_zero(g: Graph, op: nh.UpsampleZeroOp) -> None:
     """Each spatial dim ``d`` reshaped to ``(d, 1)``, the 1 padded with code-0 rows to the
-    ratio ``r`` (``offset`` before, ``r - 1 - offset`` after), then merged back: one Pad."""
-    small = spatial(op, tensor_shape(op.input))
+    ratio ``r`` (``offset`` before, ``r - 1 - offset`` after), then merged back: one Pad.
+    Two spatial dims of one ratio are instead a ``Pad`` of the channels to ``r * r`` blocks,
+    the codes in the block of their offsets, and a ``DepthToSpace`` (onnxruntime's ``Pad``
+    of a unit inner dim goes element by element: 0.24 ms against 0.10 ms for the trained
+    CRNN's 32x8x64 bytes)."""
+    shape = tensor_shape(op.input)
+    small = spatial(op, shape)
     big = spatial(op, tensor_shape(op.result))
     offsets = list(array_values(op.offsets) or ())
     n = len(small)
+    ratios = {b // d for d, b in zip(small, big)}
+    form = g.first_form(op.input)
+    if form == "in":  # as _moved converts it
+        form = "f32" if g.float_exact(op.input) else "i32"
+    if n == 2 and len(ratios) == 1 and shape[1] != DYNAMIC_INDEX and form in DEPTH_TO_SPACE_FORMS:
+        (r,) = ratios
+        block = offsets[0] * r + offsets[1]
+        pads = [0, block * shape[1], 0, 0, 0, (r * r - 1 - block) * shape[1], 0, 0]
+
+        def blocks(x: str, form: str) -> str:
+            base = out_name(g, op)
+            zero = _pad_value(g, op.input, form, 0)
+            y = g.node("Pad", [x, g.const(pads, np.int64), zero], base + "_p", mode="constant")
+            return g.node("DepthToSpace", [y], base, blocksize=r, mode="DCR")
+
+        _moved(g, op, op.input, blocks)
+        return
     inter = [0, 0, *(v for d in small for v in (d, 1))]
     begin = [0] * (2 + 2 * n)
     end = [0] * (2 + 2 * n)

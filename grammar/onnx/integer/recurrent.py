@@ -42,10 +42,17 @@ import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values
 from nanoir.dialects.nq import RoundingMode
-from nanoir.grammar.onnx.integer.common import Writer, constant_codes, out_name, refuse
+from nanoir.grammar.onnx.integer.common import (
+    Writer,
+    constant_codes,
+    out_name,
+    refuse,
+    table_lookup,
+)
 from nanoir.grammar.onnx.integer.graph import F32_EXACT, Graph
 from nanoir.runtime.numerics import quant
 from nanoir.runtime.numerics.recurrent import ACT_FRAC, Grid
+from xdsl.dialects.builtin import DYNAMIC_INDEX
 from xdsl.ir import Operation
 
 F64_EXACT = 2**53
@@ -92,6 +99,21 @@ def _exact(op: Operation, what: str, terms: Sequence[tuple[Any, Any]], k: Any, h
         )
 
 
+def _reach(terms: Sequence[tuple[Any, Any]], k: Any, half: bool) -> np.ndarray:
+    """The largest ``|sum_i T_i 2**(k - e_i)|`` (and 1/2 for half_up) per row: exact in
+    float64 once :func:`_exact` has passed (every partial sum a multiple of the finest unit,
+    below ``2**53`` of them)."""
+    total = sum(
+        np.asarray(b, F64) * _pow2(np.asarray(k, I64) - np.asarray(e, I64)) for b, e in terms
+    )
+    return np.asarray(total, F64) + (0.5 if half else 0.0)
+
+
+def _span(reach: np.ndarray) -> tuple[float, float]:
+    top = float(reach.max(initial=0))
+    return -top, top
+
+
 def _pow2(e: Any) -> np.ndarray:
     return np.ldexp(1.0, np.asarray(e, I64))
 
@@ -112,6 +134,7 @@ class _Cell:
         self.sig = np.asarray(array_values(op.sigmoid_table), I64)
         self.tanh = np.asarray(array_values(op.tanh_table), I64)
         self.size = 2**self.gates.bits
+        self.dirs = op.layout.dirs
         self.regions: list[np.ndarray] = []
         self.written: str | None = None
 
@@ -139,18 +162,25 @@ class _Cell:
             return self.g.node("Cast", [t], base, to=DOUBLE)
         return self.g.node("Round" if self.mode is RoundingMode.HALF_EVEN else "Floor", [c], base)
 
-    def lookup(self, y: str, offsets: Any, base: str) -> str:
-        """The table entries at ``y`` (scaled to the gates grid, 1/2 added) requantized to
-        the gates grid: one ``Gather`` at the code plus each row's region offset."""
+    def lookup(
+        self, y: str, offsets: Any, width: int, base: str, span: tuple[float, float], whole: bool
+    ) -> str:
+        """The table entries at ``y`` (``[D, N, width]``, scaled to the gates grid, 1/2 added
+        unless ``whole``) requantized to the gates grid: one lookup at the code plus each
+        row's region offset. ``y`` lies in ``span``: within the table's codes the ``Clip`` is
+        left out (every rounding is monotone and keeps the codes), and a ``whole``
+        (integer-valued) ``y`` is not rounded."""
         g = self.g
-        c = self.clip(y, self.gates, base + "_c")
-        if self.mode is not RoundingMode.TRUNC:
-            c = g.node(
-                "Round" if self.mode is RoundingMode.HALF_EVEN else "Floor", [c], base + "_r"
+        lo, hi = span
+        if lo < quant.qmin(self.gates.bits) or hi > quant.qmax(self.gates.bits):
+            y = self.clip(y, self.gates, base + "_c")
+        if self.mode is not RoundingMode.TRUNC and not whole:
+            y = g.node(
+                "Round" if self.mode is RoundingMode.HALF_EVEN else "Floor", [y], base + "_r"
             )
-        idx = g.node("Cast", [c], base + "_i", to=7)
+        idx = g.node("Cast", [y], base + "_i", to=7)
         idx = g.node("Add", [idx, g.const(offsets, I64, base + "_off")], base + "_ix")
-        return g.node("Gather", [self.table(), idx], base)
+        return table_lookup(g, self.table(), idx, (self.dirs, DYNAMIC_INDEX, width), base)
 
     def half_add(self, y: str, base: str) -> str:
         return self.g.node("Add", [y, self.g.const(0.5, F64)], base) if self.half else y
@@ -164,18 +194,26 @@ def _matmul(
     exps: np.ndarray,
     wname: str,
     name: str,
+    x32: bool = False,
 ) -> str:
-    """``x @ weights``, float64 codes in and out, each column of ``weights`` integers times
+    """``x @ weights``, float64 codes in (float32 if ``x32``: then the product is exact in
+    float32) and out, each column of ``weights`` integers times
     ``2**exps``: in float32 where that is exact (every column's sum of integer products
     within ``2**24`` by ``bound``, the column's power of two well inside float32's range:
     every partial sum is then a float32), else in float64. onnxruntime's float64 ``MatMul``
     is 2.8x slower than the two ``Cast``s and its float32 ``MatMul`` on a step's 1x128 by
     128x512 (44.7 us against 16.2 us), and the loop body runs one per step."""
-    if bound.max(initial=0) > F32_EXACT or exps.min(initial=0) < -100 or exps.max(initial=0) > 100:
+    if not _float32_exact(bound, exps):
         return g.node("MatMul", [x, g.const(weights, F64, wname)], name)
-    x32 = g.node("Cast", [x], name + "_x32", to=FLOAT)
+    x32 = x if x32 else g.node("Cast", [x], name + "_x32", to=FLOAT)
     y32 = g.node("MatMul", [x32, g.const(weights, np.float32, wname)], name + "_32")
     return g.node("Cast", [y32], name, to=DOUBLE)
+
+
+def _float32_exact(bound: np.ndarray, exps: np.ndarray) -> bool:
+    return not (
+        bound.max(initial=0) > F32_EXACT or exps.min(initial=0) < -100 or exps.max(initial=0) > 100
+    )
 
 
 def _weights(op: nh.RecurrentOp) -> list[list[tuple[Any, ...]]]:
@@ -256,15 +294,22 @@ def _reversed(g: Graph, x: str, base: str) -> str:
     )
 
 
-def _projected(g: Graph, xs: str, w_in: list[np.ndarray], b_in: list[np.ndarray], base: str):
+def _projected(
+    g: Graph,
+    xs: str,
+    w_in: list[np.ndarray],
+    b_in: list[np.ndarray],
+    bounds: tuple[list[np.ndarray], list[np.ndarray]],
+    base: str,
+) -> str:
     """The input part of every step's pre-activations, ``[T, D, N, G]``: ``[T, N, I]`` times
     every direction's weights in one 2-D ``MatMul`` (onnxruntime's batched one, ``[T, D, N,
     I]`` by ``[D, I, G]``, is a GEMV per time step and direction: 4.6 ms against 0.2 on the
     CRNN), directions then moved to axis 1, the reverse one's reversed in time (step ``t``
     of the loop reads ``x[T - 1 - t]`` there)."""
     dirs, rows = len(w_in), w_in[0].shape[1]
-    w = g.const(np.concatenate(w_in, axis=1), F64, base + "_wih")
-    ax = g.node("MatMul", [xs, w], base + "_xw")
+    sums, exps = (np.concatenate(b) for b in bounds)
+    ax = _matmul(g, xs, np.concatenate(w_in, axis=1), sums, exps, base + "_wih", base + "_xw")
     ax = g.node("Add", [ax, g.const(np.concatenate(b_in), F64, base + "_b")], base + "_ax")
     if dirs == 1:
         return g.node("Unsqueeze", [ax, g.const([1], I64)], base + "_ax1")
@@ -324,6 +369,8 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
     for layer, row in enumerate(_weights(op)):
         name = f"{base}_l{layer}"
         w_in, w_h, b_in, b_h, hu, h_exps = [], [], [], [], [], []
+        x_sums, x_exps = [], []
+        reach = np.zeros(len(row[0][0]))  # |pre-activation| per gate row, any direction
         for w, kw, b, kb, u, ku, bh, kbh in row:
             xw = x_bound * np.abs(w).sum(axis=1)
             hu.append(h_bound * np.abs(u).sum(axis=1))
@@ -340,8 +387,11 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                 (np.abs(bh) * 2**h_extra, kbh + h_extra),
             ]
             _exact(op, "gate pre-activations", terms, k_row, cell.half)
+            reach = np.maximum(reach, _reach(terms, k_row, cell.half))
             h_exps.append(k_row - kh - ku - h_extra)
-            w_in.append((w.T * _pow2(k_row - kx - kw)).astype(F64))
+            x_sums.append(xw)
+            x_exps.append(k_row - kx - kw)
+            w_in.append((w.T * _pow2(x_exps[-1])).astype(F64))
             w_h.append((u.T * _pow2(h_exps[-1])).astype(F64))
             bias_in = b * _pow2(k_row - kb) + (0.5 if cell.half else 0.0)
             bias_h = bh * _pow2(k_row - kbh - h_extra)
@@ -352,16 +402,21 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                 bias_in, bias_h = bias_in + bias_h, np.zeros_like(bias_h)
             b_in.append(bias_in)
             b_h.append(bias_h[None, 2 * hsize :])
-        # (float64: once per sequence, and onnxruntime 1.32 crashes creating a session
-        # whose float32 form of this product feeds the loop)
-        ax = _projected(g, xs, w_in, b_in, name)
+        ax = _projected(g, xs, w_in, b_in, (x_sums, x_exps), name)
         scanned = [ax]
         if kind == "gru":
             parts = g.node(
                 "Split", [ax, g.const([2 * hsize, hsize], I64)], name + "_axs", outputs=2, axis=3
             )
             scanned = list(parts)
-        states = [h_init[layer]] + ([c_init[layer]] if kind == "lstm" else [])
+        # The hidden state is carried in float32 where only ``h @ U`` reads it and that is
+        # exact in float32: the Cast before it made once per step at the step's end, where
+        # it also stands for the Identity a scanned output that is a state needs.
+        h32 = kind != "gru" and _float32_exact(np.concatenate(hu), np.concatenate(h_exps))
+        h0 = h_init[layer]
+        if h32:
+            h0 = g.node("Cast", [h0], f"{name}_h0_32", to=FLOAT)
+        states = [h0] + ([c_init[layer]] if kind == "lstm" else [])
         state_in = [g.fresh(name + "_h_in")] + ([g.fresh(name + "_c_in")] if c_init else [])
         scan_in = [g.fresh(f"{name}_x{i}_t") for i in range(len(scanned))]
         with _Body(g) as body:
@@ -374,10 +429,11 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                 np.concatenate(h_exps),
                 name + "_whh",
                 name + "_hw",
+                x32=h32,
             )
             if kind == "lstm":
                 pre = g.node("Add", [scan_in[0], ah], name + "_pre")
-                act = cell.lookup(pre, gate_offsets, name + "_act")
+                act = cell.lookup(pre, gate_offsets, 4 * hsize, name + "_act", _span(reach), False)
                 i_, f_, g_, o_ = g.node(
                     "Split", [act], name + "_gate", outputs=4, axis=2, num_outputs=4
                 )
@@ -395,8 +451,15 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                 )
                 c_new = cell.codes(cell.half_add(c_new, name + "_ch"), cell.cell, name + "_c")
                 _exact(op, "the cell read by tanh", [(c_bound, kc)], kg, cell.half)
-                tc = g.node("Mul", [c_new, g.const(2.0 ** (kg - kc), F64)], name + "_cg")
-                tc = cell.lookup(cell.half_add(tc, name + "_cgh"), off_g, name + "_tc")
+                whole, scale = kg >= kc, 2.0 ** (kg - kc)
+                span = (quant.qmin(cell.cell.bits) * scale, quant.qmax(cell.cell.bits) * scale)
+                tc = c_new
+                if kg != kc:
+                    tc = g.node("Mul", [c_new, g.const(scale, F64)], name + "_cg")
+                if not whole:
+                    tc = cell.half_add(tc, name + "_cgh")
+                    span = (span[0], span[1] + 0.5 * cell.half)
+                tc = cell.lookup(tc, off_g, hsize, name + "_tc", span, whole)
                 h_new = g.node("Mul", [o_, tc], name + "_hacc")
                 _exact(op, "a hidden state", [(t_bound**2, 2 * a)], kh, cell.half)
                 h_new = cell.codes(cell.half_add(h_new, name + "_hh"), hidden, name + "_h")
@@ -410,14 +473,23 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                     axis=2,
                 )
                 pre = g.node("Add", [scan_in[0], ah_rz], name + "_pre")
-                rz = cell.lookup(pre, gate_offsets, name + "_rz")
+                rz = cell.lookup(
+                    pre, gate_offsets, 2 * hsize, name + "_rz", _span(reach[: 2 * hsize]), False
+                )
                 r, z = g.node("Split", [rz], name + "_r", outputs=2, axis=2, num_outputs=2)
                 if any(bias.any() for bias in b_h):
                     ah_n = g.node("Add", [ah_n, g.const(np.stack(b_h), F64)], name + "_hb")
                 pre_n = g.node(
                     "Add", [scan_in[1], g.node("Mul", [r, ah_n], name + "_rh")], name + "_pn"
                 )
-                nn = cell.lookup(pre_n, np.full(hsize, off_n), name + "_n")
+                nn = cell.lookup(
+                    pre_n,
+                    np.full(hsize, off_n),
+                    hsize,
+                    name + "_n",
+                    _span(reach[2 * hsize :]),
+                    False,
+                )
                 _exact(
                     op, "a hidden state", [(t_bound**2, 2 * a), (t_bound * h_bound, a + kh)],
                     kh, cell.half,
@@ -435,7 +507,7 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                 outs_body = [h_new]
             elif kind == "rnn_tanh":
                 pre = g.node("Add", [scan_in[0], ah], name + "_pre")
-                t = cell.lookup(pre, gate_offsets, name + "_t")
+                t = cell.lookup(pre, gate_offsets, hsize, name + "_t", _span(reach), False)
                 _exact(op, "a hidden state", [(t_bound, a)], kh, cell.half)
                 h_new = cell.codes(cell.half_add(t, name + "_hh"), hidden, name + "_h")
                 outs_body = [h_new]
@@ -443,13 +515,20 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
                 pre = g.node("Add", [scan_in[0], ah], name + "_pre")
                 h_new = cell.codes(pre, hidden, name + "_h", lo=0)
                 outs_body = [h_new]
-            y_t = g.node("Identity", [h_new], name + "_y_t")
+            if h32:
+                y_t, outs_body[0] = h_new, g.node("Cast", [h_new], name + "_h32", to=FLOAT)
+            else:
+                y_t = g.node("Identity", [h_new], name + "_y_t")
         outs_body = [*outs_body, y_t]
+        types = [FLOAT if h32 else DOUBLE] + [DOUBLE] * (len(outs_body) - 1)
         graph = g.helper.make_graph(
             body,
             name + "_step",
-            [g.helper.make_tensor_value_info(v, DOUBLE, None) for v in [*state_in, *scan_in]],
-            [g.helper.make_tensor_value_info(v, DOUBLE, None) for v in outs_body],
+            [
+                g.helper.make_tensor_value_info(v, t, None)
+                for v, t in zip([*state_in, *scan_in], types[:-1] + [DOUBLE] * len(scan_in))
+            ],
+            [g.helper.make_tensor_value_info(v, t, None) for v, t in zip(outs_body, types)],
         )
         results = g.node(
             "Scan",
@@ -459,7 +538,7 @@ def recurrent(g: Graph, op: nh.RecurrentOp) -> None:
             body=graph,
             num_scan_inputs=len(scanned),
         )
-        hn.append(results[0])
+        hn.append(g.node("Cast", [results[0]], name + "_hn", to=DOUBLE) if h32 else results[0])
         if kind == "lstm":
             cn.append(results[1])
         xs = _unstacked_output(g, results[-1], dirs, name + "_y")
