@@ -24,7 +24,8 @@ whose bound it cannot prove is refused naming the op, where the runtime's own li
 target's codes first (rounding is monotone and keeps integers: the clipped rounding is the
 rounded clip), then ``Floor`` (floor, and half_up after adding 1/2, folded into the biases
 where it can be), ``Round`` (ONNX rounds half to even: half_even) or a ``Cast`` to int64
-(truncation toward zero: trunc). The Q0.15 tables are one ``Gather`` per lookup from one
+(truncation toward zero: trunc); the ``Clip`` is left out where the bound keeps every value
+within the codes. The Q0.15 tables are one lookup (:func:`.common.table_lookup`) from one
 float64 table holding every region a step reads, each pre-scaled by the power of two its
 product needs (LSTM ``i`` by ``2**(k_cell - 30)``, ``f`` by ``2**-15``, ``o`` by
 ``2**(k_hidden - 30)``), the region picked by an offset per row added to the gate code.
