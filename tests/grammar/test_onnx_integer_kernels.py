@@ -382,3 +382,112 @@ def test_a_file_naming_an_unknown_kernel_is_refused_by_name() -> None:
     )
     with pytest.raises(nanoir.Error, match=r"nanoir.kernels metadata is 's8s8': expected one of"):
         nanoir.grammar.onnx.integer.import_model(model)
+
+
+def _conv_sums(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
+    """``sum x w`` of a 3x3 conv padded by 1, in Python integers (no library conv)."""
+    n, c, hh, ww = x.shape
+    per = c // groups
+    xi = np.pad(x.astype(object), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((n, w.shape[0], hh, ww), dtype=object)
+    for o in range(w.shape[0]):
+        g = o // (w.shape[0] // groups)
+        for i in range(hh):
+            for j in range(ww):
+                window = xi[:, g * per : (g + 1) * per, i : i + 3, j : j + 3]
+                out[:, o, i, j] = (window * w[o].astype(object)).sum(axis=(1, 2, 3))
+    return out
+
+
+@settings(max_examples=examples(15), deadline=None)
+@given(
+    groups=st.sampled_from([1, 2, 4]),
+    mode=st.sampled_from(["trunc", "floor", "half_up", "half_even"]),
+    shift=st.integers(20, 23),
+    seed=st.integers(0, 2**16),
+)
+def test_a_bias_past_float32_is_added_in_float64(
+    groups: int, mode: str, shift: int, seed: int
+) -> None:
+    """A conv whose products fit float32 but whose biases do not (``k 2**s + 2**(s-1) + d``,
+    ``d`` in -1..1: a requant tie and its neighbours, past ``2**24``; the first sample all
+    zeros, so there the sums are the biases): grouped, a float32 ``Conv`` without the bias and
+    the bias added in float64 (dense, ``ConvInteger``); codes equal an exact oracle (the sums
+    and the requant in Python integers) and the NumPy executor in every rounding mode. Kills: the bias added in float32 (it rounds ``d`` away); the bias left out; the
+    path taken past ``2**24``."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-128, 128, size=(4, 4 // groups, 3, 3))
+    k = rng.choice([-1, 1], size=4) * rng.integers(2 ** (25 - shift), 120, size=4)
+    bias = k * 2**shift + 2 ** (shift - 1) + rng.integers(-1, 2, size=4)
+    x = rng.integers(-128, 128, size=(2, 4, 5, 6)).astype(np.int8)
+    x[0] = 0
+    wc = np.array2string(w, separator=", ", threshold=10**9).replace("\n", "")
+    bc = ", ".join(str(int(b)) for b in bias)
+    fx, fw, fy = "#nh.fixed<0, BCMD>", "#nh.fixed<0, CCDD>", f"#nh.fixed<{-shift}, BCMD>"
+    tw, tb = f"tensor<4x{4 // groups}x3x3xi8>", "tensor<4xi32, #nh.fixed<0, C>>"
+    module = nanoir.parse(f"""func.func @main(%x: tensor<?x4x5x6xi8, {fx}>) -> tensor<?x4x5x6xi8, {fy}> {{
+  %w = nh.constant "w" dense<{wc}> : {tw} -> tensor<4x{4 // groups}x3x3xi8, {fw}>
+  %b = nh.constant "b" dense<[{bc}]> : tensor<4xi32> -> {tb}
+  %acc = nh.conv %x, %w, %b {{pads = array<i64: 1, 1, 1, 1>, groups = {groups} : i64}}
+      : (tensor<?x4x5x6xi8, {fx}>, tensor<4x{4 // groups}x3x3xi8, {fw}>, {tb})
+      -> tensor<?x4x5x6xi32, {fx}>
+  %y = nh.requant %acc {{shift = array<i64: {shift}>, rounding = #nq.rounding<{mode}>}}
+      : tensor<?x4x5x6xi32, {fx}> -> tensor<?x4x5x6xi8, {fy}>
+  func.return %y : tensor<?x4x5x6xi8, {fy}>
+}}""")
+    acc = _conv_sums(x, w, groups) + bias.astype(object).reshape(1, 4, 1, 1)
+    want = _requant_oracle(acc, shift, mode, -128, 127)
+    (numpy_y,) = nanoir.run(module, x, raw=True)
+    assert np.array_equal(np.asarray(numpy_y).astype(np.int64), want)
+    model = export_model(module)
+    ops = [n.op_type for n in model.graph.node]
+    assert ("ConvInteger" in ops) == (groups == 1)  # a dense one keeps the integer kernel
+    (got,) = run_model(make_session(model), [x])
+    assert np.array_equal(np.asarray(got).astype(np.int64), want)
+
+
+@pytest.mark.parametrize(
+    ("mode", "target", "want"),
+    [
+        ("half_even", 2**24 + 2**17 + 1, -63),  # float32: -63.5 exactly, gives -64
+        ("floor", 2**24 + 2**18 - 1, -64),  # float32: -63 exactly, gives -63
+    ],
+)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_products_past_float32_with_a_wide_bias_stay_integer(
+    mode: str, target: int, want: int, groups: int
+) -> None:
+    """Sums of products past ``2**24`` by one code plus a bias of ``-2**25`` (each group the
+    1x1 conv of ``_one_by_one``): a float32 ``Conv`` (with the bias added in float64 or not)
+    would round the sums one code away, so the writer keeps ``ConvInteger``, dense and
+    grouped; codes equal the exact oracle and NumPy's. Kills: the wide-bias float path taken
+    on a bound past ``2**24``."""
+    _, x1 = _one_by_one(target, mode)
+    w1 = np.zeros(1100, dtype=np.int64)
+    full, rest = divmod(target, 127 * 127)
+    w1[:full] = 127
+    w1[full], w1[full + 1] = divmod(rest, 127)
+    c = 1100 * groups
+    w = np.tile(w1, (groups, 1)).reshape(groups, 1100, 1, 1)
+    x = np.tile(x1, (1, groups, 1, 1))
+    codes = np.array2string(w, separator=", ", threshold=10**9).replace("\n", "")
+    fx, fw, fb = "#nh.fixed<0, BCMD>", "#nh.fixed<0, CCDD>", "#nh.fixed<0, C>"
+    tw, tb = f"tensor<{groups}x1100x1x1xi8", f"tensor<{groups}xi32"
+    bias = ", ".join([str(-(2**25))] * groups)
+    module = nanoir.parse(f"""func.func @main(%x: tensor<?x{c}x1x1xi8, {fx}>) -> tensor<?x{groups}x1x1xi8, #nh.fixed<-18, BCMD>> {{
+  %w = nh.constant "w" dense<{codes}> : {tw}> -> {tw}, {fw}>
+  %b = nh.constant "b" dense<[{bias}]> : {tb}> -> {tb}, {fb}>
+  %acc = nh.conv %x, %w, %b {{groups = {groups} : i64}}
+      : (tensor<?x{c}x1x1xi8, {fx}>, {tw}, {fw}>, {tb}, {fb}>) -> tensor<?x{groups}x1x1xi32, {fx}>
+  %y = nh.requant %acc {{shift = array<i64: 18>, rounding = #nq.rounding<{mode}>}}
+      : tensor<?x{groups}x1x1xi32, {fx}> -> tensor<?x{groups}x1x1xi8, #nh.fixed<-18, BCMD>>
+  func.return %y : tensor<?x{groups}x1x1xi8, #nh.fixed<-18, BCMD>>
+}}""")
+    oracle = _requant_oracle(np.array([target - 2**25], dtype=object), 18, mode, -128, 127)
+    assert int(oracle[0]) == want
+    (numpy_y,) = nanoir.run(module, x, raw=True)
+    assert numpy_y.reshape(-1).tolist() == [want] * groups
+    model = export_model(module)
+    assert "ConvInteger" in [n.op_type for n in model.graph.node]
+    (y,) = run_model(make_session(model), [x])
+    assert y.reshape(-1).tolist() == [want] * groups
