@@ -198,11 +198,12 @@ def _matmul(
     x32: bool = False,
 ) -> str:
     """``x @ weights``, float64 codes in (float32 ones if ``x32``) and out, each column of
-    ``weights`` integers times ``2**exps``: in float32 where that is exact (every column's sum of integer products
-    within ``2**24`` by ``bound``, the column's power of two well inside float32's range:
-    every partial sum is then a float32), else in float64. onnxruntime's float64 ``MatMul``
-    is 2.8x slower than the two ``Cast``s and its float32 ``MatMul`` on a step's 1x128 by
-    128x512 (44.7 us against 16.2 us), and the loop body runs one per step."""
+    ``weights`` integers times ``2**exps``: in float32 where that is exact (every column's
+    sum of integer products within ``2**24`` by ``bound``, the column's power of two well
+    inside float32's range: every partial sum is then a float32), else in float64.
+    onnxruntime's float64 ``MatMul`` is 2.8x slower than the two ``Cast``s and its float32
+    ``MatMul`` on a step's 1x128 by 128x512 (44.7 us against 16.2 us), and the loop body runs
+    once per step."""
     if not _float32_exact(bound, exps):
         x = g.node("Cast", [x], name + "_x64", to=DOUBLE) if x32 else x
         return g.node("MatMul", [x, g.const(weights, F64, wname)], name)
