@@ -194,22 +194,7 @@ def upsample_zero(g: Graph, op: nh.UpsampleZeroOp) -> None:
     offsets = list(array_values(op.offsets) or ())
     n = len(small)
     ratios = {b // d for d, b in zip(small, big)}
-    form = g.first_form(op.input)
-    if form == "in":  # as _moved converts it
-        form = "f32" if g.float_exact(op.input) else "i32"
-    if n == 2 and len(ratios) == 1 and shape[1] != DYNAMIC_INDEX and form in DEPTH_TO_SPACE_FORMS:
-        (r,) = ratios
-        block = offsets[0] * r + offsets[1]
-        pads = [0, block * shape[1], 0, 0, 0, (r * r - 1 - block) * shape[1], 0, 0]
-
-        def blocks(x: str, form: str) -> str:
-            base = out_name(g, op)
-            zero = _pad_value(g, op.input, form, 0)
-            y = g.node("Pad", [x, g.const(pads, np.int64), zero], base + "_p", mode="constant")
-            return g.node("DepthToSpace", [y], base, blocksize=r, mode="DCR")
-
-        _moved(g, op, op.input, blocks)
-        return
+    blocked = n == 2 and len(ratios) == 1 and shape[1] != DYNAMIC_INDEX
     inter = [0, 0, *(v for d in small for v in (d, 1))]
     begin = [0] * (2 + 2 * n)
     end = [0] * (2 + 2 * n)
@@ -219,8 +204,14 @@ def upsample_zero(g: Graph, op: nh.UpsampleZeroOp) -> None:
 
     def make(x: str, form: str) -> str:
         base = out_name(g, op)
-        y = g.node("Reshape", [x, g.const(inter, np.int64)], base + "_r")
         zero = _pad_value(g, op.input, form, 0)
+        if blocked and form in DEPTH_TO_SPACE_FORMS:
+            (r,) = ratios
+            block = offsets[0] * r + offsets[1]
+            pads = [0, block * shape[1], 0, 0, 0, (r * r - 1 - block) * shape[1], 0, 0]
+            y = g.node("Pad", [x, g.const(pads, np.int64), zero], base + "_p", mode="constant")
+            return g.node("DepthToSpace", [y], base, blocksize=r, mode="DCR")
+        y = g.node("Reshape", [x, g.const(inter, np.int64)], base + "_r")
         y = g.node("Pad", [y, g.const(begin + end, np.int64), zero], base + "_p", mode="constant")
         return g.node("Reshape", [y, g.const([0, 0, *big], np.int64)], base)
 
