@@ -34,6 +34,7 @@ from nanoir.grammar.onnx.integer import (
 from onnx import TensorProto, helper
 
 import nanoir
+from nanoir.testing.oracles import requant_oracle
 from nanoir.testing.programs import examples
 
 ort = pytest.importorskip("onnxruntime")
@@ -224,28 +225,6 @@ def test_extreme_codes_through_the_fused_and_float_kernels() -> None:
             assert np.array_equal(got, want)
 
 
-def _requant_oracle(x: np.ndarray, shift: int, mode: str, lo: int, hi: int) -> np.ndarray:
-    """``x * 2**-shift`` rounded by ``mode`` and saturated, in Python's exact integers (written
-    here, not from ``runtime/numerics``)."""
-    out = []
-    for v in x.reshape(-1).tolist():
-        if shift <= 0:
-            r = v * 2**-shift
-        else:
-            d = 2**shift
-            q, rem = divmod(v, d)  # floor division: v = q d + rem, 0 <= rem < d
-            if mode == "floor":
-                r = q
-            elif mode == "trunc":
-                r = q + (1 if rem and v < 0 else 0)
-            elif mode == "half_up":
-                r = q + (1 if 2 * rem >= d else 0)
-            else:  # half_even
-                r = q + (1 if 2 * rem > d or 2 * rem == d and q % 2 else 0)
-        out.append(min(max(r, lo), hi))
-    return np.array(out, dtype=np.int64).reshape(x.shape)
-
-
 @settings(max_examples=examples(40), deadline=None)
 @given(
     data=st.data(),
@@ -291,7 +270,7 @@ def test_requant_of_int32_codes_is_exact(
       : tensor<?x3x2x5xi32, {fx}> -> tensor<?x3x2x5xi{width}, {fy}>
   func.return %y : tensor<?x3x2x5xi{width}, {fy}>
 }}""")
-    want = _requant_oracle(x.astype(np.int64), shift, mode, lo, hi)
+    want = requant_oracle(x.astype(np.int64), shift, mode, lo, hi)
     (numpy_y,) = nanoir.run(module, x, raw=True)
     assert np.array_equal(np.asarray(numpy_y).astype(np.int64), want)
     (got,) = run_model(make_session(export_model(module)), [x])
@@ -436,7 +415,7 @@ def test_a_bias_past_float32_is_added_in_float64(
   func.return %y : tensor<?x4x5x6xi8, {fy}>
 }}""")
     acc = _conv_sums(x, w, groups) + bias.astype(object).reshape(1, 4, 1, 1)
-    want = _requant_oracle(acc, shift, mode, -128, 127)
+    want = requant_oracle(acc, shift, mode, -128, 127)
     (numpy_y,) = nanoir.run(module, x, raw=True)
     assert np.array_equal(np.asarray(numpy_y).astype(np.int64), want)
     model = export_model(module)
@@ -483,7 +462,7 @@ def test_products_past_float32_with_a_wide_bias_stay_integer(
       : tensor<?x{groups}x1x1xi32, {fx}> -> tensor<?x{groups}x1x1xi8, #nh.fixed<-18, BCMD>>
   func.return %y : tensor<?x{groups}x1x1xi8, #nh.fixed<-18, BCMD>>
 }}""")
-    oracle = _requant_oracle(np.array([target - 2**25], dtype=object), 18, mode, -128, 127)
+    oracle = requant_oracle(np.array([target - 2**25], dtype=object), 18, mode, -128, 127)
     assert int(oracle[0]) == want
     (numpy_y,) = nanoir.run(module, x, raw=True)
     assert numpy_y.reshape(-1).tolist() == [want] * groups

@@ -70,6 +70,9 @@ FORM_DTYPE = {
 }
 """The element type of each form (``in`` is the value's exchange dtype)."""
 
+DEPTH_TO_SPACE_FORMS = ("u8", "i8", "f32", "f64")
+"""The forms onnxruntime's ``DepthToSpace`` takes (1.32: not int16, int32 or int64)."""
+
 
 class IntegerOnnxError(OnnxExportError):
     """An nh program (or part of one) has no exact integer-ONNX form here; the message names

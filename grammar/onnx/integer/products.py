@@ -50,6 +50,7 @@ from nanoir.grammar.onnx.integer.common import (
     sole_reader,
 )
 from nanoir.grammar.onnx.integer.graph import F32_EXACT, I32_MAX, Graph, zero_point
+from nanoir.grammar.onnx.integer.polyphase import interleave, phases
 from nanoir.grammar.onnx.integer.requant import (
     half_up_fits,
     quantize_offset,
@@ -103,8 +104,11 @@ def _requant_reader(op: Operation) -> nh.RequantOp | None:
 
 
 def _per_out(shifts: np.ndarray, outs: int) -> np.ndarray:
-    """Requant shifts as one per output channel."""
-    return np.broadcast_to(shifts.reshape(-1), (outs,)) if shifts.size == 1 else shifts.reshape(-1)
+    """Requant shifts as one per output channel; a phase conv's ``outs`` are each channel's
+    phases (:mod:`.polyphase`), which share its shift."""
+    s = shifts.reshape(-1)
+    assert outs % s.size == 0, "a shift per output channel, or per channel of a phase conv"
+    return np.broadcast_to(s, (outs,)) if s.size == 1 else np.repeat(s, outs // s.size)
 
 
 def _foldable(g: Graph, reader: nh.RequantOp | None, sums: np.ndarray) -> bool:
@@ -265,6 +269,7 @@ def _float_result(
 def _float_conv_wide_bias(
     g: Graph,
     op: Operation,
+    x: SSAValue,
     w: np.ndarray,
     bias: np.ndarray,
     attrs: dict[str, Any],
@@ -280,7 +285,7 @@ def _float_conv_wide_bias(
     the float32 ``Conv`` (1.2-1.7x on four dense shapes of the trained networks)."""
     base = out_name(g, op)
     wn = g.const(w.astype(np.float32), np.float32, base + "_w")
-    y = g.node("Conv", [g.get(op.input, "f32"), wn], base + "_nb", **attrs)
+    y = g.node("Conv", [g.get(x, "f32"), wn], base + "_nb", **attrs)
     y = g.node("Cast", [y], base + "_nb64", to=11)
     shape = (w.shape[0],) + (1,) * (w.ndim - 2)
     y = g.node("Add", [y, g.const(bias.reshape(shape), np.float64, base + "_b")], base)
@@ -413,12 +418,18 @@ def integer_product(
 
 
 def _integer_bias(
-    g: Graph, acc: str, bias: SSAValue | None, shape: tuple[int, ...], wide: bool, base: str
+    g: Graph,
+    acc: str,
+    bias: SSAValue | np.ndarray | None,
+    shape: tuple[int, ...],
+    wide: bool,
+    base: str,
 ) -> str:
+    """``acc`` plus ``bias``: a value, or constant codes."""
     if bias is None:
         return acc
     dtype = np.int64 if wide else np.int32
-    codes = constant_codes(bias)
+    codes = bias if isinstance(bias, np.ndarray) else constant_codes(bias)
     if codes is not None:
         b = g.const(codes.reshape(shape), dtype, base + "_b")
     else:
@@ -446,52 +457,83 @@ def _integer_result(g: Graph, op: Operation, acc: str, wide: bool, bound: int) -
 
 
 def conv(g: Graph, op: nh.ConvOp) -> None:
-    base = out_name(g, op)
+    """``nh.conv`` on the fastest exact kernel (the module docstring); of zero-inserted codes
+    it alone reads, as its phase convolution of the small input (:mod:`.polyphase`)."""
     w_shape = tensor_shape(op.weight)
     n = len(w_shape) - 2
-    kernel, strides, pads, dil = window_params(
-        n, w_shape[2:], array_values(op.strides), array_values(op.pads), array_values(op.dilations)
-    )
-    attrs = {
-        "kernel_shape": list(kernel),
-        "strides": list(strides),
-        "pads": list(pads),
-        "dilations": list(dil),
-        "group": op.groups.value.data,
-    }
-    w, bias = constant_codes(op.weight), None if op.bias is None else constant_codes(op.bias)
-    if w is None:
-        raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
+    p = phases(g, op)
+    if p is None:
+        kernel, strides, pads, dil = window_params(
+            n,
+            w_shape[2:],
+            array_values(op.strides),
+            array_values(op.pads),
+            array_values(op.dilations),
+        )
+        attrs = {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads)}
+        attrs["dilations"] = list(dil)
+        w = constant_codes(op.weight)
+        bias = None if op.bias is None else constant_codes(op.bias)
+        if w is None:
+            raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
+        _conv(g, op, op.input, w, bias, attrs)
+        return
+    attrs = {"kernel_shape": list(p.weight.shape[2:]), "strides": [1] * n, "pads": p.pads}
+    attrs["dilations"] = [1] * n
+    _conv(g, op, p.up.input, p.weight, p.bias, attrs)
+    reader = _requant_reader(op)
+    if reader is not None and reader in g.done:  # the fused kernel wrote the requant's codes
+        result = reader.result
+    elif reader is not None and reader in g.scaled:
+        g.scaled[reader] = interleave(g, op, p, g.scaled[reader], "f32")
+        return
+    else:
+        result = op.results[0]
+    g.forms[result] = {f: interleave(g, op, p, y, f) for f, y in g.forms[result].items()}
+
+
+def _conv(
+    g: Graph,
+    op: nh.ConvOp,
+    x: SSAValue,
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    attrs: dict[str, Any],
+) -> None:
+    """``op`` as the conv of ``x`` by ``w`` and ``bias`` (codes) with ``attrs``."""
+    base = out_name(g, op)
+    n = w.ndim - 2
+    attrs = {**attrs, "group": op.groups.value.data}
     runtime_bias = op.bias is not None and bias is None
-    sums = _per_output_bound(w, 0, g.bound(op.input), 0, 0, bias)
+    sums = _per_output_bound(w, 0, g.bound(x), 0, 0, bias)
     if runtime_bias:
         sums = sums + g.bound(op.bias)
-    if not runtime_bias and _fusable(g, op, op.input, w, sums):
-        _fused_conv(g, op, op.input, w, bias, attrs, sums)
+    if not runtime_bias and _fusable(g, op, x, w, sums):
+        _fused_conv(g, op, x, w, bias, attrs, sums)
         return
     constant = None if runtime_bias else _constant_channels(g, op, w, bias)
     if constant is not None:
-        folded = _per_output_bound(w, 0, g.bound(op.input), 0, 0, constant[0])
-        if _fusable(g, op, op.input, w, folded):
-            _fused_conv(g, op, op.input, w, constant[0], attrs, folded, constant[1])
+        folded = _per_output_bound(w, 0, g.bound(x), 0, 0, constant[0])
+        if _fusable(g, op, x, w, folded):
+            _fused_conv(g, op, x, w, constant[0], attrs, folded, constant[1])
             return
-    if max(sums, default=0) <= F32_EXACT and g.float_exact(op.input):
+    if max(sums, default=0) <= F32_EXACT and g.float_exact(x):
         wn, bn, reader = _float_weights(g, op, w, bias, 0, sums, base, not runtime_bias)
-        inputs = [g.get(op.input, "f32"), wn, *([bn] if bn is not None else [])]
+        inputs = [g.get(x, "f32"), wn, *([bn] if bn is not None else [])]
         y = g.node("Conv", inputs, base + ("_acc" if runtime_bias else ""), **attrs)
         if runtime_bias:
             assert op.bias is not None
-            y = _runtime_bias(g, op, y, op.bias, (w_shape[0],) + (1,) * n)
+            y = _runtime_bias(g, op, y, op.bias, (w.shape[0],) + (1,) * n)
         _float_result(g, op, y, reader, sums)
         return
-    if bias is not None and attrs["group"] > 1 and g.float_exact(op.input):
-        unbiased = _per_output_bound(w, 0, g.bound(op.input), 0, 0, None)
+    if bias is not None and attrs["group"] > 1 and g.float_exact(x):
+        unbiased = _per_output_bound(w, 0, g.bound(x), 0, 0, None)
         if max(unbiased, default=0) <= F32_EXACT and max(sums, default=0) <= I32_MAX:
-            _float_conv_wide_bias(g, op, w, bias, attrs, sums)
+            _float_conv_wide_bias(g, op, x, w, bias, attrs, sums)
             return
     bound = int(max(sums, default=0))
     wide = bound > I32_MAX
-    xs = value_parts(g, op.input, op)
+    xs = value_parts(g, x, op)
     ws = _named_parts(g, w, op, lambda a: a, base + "_w")
     acc = integer_product(
         g,
@@ -499,12 +541,13 @@ def conv(g: Graph, op: nh.ConvOp) -> None:
         "ConvInteger",
         xs,
         ws,
-        math.prod(w_shape[1:]),
+        math.prod(w.shape[1:]),
         wide,
         base + "_acc" if op.bias is not None or wide else base,
         **attrs,
     )
-    acc = _integer_bias(g, acc, op.bias, (w_shape[0],) + (1,) * n, wide, base)
+    b = op.bias if runtime_bias else bias
+    acc = _integer_bias(g, acc, b, (w.shape[0],) + (1,) * n, wide, base)
     _integer_result(g, op, acc, wide, bound)
 
 
