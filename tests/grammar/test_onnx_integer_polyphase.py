@@ -208,3 +208,25 @@ def test_a_3x3_conv_of_a_x2_zero_unpooling_is_a_2x2_conv_of_the_small_map(
     )
     (got,) = run_model(make_session(model), [x])
     assert np.array_equal(np.asarray(got).astype(np.int64), want)
+
+
+def test_sessions_leave_the_writers_pools_alone() -> None:
+    """``make_session`` turns off onnxruntime's QDQ rewrites: its propagation would move the
+    requant's ``QuantizeLinear`` after a phase conv's interleave above the float32 ``MaxPool``
+    the writer chose, into onnxruntime's scalar uint8 pool. Kills: the entry left out."""
+    rng = np.random.default_rng(0)
+    module = nanoir.parse(
+        _program(
+            [1, 2, 3, 3],
+            "ui8",
+            [2, 2],
+            [0, 0],
+            rng.integers(-9, 9, (2, 2, 3, 3)),
+            None,
+            [1, 1, 1, 1],
+            1,
+            ("half_even", [4, 4], "ui8"),
+        )
+    )
+    options = make_session(export_model(module)).get_session_options()
+    assert options.get_session_config_entry("session.disable_quant_qdq") == "1"
