@@ -118,13 +118,14 @@ def _oracle_sums(
 def test_phase_convs_equal_the_conv_of_the_zeros(
     dtype: str, n: int, groups: int, tail: str, fused: str | None, data: st.DataObject
 ) -> None:
-    """Codes equal the oracle's and the NumPy executor's, over a dynamic batch. Kills: the
-    phases interleaved DCR; a tap's phase read from ``a - offset``; the crop started at 0;
-    a phase conv's shift taken per phase rather than per channel."""
-    ratios = [data.draw(st.integers(1, 3)) for _ in range(n)]
+    """Codes equal the oracle's and the NumPy executor's, over a dynamic batch, pads past the
+    kernel included. Kills: the phases interleaved DCR; a tap's phase read from ``a -
+    offset``; the end crop left out; the end pad one short; a phase conv's shifts or biases
+    taken per phase rather than per channel (``tile`` for ``repeat``)."""
+    ratios = [data.draw(st.integers(1, 4)) for _ in range(n)]
     offsets = [data.draw(st.integers(0, r - 1)) for r in ratios]
     kernel = [data.draw(st.integers(1, 5)) for _ in range(n)]
-    pads = [data.draw(st.integers(0, k)) for k in kernel for _ in range(2)]
+    pads = [data.draw(st.integers(0, k + 2)) for k in kernel for _ in range(2)]
     pads = pads[0::2] + pads[1::2]
     small = [data.draw(st.integers(1, 5)) for _ in range(n)]
     big = [d * r for d, r in zip(small, ratios)]
