@@ -459,28 +459,24 @@ def _integer_result(g: Graph, op: Operation, acc: str, wide: bool, bound: int) -
 def conv(g: Graph, op: nh.ConvOp) -> None:
     """``nh.conv`` on the fastest exact kernel (the module docstring); of zero-inserted codes
     it alone reads, as its phase convolution of the small input (:mod:`.polyphase`)."""
-    w_shape = tensor_shape(op.weight)
-    n = len(w_shape) - 2
     p = phases(g, op)
     if p is None:
-        kernel, strides, pads, dil = window_params(
+        w = constant_codes(op.weight)
+        if w is None:
+            raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
+        bias = None if op.bias is None else constant_codes(op.bias)
+        n = w.ndim - 2
+        _, strides, pads, dil = window_params(
             n,
-            w_shape[2:],
+            w.shape[2:],
             array_values(op.strides),
             array_values(op.pads),
             array_values(op.dilations),
         )
-        attrs = {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads)}
-        attrs["dilations"] = list(dil)
-        w = constant_codes(op.weight)
-        bias = None if op.bias is None else constant_codes(op.bias)
-        if w is None:
-            raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
-        _conv(g, op, op.input, w, bias, attrs)
+        _conv(g, op, op.input, w, bias, list(strides), list(pads), list(dil))
         return
-    attrs = {"kernel_shape": list(p.weight.shape[2:]), "strides": [1] * n, "pads": p.pads}
-    attrs["dilations"] = [1] * n
-    _conv(g, op, p.up.input, p.weight, p.bias, attrs)
+    n = len(p.ratios)
+    _conv(g, op, p.up.input, p.weight, p.bias, [1] * n, p.pads, [1] * n)
     reader = _requant_reader(op)
     if reader is not None and reader in g.done:  # the fused kernel wrote the requant's codes
         result = reader.result
@@ -498,12 +494,21 @@ def _conv(
     x: SSAValue,
     w: np.ndarray,
     bias: np.ndarray | None,
-    attrs: dict[str, Any],
+    strides: list[int],
+    pads: list[int],
+    dilations: list[int],
 ) -> None:
-    """``op`` as the conv of ``x`` by ``w`` and ``bias`` (codes) with ``attrs``."""
+    """``op`` as the conv of ``x`` by the codes ``w`` and ``bias`` (None: none, or a run-time
+    one) with ``op``'s groups."""
     base = out_name(g, op)
     n = w.ndim - 2
-    attrs = {**attrs, "group": op.groups.value.data}
+    attrs = {
+        "kernel_shape": list(w.shape[2:]),
+        "strides": strides,
+        "pads": pads,
+        "dilations": dilations,
+        "group": op.groups.value.data,
+    }
     runtime_bias = op.bias is not None and bias is None
     sums = _per_output_bound(w, 0, g.bound(x), 0, 0, bias)
     if runtime_bias:
