@@ -33,6 +33,21 @@ def constant_codes(v: SSAValue) -> np.ndarray | None:
     return None
 
 
+def per_output_bound(
+    w: np.ndarray | None, out_axis: int, bx: int, bw: int, inner: int, bias: np.ndarray | None
+) -> np.ndarray:
+    """Per output channel, a bound on every partial sum of ``sum_k x w_k + bias`` (Python
+    integers): ``|x| <= bx``, and ``|w| <= bw`` over ``inner`` terms where ``w`` is None."""
+    if w is None:
+        sums = np.asarray([inner * bx * bw], dtype=object)
+    else:
+        moved = np.moveaxis(np.abs(w), out_axis, 0).reshape(w.shape[out_axis], -1)
+        sums = moved.sum(axis=1).astype(object) * bx
+    if bias is not None:
+        sums = sums + np.abs(bias.reshape(-1)).astype(object)
+    return sums
+
+
 def sole_reader(value: SSAValue) -> Operation | None:
     """The one op reading ``value``, if exactly one op reads it once."""
     uses = list(value.uses)

@@ -20,7 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 from nanoir.dialects import nh
 from nanoir.dialects.nf import array_values, tensor_shape
-from nanoir.grammar.onnx.integer.common import constant_codes, out_name, sole_reader
+from nanoir.grammar.onnx.integer.common import (
+    constant_codes,
+    out_name,
+    per_output_bound,
+    sole_reader,
+)
 from nanoir.grammar.onnx.integer.graph import DEPTH_TO_SPACE_FORMS, I32_MAX, Graph
 from nanoir.runtime.numerics.shapes import window_params
 from xdsl.dialects.builtin import DYNAMIC_INDEX
@@ -64,8 +69,7 @@ def phases(g: Graph, op: nh.ConvOp) -> Phases | None:
     bias = None if op.bias is None else constant_codes(op.bias)
     if w is None or (op.bias is not None and bias is None):
         return None
-    sums = np.abs(w).reshape(w.shape[0], -1).sum(axis=1) * g.bound(up.input)
-    if int((sums + (0 if bias is None else np.abs(bias.reshape(-1)))).max()) > I32_MAX:
+    if max(per_output_bound(w, 0, g.bound(up.input), 0, 0, bias)) > I32_MAX:
         return None
     n = w.ndim - 2
     kernel, strides, pads, dil = window_params(

@@ -46,6 +46,7 @@ from nanoir.grammar.onnx.integer.common import (
     Writer,
     constant_codes,
     out_name,
+    per_output_bound,
     refuse,
     sole_reader,
 )
@@ -77,20 +78,6 @@ def constant(g: Graph, op: nh.ConstantOp) -> None:
 # --------------------------------------------------------------------------------------------
 # Bounds and the choice of kernel
 # --------------------------------------------------------------------------------------------
-
-
-def _per_output_bound(
-    w: np.ndarray | None, out_axis: int, bx: int, bw: int, inner: int, bias: np.ndarray | None
-) -> np.ndarray:
-    """Per output channel, a bound on every partial sum of ``sum_k x w_k + bias``."""
-    if w is None:
-        sums = np.asarray([inner * bx * bw], dtype=object)
-    else:
-        moved = np.moveaxis(np.abs(w), out_axis, 0).reshape(w.shape[out_axis], -1)
-        sums = moved.sum(axis=1).astype(object) * bx
-    if bias is not None:
-        sums = sums + np.abs(bias.reshape(-1)).astype(object)
-    return sums
 
 
 def _requant_reader(op: Operation) -> nh.RequantOp | None:
@@ -510,7 +497,7 @@ def _conv(
         "group": op.groups.value.data,
     }
     runtime_bias = op.bias is not None and bias is None
-    sums = _per_output_bound(w, 0, g.bound(x), 0, 0, bias)
+    sums = per_output_bound(w, 0, g.bound(x), 0, 0, bias)
     if runtime_bias:
         sums = sums + g.bound(op.bias)
     if not runtime_bias and _fusable(g, op, x, w, sums):
@@ -518,7 +505,7 @@ def _conv(
         return
     constant = None if runtime_bias else _constant_channels(g, op, w, bias)
     if constant is not None:
-        folded = _per_output_bound(w, 0, g.bound(x), 0, 0, constant[0])
+        folded = per_output_bound(w, 0, g.bound(x), 0, 0, constant[0])
         if _fusable(g, op, x, w, folded):
             _fused_conv(g, op, x, w, constant[0], attrs, folded, constant[1])
             return
@@ -532,7 +519,7 @@ def _conv(
         _float_result(g, op, y, reader, sums)
         return
     if bias is not None and attrs["group"] > 1 and g.float_exact(x):
-        unbiased = _per_output_bound(w, 0, g.bound(x), 0, 0, None)
+        unbiased = per_output_bound(w, 0, g.bound(x), 0, 0, None)
         if max(unbiased, default=0) <= F32_EXACT and max(sums, default=0) <= I32_MAX:
             _float_conv_wide_bias(g, op, x, w, bias, attrs, sums)
             return
@@ -678,7 +665,7 @@ def linear(g: Graph, op: nh.LinearOp) -> None:
         raise refuse(op, "has a run-time weight (its integer ONNX form needs a constant one)")
     bias = None if op.bias is None else constant_codes(op.bias)
     runtime_bias = op.bias is not None and bias is None
-    sums = _per_output_bound(w, 0, g.bound(op.input), 0, 0, bias)
+    sums = per_output_bound(w, 0, g.bound(op.input), 0, 0, bias)
     if runtime_bias:
         sums = sums + g.bound(op.bias)
     if max(sums, default=0) <= F32_EXACT and g.float_exact(op.input):
