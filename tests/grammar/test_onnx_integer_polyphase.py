@@ -231,3 +231,21 @@ def test_sessions_leave_the_writers_pools_alone() -> None:
     )
     options = make_session(export_model(module)).get_session_options()
     assert options.get_session_config_entry("session.disable_quant_qdq") == "1"
+
+
+def test_sums_that_may_leave_int32_keep_the_zeros() -> None:
+    """int32 codes, whose sums may leave int32: the writer checks them at run time, where a
+    phase conv's cropped positions would count too, so it keeps the zero insertion (a
+    ``Pad``) and its conv; the codes (small here) equal the oracle's. Kills: the phase form
+    taken past int32."""
+    rng = np.random.default_rng(7)
+    w = rng.integers(-128, 128, (2, 2, 3, 3))
+    x = rng.integers(-1000, 1000, (2, 2, 3, 4)).astype(np.int32)
+    module = nanoir.parse(
+        _program([2, 2, 3, 4], "i32", [2, 2], [1, 0], w, None, [1, 1, 1, 1], 1, None)
+    )
+    model = export_model(module)
+    assert "Pad" in [n.op_type for n in model.graph.node]
+    (got,) = run_model(make_session(model), [x])
+    want = _oracle_sums(x, [2, 2], [1, 0], w, None, [1, 1, 1, 1], 1)
+    assert np.array_equal(np.asarray(got).astype(np.int64), want)
